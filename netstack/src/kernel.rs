@@ -1,0 +1,482 @@
+//! The kernel-socket baseline: ordinary non-blocking TCP sockets, polled with epoll by one
+//! worker core, behind the same connection-table shape as the smoltcp path.
+//!
+//! ```text
+//! kernel TCP (SO_REUSEPORT listener per worker) → epoll (this core's) → KernelConn → server
+//! ```
+//!
+//! It exists so that one run can measure what bypassing the kernel buys, and so that memspin
+//! serves without root. Each worker binds its own listening socket with `SO_REUSEPORT`, so the
+//! kernel spreads connections over workers without an acceptor thread.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use crate::Poll;
+
+/// Events fetched per `epoll_wait`.
+const EVENT_BATCH: usize = 256;
+/// The epoll token of the listening socket; connections use their slot index.
+const LISTENER_TOKEN: u64 = u64::MAX;
+
+/// Counters of one kernel-socket table.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KernelStats {
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Connections refused because the limit was reached.
+    pub refused: u64,
+    /// Connections closed (by either side).
+    pub closed: u64,
+    /// Connections open now.
+    pub active: u64,
+    /// `accept` or `epoll` failures other than "try again".
+    pub errors: u64,
+}
+
+struct Slot<S> {
+    stream: TcpStream,
+    state: S,
+    /// Queued in `ready_list` already.
+    queued: bool,
+}
+
+/// One worker's kernel TCP connections, each with application state `S`.
+pub struct KernelTable<S> {
+    listener: TcpListener,
+    epoll: OwnedFd,
+    slots: Vec<Option<Slot<S>>>,
+    free: Vec<usize>,
+    ready_list: Vec<usize>,
+    conn_limit: usize,
+    events: Vec<libc::epoll_event>,
+    stats: KernelStats,
+}
+
+/// Binds a non-blocking listening socket with `SO_REUSEADDR` and `SO_REUSEPORT`.
+fn bind_reuseport(addr: SocketAddr) -> io::Result<TcpListener> {
+    let domain = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    // SAFETY: socket(2) with constant arguments; the result is checked before use.
+    let fd = unsafe {
+        libc::socket(
+            domain,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket we own; the TcpListener closes it on drop.
+    let listener = unsafe { TcpListener::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    for option in [libc::SO_REUSEADDR, libc::SO_REUSEPORT] {
+        // SAFETY: `one` outlives the call and its size is passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                option,
+                (&one as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    let (storage, len) = sockaddr(addr);
+    // SAFETY: `storage` holds a valid sockaddr of `len` bytes for this address family.
+    let rc = unsafe { libc::bind(fd, (&storage as *const libc::sockaddr_storage).cast(), len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: listen(2) on our own bound socket.
+    if unsafe { libc::listen(fd, 1024) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(listener)
+}
+
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+fn epoll_ctl(epoll: RawFd, op: libc::c_int, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+    let mut event = libc::epoll_event { events, u64: token };
+    // SAFETY: `event` is valid for the call; epoll and fd are open descriptors we own.
+    if unsafe { libc::epoll_ctl(epoll, op, fd, &mut event) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl<S: Default> KernelTable<S> {
+    /// Binds `addr` (with `SO_REUSEPORT`, so each worker may bind its own) and prepares epoll.
+    ///
+    /// # Errors
+    /// Socket, bind, listen or epoll failures, e.g. the address is in use without reuse.
+    pub fn bind(addr: SocketAddr, conn_limit: usize) -> io::Result<Self> {
+        let listener = bind_reuseport(addr)?;
+        // SAFETY: epoll_create1 with a constant flag; checked below.
+        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epoll < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor we own from here on.
+        let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
+        epoll_ctl(
+            epoll.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            listener.as_raw_fd(),
+            libc::EPOLLIN as u32,
+            LISTENER_TOKEN,
+        )?;
+        Ok(KernelTable {
+            listener,
+            epoll,
+            slots: Vec::new(),
+            free: Vec::new(),
+            ready_list: Vec::new(),
+            conn_limit,
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENT_BATCH],
+            stats: KernelStats::default(),
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The epoll descriptor, readable when anything is ready.
+    pub fn fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &KernelStats {
+        &self.stats
+    }
+
+    /// Collects readiness: waits up to `timeout` (`None`: do not wait), accepts new connections
+    /// up to the limit, and queues ready connections for [`serve`](Self::serve).
+    ///
+    /// # Errors
+    /// `epoll_wait` failures other than an interrupted call.
+    pub fn poll(&mut self, timeout: Option<Duration>) -> io::Result<Poll> {
+        let timeout_ms = timeout.map_or(0, |t| t.as_millis().clamp(0, i32::MAX as u128) as i32);
+        // SAFETY: `events` has EVENT_BATCH initialised entries the kernel may overwrite.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                EVENT_BATCH as libc::c_int,
+                timeout_ms,
+            )
+        };
+        if n < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                return Ok(Poll::Idle);
+            }
+            return Err(error);
+        }
+        let n = n as usize;
+        for i in 0..n {
+            let token = self.events[i].u64;
+            if token == LISTENER_TOKEN {
+                self.accept_all();
+            } else if let Some(Some(slot)) = self.slots.get_mut(token as usize)
+                && !slot.queued
+            {
+                slot.queued = true;
+                self.ready_list.push(token as usize);
+            }
+        }
+        Ok(if n == 0 { Poll::Idle } else { Poll::Progress })
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    if self.stats.active as usize >= self.conn_limit {
+                        // Refused cleanly: closed at once; the others keep being served.
+                        self.stats.refused += 1;
+                        drop(stream);
+                        continue;
+                    }
+                    if self.add(stream).is_err() {
+                        self.stats.errors += 1;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    // EMFILE and friends: count and try again on the next readiness.
+                    self.stats.errors += 1;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, stream: TcpStream) -> io::Result<()> {
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        let index = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        let events = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+        if let Err(e) = epoll_ctl(
+            self.epoll.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            stream.as_raw_fd(),
+            events,
+            index as u64,
+        ) {
+            self.free.push(index);
+            return Err(e);
+        }
+        // A new connection may already hold a request: serve it once now.
+        self.slots[index] = Some(Slot {
+            stream,
+            state: S::default(),
+            queued: true,
+        });
+        self.ready_list.push(index);
+        self.stats.accepted += 1;
+        self.stats.active += 1;
+        Ok(())
+    }
+
+    /// True when connections wait to be served without new readiness (do not park).
+    pub fn has_ready(&self) -> bool {
+        !self.ready_list.is_empty()
+    }
+
+    /// Calls `f` for every connection epoll reported ready since the last call, or that asked to
+    /// be served again. A connection the application closes is removed after `f` returns.
+    ///
+    /// Readiness is edge-triggered: `f` reads until `WouldBlock`, or calls
+    /// [`KernelConn::serve_again`] when it stops early (for example under output backpressure).
+    pub fn serve(&mut self, mut f: impl FnMut(&mut KernelConn<'_, S>)) {
+        let mut list = std::mem::take(&mut self.ready_list);
+        for &index in &list {
+            let Some(Some(slot)) = self.slots.get_mut(index) else {
+                continue;
+            };
+            slot.queued = false;
+            let mut conn = KernelConn {
+                stream: &mut slot.stream,
+                state: &mut slot.state,
+                again: false,
+                close: false,
+            };
+            f(&mut conn);
+            let (again, close) = (conn.again, conn.close);
+            if close {
+                self.remove(index);
+            } else if again {
+                slot.queued = true;
+                self.ready_list.push(index);
+            }
+        }
+        list.clear();
+        // Connections that became ready during `f` were pushed to the new list; keep both.
+        list.append(&mut self.ready_list);
+        self.ready_list = list;
+    }
+
+    fn remove(&mut self, index: usize) {
+        if let Some(slot) = self.slots[index].take() {
+            let _ = epoll_ctl(
+                self.epoll.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                slot.stream.as_raw_fd(),
+                0,
+                0,
+            );
+            self.free.push(index);
+            self.stats.closed += 1;
+            self.stats.active -= 1;
+        }
+    }
+}
+
+/// One ready kernel connection, lent to the application for the length of a `serve` callback.
+pub struct KernelConn<'a, S> {
+    stream: &'a mut TcpStream,
+    /// The application's per-connection state.
+    pub state: &'a mut S,
+    again: bool,
+    close: bool,
+}
+
+impl<S> KernelConn<'_, S> {
+    /// Reads what the socket holds into `buf`. `Ok(0)` means the peer closed its side;
+    /// `WouldBlock` means nothing more until the next readiness.
+    ///
+    /// # Errors
+    /// The socket's errors (reset, would block).
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.read(buf)
+    }
+
+    /// Writes as much of `buf` as the socket takes now.
+    ///
+    /// # Errors
+    /// The socket's errors (reset, would block).
+    pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.write(buf)
+    }
+
+    /// The application's state and the socket, borrowed apart.
+    pub fn parts(&mut self) -> (&mut S, &mut TcpStream) {
+        (self.state, self.stream)
+    }
+
+    /// Serves this connection again on the next `serve` even if epoll reports nothing new.
+    pub fn serve_again(&mut self) {
+        self.again = true;
+    }
+
+    /// Closes the connection after this callback.
+    pub fn close(&mut self) {
+        self.close = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    fn loopback_any_port() -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+    }
+
+    /// Echoes whatever arrives, until the peer closes.
+    fn echo(table: &mut KernelTable<Vec<u8>>) {
+        table.serve(|conn| {
+            let mut buf = [0u8; 4096];
+            loop {
+                match conn.read(&mut buf) {
+                    Ok(0) => {
+                        conn.close();
+                        return;
+                    }
+                    Ok(n) => conn.state.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        conn.close();
+                        return;
+                    }
+                }
+            }
+            let pending = std::mem::take(conn.state);
+            let n = conn.write(&pending).unwrap_or(0);
+            conn.state.extend_from_slice(&pending[n..]);
+        });
+    }
+
+    #[test]
+    fn accepts_echoes_and_notices_close() {
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), 16).unwrap();
+        let addr = table.local_addr().unwrap();
+        let mut client = TcpStream::connect(addr).unwrap();
+        client.write_all(b"hello").unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            table.poll(Some(Duration::from_millis(5))).unwrap();
+            echo(&mut table);
+            let mut buf = [0u8; 16];
+            client.set_nonblocking(true).unwrap();
+            if let Ok(n) = client.read(&mut buf) {
+                got.extend_from_slice(&buf[..n]);
+            }
+            if got.len() >= 5 {
+                break;
+            }
+        }
+        assert_eq!(got, b"hello");
+        assert_eq!(table.stats().accepted, 1);
+        drop(client);
+        for _ in 0..1000 {
+            table.poll(Some(Duration::from_millis(5))).unwrap();
+            echo(&mut table);
+            if table.stats().closed == 1 {
+                break;
+            }
+        }
+        assert_eq!(table.stats().closed, 1);
+        assert_eq!(table.stats().active, 0);
+    }
+
+    #[test]
+    fn connections_over_the_limit_are_refused_and_others_kept() {
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), 2).unwrap();
+        let addr = table.local_addr().unwrap();
+        let kept: Vec<_> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let mut extra = TcpStream::connect(addr).unwrap();
+        for _ in 0..200 {
+            table.poll(Some(Duration::from_millis(5))).unwrap();
+            echo(&mut table);
+            if table.stats().refused == 1 {
+                break;
+            }
+        }
+        assert_eq!(table.stats().refused, 1);
+        assert_eq!(table.stats().active, 2);
+        extra
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = [0u8; 1];
+        assert!(
+            matches!(extra.read(&mut buf), Ok(0) | Err(_)),
+            "the refused connection is closed"
+        );
+        drop(kept);
+    }
+}
