@@ -31,6 +31,8 @@ mod extras;
 mod header;
 mod opcode;
 mod repr;
+#[cfg(test)]
+mod tests;
 
 pub use error::{Invalid, ParseError};
 pub use extras::{CounterExtras, ExpirationExtras, FlagsExtras, StoreExtras, VerbosityExtras};
