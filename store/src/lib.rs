@@ -1,1 +1,81 @@
-//! placeholder, filled by the crate's first commit
+//! One core's memcached cache shard: hash table, items, memory budget, eviction, expiry, CAS.
+//!
+//! ```text
+//! NIC queue → netstack (core n) → protocol parse → server engine → store Shard (core n) → reply
+//! ```
+//!
+//! The store never sees protocol types: the server's engine translates requests into calls
+//! on [`Shard`] and results ([`ItemView`], [`StoreError`]) back into replies. A `Shard` is
+//! single-threaded by contract (no locks, no atomics; `Send`, moved to its core once).
+//! Time is always an argument (`now`, unix seconds from the caller's injected clock); the
+//! store never reads a clock.
+//!
+//! # Memory layout
+//!
+//! The table is a hashbrown [`HashTable`](hashbrown::HashTable) of 32-byte items (two per
+//! cache line): a `Box<[u8]>` holding `[key_len: u8][key][value]`, the CAS and two bits
+//! (referenced, fetched) packed in one `u64`, and `u32` expiry and flags. Key and value are
+//! copied once, into that one heap block, when an item is stored; a GET hit walks
+//! control bytes → bucket → block and allocates nothing.
+//!
+//! The trade-off, against the alternatives considered:
+//! - *One block per item (chosen)*: one allocation per store, exact sizes, freeing is
+//!   `free`; the allocator's 8-byte header and 16-byte rounding are the per-item cost and
+//!   are charged ([`item_size`]). Metadata stays in the bucket, so the clock hand and the
+//!   expiry sweep read only the table's contiguous array, never the blocks.
+//! - *Slab/arena with size classes* (memcached, Pelikan segments): no allocator calls and
+//!   no fragmentation outside the arena, but slab-class waste (memcached's 1.25 growth
+//!   factor wastes up to 20 %) and rebalancing logic; the crate would need its own
+//!   allocator for one benefit the system allocator mostly gives.
+//! - *Metadata in the block, 16-byte buckets*: smaller table, but every expiry check and
+//!   eviction decision would chase a pointer.
+//!
+//! # Memory budget
+//!
+//! `heap_bytes = bytes + table` never exceeds `memory_limit_bytes`, where `bytes` sums
+//! [`item_size`] (the heap block as glibc sizes it) and `table` is the table's own
+//! allocation (buckets × 33 bytes + one control group, also allocator-rounded). The table
+//! grows by doubling; a doubling happens only if the bigger table fits next to the items,
+//! otherwise the table keeps its size and live items are capped at 7/8 of its capacity
+//! (tombstones are purged by an occasional rebuild). The cost of growth is thus charged
+//! before it happens, never discovered after.
+//!
+//! # Eviction: CLOCK over the table
+//!
+//! A store that would exceed the budget evicts with CLOCK (second chance). The clock's
+//! circle is the table's own bucket array: the hand walks bucket indices; a dead (expired
+//! or flushed) item it meets is reclaimed, a referenced one loses its bit, an unreferenced
+//! one is evicted. A hit sets one bit in the bucket it already read; a new item starts
+//! referenced, so it survives at least one full revolution.
+//!
+//! Why CLOCK rather than LRU: LRU needs a doubly linked list (two indices per item, more
+//! than the 32-byte bucket has room for) and relinks two neighbours on every hit, i.e.
+//! writes to cold cache lines on the read path. CLOCK approximates LRU's hit ratio, costs
+//! one bit, and the same walk reclaims expired items for free. The price: positions
+//! follow hash order, not arrival order, and a resize reshuffles them.
+//!
+//! # Expiry, flush and CAS
+//!
+//! memcached's rules ([`Expiry`]): 0 never, up to [`REALTIME_MAXDELTA`] relative, above it
+//! absolute, negative or past absolute already expired. Dead items are found lazily (any
+//! access is a miss and reclaims them), by [`Shard::sweep_expired`] from an idle loop, and
+//! by the clock hand. Every modification takes a new CAS from a per-shard counter;
+//! [`Shard::flush_all`] records the last CAS issued (at its due time for a delayed flush),
+//! and every item at or below it is dead, which makes the flush O(1).
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+mod expiry;
+mod item;
+mod shard;
+mod stats;
+
+pub use error::StoreError;
+pub use expiry::{Expiry, REALTIME_MAXDELTA};
+pub use item::{MAX_KEY_LEN, item_size, malloc_chunk};
+pub use shard::{Delta, ItemView, Shard, ShardConfig, StoreMode};
+pub use stats::ShardStats;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,323 @@
+//! One cached item, and the bytes it is charged.
+//!
+//! Layout: the table's bucket holds a 32-byte [`Item`] (metadata plus a pointer to one heap
+//! block); the heap block holds `[key_len: u8][key][value]`. See the crate docs for why.
+
+use crate::expiry;
+
+/// Longest key memcached accepts, in bytes.
+pub const MAX_KEY_LEN: usize = 250;
+
+/// glibc malloc's chunk header (`SIZE_SZ`) on 64-bit Linux.
+const MALLOC_HEADER: usize = 8;
+/// glibc malloc's chunk granularity (`MALLOC_ALIGNMENT`).
+const MALLOC_ALIGN: usize = 16;
+/// glibc malloc's smallest chunk (`MINSIZE`).
+const MALLOC_MIN_CHUNK: usize = 32;
+/// Blocks this large may be served by `mmap`, in whole pages; charge them as such.
+const MALLOC_MMAP_THRESHOLD: usize = 128 * 1024;
+const PAGE: usize = 4096;
+
+/// Bytes the heap really hands out for a request of `len` bytes, modelled on glibc's
+/// ptmalloc (Rust's default allocator on Linux): an 8-byte header, 16-byte rounding, a
+/// 32-byte minimum; blocks from 128 KiB up are rounded to whole 4 KiB pages.
+pub const fn malloc_chunk(len: usize) -> usize {
+    let chunk = len.saturating_add(MALLOC_HEADER + MALLOC_ALIGN - 1) & !(MALLOC_ALIGN - 1);
+    if chunk < MALLOC_MIN_CHUNK {
+        MALLOC_MIN_CHUNK
+    } else if chunk >= MALLOC_MMAP_THRESHOLD {
+        chunk.saturating_add(PAGE - 1) & !(PAGE - 1)
+    } else {
+        chunk
+    }
+}
+
+/// Bytes an item is charged: its heap block `[key_len: u8][key][value]` as the allocator
+/// really sizes it ([`malloc_chunk`]).
+///
+/// The per-item overhead is therefore 1 byte of key length plus the allocator's 8-byte
+/// header and rounding to 16 (9..=24 bytes; more only for blocks of 128 KiB and up, which
+/// are charged in whole pages). The item's 32-byte bucket in the hash table is not part of
+/// it: the table is charged as a whole, by capacity, in `heap_bytes`.
+pub const fn item_size(key_len: usize, value_len: usize) -> usize {
+    malloc_chunk(key_len.saturating_add(value_len).saturating_add(1))
+}
+
+/// Set on a hit, cleared by the clock hand passing; an unreferenced item is evicted.
+const REFERENCED: u64 = 1 << 0;
+/// Set on the first fetch (get, touch); feeds `evicted_unfetched` and `expired_unfetched`.
+const FETCHED: u64 = 1 << 1;
+/// The CAS occupies the bits above the two flag bits (2^62 values per shard).
+const CAS_SHIFT: u32 = 2;
+
+/// One item as it sits in a hash-table bucket: 32 bytes, two to a cache line.
+#[derive(Debug)]
+pub(crate) struct Item {
+    /// `[key_len: u8][key][value]`, allocated once on insert.
+    data: Box<[u8]>,
+    /// `cas << 2 | FETCHED | REFERENCED`.
+    meta: u64,
+    /// 0 = never, else the first unix second at which the item is dead (see `expiry`).
+    exptime: u32,
+    /// The client's opaque flags.
+    flags: u32,
+}
+
+/// Whether an item may still be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    Live,
+    Expired,
+    Flushed,
+}
+
+impl Item {
+    /// Builds an item from the parts of its value (`value_parts` are concatenated), in one
+    /// allocation. The caller has checked `1 <= key.len() <= MAX_KEY_LEN`.
+    pub(crate) fn new(
+        key: &[u8],
+        value_parts: [&[u8]; 2],
+        flags: u32,
+        exptime: u32,
+        cas: u64,
+    ) -> Item {
+        debug_assert!(!key.is_empty() && key.len() <= MAX_KEY_LEN);
+        let len = 1 + key.len() + value_parts[0].len() + value_parts[1].len();
+        let mut data = Vec::with_capacity(len);
+        data.push(key.len() as u8);
+        data.extend_from_slice(key);
+        data.extend_from_slice(value_parts[0]);
+        data.extend_from_slice(value_parts[1]);
+        Item {
+            data: data.into_boxed_slice(),
+            meta: (cas << CAS_SHIFT) | REFERENCED,
+            exptime,
+            flags,
+        }
+    }
+
+    #[inline]
+    fn key_len(&self) -> usize {
+        usize::from(self.data[0])
+    }
+
+    /// The key bytes.
+    #[inline]
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.data[1..1 + self.key_len()]
+    }
+
+    /// The value bytes.
+    #[inline]
+    pub(crate) fn value(&self) -> &[u8] {
+        &self.data[1 + self.key_len()..]
+    }
+
+    /// The value bytes, for an in-place rewrite of the same length.
+    #[inline]
+    pub(crate) fn value_mut(&mut self) -> &mut [u8] {
+        let start = 1 + self.key_len();
+        &mut self.data[start..]
+    }
+
+    /// Bytes this item is charged ([`item_size`]).
+    #[inline]
+    pub(crate) fn size(&self) -> usize {
+        malloc_chunk(self.data.len())
+    }
+
+    #[inline]
+    pub(crate) fn cas(&self) -> u64 {
+        self.meta >> CAS_SHIFT
+    }
+
+    #[inline]
+    pub(crate) fn set_cas(&mut self, cas: u64) {
+        self.meta = (cas << CAS_SHIFT) | (self.meta & (REFERENCED | FETCHED));
+    }
+
+    #[inline]
+    pub(crate) fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    #[inline]
+    pub(crate) fn exptime(&self) -> u32 {
+        self.exptime
+    }
+
+    #[inline]
+    pub(crate) fn set_exptime(&mut self, exptime: u32) {
+        self.exptime = exptime;
+    }
+
+    #[inline]
+    pub(crate) fn referenced(&self) -> bool {
+        self.meta & REFERENCED != 0
+    }
+
+    #[inline]
+    pub(crate) fn clear_referenced(&mut self) {
+        self.meta &= !REFERENCED;
+    }
+
+    #[inline]
+    pub(crate) fn fetched(&self) -> bool {
+        self.meta & FETCHED != 0
+    }
+
+    /// Records a client fetch: protects from the next pass of the clock hand.
+    #[inline]
+    pub(crate) fn mark_fetched(&mut self) {
+        self.meta |= REFERENCED | FETCHED;
+    }
+
+    /// Flushed wins over expired, as in memcached's `do_item_get`.
+    #[inline]
+    pub(crate) fn liveness(&self, now: u64, flush_cas: u64) -> Liveness {
+        if self.cas() <= flush_cas {
+            Liveness::Flushed
+        } else if expiry::is_expired(self.exptime, now) {
+            Liveness::Expired
+        } else {
+            Liveness::Live
+        }
+    }
+}
+
+/// Longest decimal `u64` (`18446744073709551615`).
+pub(crate) const MAX_DIGITS: usize = 20;
+
+/// Parses a value as memcached's incr/decr operand: 1..=20 ASCII digits fitting in a `u64`.
+pub(crate) fn parse_decimal(value: &[u8]) -> Option<u64> {
+    if value.is_empty() || value.len() > MAX_DIGITS {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &b in value {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(n)
+}
+
+/// Writes `n` in decimal into the tail of `buf`; returns the digits.
+pub(crate) fn format_decimal(mut n: u64, buf: &mut [u8; MAX_DIGITS]) -> &[u8] {
+    let mut i = MAX_DIGITS;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn item_is_32_bytes() {
+        // Two buckets per cache line; a bigger item would raise the table's cost per slot.
+        assert_eq!(size_of::<Item>(), 32);
+    }
+
+    #[test]
+    fn malloc_model() {
+        assert_eq!(malloc_chunk(0), 32);
+        assert_eq!(malloc_chunk(24), 32);
+        assert_eq!(malloc_chunk(25), 48);
+        assert_eq!(malloc_chunk(40), 48);
+        assert_eq!(malloc_chunk(41), 64);
+        assert_eq!(malloc_chunk(1024), 1040);
+        assert_eq!(malloc_chunk(128 * 1024), 132 * 1024);
+        assert_eq!(malloc_chunk(1 << 20), (1 << 20) + 4096);
+        assert_eq!(malloc_chunk(usize::MAX), usize::MAX & !(PAGE - 1));
+    }
+
+    #[test]
+    fn item_size_includes_key_len_byte_and_header() {
+        // key16/value32: 49 bytes + 8 header = 57, rounded to 64.
+        assert_eq!(item_size(16, 32), 64);
+        // 1 KiB value with a 16-byte key: 1041 + 8 = 1049 -> 1056.
+        assert_eq!(item_size(16, 1024), 1056);
+        assert_eq!(item_size(1, 0), 32);
+        for k in 1..=MAX_KEY_LEN {
+            for v in [0, 1, 7, 100, 1000] {
+                let s = item_size(k, v);
+                assert!(
+                    s >= k + v + 9 && s <= k + v + 1 + 8 + 15 + 16,
+                    "{k} {v} {s}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn item_accessors() {
+        let mut it = Item::new(b"key", [b"val", b"ue"], 7, 99, 42);
+        assert_eq!(it.key(), b"key");
+        assert_eq!(it.value(), b"value");
+        assert_eq!(it.flags(), 7);
+        assert_eq!(it.exptime(), 99);
+        assert_eq!(it.cas(), 42);
+        assert_eq!(it.size(), item_size(3, 5));
+        assert!(it.referenced());
+        assert!(!it.fetched());
+        it.clear_referenced();
+        assert!(!it.referenced());
+        it.mark_fetched();
+        assert!(it.referenced() && it.fetched());
+        it.set_cas(43);
+        assert_eq!(it.cas(), 43);
+        assert!(it.fetched());
+        it.value_mut().copy_from_slice(b"VALUE");
+        assert_eq!(it.value(), b"VALUE");
+        let big = Item::new(&[b'k'; MAX_KEY_LEN], [b"", b""], 0, 0, (1 << 62) - 1);
+        assert_eq!(big.key().len(), MAX_KEY_LEN);
+        assert_eq!(big.value(), b"");
+        assert_eq!(big.cas(), (1 << 62) - 1);
+    }
+
+    #[test]
+    fn liveness_order() {
+        let it = Item::new(b"k", [b"v", b""], 0, 100, 5);
+        assert_eq!(it.liveness(99, 0), Liveness::Live);
+        assert_eq!(it.liveness(100, 0), Liveness::Expired);
+        assert_eq!(it.liveness(100, 5), Liveness::Flushed);
+        assert_eq!(it.liveness(99, 4), Liveness::Live);
+    }
+
+    #[test]
+    fn decimal_parse() {
+        assert_eq!(parse_decimal(b"0"), Some(0));
+        assert_eq!(parse_decimal(b"007"), Some(7));
+        assert_eq!(parse_decimal(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_decimal(b"18446744073709551616"), None);
+        assert_eq!(parse_decimal(b"99999999999999999999"), None);
+        assert_eq!(parse_decimal(b"000000000000000000001"), None, "21 digits");
+        assert_eq!(parse_decimal(b""), None);
+        assert_eq!(parse_decimal(b"12 "), None);
+        assert_eq!(parse_decimal(b" 12"), None);
+        assert_eq!(parse_decimal(b"-1"), None);
+        assert_eq!(parse_decimal(b"1a"), None);
+    }
+
+    #[test]
+    fn decimal_format() {
+        let mut buf = [0u8; MAX_DIGITS];
+        assert_eq!(format_decimal(0, &mut buf), b"0");
+        assert_eq!(format_decimal(10, &mut buf), b"10");
+        assert_eq!(format_decimal(u64::MAX, &mut buf), b"18446744073709551615");
+        for n in [1u64, 9, 99, 100, 12345678901234567890] {
+            let mut buf = [0u8; MAX_DIGITS];
+            assert_eq!(format_decimal(n, &mut buf), n.to_string().as_bytes());
+        }
+    }
+}

@@ -1,0 +1,736 @@
+//! One core's cache shard: the table, the budget, the clock hand, CAS and flush state.
+
+use core::hash::BuildHasher;
+use core::mem;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+
+use crate::error::StoreError;
+use crate::expiry::Expiry;
+use crate::item::{self, Item, Liveness, MAX_KEY_LEN};
+use crate::stats::ShardStats;
+
+/// Sizes of one shard, from the server's command line.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardConfig {
+    /// This shard's memory budget in bytes (memcached `-m`, divided among cores); covers
+    /// items ([`item_size`](crate::item_size)) and the hash table.
+    pub memory_limit_bytes: usize,
+    /// memcached `-I` (default 1 MiB): an item whose [`item_size`](crate::item_size)
+    /// exceeds it is refused with [`StoreError::TooLarge`].
+    pub max_item_size: usize,
+}
+
+/// How a store treats an existing key (protocol.txt, "Storage commands").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreMode {
+    /// Store unconditionally.
+    Set,
+    /// Store only if the key is not live.
+    Add,
+    /// Store only if the key is live.
+    Replace,
+    /// Add the data after the live item's value, keeping its flags and expiry.
+    Append,
+    /// Add the data before the live item's value, keeping its flags and expiry.
+    Prepend,
+}
+
+/// Direction of [`Shard::incr_decr`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delta {
+    /// Add, wrapping at 2^64.
+    Incr,
+    /// Subtract, stopping at 0.
+    Decr,
+}
+
+/// A borrowed view of a live item, valid until the next call on the shard.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemView<'a> {
+    /// The value bytes.
+    pub value: &'a [u8],
+    /// The client's opaque flags.
+    pub flags: u32,
+    /// The item's CAS unique.
+    pub cas: u64,
+}
+
+/// Why an item leaves the table, for the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    /// Deleted or overwritten by a client.
+    Client,
+    /// Dead (expired or flushed) and taken back.
+    Reclaimed,
+    /// Live, removed to make room.
+    Evicted,
+}
+
+/// What a lookup found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// Live at this bucket index.
+    Live(usize),
+    /// Not present.
+    Missing,
+    /// Present but dead; it has just been reclaimed.
+    Dead(Liveness),
+}
+
+/// One core's cache: a hashbrown table of items under a byte budget, with CLOCK eviction,
+/// memcached expiry, CAS and `flush_all`. See the crate docs for the design.
+///
+/// Single-threaded by contract: every method takes `&mut self` or `&self`, there are no
+/// locks or atomics; a `Shard` may be moved to the core that owns it (`Send`).
+pub struct Shard {
+    config: ShardConfig,
+    table: HashTable<Item>,
+    hasher: DefaultHashBuilder,
+    stats: ShardStats,
+    /// Bytes charged for the table's allocation ([`item::malloc_chunk`] of it).
+    table_bytes: usize,
+    /// hashbrown's control-group width on this target (16 with SSE2, 8 otherwise).
+    group_width: usize,
+    /// The last CAS handed out.
+    last_cas: u64,
+    /// Items with `cas <= flush_cas` were flushed.
+    flush_cas: u64,
+    /// A delayed `flush_all` takes effect at this unix time.
+    pending_flush_at: Option<u64>,
+    /// The clock hand (a bucket index).
+    hand: usize,
+    /// The expiry sweep's cursor (a bucket index).
+    sweep_hand: usize,
+    /// Live-item limit while the table cannot grow within the budget (see `reserve_slot`).
+    item_cap: usize,
+}
+
+impl Shard {
+    /// Creates an empty shard. Nothing is allocated until the first store.
+    pub fn new(config: ShardConfig) -> Shard {
+        // Measure the control-group width once: a 4-bucket table is 4 x (32 + 1) + width.
+        let probe: HashTable<Item> = HashTable::with_capacity(1);
+        let group_width = probe
+            .allocation_size()
+            .saturating_sub(probe.num_buckets() * (mem::size_of::<Item>() + 1));
+        Shard {
+            config,
+            table: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+            stats: ShardStats {
+                limit_maxbytes: config.memory_limit_bytes as u64,
+                ..ShardStats::default()
+            },
+            table_bytes: 0,
+            group_width,
+            last_cas: 0,
+            flush_cas: 0,
+            pending_flush_at: None,
+            hand: 0,
+            sweep_hand: 0,
+            item_cap: usize::MAX,
+        }
+    }
+
+    /// The configuration this shard was built with.
+    pub fn config(&self) -> &ShardConfig {
+        &self.config
+    }
+
+    /// The shard's counters.
+    pub fn stats(&self) -> &ShardStats {
+        &self.stats
+    }
+
+    /// Items held, including dead ones not yet reclaimed.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether the shard holds no item at all.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Looks a key up; a hit marks the item fetched and referenced and allocates nothing.
+    ///
+    /// Counts `get_hits`, or `get_misses` plus `get_expired`/`get_flushed` for a dead item
+    /// (which is reclaimed on the spot).
+    pub fn get(&mut self, key: &[u8], now: u64) -> Option<ItemView<'_>> {
+        self.advance(now);
+        if check_key(key).is_err() {
+            self.stats.get_misses += 1;
+            return None;
+        }
+        let hash = self.hasher.hash_one(key);
+        match self.lookup(hash, key, now) {
+            Found::Live(index) => {
+                self.stats.get_hits += 1;
+                let item = self.table.get_bucket_mut(index)?;
+                item.mark_fetched();
+                Some(view(item))
+            }
+            Found::Missing => {
+                self.stats.get_misses += 1;
+                None
+            }
+            Found::Dead(why) => {
+                self.stats.get_misses += 1;
+                match why {
+                    Liveness::Flushed => self.stats.get_flushed += 1,
+                    _ => self.stats.get_expired += 1,
+                }
+                None
+            }
+        }
+    }
+
+    /// TOUCH / GAT: gives a live item a new expiry (`exptime` as in [`Shard::store`]) and
+    /// returns it. The CAS is kept, as memcached does. Counts `touch_hits`/`touch_misses`.
+    ///
+    /// An `exptime` that is already expired still returns the item this once; it is
+    /// invisible from then on.
+    pub fn touch(&mut self, key: &[u8], exptime: i64, now: u64) -> Option<ItemView<'_>> {
+        self.advance(now);
+        if check_key(key).is_err() {
+            self.stats.touch_misses += 1;
+            return None;
+        }
+        let hash = self.hasher.hash_one(key);
+        match self.lookup(hash, key, now) {
+            Found::Live(index) => {
+                self.stats.touch_hits += 1;
+                let item = self.table.get_bucket_mut(index)?;
+                item.set_exptime(Expiry::resolve(exptime, now).encode(now));
+                item.mark_fetched();
+                Some(view(item))
+            }
+            Found::Missing | Found::Dead(_) => {
+                self.stats.touch_misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Stores `value` under `key` per `mode`; returns the item's new CAS.
+    ///
+    /// `exptime` is the raw client value: 0 = never, 1..=30 days relative, above that an
+    /// absolute unix time; negative or an absolute time `<= now` is already expired (the
+    /// store succeeds, removes any old item and keeps nothing). `Append`/`Prepend` ignore
+    /// `flags` and `exptime` and keep the item's.
+    ///
+    /// `cas != 0` makes it a compare-and-swap, for every mode: counts `cas_hits`,
+    /// `cas_misses` or `cas_badval`.
+    ///
+    /// # Errors
+    ///
+    /// - [`StoreError::KeyTooLong`]: the key is empty or longer than 250 bytes.
+    /// - [`StoreError::TooLarge`]: `item_size(key, resulting value) > max_item_size`.
+    /// - [`StoreError::NotFound`]: `cas != 0` and the key is missing.
+    /// - [`StoreError::NotStored`]: `Add` on a live key (whatever `cas`), or
+    ///   `Replace`/`Append`/`Prepend` on a missing key.
+    /// - [`StoreError::Exists`]: `cas != 0` and the live item's CAS differs.
+    /// - [`StoreError::OutOfMemory`]: the item does not fit in the budget even alone.
+    ///
+    /// On any error nothing changes, except that a dead item under the key is reclaimed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn store(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        cas: u64,
+        now: u64,
+    ) -> Result<u64, StoreError> {
+        self.advance(now);
+        check_key(key)?;
+        let extends = matches!(mode, StoreMode::Append | StoreMode::Prepend);
+        if !extends {
+            self.check_size(key.len(), value.len())?;
+        }
+        let hash = self.hasher.hash_one(key);
+        let found = match self.lookup(hash, key, now) {
+            Found::Live(index) => Some(index),
+            Found::Missing | Found::Dead(_) => None,
+        };
+        let Some(index) = found else {
+            if cas != 0 {
+                self.stats.cas_misses += 1;
+                return Err(StoreError::NotFound);
+            }
+            if mode != StoreMode::Set && mode != StoreMode::Add {
+                return Err(StoreError::NotStored);
+            }
+            let expiry = Expiry::resolve(exptime, now);
+            let new_cas = self.next_cas();
+            if expiry == Expiry::Expired {
+                self.stats.total_items += 1;
+                return Ok(new_cas);
+            }
+            let item = Item::new(key, [value, b""], flags, expiry.encode(now), new_cas);
+            self.put(hash, None, item, now)?;
+            return Ok(new_cas);
+        };
+        if mode == StoreMode::Add {
+            return Err(StoreError::NotStored);
+        }
+        let Some(old) = self.table.get_bucket(index) else {
+            return Err(StoreError::NotFound);
+        };
+        if cas != 0 && old.cas() != cas {
+            self.stats.cas_badval += 1;
+            return Err(StoreError::Exists);
+        }
+        let mut item = if extends {
+            let old_value = old.value();
+            self.check_size(key.len(), old_value.len().saturating_add(value.len()))?;
+            let parts = if mode == StoreMode::Append {
+                [old_value, value]
+            } else {
+                [value, old_value]
+            };
+            Item::new(key, parts, old.flags(), old.exptime(), 0)
+        } else {
+            let expiry = Expiry::resolve(exptime, now);
+            if expiry == Expiry::Expired {
+                self.remove_at(index, Removal::Client);
+                if cas != 0 {
+                    self.stats.cas_hits += 1;
+                }
+                self.stats.total_items += 1;
+                return Ok(self.next_cas());
+            }
+            Item::new(key, [value, b""], flags, expiry.encode(now), 0)
+        };
+        let new_cas = self.next_cas();
+        item.set_cas(new_cas);
+        self.put(hash, Some(index), item, now)?;
+        if cas != 0 {
+            self.stats.cas_hits += 1;
+        }
+        Ok(new_cas)
+    }
+
+    /// Removes a live item. `cas != 0` must match the item's CAS.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::NotFound`] (counts `delete_misses`), [`StoreError::Exists`] on a CAS
+    /// mismatch, [`StoreError::KeyTooLong`] for an empty or over-long key.
+    pub fn delete(&mut self, key: &[u8], cas: u64, now: u64) -> Result<(), StoreError> {
+        self.advance(now);
+        check_key(key)?;
+        let hash = self.hasher.hash_one(key);
+        let Found::Live(index) = self.lookup(hash, key, now) else {
+            self.stats.delete_misses += 1;
+            return Err(StoreError::NotFound);
+        };
+        if cas != 0
+            && self
+                .table
+                .get_bucket(index)
+                .is_some_and(|it| it.cas() != cas)
+        {
+            return Err(StoreError::Exists);
+        }
+        self.remove_at(index, Removal::Client);
+        self.stats.delete_hits += 1;
+        Ok(())
+    }
+
+    /// memcached's 64-bit unsigned decimal `incr`/`decr`; returns `(new value, new CAS)`.
+    ///
+    /// `incr` wraps at 2^64, `decr` stops at 0. The value is rewritten as plain decimal
+    /// (memcached pads a shorter result with spaces; this store does not). Flags and expiry
+    /// are kept. On a missing key, `create = Some((initial, exptime))` (binary protocol)
+    /// stores `initial` with flags 0 and returns it; `cas` is not checked then.
+    /// Counts `incr_hits`/`incr_misses` or `decr_hits`/`decr_misses`.
+    ///
+    /// # Errors
+    ///
+    /// - [`StoreError::NotFound`]: missing key and `create` is `None`.
+    /// - [`StoreError::Exists`]: `cas != 0` and the item's CAS differs.
+    /// - [`StoreError::NonNumeric`]: the value is not 1..=20 ASCII digits fitting a `u64`.
+    /// - [`StoreError::KeyTooLong`], [`StoreError::TooLarge`], [`StoreError::OutOfMemory`]
+    ///   as for [`Shard::store`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn incr_decr(
+        &mut self,
+        key: &[u8],
+        delta: u64,
+        direction: Delta,
+        create: Option<(u64, i64)>,
+        cas: u64,
+        now: u64,
+    ) -> Result<(u64, u64), StoreError> {
+        self.advance(now);
+        check_key(key)?;
+        let hash = self.hasher.hash_one(key);
+        let mut digits = [0u8; item::MAX_DIGITS];
+        let Found::Live(index) = self.lookup(hash, key, now) else {
+            match direction {
+                Delta::Incr => self.stats.incr_misses += 1,
+                Delta::Decr => self.stats.decr_misses += 1,
+            }
+            let Some((initial, exptime)) = create else {
+                return Err(StoreError::NotFound);
+            };
+            let text = item::format_decimal(initial, &mut digits);
+            self.check_size(key.len(), text.len())?;
+            let expiry = Expiry::resolve(exptime, now);
+            let new_cas = self.next_cas();
+            self.stats.total_items += 1;
+            if expiry != Expiry::Expired {
+                let item = Item::new(key, [text, b""], 0, expiry.encode(now), new_cas);
+                self.put(hash, None, item, now)?;
+            }
+            return Ok((initial, new_cas));
+        };
+        let Some(old) = self.table.get_bucket(index) else {
+            return Err(StoreError::NotFound);
+        };
+        if cas != 0 && old.cas() != cas {
+            return Err(StoreError::Exists);
+        }
+        let current = item::parse_decimal(old.value()).ok_or(StoreError::NonNumeric)?;
+        let next = match direction {
+            Delta::Incr => current.wrapping_add(delta),
+            Delta::Decr => current.saturating_sub(delta),
+        };
+        let text = item::format_decimal(next, &mut digits);
+        if text.len() == old.value().len() {
+            // Same length: rewrite in place, no allocation.
+            let new_cas = self.next_cas();
+            let Some(item) = self.table.get_bucket_mut(index) else {
+                return Err(StoreError::NotFound);
+            };
+            item.value_mut().copy_from_slice(text);
+            item.set_cas(new_cas);
+            self.count_delta_hit(direction);
+            return Ok((next, new_cas));
+        }
+        self.check_size(key.len(), text.len())?;
+        let mut item = Item::new(key, [text, b""], old.flags(), old.exptime(), 0);
+        let new_cas = self.next_cas();
+        item.set_cas(new_cas);
+        self.put(hash, Some(index), item, now)?;
+        self.count_delta_hit(direction);
+        Ok((next, new_cas))
+    }
+
+    /// memcached `flush_all [delay]`: every item stored before `now + delay` becomes
+    /// invisible at that time. `delay` follows the `exptime` rules; 0 (or anything already
+    /// past) flushes now. A later call replaces a pending delayed flush.
+    ///
+    /// Takes O(1): flushed items are reclaimed lazily (on access, by the sweep, by the
+    /// clock hand).
+    pub fn flush_all(&mut self, delay: i64, now: u64) {
+        self.advance(now);
+        match Expiry::resolve(delay, now) {
+            Expiry::At(at) if at > now => self.pending_flush_at = Some(at),
+            _ => {
+                self.flush_cas = self.last_cas;
+                self.pending_flush_at = None;
+            }
+        }
+    }
+
+    /// Reclaims dead (expired or flushed) items; call from an idle loop.
+    ///
+    /// Examines at most `max_items` items, continuing where the previous call stopped,
+    /// and walks at most one revolution of the table per call. Returns how many it
+    /// reclaimed.
+    pub fn sweep_expired(&mut self, max_items: usize, now: u64) -> usize {
+        self.advance(now);
+        let buckets = self.table.num_buckets();
+        if self.table.is_empty() || buckets == 0 {
+            return 0;
+        }
+        let (mut examined, mut reclaimed) = (0, 0);
+        for _ in 0..buckets {
+            if examined >= max_items {
+                break;
+            }
+            let index = self.sweep_hand & (buckets - 1);
+            self.sweep_hand = index.wrapping_add(1);
+            let Some(item) = self.table.get_bucket(index) else {
+                continue;
+            };
+            examined += 1;
+            if item.liveness(now, self.flush_cas) != Liveness::Live {
+                self.remove_at(index, Removal::Reclaimed);
+                reclaimed += 1;
+            }
+        }
+        reclaimed
+    }
+
+    // ---- internals ----
+
+    /// Applies a delayed flush whose time has come. Called first by every operation, so
+    /// items stored by this call (at `now >= at`) survive it.
+    #[inline]
+    fn advance(&mut self, now: u64) {
+        if let Some(at) = self.pending_flush_at
+            && now >= at
+        {
+            self.flush_cas = self.last_cas;
+            self.pending_flush_at = None;
+        }
+    }
+
+    #[inline]
+    fn next_cas(&mut self) -> u64 {
+        self.last_cas += 1;
+        self.last_cas
+    }
+
+    fn count_delta_hit(&mut self, direction: Delta) {
+        match direction {
+            Delta::Incr => self.stats.incr_hits += 1,
+            Delta::Decr => self.stats.decr_hits += 1,
+        }
+    }
+
+    /// TooLarge if over `max_item_size`; OutOfMemory if it cannot fit even alone.
+    fn check_size(&self, key_len: usize, value_len: usize) -> Result<(), StoreError> {
+        let size = item::item_size(key_len, value_len);
+        if size > self.config.max_item_size {
+            return Err(StoreError::TooLarge);
+        }
+        // With every item evicted, the table (at least its smallest allocation) remains.
+        let table_floor = self.table_bytes.max(self.table_bytes_for(4));
+        if size.saturating_add(table_floor) > self.config.memory_limit_bytes {
+            return Err(StoreError::OutOfMemory);
+        }
+        Ok(())
+    }
+
+    /// Finds `key`; a dead item found is reclaimed on the spot.
+    #[inline]
+    fn lookup(&mut self, hash: u64, key: &[u8], now: u64) -> Found {
+        let flush_cas = self.flush_cas;
+        let Ok(entry) = self.table.find_entry(hash, |it| it.key() == key) else {
+            return Found::Missing;
+        };
+        match entry.get().liveness(now, flush_cas) {
+            Liveness::Live => Found::Live(entry.bucket_index()),
+            dead => {
+                let (item, _) = entry.remove();
+                self.account_removed(&item, Removal::Reclaimed);
+                Found::Dead(dead)
+            }
+        }
+    }
+
+    fn remove_at(&mut self, index: usize, why: Removal) {
+        if let Ok(entry) = self.table.get_bucket_entry(index) {
+            let (item, _) = entry.remove();
+            self.account_removed(&item, why);
+        }
+    }
+
+    fn account_removed(&mut self, item: &Item, why: Removal) {
+        let stats = &mut self.stats;
+        stats.bytes -= item.size() as u64;
+        stats.heap_bytes = stats.bytes + self.table_bytes as u64;
+        stats.curr_items -= 1;
+        match why {
+            Removal::Client => {}
+            Removal::Reclaimed => {
+                stats.reclaimed += 1;
+                if !item.fetched() {
+                    stats.expired_unfetched += 1;
+                }
+            }
+            Removal::Evicted => {
+                stats.evictions += 1;
+                if !item.fetched() {
+                    stats.evicted_unfetched += 1;
+                }
+            }
+        }
+    }
+
+    /// Puts `item` in the table, replacing the item at `existing` (same key) if given,
+    /// evicting as needed to stay within the budget.
+    fn put(
+        &mut self,
+        hash: u64,
+        existing: Option<usize>,
+        item: Item,
+        now: u64,
+    ) -> Result<(), StoreError> {
+        let size = item.size();
+        let limit = self.config.memory_limit_bytes as u64;
+        if let Some(index) = existing {
+            let Some(slot) = self.table.get_bucket_mut(index) else {
+                return Err(StoreError::NotFound);
+            };
+            let old_size = slot.size() as u64;
+            let after = self.stats.bytes - old_size + size as u64 + self.table_bytes as u64;
+            if after <= limit {
+                // Common overwrite: same slot, no table work.
+                let old = mem::replace(slot, item);
+                drop(old);
+                self.stats.bytes = self.stats.bytes - old_size + size as u64;
+                self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
+                self.stats.total_items += 1;
+                return Ok(());
+            }
+            // Eviction needed: take the old item out first so the hand cannot pick it.
+            self.remove_at(index, Removal::Client);
+        }
+        self.make_room(size, now)?;
+        self.reserve_slot(size, now)?;
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(hash, item, |it| hasher.hash_one(it.key()));
+        self.stats.bytes += size as u64;
+        self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
+        self.stats.curr_items += 1;
+        self.stats.total_items += 1;
+        Ok(())
+    }
+
+    /// Evicts until an item of `size` bytes fits in the budget next to the current table,
+    /// and (while the table cannot grow) until a slot is free under `item_cap`.
+    fn make_room(&mut self, size: usize, now: u64) -> Result<(), StoreError> {
+        let limit = self.config.memory_limit_bytes as u64;
+        while self.stats.bytes + self.table_bytes as u64 + size as u64 > limit
+            || self.table.len() >= self.item_cap
+        {
+            if !self.evict_one(now) {
+                return Err(StoreError::OutOfMemory);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes sure the next insert lands in a free slot without hashbrown reallocating
+    /// behind the budget's back.
+    ///
+    /// When no slot is free (live items plus tombstones fill the table):
+    /// 1. at most half full of live items: hashbrown rehashes in place (no memory change);
+    /// 2. else, if the doubled table fits next to the items and the incoming one: grow;
+    /// 3. else the table keeps its size: evict down to 7/8 of its capacity, cap live items
+    ///    there until the next growth, and rebuild it without tombstones (O(n), at most once
+    ///    per capacity/8 inserts; the old and new tables coexist for the duration).
+    fn reserve_slot(&mut self, size: usize, now: u64) -> Result<(), StoreError> {
+        if self.table.len() < self.table.capacity() {
+            return Ok(());
+        }
+        // The unallocated table reports one bucket; it has none.
+        let buckets = if self.table.allocation_size() == 0 {
+            0
+        } else {
+            self.table.num_buckets()
+        };
+        let full_cap = full_capacity(buckets);
+        let len = self.table.len();
+        let hasher = &self.hasher;
+        if buckets > 0 && len < full_cap / 2 {
+            self.table.reserve(1, |it| hasher.hash_one(it.key()));
+            debug_assert_eq!(self.table.num_buckets(), buckets);
+            return Ok(());
+        }
+        let grown_buckets = if buckets == 0 { 4 } else { buckets * 2 };
+        let grown = self.table_bytes_for(grown_buckets);
+        let limit = self.config.memory_limit_bytes as u64;
+        if self.stats.bytes + grown as u64 + size as u64 <= limit {
+            self.table.reserve(1, |it| hasher.hash_one(it.key()));
+            self.table_bytes = item::malloc_chunk(self.table.allocation_size());
+            debug_assert_eq!(self.table.num_buckets(), grown_buckets);
+            debug_assert_eq!(self.table_bytes, grown);
+            self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
+            self.item_cap = usize::MAX;
+            return Ok(());
+        }
+        if buckets == 0 {
+            return Err(StoreError::OutOfMemory);
+        }
+        self.item_cap = full_cap - (full_cap / 8).max(1);
+        while self.table.len() >= self.item_cap {
+            if !self.evict_one(now) {
+                return Err(StoreError::OutOfMemory);
+            }
+        }
+        let mut fresh = HashTable::with_capacity(full_cap);
+        debug_assert_eq!(fresh.num_buckets(), buckets);
+        let hasher = &self.hasher;
+        for it in self.table.drain() {
+            fresh.insert_unique(hasher.hash_one(it.key()), it, |it| {
+                hasher.hash_one(it.key())
+            });
+        }
+        self.table = fresh;
+        debug_assert!(self.table.len() < self.table.capacity());
+        Ok(())
+    }
+
+    /// Advances the clock hand to the next victim and removes it: a dead item is reclaimed,
+    /// a referenced one loses its bit and is passed over, an unreferenced one is evicted.
+    /// Returns false only if the table is empty.
+    fn evict_one(&mut self, now: u64) -> bool {
+        let buckets = self.table.num_buckets();
+        if self.table.is_empty() || buckets == 0 {
+            return false;
+        }
+        let flush_cas = self.flush_cas;
+        // Two revolutions always suffice: the first clears every reference bit.
+        for _ in 0..=2 * buckets {
+            let index = self.hand & (buckets - 1);
+            self.hand = index.wrapping_add(1);
+            let Some(item) = self.table.get_bucket_mut(index) else {
+                continue;
+            };
+            let why = match item.liveness(now, flush_cas) {
+                Liveness::Live if item.referenced() => {
+                    item.clear_referenced();
+                    continue;
+                }
+                Liveness::Live => Removal::Evicted,
+                Liveness::Expired | Liveness::Flushed => Removal::Reclaimed,
+            };
+            self.remove_at(index, why);
+            return true;
+        }
+        false
+    }
+
+    /// Bytes charged for a table of `buckets` buckets (hashbrown's layout: 32-byte buckets,
+    /// then one control byte per bucket plus a trailing group, in one allocation).
+    fn table_bytes_for(&self, buckets: usize) -> usize {
+        item::malloc_chunk(buckets * (mem::size_of::<Item>() + 1) + self.group_width)
+    }
+}
+
+/// hashbrown's usable capacity for `buckets` buckets (7/8 load; one free slot when tiny).
+const fn full_capacity(buckets: usize) -> usize {
+    if buckets < 8 {
+        buckets.saturating_sub(1)
+    } else {
+        buckets / 8 * 7
+    }
+}
+
+#[inline]
+fn check_key(key: &[u8]) -> Result<(), StoreError> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        Err(StoreError::KeyTooLong)
+    } else {
+        Ok(())
+    }
+}
+
+#[inline]
+fn view(item: &Item) -> ItemView<'_> {
+    ItemView {
+        value: item.value(),
+        flags: item.flags(),
+        cas: item.cas(),
+    }
+}
