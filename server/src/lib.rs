@@ -1,1 +1,15 @@
-//! placeholder
+//! memspin's server: the request engine, statistics, the command line and the worker cores.
+//!
+//! ```text
+//! queue (TAP fd) → netstack (this core's smoltcp + connections) → engine::Engine::execute
+//!     → protocol parse → store::Shard (this core's) → reply bytes → netstack → queue
+//! ```
+//!
+//! The engine is transport-free: every packet path (`--net`) hands it a connection's received
+//! bytes and sends what it writes.
+
+pub mod cli;
+pub mod conn;
+pub mod engine;
+pub mod stats;
+pub mod worker;

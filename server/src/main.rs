@@ -1,1 +1,49 @@
-fn main() {}
+//! `memspin`: parses the command line, starts the worker and reports how it ended.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use server::cli::{Args, Net};
+use server::engine::{Engine, EngineConfig, VERSION};
+use server::worker;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("memspin: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let stop = worker::stop_on_signals().map_err(|e| format!("installing signal handlers: {e}"))?;
+    let cpu = worker::pin(args.cpus.as_ref().and_then(|c| c.first().copied()))?;
+    let engine = Engine::new(EngineConfig {
+        shard: store::ShardConfig {
+            memory_limit_bytes: args.memory_limit_mb.saturating_mul(1 << 20),
+            max_item_size: args.max_item_size,
+        },
+        version: VERSION,
+        started_unix_secs: worker::unix_now(),
+        threads: 1,
+        conn_limit: args.conn_limit,
+    });
+    match args.net {
+        Net::Kernel => {
+            worker::raise_fd_limit(args.conn_limit)?;
+            let addr = SocketAddr::new(args.listen, args.port);
+            worker::kernel::run(addr, args.conn_limit, args.idle, engine, &stop, |bound| {
+                println!(
+                    "memspin ready: net kernel, listening on {bound}, 1 worker on CPU {cpu}, idle {:?}",
+                    args.idle
+                );
+            })
+            .map_err(|e| format!("kernel sockets on {addr}: {e}"))
+        }
+    }
+}

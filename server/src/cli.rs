@@ -1,0 +1,214 @@
+//! The `memspin` command line (DESIGN.md's contract: names are relied on by scripts).
+
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+
+use clap::{Parser, ValueEnum};
+
+/// memspin: a memcached-compatible cache server on a kernel-bypass packet path.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "memspin", version = crate::engine::VERSION, about, long_about = None)]
+pub struct Args {
+    /// Packet path: `kernel` serves on ordinary kernel TCP sockets (`-l`, `-p`; no root needed).
+    #[arg(long, value_enum, default_value_t = Net::Kernel)]
+    pub net: Net,
+
+    /// TAP device to create or attach to.
+    #[arg(long, default_value = "memspin0")]
+    pub iface: String,
+
+    /// The server's own address on the link, ADDR/PREFIX.
+    #[arg(long, default_value = "10.77.0.2/24")]
+    pub ip: Cidr,
+
+    /// The kernel side's address on the TAP link, ADDR/PREFIX, or `none` to leave it alone.
+    #[arg(long, default_value = "10.77.0.1/24")]
+    pub host_ip: HostIp,
+
+    /// Address to listen on with `--net kernel`.
+    #[arg(short = 'l', long, default_value = "127.0.0.1")]
+    pub listen: std::net::IpAddr,
+
+    /// TCP port to serve.
+    #[arg(short = 'p', long, default_value_t = 11211)]
+    pub port: u16,
+
+    /// CPUs to pin workers to (comma-separated list or ranges, e.g. `0` or `2-3`); default: the
+    /// first CPU this process may run on.
+    #[arg(long, value_parser = parse_cpu_list)]
+    pub cpus: Option<Vec<usize>>,
+
+    /// Memory budget for items in megabytes.
+    #[arg(short = 'm', long = "memory-limit", default_value_t = 64)]
+    pub memory_limit_mb: usize,
+
+    /// Largest item (key + value + overhead), with an optional k/m suffix.
+    #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
+    pub max_item_size: usize,
+
+    /// Most concurrent client connections; more are refused with a reset.
+    #[arg(short = 'c', long = "conn-limit", default_value_t = 1024)]
+    pub conn_limit: usize,
+
+    /// What a worker does with no work: `spin` keeps polling (dedicated cores); `park` waits on
+    /// the queue's file descriptor after a short spin (shared machines).
+    #[arg(long, value_enum, default_value_t = Idle::Spin)]
+    pub idle: Idle,
+}
+
+/// The packet path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Net {
+    /// Kernel TCP sockets, for A/B measurements and users without root.
+    Kernel,
+}
+
+/// The idle policy of a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Idle {
+    /// Busy-poll forever.
+    Spin,
+    /// Busy-poll for a short budget, then wait on the queue's file descriptor.
+    Park,
+}
+
+/// An IPv4 address with its prefix length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    /// The address.
+    pub addr: Ipv4Addr,
+    /// The prefix length, 0..=32.
+    pub prefix_len: u8,
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (addr, prefix) = s
+            .split_once('/')
+            .ok_or_else(|| format!("`{s}`: expected ADDR/PREFIX, e.g. 10.77.0.2/24"))?;
+        let addr = addr
+            .parse()
+            .map_err(|e| format!("`{addr}`: not an IPv4 address: {e}"))?;
+        let prefix_len: u8 = prefix
+            .parse()
+            .map_err(|e| format!("`{prefix}`: not a prefix length: {e}"))?;
+        if prefix_len > 32 {
+            return Err(format!("prefix length {prefix_len} is over 32"));
+        }
+        Ok(Cidr { addr, prefix_len })
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
+/// `--host-ip`: an address to give the kernel side, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostIp {
+    /// Leave the kernel side's addresses alone.
+    None,
+    /// Give the kernel side this address.
+    Addr(Cidr),
+}
+
+impl FromStr for HostIp {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "none" {
+            Ok(HostIp::None)
+        } else {
+            s.parse().map(HostIp::Addr)
+        }
+    }
+}
+
+/// Parses a byte size: plain bytes, or with a `k`, `m` or `g` suffix (powers of 1024).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    let (digits, shift) = match lower.strip_suffix(['k', 'm', 'g']) {
+        Some(d) if lower.ends_with('k') => (d, 10),
+        Some(d) if lower.ends_with('m') => (d, 20),
+        Some(d) => (d, 30),
+        None => (lower.as_str(), 0),
+    };
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("`{s}`: expected a size such as 1048576, 512k or 1m"))?;
+    n.checked_mul(1 << shift)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("`{s}`: size out of range"))
+}
+
+/// Parses a CPU list such as `0`, `0,2` or `1-3`.
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("`{part}`: expected a CPU number or range like 2-3");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) =
+                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                if a > b {
+                    return Err(bad());
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    if cpus.is_empty() {
+        return Err("empty CPU list".into());
+    }
+    Ok(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("512K"), Ok(512 << 10));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0"), Ok(vec![0]));
+        assert_eq!(parse_cpu_list("0,2-3"), Ok(vec![0, 2, 3]));
+        assert!(parse_cpu_list("3-1").is_err());
+        assert!(parse_cpu_list("").is_err());
+    }
+
+    #[test]
+    fn addresses() {
+        let c: Cidr = "10.77.0.2/24".parse().unwrap();
+        assert_eq!(c.addr, Ipv4Addr::new(10, 77, 0, 2));
+        assert_eq!(c.prefix_len, 24);
+        assert!("10.77.0.2".parse::<Cidr>().is_err());
+        assert!("10.77.0.2/33".parse::<Cidr>().is_err());
+        assert_eq!("none".parse::<HostIp>(), Ok(HostIp::None));
+    }
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let args = Args::parse_from(["memspin"]);
+        assert_eq!(args.net, Net::Kernel);
+        assert_eq!(args.iface, "memspin0");
+        assert_eq!(args.port, 11211);
+        assert_eq!(args.memory_limit_mb, 64);
+        assert_eq!(args.max_item_size, 1 << 20);
+        assert_eq!(args.conn_limit, 1024);
+        assert_eq!(args.idle, Idle::Spin);
+    }
+}

@@ -1,0 +1,434 @@
+//! Executing binary-protocol frames against the shard.
+//!
+//! Quiet commands suppress exactly what memcached suppresses: a GETQ/GETKQ/GATQ/GATKQ miss and
+//! the success reply of every other quiet command. Errors are always answered.
+
+use protocol::binary::{
+    CounterExtras, ExpirationExtras, FlagsExtras, HEADER_LEN, Invalid, Opcode, ParseError,
+    RequestHeader, RequestRepr, ResponseRepr, Status, StoreExtras, VerbosityExtras,
+};
+use store::{Delta, StoreError, StoreMode};
+
+use super::{Engine, OUT_HIGH_WATER_BYTES, Outcome, Session};
+use crate::stats;
+
+/// What the caller does after one frame.
+enum Flow {
+    Continue,
+    Close,
+}
+
+pub(super) fn execute(
+    engine: &mut Engine,
+    session: &mut Session,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    now: u64,
+) -> Outcome {
+    let out_start = out.len();
+    let mut pos = 0;
+    let outcome = loop {
+        if session.closing {
+            break Outcome {
+                consumed: pos,
+                needed: 0,
+                close: true,
+            };
+        }
+        if session.skip_bytes > 0 {
+            let available = (input.len() - pos) as u64;
+            let n = available.min(session.skip_bytes);
+            pos += n as usize;
+            session.skip_bytes -= n;
+            if session.skip_bytes > 0 {
+                break Outcome {
+                    consumed: pos,
+                    needed: usize::try_from(session.skip_bytes).unwrap_or(usize::MAX),
+                    close: false,
+                };
+            }
+        }
+        if out.len() >= OUT_HIGH_WATER_BYTES {
+            break Outcome {
+                consumed: pos,
+                needed: 0,
+                close: false,
+            };
+        }
+        let buf = &input[pos..];
+        if buf.is_empty() {
+            break Outcome {
+                consumed: pos,
+                needed: 0,
+                close: false,
+            };
+        }
+        if let Some(frame_len) = refuse_oversize_value(engine, buf, out) {
+            session.skip_bytes = frame_len as u64;
+            continue;
+        }
+        match RequestRepr::parse(buf, engine.config.max_body()) {
+            Ok((request, len)) => {
+                pos += len;
+                if let Flow::Close = dispatch(engine, &request, out, now) {
+                    session.closing = true;
+                }
+            }
+            Err(ParseError::Incomplete { needed }) => {
+                break Outcome {
+                    consumed: pos,
+                    needed,
+                    close: false,
+                };
+            }
+            Err(ParseError::UnknownOpcode {
+                opcode,
+                opaque,
+                frame_len,
+            }) => {
+                engine.counters.protocol_errors += 1;
+                let (opcode, quiet) = Opcode::from_wire(opcode);
+                write_error(out, opcode, quiet, opaque, Status::UnknownCommand, &[]);
+                session.skip_bytes = frame_len as u64;
+            }
+            Err(ParseError::Invalid(invalid)) => {
+                engine.counters.protocol_errors += 1;
+                if !matches!(invalid, Invalid::BadMagic(_))
+                    && let Ok(header) =
+                        RequestHeader::new_checked(&buf[..HEADER_LEN.min(buf.len())])
+                {
+                    let (opcode, quiet) = Opcode::from_wire(header.opcode());
+                    let opaque = header.opaque();
+                    write_error(out, opcode, quiet, opaque, Status::InvalidArguments, &[]);
+                }
+                session.closing = true;
+            }
+        }
+    };
+    engine.counters.bytes_read += outcome.consumed as u64;
+    engine.counters.bytes_written += (out.len() - out_start) as u64;
+    outcome
+}
+
+/// A storage frame whose value can never fit is answered "too large" from its header alone, so
+/// its body is skipped rather than buffered. Returns the frame length to skip.
+fn refuse_oversize_value(engine: &mut Engine, buf: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+    let header = RequestHeader::new_checked(buf.get(..HEADER_LEN)?).ok()?;
+    let (opcode, quiet) = Opcode::from_wire(header.opcode());
+    let storage = matches!(
+        opcode,
+        Opcode::Set | Opcode::Add | Opcode::Replace | Opcode::Append | Opcode::Prepend
+    );
+    if !storage
+        || header.body_len() > engine.config.max_body()
+        || store::item_size(usize::from(header.key_len()), header.value_len())
+            <= engine.config.shard.max_item_size
+        || usize::from(header.key_len()) > protocol::binary::MAX_KEY_LEN
+    {
+        return None;
+    }
+    // Shape errors win over size, as in memcached: only a well-formed header is "too large".
+    let extras_ok = match opcode {
+        Opcode::Append | Opcode::Prepend => header.extras_len() == 0,
+        _ => usize::from(header.extras_len()) == StoreExtras::LEN,
+    };
+    if !extras_ok || header.key_len() == 0 {
+        return None;
+    }
+    engine.counters.cmd_set += 1;
+    write_error(
+        out,
+        opcode,
+        quiet,
+        header.opaque(),
+        Status::ValueTooLarge,
+        &[],
+    );
+    Some(header.frame_len())
+}
+
+fn dispatch(engine: &mut Engine, request: &RequestRepr<'_>, out: &mut Vec<u8>, now: u64) -> Flow {
+    match request.opcode {
+        Opcode::Get | Opcode::GetK => {
+            engine.counters.cmd_get += 1;
+            let with_key = request.opcode == Opcode::GetK;
+            match engine.shard.get(request.key, now) {
+                Some(item) => write_item(out, request, with_key, item.flags, item.value, item.cas),
+                None => write_miss(out, request, with_key),
+            }
+        }
+        Opcode::Touch | Opcode::Gat | Opcode::GatK => {
+            engine.counters.cmd_touch += 1;
+            let Some(extras) = ExpirationExtras::parse(request.extras) else {
+                return invalid(engine, request, out);
+            };
+            let exptime = i64::from(extras.expiration);
+            let with_key = request.opcode == Opcode::GatK;
+            match engine.shard.touch(request.key, exptime, now) {
+                Some(item) if request.opcode == Opcode::Touch => {
+                    write_item(out, request, false, item.flags, &[], item.cas)
+                }
+                Some(item) => write_item(out, request, with_key, item.flags, item.value, item.cas),
+                None => write_miss(out, request, with_key),
+            }
+        }
+        Opcode::Set | Opcode::Add | Opcode::Replace | Opcode::Append | Opcode::Prepend => {
+            engine.counters.cmd_set += 1;
+            let (mode, flags, exptime) = match request.opcode {
+                Opcode::Append => (StoreMode::Append, 0, 0),
+                Opcode::Prepend => (StoreMode::Prepend, 0, 0),
+                opcode => {
+                    let Some(extras) = StoreExtras::parse(request.extras) else {
+                        return invalid(engine, request, out);
+                    };
+                    let mode = match opcode {
+                        Opcode::Add => StoreMode::Add,
+                        Opcode::Replace => StoreMode::Replace,
+                        _ => StoreMode::Set,
+                    };
+                    (mode, extras.flags, i64::from(extras.expiration))
+                }
+            };
+            let result = engine.shard.store(
+                mode,
+                request.key,
+                request.value,
+                flags,
+                exptime,
+                request.cas,
+                now,
+            );
+            match result {
+                Ok(cas) => write_success(out, request, cas, &[], &[]),
+                Err(error) => {
+                    let status = match (error, mode) {
+                        // memcached's binary protocol: ADD on a live key is "exists", REPLACE on a
+                        // missing key is "not found"; APPEND/PREPEND say "not stored".
+                        (StoreError::NotStored, StoreMode::Add) => Status::KeyExists,
+                        (StoreError::NotStored, StoreMode::Replace) => Status::KeyNotFound,
+                        (error, _) => store_status(error),
+                    };
+                    write_request_error(out, request, status);
+                }
+            }
+        }
+        Opcode::Delete => match engine.shard.delete(request.key, request.cas, now) {
+            Ok(()) => write_success(out, request, 0, &[], &[]),
+            Err(error) => write_request_error(out, request, store_status(error)),
+        },
+        Opcode::Increment | Opcode::Decrement => {
+            let Some(extras) = CounterExtras::parse(request.extras) else {
+                return invalid(engine, request, out);
+            };
+            let direction = if request.opcode == Opcode::Increment {
+                Delta::Incr
+            } else {
+                Delta::Decr
+            };
+            // Expiration 0xffffffff: fail if missing; anything else creates with `initial`.
+            let create = (extras.expiration != u32::MAX)
+                .then_some((extras.initial, i64::from(extras.expiration)));
+            let result = engine.shard.incr_decr(
+                request.key,
+                extras.delta,
+                direction,
+                create,
+                request.cas,
+                now,
+            );
+            match result {
+                Ok((value, cas)) => write_success(out, request, cas, &[], &value.to_be_bytes()),
+                Err(error) => write_request_error(out, request, store_status(error)),
+            }
+        }
+        Opcode::Flush => {
+            engine.counters.cmd_flush += 1;
+            let delay = match request.extras.len() {
+                0 => 0,
+                _ => match ExpirationExtras::parse(request.extras) {
+                    Some(extras) => i64::from(extras.expiration),
+                    None => return invalid(engine, request, out),
+                },
+            };
+            engine.shard.flush_all(delay, now);
+            write_success(out, request, 0, &[], &[]);
+        }
+        Opcode::Noop => write_success(out, request, 0, &[], &[]),
+        Opcode::Version => write_success(out, request, 0, &[], engine.config.version.as_bytes()),
+        Opcode::Verbosity => {
+            if VerbosityExtras::parse(request.extras).is_none() {
+                return invalid(engine, request, out);
+            }
+            write_success(out, request, 0, &[], &[]);
+        }
+        Opcode::Quit => {
+            write_success(out, request, 0, &[], &[]);
+            return Flow::Close;
+        }
+        Opcode::Stat => return write_stats(engine, request, out, now),
+        Opcode::Unknown(_) => {
+            engine.counters.protocol_errors += 1;
+            write_request_error(out, request, Status::UnknownCommand);
+        }
+    }
+    Flow::Continue
+}
+
+/// A frame whose extras did not decode: answered like memcached's protocol error, then closed.
+fn invalid(engine: &mut Engine, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Flow {
+    engine.counters.protocol_errors += 1;
+    write_request_error(out, request, Status::InvalidArguments);
+    Flow::Close
+}
+
+fn store_status(error: StoreError) -> Status {
+    match error {
+        StoreError::NotFound => Status::KeyNotFound,
+        StoreError::Exists => Status::KeyExists,
+        StoreError::NotStored => Status::ItemNotStored,
+        StoreError::TooLarge => Status::ValueTooLarge,
+        StoreError::OutOfMemory => Status::OutOfMemory,
+        StoreError::NonNumeric => Status::NonNumeric,
+        StoreError::KeyTooLong => Status::InvalidArguments,
+    }
+}
+
+fn write_item(
+    out: &mut Vec<u8>,
+    request: &RequestRepr<'_>,
+    with_key: bool,
+    flags: u32,
+    value: &[u8],
+    cas: u64,
+) {
+    let extras = FlagsExtras { flags }.emit();
+    ResponseRepr {
+        opcode: request.opcode,
+        quiet: request.quiet,
+        status: Status::NoError,
+        opaque: request.opaque,
+        cas,
+        extras: &extras,
+        key: if with_key { request.key } else { &[] },
+        value,
+    }
+    .emit_into(out);
+}
+
+fn write_miss(out: &mut Vec<u8>, request: &RequestRepr<'_>, with_key: bool) {
+    if request.quiet {
+        return;
+    }
+    if with_key {
+        // GETK/GATK misses carry the key instead of the message, as memcached sends them.
+        ResponseRepr {
+            opcode: request.opcode,
+            quiet: false,
+            status: Status::KeyNotFound,
+            opaque: request.opaque,
+            cas: 0,
+            extras: &[],
+            key: request.key,
+            value: &[],
+        }
+        .emit_into(out);
+    } else {
+        write_request_error(out, request, Status::KeyNotFound);
+    }
+}
+
+fn write_success(out: &mut Vec<u8>, request: &RequestRepr<'_>, cas: u64, key: &[u8], value: &[u8]) {
+    if request.quiet {
+        return;
+    }
+    ResponseRepr {
+        opcode: request.opcode,
+        quiet: false,
+        status: Status::NoError,
+        opaque: request.opaque,
+        cas,
+        extras: &[],
+        key,
+        value,
+    }
+    .emit_into(out);
+}
+
+fn write_request_error(out: &mut Vec<u8>, request: &RequestRepr<'_>, status: Status) {
+    write_error(
+        out,
+        request.opcode,
+        request.quiet,
+        request.opaque,
+        status,
+        &[],
+    );
+}
+
+/// An error reply: always sent, quiet or not, with memcached's message as its value.
+fn write_error(
+    out: &mut Vec<u8>,
+    opcode: Opcode,
+    quiet: bool,
+    opaque: u32,
+    status: Status,
+    key: &[u8],
+) {
+    ResponseRepr {
+        opcode,
+        quiet,
+        status,
+        opaque,
+        cas: 0,
+        extras: &[],
+        key,
+        value: status.message().as_bytes(),
+    }
+    .emit_into(out);
+}
+
+fn write_stats(
+    engine: &mut Engine,
+    request: &RequestRepr<'_>,
+    out: &mut Vec<u8>,
+    now: u64,
+) -> Flow {
+    let general = match request.key {
+        b"" => true,
+        b"settings" => false,
+        _ => {
+            write_request_error(out, request, Status::KeyNotFound);
+            return Flow::Continue;
+        }
+    };
+    let snapshot = engine.snapshot();
+    let mut value = String::new();
+    let mut line = |name: &str, v: &dyn std::fmt::Display| {
+        use std::fmt::Write as _;
+        value.clear();
+        let _ = write!(value, "{v}");
+        write_success_always(out, request, name.as_bytes(), value.as_bytes());
+    };
+    if general {
+        stats::general(&snapshot, now, &mut line);
+    } else {
+        stats::settings(&snapshot, &mut line);
+    }
+    // The terminating empty reply.
+    write_success_always(out, request, &[], &[]);
+    Flow::Continue
+}
+
+fn write_success_always(out: &mut Vec<u8>, request: &RequestRepr<'_>, key: &[u8], value: &[u8]) {
+    ResponseRepr {
+        opcode: request.opcode,
+        quiet: request.quiet,
+        status: Status::NoError,
+        opaque: request.opaque,
+        cas: 0,
+        extras: &[],
+        key,
+        value,
+    }
+    .emit_into(out);
+}

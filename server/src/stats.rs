@@ -1,0 +1,144 @@
+//! Server statistics under memcached's names.
+//!
+//! Each worker keeps its own [`Counters`] and its shard keeps `store::ShardStats`; a `stats`
+//! request sums them into a [`Snapshot`] (across every worker once there are several) and writes
+//! the lines in memcached's order, so the binary and text protocols share one list.
+
+use std::fmt::Display;
+
+use store::ShardStats;
+
+/// Command counters one worker keeps (memcached's `cmd_*` and friends).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    /// GET-family requests, one per key.
+    pub cmd_get: u64,
+    /// Storage requests (set, add, replace, append, prepend, cas).
+    pub cmd_set: u64,
+    /// Flush requests.
+    pub cmd_flush: u64,
+    /// TOUCH and GAT-family requests.
+    pub cmd_touch: u64,
+    /// Frames that were refused as malformed or unknown.
+    pub protocol_errors: u64,
+    /// Bytes the engine consumed from clients.
+    pub bytes_read: u64,
+    /// Bytes the engine produced for clients.
+    pub bytes_written: u64,
+}
+
+impl Counters {
+    /// Adds another worker's counters to these.
+    pub fn add(&mut self, other: &Counters) {
+        self.cmd_get += other.cmd_get;
+        self.cmd_set += other.cmd_set;
+        self.cmd_flush += other.cmd_flush;
+        self.cmd_touch += other.cmd_touch;
+        self.protocol_errors += other.protocol_errors;
+        self.bytes_read += other.bytes_read;
+        self.bytes_written += other.bytes_written;
+    }
+}
+
+/// Connection figures the packet path keeps current.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// Open client connections.
+    pub curr_connections: u64,
+    /// Connections accepted since start.
+    pub total_connections: u64,
+    /// Connections refused because the limit was reached.
+    pub rejected_connections: u64,
+}
+
+impl ServerInfo {
+    /// Adds another worker's figures to these.
+    pub fn add(&mut self, other: &ServerInfo) {
+        self.curr_connections += other.curr_connections;
+        self.total_connections += other.total_connections;
+        self.rejected_connections += other.rejected_connections;
+    }
+}
+
+/// Everything a `stats` reply reports, summed over workers.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    /// Store counters of every shard.
+    pub shard: ShardStats,
+    /// Command counters of every worker.
+    pub counters: Counters,
+    /// Connection figures of every worker.
+    pub info: ServerInfo,
+    /// Worker threads.
+    pub threads: usize,
+    /// Total memory budget in bytes (`-m`).
+    pub limit_maxbytes: u64,
+    /// Max item size in bytes (`-I`).
+    pub item_size_max: u64,
+    /// Connection limit (`-c`).
+    pub conn_limit: u64,
+    /// Unix seconds when the server started.
+    pub started_unix_secs: u64,
+    /// Version string.
+    pub version: &'static str,
+}
+
+/// Calls `emit(name, value)` for every general statistic, in memcached's order.
+pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&str, &dyn Display)) {
+    let s = &snapshot.shard;
+    let c = &snapshot.counters;
+    let i = &snapshot.info;
+    emit("pid", &std::process::id());
+    emit(
+        "uptime",
+        &now_unix_secs.saturating_sub(snapshot.started_unix_secs),
+    );
+    emit("time", &now_unix_secs);
+    emit("version", &snapshot.version);
+    emit("pointer_size", &(usize::BITS));
+    emit("curr_connections", &i.curr_connections);
+    emit("total_connections", &i.total_connections);
+    emit("rejected_connections", &i.rejected_connections);
+    emit("cmd_get", &c.cmd_get);
+    emit("cmd_set", &c.cmd_set);
+    emit("cmd_flush", &c.cmd_flush);
+    emit("cmd_touch", &c.cmd_touch);
+    emit("get_hits", &s.get_hits);
+    emit("get_misses", &s.get_misses);
+    emit("get_expired", &s.get_expired);
+    emit("get_flushed", &s.get_flushed);
+    emit("delete_misses", &s.delete_misses);
+    emit("delete_hits", &s.delete_hits);
+    emit("incr_misses", &s.incr_misses);
+    emit("incr_hits", &s.incr_hits);
+    emit("decr_misses", &s.decr_misses);
+    emit("decr_hits", &s.decr_hits);
+    emit("cas_misses", &s.cas_misses);
+    emit("cas_hits", &s.cas_hits);
+    emit("cas_badval", &s.cas_badval);
+    emit("touch_hits", &s.touch_hits);
+    emit("touch_misses", &s.touch_misses);
+    emit("protocol_errors", &c.protocol_errors);
+    emit("bytes_read", &c.bytes_read);
+    emit("bytes_written", &c.bytes_written);
+    emit("limit_maxbytes", &snapshot.limit_maxbytes);
+    emit("threads", &snapshot.threads);
+    emit("bytes", &s.bytes);
+    emit("curr_items", &s.curr_items);
+    emit("total_items", &s.total_items);
+    emit("expired_unfetched", &s.expired_unfetched);
+    emit("evicted_unfetched", &s.evicted_unfetched);
+    emit("evictions", &s.evictions);
+    emit("reclaimed", &s.reclaimed);
+}
+
+/// Calls `emit(name, value)` for every `stats settings` line memspin has a value for.
+pub fn settings(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
+    emit("maxbytes", &snapshot.limit_maxbytes);
+    emit("maxconns", &snapshot.conn_limit);
+    emit("num_threads", &snapshot.threads);
+    emit("item_size_max", &snapshot.item_size_max);
+    emit("evictions", &"on");
+    emit("cas_enabled", &"yes");
+    emit("binding_protocol", &"auto-negotiate");
+}
