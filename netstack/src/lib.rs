@@ -1,11 +1,46 @@
-//! memspin's packet paths: TAP and AF_XDP devices for smoltcp, the TCP connection table, and
-//! the kernel-socket baseline.
+//! Packet I/O and TCP for memspin: a TAP `smoltcp::phy::Device`, host-side link setup,
+//! and a TCP connection table whose per-packet cost does not grow with connections.
+//!
+//! This crate imports no workspace crate; `server` joins it with `protocol` and `store`.
 //!
 //! ```text
-//! queue (TAP fd / AF_XDP ring / kernel socket) → netstack (core n) → server (engine) → netstack → queue
+//!            ┌──────────────── one worker core ────────────────────────────────────┐
+//! TAP queue ─┤ tap::TapDevice ─ read(2) × batch ─▶ rx ring                          │
+//!  (fd)      │   conn::ConnTable::poll_ingress                                       │
+//!            │     demux::TcpFrame (4-tuple) ─▶ bucket = hash(src ip, src port)      │
+//!            │                               └▶ control set (ARP, ICMP, other ports) │
+//!            │     smoltcp Interface::poll_ingress_single(one frame, that bucket)    │
+//!            │   conn::ConnTable::serve ─▶ server: Conn { state: &mut S, io }        │
+//!            │       parse from io.recv, reply with io.send                          │
+//!            │   conn::ConnTable::poll_egress (dirty buckets + due timers)           │
+//! TAP queue ◀┤     smoltcp Interface::poll_egress ─▶ TxToken ─ write(2) per frame    │
+//!            └────────────────────────────────────────────────────────────────────────┘
 //! ```
+//!
+//! - [`tap`]: [`tap::TapDevice`], one queue fd of a (multi-queue) TAP device.
+//! - [`link`]: [`link::configure`] the kernel side (address, MTU, IPv6 off, up).
+//! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface.
+//! - [`demux`]: the Ethernet/IPv4/TCP header view used to pick a bucket.
+//! - [`memlink`]: an in-memory Ethernet link and a bucketed smoltcp client, for tests and
+//!   benchmarks without a kernel device.
+//! - [`kernel`]: the same server loop shape over ordinary kernel sockets (`--net kernel`).
+//!
+//! Time is never read here: callers pass `smoltcp::time::Instant`.
 
+pub mod conn;
+pub mod demux;
 pub mod kernel;
+pub mod link;
+pub mod memlink;
+mod sys;
+pub mod tap;
+mod timer;
+mod view;
+
+pub use conn::{Conn, ConnId, ConnTable, Io, TableConfig, TableError, TableStats};
+pub use link::{LinkConfig, LinkError};
+pub use sys::{IfName, InvalidIfName};
+pub use tap::{TapDevice, TapError, TapStats, Wait};
 
 /// What one bounded poll step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,3 +50,7 @@ pub enum Poll {
     /// Something was received, sent or changed state.
     Progress,
 }
+
+/// The smoltcp version this crate is built against, re-exported so users name the same
+/// `Instant`, `Ipv4Cidr` and socket types.
+pub use smoltcp;

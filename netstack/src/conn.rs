@@ -1,0 +1,1392 @@
+//! A TCP connection table over smoltcp whose per-packet cost does not grow with the
+//! number of connections.
+//!
+//! smoltcp looks a segment's socket up by scanning every socket of the `SocketSet` it is
+//! given, and walks every socket again on egress and for `poll_at`. So the table keeps
+//! connections in many small sets ("buckets", about [`BUCKET_LOAD`] connections each, a
+//! power of two of them) behind ONE `Interface` (one MAC, one IPv4 address, one ARP
+//! cache), and demultiplexes frames itself:
+//!
+//! ```text
+//! frame ─▶ demux::TcpFrame ──dst port == ours──▶ bucket hash(src ip, src port) ─┐
+//!                          └─anything else (ARP, ICMP, other ports)─▶ control set ┤
+//!                                    Interface::poll_ingress_single(one-frame view, that set)
+//! app: serve() ─ called per connection with new data / freed send space / peer close
+//! poll_egress() ─ Interface::poll_egress for dirty buckets + buckets whose timer is due
+//! ```
+//!
+//! - **Dirty buckets.** A bucket is dirty when a frame went into it or the application
+//!   wrote, read, closed or aborted one of its connections. Only dirty buckets and buckets
+//!   whose deadline passed get `poll_egress`. After egress the bucket's deadline is
+//!   `Interface::poll_at` over its own sockets, kept in an indexed min-heap, so timers cost
+//!   O(log buckets) per egress and nothing per packet.
+//! - **Listening.** smoltcp has no backlog. Because every SYN passes the demultiplexer
+//!   first, the table arms a listening socket in the SYN's bucket just before smoltcp sees
+//!   the SYN, and closes it again if the SYN did not take it. So no listener ever sits idle,
+//!   a retransmitted SYN can never open a second half-connection (the connection's own
+//!   socket takes it), and the connection limit is exact: at `conn_limit` sockets in use
+//!   (handshaking, open, or closing) nothing is armed and smoltcp answers the SYN with RST.
+//!   A SYN for a 4-tuple whose socket sits in TIME-WAIT reuses that socket.
+//! - **Recycling.** A closed socket keeps its buffers and is re-armed for the next SYN in
+//!   its bucket; after warm-up, accepting a connection allocates nothing (except what
+//!   `S::default()` allocates). Sockets are created on demand; when more than
+//!   `conn_limit + buckets` exist (hash imbalance over time), closed ones are freed.
+//! - **Sockets.** Nagle off, delayed ACK off, keep-alive off. smoltcp's `timeout` aborts a
+//!   connection whose peer stays silent that long, even an idle one, so it is set to
+//!   [`HANDSHAKE_TIMEOUT`] while handshaking, to [`TableConfig::idle_timeout`] (default
+//!   none, like memcached) once open, and to [`CLOSE_TIMEOUT`] after the application closes.
+//!
+//! Memory is about `(conn_limit + buckets) × (rx_buffer_bytes + tx_buffer_bytes)` at peak.
+
+use core::fmt;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+
+use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
+use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
+use smoltcp::socket::tcp;
+use smoltcp::time::{Duration, Instant};
+use smoltcp::wire::{
+    EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address,
+    Ipv4Cidr,
+};
+
+use crate::Poll;
+use crate::demux::{self, TcpFrame};
+use crate::timer::DeadlineHeap;
+use crate::view::{Egress, OneFrame};
+
+/// Default `-c, --conn-limit`.
+pub const DEFAULT_CONN_LIMIT: usize = 1024;
+
+/// Default receive buffer per connection: 16 KiB.
+///
+/// Holds a large multi-get (100 keys of 150 bytes) or the first 16 KiB of a big `set`;
+/// bigger values stream through it at one window per round trip, which on a TAP or veth
+/// link is microseconds. No window scaling is needed below 64 KiB.
+pub const DEFAULT_RX_BUFFER_BYTES: usize = 16 * 1024;
+
+/// Default transmit buffer per connection: 16 KiB.
+///
+/// Holds a typical reply (values up to ~16 KiB) in one write; larger replies are streamed
+/// by the application with [`Io::want_write`]. With the receive buffer, 32 KiB per
+/// connection: 32 MiB at the default limit of 1,024 connections, 320 MiB at 10,000.
+pub const DEFAULT_TX_BUFFER_BYTES: usize = 16 * 1024;
+
+/// Average connections per bucket the bucket count is sized for.
+pub const BUCKET_LOAD: usize = 8;
+
+/// Largest accepted `conn_limit`.
+pub const MAX_CONN_LIMIT: usize = 1 << 20;
+
+/// Smallest accepted socket buffer.
+pub const MIN_BUFFER_BYTES: usize = 256;
+
+/// Largest accepted socket buffer (smoltcp's limit for receive buffers).
+pub const MAX_BUFFER_BYTES: usize = 1 << 30;
+
+/// A handshake whose peer stays silent this long is dropped.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// After the application closes, a peer silent this long gets the connection aborted
+/// (bounds FIN-WAIT-2 and unacknowledged final data).
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `poll_egress` rounds per bucket per call (each round sends at most one segment per socket).
+const EGRESS_ROUNDS: usize = 64;
+
+/// Configuration of a [`ConnTable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableConfig {
+    /// The server's MAC address (unicast).
+    pub mac: [u8; 6],
+    /// The server's own address and prefix on the link (`--ip ADDR/PREFIX`).
+    pub ip: Ipv4Cidr,
+    /// TCP port to accept connections on (`-p, --port`).
+    pub port: u16,
+    /// Most connections in use at once, handshaking and closing ones included.
+    pub conn_limit: usize,
+    /// Receive buffer per connection, bytes.
+    pub rx_buffer_bytes: usize,
+    /// Transmit buffer per connection, bytes.
+    pub tx_buffer_bytes: usize,
+    /// Abort an open connection whose peer sends nothing for this long; `None` (default): never.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl TableConfig {
+    /// A configuration with the default limit, buffer sizes and no idle timeout.
+    pub fn new(mac: [u8; 6], ip: Ipv4Cidr, port: u16) -> Self {
+        TableConfig {
+            mac,
+            ip,
+            port,
+            conn_limit: DEFAULT_CONN_LIMIT,
+            rx_buffer_bytes: DEFAULT_RX_BUFFER_BYTES,
+            tx_buffer_bytes: DEFAULT_TX_BUFFER_BYTES,
+            idle_timeout: None,
+        }
+    }
+
+    /// Number of buckets the table uses for this `conn_limit`.
+    pub fn bucket_count(&self) -> usize {
+        self.conn_limit
+            .div_ceil(BUCKET_LOAD)
+            .max(1)
+            .next_power_of_two()
+    }
+
+    fn check(&self) -> Result<(), TableError> {
+        if self.port == 0 {
+            return Err(TableError::ZeroPort);
+        }
+        if self.conn_limit == 0 || self.conn_limit > MAX_CONN_LIMIT {
+            return Err(TableError::ConnLimit {
+                conn_limit: self.conn_limit,
+            });
+        }
+        for bytes in [self.rx_buffer_bytes, self.tx_buffer_bytes] {
+            if !(MIN_BUFFER_BYTES..=MAX_BUFFER_BYTES).contains(&bytes) {
+                return Err(TableError::BufferSize { bytes });
+            }
+        }
+        let mac = EthernetAddress(self.mac);
+        if !mac.is_unicast() {
+            return Err(TableError::MacNotUnicast);
+        }
+        let ip = self.ip.address();
+        if ip.is_unspecified()
+            || ip.is_multicast()
+            || ip.is_broadcast()
+            || self.ip.broadcast() == Some(ip)
+        {
+            return Err(TableError::IpNotUnicast);
+        }
+        Ok(())
+    }
+}
+
+/// A [`TableConfig`] the table cannot run with, or a device it cannot use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableError {
+    /// Port 0.
+    ZeroPort,
+    /// `conn_limit` is 0 or above [`MAX_CONN_LIMIT`].
+    ConnLimit {
+        /// The rejected limit.
+        conn_limit: usize,
+    },
+    /// A buffer size outside [`MIN_BUFFER_BYTES`]..=[`MAX_BUFFER_BYTES`].
+    BufferSize {
+        /// The rejected size.
+        bytes: usize,
+    },
+    /// The MAC address is multicast, broadcast or all zeros.
+    MacNotUnicast,
+    /// The IP address is unspecified, multicast or a broadcast address.
+    IpNotUnicast,
+    /// The device is not an Ethernet device.
+    NotEthernet,
+}
+
+impl fmt::Display for TableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            TableError::ZeroPort => write!(f, "port 0"),
+            TableError::ConnLimit { conn_limit } => {
+                write!(
+                    f,
+                    "connection limit {conn_limit} outside 1..={MAX_CONN_LIMIT}"
+                )
+            }
+            TableError::BufferSize { bytes } => {
+                write!(
+                    f,
+                    "socket buffer of {bytes} bytes outside {MIN_BUFFER_BYTES}..={MAX_BUFFER_BYTES}"
+                )
+            }
+            TableError::MacNotUnicast => write!(f, "MAC address is not unicast"),
+            TableError::IpNotUnicast => write!(f, "IP address is not a unicast host address"),
+            TableError::NotEthernet => write!(f, "device medium is not Ethernet"),
+        }
+    }
+}
+
+impl std::error::Error for TableError {}
+
+/// Counters of a [`ConnTable`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// Connections that completed the handshake.
+    pub accepted: u64,
+    /// SYNs answered with RST because `conn_limit` sockets were in use.
+    pub refused: u64,
+    /// Open connections that ended (peer reset, timeout, or the application closed them).
+    pub closed: u64,
+    /// Handshakes that never completed (peer reset or [`HANDSHAKE_TIMEOUT`]).
+    pub handshakes_failed: u64,
+    /// Open connections now (those with an application state `S`).
+    pub active: usize,
+    /// Sockets counted against `conn_limit` now: handshaking, open and closing.
+    pub in_use: usize,
+    /// Sockets allocated now (in use plus recycled closed ones).
+    pub sockets: usize,
+    /// Frames received.
+    pub frames_in: u64,
+    /// Of those, TCP segments to our port (went to a bucket).
+    pub frames_tcp: u64,
+    /// Of those, everything else (went to the control set: ARP, ICMP, other ports).
+    pub frames_control: u64,
+    /// Frames sent.
+    pub frames_out: u64,
+    /// Times egress stopped because the device had no transmit token left.
+    pub tx_exhausted: u64,
+}
+
+/// Identifies a connection across calls (for replies that arrive later, e.g. from
+/// another core); stale once the connection closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnId {
+    bucket: u32,
+    slot: u32,
+    generation: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Socket (if any) is closed and may be armed.
+    Free,
+    /// SYN-RECEIVED: counts against the limit, no application state yet.
+    Handshake,
+    /// Established (or later, until it closes): has an application state.
+    Open,
+    /// The application closed it, or it is in TIME-WAIT: still counts against the limit.
+    Done,
+}
+
+struct Slot<S> {
+    handle: Option<SocketHandle>,
+    phase: Phase,
+    generation: u32,
+    session: Option<S>,
+    /// The application has output pending and wants a call when send space frees up.
+    want_write: bool,
+    /// Present in the ready list.
+    queued: bool,
+    /// `recv_queue()` when the application last returned.
+    seen_recv: usize,
+    /// TCP state when last examined.
+    seen_state: tcp::State,
+}
+
+impl<S> Slot<S> {
+    fn empty() -> Self {
+        Slot {
+            handle: None,
+            phase: Phase::Free,
+            generation: 0,
+            session: None,
+            want_write: false,
+            queued: false,
+            seen_recv: 0,
+            seen_state: tcp::State::Closed,
+        }
+    }
+}
+
+struct Bucket<S> {
+    sockets: SocketSet<'static>,
+    slots: Vec<Slot<S>>,
+    /// In `ConnTable::dirty`: needs egress.
+    dirty: bool,
+    /// In `ConnTable::touched`: socket states may have changed since the last refresh.
+    touched: bool,
+}
+
+/// TCP connections on one port, one application state `S` per open connection.
+///
+/// Single-threaded: one table per worker core, fed by that core's queue.
+pub struct ConnTable<S> {
+    config: TableConfig,
+    iface: Interface,
+    caps: DeviceCapabilities,
+    buckets: Vec<Bucket<S>>,
+    control: SocketSet<'static>,
+    mask: usize,
+    hash_keys: [u64; 2],
+    timers: DeadlineHeap,
+    dirty: Vec<u32>,
+    touched: Vec<u32>,
+    ready: Vec<(u32, u32)>,
+    socket_budget: usize,
+    stats: TableStats,
+}
+
+impl<S> fmt::Debug for ConnTable<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnTable")
+            .field("config", &self.config)
+            .field("buckets", &self.buckets.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Default> ConnTable<S> {
+    /// Builds the table and its smoltcp interface (MAC and address from `config`; it
+    /// answers ARP for that address) for `device`'s capabilities.
+    ///
+    /// # Errors
+    /// [`TableError`] for an unusable configuration or a non-Ethernet device.
+    pub fn new<D: Device>(
+        config: TableConfig,
+        device: &mut D,
+        now: Instant,
+    ) -> Result<Self, TableError> {
+        config.check()?;
+        let caps = device.capabilities();
+        if caps.medium != Medium::Ethernet {
+            return Err(TableError::NotEthernet);
+        }
+        let random = RandomState::new();
+        let mut iface_config = Config::new(HardwareAddress::Ethernet(EthernetAddress(config.mac)));
+        iface_config.random_seed = random.hash_one(0_u64);
+        let mut iface = Interface::new(iface_config, device, now);
+        iface.update_ip_addrs(|addrs| {
+            // A new interface has no addresses, so there is room for one.
+            let _ = addrs.push(IpCidr::Ipv4(config.ip));
+        });
+        let bucket_count = config.bucket_count();
+        let buckets = (0..bucket_count)
+            .map(|_| Bucket {
+                sockets: SocketSet::new(Vec::new()),
+                slots: Vec::new(),
+                dirty: false,
+                touched: false,
+            })
+            .collect();
+        Ok(ConnTable {
+            config,
+            iface,
+            caps,
+            buckets,
+            control: SocketSet::new(Vec::new()),
+            mask: bucket_count - 1,
+            hash_keys: [random.hash_one(1u64), random.hash_one(2u64) | 1],
+            timers: DeadlineHeap::new(bucket_count),
+            dirty: Vec::with_capacity(bucket_count),
+            touched: Vec::with_capacity(bucket_count),
+            ready: Vec::with_capacity(config.conn_limit),
+            socket_budget: config.conn_limit + bucket_count,
+            stats: TableStats::default(),
+        })
+    }
+
+    /// The configuration the table runs with.
+    pub fn config(&self) -> &TableConfig {
+        &self.config
+    }
+
+    /// Number of buckets (socket sets).
+    pub fn bucket_count(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &TableStats {
+        &self.stats
+    }
+
+    /// Reads and processes up to `budget` received frames, one `poll_ingress_single` each
+    /// against the socket set the frame belongs to.
+    pub fn poll_ingress<D: Device>(&mut self, now: Instant, device: &mut D, budget: usize) -> Poll {
+        let mut frames = 0;
+        while frames < budget {
+            let Some((rx, tx)) = device.receive(now) else {
+                break;
+            };
+            frames += 1;
+            rx.consume(|frame| self.ingress_frame(now, frame, tx));
+        }
+        if frames == 0 {
+            Poll::Idle
+        } else {
+            Poll::Progress
+        }
+    }
+
+    /// Calls `f` for every open connection that may have work: new data received, send
+    /// space freed while the application asked for it ([`Io::want_write`]), or a state
+    /// change such as the peer closing. Cost is proportional to the connections with work.
+    /// Returns how many connections `f` was called for.
+    pub fn serve(&mut self, mut f: impl FnMut(&mut Conn<'_, S>)) -> usize {
+        self.refresh_touched();
+        let mut batch = std::mem::take(&mut self.ready);
+        let mut calls = 0;
+        for &(bucket, slot) in &batch {
+            let bucket = bucket as usize;
+            let slot = slot as usize;
+            self.buckets[bucket].slots[slot].queued = false;
+            if self.run(bucket, slot, &mut f).is_some() {
+                calls += 1;
+            }
+        }
+        batch.clear();
+        batch.append(&mut self.ready);
+        self.ready = batch;
+        calls
+    }
+
+    /// Runs `f` on the connection `id` if it is still open (for replies produced later,
+    /// e.g. by another core); `None` if it closed meanwhile.
+    pub fn with_conn<R>(&mut self, id: ConnId, f: impl FnOnce(&mut Conn<'_, S>) -> R) -> Option<R> {
+        let (bucket, slot) = (id.bucket as usize, id.slot as usize);
+        let current = self.buckets.get(bucket)?.slots.get(slot)?;
+        if current.generation != id.generation {
+            return None;
+        }
+        self.run(bucket, slot, f)
+    }
+
+    /// Sends what the application wrote and what smoltcp owes (ACKs, SYN-ACKs, FINs,
+    /// retransmissions) for dirty buckets and buckets whose timer is due.
+    pub fn poll_egress<D: Device>(&mut self, now: Instant, device: &mut D) -> Poll {
+        while let Some(bucket) = self.timers.pop_due(now) {
+            self.mark_dirty(bucket);
+        }
+        let mut batch = std::mem::take(&mut self.dirty);
+        let mut progress = false;
+        let mut exhausted_at = None;
+        for (index, &bucket) in batch.iter().enumerate() {
+            let bucket = bucket as usize;
+            self.buckets[bucket].dirty = false;
+            let mut egress = Egress {
+                device: &mut *device,
+                caps: &self.caps,
+                frames_out: &mut self.stats.frames_out,
+                exhausted: false,
+            };
+            let sockets = &mut self.buckets[bucket].sockets;
+            for _ in 0..EGRESS_ROUNDS {
+                match self.iface.poll_egress(now, &mut egress, sockets) {
+                    PollResult::None => break,
+                    PollResult::SocketStateChanged => progress = true,
+                }
+                if egress.exhausted {
+                    break;
+                }
+            }
+            let exhausted = egress.exhausted;
+            let deadline = self.iface.poll_at(now, sockets);
+            self.timers.set(bucket, deadline);
+            self.refresh_bucket(bucket);
+            if exhausted {
+                self.stats.tx_exhausted += 1;
+                exhausted_at = Some(index);
+                break;
+            }
+        }
+        if let Some(index) = exhausted_at {
+            // The device is full: leave the rest for the next call (their own deadlines
+            // or dirty flags bring them back).
+            for &bucket in &batch[index + 1..] {
+                self.buckets[bucket as usize].dirty = false;
+                self.mark_dirty(bucket as usize);
+            }
+            let retry = batch[index] as usize;
+            self.mark_dirty(retry);
+        }
+        batch.clear();
+        batch.append(&mut self.dirty);
+        self.dirty = batch;
+        if progress { Poll::Progress } else { Poll::Idle }
+    }
+
+    /// Time until the table next needs `poll_egress` without new frames (`Some(ZERO)` if
+    /// work is pending now); `None` if only new frames can create work. For the park policy.
+    pub fn poll_delay(&self, now: Instant) -> Option<Duration> {
+        if !self.dirty.is_empty() || !self.ready.is_empty() || !self.touched.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        self.timers.peek().map(|(when, _)| {
+            if when > now {
+                when - now
+            } else {
+                Duration::ZERO
+            }
+        })
+    }
+
+    fn ingress_frame<T: TxToken>(&mut self, now: Instant, frame: &[u8], tx: T) {
+        self.stats.frames_in += 1;
+        let flow = match TcpFrame::new_checked(frame) {
+            Ok(tcp) if tcp.dst_port() == self.config.port => {
+                Some((tcp.src_addr(), tcp.src_port(), tcp.is_syn()))
+            }
+            _ => None,
+        };
+        let Some((src_addr, src_port, syn)) = flow else {
+            self.stats.frames_control += 1;
+            let mut view = OneFrame {
+                frame: Some(frame),
+                tx: Some(tx),
+                caps: &self.caps,
+                frames_out: &mut self.stats.frames_out,
+            };
+            self.iface
+                .poll_ingress_single(now, &mut view, &mut self.control);
+            if demux::ethertype(frame) == Some(demux::ETHERTYPE_ARP) {
+                self.wake_timed_buckets();
+            }
+            return;
+        };
+        self.stats.frames_tcp += 1;
+        let bucket = self.bucket_of(src_addr, src_port);
+        let armed = if syn {
+            self.arm_for_syn(bucket, src_addr, src_port)
+        } else {
+            None
+        };
+        let mut view = OneFrame {
+            frame: Some(frame),
+            tx: Some(tx),
+            caps: &self.caps,
+            frames_out: &mut self.stats.frames_out,
+        };
+        self.iface
+            .poll_ingress_single(now, &mut view, &mut self.buckets[bucket].sockets);
+        if let Some(slot) = armed {
+            self.after_syn(bucket, slot);
+        }
+        self.mark_dirty(bucket);
+        self.mark_touched(bucket);
+    }
+
+    fn bucket_of(&self, addr: Ipv4Address, port: u16) -> usize {
+        let key = (u64::from(addr.to_bits()) << 16) | u64::from(port);
+        let mut h = (key ^ self.hash_keys[0]).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 29;
+        h = h.wrapping_mul(self.hash_keys[1]);
+        (h >> 32) as usize & self.mask
+    }
+
+    /// A SYN for a new connection is about to enter `bucket`: arm a listening socket for
+    /// it, unless the 4-tuple already has a live socket or the limit is reached.
+    fn arm_for_syn(&mut self, bucket_index: usize, addr: Ipv4Address, port: u16) -> Option<usize> {
+        let remote = IpEndpoint::new(IpAddress::Ipv4(addr), port);
+        let bucket = &mut self.buckets[bucket_index];
+        let mut reuse = None;
+        for (index, slot) in bucket.slots.iter().enumerate() {
+            let (Phase::Handshake | Phase::Open | Phase::Done, Some(handle)) =
+                (slot.phase, slot.handle)
+            else {
+                continue;
+            };
+            let socket = bucket.sockets.get::<tcp::Socket>(handle);
+            if socket.remote_endpoint() == Some(remote) {
+                if matches!(socket.state(), tcp::State::TimeWait | tcp::State::Closed)
+                    && slot.phase == Phase::Done
+                {
+                    reuse = Some(index);
+                    break;
+                }
+                // The connection's own socket answers a duplicate SYN.
+                return None;
+            }
+        }
+        if let Some(index) = reuse {
+            bucket.slots[index].phase = Phase::Free;
+            self.stats.in_use -= 1;
+        }
+        if self.stats.in_use >= self.config.conn_limit {
+            self.stats.refused += 1;
+            return None;
+        }
+        let index = match reuse {
+            Some(index) => index,
+            None => self.free_slot(bucket_index),
+        };
+        let bucket = &mut self.buckets[bucket_index];
+        let handle = bucket.slots[index].handle?;
+        let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
+        let endpoint = IpListenEndpoint {
+            addr: Some(IpAddress::Ipv4(self.config.ip.address())),
+            port: self.config.port,
+        };
+        // A closed or TIME-WAIT socket can always listen; on failure the SYN gets a RST.
+        socket.listen(endpoint).ok()?;
+        socket.set_timeout(Some(HANDSHAKE_TIMEOUT));
+        Some(index)
+    }
+
+    /// A free slot with a socket in `bucket`, creating the socket (and slot) if needed.
+    fn free_slot(&mut self, bucket_index: usize) -> usize {
+        let bucket = &mut self.buckets[bucket_index];
+        if let Some(index) = bucket
+            .slots
+            .iter()
+            .position(|s| s.phase == Phase::Free && s.handle.is_some())
+        {
+            return index;
+        }
+        let mut socket = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0u8; self.config.rx_buffer_bytes]),
+            tcp::SocketBuffer::new(vec![0u8; self.config.tx_buffer_bytes]),
+        );
+        socket.set_nagle_enabled(false);
+        socket.set_ack_delay(None);
+        socket.set_keep_alive(None);
+        let handle = bucket.sockets.add(socket);
+        self.stats.sockets += 1;
+        let index = match bucket.slots.iter().position(|s| s.handle.is_none()) {
+            Some(index) => index,
+            None => {
+                bucket.slots.push(Slot::empty());
+                bucket.slots.len() - 1
+            }
+        };
+        bucket.slots[index].handle = Some(handle);
+        index
+    }
+
+    /// After smoltcp processed the SYN: either the armed socket took it, or disarm it.
+    fn after_syn(&mut self, bucket_index: usize, index: usize) {
+        let bucket = &mut self.buckets[bucket_index];
+        let slot = &mut bucket.slots[index];
+        let Some(handle) = slot.handle else { return };
+        let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
+        if socket.state() == tcp::State::Listen {
+            // LISTEN -> CLOSED sends nothing.
+            socket.close();
+        } else {
+            slot.phase = Phase::Handshake;
+            slot.seen_state = socket.state();
+            self.stats.in_use += 1;
+        }
+    }
+
+    /// Runs the application on one open connection and applies what it did.
+    fn run<R>(
+        &mut self,
+        bucket_index: usize,
+        index: usize,
+        f: impl FnOnce(&mut Conn<'_, S>) -> R,
+    ) -> Option<R> {
+        let bucket = &mut self.buckets[bucket_index];
+        let slot = &mut bucket.slots[index];
+        if slot.phase != Phase::Open {
+            return None;
+        }
+        let (Some(handle), Some(session)) = (slot.handle, slot.session.as_mut()) else {
+            return None;
+        };
+        let id = ConnId {
+            bucket: bucket_index as u32,
+            slot: index as u32,
+            generation: slot.generation,
+        };
+        let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
+        let mut conn = Conn {
+            state: session,
+            io: Io {
+                socket,
+                dirty: false,
+                closed: false,
+                want_write: false,
+            },
+            id,
+        };
+        let result = f(&mut conn);
+        let Io {
+            socket,
+            dirty,
+            closed,
+            want_write,
+        } = conn.io;
+        slot.want_write = want_write;
+        slot.seen_recv = socket.recv_queue();
+        if closed {
+            socket.set_timeout(Some(CLOSE_TIMEOUT));
+            slot.session = None;
+            slot.phase = Phase::Done;
+            self.stats.closed += 1;
+            self.stats.active -= 1;
+        }
+        if dirty || closed {
+            self.mark_dirty(bucket_index);
+        }
+        Some(result)
+    }
+
+    fn refresh_touched(&mut self) {
+        let mut batch = std::mem::take(&mut self.touched);
+        for &bucket in &batch {
+            if self.buckets[bucket as usize].touched {
+                self.refresh_bucket(bucket as usize);
+            }
+        }
+        batch.clear();
+        batch.append(&mut self.touched);
+        self.touched = batch;
+    }
+
+    /// Follows socket state changes in one bucket: handshakes completing or failing,
+    /// connections ending, sockets becoming free; queues connections with work.
+    fn refresh_bucket(&mut self, bucket_index: usize) {
+        let Self {
+            buckets,
+            stats,
+            ready,
+            config,
+            socket_budget,
+            ..
+        } = self;
+        let bucket = &mut buckets[bucket_index];
+        bucket.touched = false;
+        let may_trim = !bucket.dirty;
+        for (index, slot) in bucket.slots.iter_mut().enumerate() {
+            let Some(handle) = slot.handle else { continue };
+            if slot.phase == Phase::Free {
+                if may_trim && stats.sockets > *socket_budget && !slot.queued {
+                    drop(bucket.sockets.remove(handle));
+                    slot.handle = None;
+                    stats.sockets -= 1;
+                }
+                continue;
+            }
+            let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
+            let state = socket.state();
+            if slot.phase == Phase::Handshake {
+                match state {
+                    tcp::State::SynReceived | tcp::State::Listen => continue,
+                    tcp::State::Closed | tcp::State::TimeWait => {
+                        slot.phase = Phase::Free;
+                        stats.in_use -= 1;
+                        stats.handshakes_failed += 1;
+                        continue;
+                    }
+                    _ => {
+                        slot.phase = Phase::Open;
+                        slot.session = Some(S::default());
+                        slot.generation = slot.generation.wrapping_add(1);
+                        slot.seen_recv = 0;
+                        slot.want_write = false;
+                        socket.set_timeout(config.idle_timeout);
+                        stats.accepted += 1;
+                        stats.active += 1;
+                    }
+                }
+            }
+            if slot.phase == Phase::Open {
+                if matches!(state, tcp::State::Closed | tcp::State::TimeWait) {
+                    slot.session = None;
+                    slot.phase = Phase::Done;
+                    stats.closed += 1;
+                    stats.active -= 1;
+                } else {
+                    let work = socket.recv_queue() > slot.seen_recv
+                        || state != slot.seen_state
+                        || (slot.want_write && socket.can_send());
+                    slot.seen_state = state;
+                    if work && !slot.queued {
+                        slot.queued = true;
+                        ready.push((bucket_index as u32, index as u32));
+                    }
+                    continue;
+                }
+            }
+            if slot.phase == Phase::Done && state == tcp::State::Closed {
+                slot.phase = Phase::Free;
+                stats.in_use -= 1;
+            }
+        }
+    }
+
+    fn mark_dirty(&mut self, bucket: usize) {
+        let entry = &mut self.buckets[bucket];
+        if !entry.dirty {
+            entry.dirty = true;
+            self.dirty.push(bucket as u32);
+        }
+    }
+
+    fn mark_touched(&mut self, bucket: usize) {
+        let entry = &mut self.buckets[bucket];
+        if !entry.touched {
+            entry.touched = true;
+            self.touched.push(bucket as u32);
+        }
+    }
+
+    /// An ARP frame may have resolved a neighbour that buckets with pending output wait
+    /// for (smoltcp silences such sockets for up to a second): give them egress now.
+    /// Costs O(buckets with a timer), on ARP frames only.
+    fn wake_timed_buckets(&mut self) {
+        let Self {
+            timers,
+            buckets,
+            dirty,
+            ..
+        } = self;
+        for bucket in timers.buckets() {
+            let entry = &mut buckets[bucket];
+            if !entry.dirty {
+                entry.dirty = true;
+                dirty.push(bucket as u32);
+            }
+        }
+    }
+}
+
+/// One open connection, as the application sees it inside [`ConnTable::serve`].
+///
+/// The two public fields borrow separately, so `conn.io.recv(|buf| ...)` can update
+/// `conn.state` from inside the closure.
+pub struct Conn<'a, S> {
+    /// The application's state for this connection.
+    pub state: &'a mut S,
+    /// The connection's socket.
+    pub io: Io<'a>,
+    id: ConnId,
+}
+
+impl<S> Conn<'_, S> {
+    /// This connection's id, for [`ConnTable::with_conn`].
+    pub fn id(&self) -> ConnId {
+        self.id
+    }
+}
+
+/// The socket of a [`Conn`]: smoltcp's TCP socket calls, with the table told about writes.
+pub struct Io<'a> {
+    socket: &'a mut tcp::Socket<'static>,
+    dirty: bool,
+    closed: bool,
+    want_write: bool,
+}
+
+impl Io<'_> {
+    /// Calls `f` with the largest contiguous slice of received bytes and dequeues the
+    /// count it returns (the receive buffer is a ring: data can be split across two calls).
+    ///
+    /// # Errors
+    /// `RecvError::Finished` after the peer's FIN once all data is read;
+    /// `RecvError::InvalidState` if the connection cannot receive.
+    pub fn recv<R>(
+        &mut self,
+        f: impl FnOnce(&mut [u8]) -> (usize, R),
+    ) -> Result<R, tcp::RecvError> {
+        let mut taken = 0;
+        let result = self.socket.recv(|buf| {
+            let (n, r) = f(buf);
+            taken = n;
+            (n, r)
+        })?;
+        if taken > 0 {
+            self.dirty = true;
+        }
+        Ok(result)
+    }
+
+    /// Dequeues received bytes into `data`; returns how many.
+    ///
+    /// # Errors
+    /// As [`Io::recv`].
+    pub fn recv_slice(&mut self, data: &mut [u8]) -> Result<usize, tcp::RecvError> {
+        let n = self.socket.recv_slice(data)?;
+        if n > 0 {
+            self.dirty = true;
+        }
+        Ok(n)
+    }
+
+    /// Copies received bytes into `data` without dequeuing them (across the ring's wrap).
+    ///
+    /// # Errors
+    /// As [`Io::recv`].
+    pub fn peek_slice(&mut self, data: &mut [u8]) -> Result<usize, tcp::RecvError> {
+        self.socket.peek_slice(data)
+    }
+
+    /// Calls `f` with the largest contiguous free slice of the send buffer and enqueues the
+    /// count it returns.
+    ///
+    /// # Errors
+    /// `SendError::InvalidState` if the connection cannot send.
+    pub fn send<R>(
+        &mut self,
+        f: impl FnOnce(&mut [u8]) -> (usize, R),
+    ) -> Result<R, tcp::SendError> {
+        let mut put = 0;
+        let result = self.socket.send(|buf| {
+            let (n, r) = f(buf);
+            put = n;
+            (n, r)
+        })?;
+        if put > 0 {
+            self.dirty = true;
+        }
+        Ok(result)
+    }
+
+    /// Enqueues as much of `data` as fits; returns how many bytes.
+    ///
+    /// # Errors
+    /// As [`Io::send`].
+    pub fn send_slice(&mut self, data: &[u8]) -> Result<usize, tcp::SendError> {
+        let n = self.socket.send_slice(data)?;
+        if n > 0 {
+            self.dirty = true;
+        }
+        Ok(n)
+    }
+
+    /// Bytes waiting in the receive buffer.
+    pub fn recv_queue(&self) -> usize {
+        self.socket.recv_queue()
+    }
+
+    /// Bytes in the send buffer (not yet sent or not yet acknowledged).
+    pub fn send_queue(&self) -> usize {
+        self.socket.send_queue()
+    }
+
+    /// Size of the send buffer.
+    pub fn send_capacity(&self) -> usize {
+        self.socket.send_capacity()
+    }
+
+    /// Size of the receive buffer.
+    pub fn recv_capacity(&self) -> usize {
+        self.socket.recv_capacity()
+    }
+
+    /// Free bytes in the send buffer.
+    pub fn send_space(&self) -> usize {
+        self.socket.send_capacity() - self.socket.send_queue()
+    }
+
+    /// True while data may still arrive or is buffered (false once the peer's FIN was read).
+    pub fn may_recv(&self) -> bool {
+        self.socket.may_recv()
+    }
+
+    /// True while the send half is open (ESTABLISHED or CLOSE-WAIT).
+    pub fn may_send(&self) -> bool {
+        self.socket.may_send()
+    }
+
+    /// The TCP state.
+    pub fn tcp_state(&self) -> tcp::State {
+        self.socket.state()
+    }
+
+    /// The peer's address and port.
+    pub fn remote_endpoint(&self) -> Option<IpEndpoint> {
+        self.socket.remote_endpoint()
+    }
+
+    /// Asks for a call when send space frees up: use when output is pending because the
+    /// send buffer is full. Holds until the next call for this connection.
+    pub fn want_write(&mut self) {
+        self.want_write = true;
+    }
+
+    /// Sends what is queued, then FIN. The table drops the application state after this
+    /// call returns and makes no more calls for the connection.
+    pub fn close(&mut self) {
+        self.socket.close();
+        self.closed = true;
+    }
+
+    /// Resets the connection (one RST) and drops the application state, like `close`.
+    pub fn abort(&mut self) {
+        self.socket.abort();
+        self.closed = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memlink::{self, ClientSwarm, MemPort};
+
+    const SERVER_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x02];
+    const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x01];
+    const PORT: u16 = 11211;
+
+    fn server_ip() -> Ipv4Cidr {
+        Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 2), 24)
+    }
+
+    fn client_ip() -> Ipv4Cidr {
+        Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 1), 24)
+    }
+
+    /// Per-connection state of the echo application: bytes echoed so far.
+    #[derive(Default)]
+    struct Echo {
+        echoed: usize,
+    }
+
+    /// Echoes what fits, asks for a write call if the send buffer is full, closes after the
+    /// peer's FIN.
+    fn echo(conn: &mut Conn<'_, Echo>) {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = conn
+                .io
+                .recv_queue()
+                .min(conn.io.send_space())
+                .min(chunk.len());
+            if n == 0 {
+                break;
+            }
+            let got = conn.io.recv_slice(&mut chunk[..n]).unwrap();
+            let put = conn.io.send_slice(&chunk[..got]).unwrap();
+            assert_eq!(put, got);
+            conn.state.echoed += put;
+        }
+        if conn.io.recv_queue() > 0 {
+            conn.io.want_write();
+        }
+        if !conn.io.may_recv() && conn.io.recv_queue() == 0 {
+            conn.io.close();
+        }
+    }
+
+    struct Net {
+        table: ConnTable<Echo>,
+        server: MemPort,
+        swarm: ClientSwarm,
+        client: MemPort,
+        now: Instant,
+    }
+
+    impl Net {
+        fn new(conn_limit: usize, clients: usize) -> Net {
+            let (mut client, mut server) = memlink::pair(8192, 1500);
+            let now = Instant::from_secs(1);
+            let mut config = TableConfig::new(SERVER_MAC, server_ip(), PORT);
+            config.conn_limit = conn_limit;
+            config.rx_buffer_bytes = 4096;
+            config.tx_buffer_bytes = 4096;
+            let table = ConnTable::new(config, &mut server, now).unwrap();
+            let swarm = ClientSwarm::new(CLIENT_MAC, client_ip(), &mut client, now, clients);
+            Net {
+                table,
+                server,
+                swarm,
+                client,
+                now,
+            }
+        }
+
+        fn connect(&mut self) -> usize {
+            let remote = IpEndpoint::new(IpAddress::Ipv4(server_ip().address()), PORT);
+            self.swarm.connect(remote, 4096, 4096).unwrap()
+        }
+
+        fn step(&mut self) {
+            self.now += Duration::from_micros(50);
+            self.table.poll_ingress(self.now, &mut self.server, 64);
+            self.table.serve(echo);
+            self.table.poll_egress(self.now, &mut self.server);
+            self.swarm.poll(self.now, &mut self.client);
+        }
+
+        #[track_caller]
+        fn run_until(&mut self, what: &str, mut done: impl FnMut(&mut Net) -> bool) {
+            for _ in 0..200_000 {
+                if done(self) {
+                    return;
+                }
+                self.step();
+            }
+            panic!("not reached: {what}; stats {:?}", self.table.stats());
+        }
+
+        fn state(&self, conn: usize) -> tcp::State {
+            self.swarm.socket_ref(conn).state()
+        }
+    }
+
+    #[test]
+    fn bucket_count_follows_the_limit() {
+        let config = |limit| TableConfig {
+            conn_limit: limit,
+            ..TableConfig::new(SERVER_MAC, server_ip(), PORT)
+        };
+        assert_eq!(config(1).bucket_count(), 1);
+        assert_eq!(config(8).bucket_count(), 1);
+        assert_eq!(config(1024).bucket_count(), 128);
+        assert_eq!(config(10_000).bucket_count(), 2048);
+    }
+
+    #[test]
+    fn bad_configs_are_typed_errors() {
+        let (_, mut server) = memlink::pair(4, 1500);
+        let base = TableConfig::new(SERVER_MAC, server_ip(), PORT);
+        let now = Instant::ZERO;
+        let cases = [
+            (TableConfig { port: 0, ..base }, TableError::ZeroPort),
+            (
+                TableConfig {
+                    conn_limit: 0,
+                    ..base
+                },
+                TableError::ConnLimit { conn_limit: 0 },
+            ),
+            (
+                TableConfig {
+                    rx_buffer_bytes: 10,
+                    ..base
+                },
+                TableError::BufferSize { bytes: 10 },
+            ),
+            (
+                TableConfig {
+                    mac: [0x01, 0, 0, 0, 0, 1],
+                    ..base
+                },
+                TableError::MacNotUnicast,
+            ),
+            (
+                TableConfig {
+                    ip: Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 255), 24),
+                    ..base
+                },
+                TableError::IpNotUnicast,
+            ),
+            (
+                TableConfig {
+                    ip: Ipv4Cidr::new(Ipv4Address::new(224, 0, 0, 1), 24),
+                    ..base
+                },
+                TableError::IpNotUnicast,
+            ),
+        ];
+        for (config, expected) in cases {
+            assert_eq!(
+                ConnTable::<Echo>::new(config, &mut server, now).unwrap_err(),
+                expected
+            );
+        }
+    }
+
+    #[test]
+    fn clients_connect_exchange_and_close() {
+        let clients = 50;
+        let mut net = Net::new(64, clients);
+        for _ in 0..clients {
+            net.connect();
+        }
+        net.run_until("all established", |net| net.table.stats().active == clients);
+        assert!((0..clients).all(|c| net.state(c) == tcp::State::Established));
+        assert_eq!(net.table.stats().accepted, clients as u64);
+        for c in 0..clients {
+            let message = format!("hello from client {c}");
+            assert_eq!(
+                net.swarm.socket(c).send_slice(message.as_bytes()).unwrap(),
+                message.len()
+            );
+        }
+        net.run_until("all echoed", |net| {
+            (0..clients).all(|c| net.swarm.socket_ref(c).recv_queue() == 18 + c.to_string().len())
+        });
+        for c in 0..clients {
+            let mut buf = [0u8; 64];
+            let n = net.swarm.socket(c).recv_slice(&mut buf).unwrap();
+            assert_eq!(&buf[..n], format!("hello from client {c}").as_bytes());
+        }
+        for c in 0..clients {
+            net.swarm.socket(c).close();
+        }
+        net.run_until("all closed", |net| net.table.stats().in_use == 0);
+        let stats = *net.table.stats();
+        assert_eq!(
+            (stats.accepted, stats.closed, stats.active, stats.refused),
+            (50, 50, 0, 0)
+        );
+        // Per connection in: SYN, ACK, data, ACK of the echo, FIN, ACK of our FIN; out:
+        // SYN-ACK, echo (carrying the ACK), FIN (carrying the ACK of theirs). Plus the
+        // client's ARP request (control) and our reply. No extra segments.
+        assert_eq!(
+            (stats.frames_tcp, stats.frames_control, stats.frames_out),
+            (300, 1, 151),
+            "{stats:?}"
+        );
+        assert_eq!(
+            net.table.poll_delay(net.now),
+            None,
+            "no timers once everything is closed"
+        );
+        for c in 0..clients {
+            assert!(matches!(
+                net.state(c),
+                tcp::State::TimeWait | tcp::State::Closed
+            ));
+        }
+    }
+
+    #[test]
+    fn over_the_limit_the_syn_gets_a_reset_and_the_others_keep_working() {
+        let mut net = Net::new(4, 8);
+        for _ in 0..4 {
+            net.connect();
+        }
+        net.run_until("4 established", |net| net.table.stats().active == 4);
+        let extra = net.connect();
+        net.run_until("extra refused", |net| {
+            net.state(extra) == tcp::State::Closed
+        });
+        assert_eq!(net.table.stats().refused, 1);
+        assert_eq!(net.table.stats().in_use, 4);
+        for c in 0..4 {
+            net.swarm.socket(c).send_slice(b"still here").unwrap();
+        }
+        net.run_until("echoes", |net| {
+            (0..4).all(|c| net.swarm.socket_ref(c).recv_queue() == 10)
+        });
+        // Free one slot: the next connection is accepted.
+        net.swarm.socket(0).close();
+        net.run_until("one closed", |net| net.table.stats().in_use == 3);
+        let again = net.connect();
+        net.run_until("accepted after a close", |net| {
+            net.table.stats().accepted == 5
+        });
+        assert_eq!(net.state(again), tcp::State::Established);
+    }
+
+    #[test]
+    fn a_thousand_connections_are_all_served() {
+        let clients = 1000;
+        let mut net = Net::new(1024, clients);
+        for _ in 0..clients {
+            net.connect();
+        }
+        net.run_until("all established", |net| net.table.stats().active == clients);
+        for round in 0..3u8 {
+            for c in 0..clients {
+                let payload = [round; 100];
+                net.swarm.socket(c).send_slice(&payload).unwrap();
+            }
+            net.run_until("all echoed", |net| {
+                (0..clients).all(|c| net.swarm.socket_ref(c).recv_queue() == 100)
+            });
+            for c in 0..clients {
+                let mut buf = [0u8; 200];
+                assert_eq!(net.swarm.socket(c).recv_slice(&mut buf).unwrap(), 100);
+                assert!(buf[..100].iter().all(|&b| b == round));
+            }
+        }
+        let stats = *net.table.stats();
+        assert_eq!(stats.accepted, 1000);
+        assert_eq!(stats.refused, 0);
+        assert!(
+            stats.sockets <= 1024 + net.table.bucket_count(),
+            "{stats:?}"
+        );
+        // No bucket holds more than a small multiple of the average.
+        let largest = net
+            .table
+            .buckets
+            .iter()
+            .map(|b| b.slots.len())
+            .max()
+            .unwrap();
+        assert!(
+            largest <= 4 * BUCKET_LOAD,
+            "largest bucket has {largest} slots"
+        );
+    }
+
+    #[test]
+    fn large_transfers_stream_through_small_buffers() {
+        // 64 KiB through 4 KiB buffers on both sides: exercises want_write and window updates.
+        let mut net = Net::new(8, 1);
+        net.connect();
+        net.run_until("established", |net| net.state(0) == tcp::State::Established);
+        let total = 64 * 1024;
+        let (mut sent, mut received) = (0usize, 0usize);
+        for _ in 0..200_000 {
+            if received == total {
+                break;
+            }
+            if sent < total {
+                let chunk: Vec<u8> = (sent..total.min(sent + 1000)).map(|i| i as u8).collect();
+                sent += net.swarm.socket(0).send_slice(&chunk).unwrap();
+            }
+            let mut buf = [0u8; 4096];
+            let n = net.swarm.socket(0).recv_slice(&mut buf).unwrap();
+            for (k, &byte) in buf[..n].iter().enumerate() {
+                assert_eq!(byte, (received + k) as u8);
+            }
+            received += n;
+            net.step();
+        }
+        assert_eq!(received, total);
+    }
+
+    #[test]
+    fn server_close_and_stale_ids() {
+        let mut net = Net::new(8, 2);
+        net.connect();
+        net.run_until("established", |net| net.table.stats().active == 1);
+        net.swarm.socket(0).send_slice(b"x").unwrap();
+        let mut id = None;
+        for _ in 0..1000 {
+            net.now += Duration::from_micros(50);
+            net.table.poll_ingress(net.now, &mut net.server, 64);
+            net.table.serve(|conn| id = Some(conn.id()));
+            net.table.poll_egress(net.now, &mut net.server);
+            net.swarm.poll(net.now, &mut net.client);
+            if id.is_some() {
+                break;
+            }
+        }
+        let id = id.expect("the table called the application for the received byte");
+        assert_eq!(
+            net.table
+                .with_conn(id, |conn| conn.io.send_slice(b"late reply").unwrap()),
+            Some(10)
+        );
+        assert_eq!(net.table.with_conn(id, |conn| conn.io.close()), Some(()));
+        assert_eq!(
+            net.table.with_conn(id, |_| ()),
+            None,
+            "closed: no more calls"
+        );
+        net.run_until("client sees FIN", |net| {
+            net.state(0) == tcp::State::CloseWait
+        });
+        let mut buf = [0u8; 32];
+        let n = net.swarm.socket(0).recv_slice(&mut buf).unwrap();
+        assert!(buf[..n].ends_with(b"late reply"));
+        net.swarm.socket(0).close();
+        net.run_until("server side TIME-WAIT", |net| {
+            net.state(0) == tcp::State::Closed
+        });
+        assert_eq!(
+            net.table.stats().in_use,
+            1,
+            "TIME-WAIT still holds its socket"
+        );
+        assert_eq!(net.table.stats().active, 0);
+    }
+
+    #[test]
+    fn aborted_connections_free_their_socket() {
+        let mut net = Net::new(2, 3);
+        net.connect();
+        net.connect();
+        net.run_until("established", |net| net.table.stats().active == 2);
+        net.swarm.socket(1).abort();
+        net.run_until("reset seen", |net| net.table.stats().in_use == 1);
+        assert_eq!(net.table.stats().closed, 1);
+        let third = net.connect();
+        net.run_until("third accepted", |net| net.table.stats().accepted == 3);
+        assert_eq!(net.state(third), tcp::State::Established);
+        assert_eq!(net.table.stats().refused, 0);
+    }
+}

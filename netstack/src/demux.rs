@@ -1,0 +1,355 @@
+//! Ethernet II / IPv4 / TCP header view, just deep enough to pick a connection bucket.
+//!
+//! The connection table reads the 4-tuple and the TCP flags of every received frame
+//! before smoltcp sees it. Nothing here verifies checksums or follows options: smoltcp
+//! does that once the frame reaches the right bucket. Frames we cannot read as an
+//! unfragmented IPv4 TCP segment (ARP, ICMP, IPv6, VLAN-tagged, fragments, truncated
+//! headers) are not errors, they are "not TCP" and go to the control bucket.
+
+use core::fmt;
+
+use smoltcp::wire::Ipv4Address;
+
+mod field {
+    use core::ops::Range;
+
+    // Ethernet II (no 802.1Q tag: TAP and AF_XDP deliver untagged frames to us).
+    pub const ETHERTYPE: Range<usize> = 12..14;
+    pub const ETH_HEADER_LEN: usize = 14;
+
+    // IPv4, relative to the frame.
+    pub const IP_VER_IHL: usize = 14;
+    pub const IP_FLAGS_FRAG: Range<usize> = 20..22;
+    pub const IP_PROTOCOL: usize = 23;
+    pub const IP_SRC: Range<usize> = 26..30;
+    pub const IP_DST: Range<usize> = 30..34;
+
+    // TCP, relative to the start of the TCP header.
+    pub const TCP_SRC_PORT: Range<usize> = 0..2;
+    pub const TCP_DST_PORT: Range<usize> = 2..4;
+    pub const TCP_FLAGS: usize = 13;
+    pub const TCP_MIN_HEADER_LEN: usize = 20;
+}
+
+/// Ethertype of IPv4.
+pub const ETHERTYPE_IPV4: u16 = 0x0800;
+/// Ethertype of ARP.
+pub const ETHERTYPE_ARP: u16 = 0x0806;
+/// IP protocol number of TCP.
+pub const IP_PROTOCOL_TCP: u8 = 6;
+
+/// TCP flag bits (RFC 9293 §3.1).
+pub mod flags {
+    /// FIN: no more data from sender.
+    pub const FIN: u8 = 0x01;
+    /// SYN: synchronize sequence numbers.
+    pub const SYN: u8 = 0x02;
+    /// RST: reset the connection.
+    pub const RST: u8 = 0x04;
+    /// ACK: the acknowledgment field is significant.
+    pub const ACK: u8 = 0x10;
+}
+
+/// Why a frame is not an unfragmented IPv4 TCP segment; the frame then goes to the
+/// control bucket. Not a wire error: ARP and ICMP land here by design.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotTcp {
+    /// Shorter than the headers it announces.
+    Truncated,
+    /// Ethertype is not IPv4 (ARP, IPv6, a VLAN tag, ...); carries the ethertype.
+    NotIpv4 { ethertype: u16 },
+    /// IP version field is not 4 or the header length is below 20 bytes.
+    BadIpHeader,
+    /// IPv4 carrying another protocol (ICMP, UDP, ...).
+    NotTcp { protocol: u8 },
+    /// A fragment: a non-first fragment has no TCP header, and a first one is incomplete.
+    Fragment,
+}
+
+impl fmt::Display for NotTcp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            NotTcp::Truncated => write!(f, "frame shorter than its headers"),
+            NotTcp::NotIpv4 { ethertype } => write!(f, "ethertype {ethertype:#06x} is not IPv4"),
+            NotTcp::BadIpHeader => write!(f, "bad IPv4 version or header length"),
+            NotTcp::NotTcp { protocol } => write!(f, "IP protocol {protocol} is not TCP"),
+            NotTcp::Fragment => write!(f, "IPv4 fragment"),
+        }
+    }
+}
+
+impl std::error::Error for NotTcp {}
+
+/// Read-only view of an Ethernet frame carrying an IPv4 TCP segment.
+///
+/// Once [`TcpFrame::new_checked`] succeeds no accessor can panic: the Ethernet header,
+/// the whole IPv4 header (with options) and the first 20 bytes of TCP are in the buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpFrame<T: AsRef<[u8]>> {
+    buffer: T,
+    /// Offset of the TCP header in the frame (14 + IPv4 header length).
+    tcp_offset: usize,
+}
+
+impl<T: AsRef<[u8]>> TcpFrame<T> {
+    /// Checks the headers' lengths and kinds; use for bytes from the network.
+    ///
+    /// # Errors
+    /// [`NotTcp`] tells why the frame is not an unfragmented IPv4 TCP segment.
+    pub fn new_checked(buffer: T) -> Result<Self, NotTcp> {
+        let tcp_offset = Self::check_len(buffer.as_ref())?;
+        Ok(TcpFrame { buffer, tcp_offset })
+    }
+
+    /// Returns the TCP header offset after checking every length this view reads.
+    fn check_len(frame: &[u8]) -> Result<usize, NotTcp> {
+        if frame.len() < field::ETH_HEADER_LEN {
+            return Err(NotTcp::Truncated);
+        }
+        let ethertype = read_u16(&frame[field::ETHERTYPE]);
+        if ethertype != ETHERTYPE_IPV4 {
+            return Err(NotTcp::NotIpv4 { ethertype });
+        }
+        if frame.len() < field::IP_DST.end {
+            return Err(NotTcp::Truncated);
+        }
+        let ver_ihl = frame[field::IP_VER_IHL];
+        let ihl_bytes = usize::from(ver_ihl & 0x0f) * 4;
+        if ver_ihl >> 4 != 4 || ihl_bytes < 20 {
+            return Err(NotTcp::BadIpHeader);
+        }
+        let protocol = frame[field::IP_PROTOCOL];
+        if protocol != IP_PROTOCOL_TCP {
+            return Err(NotTcp::NotTcp { protocol });
+        }
+        // More-fragments flag (0x2000) or a non-zero fragment offset (low 13 bits).
+        if read_u16(&frame[field::IP_FLAGS_FRAG]) & 0x3fff != 0 {
+            return Err(NotTcp::Fragment);
+        }
+        let tcp_offset = field::ETH_HEADER_LEN + ihl_bytes;
+        if frame.len() < tcp_offset + field::TCP_MIN_HEADER_LEN {
+            return Err(NotTcp::Truncated);
+        }
+        Ok(tcp_offset)
+    }
+
+    /// IPv4 source address.
+    pub fn src_addr(&self) -> Ipv4Address {
+        Ipv4Address::from_octets(read_4(&self.buffer.as_ref()[field::IP_SRC]))
+    }
+
+    /// IPv4 destination address.
+    pub fn dst_addr(&self) -> Ipv4Address {
+        Ipv4Address::from_octets(read_4(&self.buffer.as_ref()[field::IP_DST]))
+    }
+
+    /// TCP source port.
+    pub fn src_port(&self) -> u16 {
+        read_u16(&self.tcp()[field::TCP_SRC_PORT])
+    }
+
+    /// TCP destination port.
+    pub fn dst_port(&self) -> u16 {
+        read_u16(&self.tcp()[field::TCP_DST_PORT])
+    }
+
+    /// TCP flags byte (CWR ECE URG ACK PSH RST SYN FIN); see [`flags`].
+    pub fn flags(&self) -> u8 {
+        self.tcp()[field::TCP_FLAGS]
+    }
+
+    /// True for a connection request: SYN set, ACK and RST clear.
+    pub fn is_syn(&self) -> bool {
+        self.flags() & (flags::SYN | flags::ACK | flags::RST) == flags::SYN
+    }
+
+    fn tcp(&self) -> &[u8] {
+        &self.buffer.as_ref()[self.tcp_offset..]
+    }
+}
+
+/// The ethertype of a frame, or `None` if it is shorter than an Ethernet header.
+pub fn ethertype(frame: &[u8]) -> Option<u16> {
+    frame.get(field::ETHERTYPE).map(read_u16)
+}
+
+fn read_u16(bytes: &[u8]) -> u16 {
+    u16::from_be_bytes([bytes[0], bytes[1]])
+}
+
+fn read_4(bytes: &[u8]) -> [u8; 4] {
+    [bytes[0], bytes[1], bytes[2], bytes[3]]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A SYN from 10.77.0.1:40000 to 10.77.0.2:11211, laid out as the Linux kernel sends it
+    /// through a TAP device (MSS, SACK-permitted, timestamps, window scale options). The
+    /// checksums are not valid: the view does not read them.
+    static SYN_FRAME: [u8; 74] = [
+        0x02, 0x00, 0x00, 0x4d, 0x00, 0x02, // dst MAC
+        0x5a, 0x1c, 0x33, 0x90, 0x2e, 0x11, // src MAC
+        0x08, 0x00, // IPv4
+        0x45, 0x00, 0x00, 0x3c, 0x8c, 0x51, 0x40, 0x00, 0x40, 0x06, 0x9a,
+        0x4c, // ver..checksum
+        10, 77, 0, 1, // src IP
+        10, 77, 0, 2, // dst IP
+        0x9c, 0x40, 0x2b, 0xcb, // ports 40000 -> 11211
+        0x6b, 0x0c, 0x59, 0x23, 0x00, 0x00, 0x00, 0x00, // seq, ack
+        0xa0, 0x02, 0xfa, 0xf0, 0x13, 0x5d, 0x00, 0x00, // offset 10, SYN, window, csum, urg
+        0x02, 0x04, 0x05, 0xb4, 0x04, 0x02, 0x08, 0x0a, 0x9e, 0x2c, 0x6b, 0x5a, 0x00, 0x00, 0x00,
+        0x00, 0x01, 0x03, 0x03, 0x07, // options
+    ];
+
+    /// An ARP request "who has 10.77.0.2, tell 10.77.0.1".
+    static ARP_REQUEST: [u8; 42] = [
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x5a, 0x1c, 0x33, 0x90, 0x2e, 0x11, 0x08, 0x06, //
+        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, //
+        0x5a, 0x1c, 0x33, 0x90, 0x2e, 0x11, 10, 77, 0, 1, //
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 10, 77, 0, 2,
+    ];
+
+    /// An ICMP echo request 10.77.0.1 -> 10.77.0.2 (8 bytes of payload).
+    static ICMP_ECHO: [u8; 50] = [
+        0x02, 0x00, 0x00, 0x4d, 0x00, 0x02, 0x5a, 0x1c, 0x33, 0x90, 0x2e, 0x11, 0x08, 0x00, //
+        0x45, 0x00, 0x00, 0x24, 0x12, 0x34, 0x40, 0x00, 0x40, 0x01, 0x00, 0x00, //
+        10, 77, 0, 1, 10, 77, 0, 2, //
+        0x08, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01, 1, 2, 3, 4, 5, 6, 7, 8,
+    ];
+
+    #[test]
+    fn syn_fields() {
+        let frame = TcpFrame::new_checked(&SYN_FRAME[..]).unwrap();
+        assert_eq!(frame.src_addr(), Ipv4Address::new(10, 77, 0, 1));
+        assert_eq!(frame.dst_addr(), Ipv4Address::new(10, 77, 0, 2));
+        assert_eq!(frame.src_port(), 40000);
+        assert_eq!(frame.dst_port(), 11211);
+        assert_eq!(frame.flags(), flags::SYN);
+        assert!(frame.is_syn());
+    }
+
+    #[test]
+    fn syn_ack_and_rst_are_not_connection_requests() {
+        for extra in [flags::ACK, flags::RST] {
+            let mut bytes = SYN_FRAME;
+            bytes[14 + 20 + 13] |= extra;
+            let frame = TcpFrame::new_checked(&bytes[..]).unwrap();
+            assert!(!frame.is_syn(), "flags {:#04x}", frame.flags());
+        }
+    }
+
+    #[test]
+    fn ip_options_move_the_tcp_header() {
+        // Same SYN with a 4-byte IP option (NOP NOP NOP EOL): IHL 6.
+        let mut bytes = Vec::from(&SYN_FRAME[..34]);
+        bytes[14] = 0x46;
+        bytes.extend_from_slice(&[1, 1, 1, 0]);
+        bytes.extend_from_slice(&SYN_FRAME[34..]);
+        let frame = TcpFrame::new_checked(&bytes[..]).unwrap();
+        assert_eq!(frame.src_port(), 40000);
+        assert_eq!(frame.dst_port(), 11211);
+        assert!(frame.is_syn());
+    }
+
+    #[test]
+    fn arp_and_icmp_are_control() {
+        assert_eq!(
+            TcpFrame::new_checked(&ARP_REQUEST[..]).unwrap_err(),
+            NotTcp::NotIpv4 {
+                ethertype: ETHERTYPE_ARP
+            }
+        );
+        assert_eq!(ethertype(&ARP_REQUEST), Some(ETHERTYPE_ARP));
+        assert_eq!(
+            TcpFrame::new_checked(&ICMP_ECHO[..]).unwrap_err(),
+            NotTcp::NotTcp { protocol: 1 }
+        );
+    }
+
+    #[test]
+    fn fragments_are_control() {
+        let mut more = SYN_FRAME;
+        more[20] = 0x20; // MF
+        assert_eq!(
+            TcpFrame::new_checked(&more[..]).unwrap_err(),
+            NotTcp::Fragment
+        );
+        let mut later = SYN_FRAME;
+        later[20] = 0x00;
+        later[21] = 0x10; // offset 16 * 8 bytes
+        assert_eq!(
+            TcpFrame::new_checked(&later[..]).unwrap_err(),
+            NotTcp::Fragment
+        );
+    }
+
+    #[test]
+    fn bad_ip_header() {
+        let mut v6 = SYN_FRAME;
+        v6[14] = 0x65;
+        assert_eq!(
+            TcpFrame::new_checked(&v6[..]).unwrap_err(),
+            NotTcp::BadIpHeader
+        );
+        let mut short_ihl = SYN_FRAME;
+        short_ihl[14] = 0x44;
+        assert_eq!(
+            TcpFrame::new_checked(&short_ihl[..]).unwrap_err(),
+            NotTcp::BadIpHeader
+        );
+    }
+
+    #[test]
+    fn every_truncation_is_rejected_without_panic() {
+        // The view needs 14 + 20 + 20 bytes; TCP options are smoltcp's business.
+        for n in 0..54 {
+            assert_eq!(
+                TcpFrame::new_checked(&SYN_FRAME[..n]).unwrap_err(),
+                NotTcp::Truncated,
+                "len {n}"
+            );
+        }
+        for n in 54..=SYN_FRAME.len() {
+            assert!(TcpFrame::new_checked(&SYN_FRAME[..n]).is_ok(), "len {n}");
+        }
+        for n in 0..ARP_REQUEST.len() {
+            assert!(TcpFrame::new_checked(&ARP_REQUEST[..n]).is_err());
+        }
+        for n in 0..ICMP_ECHO.len() {
+            assert!(TcpFrame::new_checked(&ICMP_ECHO[..n]).is_err());
+        }
+        assert_eq!(ethertype(&SYN_FRAME[..13]), None);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // A cheap deterministic sweep over random-looking frames of every short length.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut buf = [0u8; 80];
+        for round in 0..20_000 {
+            for byte in buf.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *byte = x as u8;
+            }
+            // Steer half the rounds into the IPv4/TCP path.
+            if round % 2 == 0 {
+                buf[12] = 0x08;
+                buf[13] = 0x00;
+                buf[23] = IP_PROTOCOL_TCP;
+            }
+            let len = round % buf.len();
+            if let Ok(frame) = TcpFrame::new_checked(&buf[..len]) {
+                let _ = (
+                    frame.src_addr(),
+                    frame.src_port(),
+                    frame.dst_port(),
+                    frame.flags(),
+                );
+            }
+        }
+    }
+}
