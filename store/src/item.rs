@@ -43,19 +43,20 @@ pub const fn item_size(key_len: usize, value_len: usize) -> usize {
     malloc_chunk(key_len.saturating_add(value_len).saturating_add(1))
 }
 
-/// Set on a hit, cleared by the clock hand passing; an unreferenced item is evicted.
-const REFERENCED: u64 = 1 << 0;
+/// Two-bit clock counter (GCLOCK): 1 on insert, +1 per fetch up to 3, -1 per pass of the
+/// hand; the hand evicts an item it finds at 0.
+const CLOCK_MASK: u64 = 0b11;
 /// Set on the first fetch (get, touch); feeds `evicted_unfetched` and `expired_unfetched`.
-const FETCHED: u64 = 1 << 1;
-/// The CAS occupies the bits above the two flag bits (2^62 values per shard).
-const CAS_SHIFT: u32 = 2;
+const FETCHED: u64 = 1 << 2;
+/// The CAS occupies the bits above the counter and the fetched bit (2^61 values per shard).
+const CAS_SHIFT: u32 = 3;
 
 /// One item as it sits in a hash-table bucket: 32 bytes, two to a cache line.
 #[derive(Debug)]
 pub(crate) struct Item {
     /// `[key_len: u8][key][value]`, allocated once on insert.
     data: Box<[u8]>,
-    /// `cas << 2 | FETCHED | REFERENCED`.
+    /// `cas << 3 | FETCHED | clock counter`.
     meta: u64,
     /// 0 = never, else the first unix second at which the item is dead (see `expiry`).
     exptime: u32,
@@ -90,7 +91,7 @@ impl Item {
         data.extend_from_slice(value_parts[1]);
         Item {
             data: data.into_boxed_slice(),
-            meta: (cas << CAS_SHIFT) | REFERENCED,
+            meta: (cas << CAS_SHIFT) | 1,
             exptime,
             flags,
         }
@@ -133,7 +134,7 @@ impl Item {
 
     #[inline]
     pub(crate) fn set_cas(&mut self, cas: u64) {
-        self.meta = (cas << CAS_SHIFT) | (self.meta & (REFERENCED | FETCHED));
+        self.meta = (cas << CAS_SHIFT) | (self.meta & (CLOCK_MASK | FETCHED));
     }
 
     #[inline]
@@ -151,14 +152,18 @@ impl Item {
         self.exptime = exptime;
     }
 
+    /// The clock counter (0..=3).
     #[inline]
-    pub(crate) fn referenced(&self) -> bool {
-        self.meta & REFERENCED != 0
+    pub(crate) fn clock(&self) -> u64 {
+        self.meta & CLOCK_MASK
     }
 
+    /// One pass of the clock hand: lower the counter.
     #[inline]
-    pub(crate) fn clear_referenced(&mut self) {
-        self.meta &= !REFERENCED;
+    pub(crate) fn age(&mut self) {
+        if self.meta & CLOCK_MASK != 0 {
+            self.meta -= 1;
+        }
     }
 
     #[inline]
@@ -166,10 +171,13 @@ impl Item {
         self.meta & FETCHED != 0
     }
 
-    /// Records a client fetch: protects from the next pass of the clock hand.
+    /// Records a client fetch: marks the item fetched and raises its clock counter.
     #[inline]
     pub(crate) fn mark_fetched(&mut self) {
-        self.meta |= REFERENCED | FETCHED;
+        if self.meta & CLOCK_MASK != CLOCK_MASK {
+            self.meta += 1;
+        }
+        self.meta |= FETCHED;
     }
 
     /// Flushed wins over expired, as in memcached's `do_item_get`.
@@ -268,21 +276,28 @@ mod tests {
         assert_eq!(it.exptime(), 99);
         assert_eq!(it.cas(), 42);
         assert_eq!(it.size(), item_size(3, 5));
-        assert!(it.referenced());
+        assert_eq!(it.clock(), 1);
         assert!(!it.fetched());
-        it.clear_referenced();
-        assert!(!it.referenced());
-        it.mark_fetched();
-        assert!(it.referenced() && it.fetched());
+        it.age();
+        assert_eq!(it.clock(), 0);
+        it.age();
+        assert_eq!(it.clock(), 0, "saturates at 0");
+        for _ in 0..5 {
+            it.mark_fetched();
+        }
+        assert_eq!(it.clock(), 3, "saturates at 3");
+        assert!(it.fetched());
+        it.age();
+        assert_eq!(it.clock(), 2);
         it.set_cas(43);
         assert_eq!(it.cas(), 43);
         assert!(it.fetched());
         it.value_mut().copy_from_slice(b"VALUE");
         assert_eq!(it.value(), b"VALUE");
-        let big = Item::new(&[b'k'; MAX_KEY_LEN], [b"", b""], 0, 0, (1 << 62) - 1);
+        let big = Item::new(&[b'k'; MAX_KEY_LEN], [b"", b""], 0, 0, (1 << 61) - 1);
         assert_eq!(big.key().len(), MAX_KEY_LEN);
         assert_eq!(big.value(), b"");
-        assert_eq!(big.cas(), (1 << 62) - 1);
+        assert_eq!(big.cas(), (1 << 61) - 1);
     }
 
     #[test]

@@ -13,9 +13,9 @@
 //! # Memory layout
 //!
 //! The table is a hashbrown [`HashTable`](hashbrown::HashTable) of 32-byte items (two per
-//! cache line): a `Box<[u8]>` holding `[key_len: u8][key][value]`, the CAS and two bits
-//! (referenced, fetched) packed in one `u64`, and `u32` expiry and flags. Key and value are
-//! copied once, into that one heap block, when an item is stored; a GET hit walks
+//! cache line): a `Box<[u8]>` holding `[key_len: u8][key][value]`, the CAS with a fetched
+//! bit and a 2-bit clock counter packed in one `u64`, and `u32` expiry and flags. Key and
+//! value are copied once, into that one heap block, when an item is stored; a GET hit walks
 //! control bytes → bucket → block and allocates nothing.
 //!
 //! The trade-off, against the alternatives considered:
@@ -42,17 +42,22 @@
 //!
 //! # Eviction: CLOCK over the table
 //!
-//! A store that would exceed the budget evicts with CLOCK (second chance). The clock's
+//! A store that would exceed the budget evicts with CLOCK, in its counting form (GCLOCK):
+//! each item has a 2-bit counter, 1 when stored, raised by each fetch up to 3. The clock's
 //! circle is the table's own bucket array: the hand walks bucket indices; a dead (expired
-//! or flushed) item it meets is reclaimed, a referenced one loses its bit, an unreferenced
-//! one is evicted. A hit sets one bit in the bucket it already read; a new item starts
-//! referenced, so it survives at least one full revolution.
+//! or flushed) item it meets is reclaimed, a live one with a non-zero counter is aged by
+//! one and passed over, one at zero is evicted. A new item therefore survives at least one
+//! full revolution of the hand, and an item fetched often survives up to three without
+//! being read again. The counter (rather than a single reference bit) keeps the first
+//! revolution after a fill from degenerating into FIFO: without it, every bit is set when
+//! eviction starts, the hand clears them all, and then evicts hot and cold items alike.
 //!
 //! Why CLOCK rather than LRU: LRU needs a doubly linked list (two indices per item, more
 //! than the 32-byte bucket has room for) and relinks two neighbours on every hit, i.e.
-//! writes to cold cache lines on the read path. CLOCK approximates LRU's hit ratio, costs
-//! one bit, and the same walk reclaims expired items for free. The price: positions
-//! follow hash order, not arrival order, and a resize reshuffles them.
+//! writes to cold cache lines on the read path. CLOCK approximates LRU's hit ratio, a hit
+//! only bumps a counter in the bucket it already read, and the same walk reclaims expired
+//! items for free. The price: positions follow hash order, not arrival order, and a resize
+//! reshuffles them (an item may then be aged twice in quick succession).
 //!
 //! # Expiry, flush and CAS
 //!

@@ -104,6 +104,8 @@ pub struct Shard {
     sweep_hand: usize,
     /// Live-item limit while the table cannot grow within the budget (see `reserve_slot`).
     item_cap: usize,
+    #[cfg(test)]
+    rebuilds: usize,
 }
 
 impl Shard {
@@ -130,6 +132,8 @@ impl Shard {
             hand: 0,
             sweep_hand: 0,
             item_cap: usize::MAX,
+            #[cfg(test)]
+            rebuilds: 0,
         }
     }
 
@@ -153,7 +157,8 @@ impl Shard {
         self.table.is_empty()
     }
 
-    /// Looks a key up; a hit marks the item fetched and referenced and allocates nothing.
+    /// Looks a key up; a hit marks the item fetched (raising its clock counter) and
+    /// allocates nothing.
     ///
     /// Counts `get_hits`, or `get_misses` plus `get_expired`/`get_flushed` for a dead item
     /// (which is reclaimed on the spot).
@@ -468,6 +473,46 @@ impl Shard {
         reclaimed
     }
 
+    /// Asserts the accounting invariants (tests only).
+    #[cfg(test)]
+    #[track_caller]
+    pub(crate) fn check_invariants(&self) {
+        let bytes: u64 = self.table.iter().map(|it| it.size() as u64).sum();
+        assert_eq!(self.stats.bytes, bytes, "bytes");
+        assert_eq!(self.stats.curr_items, self.table.len() as u64, "curr_items");
+        assert_eq!(
+            self.table_bytes,
+            table_charge(self.table.allocation_size()),
+            "table bytes"
+        );
+        assert_eq!(
+            self.stats.heap_bytes,
+            self.stats.bytes + self.table_bytes as u64,
+            "heap_bytes"
+        );
+        assert!(
+            self.stats.heap_bytes <= self.config.memory_limit_bytes as u64,
+            "heap_bytes {} over the budget {}",
+            self.stats.heap_bytes,
+            self.config.memory_limit_bytes
+        );
+        for it in self.table.iter() {
+            assert!(it.cas() <= self.last_cas && it.cas() > 0, "cas");
+        }
+    }
+
+    /// How many times the table was rebuilt at the same size (tests only).
+    #[cfg(test)]
+    pub(crate) fn rebuilds(&self) -> usize {
+        self.rebuilds
+    }
+
+    /// Buckets in the table (tests only).
+    #[cfg(test)]
+    pub(crate) fn num_buckets(&self) -> usize {
+        self.table.num_buckets()
+    }
+
     // ---- internals ----
 
     /// Applies a delayed flush whose time has come. Called first by every operation, so
@@ -642,7 +687,7 @@ impl Shard {
         let limit = self.config.memory_limit_bytes as u64;
         if self.stats.bytes + grown as u64 + size as u64 <= limit {
             self.table.reserve(1, |it| hasher.hash_one(it.key()));
-            self.table_bytes = item::malloc_chunk(self.table.allocation_size());
+            self.table_bytes = table_charge(self.table.allocation_size());
             debug_assert_eq!(self.table.num_buckets(), grown_buckets);
             debug_assert_eq!(self.table_bytes, grown);
             self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
@@ -667,29 +712,33 @@ impl Shard {
             });
         }
         self.table = fresh;
+        #[cfg(test)]
+        {
+            self.rebuilds += 1;
+        }
         debug_assert!(self.table.len() < self.table.capacity());
         Ok(())
     }
 
-    /// Advances the clock hand to the next victim and removes it: a dead item is reclaimed,
-    /// a referenced one loses its bit and is passed over, an unreferenced one is evicted.
-    /// Returns false only if the table is empty.
+    /// Advances the clock hand to the next victim and removes it: a dead (expired or
+    /// flushed) item is reclaimed, an item with a non-zero counter is aged and passed over,
+    /// one at zero is evicted. Returns false only if the table is empty.
     fn evict_one(&mut self, now: u64) -> bool {
         let buckets = self.table.num_buckets();
         if self.table.is_empty() || buckets == 0 {
             return false;
         }
         let flush_cas = self.flush_cas;
-        // Two revolutions always suffice: the first clears every reference bit.
-        for _ in 0..=2 * buckets {
+        // Four revolutions always suffice: counters start at most at 3.
+        for _ in 0..=4 * buckets {
             let index = self.hand & (buckets - 1);
             self.hand = index.wrapping_add(1);
             let Some(item) = self.table.get_bucket_mut(index) else {
                 continue;
             };
             let why = match item.liveness(now, flush_cas) {
-                Liveness::Live if item.referenced() => {
-                    item.clear_referenced();
+                Liveness::Live if item.clock() > 0 => {
+                    item.age();
                     continue;
                 }
                 Liveness::Live => Removal::Evicted,
@@ -705,6 +754,15 @@ impl Shard {
     /// then one control byte per bucket plus a trailing group, in one allocation).
     fn table_bytes_for(&self, buckets: usize) -> usize {
         item::malloc_chunk(buckets * (mem::size_of::<Item>() + 1) + self.group_width)
+    }
+}
+
+/// Bytes charged for a table allocation of `allocation_size` bytes (none if unallocated).
+fn table_charge(allocation_size: usize) -> usize {
+    if allocation_size == 0 {
+        0
+    } else {
+        item::malloc_chunk(allocation_size)
     }
 }
 

@@ -3,19 +3,1091 @@
 use crate::*;
 
 const NOW: u64 = 1_700_000_000;
+const DAY: i64 = 24 * 60 * 60;
 
 fn shard() -> Shard {
+    shard_with(64 << 20, 1 << 20)
+}
+
+fn shard_with(memory_limit_bytes: usize, max_item_size: usize) -> Shard {
     Shard::new(ShardConfig {
-        memory_limit_bytes: 64 << 20,
-        max_item_size: 1 << 20,
+        memory_limit_bytes,
+        max_item_size,
     })
+}
+
+#[track_caller]
+fn set(s: &mut Shard, key: &[u8], value: &[u8], exptime: i64, now: u64) -> u64 {
+    let cas = s
+        .store(StoreMode::Set, key, value, 0, exptime, 0, now)
+        .unwrap();
+    s.check_invariants();
+    cas
+}
+
+/// `(value, flags, cas)` of a live key, or `None`.
+#[track_caller]
+fn get(s: &mut Shard, key: &[u8], now: u64) -> Option<(Vec<u8>, u32, u64)> {
+    let found = s.get(key, now).map(|v| (v.value.to_vec(), v.flags, v.cas));
+    s.check_invariants();
+    found
+}
+
+#[track_caller]
+fn value(s: &mut Shard, key: &[u8], now: u64) -> Option<Vec<u8>> {
+    get(s, key, now).map(|(v, _, _)| v)
+}
+
+// ---- basic operations ----
+
+#[test]
+fn shard_is_send() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Shard>();
+}
+
+#[test]
+fn new_shard_is_empty() {
+    let s = shard();
+    assert!(s.is_empty());
+    assert_eq!(s.len(), 0);
+    assert_eq!(s.stats().limit_maxbytes, 64 << 20);
+    assert_eq!(s.stats().heap_bytes, 0);
+    assert_eq!(s.config().max_item_size, 1 << 20);
+    s.check_invariants();
 }
 
 #[test]
 fn set_then_get() {
     let mut s = shard();
     let cas = s.store(StoreMode::Set, b"k", b"v", 5, 0, 0, NOW).unwrap();
-    let v = s.get(b"k", NOW).unwrap();
-    assert_eq!((v.value, v.flags, v.cas), (&b"v"[..], 5, cas));
-    assert_eq!(s.stats().get_hits, 1);
+    assert_ne!(cas, 0);
+    assert_eq!(get(&mut s, b"k", NOW), Some((b"v".to_vec(), 5, cas)));
+    assert_eq!(s.len(), 1);
+    let st = s.stats();
+    assert_eq!((st.get_hits, st.get_misses), (1, 0));
+    assert_eq!((st.curr_items, st.total_items), (1, 1));
+    assert_eq!(st.bytes, item_size(1, 1) as u64);
+    assert!(st.heap_bytes > st.bytes);
+}
+
+#[test]
+fn get_miss_counts() {
+    let mut s = shard();
+    assert_eq!(get(&mut s, b"nope", NOW), None);
+    assert_eq!(s.stats().get_misses, 1);
+    assert_eq!(s.stats().get_hits, 0);
+}
+
+#[test]
+fn set_overwrites_value_flags_and_expiry() {
+    let mut s = shard();
+    let c1 = s
+        .store(StoreMode::Set, b"k", b"one", 1, 10, 0, NOW)
+        .unwrap();
+    let c2 = s
+        .store(StoreMode::Set, b"k", b"two!", 2, 0, 0, NOW)
+        .unwrap();
+    assert!(c2 > c1);
+    assert_eq!(
+        get(&mut s, b"k", NOW + 100),
+        Some((b"two!".to_vec(), 2, c2))
+    );
+    assert_eq!(s.len(), 1);
+    assert_eq!(s.stats().bytes, item_size(1, 4) as u64);
+    assert_eq!(s.stats().total_items, 2);
+}
+
+#[test]
+fn empty_value_is_a_value() {
+    let mut s = shard();
+    set(&mut s, b"k", b"", 0, NOW);
+    assert_eq!(value(&mut s, b"k", NOW), Some(Vec::new()));
+}
+
+#[test]
+fn binary_keys_and_values() {
+    let mut s = shard();
+    let key = [0u8, 255, 10, 13, 32];
+    let val: Vec<u8> = (0..=255).collect();
+    set(&mut s, &key, &val, 0, NOW);
+    assert_eq!(value(&mut s, &key, NOW), Some(val));
+}
+
+#[test]
+fn key_length_limits() {
+    let mut s = shard();
+    let max = [b'k'; MAX_KEY_LEN];
+    let over = [b'k'; MAX_KEY_LEN + 1];
+    set(&mut s, &max, b"v", 0, NOW);
+    assert_eq!(value(&mut s, &max, NOW), Some(b"v".to_vec()));
+    for bad in [&over[..], b""] {
+        for mode in [
+            StoreMode::Set,
+            StoreMode::Add,
+            StoreMode::Replace,
+            StoreMode::Append,
+            StoreMode::Prepend,
+        ] {
+            assert_eq!(
+                s.store(mode, bad, b"v", 0, 0, 0, NOW),
+                Err(StoreError::KeyTooLong)
+            );
+        }
+        assert_eq!(s.delete(bad, 0, NOW), Err(StoreError::KeyTooLong));
+        assert_eq!(
+            s.incr_decr(bad, 1, Delta::Incr, Some((0, 0)), 0, NOW),
+            Err(StoreError::KeyTooLong)
+        );
+        assert!(s.get(bad, NOW).is_none());
+        assert!(s.touch(bad, 0, NOW).is_none());
+    }
+    assert_eq!(s.stats().get_misses, 2);
+    assert_eq!(s.stats().touch_misses, 2);
+    assert_eq!(s.len(), 1);
+    s.check_invariants();
+}
+
+// ---- store modes ----
+
+#[test]
+fn add_only_when_missing() {
+    let mut s = shard();
+    let c = s.store(StoreMode::Add, b"k", b"a", 0, 0, 0, NOW).unwrap();
+    assert_eq!(
+        s.store(StoreMode::Add, b"k", b"b", 0, 0, 0, NOW),
+        Err(StoreError::NotStored)
+    );
+    assert_eq!(get(&mut s, b"k", NOW), Some((b"a".to_vec(), 0, c)));
+}
+
+#[test]
+fn add_over_an_expired_item_stores() {
+    let mut s = shard();
+    set(&mut s, b"k", b"old", 1, NOW);
+    let c = s
+        .store(StoreMode::Add, b"k", b"new", 0, 0, 0, NOW + 1)
+        .unwrap();
+    assert_eq!(get(&mut s, b"k", NOW + 1), Some((b"new".to_vec(), 0, c)));
+    assert_eq!(s.stats().reclaimed, 1);
+}
+
+#[test]
+fn replace_only_when_live() {
+    let mut s = shard();
+    assert_eq!(
+        s.store(StoreMode::Replace, b"k", b"x", 0, 0, 0, NOW),
+        Err(StoreError::NotStored)
+    );
+    assert!(s.is_empty());
+    set(&mut s, b"k", b"a", 0, NOW);
+    let c = s
+        .store(StoreMode::Replace, b"k", b"b", 9, 0, 0, NOW)
+        .unwrap();
+    assert_eq!(get(&mut s, b"k", NOW), Some((b"b".to_vec(), 9, c)));
+}
+
+#[test]
+fn append_prepend_keep_flags_and_expiry() {
+    let mut s = shard();
+    let c0 = s
+        .store(StoreMode::Set, b"k", b"mid", 42, 100, 0, NOW)
+        .unwrap();
+    let c1 = s
+        .store(StoreMode::Append, b"k", b"-end", 7, 0, 0, NOW)
+        .unwrap();
+    let c2 = s
+        .store(StoreMode::Prepend, b"k", b"start-", 8, 5000, 0, NOW)
+        .unwrap();
+    assert!(c0 < c1 && c1 < c2);
+    assert_eq!(
+        get(&mut s, b"k", NOW + 99),
+        Some((b"start-mid-end".to_vec(), 42, c2))
+    );
+    // The original 100-second expiry still holds.
+    assert_eq!(get(&mut s, b"k", NOW + 100), None);
+    assert_eq!(s.stats().bytes, 0);
+}
+
+#[test]
+fn append_prepend_need_a_live_item() {
+    let mut s = shard();
+    for mode in [StoreMode::Append, StoreMode::Prepend] {
+        assert_eq!(
+            s.store(mode, b"k", b"x", 0, 0, 0, NOW),
+            Err(StoreError::NotStored)
+        );
+    }
+    set(&mut s, b"k", b"v", 1, NOW);
+    assert_eq!(
+        s.store(StoreMode::Append, b"k", b"x", 0, 0, 0, NOW + 1),
+        Err(StoreError::NotStored)
+    );
+    assert!(s.is_empty());
+}
+
+#[test]
+fn store_with_expired_exptime_removes_the_old_item() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    let c = s.store(StoreMode::Set, b"k", b"w", 0, -1, 0, NOW).unwrap();
+    assert!(c > 0);
+    assert_eq!(get(&mut s, b"k", NOW), None);
+    assert!(s.is_empty());
+    assert_eq!(s.stats().bytes, 0);
+    // Add with an expired time succeeds too and keeps nothing.
+    s.store(StoreMode::Add, b"k", b"w", 0, NOW as i64, 0, NOW)
+        .unwrap();
+    assert!(s.is_empty());
+}
+
+// ---- delete ----
+
+#[test]
+fn delete_hits_and_misses() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    assert_eq!(s.delete(b"k", 0, NOW), Ok(()));
+    assert_eq!(s.delete(b"k", 0, NOW), Err(StoreError::NotFound));
+    assert_eq!(get(&mut s, b"k", NOW), None);
+    assert_eq!((s.stats().delete_hits, s.stats().delete_misses), (1, 1));
+    assert_eq!(s.stats().bytes, 0);
+    s.check_invariants();
+}
+
+#[test]
+fn delete_of_expired_is_a_miss() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 10, NOW);
+    assert_eq!(s.delete(b"k", 0, NOW + 10), Err(StoreError::NotFound));
+    assert_eq!(s.stats().delete_misses, 1);
+    assert_eq!(s.stats().reclaimed, 1);
+}
+
+#[test]
+fn delete_with_cas() {
+    let mut s = shard();
+    let c = set(&mut s, b"k", b"v", 0, NOW);
+    assert_eq!(s.delete(b"k", c + 1, NOW), Err(StoreError::Exists));
+    assert!(get(&mut s, b"k", NOW).is_some());
+    assert_eq!(s.delete(b"k", c, NOW), Ok(()));
+    assert_eq!(s.delete(b"k", c, NOW), Err(StoreError::NotFound));
+}
+
+// ---- CAS ----
+
+#[test]
+fn cas_flow() {
+    let mut s = shard();
+    let c1 = set(&mut s, b"k", b"v1", 0, NOW);
+    let (_, _, seen) = get(&mut s, b"k", NOW).unwrap();
+    assert_eq!(seen, c1);
+    // Someone else writes in between.
+    let c2 = set(&mut s, b"k", b"other", 0, NOW);
+    assert_eq!(
+        s.store(StoreMode::Set, b"k", b"v2", 0, 0, seen, NOW),
+        Err(StoreError::Exists)
+    );
+    assert_eq!(value(&mut s, b"k", NOW), Some(b"other".to_vec()));
+    let c3 = s.store(StoreMode::Set, b"k", b"v2", 3, 0, c2, NOW).unwrap();
+    assert!(c3 > c2);
+    assert_eq!(get(&mut s, b"k", NOW), Some((b"v2".to_vec(), 3, c3)));
+    assert_eq!(
+        s.store(StoreMode::Set, b"missing", b"x", 0, 0, c3, NOW),
+        Err(StoreError::NotFound)
+    );
+    let st = s.stats();
+    assert_eq!((st.cas_hits, st.cas_badval, st.cas_misses), (1, 1, 1));
+}
+
+#[test]
+fn cas_on_expired_item_is_not_found() {
+    let mut s = shard();
+    let c = set(&mut s, b"k", b"v", 5, NOW);
+    assert_eq!(
+        s.store(StoreMode::Set, b"k", b"w", 0, 0, c, NOW + 5),
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(s.stats().cas_misses, 1);
+}
+
+#[test]
+fn cas_applies_to_every_mode() {
+    let mut s = shard();
+    let c = set(&mut s, b"k", b"v", 0, NOW);
+    for mode in [StoreMode::Replace, StoreMode::Append, StoreMode::Prepend] {
+        assert_eq!(
+            s.store(mode, b"k", b"x", 0, 0, c + 100, NOW),
+            Err(StoreError::Exists),
+            "{mode:?}"
+        );
+        assert_eq!(
+            s.store(mode, b"nope", b"x", 0, 0, c, NOW),
+            Err(StoreError::NotFound),
+            "{mode:?}"
+        );
+    }
+    // Add on a live key is NotStored whatever the CAS.
+    assert_eq!(
+        s.store(StoreMode::Add, b"k", b"x", 0, 0, c, NOW),
+        Err(StoreError::NotStored)
+    );
+    assert_eq!(value(&mut s, b"k", NOW), Some(b"v".to_vec()));
+    let c2 = s
+        .store(StoreMode::Append, b"k", b"+", 0, 0, c, NOW)
+        .unwrap();
+    assert_eq!(get(&mut s, b"k", NOW), Some((b"v+".to_vec(), 0, c2)));
+}
+
+#[test]
+fn every_modification_gets_a_new_increasing_cas() {
+    let mut s = shard();
+    let mut last = 0;
+    let mut check = |c: u64| {
+        assert!(c > last, "{c} after {last}");
+        last = c;
+    };
+    check(set(&mut s, b"a", b"1", 0, NOW));
+    check(set(&mut s, b"b", b"1", 0, NOW));
+    check(set(&mut s, b"a", b"2", 0, NOW));
+    check(
+        s.store(StoreMode::Append, b"a", b"0", 0, 0, 0, NOW)
+            .unwrap(),
+    );
+    check(
+        s.store(StoreMode::Prepend, b"a", b"0", 0, 0, 0, NOW)
+            .unwrap(),
+    );
+    check(
+        s.store(StoreMode::Replace, b"a", b"9", 0, 0, 0, NOW)
+            .unwrap(),
+    );
+    check(s.incr_decr(b"a", 1, Delta::Incr, None, 0, NOW).unwrap().1);
+    check(s.incr_decr(b"a", 5, Delta::Incr, None, 0, NOW).unwrap().1);
+    check(
+        s.incr_decr(b"z", 1, Delta::Incr, Some((3, 0)), 0, NOW)
+            .unwrap()
+            .1,
+    );
+    check(s.incr_decr(b"a", 0, Delta::Decr, None, 0, NOW).unwrap().1);
+    check(
+        s.store(StoreMode::Set, b"gone", b"1", 0, -1, 0, NOW)
+            .unwrap(),
+    );
+    // A touch changes only the expiry and keeps the CAS, as memcached does.
+    let (_, _, ca) = get(&mut s, b"a", NOW).unwrap();
+    assert_eq!(s.touch(b"a", 100, NOW).unwrap().cas, ca);
+    // A failed store does not change the item's CAS.
+    let _ = s.store(StoreMode::Add, b"a", b"x", 0, 0, 0, NOW);
+    assert_eq!(get(&mut s, b"a", NOW).unwrap().2, ca);
+}
+
+// ---- expiry boundaries ----
+
+#[test]
+fn exptime_zero_never_expires() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    assert!(get(&mut s, b"k", NOW + 100 * 365 * DAY as u64).is_some());
+}
+
+#[test]
+fn exptime_one_second() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 1, NOW);
+    assert!(get(&mut s, b"k", NOW).is_some());
+    assert_eq!(get(&mut s, b"k", NOW + 1), None);
+    let st = s.stats();
+    assert_eq!((st.get_hits, st.get_misses, st.get_expired), (1, 1, 1));
+    // It was fetched once before expiring.
+    assert_eq!((st.reclaimed, st.expired_unfetched), (1, 0));
+    assert!(s.is_empty());
+}
+
+#[test]
+fn exptime_thirty_days_exactly_is_relative() {
+    let mut s = shard();
+    let d30 = REALTIME_MAXDELTA as u64;
+    set(&mut s, b"k", b"v", REALTIME_MAXDELTA, NOW);
+    assert!(get(&mut s, b"k", NOW + d30 - 1).is_some());
+    assert_eq!(get(&mut s, b"k", NOW + d30), None);
+}
+
+#[test]
+fn exptime_thirty_days_plus_one_is_absolute() {
+    let mut s = shard();
+    // 2592001 as a unix time is in January 1970: already past.
+    let c = s
+        .store(StoreMode::Set, b"k", b"v", 0, REALTIME_MAXDELTA + 1, 0, NOW)
+        .unwrap();
+    assert!(c > 0);
+    assert_eq!(get(&mut s, b"k", NOW), None);
+    assert!(s.is_empty());
+}
+
+#[test]
+fn exptime_absolute_future_and_past() {
+    let mut s = shard();
+    set(&mut s, b"future", b"v", NOW as i64 + 60, NOW);
+    set(&mut s, b"now", b"v", NOW as i64, NOW);
+    set(&mut s, b"past", b"v", NOW as i64 - 60, NOW);
+    assert!(get(&mut s, b"future", NOW + 59).is_some());
+    assert_eq!(get(&mut s, b"future", NOW + 60), None);
+    assert_eq!(get(&mut s, b"now", NOW), None);
+    assert_eq!(get(&mut s, b"past", NOW), None);
+}
+
+#[test]
+fn exptime_negative_is_expired() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", -1, NOW);
+    assert_eq!(get(&mut s, b"k", NOW), None);
+    set(&mut s, b"k", b"v", i64::MIN, NOW);
+    assert_eq!(get(&mut s, b"k", NOW), None);
+}
+
+#[test]
+fn expired_unfetched_counts_items_never_read() {
+    let mut s = shard();
+    set(&mut s, b"read", b"v", 10, NOW);
+    set(&mut s, b"unread", b"v", 10, NOW);
+    assert!(get(&mut s, b"read", NOW).is_some());
+    assert_eq!(s.sweep_expired(100, NOW + 10), 2);
+    let st = s.stats();
+    assert_eq!((st.reclaimed, st.expired_unfetched), (2, 1));
+    assert_eq!(st.get_expired, 0);
+    s.check_invariants();
+}
+
+// ---- touch ----
+
+#[test]
+fn touch_moves_expiry_later() {
+    let mut s = shard();
+    let c = set(&mut s, b"k", b"v", 10, NOW);
+    let t = s.touch(b"k", 100, NOW + 5).unwrap();
+    assert_eq!((t.value, t.cas), (&b"v"[..], c), "touch keeps the CAS");
+    assert!(get(&mut s, b"k", NOW + 104).is_some());
+    assert_eq!(get(&mut s, b"k", NOW + 105), None);
+}
+
+#[test]
+fn touch_moves_expiry_earlier_and_to_never() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    assert!(s.touch(b"k", 2, NOW).is_some());
+    assert!(get(&mut s, b"k", NOW + 1).is_some());
+    assert_eq!(get(&mut s, b"k", NOW + 2), None);
+
+    set(&mut s, b"k", b"v", 2, NOW);
+    assert!(s.touch(b"k", 0, NOW).is_some());
+    assert!(get(&mut s, b"k", NOW + 10 * DAY as u64).is_some());
+}
+
+#[test]
+fn touch_with_expired_time_returns_once_then_hides() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    assert_eq!(
+        s.touch(b"k", -1, NOW).map(|v| v.value.to_vec()),
+        Some(b"v".to_vec())
+    );
+    assert_eq!(get(&mut s, b"k", NOW), None);
+    assert_eq!(s.stats().get_expired, 1);
+}
+
+#[test]
+fn touch_misses() {
+    let mut s = shard();
+    assert!(s.touch(b"k", 10, NOW).is_none());
+    set(&mut s, b"k", b"v", 1, NOW);
+    assert!(s.touch(b"k", 10, NOW + 1).is_none(), "expired is a miss");
+    assert_eq!((s.stats().touch_hits, s.stats().touch_misses), (0, 2));
+    set(&mut s, b"k", b"v", 0, NOW);
+    assert!(s.touch(b"k", 10, NOW).is_some());
+    assert_eq!(s.stats().touch_hits, 1);
+}
+
+// ---- incr / decr ----
+
+#[test]
+fn incr_and_decr() {
+    let mut s = shard();
+    let c0 = s
+        .store(StoreMode::Set, b"n", b"10", 77, 100, 0, NOW)
+        .unwrap();
+    let (v, c1) = s.incr_decr(b"n", 5, Delta::Incr, None, 0, NOW).unwrap();
+    assert_eq!(v, 15);
+    assert!(c1 > c0);
+    assert_eq!(get(&mut s, b"n", NOW), Some((b"15".to_vec(), 77, c1)));
+    let (v, c2) = s.incr_decr(b"n", 6, Delta::Decr, None, 0, NOW).unwrap();
+    assert_eq!(v, 9);
+    // No memcached-style space padding: the value is exactly the digits.
+    assert_eq!(get(&mut s, b"n", NOW), Some((b"9".to_vec(), 77, c2)));
+    let (v, _) = s.incr_decr(b"n", 991, Delta::Incr, None, 0, NOW).unwrap();
+    assert_eq!(v, 1000);
+    assert_eq!(value(&mut s, b"n", NOW), Some(b"1000".to_vec()));
+    // Expiry is kept.
+    assert_eq!(get(&mut s, b"n", NOW + 100), None);
+    let st = s.stats();
+    assert_eq!((st.incr_hits, st.decr_hits), (2, 1));
+}
+
+#[test]
+fn incr_wraps_at_2_pow_64() {
+    let mut s = shard();
+    set(&mut s, b"n", b"18446744073709551615", 0, NOW);
+    assert_eq!(
+        s.incr_decr(b"n", 1, Delta::Incr, None, 0, NOW).unwrap().0,
+        0
+    );
+    assert_eq!(value(&mut s, b"n", NOW), Some(b"0".to_vec()));
+    set(&mut s, b"n", b"18446744073709551610", 0, NOW);
+    assert_eq!(
+        s.incr_decr(b"n", 10, Delta::Incr, None, 0, NOW).unwrap().0,
+        4
+    );
+    assert_eq!(
+        s.incr_decr(b"n", u64::MAX, Delta::Incr, None, 0, NOW)
+            .unwrap()
+            .0,
+        3
+    );
+}
+
+#[test]
+fn decr_stops_at_zero() {
+    let mut s = shard();
+    set(&mut s, b"n", b"5", 0, NOW);
+    assert_eq!(
+        s.incr_decr(b"n", 6, Delta::Decr, None, 0, NOW).unwrap().0,
+        0
+    );
+    assert_eq!(
+        s.incr_decr(b"n", u64::MAX, Delta::Decr, None, 0, NOW)
+            .unwrap()
+            .0,
+        0
+    );
+    assert_eq!(value(&mut s, b"n", NOW), Some(b"0".to_vec()));
+}
+
+#[test]
+fn incr_twenty_digits_max() {
+    let mut s = shard();
+    set(&mut s, b"n", b"00000000000000000001", 0, NOW);
+    assert_eq!(
+        s.incr_decr(b"n", 1, Delta::Incr, None, 0, NOW).unwrap().0,
+        2
+    );
+    set(&mut s, b"n", b"18446744073709551614", 0, NOW);
+    assert_eq!(
+        s.incr_decr(b"n", 1, Delta::Incr, None, 0, NOW).unwrap().0,
+        u64::MAX
+    );
+    assert_eq!(
+        value(&mut s, b"n", NOW),
+        Some(b"18446744073709551615".to_vec())
+    );
+}
+
+#[test]
+fn incr_non_numeric() {
+    let mut s = shard();
+    for bad in [
+        &b"abc"[..],
+        b"",
+        b"12a",
+        b" 1",
+        b"1 ",
+        b"-1",
+        b"+1",
+        b"1.5",
+        b"000000000000000000001",
+        b"18446744073709551616",
+        b"99999999999999999999",
+    ] {
+        set(&mut s, b"n", bad, 0, NOW);
+        for d in [Delta::Incr, Delta::Decr] {
+            assert_eq!(
+                s.incr_decr(b"n", 1, d, Some((7, 0)), 0, NOW),
+                Err(StoreError::NonNumeric),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(value(&mut s, b"n", NOW), Some(bad.to_vec()));
+    }
+    assert_eq!((s.stats().incr_hits, s.stats().incr_misses), (0, 0));
+}
+
+#[test]
+fn incr_missing_key() {
+    let mut s = shard();
+    assert_eq!(
+        s.incr_decr(b"n", 1, Delta::Incr, None, 0, NOW),
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(
+        s.incr_decr(b"n", 1, Delta::Decr, None, 0, NOW),
+        Err(StoreError::NotFound)
+    );
+    assert_eq!((s.stats().incr_misses, s.stats().decr_misses), (1, 1));
+    assert!(s.is_empty());
+}
+
+#[test]
+fn incr_create_with_initial() {
+    let mut s = shard();
+    let (v, c) = s
+        .incr_decr(b"n", 5, Delta::Incr, Some((42, 100)), 0, NOW)
+        .unwrap();
+    assert_eq!(v, 42, "the initial value is stored as is, not incremented");
+    assert_eq!(get(&mut s, b"n", NOW), Some((b"42".to_vec(), 0, c)));
+    assert_eq!(get(&mut s, b"n", NOW + 100), None, "with the given expiry");
+    let (v, _) = s
+        .incr_decr(b"d", 5, Delta::Decr, Some((u64::MAX, 0)), 0, NOW)
+        .unwrap();
+    assert_eq!(v, u64::MAX);
+    assert_eq!(
+        value(&mut s, b"d", NOW),
+        Some(b"18446744073709551615".to_vec())
+    );
+    let (v, _) = s
+        .incr_decr(b"d", 5, Delta::Decr, Some((0, 0)), 0, NOW)
+        .unwrap();
+    assert_eq!(
+        v,
+        u64::MAX - 5,
+        "existing key: the initial value is ignored"
+    );
+    assert_eq!((s.stats().incr_misses, s.stats().decr_misses), (1, 1));
+    assert_eq!(s.stats().decr_hits, 1);
+}
+
+#[test]
+fn incr_with_cas() {
+    let mut s = shard();
+    let c = set(&mut s, b"n", b"1", 0, NOW);
+    assert_eq!(
+        s.incr_decr(b"n", 1, Delta::Incr, None, c + 1, NOW),
+        Err(StoreError::Exists)
+    );
+    let (v, c2) = s.incr_decr(b"n", 1, Delta::Incr, None, c, NOW).unwrap();
+    assert_eq!(v, 2);
+    assert_eq!(
+        s.incr_decr(b"n", 1, Delta::Incr, None, c, NOW),
+        Err(StoreError::Exists)
+    );
+    assert_eq!(
+        s.incr_decr(b"n", 1, Delta::Incr, None, c2, NOW).unwrap().0,
+        3
+    );
+}
+
+// ---- flush_all ----
+
+#[test]
+fn flush_all_now() {
+    let mut s = shard();
+    set(&mut s, b"a", b"1", 0, NOW);
+    set(&mut s, b"b", b"2", 0, NOW);
+    s.flush_all(0, NOW);
+    assert_eq!(get(&mut s, b"a", NOW), None);
+    assert_eq!(s.stats().get_flushed, 1);
+    // Stored after the flush, in the same second: visible.
+    set(&mut s, b"c", b"3", 0, NOW);
+    assert!(get(&mut s, b"c", NOW).is_some());
+    // Add over a flushed key works; replace does not.
+    assert_eq!(
+        s.store(StoreMode::Replace, b"b", b"x", 0, 0, 0, NOW),
+        Err(StoreError::NotStored)
+    );
+    assert!(s.store(StoreMode::Add, b"b", b"x", 0, 0, 0, NOW).is_ok());
+    assert_eq!(s.stats().reclaimed, 2);
+    s.check_invariants();
+}
+
+#[test]
+fn flush_all_delayed() {
+    let mut s = shard();
+    set(&mut s, b"early", b"1", 0, NOW);
+    s.flush_all(10, NOW);
+    set(&mut s, b"mid", b"2", 0, NOW + 5);
+    assert!(get(&mut s, b"early", NOW + 9).is_some());
+    assert!(get(&mut s, b"mid", NOW + 9).is_some());
+    set(&mut s, b"late", b"3", 0, NOW + 10);
+    assert_eq!(get(&mut s, b"early", NOW + 10), None);
+    assert_eq!(get(&mut s, b"mid", NOW + 10), None);
+    assert!(get(&mut s, b"late", NOW + 10).is_some());
+    assert_eq!(s.stats().get_flushed, 2);
+}
+
+#[test]
+fn flush_all_delayed_applies_even_if_first_seen_late() {
+    let mut s = shard();
+    set(&mut s, b"a", b"1", 0, NOW);
+    s.flush_all(10, NOW);
+    // Nothing happens until long after; the first call sees it flushed.
+    assert_eq!(get(&mut s, b"a", NOW + 1000), None);
+}
+
+#[test]
+fn flush_all_absolute_and_negative() {
+    let mut s = shard();
+    set(&mut s, b"a", b"1", 0, NOW);
+    s.flush_all(NOW as i64 + 30, NOW);
+    assert!(get(&mut s, b"a", NOW + 29).is_some());
+    assert_eq!(get(&mut s, b"a", NOW + 30), None);
+    set(&mut s, b"b", b"1", 0, NOW + 30);
+    s.flush_all(-5, NOW + 30);
+    assert_eq!(get(&mut s, b"b", NOW + 30), None);
+    set(&mut s, b"c", b"1", 0, NOW + 30);
+    s.flush_all(NOW as i64, NOW + 30); // absolute past: now
+    assert_eq!(get(&mut s, b"c", NOW + 30), None);
+}
+
+#[test]
+fn later_flush_replaces_a_pending_one() {
+    let mut s = shard();
+    set(&mut s, b"a", b"1", 0, NOW);
+    s.flush_all(10, NOW);
+    s.flush_all(100, NOW + 1);
+    assert!(get(&mut s, b"a", NOW + 50).is_some());
+    assert_eq!(get(&mut s, b"a", NOW + 101), None);
+    set(&mut s, b"b", b"1", 0, NOW + 200);
+    s.flush_all(10, NOW + 200);
+    s.flush_all(0, NOW + 201);
+    assert_eq!(get(&mut s, b"b", NOW + 201), None);
+    set(&mut s, b"c", b"1", 0, NOW + 202);
+    assert!(
+        get(&mut s, b"c", NOW + 300).is_some(),
+        "the delayed one was cancelled"
+    );
+}
+
+#[test]
+fn flushed_items_are_swept() {
+    let mut s = shard();
+    for i in 0..100u32 {
+        set(&mut s, format!("k{i}").as_bytes(), b"v", 0, NOW);
+    }
+    s.flush_all(0, NOW);
+    assert_eq!(s.len(), 100, "flush is lazy");
+    assert_eq!(s.sweep_expired(usize::MAX, NOW), 100);
+    assert!(s.is_empty());
+    assert_eq!(s.stats().expired_unfetched, 100);
+    assert_eq!(s.stats().bytes, 0);
+    s.check_invariants();
+}
+
+// ---- sweep ----
+
+#[test]
+fn sweep_is_bounded_and_resumes() {
+    let mut s = shard();
+    for i in 0..1000u32 {
+        let exptime = if i % 2 == 0 { 10 } else { 0 };
+        set(&mut s, format!("k{i}").as_bytes(), b"v", exptime, NOW);
+    }
+    assert_eq!(s.sweep_expired(1000, NOW + 9), 0, "nothing expired yet");
+    let mut total = 0;
+    let mut calls = 0;
+    while total < 500 {
+        let n = s.sweep_expired(50, NOW + 10);
+        assert!(n <= 50);
+        total += n;
+        calls += 1;
+        assert!(calls <= 20, "20 calls of 50 cover 1000 items");
+        s.check_invariants();
+    }
+    assert_eq!(total, 500);
+    assert_eq!(s.len(), 500);
+    assert_eq!(s.sweep_expired(0, NOW + 10), 0);
+    assert_eq!(s.stats().reclaimed, 500);
+    for i in (1..1000u32).step_by(2) {
+        assert!(get(&mut s, format!("k{i}").as_bytes(), NOW + 10).is_some());
+    }
+}
+
+#[test]
+fn sweep_on_empty_shard() {
+    let mut s = shard();
+    assert_eq!(s.sweep_expired(10, NOW), 0);
+}
+
+// ---- size limits ----
+
+#[test]
+fn too_large_stores_nothing_and_keeps_the_old_value() {
+    let max = 1024;
+    let mut s = shard_with(1 << 20, max);
+    // The largest value that fits: item_size(1, v) <= 1024.
+    let fits = (0..max).rev().find(|&v| item_size(1, v) <= max).unwrap();
+    set(&mut s, b"k", &vec![b'a'; fits], 0, NOW);
+    assert_eq!(
+        s.store(StoreMode::Set, b"k", &vec![b'b'; fits + 1], 0, 0, 0, NOW),
+        Err(StoreError::TooLarge)
+    );
+    assert_eq!(value(&mut s, b"k", NOW), Some(vec![b'a'; fits]));
+    assert_eq!(
+        s.store(StoreMode::Append, b"k", b"x", 0, 0, 0, NOW),
+        Err(StoreError::TooLarge)
+    );
+    assert_eq!(
+        s.store(StoreMode::Prepend, b"k", b"x", 0, 0, 0, NOW),
+        Err(StoreError::TooLarge)
+    );
+    assert_eq!(value(&mut s, b"k", NOW), Some(vec![b'a'; fits]));
+    assert_eq!(
+        s.store(StoreMode::Add, b"new", &vec![b'b'; max], 0, 0, 0, NOW),
+        Err(StoreError::TooLarge)
+    );
+    assert_eq!(get(&mut s, b"new", NOW), None);
+    assert_eq!(s.len(), 1);
+    assert_eq!(s.stats().total_items, 1);
+}
+
+#[test]
+fn too_large_wins_over_mode_errors() {
+    let mut s = shard_with(1 << 20, 100);
+    assert_eq!(
+        s.store(StoreMode::Replace, b"k", &[0; 200], 0, 0, 0, NOW),
+        Err(StoreError::TooLarge)
+    );
+}
+
+#[test]
+fn item_bigger_than_the_budget_is_out_of_memory_and_evicts_nothing() {
+    let mut s = shard_with(64 * 1024, 1 << 20);
+    for i in 0..10u32 {
+        set(&mut s, format!("k{i}").as_bytes(), &[b'v'; 1000], 0, NOW);
+    }
+    let before = s.stats().clone();
+    assert_eq!(
+        s.store(StoreMode::Set, b"big", &[0; 64 * 1024], 0, 0, 0, NOW),
+        Err(StoreError::OutOfMemory)
+    );
+    assert_eq!(
+        s.store(StoreMode::Set, b"k0", &[0; 64 * 1024], 0, 0, 0, NOW),
+        Err(StoreError::OutOfMemory)
+    );
+    assert_eq!(s.stats(), &before);
+    assert_eq!(value(&mut s, b"k0", NOW), Some(vec![b'v'; 1000]));
+    assert_eq!(s.len(), 10);
+}
+
+#[test]
+fn zero_budget_stores_nothing() {
+    let mut s = shard_with(0, 1 << 20);
+    assert_eq!(
+        s.store(StoreMode::Set, b"k", b"v", 0, 0, 0, NOW),
+        Err(StoreError::OutOfMemory)
+    );
+    assert_eq!(
+        s.incr_decr(b"k", 1, Delta::Incr, Some((1, 0)), 0, NOW),
+        Err(StoreError::OutOfMemory)
+    );
+    assert!(s.is_empty());
+    assert_eq!(s.stats().heap_bytes, 0);
+}
+
+// ---- memory budget and eviction ----
+
+#[test]
+fn writing_twice_the_budget_stays_within_it() {
+    const BUDGET: usize = 1 << 20;
+    let mut s = shard_with(BUDGET, 1 << 20);
+    let value = [b'x'; 1024];
+    let per_item = item_size(12, 1024);
+    let writes = 2 * BUDGET / 1024;
+    for i in 0..writes {
+        let key = format!("key:{i:08}");
+        s.store(StoreMode::Set, key.as_bytes(), &value, 0, 0, 0, NOW)
+            .unwrap();
+        assert!(s.stats().heap_bytes <= BUDGET as u64);
+        assert!(s.stats().bytes <= BUDGET as u64);
+    }
+    s.check_invariants();
+    let st = s.stats().clone();
+    assert_eq!(st.total_items, writes as u64);
+    assert_eq!(st.evictions, writes as u64 - st.curr_items);
+    assert_eq!(st.evicted_unfetched, st.evictions, "nothing was read");
+    assert!(st.evictions >= (writes - BUDGET / per_item) as u64);
+    // The budget is well used: items fill at least 90 % of what the table leaves.
+    assert!(
+        st.heap_bytes > (BUDGET as u64) * 9 / 10,
+        "heap_bytes {}",
+        st.heap_bytes
+    );
+    // The newest writes are present (CLOCK gives every new item one full revolution).
+    let present_newest = (writes - 100..writes)
+        .filter(|i| get(&mut s, format!("key:{i:08}").as_bytes(), NOW).is_some())
+        .count();
+    assert_eq!(present_newest, 100);
+    // Most of what is held is from the second half.
+    let held_first_half = (0..writes / 2)
+        .filter(|i| get(&mut s, format!("key:{i:08}").as_bytes(), NOW).is_some())
+        .count();
+    assert!(
+        held_first_half < st.curr_items as usize / 4,
+        "{held_first_half} of {} from the first half",
+        st.curr_items
+    );
+}
+
+#[test]
+fn hot_items_survive_a_scan() {
+    const BUDGET: usize = 512 * 1024;
+    let mut s = shard_with(BUDGET, 1 << 20);
+    let value = [b'x'; 1000];
+    for i in 0..50u32 {
+        set(&mut s, format!("hot{i}").as_bytes(), &value, 0, NOW);
+    }
+    for round in 0..20u32 {
+        for i in 0..50u32 {
+            // Reads keep the hot set referenced ...
+            assert!(
+                s.get(format!("hot{i}").as_bytes(), NOW).is_some(),
+                "hot{i} lost in round {round}: {:?} buckets {} rebuilds {}",
+                s.stats(),
+                s.num_buckets(),
+                s.rebuilds()
+            );
+        }
+        // ... while a scan of one-off writes streams past them.
+        for j in 0..100u32 {
+            set(
+                &mut s,
+                format!("cold{round}:{j}").as_bytes(),
+                &value,
+                0,
+                NOW,
+            );
+        }
+    }
+    assert!(s.stats().evictions > 1000);
+    assert_eq!(s.stats().evicted_unfetched, s.stats().evictions);
+}
+
+#[test]
+fn eviction_reclaims_expired_before_counting_evictions() {
+    const BUDGET: usize = 256 * 1024;
+    let mut s = shard_with(BUDGET, 1 << 20);
+    let value = [b'x'; 1000];
+    let mut i = 0u32;
+    // Fill with items that expire at NOW + 10.
+    while s.stats().heap_bytes + 2 * item_size(10, 1000) as u64 <= BUDGET as u64 {
+        set(&mut s, format!("old{i}").as_bytes(), &value, 10, NOW);
+        i += 1;
+    }
+    let old = s.len() as u64;
+    // After they expire, writing the same amount again evicts nothing live.
+    for j in 0..old {
+        set(&mut s, format!("new{j}").as_bytes(), &value, 0, NOW + 10);
+    }
+    let st = s.stats();
+    assert_eq!(st.evictions, 0);
+    assert!(st.reclaimed > 0);
+    assert_eq!(st.expired_unfetched, st.reclaimed);
+}
+
+#[test]
+fn overwrite_under_a_full_budget() {
+    const BUDGET: usize = 128 * 1024;
+    let mut s = shard_with(BUDGET, 1 << 20);
+    for i in 0..1000u32 {
+        set(
+            &mut s,
+            format!("k{}", i % 7).as_bytes(),
+            &vec![b'v'; 100 + (i as usize * 37) % 30_000],
+            0,
+            NOW,
+        );
+    }
+    s.check_invariants();
+    // Appending past the budget evicts others, never the item being grown.
+    for _ in 0..10 {
+        s.store(StoreMode::Append, b"k1", &[b'a'; 5000], 0, 0, 0, NOW)
+            .unwrap();
+        s.check_invariants();
+        assert!(get(&mut s, b"k1", NOW).is_some());
+    }
+}
+
+#[test]
+fn table_growth_is_charged_exactly() {
+    let mut s = shard_with(256 << 20, 1 << 20);
+    let mut last_buckets = 0;
+    let mut growths = 0;
+    for i in 0..100_000u32 {
+        s.store(StoreMode::Set, &i.to_le_bytes(), b"v", 0, 0, 0, NOW)
+            .unwrap();
+        if s.num_buckets() != last_buckets {
+            // check_invariants compares the charged table bytes to the allocation.
+            s.check_invariants();
+            last_buckets = s.num_buckets();
+            growths += 1;
+        }
+    }
+    assert!(growths >= 15, "{growths}");
+    s.check_invariants();
+}
+
+#[test]
+fn small_items_when_the_table_cannot_grow() {
+    // Tiny items: the table, not the items, decides how many fit. Pick a budget where
+    // doubling the table would not fit, so the table is capped and rebuilt in place.
+    for budget in [40_000usize, 100_000, 300_000, 1 << 20] {
+        let mut s = shard_with(budget, 1 << 20);
+        for i in 0..200_000u32 {
+            s.store(StoreMode::Set, &i.to_le_bytes(), b"v", 0, 0, 0, NOW)
+                .unwrap();
+            if i % 997 == 0 {
+                s.check_invariants();
+            }
+        }
+        s.check_invariants();
+        assert!(s.stats().evictions > 100_000, "budget {budget}");
+        assert!(s.rebuilds() > 0, "budget {budget}: the capped path ran");
+        // The newest keys are there.
+        for i in 199_990..200_000u32 {
+            assert!(
+                s.get(&i.to_le_bytes(), NOW).is_some(),
+                "budget {budget}: {i}"
+            );
+        }
+    }
+}
+
+#[test]
+fn churn_with_deletes_keeps_accounting() {
+    let mut s = shard_with(200_000, 1 << 20);
+    for i in 0..50_000u32 {
+        let key = (i % 3000).to_le_bytes();
+        match i % 5 {
+            0 => {
+                let _ = s.delete(&key, 0, NOW);
+            }
+            1 => {
+                let _ = s.store(StoreMode::Append, &key, b"++", 0, 0, 0, NOW);
+            }
+            _ => {
+                s.store(
+                    StoreMode::Set,
+                    &key,
+                    &vec![b'v'; (i % 200) as usize],
+                    0,
+                    0,
+                    0,
+                    NOW,
+                )
+                .unwrap();
+            }
+        }
+        if i % 101 == 0 {
+            s.check_invariants();
+        }
+    }
+    s.check_invariants();
 }
