@@ -9,8 +9,9 @@ use clap::{Parser, ValueEnum};
 #[derive(Debug, Clone, Parser)]
 #[command(name = "memspin", version = crate::engine::VERSION, about, long_about = None)]
 pub struct Args {
-    /// Packet path: `kernel` serves on ordinary kernel TCP sockets (`-l`, `-p`; no root needed).
-    #[arg(long, value_enum, default_value_t = Net::Kernel)]
+    /// Packet path: `tap` serves through smoltcp on a TAP device (root); `kernel` serves on
+    /// ordinary kernel TCP sockets (`-l`, `-p`; no root needed).
+    #[arg(long, value_enum, default_value_t = Net::Tap)]
     pub net: Net,
 
     /// TAP device to create or attach to.
@@ -59,6 +60,8 @@ pub struct Args {
 /// The packet path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Net {
+    /// smoltcp over a TAP device.
+    Tap,
     /// Kernel TCP sockets, for A/B measurements and users without root.
     Kernel,
 }
@@ -203,7 +206,7 @@ mod tests {
     #[test]
     fn defaults_follow_the_contract() {
         let args = Args::parse_from(["memspin"]);
-        assert_eq!(args.net, Net::Kernel);
+        assert_eq!(args.net, Net::Tap);
         assert_eq!(args.iface, "memspin0");
         assert_eq!(args.port, 11211);
         assert_eq!(args.memory_limit_mb, 64);

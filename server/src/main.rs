@@ -5,9 +5,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use server::cli::{Args, Net};
+use server::cli::{Args, HostIp, Net};
 use server::engine::{Engine, EngineConfig, VERSION};
 use server::worker;
+use server::worker::tap::TapConfig;
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -44,6 +45,26 @@ fn run(args: &Args) -> Result<(), String> {
                 );
             })
             .map_err(|e| format!("kernel sockets on {addr}: {e}"))
+        }
+        Net::Tap => {
+            let config = TapConfig {
+                iface: args.iface.clone(),
+                ip: args.ip,
+                host_ip: match args.host_ip {
+                    HostIp::None => None,
+                    HostIp::Addr(cidr) => Some(cidr),
+                },
+                port: args.port,
+                conn_limit: args.conn_limit,
+                idle: args.idle,
+            };
+            worker::tap::run(&config, engine, &stop, || {
+                println!(
+                    "memspin ready: net tap, device {}, listening on {}:{}, 1 worker on CPU {cpu}, idle {:?}",
+                    args.iface, args.ip.addr, args.port, args.idle
+                );
+            })
+            .map_err(|e| format!("tap {}: {e}", args.iface))
         }
     }
 }

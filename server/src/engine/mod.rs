@@ -60,6 +60,11 @@ impl Session {
     pub fn is_closing(&self) -> bool {
         self.closing
     }
+
+    /// Stops executing frames on this connection (the peer closed, or the server is leaving).
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
 }
 
 /// What one call to [`Engine::execute`] did.

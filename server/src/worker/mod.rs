@@ -6,6 +6,7 @@
 //! ```
 
 pub mod kernel;
+pub mod tap;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
