@@ -100,6 +100,17 @@ fn emit_body(buf: &mut [u8], extras: &[u8], key: &[u8], value: &[u8]) {
     value_buf.copy_from_slice(value);
 }
 
+/// The first [`HEADER_LEN`] bytes of `buf` as an array.
+///
+/// # Errors
+/// [`ParseError::Incomplete`] with the missing header bytes.
+#[inline]
+fn first_header(buf: &[u8]) -> Result<&[u8; HEADER_LEN], ParseError> {
+    buf.first_chunk().ok_or_else(|| ParseError::Incomplete {
+        needed: HEADER_LEN - buf.len(),
+    })
+}
+
 /// Splits a whole frame (header checked, `buf.len() >= frame_len`) into extras, key and value.
 #[inline]
 fn split_body(buf: &[u8], extras_len: u8, key_len: u16, frame_len: usize) -> (&[u8], &[u8], &[u8]) {
@@ -144,7 +155,8 @@ impl<'a> RequestRepr<'a> {
     ///   [`Invalid::KeyTooLong`], [`Invalid::Shape`] or [`Invalid::BodyTooLarge`].
     #[inline]
     pub fn parse(buf: &'a [u8], max_body: u32) -> Result<(RequestRepr<'a>, usize), ParseError> {
-        let header = RequestHeader::new_checked(buf)?;
+        // A view over a fixed-size array: field reads need no bounds checks.
+        let header = RequestHeader::new_checked(first_header(buf)?)?;
         let key_len = header.key_len();
         if usize::from(key_len) > MAX_KEY_LEN {
             return Err(Invalid::KeyTooLong { key_len }.into());
@@ -242,7 +254,7 @@ impl<'a> ResponseRepr<'a> {
     ///   [`Invalid::BodyTooLarge`].
     #[inline]
     pub fn parse(buf: &'a [u8], max_body: u32) -> Result<(ResponseRepr<'a>, usize), ParseError> {
-        let header = ResponseHeader::new_checked(buf)?;
+        let header = ResponseHeader::new_checked(first_header(buf)?)?;
         let body_len = header.body_len();
         if body_len > max_body {
             return Err(Invalid::BodyTooLarge { body_len }.into());
