@@ -140,28 +140,28 @@ fn append_frame(
 }
 
 impl<'a> RequestRepr<'a> {
-    /// Parses the first request frame of `buf`; returns it and its length in bytes (spec §2, §4).
+    /// Runs every check of [`parse`](Self::parse) that needs only the 24-byte header, in the
+    /// same order, and returns the checked header view.
     ///
-    /// Checks, in this order: a whole header, the magic, `key_len + extras_len <= body_len`,
-    /// `key_len <= MAX_KEY_LEN`, a known opcode, the command's extras/key/value shape,
-    /// `body_len <= max_body`, and finally that the whole body is in `buf`. Every error but the
-    /// last is decided from the header alone, so a bad frame is never waited for. Bytes after
-    /// the frame are not looked at.
+    /// `Ok` means the frame is well formed: `parse` will succeed once
+    /// [`frame_len`](RequestHeader::frame_len) bytes are in the buffer. Use it to decide about a
+    /// frame before its body has arrived (for example, to refuse a value too large to store
+    /// without buffering it).
     ///
     /// # Errors
-    /// - [`ParseError::Incomplete`] with the bytes missing after `buf` (header, then frame);
-    /// - [`ParseError::UnknownOpcode`] for an opcode memcached does not serve;
-    /// - [`ParseError::Invalid`] with [`Invalid::BadMagic`], [`Invalid::LengthMismatch`],
-    ///   [`Invalid::KeyTooLong`], [`Invalid::Shape`] or [`Invalid::BodyTooLarge`].
+    /// As [`parse`](Self::parse), except that a missing body is not an error.
     #[inline]
-    pub fn parse(buf: &'a [u8], max_body: u32) -> Result<(RequestRepr<'a>, usize), ParseError> {
+    pub fn parse_header(
+        buf: &[u8],
+        max_body: u32,
+    ) -> Result<RequestHeader<&[u8; HEADER_LEN]>, ParseError> {
         // A view over a fixed-size array: field reads need no bounds checks.
         let header = RequestHeader::new_checked(first_header(buf)?)?;
         let key_len = header.key_len();
         if usize::from(key_len) > MAX_KEY_LEN {
             return Err(Invalid::KeyTooLong { key_len }.into());
         }
-        let (opcode, quiet) = Opcode::from_wire(header.opcode());
+        let (opcode, _) = Opcode::from_wire(header.opcode());
         if let Opcode::Unknown(byte) = opcode {
             return Err(ParseError::UnknownOpcode {
                 opcode: byte,
@@ -177,13 +177,34 @@ impl<'a> RequestRepr<'a> {
         if body_len > max_body {
             return Err(Invalid::BodyTooLarge { body_len }.into());
         }
+        Ok(header)
+    }
+
+    /// Parses the first request frame of `buf`; returns it and its length in bytes (spec §2, §4).
+    ///
+    /// Checks, in this order: a whole header, the magic, `key_len + extras_len <= body_len`,
+    /// `key_len <= MAX_KEY_LEN`, a known opcode, the command's extras/key/value shape,
+    /// `body_len <= max_body`, and finally that the whole body is in `buf`. Every error but the
+    /// last is decided from the header alone ([`parse_header`](Self::parse_header)), so a bad
+    /// frame is never waited for. Bytes after the frame are not looked at.
+    ///
+    /// # Errors
+    /// - [`ParseError::Incomplete`] with the bytes missing after `buf` (header, then frame);
+    /// - [`ParseError::UnknownOpcode`] for an opcode memcached does not serve;
+    /// - [`ParseError::Invalid`] with [`Invalid::BadMagic`], [`Invalid::LengthMismatch`],
+    ///   [`Invalid::KeyTooLong`], [`Invalid::Shape`] or [`Invalid::BodyTooLarge`].
+    #[inline]
+    pub fn parse(buf: &'a [u8], max_body: u32) -> Result<(RequestRepr<'a>, usize), ParseError> {
+        let header = Self::parse_header(buf, max_body)?;
         let frame_len = header.frame_len();
         if buf.len() < frame_len {
             return Err(ParseError::Incomplete {
                 needed: frame_len - buf.len(),
             });
         }
-        let (extras, key, value) = split_body(buf, extras_len, key_len, frame_len);
+        let (opcode, quiet) = Opcode::from_wire(header.opcode());
+        let (extras, key, value) =
+            split_body(buf, header.extras_len(), header.key_len(), frame_len);
         let repr = RequestRepr {
             opcode,
             quiet,
@@ -1082,6 +1103,45 @@ mod tests {
         for opcode in Opcode::KNOWN {
             assert!(accepted.iter().any(|&(o, ..)| o == opcode), "{opcode:?}");
         }
+    }
+
+    #[test]
+    fn parse_header_decides_without_the_body() {
+        for (bytes, repr) in request_frames() {
+            let header = RequestRepr::parse_header(&bytes[..HEADER_LEN], MAX_BODY).unwrap();
+            assert_eq!(header.frame_len(), bytes.len());
+            assert_eq!(
+                Opcode::from_wire(header.opcode()),
+                (repr.opcode, repr.quiet)
+            );
+        }
+        // Same errors as parse, from the header alone.
+        let unknown = header(0x42, 0, 0, 10);
+        assert_eq!(
+            RequestRepr::parse_header(&unknown, MAX_BODY),
+            Err(ParseError::UnknownOpcode {
+                opcode: 0x42,
+                opaque: 0,
+                frame_len: 34
+            })
+        );
+        let huge = header(0x01, 8, 3, 1 << 31);
+        assert_eq!(
+            RequestRepr::parse_header(&huge, MAX_BODY).unwrap_err(),
+            ParseError::Invalid(Invalid::BodyTooLarge {
+                body_len: (1 << 31) + 11
+            })
+        );
+        assert_eq!(
+            RequestRepr::parse_header(&huge, u32::MAX)
+                .unwrap()
+                .value_len(),
+            1 << 31
+        );
+        assert_eq!(
+            RequestRepr::parse_header(&huge[..10], MAX_BODY),
+            Err(ParseError::Incomplete { needed: 14 })
+        );
     }
 
     #[test]
