@@ -1,8 +1,9 @@
 //! Request and response representations: parse a frame in place, emit one into a buffer.
 
 use super::{
-    HEADER_LEN, Invalid, MAX_KEY_LEN, Opcode, ParseError, REQUEST_MAGIC, RESPONSE_MAGIC,
-    RequestHeader, ResponseHeader, Status,
+    CounterExtras, ExpirationExtras, HEADER_LEN, Invalid, MAX_KEY_LEN, Opcode, ParseError,
+    REQUEST_MAGIC, RESPONSE_MAGIC, RequestHeader, ResponseHeader, Status, StoreExtras,
+    VerbosityExtras,
 };
 
 /// A parsed request (spec §2 and §4), borrowing extras, key and value from the receive buffer.
@@ -47,27 +48,36 @@ pub struct ResponseRepr<'a> {
     pub value: &'a [u8],
 }
 
-/// The extras, key and value lengths a known command's request must have (memcached 1.6
-/// `dispatch_bin_command`; stricter where memcached would read a value as the next frame).
+/// The extras, key and value lengths a known command's request must have.
+///
+/// These follow memcached 1.6's `dispatch_bin_command`, with two differences:
+/// - STAT, TOUCH, GAT and GATK must carry no value. memcached does not check, and then reads
+///   those value bytes as the next frame; here they are a shape error.
+/// - VERBOSITY (extras 4, nothing else) is accepted. memcached 1.6 no longer serves it in the
+///   binary protocol and answers UNKNOWN_COMMAND; the server decides what to reply.
 fn check_shape(
     opcode: Opcode,
     extras_len: u8,
     key_len: u16,
     value_len: u32,
 ) -> Result<(), Invalid> {
+    let extras = usize::from(extras_len);
     let has_key = key_len > 0;
+    let no_value = value_len == 0;
     let ok = match opcode {
-        Opcode::Get | Opcode::GetK | Opcode::Delete => extras_len == 0 && has_key && value_len == 0,
-        Opcode::Set | Opcode::Add | Opcode::Replace => extras_len == 8 && has_key,
-        Opcode::Append | Opcode::Prepend => extras_len == 0 && has_key,
-        Opcode::Increment | Opcode::Decrement => extras_len == 20 && has_key && value_len == 0,
-        Opcode::Touch | Opcode::Gat | Opcode::GatK => extras_len == 4 && has_key && value_len == 0,
-        Opcode::Flush => (extras_len == 0 || extras_len == 4) && !has_key && value_len == 0,
-        Opcode::Noop | Opcode::Version | Opcode::Quit => {
-            extras_len == 0 && !has_key && value_len == 0
+        Opcode::Get | Opcode::GetK | Opcode::Delete => extras == 0 && has_key && no_value,
+        Opcode::Set | Opcode::Add | Opcode::Replace => extras == StoreExtras::LEN && has_key,
+        Opcode::Append | Opcode::Prepend => extras == 0 && has_key,
+        Opcode::Increment | Opcode::Decrement => {
+            extras == CounterExtras::LEN && has_key && no_value
         }
-        Opcode::Verbosity => extras_len == 4 && !has_key && value_len == 0,
-        Opcode::Stat => extras_len == 0 && value_len == 0,
+        Opcode::Touch | Opcode::Gat | Opcode::GatK => {
+            extras == ExpirationExtras::LEN && has_key && no_value
+        }
+        Opcode::Flush => (extras == 0 || extras == ExpirationExtras::LEN) && !has_key && no_value,
+        Opcode::Noop | Opcode::Version | Opcode::Quit => extras == 0 && !has_key && no_value,
+        Opcode::Verbosity => extras == VerbosityExtras::LEN && !has_key && no_value,
+        Opcode::Stat => extras == 0 && no_value,
         Opcode::Unknown(_) => false,
     };
     if ok {
