@@ -83,4 +83,6 @@ pub use shard::{Delta, ItemView, Shard, ShardConfig, StoreMode};
 pub use stats::ShardStats;
 
 #[cfg(test)]
+mod model_tests;
+#[cfg(test)]
 mod tests;
