@@ -5,3 +5,4 @@ pub mod arrival;
 pub mod histogram;
 pub mod verify;
 pub mod workload;
+pub mod client;
