@@ -1,0 +1,521 @@
+//! The `memspin-loadgen` command line (names fixed by DESIGN.md's CLI contract), turned into a
+//! [`Config`] plus the output files to write.
+//!
+//! ```text
+//! argv → Args (clap) → Config + Outputs → run / sweep → table (stdout), JSON, hgrm, plot
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::arrival::ArrivalKind;
+use crate::client::Protocol;
+use crate::config::Config;
+use crate::output;
+use crate::report::Report;
+use crate::run::run_with_stop;
+use crate::sweep::{sweep, sweep_table};
+use crate::workload::KeyDist;
+
+/// A `--cpus` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+/// A `--sweep` list of rates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateList(pub Vec<f64>);
+
+/// Wire protocol names on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProtocolArg {
+    /// memcached binary protocol.
+    Binary,
+    /// memcached text protocol.
+    Text,
+}
+
+/// Arrival process names on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ArrivalArg {
+    /// Exponential gaps (Poisson process).
+    Poisson,
+    /// Evenly spaced arrivals.
+    Uniform,
+}
+
+/// Open-loop memcached load generator with HDR latency histograms. Without --rate it runs a
+/// closed loop (each connection keeps --pipeline requests in flight) and reports service time;
+/// with --rate it sends on a Poisson schedule and reports latency from the intended send time
+/// (corrected) as well as from the actual send (service time).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "memspin-loadgen", version, about, long_about = None)]
+pub struct Args {
+    /// Server to load (repeatable; connections are spread round-robin).
+    #[arg(
+        short = 's',
+        long = "server",
+        value_name = "HOST:PORT",
+        default_value = "127.0.0.1:11211"
+    )]
+    pub servers: Vec<String>,
+    /// Wire protocol.
+    #[arg(long, value_enum, default_value_t = ProtocolArg::Binary)]
+    pub protocol: ProtocolArg,
+    /// Total connections (spread over the threads).
+    #[arg(short = 'c', long, default_value_t = 4)]
+    pub connections: usize,
+    /// Worker threads, each pinned to a core.
+    #[arg(short = 't', long, default_value_t = 1)]
+    pub threads: usize,
+    /// Cores to pin the threads to, e.g. `1` or `2-3,6` (default: the cores this process may use).
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    pub cpus: Option<CpuList>,
+    /// Do not pin threads.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Requests in flight per connection.
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
+    /// Open loop at this many requests per second in total (suffixes k, M); without it, closed loop.
+    #[arg(long, value_name = "OPS", value_parser = parse_rate)]
+    pub rate: Option<f64>,
+    /// Open-loop arrival process.
+    #[arg(long, value_enum, default_value_t = ArrivalArg::Poisson)]
+    pub arrival: ArrivalArg,
+    /// Series of open-loop rates, e.g. `10k,20k,40k`: one run each, then a latency-vs-throughput table.
+    #[arg(long, value_name = "R1,R2,...", value_parser = parse_sweep, conflicts_with = "rate")]
+    pub sweep: Option<RateList>,
+    /// Measurement window, seconds.
+    #[arg(short = 'd', long, value_name = "SECS", default_value_t = 10.0)]
+    pub duration: f64,
+    /// Warm-up before the window (not recorded), seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Number of distinct keys.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Bytes per key.
+    #[arg(long, value_name = "BYTES", default_value_t = 16)]
+    pub key_size: usize,
+    /// Value size in bytes, or a uniform range MIN-MAX.
+    #[arg(long, value_name = "BYTES|MIN-MAX", default_value = "32", value_parser = parse_value_size)]
+    pub value_size: (usize, usize),
+    /// Fraction of requests that are GETs (the rest are SETs).
+    #[arg(long, value_name = "F", default_value_t = 0.9)]
+    pub get_ratio: f64,
+    /// Key popularity: `uniform` or `zipf:S` (e.g. zipf:0.99).
+    #[arg(long, value_name = "uniform|zipf:S", default_value = "uniform", value_parser = parse_key_dist)]
+    pub key_dist: KeyDist,
+    /// Write every key once before the run.
+    #[arg(long)]
+    pub prefill: bool,
+    /// Self-checking values: every GET hit is checked against key and version.
+    #[arg(long)]
+    pub verify: bool,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// A request unanswered this long counts as a timeout and its connection is reopened.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub timeout_ms: u64,
+    /// Open loop: a request sent more than this after its intended time counts as late.
+    #[arg(long, value_name = "US", default_value_t = 1000)]
+    pub late_us: u64,
+    /// Write the JSON summary here (schema in loadgen/README.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write HdrHistogram percentile-distribution files PATH-<latency>-<op>.hgrm (values in ms).
+    #[arg(long, value_name = "PATH")]
+    pub hgrm_prefix: Option<String>,
+    /// Plot the percentile distribution (or, with --sweep, latency vs throughput) as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// No progress lines.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+impl Args {
+    /// The run configuration these arguments describe.
+    ///
+    /// # Errors
+    /// A message for a server name that does not resolve or a duration that is not a number of
+    /// seconds. The rest is checked by [`Config::check`].
+    pub fn config(&self) -> Result<Config, String> {
+        let mut servers = Vec::new();
+        for s in &self.servers {
+            use std::net::ToSocketAddrs;
+            let addr = s
+                .to_socket_addrs()
+                .map_err(|e| format!("--server {s}: {e}"))?
+                .next()
+                .ok_or_else(|| format!("--server {s}: no address"))?;
+            servers.push(addr);
+        }
+        let secs = |name: &str, v: f64| {
+            Duration::try_from_secs_f64(v)
+                .map_err(|_| format!("--{name} {v}: not a number of seconds"))
+        };
+        Ok(Config {
+            servers,
+            protocol: match self.protocol {
+                ProtocolArg::Binary => Protocol::Binary,
+                ProtocolArg::Text => Protocol::Text,
+            },
+            connections: self.connections,
+            threads: self.threads,
+            cpus: self.cpus.as_ref().map(|c| c.0.clone()),
+            pin: !self.no_pin,
+            pipeline: self.pipeline,
+            rate: self.rate,
+            arrival: match self.arrival {
+                ArrivalArg::Poisson => ArrivalKind::Poisson,
+                ArrivalArg::Uniform => ArrivalKind::Uniform,
+            },
+            duration: secs("duration", self.duration)?,
+            warmup: secs("warmup", self.warmup)?,
+            keys: self.keys,
+            key_size: self.key_size,
+            value_min: self.value_size.0,
+            value_max: self.value_size.1,
+            get_ratio: self.get_ratio,
+            key_dist: self.key_dist,
+            prefill: self.prefill,
+            verify: self.verify,
+            seed: self.seed,
+            timeout: Duration::from_millis(self.timeout_ms),
+            late_threshold: Duration::from_micros(self.late_us),
+            progress: !self.quiet,
+        })
+    }
+}
+
+/// `50000`, `50k`, `1.5M` → requests per second.
+///
+/// # Errors
+/// A message when it is not a positive number.
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    let (num, mult) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 1e3),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 1e6),
+        _ => (s, 1.0),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate (e.g. 50000, 50k, 1.5M)"))?;
+    let v = v * mult;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s:?}: the rate must be positive"))
+    }
+}
+
+/// `R1,R2,...` → rates.
+///
+/// # Errors
+/// A message naming the bad rate.
+pub fn parse_sweep(s: &str) -> Result<RateList, String> {
+    let rates = s
+        .split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(parse_rate)
+        .collect::<Result<Vec<_>, _>>()?;
+    if rates.is_empty() {
+        Err("--sweep needs at least one rate".to_string())
+    } else {
+        Ok(RateList(rates))
+    }
+}
+
+/// `32` or `16-1024` → (min, max).
+///
+/// # Errors
+/// A message when it is not a size or a range with MIN <= MAX.
+pub fn parse_value_size(s: &str) -> Result<(usize, usize), String> {
+    let num = |t: &str| {
+        t.trim()
+            .parse::<usize>()
+            .map_err(|_| format!("{s:?} is not BYTES or MIN-MAX"))
+    };
+    let (lo, hi) = match s.split_once('-') {
+        Some((a, b)) => (num(a)?, num(b)?),
+        None => {
+            let v = num(s)?;
+            (v, v)
+        }
+    };
+    if lo > hi {
+        Err(format!("{s:?}: MIN must not exceed MAX"))
+    } else {
+        Ok((lo, hi))
+    }
+}
+
+/// `uniform` or `zipf:S`.
+///
+/// # Errors
+/// A message for anything else.
+pub fn parse_key_dist(s: &str) -> Result<KeyDist, String> {
+    if s == "uniform" {
+        return Ok(KeyDist::Uniform);
+    }
+    if let Some(exp) = s.strip_prefix("zipf:") {
+        let v: f64 = exp
+            .parse()
+            .map_err(|_| format!("{s:?}: zipf needs an exponent, e.g. zipf:0.99"))?;
+        if v.is_finite() && v >= 0.0 {
+            return Ok(KeyDist::Zipf(v));
+        }
+    }
+    Err(format!("{s:?}: expected uniform or zipf:S with S >= 0"))
+}
+
+/// `0,2-3` → [0, 2, 3].
+///
+/// # Errors
+/// A message for anything that is not a list of cores and ranges.
+pub fn parse_cpus(s: &str) -> Result<CpuList, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let num = |t: &str| {
+            t.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{s:?} is not a core list like 0,2-3"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if a > b {
+                    return Err(format!("{s:?}: range {a}-{b} runs backwards"));
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(num(part)?),
+        }
+    }
+    if out.is_empty() {
+        Err("--cpus needs at least one core".to_string())
+    } else {
+        Ok(CpuList(out))
+    }
+}
+
+/// Entry point of the `memspin-loadgen` binary.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    match main_with(&args) {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("memspin-loadgen: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs what `args` asks for; the exit code is 1 when verification found mismatches.
+///
+/// # Errors
+/// A message for invalid arguments, a failed start-up or an output file that cannot be written.
+pub fn main_with(args: &Args) -> Result<ExitCode, String> {
+    let config = args.config()?;
+    config.check().map_err(|e| e.to_string())?;
+    if let Some(p) = &args.plot {
+        output::PlotFormat::of(p)?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal ends the process the usual way.
+        signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
+            .map_err(|e| e.to_string())?;
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| e.to_string())?;
+    }
+    let reports: Vec<Report> = match &args.sweep {
+        Some(rates) => sweep(&config, &rates.0, stop).map_err(|e| e.to_string())?,
+        None => vec![run_with_stop(&config, stop).map_err(|e| e.to_string())?],
+    };
+    let sweeping = args.sweep.is_some();
+    for r in &reports {
+        print!("{}", r.table());
+        if sweeping {
+            println!();
+        }
+    }
+    if sweeping {
+        println!("latency vs throughput (corrected latency, µs):");
+        print!("{}", sweep_table(&reports));
+    }
+    if let Some(path) = &args.json {
+        let res = if sweeping {
+            output::write_sweep_json(path, &reports)
+        } else {
+            output::write_json(path, &reports[0])
+        };
+        res.map_err(|e| format!("--json {}: {e}", path.display()))?;
+    }
+    if let Some(prefix) = &args.hgrm_prefix {
+        for r in &reports {
+            let p = match (sweeping, r.config.rate) {
+                (true, Some(rate)) => format!("{prefix}-rate{rate:.0}"),
+                _ => prefix.clone(),
+            };
+            output::write_hgrm(&p, r).map_err(|e| format!("--hgrm-prefix {prefix}: {e}"))?;
+        }
+    }
+    if let Some(path) = &args.plot {
+        let res = if sweeping {
+            output::plot_sweep(path, &reports)
+        } else {
+            let r = &reports[0];
+            let mut curves = Vec::new();
+            let corrected_all = r.corrected.as_ref().map(|c| c.all());
+            let service_all = r.service.all();
+            if let Some(c) = &corrected_all {
+                curves.push(("corrected (from intended send)", c));
+            }
+            curves.push(("service (from actual send)", &service_all));
+            let title = match r.config.rate {
+                Some(rate) => format!("latency by percentile, open loop at {rate:.0}/s"),
+                None => "latency by percentile, closed loop".to_string(),
+            };
+            output::plot_percentiles(path, &title, &curves)
+        };
+        res.map_err(|e| format!("--plot {}: {e}", path.display()))?;
+    }
+    let mismatches: u64 = reports.iter().map(|r| r.verify.mismatches).sum();
+    Ok(if mismatches > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn design_md_flag_names_exist() {
+        let cmd = Args::command();
+        let longs: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
+        for name in [
+            "server",
+            "protocol",
+            "connections",
+            "threads",
+            "pipeline",
+            "rate",
+            "duration",
+            "warmup",
+            "keys",
+            "key-size",
+            "value-size",
+            "get-ratio",
+            "key-dist",
+            "prefill",
+            "verify",
+            "seed",
+            "json",
+            "hgrm-prefix",
+            "plot",
+            "sweep",
+        ] {
+            assert!(longs.contains(&name), "--{name} missing");
+        }
+        let shorts: Vec<char> = cmd.get_arguments().filter_map(|a| a.get_short()).collect();
+        for c in ['s', 'c', 't', 'd'] {
+            assert!(shorts.contains(&c), "-{c} missing");
+        }
+        cmd.debug_assert();
+    }
+
+    #[test]
+    fn arguments_become_a_config() {
+        let args = Args::try_parse_from([
+            "memspin-loadgen",
+            "-s",
+            "127.0.0.1:9999",
+            "-s",
+            "127.0.0.1:9998",
+            "--protocol",
+            "text",
+            "-c",
+            "8",
+            "-t",
+            "2",
+            "--pipeline",
+            "4",
+            "--rate",
+            "20k",
+            "-d",
+            "3",
+            "--warmup",
+            "0.5",
+            "--keys",
+            "1000",
+            "--key-size",
+            "10",
+            "--value-size",
+            "16-64",
+            "--get-ratio",
+            "0.5",
+            "--key-dist",
+            "zipf:0.99",
+            "--prefill",
+            "--verify",
+            "--seed",
+            "7",
+            "--cpus",
+            "0-1",
+        ])
+        .unwrap();
+        let c = args.config().unwrap();
+        assert_eq!(c.servers.len(), 2);
+        assert_eq!(c.protocol, Protocol::Text);
+        assert_eq!((c.connections, c.threads, c.pipeline), (8, 2, 4));
+        assert_eq!(c.rate, Some(20_000.0));
+        assert_eq!(c.duration, Duration::from_secs(3));
+        assert_eq!(c.warmup, Duration::from_millis(500));
+        assert_eq!(
+            (c.keys, c.key_size, c.value_min, c.value_max),
+            (1_000, 10, 16, 64)
+        );
+        assert_eq!(c.key_dist, KeyDist::Zipf(0.99));
+        assert!(c.prefill && c.verify);
+        assert_eq!(c.seed, 7);
+        assert_eq!(c.cpus, Some(vec![0, 1]));
+        assert_eq!(c.check(), Ok(()));
+        // meta is not offered until servers speak it.
+        assert!(Args::try_parse_from(["memspin-loadgen", "--protocol", "meta"]).is_err());
+        assert!(
+            Args::try_parse_from(["memspin-loadgen", "--rate", "1k", "--sweep", "1k,2k"]).is_err()
+        );
+    }
+
+    #[test]
+    fn value_parsers() {
+        assert_eq!(parse_rate("1.5M"), Ok(1_500_000.0));
+        assert_eq!(parse_rate("250"), Ok(250.0));
+        assert!(parse_rate("0").is_err() && parse_rate("fast").is_err());
+        assert_eq!(
+            parse_sweep("1k, 2k,5000"),
+            Ok(RateList(vec![1_000.0, 2_000.0, 5_000.0]))
+        );
+        assert!(parse_sweep(",").is_err());
+        assert_eq!(parse_value_size("32"), Ok((32, 32)));
+        assert_eq!(parse_value_size("16-1024"), Ok((16, 1024)));
+        assert!(parse_value_size("9-3").is_err() && parse_value_size("x").is_err());
+        assert_eq!(parse_key_dist("uniform"), Ok(KeyDist::Uniform));
+        assert!(parse_key_dist("zipf:-1").is_err() && parse_key_dist("zipf").is_err());
+        assert_eq!(parse_cpus("0,2-3"), Ok(CpuList(vec![0, 2, 3])));
+        assert!(parse_cpus("3-1").is_err());
+    }
+}

@@ -1,0 +1,351 @@
+//! What a run does: the validated form of the command line, usable directly from tests.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::arrival::ArrivalKind;
+use crate::client::Protocol;
+use crate::verify;
+use crate::workload::{KeyDist, Keyspace, KeyspaceError, Mix, MixError};
+
+/// Largest value the generator will write (memcached's `-I` maximum is 1 GiB; its default 1 MiB).
+pub const MAX_VALUE_SIZE: usize = 128 * 1024 * 1024;
+
+/// One run's parameters. `Config::default()` is a 10 s closed-loop run against 127.0.0.1:11211.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Servers; connection `i` goes to `servers[i % servers.len()]`.
+    pub servers: Vec<SocketAddr>,
+    /// Wire protocol.
+    pub protocol: Protocol,
+    /// Total connections; connection `i` belongs to thread `i % threads`.
+    pub connections: usize,
+    /// Worker threads, one event loop each.
+    pub threads: usize,
+    /// Cores to pin thread `t` to (`cpus[t % len]`); `None`: the cores this process may use.
+    pub cpus: Option<Vec<usize>>,
+    /// Pin threads at all.
+    pub pin: bool,
+    /// Requests in flight per connection.
+    pub pipeline: usize,
+    /// Open loop at this many requests per second in total; `None`: closed loop.
+    pub rate: Option<f64>,
+    /// Spacing of open-loop arrivals.
+    pub arrival: ArrivalKind,
+    /// Measurement window.
+    pub duration: Duration,
+    /// Unrecorded run time before the window.
+    pub warmup: Duration,
+    /// Number of keys.
+    pub keys: u64,
+    /// Bytes per key.
+    pub key_size: usize,
+    /// Smallest value, bytes.
+    pub value_min: usize,
+    /// Largest value, bytes.
+    pub value_max: usize,
+    /// Fraction of GETs.
+    pub get_ratio: f64,
+    /// Key popularity.
+    pub key_dist: KeyDist,
+    /// Write every key once before the run.
+    pub prefill: bool,
+    /// Self-checking values; every GET hit is checked.
+    pub verify: bool,
+    /// Seed of every generator.
+    pub seed: u64,
+    /// A request unanswered this long is a timeout and its connection is reopened.
+    pub timeout: Duration,
+    /// Open loop: a request sent later than this after its intended time counts as late.
+    pub late_threshold: Duration,
+    /// Print a progress line every second (to stderr).
+    pub progress: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            servers: vec![SocketAddr::from(([127, 0, 0, 1], 11211))],
+            protocol: Protocol::Binary,
+            connections: 4,
+            threads: 1,
+            cpus: None,
+            pin: true,
+            pipeline: 1,
+            rate: None,
+            arrival: ArrivalKind::Poisson,
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(1),
+            keys: 100_000,
+            key_size: 16,
+            value_min: 32,
+            value_max: 32,
+            get_ratio: 0.9,
+            key_dist: KeyDist::Uniform,
+            prefill: false,
+            verify: false,
+            seed: 1,
+            timeout: Duration::from_secs(1),
+            late_threshold: Duration::from_millis(1),
+            progress: true,
+        }
+    }
+}
+
+/// Why a configuration cannot run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigError {
+    /// No server given.
+    NoServers,
+    /// Zero threads.
+    Threads,
+    /// Fewer connections than threads (every thread needs one).
+    Connections,
+    /// Zero pipeline depth.
+    Pipeline,
+    /// A rate that is not a positive finite number.
+    Rate,
+    /// A zero measurement window.
+    Duration,
+    /// A zero timeout.
+    Timeout,
+    /// Values larger than [`MAX_VALUE_SIZE`].
+    ValueTooLarge,
+    /// `--verify` with values shorter than the verification header.
+    VerifyValueTooSmall,
+    /// `--verify` or `--prefill` with fewer keys than connections (each connection owns keys).
+    FewerKeysThanConnections,
+    /// An empty `--cpus` list.
+    Cpus,
+    /// The keyspace cannot be built.
+    Keyspace(KeyspaceError),
+    /// The workload mix is invalid.
+    Mix(MixError),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NoServers => f.write_str("at least one --server is needed"),
+            ConfigError::Threads => f.write_str("--threads must be at least 1"),
+            ConfigError::Connections => f.write_str("--connections must be at least --threads"),
+            ConfigError::Pipeline => f.write_str("--pipeline must be at least 1"),
+            ConfigError::Rate => f.write_str("--rate must be a positive number"),
+            ConfigError::Duration => f.write_str("--duration must be positive"),
+            ConfigError::Timeout => f.write_str("--timeout-ms must be positive"),
+            ConfigError::ValueTooLarge => {
+                write!(f, "--value-size is limited to {MAX_VALUE_SIZE} bytes")
+            }
+            ConfigError::VerifyValueTooSmall => {
+                write!(
+                    f,
+                    "--verify needs values of at least {} bytes",
+                    verify::HEADER_LEN
+                )
+            }
+            ConfigError::FewerKeysThanConnections => {
+                f.write_str("--verify and --prefill need at least as many --keys as --connections")
+            }
+            ConfigError::Cpus => f.write_str("--cpus needs at least one core"),
+            ConfigError::Keyspace(e) => e.fmt(f),
+            ConfigError::Mix(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<KeyspaceError> for ConfigError {
+    fn from(e: KeyspaceError) -> Self {
+        ConfigError::Keyspace(e)
+    }
+}
+
+impl From<MixError> for ConfigError {
+    fn from(e: MixError) -> Self {
+        ConfigError::Mix(e)
+    }
+}
+
+impl Config {
+    /// Whether this is an open-loop run.
+    pub fn is_open_loop(&self) -> bool {
+        self.rate.is_some()
+    }
+
+    /// The workload mix.
+    pub fn mix(&self) -> Mix {
+        Mix {
+            keys: self.keys,
+            key_dist: self.key_dist,
+            get_ratio: self.get_ratio,
+            value_min: self.value_min,
+            value_max: self.value_max,
+        }
+    }
+
+    /// Checks everything that can be checked before connecting.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.servers.is_empty() {
+            return Err(ConfigError::NoServers);
+        }
+        if self.threads == 0 {
+            return Err(ConfigError::Threads);
+        }
+        if self.connections < self.threads {
+            return Err(ConfigError::Connections);
+        }
+        if self.pipeline == 0 {
+            return Err(ConfigError::Pipeline);
+        }
+        if let Some(r) = self.rate
+            && !(r.is_finite() && r > 0.0)
+        {
+            return Err(ConfigError::Rate);
+        }
+        if self.duration.is_zero() {
+            return Err(ConfigError::Duration);
+        }
+        if self.timeout.is_zero() {
+            return Err(ConfigError::Timeout);
+        }
+        if self.cpus.as_ref().is_some_and(Vec::is_empty) {
+            return Err(ConfigError::Cpus);
+        }
+        self.mix().check()?;
+        if self.value_max > MAX_VALUE_SIZE {
+            return Err(ConfigError::ValueTooLarge);
+        }
+        if self.verify && self.value_min < verify::HEADER_LEN {
+            return Err(ConfigError::VerifyValueTooSmall);
+        }
+        if (self.verify || self.prefill) && self.keys < self.connections as u64 {
+            return Err(ConfigError::FewerKeysThanConnections);
+        }
+        Keyspace::check(self.keys, self.key_size)?;
+        Ok(())
+    }
+}
+
+/// The configuration as written into the JSON summary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConfigEcho {
+    /// Servers, as `host:port`.
+    pub servers: Vec<String>,
+    /// `binary` or `text`.
+    pub protocol: Protocol,
+    /// Total connections.
+    pub connections: usize,
+    /// Worker threads.
+    pub threads: usize,
+    /// Requests in flight per connection.
+    pub pipeline: usize,
+    /// Target rate (open loop) or null (closed loop).
+    pub rate: Option<f64>,
+    /// `poisson` or `uniform`.
+    pub arrival: ArrivalKind,
+    /// Measurement window, s.
+    pub duration_s: f64,
+    /// Warm-up, s.
+    pub warmup_s: f64,
+    /// Number of keys.
+    pub keys: u64,
+    /// Bytes per key.
+    pub key_size: usize,
+    /// Smallest value, bytes.
+    pub value_size_min: usize,
+    /// Largest value, bytes.
+    pub value_size_max: usize,
+    /// Fraction of GETs.
+    pub get_ratio: f64,
+    /// `uniform` or `zipf:S`.
+    pub key_dist: String,
+    /// Whether keys were written before the run.
+    pub prefill: bool,
+    /// Whether values were verified.
+    pub verify: bool,
+    /// Seed.
+    pub seed: u64,
+    /// Request timeout, ms.
+    pub timeout_ms: f64,
+    /// Late threshold, µs.
+    pub late_threshold_us: f64,
+}
+
+impl From<&Config> for ConfigEcho {
+    fn from(c: &Config) -> Self {
+        ConfigEcho {
+            servers: c.servers.iter().map(ToString::to_string).collect(),
+            protocol: c.protocol,
+            connections: c.connections,
+            threads: c.threads,
+            pipeline: c.pipeline,
+            rate: c.rate,
+            arrival: c.arrival,
+            duration_s: c.duration.as_secs_f64(),
+            warmup_s: c.warmup.as_secs_f64(),
+            keys: c.keys,
+            key_size: c.key_size,
+            value_size_min: c.value_min,
+            value_size_max: c.value_max,
+            get_ratio: c.get_ratio,
+            key_dist: c.key_dist.to_string(),
+            prefill: c.prefill,
+            verify: c.verify,
+            seed: c.seed,
+            timeout_ms: c.timeout.as_secs_f64() * 1e3,
+            late_threshold_us: c.late_threshold.as_secs_f64() * 1e6,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid_and_errors_are_caught() {
+        let ok = Config::default();
+        assert_eq!(ok.check(), Ok(()));
+        let bad = |f: fn(&mut Config)| {
+            let mut c = Config::default();
+            f(&mut c);
+            c.check().unwrap_err()
+        };
+        assert_eq!(bad(|c| c.servers.clear()), ConfigError::NoServers);
+        assert_eq!(bad(|c| c.threads = 8), ConfigError::Connections);
+        assert_eq!(bad(|c| c.pipeline = 0), ConfigError::Pipeline);
+        assert_eq!(bad(|c| c.rate = Some(0.0)), ConfigError::Rate);
+        assert_eq!(bad(|c| c.rate = Some(f64::NAN)), ConfigError::Rate);
+        assert_eq!(bad(|c| c.duration = Duration::ZERO), ConfigError::Duration);
+        assert_eq!(
+            bad(|c| {
+                c.verify = true;
+                c.value_min = 8
+            }),
+            ConfigError::VerifyValueTooSmall
+        );
+        assert_eq!(
+            bad(|c| {
+                c.prefill = true;
+                c.keys = 2
+            }),
+            ConfigError::FewerKeysThanConnections
+        );
+        assert_eq!(
+            bad(|c| c.key_size = 3),
+            ConfigError::Keyspace(KeyspaceError::KeysTooShort { needed: 6 })
+        );
+        assert_eq!(
+            bad(|c| c.get_ratio = 2.0),
+            ConfigError::Mix(MixError::GetRatio)
+        );
+        assert_eq!(bad(|c| c.cpus = Some(vec![])), ConfigError::Cpus);
+    }
+}

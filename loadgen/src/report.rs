@@ -1,0 +1,579 @@
+//! The results of a run: per-thread statistics merged bucket-wise, the self-checks, the
+//! warnings, the human table and the machine-readable summary (schema in `loadgen/README.md`).
+//!
+//! ```text
+//! ThreadStats × threads ──merge──▶ Report ─▶ table (stdout) / Summary (JSON) / hgrm / plot
+//! ```
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::arrival::{ArrivalKind, GapCheck};
+use crate::client::Protocol;
+use crate::config::{Config, ConfigEcho};
+use crate::histogram::{LatencySet, OpKind, Percentiles, new_histogram};
+use crate::verify::VerifyCounts;
+use crate::worker::{ErrorCounts, ThreadStats};
+
+/// Version tag of the JSON summary; bumped when a documented field changes meaning.
+pub const SCHEMA: &str = "memspin-loadgen/1";
+
+/// Achieved/target rate below which the open-loop rate check fails.
+pub const RATE_TOLERANCE: f64 = 0.02;
+
+/// Everything a run measured, merged over threads.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The configuration that ran.
+    pub config: Config,
+    /// Service time (from the actual send), per op, ns.
+    pub service: LatencySet,
+    /// Corrected latency (from the intended send), per op, ns; open loop only.
+    pub corrected: Option<LatencySet>,
+    /// Open loop: send lag (actual − intended), ns.
+    pub send_lag: Histogram<u64>,
+    /// Open loop: the generator's own share of the send lag, ns.
+    pub generator_lag: Histogram<u64>,
+    /// Replies per op kind, in `OpKind::ALL` order.
+    pub counts: [u64; 4],
+    /// Error counters.
+    pub errors: ErrorCounts,
+    /// Verification counters (zero unless `--verify`).
+    pub verify: VerifyCounts,
+    /// Length of the measurement window.
+    pub window: Duration,
+    /// Open loop: arrivals due in the window.
+    pub scheduled: u64,
+    /// Requests sent in the window.
+    pub sent: u64,
+    /// Open loop: requests sent later than the late threshold.
+    pub late: u64,
+    /// Open loop: requests due in the window and never sent.
+    pub never_sent: u64,
+    /// Open loop: requests that had to wait for a free connection slot.
+    pub backpressured: u64,
+    /// Open loop: check of the intended inter-arrival gaps.
+    pub schedule_check: Option<GapCheck>,
+    /// Open loop: check of the gaps between actual sends.
+    pub sent_check: Option<GapCheck>,
+    /// Prefill: keys written and seconds taken.
+    pub prefill: Option<PrefillStats>,
+    /// Loud messages about anything that makes the numbers suspect.
+    pub warnings: Vec<String>,
+}
+
+/// The prefill phase.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PrefillStats {
+    /// Keys written.
+    pub keys: u64,
+    /// Keys not confirmed stored.
+    pub errors: u64,
+    /// Wall time, s.
+    pub seconds: f64,
+}
+
+impl Report {
+    /// Merges the threads' statistics.
+    pub(crate) fn from_threads(
+        config: &Config,
+        threads: Vec<ThreadStats>,
+        prefill_seconds: Option<f64>,
+    ) -> Report {
+        let open = config.is_open_loop();
+        let mut r = Report {
+            config: config.clone(),
+            service: LatencySet::new(),
+            corrected: open.then(LatencySet::new),
+            send_lag: new_histogram(),
+            generator_lag: new_histogram(),
+            counts: [0; 4],
+            errors: ErrorCounts::default(),
+            verify: VerifyCounts::default(),
+            window: Duration::ZERO,
+            scheduled: 0,
+            sent: 0,
+            late: 0,
+            never_sent: 0,
+            backpressured: 0,
+            schedule_check: None,
+            sent_check: None,
+            prefill: None,
+            warnings: Vec::new(),
+        };
+        let mut intended_gaps = Vec::new();
+        let mut sent_gaps = Vec::new();
+        let mut window_ns = 0u64;
+        let mut prefill_keys = 0;
+        let mut prefill_errors = 0;
+        let mut thread_rate = 0.0;
+        for t in threads {
+            r.service.merge(&t.service);
+            if let Some(c) = r.corrected.as_mut() {
+                c.merge(&t.corrected);
+            }
+            r.send_lag.add(&t.send_lag).expect("same bounds");
+            r.generator_lag.add(&t.generator_lag).expect("same bounds");
+            for (a, b) in r.counts.iter_mut().zip(t.counts) {
+                *a += b;
+            }
+            r.errors.merge(&t.errors);
+            r.verify.merge(&t.verify);
+            r.scheduled += t.scheduled;
+            r.sent += t.sent;
+            r.late += t.late;
+            r.never_sent += t.never_sent;
+            r.backpressured += t.backpressured;
+            intended_gaps.extend(t.intended_gaps);
+            sent_gaps.extend(t.sent_gaps);
+            window_ns = window_ns.max(t.window_end_ns.saturating_sub(t.window_start_ns));
+            prefill_keys += t.prefill_keys;
+            prefill_errors += t.prefill_errors;
+            thread_rate = t.thread_rate;
+        }
+        r.window = Duration::from_nanos(window_ns);
+        if open && thread_rate > 0.0 {
+            let mean_ns = 1e9 / thread_rate;
+            r.schedule_check = Some(GapCheck::of(&mut intended_gaps, mean_ns));
+            r.sent_check = Some(GapCheck::of(&mut sent_gaps, mean_ns));
+        }
+        if let Some(seconds) = prefill_seconds {
+            r.prefill = Some(PrefillStats {
+                keys: prefill_keys,
+                errors: prefill_errors,
+                seconds,
+            });
+        }
+        r.warnings = r.find_warnings();
+        r
+    }
+
+    /// Replies in the window.
+    pub fn completed(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Replies per second over the window.
+    pub fn ops_per_sec(&self) -> f64 {
+        per_sec(self.completed(), self.window)
+    }
+
+    /// Open loop: requests sent per second over the window.
+    pub fn achieved_rate(&self) -> f64 {
+        per_sec(self.sent, self.window)
+    }
+
+    /// Replies of one kind.
+    pub fn count(&self, kind: OpKind) -> u64 {
+        self.counts[kind.index()]
+    }
+
+    fn find_warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        let c = &self.config;
+        if self.completed() == 0 {
+            w.push("no request completed in the measurement window".to_string());
+        }
+        if let Some(target) = c.rate {
+            let achieved = self.achieved_rate();
+            let gen_p99_us = Percentiles::of(&self.generator_lag).p99;
+            let late_us = c.late_threshold.as_secs_f64() * 1e6;
+            let waited = self.backpressured as f64 / self.sent.max(1) as f64;
+            if achieved < target * (1.0 - RATE_TOLERANCE) {
+                let why = if waited > 0.01 {
+                    format!(
+                        "{:.1} % of requests waited for a free connection slot: the server (or too few connections × pipeline) is the limit",
+                        waited * 100.0
+                    )
+                } else {
+                    "the generator itself fell behind: add --threads or lower the rate".to_string()
+                };
+                w.push(format!(
+                    "RATE NOT REACHED: sent {achieved:.0}/s of the {target:.0}/s target ({:.1} %); {why}",
+                    100.0 * achieved / target
+                ));
+            }
+            if gen_p99_us > late_us {
+                w.push(format!(
+                    "GENERATOR COULD NOT KEEP UP: its own send lag p99 is {gen_p99_us:.0} µs (threshold {late_us:.0} µs); the corrected latency includes this delay"
+                ));
+            }
+            if self.never_sent > 0 {
+                w.push(format!(
+                    "{} requests due in the window were never sent",
+                    self.never_sent
+                ));
+            }
+            if let (ArrivalKind::Poisson, Some(s)) = (c.arrival, self.sent_check)
+                && s.samples >= 100
+                && !s.looks_exponential
+            {
+                w.push(format!(
+                    "sent inter-arrival gaps do not look exponential (KS D = {:.4} > {:.4} at 5 %): sends were bunched by backpressure or generator delay",
+                    s.ks_statistic, s.ks_critical_5pct
+                ));
+            }
+        }
+        if self.errors.total() > 0 {
+            let e = &self.errors;
+            w.push(format!(
+                "errors: refused {}, reset {}, timeout {}, protocol {}, aborted {}, server {}",
+                e.refused, e.reset, e.timeout, e.protocol, e.aborted, e.server
+            ));
+        }
+        if c.verify && self.verify.mismatches > 0 {
+            let v = &self.verify;
+            w.push(format!(
+                "VERIFY FAILED: {} of {} checked values wrong ({} corrupt, {} stale)",
+                v.mismatches, v.checked, v.corrupt, v.stale
+            ));
+        }
+        if c.verify && self.verify.lost > 0 {
+            w.push(format!(
+                "verify: {} keys missing after a confirmed store (evicted or lost)",
+                self.verify.lost
+            ));
+        }
+        if let Some(p) = self.prefill
+            && p.errors > 0
+        {
+            w.push(format!(
+                "prefill: {} of {} keys not confirmed stored",
+                p.errors, p.keys
+            ));
+        }
+        w
+    }
+
+    /// The machine-readable summary (see `loadgen/README.md` for the schema).
+    pub fn summary(&self) -> Summary {
+        let c = &self.config;
+        let lat = |s: &LatencySet| OpLatencies {
+            all: Percentiles::of(&s.all()),
+            get_hit: Percentiles::of(s.op(OpKind::GetHit)),
+            get_miss: Percentiles::of(s.op(OpKind::GetMiss)),
+            set: Percentiles::of(s.op(OpKind::Set)),
+            other: Percentiles::of(s.op(OpKind::Other)),
+        };
+        let gets = self.count(OpKind::GetHit) + self.count(OpKind::GetMiss);
+        let open_loop = c.rate.map(|target| OpenLoop {
+            target_rate: target,
+            scheduled_rate: per_sec(self.scheduled, self.window),
+            achieved_rate: self.achieved_rate(),
+            achieved_ratio: self.achieved_rate() / target,
+            rate_ok: self.achieved_rate() >= target * (1.0 - RATE_TOLERANCE),
+            scheduled: self.scheduled,
+            sent: self.sent,
+            late: self.late,
+            late_threshold_us: c.late_threshold.as_secs_f64() * 1e6,
+            never_sent: self.never_sent,
+            backpressured: self.backpressured,
+            send_lag_us: Percentiles::of(&self.send_lag),
+            generator_lag_us: Percentiles::of(&self.generator_lag),
+            arrivals: c.arrival,
+            schedule_check: self.schedule_check,
+            sent_check: self.sent_check,
+        });
+        Summary {
+            schema: SCHEMA,
+            mode: if c.rate.is_some() {
+                Mode::Open
+            } else {
+                Mode::Closed
+            },
+            protocol: c.protocol,
+            config: ConfigEcho::from(c),
+            duration_s: self.window.as_secs_f64(),
+            ops: self.completed(),
+            ops_per_sec: self.ops_per_sec(),
+            counts: OpCounts {
+                get_hit: self.count(OpKind::GetHit),
+                get_miss: self.count(OpKind::GetMiss),
+                set: self.count(OpKind::Set),
+                other: self.count(OpKind::Other),
+            },
+            hits: self.count(OpKind::GetHit),
+            misses: self.count(OpKind::GetMiss),
+            hit_ratio: if gets == 0 {
+                0.0
+            } else {
+                self.count(OpKind::GetHit) as f64 / gets as f64
+            },
+            errors: ErrorSummary {
+                counts: self.errors,
+                total: self.errors.total(),
+            },
+            latency_us: Latencies {
+                service: lat(&self.service),
+                corrected: self.corrected.as_ref().map(lat),
+            },
+            open_loop,
+            verify: c.verify.then_some(self.verify),
+            prefill: self.prefill,
+            warnings: self.warnings.clone(),
+        }
+    }
+
+    /// The human-readable result table.
+    pub fn table(&self) -> String {
+        let c = &self.config;
+        let mut out = String::new();
+        let mode = match c.rate {
+            Some(r) => format!("open loop at {r:.0}/s ({})", c.arrival.name()),
+            None => "closed loop".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "memspin-loadgen: {mode}, {} protocol, {} thread(s), {} connection(s), pipeline {}, {:.2} s window (+{:.2} s warm-up)",
+            c.protocol.name(),
+            c.threads,
+            c.connections,
+            c.pipeline,
+            self.window.as_secs_f64(),
+            c.warmup.as_secs_f64()
+        );
+        let _ = writeln!(
+            out,
+            "throughput: {:.1} ops/s  (get hit {}, get miss {}, set {}, other {})",
+            self.ops_per_sec(),
+            self.count(OpKind::GetHit),
+            self.count(OpKind::GetMiss),
+            self.count(OpKind::Set),
+            self.count(OpKind::Other)
+        );
+        let _ = writeln!(
+            out,
+            "{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+            "latency (µs)", "count", "p50", "p90", "p99", "p99.9", "p99.99", "max"
+        );
+        let mut rows = |label: &str, set: &LatencySet| {
+            row(&mut out, &format!("{label} all"), &set.all());
+            for kind in OpKind::ALL {
+                if !set.op(kind).is_empty() {
+                    row(
+                        &mut out,
+                        &format!("{label}   {}", kind.name()),
+                        set.op(kind),
+                    );
+                }
+            }
+        };
+        if let Some(corrected) = &self.corrected {
+            rows("corrected", corrected);
+        }
+        rows("service", &self.service);
+        if c.rate.is_some() {
+            row(&mut out, "send lag", &self.send_lag);
+            let _ = writeln!(
+                out,
+                "open loop: target {:.0}/s, scheduled {:.0}/s, sent {:.0}/s ({:.2} % of target), late (>{:.0} µs) {}, never sent {}, waited for a connection {}",
+                c.rate.unwrap_or_default(),
+                per_sec(self.scheduled, self.window),
+                self.achieved_rate(),
+                100.0 * self.achieved_rate() / c.rate.unwrap_or(1.0),
+                c.late_threshold.as_secs_f64() * 1e6,
+                self.late,
+                self.never_sent,
+                self.backpressured
+            );
+            for (label, check) in [
+                ("scheduled", self.schedule_check),
+                ("sent", self.sent_check),
+            ] {
+                if let Some(g) = check {
+                    let _ = writeln!(
+                        out,
+                        "arrivals {label:<9}: {} gaps, mean {:.1} µs (expected {:.1}), CV {:.3}, KS D {:.4} (5 % critical {:.4}, p {:.3}) {}",
+                        g.samples,
+                        g.mean_gap_us,
+                        g.expected_mean_gap_us,
+                        g.cv,
+                        g.ks_statistic,
+                        g.ks_critical_5pct,
+                        g.ks_p_value,
+                        if g.looks_exponential {
+                            "→ exponential"
+                        } else {
+                            "→ not exponential"
+                        }
+                    );
+                }
+            }
+        }
+        let e = &self.errors;
+        let _ = writeln!(
+            out,
+            "errors: refused {}, reset {}, timeout {}, protocol {}, aborted {}, server {}",
+            e.refused, e.reset, e.timeout, e.protocol, e.aborted, e.server
+        );
+        if c.verify {
+            let v = &self.verify;
+            let _ = writeln!(
+                out,
+                "verify: checked {}, mismatches {} (corrupt {}, stale {}), lost {}",
+                v.checked, v.mismatches, v.corrupt, v.stale, v.lost
+            );
+        }
+        if let Some(p) = self.prefill {
+            let _ = writeln!(
+                out,
+                "prefill: {} keys in {:.2} s, {} not stored",
+                p.keys, p.seconds, p.errors
+            );
+        }
+        for w in &self.warnings {
+            let _ = writeln!(out, "WARNING: {w}");
+        }
+        out
+    }
+}
+
+fn row(out: &mut String, label: &str, h: &Histogram<u64>) {
+    let p = Percentiles::of(h);
+    let _ = write!(out, "{label:<22}{:>10}", p.count);
+    for v in p.columns() {
+        let _ = write!(out, "{v:>10.1}");
+    }
+    out.push('\n');
+}
+
+fn per_sec(n: u64, window: Duration) -> f64 {
+    let s = window.as_secs_f64();
+    if s > 0.0 { n as f64 / s } else { 0.0 }
+}
+
+/// Closed or open loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Each connection sends its next request when a reply frees a slot.
+    Closed,
+    /// Requests are sent on an arrival schedule, whatever the replies do.
+    Open,
+}
+
+/// The JSON summary of one run (schema `memspin-loadgen/1`, documented in `loadgen/README.md`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// `closed` or `open`.
+    pub mode: Mode,
+    /// `binary` or `text`.
+    pub protocol: Protocol,
+    /// The run's parameters.
+    pub config: ConfigEcho,
+    /// Measurement window, s.
+    pub duration_s: f64,
+    /// Replies in the window.
+    pub ops: u64,
+    /// Replies per second.
+    pub ops_per_sec: f64,
+    /// Replies per op kind.
+    pub counts: OpCounts,
+    /// GET hits (= counts.get_hit).
+    pub hits: u64,
+    /// GET misses (= counts.get_miss).
+    pub misses: u64,
+    /// hits / (hits + misses), 0 without GETs.
+    pub hit_ratio: f64,
+    /// Error counters.
+    pub errors: ErrorSummary,
+    /// Latency percentiles, µs.
+    pub latency_us: Latencies,
+    /// Open-loop details; null in closed loop.
+    pub open_loop: Option<OpenLoop>,
+    /// Verification counters; null without `--verify`.
+    pub verify: Option<VerifyCounts>,
+    /// Prefill; null without `--prefill`.
+    pub prefill: Option<PrefillStats>,
+    /// Loud messages; empty when nothing is suspect.
+    pub warnings: Vec<String>,
+}
+
+/// Replies per op kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OpCounts {
+    /// GETs that found a value.
+    pub get_hit: u64,
+    /// GETs that found nothing.
+    pub get_miss: u64,
+    /// SETs stored.
+    pub set: u64,
+    /// Error replies and refused stores.
+    pub other: u64,
+}
+
+/// Error counters plus their total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ErrorSummary {
+    /// The counters.
+    #[serde(flatten)]
+    pub counts: ErrorCounts,
+    /// Their sum.
+    pub total: u64,
+}
+
+/// Percentiles for all ops and per op kind.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct OpLatencies {
+    /// Every reply.
+    pub all: Percentiles,
+    /// GET hits.
+    pub get_hit: Percentiles,
+    /// GET misses.
+    pub get_miss: Percentiles,
+    /// SETs.
+    pub set: Percentiles,
+    /// Other replies.
+    pub other: Percentiles,
+}
+
+/// Service time and (open loop) corrected latency.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Latencies {
+    /// From the actual send to the reply.
+    pub service: OpLatencies,
+    /// From the intended send time to the reply; null in closed loop.
+    pub corrected: Option<OpLatencies>,
+}
+
+/// Open-loop schedule keeping.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct OpenLoop {
+    /// Requests per second asked for.
+    pub target_rate: f64,
+    /// Arrivals the schedule produced in the window, per second.
+    pub scheduled_rate: f64,
+    /// Requests actually sent in the window, per second.
+    pub achieved_rate: f64,
+    /// achieved_rate / target_rate.
+    pub achieved_ratio: f64,
+    /// achieved_rate within 2 % of the target (or above).
+    pub rate_ok: bool,
+    /// Arrivals due in the window.
+    pub scheduled: u64,
+    /// Of those, sent.
+    pub sent: u64,
+    /// Sent later than the threshold after their intended time.
+    pub late: u64,
+    /// The late threshold, µs.
+    pub late_threshold_us: f64,
+    /// Due in the window, never sent (still waiting at its end).
+    pub never_sent: u64,
+    /// Had to wait for a free connection slot.
+    pub backpressured: u64,
+    /// Send lag (actual − intended send time), µs.
+    pub send_lag_us: Percentiles,
+    /// Send lag of requests that found a free slot: the generator's own delay, µs.
+    pub generator_lag_us: Percentiles,
+    /// `poisson` or `uniform`.
+    pub arrivals: ArrivalKind,
+    /// Check of the scheduled gaps.
+    pub schedule_check: Option<GapCheck>,
+    /// Check of the gaps between actual sends.
+    pub sent_check: Option<GapCheck>,
+}

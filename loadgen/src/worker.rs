@@ -1,0 +1,1010 @@
+//! One worker thread: its connections, its arrival schedule, its histograms, and the epoll loop
+//! that drives them. Nothing is shared with other workers during the run but the stop flag and
+//! the once-a-second progress channel.
+//!
+//! ```text
+//! Schedule ─due─▶ backlog ─free slot─▶ Conn.out ─write─▶ server
+//! server ─read─▶ Conn.inb ─decode─▶ reply ─▶ LatencySet (service, corrected), verify, counters
+//! ```
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use crate::arrival::Schedule;
+use crate::client::{Codec, DecodeError, Expect, Reply};
+use crate::config::Config;
+use crate::conn::{Conn, ConnState, FlushOutcome, InFlight, ReadOutcome};
+use crate::histogram::{LatencySet, OpKind, new_histogram};
+use crate::sys::{self, Epoll, HANGUP, READABLE, WRITABLE};
+use crate::verify::{self, VerifyCounts};
+use crate::workload::{Command, Keyspace, Ownership, Picker, derive_seed};
+
+/// How often timeouts and reconnects are looked at while anything is in flight.
+const HOUSEKEEPING_NS: u64 = 2_000_000;
+/// Progress interval.
+pub(crate) const TICK_NS: u64 = 1_000_000_000;
+/// Most inter-arrival gaps kept per thread for the self-check.
+const MAX_GAP_SAMPLES: usize = 200_000;
+/// Most arrivals waiting for a free connection per thread; beyond it they are never sent.
+const MAX_BACKLOG: usize = 1 << 22;
+/// Requests in flight per connection during prefill (at least the pipeline depth).
+const PREFILL_DEPTH: usize = 32;
+/// First reconnect delay; it doubles per failure up to [`MAX_BACKOFF_NS`].
+const BACKOFF_NS: u64 = 10_000_000;
+const MAX_BACKOFF_NS: u64 = 1_000_000_000;
+/// How long start-up waits for every connection.
+const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Seed streams.
+const SEED_PICKER: u64 = 1;
+const SEED_SCHEDULE: u64 = 2;
+
+/// Monotonic run clock in nanoseconds since an epoch shared by all threads.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    epoch: Instant,
+}
+
+impl Clock {
+    /// A clock starting now.
+    pub fn new() -> Clock {
+        Clock {
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since the epoch.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
+/// Error counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ErrorCounts {
+    /// Connection attempts that failed (refused, unreachable, timed out).
+    pub refused: u64,
+    /// Connections closed or reset by the server.
+    pub reset: u64,
+    /// Requests with no reply within the timeout (their connection is then reopened).
+    pub timeout: u64,
+    /// Replies that could not be decoded or answered another request (connection reopened).
+    pub protocol: u64,
+    /// Requests lost in flight when their connection failed (not retried).
+    pub aborted: u64,
+    /// Replies carrying an error status (SERVER_ERROR, CLIENT_ERROR, error statuses).
+    pub server: u64,
+}
+
+impl ErrorCounts {
+    /// Sum of all counters.
+    pub fn total(&self) -> u64 {
+        self.refused + self.reset + self.timeout + self.protocol + self.aborted + self.server
+    }
+
+    /// Adds `o`.
+    pub fn merge(&mut self, o: &ErrorCounts) {
+        self.refused += o.refused;
+        self.reset += o.reset;
+        self.timeout += o.timeout;
+        self.protocol += o.protocol;
+        self.aborted += o.aborted;
+        self.server += o.server;
+    }
+}
+
+/// Everything one thread measured.
+#[derive(Debug, Clone)]
+pub struct ThreadStats {
+    /// Latency from the actual send (service time), per op.
+    pub service: LatencySet,
+    /// Latency from the intended send time (open loop only), per op.
+    pub corrected: LatencySet,
+    /// Open loop: actual minus intended send time.
+    pub send_lag: Histogram<u64>,
+    /// Open loop: send lag of requests sent in the loop iteration where they fell due (the
+    /// generator's own delay, not waiting for a connection).
+    pub generator_lag: Histogram<u64>,
+    /// Replies per [`OpKind`] (index order of `OpKind::ALL`).
+    pub counts: [u64; 4],
+    /// Errors.
+    pub errors: ErrorCounts,
+    /// Verification counters.
+    pub verify: VerifyCounts,
+    /// Open loop: arrivals due in the window.
+    pub scheduled: u64,
+    /// Requests sent in the window.
+    pub sent: u64,
+    /// Open loop: sent more than the late threshold after their intended time.
+    pub late: u64,
+    /// Open loop: due in the window but never sent.
+    pub never_sent: u64,
+    /// Open loop: had to wait for a free connection slot.
+    pub backpressured: u64,
+    /// Open loop: gaps between intended times (sample), ns.
+    pub intended_gaps: Vec<f64>,
+    /// Open loop: gaps between actual sends of consecutive arrivals (sample), ns.
+    pub sent_gaps: Vec<f64>,
+    /// This thread's arrival rate, per second.
+    pub thread_rate: f64,
+    /// Start of the measurement window, run-clock ns.
+    pub window_start_ns: u64,
+    /// End of the measurement window (earlier when stopped), run-clock ns.
+    pub window_end_ns: u64,
+    /// Prefill: keys written.
+    pub prefill_keys: u64,
+    /// Prefill: keys not confirmed stored.
+    pub prefill_errors: u64,
+}
+
+impl ThreadStats {
+    fn new() -> ThreadStats {
+        ThreadStats {
+            service: LatencySet::new(),
+            corrected: LatencySet::new(),
+            send_lag: new_histogram(),
+            generator_lag: new_histogram(),
+            counts: [0; 4],
+            errors: ErrorCounts::default(),
+            verify: VerifyCounts::default(),
+            scheduled: 0,
+            sent: 0,
+            late: 0,
+            never_sent: 0,
+            backpressured: 0,
+            intended_gaps: Vec::new(),
+            sent_gaps: Vec::new(),
+            thread_rate: 0.0,
+            window_start_ns: 0,
+            window_end_ns: 0,
+            prefill_keys: 0,
+            prefill_errors: 0,
+        }
+    }
+}
+
+/// Once-a-second progress from one thread.
+#[derive(Debug)]
+pub(crate) struct Tick {
+    /// Tick number: the interval `[start + (index-1) s, start + index s)`.
+    pub index: u64,
+    /// Replies in the interval.
+    pub completed: u64,
+    /// Errors in the interval.
+    pub errors: u64,
+    /// Latency of those replies (corrected in open loop, service in closed loop), ns.
+    pub latency: Histogram<u64>,
+}
+
+/// State shared by the workers and the thread that started them.
+pub(crate) struct Shared {
+    pub config: Config,
+    pub keyspace: Keyspace,
+    pub codec: Codec,
+    pub pattern: Vec<u8>,
+    pub clock: Clock,
+    pub stop: Arc<AtomicBool>,
+    pub barrier: Barrier,
+    pub abort: AtomicBool,
+    pub start_ns: AtomicU64,
+    pub connect_error: Mutex<Option<(SocketAddr, std::io::ErrorKind)>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Connect,
+    Prefill,
+    Run,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    Reset,
+    Protocol,
+    Timeout,
+    Refused,
+}
+
+/// A worker thread's state.
+struct Worker {
+    shared: Arc<Shared>,
+    conns: Vec<Conn>,
+    epoll: Epoll,
+    stats: ThreadStats,
+    phase: Phase,
+    open_loop: bool,
+    pipeline: usize,
+    /// Free request slots on Ready connections.
+    ready_free: usize,
+    dirty: Vec<usize>,
+    scratch: Vec<u8>,
+    // Run window, run-clock ns.
+    t0: u64,
+    t_end: u64,
+    ended: bool,
+    drain_deadline: u64,
+    // Open loop.
+    schedule: Option<Schedule>,
+    backlog: VecDeque<u64>,
+    rr: usize,
+    last_intended_ns: Option<u64>,
+    last_sent_ns: Option<u64>,
+    // Progress.
+    ticks: Sender<Tick>,
+    next_tick_ns: u64,
+    tick_index: u64,
+    interval: Histogram<u64>,
+    interval_completed: u64,
+    interval_errors: u64,
+    next_housekeeping_ns: u64,
+    ready_events: Vec<(u64, u32)>,
+}
+
+/// Runs worker `id` to completion: connect, (prefill), run, and return what it measured.
+pub(crate) fn worker_main(
+    id: usize,
+    core: Option<core_affinity::CoreId>,
+    shared: Arc<Shared>,
+    ticks: Sender<Tick>,
+) -> ThreadStats {
+    if let Some(core) = core {
+        core_affinity::set_for_current(core);
+    }
+    sys::tighten_timer_slack();
+    let mut w = match Worker::new(id, shared.clone(), ticks) {
+        Ok(w) => Some(w),
+        Err(kind) => {
+            record_connect_error(&shared, shared.config.servers[0], kind);
+            None
+        }
+    };
+    if let Some(w) = w.as_mut()
+        && let Err((addr, kind)) = w.connect_all()
+    {
+        record_connect_error(&shared, addr, kind);
+    }
+    shared.barrier.wait(); // 1: connected (or failed)
+    shared.barrier.wait(); // 2: the starter decided whether to go on
+    let Some(mut w) = w.filter(|_| !shared.abort.load(Ordering::SeqCst)) else {
+        return ThreadStats::new();
+    };
+    if shared.config.prefill {
+        w.prefill();
+    }
+    shared.barrier.wait(); // 3: prefilled
+    shared.barrier.wait(); // 4: start time published
+    let start_ns = shared.start_ns.load(Ordering::SeqCst);
+    w.run(start_ns);
+    w.stats
+}
+
+fn record_connect_error(shared: &Shared, addr: SocketAddr, kind: std::io::ErrorKind) {
+    let mut slot = shared
+        .connect_error
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    slot.get_or_insert((addr, kind));
+}
+
+impl Worker {
+    fn new(
+        id: usize,
+        shared: Arc<Shared>,
+        ticks: Sender<Tick>,
+    ) -> Result<Worker, std::io::ErrorKind> {
+        let cfg = &shared.config;
+        let total = cfg.connections as u64;
+        let owned = cfg.verify;
+        let mut conns = Vec::new();
+        for index in (id..cfg.connections).step_by(cfg.threads) {
+            let server = cfg.servers[index % cfg.servers.len()];
+            let ownership = if owned {
+                Ownership::Owned {
+                    index: index as u64,
+                    total,
+                }
+            } else {
+                Ownership::Shared
+            };
+            let picker = Picker::new(
+                cfg.mix(),
+                ownership,
+                derive_seed(cfg.seed, SEED_PICKER, index as u64),
+            );
+            let owned_keys = if owned {
+                ownership.owned_keys(cfg.keys).count()
+            } else {
+                0
+            };
+            conns.push(Conn::new(index, server, picker, ownership, owned_keys));
+        }
+        let epoll = Epoll::new(conns.len().max(16)).map_err(|e| e.kind())?;
+        let mut stats = ThreadStats::new();
+        if let Some(rate) = cfg.rate {
+            stats.thread_rate = rate / cfg.threads as f64;
+        }
+        Ok(Worker {
+            open_loop: cfg.rate.is_some(),
+            pipeline: cfg.pipeline,
+            scratch: Vec::new(),
+            conns,
+            epoll,
+            stats,
+            phase: Phase::Connect,
+            ready_free: 0,
+            dirty: Vec::new(),
+            t0: 0,
+            t_end: u64::MAX,
+            ended: false,
+            drain_deadline: u64::MAX,
+            schedule: None,
+            backlog: VecDeque::new(),
+            rr: 0,
+            last_intended_ns: None,
+            last_sent_ns: None,
+            ticks,
+            next_tick_ns: u64::MAX,
+            tick_index: 0,
+            interval: new_histogram(),
+            interval_completed: 0,
+            interval_errors: 0,
+            next_housekeeping_ns: 0,
+            ready_events: Vec::new(),
+            shared,
+        })
+    }
+
+    fn depth(&self) -> usize {
+        match self.phase {
+            Phase::Prefill => self.pipeline.max(PREFILL_DEPTH),
+            _ => self.pipeline,
+        }
+    }
+
+    /// Whether events at `now` count (the window and the drain after it).
+    fn counting(&self, now: u64) -> bool {
+        self.phase == Phase::Run && now >= self.t0
+    }
+
+    // ---- connections -------------------------------------------------------------------
+
+    /// Opens every connection and waits until all are up.
+    fn connect_all(&mut self) -> Result<(), (SocketAddr, std::io::ErrorKind)> {
+        for i in 0..self.conns.len() {
+            let server = self.conns[i].server;
+            self.open(i, 0).map_err(|k| (server, k))?;
+        }
+        let deadline = Instant::now() + CONNECT_DEADLINE;
+        while let Some(c) = self.conns.iter().find(|c| c.state == ConnState::Connecting) {
+            let server = c.server;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err((server, std::io::ErrorKind::TimedOut));
+            }
+            let ready: Vec<(u64, u32)> = self
+                .epoll
+                .wait(Some(left))
+                .map_err(|e| (server, e.kind()))?
+                .collect();
+            for (token, _) in ready {
+                let i = token as usize;
+                if self.conns[i].state == ConnState::Connecting {
+                    let c = &mut self.conns[i];
+                    let res = sys::connect_result(c.stream.as_ref().expect("connecting socket"));
+                    if let Err(e) = res {
+                        return Err((c.server, e.kind()));
+                    }
+                    self.became_ready(i, 0);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts connection `i`; `Err` only when the attempt failed at once.
+    fn open(&mut self, i: usize, now: u64) -> Result<(), std::io::ErrorKind> {
+        let (stream, connected) =
+            sys::connect_nonblocking(&self.conns[i].server).map_err(|e| e.kind())?;
+        let interest = if connected {
+            READABLE
+        } else {
+            READABLE | WRITABLE
+        };
+        self.epoll
+            .add(stream.as_raw_fd(), interest, i as u64)
+            .map_err(|e| e.kind())?;
+        let c = &mut self.conns[i];
+        c.stream = Some(stream);
+        c.state = ConnState::Connecting;
+        c.since_ns = now;
+        c.write_interest = !connected;
+        if connected {
+            self.became_ready(i, now);
+        }
+        Ok(())
+    }
+
+    fn became_ready(&mut self, i: usize, now: u64) {
+        let c = &mut self.conns[i];
+        c.state = ConnState::Ready;
+        c.failures = 0;
+        if c.write_interest {
+            c.write_interest = false;
+            if let Some(s) = c.stream.as_ref() {
+                let _ = self.epoll.modify(s.as_raw_fd(), READABLE, i as u64);
+            }
+        }
+        self.ready_free += self.depth();
+        if self.phase != Phase::Connect {
+            self.refill(i, now);
+        }
+    }
+
+    /// Closes connection `i` after `why`; its in-flight requests are lost, never retried.
+    fn fail(&mut self, i: usize, why: Failure, now: u64) {
+        let counting = self.counting(now);
+        let depth = self.depth();
+        let verify = self.shared.config.verify;
+        let timeout_ns = self.shared.config.timeout.as_nanos() as u64;
+        let c = &mut self.conns[i];
+        if c.state == ConnState::Ready {
+            self.ready_free -= depth - c.inflight.len();
+        }
+        let lost = c.close();
+        for r in &lost {
+            if verify && r.command == Command::Set {
+                c.key_state(r.key).maybe_stored(r.version);
+            }
+            if self.phase == Phase::Prefill {
+                self.stats.prefill_errors += 1;
+            } else if r.measured {
+                if now.saturating_sub(r.sent_ns) >= timeout_ns {
+                    self.stats.errors.timeout += 1;
+                } else {
+                    self.stats.errors.aborted += 1;
+                }
+                self.interval_errors += 1;
+            }
+        }
+        if counting {
+            match why {
+                Failure::Reset => self.stats.errors.reset += 1,
+                Failure::Protocol => self.stats.errors.protocol += 1,
+                Failure::Refused => self.stats.errors.refused += 1,
+                Failure::Timeout => {}
+            }
+            if why != Failure::Timeout {
+                self.interval_errors += 1;
+            }
+        }
+        c.failures = c.failures.saturating_add(1);
+        let backoff = (BACKOFF_NS << (c.failures - 1).min(10)).min(MAX_BACKOFF_NS);
+        c.state = ConnState::Down {
+            retry_at_ns: now + backoff,
+        };
+    }
+
+    // ---- sending -----------------------------------------------------------------------
+
+    /// Encodes one request on connection `i`.
+    fn issue(&mut self, i: usize, intended_ns: u64, now: u64) {
+        let sh = &*self.shared;
+        let verify = sh.config.verify;
+        let c = &mut self.conns[i];
+        let (command, key, value_len) = if self.phase == Phase::Prefill {
+            let key = c
+                .ownership
+                .owned_keys(sh.config.keys)
+                .nth(c.prefill_sent as usize)
+                .expect("prefill key");
+            c.prefill_sent += 1;
+            self.stats.prefill_keys += 1;
+            (Command::Set, key, c.picker.value_len())
+        } else {
+            let p = c.picker.pick();
+            (p.command, p.key, p.value_len)
+        };
+        let key_bytes = sh.keyspace.key(key);
+        let opaque = c.take_opaque();
+        let mut version = 0;
+        match command {
+            Command::Get => sh.codec.encode_get(key_bytes, opaque, &mut c.out),
+            Command::Set => {
+                let value: &[u8] = if verify {
+                    version = c.key_state(key).next_version();
+                    self.scratch.resize(value_len, 0);
+                    verify::fill_value(key_bytes, version, &mut self.scratch);
+                    &self.scratch
+                } else {
+                    &sh.pattern[..value_len]
+                };
+                sh.codec.encode_set(key_bytes, value, opaque, &mut c.out);
+            }
+        }
+        let measured =
+            self.phase == Phase::Run && intended_ns >= self.t0 && intended_ns < self.t_end;
+        c.inflight.push_back(InFlight {
+            command,
+            key,
+            version,
+            opaque,
+            intended_ns,
+            sent_ns: now,
+            measured,
+        });
+        self.ready_free -= 1;
+        if !self.dirty.contains(&i) {
+            self.dirty.push(i);
+        }
+        if measured {
+            self.stats.sent += 1;
+        }
+    }
+
+    /// Closed loop and prefill: fills connection `i` up to the depth.
+    fn refill(&mut self, i: usize, now: u64) {
+        if self.conns[i].state != ConnState::Ready {
+            return;
+        }
+        let depth = self.depth();
+        match self.phase {
+            Phase::Connect => {}
+            Phase::Prefill => {
+                let keys = self.shared.config.keys;
+                while self.conns[i].inflight.len() < depth {
+                    let c = &self.conns[i];
+                    let owned = match c.ownership {
+                        Ownership::Shared => keys,
+                        Ownership::Owned { index, total } => (keys - index).div_ceil(total),
+                    };
+                    if c.prefill_sent >= owned {
+                        break;
+                    }
+                    self.issue(i, now, now);
+                }
+            }
+            Phase::Run => {
+                if self.open_loop || self.ended || now >= self.t_end {
+                    return;
+                }
+                while self.conns[i].inflight.len() < depth {
+                    self.issue(i, now, now);
+                }
+            }
+        }
+    }
+
+    /// Open loop: sends due arrivals on free connections, oldest first.
+    fn dispatch(&mut self, now: u64, fresh_from: usize) {
+        let mut stale = self.backlog.len().min(fresh_from);
+        while self.ready_free > 0 {
+            if self.backlog.is_empty() {
+                break;
+            }
+            let n = self.conns.len();
+            let Some(i) = (0..n).map(|k| (self.rr + k) % n).find(|&i| {
+                self.conns[i].state == ConnState::Ready
+                    && self.conns[i].inflight.len() < self.pipeline
+            }) else {
+                debug_assert!(false, "ready_free {} with no free slot", self.ready_free);
+                self.ready_free = 0;
+                break;
+            };
+            let intended = self.backlog.pop_front().expect("backlog checked non-empty");
+            self.rr = (i + 1) % n;
+            self.issue(i, intended, now);
+            let measured = intended >= self.t0 && intended < self.t_end;
+            if measured {
+                let lag = now.saturating_sub(intended);
+                self.stats.send_lag.saturating_record(lag.max(1));
+                if lag > self.shared.config.late_threshold.as_nanos() as u64 {
+                    self.stats.late += 1;
+                }
+                if stale > 0 {
+                    self.stats.backpressured += 1;
+                } else {
+                    self.stats.generator_lag.saturating_record(lag.max(1));
+                }
+                if let Some(prev) = self.last_sent_ns
+                    && self.stats.sent_gaps.len() < MAX_GAP_SAMPLES
+                {
+                    self.stats.sent_gaps.push(now.saturating_sub(prev) as f64);
+                }
+                self.last_sent_ns = Some(now);
+            }
+            stale = stale.saturating_sub(1);
+        }
+    }
+
+    /// Open loop: moves arrivals due by `now` into the backlog; returns where the new ones start.
+    fn generate(&mut self, now: u64) -> usize {
+        let fresh_from = self.backlog.len();
+        let Some(s) = self.schedule.as_mut() else {
+            return fresh_from;
+        };
+        while s.peek_ns() <= now && s.peek_ns() < self.t_end {
+            let t = s.advance();
+            let measured = t >= self.t0;
+            if measured {
+                self.stats.scheduled += 1;
+                if let Some(prev) = self.last_intended_ns
+                    && self.stats.intended_gaps.len() < MAX_GAP_SAMPLES
+                {
+                    self.stats.intended_gaps.push((t - prev) as f64);
+                }
+                self.last_intended_ns = Some(t);
+            }
+            if self.backlog.len() >= MAX_BACKLOG {
+                if measured {
+                    self.stats.never_sent += 1;
+                }
+            } else {
+                self.backlog.push_back(t);
+            }
+        }
+        fresh_from
+    }
+
+    fn flush_dirty(&mut self, now: u64) {
+        while let Some(i) = self.dirty.pop() {
+            let c = &mut self.conns[i];
+            if c.state != ConnState::Ready || !c.has_output() {
+                continue;
+            }
+            match c.flush() {
+                Ok(FlushOutcome::Done) => {}
+                Ok(FlushOutcome::Blocked) => {
+                    if !c.write_interest {
+                        c.write_interest = true;
+                        if let Some(s) = c.stream.as_ref() {
+                            let _ = self
+                                .epoll
+                                .modify(s.as_raw_fd(), READABLE | WRITABLE, i as u64);
+                        }
+                    }
+                }
+                Err(_) => self.fail(i, Failure::Reset, now),
+            }
+        }
+    }
+
+    // ---- receiving ---------------------------------------------------------------------
+
+    fn on_event(&mut self, i: usize, events: u32, now: u64) {
+        match self.conns[i].state {
+            ConnState::Down { .. } => {}
+            ConnState::Connecting => {
+                let res =
+                    sys::connect_result(self.conns[i].stream.as_ref().expect("connecting socket"));
+                match res {
+                    Ok(()) if events & WRITABLE != 0 => self.became_ready(i, now),
+                    Ok(()) => {}
+                    Err(_) => self.fail(i, Failure::Refused, now),
+                }
+            }
+            ConnState::Ready => {
+                if events & WRITABLE != 0 && self.conns[i].write_interest {
+                    let c = &mut self.conns[i];
+                    match c.flush() {
+                        Ok(FlushOutcome::Done) => {
+                            c.write_interest = false;
+                            if let Some(s) = c.stream.as_ref() {
+                                let _ = self.epoll.modify(s.as_raw_fd(), READABLE, i as u64);
+                            }
+                        }
+                        Ok(FlushOutcome::Blocked) => {}
+                        Err(_) => return self.fail(i, Failure::Reset, now),
+                    }
+                }
+                if events & (READABLE | HANGUP) != 0 {
+                    self.on_readable(i);
+                }
+            }
+        }
+    }
+
+    fn on_readable(&mut self, i: usize) {
+        let outcome = self.conns[i].read_some();
+        let rx_ns = self.shared.clock.now_ns();
+        match outcome {
+            Ok(ReadOutcome::Data(_)) => {}
+            Ok(ReadOutcome::WouldBlock) => return,
+            Ok(ReadOutcome::Closed) | Err(_) => return self.fail(i, Failure::Reset, rx_ns),
+        }
+        if let Err(()) = self.decode_replies(i, rx_ns) {
+            return self.fail(i, Failure::Protocol, rx_ns);
+        }
+        self.refill(i, rx_ns);
+    }
+
+    /// Decodes every complete reply on connection `i`, received at `rx_ns`.
+    fn decode_replies(&mut self, i: usize, rx_ns: u64) -> Result<(), ()> {
+        let sh = &*self.shared;
+        let verify = sh.config.verify;
+        let open_loop = self.open_loop;
+        let prefill = self.phase == Phase::Prefill;
+        let ready = self.conns[i].state == ConnState::Ready;
+        let Conn {
+            inb,
+            in_start,
+            in_end,
+            inflight,
+            key_states,
+            ownership,
+            ..
+        } = &mut self.conns[i];
+        while let Some(front) = inflight.front().copied() {
+            let key = sh.keyspace.key(front.key);
+            let expect = Expect {
+                command: front.command,
+                key,
+                opaque: front.opaque,
+            };
+            let (reply, used) = match sh.codec.decode(&inb[*in_start..*in_end], &expect) {
+                Ok(ok) => ok,
+                Err(DecodeError::Incomplete) => break,
+                Err(DecodeError::Invalid(_)) => return Err(()),
+            };
+            let kind = match reply {
+                Reply::Hit { .. } => OpKind::GetHit,
+                Reply::Miss => OpKind::GetMiss,
+                Reply::Stored => OpKind::Set,
+                Reply::NotStored | Reply::ServerError => OpKind::Other,
+            };
+            if verify {
+                let slot = match *ownership {
+                    Ownership::Shared => front.key,
+                    Ownership::Owned { total, .. } => front.key / total,
+                } as usize;
+                let state = &mut key_states[slot];
+                match reply {
+                    Reply::Hit { value } => self.stats.verify.check_hit(state, key, value),
+                    Reply::Miss => self.stats.verify.check_miss(state),
+                    Reply::Stored => state.stored(front.version),
+                    Reply::NotStored | Reply::ServerError => {}
+                }
+            }
+            if prefill {
+                if kind != OpKind::Set {
+                    self.stats.prefill_errors += 1;
+                }
+            } else {
+                let service = rx_ns.saturating_sub(front.sent_ns);
+                let corrected = rx_ns.saturating_sub(front.intended_ns);
+                if front.measured {
+                    self.stats.service.record(kind, service);
+                    if open_loop {
+                        self.stats.corrected.record(kind, corrected);
+                    }
+                    self.stats.counts[kind.index()] += 1;
+                    if reply == Reply::ServerError {
+                        self.stats.errors.server += 1;
+                    }
+                }
+                self.interval
+                    .saturating_record(if open_loop { corrected } else { service }.max(1));
+                self.interval_completed += 1;
+                if reply == Reply::ServerError {
+                    self.interval_errors += 1;
+                }
+            }
+            *in_start += used;
+            inflight.pop_front();
+            if ready {
+                self.ready_free += 1;
+            }
+        }
+        if inflight.is_empty() && *in_start < *in_end {
+            // Bytes nobody asked for.
+            return Err(());
+        }
+        Ok(())
+    }
+
+    // ---- housekeeping ------------------------------------------------------------------
+
+    /// Times out stuck requests and reopens connections that are due.
+    fn housekeeping(&mut self, now: u64) {
+        let timeout_ns = self.shared.config.timeout.as_nanos() as u64;
+        for i in 0..self.conns.len() {
+            match self.conns[i].state {
+                ConnState::Ready => {
+                    if let Some(front) = self.conns[i].inflight.front()
+                        && now.saturating_sub(front.sent_ns) >= timeout_ns
+                    {
+                        self.fail(i, Failure::Timeout, now);
+                    }
+                }
+                ConnState::Connecting => {
+                    // A connect that hangs (SYN dropped) is a failed attempt after the timeout.
+                    if now.saturating_sub(self.conns[i].since_ns) >= timeout_ns {
+                        self.fail(i, Failure::Refused, now);
+                    }
+                }
+                ConnState::Down { retry_at_ns } => {
+                    if retry_at_ns <= now && !self.ended && self.open(i, now).is_err() {
+                        self.fail(i, Failure::Refused, now);
+                    }
+                }
+            }
+        }
+        self.next_housekeeping_ns = now + HOUSEKEEPING_NS;
+    }
+
+    fn in_flight(&self) -> usize {
+        self.conns.iter().map(|c| c.inflight.len()).sum()
+    }
+
+    fn send_tick(&mut self) {
+        let latency = std::mem::replace(&mut self.interval, new_histogram());
+        let tick = Tick {
+            index: self.tick_index,
+            completed: std::mem::take(&mut self.interval_completed),
+            errors: std::mem::take(&mut self.interval_errors),
+            latency,
+        };
+        let _ = self.ticks.send(tick);
+        self.tick_index += 1;
+        self.next_tick_ns += TICK_NS;
+    }
+
+    /// Waits for events until `deadline_ns` and handles them.
+    fn poll(&mut self, now: u64, deadline_ns: u64) {
+        let timeout = Duration::from_nanos(deadline_ns.saturating_sub(now));
+        let mut ready = std::mem::take(&mut self.ready_events);
+        ready.clear();
+        if let Ok(events) = self.epoll.wait(Some(timeout)) {
+            ready.extend(events);
+        }
+        for &(token, events) in &ready {
+            let now = self.shared.clock.now_ns();
+            self.on_event(token as usize, events, now);
+        }
+        self.ready_events = ready;
+    }
+
+    // ---- phases ------------------------------------------------------------------------
+
+    /// Writes every owned key once (closed loop, deep pipeline, unrecorded).
+    fn prefill(&mut self) {
+        self.phase = Phase::Prefill;
+        self.ready_free = self
+            .conns
+            .iter()
+            .filter(|c| c.state == ConnState::Ready)
+            .count()
+            * self.depth();
+        let now = self.shared.clock.now_ns();
+        for i in 0..self.conns.len() {
+            self.refill(i, now);
+        }
+        let keys = self.shared.config.keys;
+        loop {
+            let now = self.shared.clock.now_ns();
+            self.flush_dirty(now);
+            let pending = self.conns.iter().any(|c| {
+                let owned = match c.ownership {
+                    Ownership::Shared => keys,
+                    Ownership::Owned { index, total } => (keys - index).div_ceil(total),
+                };
+                !c.inflight.is_empty()
+                    || (c.prefill_sent < owned && !matches!(c.state, ConnState::Down { .. }))
+            });
+            if !pending || self.shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if now >= self.next_housekeeping_ns {
+                self.housekeeping(now);
+            }
+            self.poll(now, self.next_housekeeping_ns);
+        }
+    }
+
+    fn run(&mut self, start_ns: u64) {
+        let cfg = &self.shared.config;
+        let threads = cfg.threads;
+        self.phase = Phase::Run;
+        self.t0 = start_ns + cfg.warmup.as_nanos() as u64;
+        self.t_end = self.t0 + cfg.duration.as_nanos() as u64;
+        self.drain_deadline = u64::MAX;
+        self.stats.window_start_ns = self.t0;
+        self.next_tick_ns = start_ns + TICK_NS;
+        self.tick_index = 1;
+        let id = self.conns.first().map_or(0, |c| c.index % threads);
+        if let Some(rate) = cfg.rate {
+            let phase = id as f64 / threads as f64;
+            let seed = derive_seed(cfg.seed, SEED_SCHEDULE, id as u64);
+            self.schedule = Some(Schedule::new(
+                cfg.arrival,
+                rate / threads as f64,
+                start_ns,
+                phase,
+                seed,
+            ));
+        }
+        let timeout_ns = cfg.timeout.as_nanos() as u64;
+        // Slots are depth-dependent; recount them for the run's depth.
+        self.ready_free = self
+            .conns
+            .iter()
+            .filter(|c| c.state == ConnState::Ready)
+            .map(|c| self.pipeline - c.inflight.len().min(self.pipeline))
+            .sum();
+        // Wait for the start.
+        while self.shared.clock.now_ns() < start_ns {
+            std::hint::spin_loop();
+        }
+        let now = self.shared.clock.now_ns();
+        for i in 0..self.conns.len() {
+            self.refill(i, now);
+        }
+        loop {
+            let now = self.shared.clock.now_ns();
+            if !self.ended && (now >= self.t_end || self.shared.stop.load(Ordering::Relaxed)) {
+                self.ended = true;
+                self.t_end = self.t_end.min(now);
+                self.drain_deadline = now + timeout_ns;
+                // Arrivals still waiting at the end of the window are never sent.
+                self.drop_backlog();
+            }
+            if !self.ended {
+                let fresh_from = self.generate(now);
+                if self.open_loop {
+                    self.dispatch(now, fresh_from);
+                }
+            }
+            self.flush_dirty(now);
+            if now >= self.next_housekeeping_ns {
+                self.housekeeping(now);
+            }
+            while now >= self.next_tick_ns {
+                self.send_tick();
+            }
+            if self.ended && (self.in_flight() == 0 || now >= self.drain_deadline) {
+                break;
+            }
+            let mut deadline = self.next_tick_ns.min(self.next_housekeeping_ns);
+            if !self.ended {
+                deadline = deadline.min(self.t_end);
+                if let Some(s) = &self.schedule {
+                    deadline = deadline.min(s.peek_ns());
+                }
+            } else {
+                deadline = deadline.min(self.drain_deadline);
+            }
+            self.poll(now, deadline);
+        }
+        let now = self.shared.clock.now_ns();
+        // Whatever is still in flight after the drain has timed out.
+        for i in 0..self.conns.len() {
+            if !self.conns[i].inflight.is_empty() {
+                self.fail(i, Failure::Timeout, now);
+            }
+        }
+        self.stats.window_end_ns = self.t_end;
+    }
+
+    /// Arrivals still waiting are never sent.
+    fn drop_backlog(&mut self) {
+        let (t0, t_end) = (self.t0, self.t_end);
+        self.stats.never_sent += self
+            .backlog
+            .drain(..)
+            .filter(|&t| t >= t0 && t < t_end)
+            .count() as u64;
+    }
+}
