@@ -1,0 +1,153 @@
+//! Request/response round trips through the connection table over the in-memory link,
+//! with 32, 1,000 and 10,000 established connections, to show that the per-packet cost of
+//! the table does not grow with the number of connections.
+//!
+//! Each iteration is one round trip on the next connection (round robin over all of them):
+//! the client swarm sends a 32-byte request; the server table ingests it (and the client's
+//! ACK of the previous reply), the echo application answers, egress sends the reply with
+//! the ACK piggybacked; the client reads it. `server/N` times only the table's three calls
+//! (`poll_ingress`, `serve`, `poll_egress`): two frames in, one frame out. `round_trip/N`
+//! times the whole iteration, client side included.
+//!
+//! Run: `cargo bench -p netstack --bench conn_table`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant as WallClock};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use netstack::conn::{Conn, ConnTable, TableConfig};
+use netstack::memlink::{self, ClientSwarm, MemPort};
+use netstack::smoltcp::time::{Duration as NetDuration, Instant};
+use netstack::smoltcp::wire::{IpAddress, IpEndpoint, Ipv4Address, Ipv4Cidr};
+
+const SERVER_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x02];
+const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x01];
+const PORT: u16 = 11211;
+const REQUEST: [u8; 32] = [b'r'; 32];
+
+#[derive(Default)]
+struct Echo;
+
+fn echo(conn: &mut Conn<'_, Echo>) {
+    let mut chunk = [0u8; 256];
+    loop {
+        let n = conn
+            .io
+            .recv_queue()
+            .min(conn.io.send_space())
+            .min(chunk.len());
+        if n == 0 {
+            break;
+        }
+        let Ok(got) = conn.io.recv_slice(&mut chunk[..n]) else {
+            break;
+        };
+        let _ = conn.io.send_slice(&chunk[..got]);
+    }
+}
+
+/// A server table and a client swarm with `conns` established connections.
+struct Rig {
+    table: ConnTable<Echo>,
+    server: MemPort,
+    swarm: ClientSwarm,
+    client: MemPort,
+    now: Instant,
+    next: usize,
+}
+
+impl Rig {
+    fn new(conns: usize) -> Rig {
+        let (mut client, mut server) = memlink::pair(4096, 1500);
+        let mut now = Instant::from_secs(1);
+        let server_ip = Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 2), 24);
+        let mut config = TableConfig::new(SERVER_MAC, server_ip, PORT);
+        config.conn_limit = conns;
+        let mut table = ConnTable::new(config, &mut server, now).expect("table");
+        let client_ip = Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 1), 24);
+        let mut swarm = ClientSwarm::new(CLIENT_MAC, client_ip, &mut client, now, conns);
+        let remote = IpEndpoint::new(IpAddress::Ipv4(server_ip.address()), PORT);
+        for _ in 0..conns {
+            swarm.connect(remote, 2048, 2048).expect("client port");
+        }
+        for _ in 0..100_000 {
+            if table.stats().active == conns {
+                break;
+            }
+            now += NetDuration::from_micros(10);
+            table.poll_ingress(now, &mut server, 256);
+            table.serve(echo);
+            table.poll_egress(now, &mut server);
+            swarm.poll(now, &mut client);
+        }
+        assert_eq!(table.stats().active, conns, "all connections established");
+        Rig {
+            table,
+            server,
+            swarm,
+            client,
+            now,
+            next: 0,
+        }
+    }
+
+    /// One round trip; returns the time spent in the table's calls.
+    fn round_trip(&mut self) -> Duration {
+        let conn = self.next;
+        self.next = (self.next + 1) % self.swarm.len();
+        self.now += NetDuration::from_micros(10);
+        self.swarm
+            .socket(conn)
+            .send_slice(&REQUEST)
+            .expect("send request");
+        self.swarm.poll(self.now, &mut self.client);
+
+        let start = WallClock::now();
+        self.table.poll_ingress(self.now, &mut self.server, 64);
+        self.table.serve(echo);
+        self.table.poll_egress(self.now, &mut self.server);
+        let spent = start.elapsed();
+
+        self.swarm.poll(self.now, &mut self.client);
+        let mut reply = [0u8; 64];
+        let n = self
+            .swarm
+            .socket(conn)
+            .recv_slice(&mut reply)
+            .expect("recv reply");
+        assert_eq!(n, REQUEST.len(), "reply arrived within the iteration");
+        black_box(&reply);
+        spent
+    }
+}
+
+fn conn_table(c: &mut Criterion) {
+    let mut group = c.benchmark_group("conn_table");
+    group.throughput(Throughput::Elements(1));
+    group.sample_size(30);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    for conns in [32usize, 1_000, 10_000] {
+        let mut rig = Rig::new(conns);
+        group.bench_with_input(BenchmarkId::new("server", conns), &conns, |b, _| {
+            b.iter_custom(|iters| (0..iters).map(|_| rig.round_trip()).sum())
+        });
+        group.bench_with_input(BenchmarkId::new("round_trip", conns), &conns, |b, _| {
+            b.iter(|| rig.round_trip())
+        });
+        let stats = rig.table.stats();
+        assert_eq!(stats.active, conns);
+        assert_eq!(stats.refused, 0);
+        eprintln!(
+            "conns {conns}: buckets {}, frames in {} out {}, sockets {}",
+            rig.table.bucket_count(),
+            stats.frames_in,
+            stats.frames_out,
+            stats.sockets
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, conn_table);
+criterion_main!(benches);
