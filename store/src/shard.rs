@@ -3,6 +3,7 @@
 use core::hash::BuildHasher;
 use core::mem;
 
+use hashbrown::hash_table::OccupiedEntry;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::error::StoreError;
@@ -169,18 +170,27 @@ impl Shard {
             return None;
         }
         let hash = self.hasher.hash_one(key);
-        match self.lookup(hash, key, now) {
-            Found::Live(index) => {
+        let found = find_live(
+            &mut self.table,
+            &mut self.stats,
+            self.table_bytes,
+            self.flush_cas,
+            hash,
+            key,
+            now,
+        );
+        match found {
+            Ok(entry) => {
                 self.stats.get_hits += 1;
-                let item = self.table.get_bucket_mut(index)?;
+                let item = entry.into_mut();
                 item.mark_fetched();
                 Some(view(item))
             }
-            Found::Missing => {
+            Err(Found::Missing | Found::Live(_)) => {
                 self.stats.get_misses += 1;
                 None
             }
-            Found::Dead(why) => {
+            Err(Found::Dead(why)) => {
                 self.stats.get_misses += 1;
                 match why {
                     Liveness::Flushed => self.stats.get_flushed += 1,
@@ -203,15 +213,24 @@ impl Shard {
             return None;
         }
         let hash = self.hasher.hash_one(key);
-        match self.lookup(hash, key, now) {
-            Found::Live(index) => {
+        let found = find_live(
+            &mut self.table,
+            &mut self.stats,
+            self.table_bytes,
+            self.flush_cas,
+            hash,
+            key,
+            now,
+        );
+        match found {
+            Ok(entry) => {
                 self.stats.touch_hits += 1;
-                let item = self.table.get_bucket_mut(index)?;
+                let item = entry.into_mut();
                 item.set_exptime(Expiry::resolve(exptime, now).encode(now));
                 item.mark_fetched();
                 Some(view(item))
             }
-            Found::Missing | Found::Dead(_) => {
+            Err(_) => {
                 self.stats.touch_misses += 1;
                 None
             }
@@ -554,20 +573,20 @@ impl Shard {
         Ok(())
     }
 
-    /// Finds `key`; a dead item found is reclaimed on the spot.
-    #[inline]
+    /// Finds `key` and returns its bucket index; a dead item found is reclaimed.
     fn lookup(&mut self, hash: u64, key: &[u8], now: u64) -> Found {
-        let flush_cas = self.flush_cas;
-        let Ok(entry) = self.table.find_entry(hash, |it| it.key() == key) else {
-            return Found::Missing;
-        };
-        match entry.get().liveness(now, flush_cas) {
-            Liveness::Live => Found::Live(entry.bucket_index()),
-            dead => {
-                let (item, _) = entry.remove();
-                self.account_removed(&item, Removal::Reclaimed);
-                Found::Dead(dead)
-            }
+        let found = find_live(
+            &mut self.table,
+            &mut self.stats,
+            self.table_bytes,
+            self.flush_cas,
+            hash,
+            key,
+            now,
+        );
+        match found {
+            Ok(entry) => Found::Live(entry.bucket_index()),
+            Err(why) => why,
         }
     }
 
@@ -579,25 +598,7 @@ impl Shard {
     }
 
     fn account_removed(&mut self, item: &Item, why: Removal) {
-        let stats = &mut self.stats;
-        stats.bytes -= item.size() as u64;
-        stats.heap_bytes = stats.bytes + self.table_bytes as u64;
-        stats.curr_items -= 1;
-        match why {
-            Removal::Client => {}
-            Removal::Reclaimed => {
-                stats.reclaimed += 1;
-                if !item.fetched() {
-                    stats.expired_unfetched += 1;
-                }
-            }
-            Removal::Evicted => {
-                stats.evictions += 1;
-                if !item.fetched() {
-                    stats.evicted_unfetched += 1;
-                }
-            }
-        }
+        account_removed(&mut self.stats, self.table_bytes, item, why);
     }
 
     /// Puts `item` in the table, replacing the item at `existing` (same key) if given,
@@ -754,6 +755,53 @@ impl Shard {
     /// then one control byte per bucket plus a trailing group, in one allocation).
     fn table_bytes_for(&self, buckets: usize) -> usize {
         item::malloc_chunk(buckets * (mem::size_of::<Item>() + 1) + self.group_width)
+    }
+}
+
+/// Updates the counters for an item that left the table.
+fn account_removed(stats: &mut ShardStats, table_bytes: usize, item: &Item, why: Removal) {
+    stats.bytes -= item.size() as u64;
+    stats.heap_bytes = stats.bytes + table_bytes as u64;
+    stats.curr_items -= 1;
+    match why {
+        Removal::Client => {}
+        Removal::Reclaimed => {
+            stats.reclaimed += 1;
+            if !item.fetched() {
+                stats.expired_unfetched += 1;
+            }
+        }
+        Removal::Evicted => {
+            stats.evictions += 1;
+            if !item.fetched() {
+                stats.evicted_unfetched += 1;
+            }
+        }
+    }
+}
+
+/// The read path's lookup: the live item's entry, or why there is none (a dead item is
+/// reclaimed on the spot). Takes the shard's fields apart so the entry can be returned.
+#[inline(always)]
+fn find_live<'t>(
+    table: &'t mut HashTable<Item>,
+    stats: &mut ShardStats,
+    table_bytes: usize,
+    flush_cas: u64,
+    hash: u64,
+    key: &[u8],
+    now: u64,
+) -> Result<OccupiedEntry<'t, Item>, Found> {
+    let Ok(entry) = table.find_entry(hash, |it| it.key() == key) else {
+        return Err(Found::Missing);
+    };
+    match entry.get().liveness(now, flush_cas) {
+        Liveness::Live => Ok(entry),
+        dead => {
+            let (item, _) = entry.remove();
+            account_removed(stats, table_bytes, &item, Removal::Reclaimed);
+            Err(Found::Dead(dead))
+        }
     }
 }
 

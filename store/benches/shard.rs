@@ -1,0 +1,96 @@
+//! Shard operation costs: `cargo bench -p store -- shard/`.
+//!
+//! Keys are generated before the run (16 bytes, `key:` plus 12 hex digits); values are
+//! 32 bytes. Results pass through `black_box`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use store::{Shard, ShardConfig, StoreMode};
+
+const NOW: u64 = 1_700_000_000;
+/// Enough keys that the table (about 4 MiB of buckets) is not all in L2.
+const KEYS: usize = 100_000;
+
+fn keys(n: usize) -> Vec<[u8; 16]> {
+    (0..n as u64)
+        .map(|i| {
+            // Spread like real keys, not sequential: a cheap 64-bit mix.
+            let x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let mut k = [0u8; 16];
+            k[..4].copy_from_slice(b"key:");
+            k[4..].copy_from_slice(format!("{:012x}", x >> 16).as_bytes());
+            k
+        })
+        .collect()
+}
+
+fn shard(memory_limit_bytes: usize) -> Shard {
+    Shard::new(ShardConfig {
+        memory_limit_bytes,
+        max_item_size: 1 << 20,
+    })
+}
+
+fn bench(c: &mut Criterion) {
+    let value = [b'v'; 32];
+    let keys = keys(KEYS);
+
+    let mut group = c.benchmark_group("shard");
+    group.throughput(Throughput::Elements(1));
+
+    // GET hit: every key present, visited in a fixed pseudo-random order.
+    let mut s = shard(256 << 20);
+    for k in &keys {
+        s.store(StoreMode::Set, k, &value, 0, 0, 0, NOW).unwrap();
+    }
+    let mut i = 0usize;
+    group.bench_function("get_hit/key16/value32", |b| {
+        b.iter(|| {
+            i = (i + 7919) % KEYS;
+            let v = s.get(black_box(&keys[i]), NOW).map(|v| v.value.len());
+            black_box(v)
+        })
+    });
+
+    let misses = self::keys(2 * KEYS);
+    let mut i = 0usize;
+    group.bench_function("get_miss/key16", |b| {
+        b.iter(|| {
+            i = (i + 7919) % KEYS;
+            black_box(s.get(black_box(&misses[KEYS + i]), NOW).is_some())
+        })
+    });
+
+    // SET over existing keys with room to spare: the in-place overwrite path.
+    let mut i = 0usize;
+    group.bench_function("set/key16/value32", |b| {
+        b.iter(|| {
+            i = (i + 7919) % KEYS;
+            black_box(s.store(StoreMode::Set, black_box(&keys[i]), &value, 0, 0, 0, NOW))
+        })
+    });
+    drop(s);
+
+    // SET of ever-new keys into a full 4 MiB budget: every store evicts one item.
+    let many = self::keys(1_000_000);
+    let mut s = shard(4 << 20);
+    for k in &many[..200_000] {
+        s.store(StoreMode::Set, k, &value, 0, 0, 0, NOW).unwrap();
+    }
+    assert!(
+        s.stats().evictions > 0,
+        "the budget is full before measuring"
+    );
+    let mut i = 0usize;
+    group.bench_function("set_evicting/key16/value32", |b| {
+        b.iter(|| {
+            i = (i + 1) % many.len();
+            black_box(s.store(StoreMode::Set, black_box(&many[i]), &value, 0, 0, 0, NOW))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

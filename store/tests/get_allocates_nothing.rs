@@ -1,0 +1,82 @@
+//! A GET hit allocates nothing; a store allocates exactly one block.
+//!
+//! Counts allocations made by this thread through a wrapping global allocator. This
+//! file is its own test binary, so the allocator affects nothing else.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use store::{Shard, ShardConfig, StoreMode};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so
+// `System` upholds the `GlobalAlloc` contract; the counter is a const-initialised
+// thread-local `Cell`, which neither allocates nor re-enters the allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: the caller's `layout` contract is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this `layout` (see `alloc`).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        // SAFETY: as for `alloc` and `dealloc`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+#[test]
+fn get_hit_allocates_nothing_and_store_allocates_once() {
+    const NOW: u64 = 1_700_000_000;
+    let mut s = Shard::new(ShardConfig {
+        memory_limit_bytes: 64 << 20,
+        max_item_size: 1 << 20,
+    });
+    let keys: Vec<Vec<u8>> = (0..1000)
+        .map(|i| format!("key:{i:012}").into_bytes())
+        .collect();
+    // Warm up: the table has grown to hold every key.
+    for k in &keys {
+        s.store(StoreMode::Set, k, &[b'v'; 32], 0, 0, 0, NOW)
+            .unwrap();
+    }
+
+    let before = allocations();
+    let mut found = 0;
+    for k in &keys {
+        found += usize::from(s.get(k, NOW).is_some_and(|v| v.value.len() == 32));
+    }
+    assert_eq!(found, keys.len());
+    assert_eq!(allocations() - before, 0, "GET hits allocated");
+
+    // An overwrite with room to spare: one block for key + value, nothing else.
+    let before = allocations();
+    s.store(StoreMode::Set, &keys[0], &[b'w'; 32], 0, 0, 0, NOW)
+        .unwrap();
+    assert_eq!(allocations() - before, 1);
+
+    // incr on a same-length number rewrites in place.
+    s.store(StoreMode::Set, b"n", b"10", 0, 0, 0, NOW).unwrap();
+    let before = allocations();
+    s.incr_decr(b"n", 5, store::Delta::Incr, None, 0, NOW)
+        .unwrap();
+    assert_eq!(allocations() - before, 0);
+}
