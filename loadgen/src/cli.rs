@@ -126,6 +126,9 @@ pub struct Args {
     /// Open loop: a request sent more than this after its intended time counts as late.
     #[arg(long, value_name = "US", default_value_t = 1000)]
     pub late_us: u64,
+    /// Open loop: busy-poll this many µs before each arrival instead of sleeping (0: always sleep).
+    #[arg(long, value_name = "US", default_value_t = 50)]
+    pub spin_us: u64,
     /// Write the JSON summary here (schema in loadgen/README.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -190,6 +193,7 @@ impl Args {
             seed: self.seed,
             timeout: Duration::from_millis(self.timeout_ms),
             late_threshold: Duration::from_micros(self.late_us),
+            spin: Duration::from_micros(self.spin_us),
             progress: !self.quiet,
         })
     }

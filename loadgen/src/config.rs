@@ -61,6 +61,9 @@ pub struct Config {
     pub timeout: Duration,
     /// Open loop: a request sent later than this after its intended time counts as late.
     pub late_threshold: Duration,
+    /// Open loop: busy-poll this long before each arrival instead of sleeping, for send times
+    /// accurate to a microsecond (timed sleeps wake tens of µs late); zero always sleeps.
+    pub spin: Duration,
     /// Print a progress line every second (to stderr).
     pub progress: bool,
 }
@@ -90,6 +93,7 @@ impl Default for Config {
             seed: 1,
             timeout: Duration::from_secs(1),
             late_threshold: Duration::from_millis(1),
+            spin: Duration::from_micros(50),
             progress: true,
         }
     }
@@ -276,6 +280,8 @@ pub struct ConfigEcho {
     pub timeout_ms: f64,
     /// Late threshold, µs.
     pub late_threshold_us: f64,
+    /// Busy-poll window before each arrival, µs.
+    pub spin_us: f64,
 }
 
 impl From<&Config> for ConfigEcho {
@@ -301,6 +307,7 @@ impl From<&Config> for ConfigEcho {
             seed: c.seed,
             timeout_ms: c.timeout.as_secs_f64() * 1e3,
             late_threshold_us: c.late_threshold.as_secs_f64() * 1e6,
+            spin_us: c.spin.as_secs_f64() * 1e6,
         }
     }
 }

@@ -577,3 +577,252 @@ pub struct OpenLoop {
     /// Check of the gaps between actual sends.
     pub sent_check: Option<GapCheck>,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use serde_json::Value;
+
+    use super::*;
+
+    const README: &str = include_str!("../README.md");
+    const OPS: [&str; 5] = ["all", "get_hit", "get_miss", "set", "other"];
+    const P: [&str; 8] = [
+        "count", "mean", "p50", "p90", "p99", "p99_9", "p99_99", "max",
+    ];
+    const G: [&str; 8] = [
+        "samples",
+        "mean_gap_us",
+        "expected_mean_gap_us",
+        "cv",
+        "ks_statistic",
+        "ks_critical_5pct",
+        "ks_p_value",
+        "looks_exponential",
+    ];
+
+    /// Two threads' worth of plausible open-loop statistics.
+    fn threads(open: bool) -> Vec<ThreadStats> {
+        (0..2u64)
+            .map(|t| {
+                let mut s = ThreadStats::new();
+                for i in 1..=1_000u64 {
+                    let kind = OpKind::ALL[(i % 3) as usize];
+                    s.service.record(kind, 20_000 + i * 10 + t);
+                    if open {
+                        s.corrected.record(kind, 25_000 + i * 10);
+                        s.send_lag.record(1_000 + i).unwrap();
+                        s.generator_lag.record(500 + i).unwrap();
+                    }
+                    s.counts[kind.index()] += 1;
+                }
+                s.errors.timeout = if open { t } else { 0 };
+                s.verify.checked = 600;
+                s.scheduled = 1_000;
+                s.sent = 1_000;
+                s.late = 3;
+                s.intended_gaps = (1..=999)
+                    .map(|i| -(1.0 - f64::from(i) / 1000.0).ln() * 2e6)
+                    .collect();
+                s.sent_gaps = s.intended_gaps.clone();
+                s.thread_rate = 500.0;
+                s.window_start_ns = 0;
+                s.window_end_ns = 2_000_000_000;
+                s.prefill_keys = 50;
+                s
+            })
+            .collect()
+    }
+
+    fn config(open: bool) -> Config {
+        Config {
+            rate: open.then_some(1_000.0),
+            verify: open,
+            prefill: open,
+            threads: 2,
+            duration: Duration::from_secs(2),
+            ..Config::default()
+        }
+    }
+
+    /// Documented paths from the README table, with `{op}`, `P` and `G` expanded.
+    fn documented() -> BTreeSet<String> {
+        let begin = README
+            .find("<!-- json-schema:begin -->")
+            .expect("schema begin marker");
+        let end = README
+            .find("<!-- json-schema:end -->")
+            .expect("schema end marker");
+        let mut out = BTreeSet::new();
+        for line in README[begin..end].lines().filter(|l| l.starts_with("| `")) {
+            let path = line.split('`').nth(1).unwrap();
+            let desc = line.splitn(3, '|').nth(2).unwrap_or_default();
+            let ops: Vec<String> = if path.contains("{op}") {
+                OPS.iter().map(|o| path.replace("{op}", o)).collect()
+            } else {
+                vec![path.to_string()]
+            };
+            for p in ops {
+                let sub: &[&str] = if desc.contains("`P`") {
+                    &P
+                } else if desc.contains("`G`") {
+                    &G
+                } else {
+                    &[]
+                };
+                out.insert(p.clone());
+                out.extend(sub.iter().map(|s| format!("{p}.{s}")));
+            }
+        }
+        out
+    }
+
+    fn paths(v: &Value, prefix: &str, leaves: &mut BTreeSet<String>, all: &mut BTreeSet<String>) {
+        match v {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let p = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    all.insert(p.clone());
+                    paths(v, &p, leaves, all);
+                }
+            }
+            _ => {
+                leaves.insert(prefix.to_string());
+            }
+        }
+    }
+
+    fn json(open: bool) -> Value {
+        let r = Report::from_threads(&config(open), threads(open), open.then_some(0.25));
+        let text = serde_json::to_string_pretty(&r.summary()).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn json_matches_the_readme() {
+        let doc = documented();
+        assert!(doc.len() > 100, "{}", doc.len());
+        let v = json(true);
+        let (mut leaves, mut all) = (BTreeSet::new(), BTreeSet::new());
+        paths(&v, "", &mut leaves, &mut all);
+        let undocumented: Vec<&String> = leaves.iter().filter(|p| !doc.contains(*p)).collect();
+        assert!(
+            undocumented.is_empty(),
+            "emitted but not in README: {undocumented:?}"
+        );
+        let missing: Vec<&String> = doc.iter().filter(|p| !all.contains(*p)).collect();
+        assert!(missing.is_empty(), "in README but not emitted: {missing:?}");
+    }
+
+    #[test]
+    fn json_values_are_consistent() {
+        let v = json(true);
+        assert_eq!(v["schema"], SCHEMA);
+        assert_eq!(v["mode"], "open");
+        assert_eq!(v["protocol"], "binary");
+        assert_eq!(v["ops"], 2_000);
+        assert_eq!(v["duration_s"], 2.0);
+        assert_eq!(v["ops_per_sec"], 1_000.0);
+        assert_eq!(v["hits"], v["counts"]["get_hit"]);
+        assert_eq!(v["misses"], v["counts"]["get_miss"]);
+        let counts = &v["counts"];
+        let sum: u64 = ["get_hit", "get_miss", "set", "other"]
+            .iter()
+            .map(|k| counts[k].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, 2_000);
+        assert_eq!(v["errors"]["timeout"], 1);
+        assert_eq!(v["errors"]["total"], 1);
+        let svc = &v["latency_us"]["service"]["all"];
+        assert_eq!(svc["count"], 2_000);
+        assert!((svc["p50"].as_f64().unwrap() - 25.0).abs() < 0.1, "{svc}");
+        assert!((svc["max"].as_f64().unwrap() - 30.0).abs() < 0.1, "{svc}");
+        let cor = &v["latency_us"]["corrected"]["all"];
+        assert!(cor["p99"].as_f64().unwrap() > svc["p99"].as_f64().unwrap());
+        let ol = &v["open_loop"];
+        assert_eq!(ol["target_rate"], 1_000.0);
+        assert_eq!(ol["achieved_rate"], 1_000.0);
+        assert_eq!(ol["rate_ok"], true);
+        assert_eq!(ol["late"], 6);
+        assert_eq!(ol["schedule_check"]["samples"], 1_998);
+        assert_eq!(ol["schedule_check"]["looks_exponential"], true);
+        assert_eq!(v["verify"]["checked"], 1_200);
+        assert_eq!(v["prefill"]["keys"], 100);
+        assert_eq!(v["config"]["rate"], 1_000.0);
+        assert_eq!(v["config"]["servers"][0], "127.0.0.1:11211");
+        // One timeout: a warning says so.
+        assert!(
+            v["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w.as_str().unwrap().contains("timeout 1"))
+        );
+    }
+
+    #[test]
+    fn closed_loop_json_has_nulls_where_the_readme_says() {
+        let v = json(false);
+        assert_eq!(v["mode"], "closed");
+        for k in ["open_loop", "verify", "prefill"] {
+            assert!(v[k].is_null(), "{k}");
+        }
+        assert!(v["latency_us"]["corrected"].is_null());
+        assert!(v["config"]["rate"].is_null());
+        assert_eq!(v["latency_us"]["service"]["all"]["count"], 2_000);
+        assert_eq!(v["warnings"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn table_lists_both_latencies_and_the_warnings() {
+        let r = Report::from_threads(&config(true), threads(true), None);
+        let t = r.table();
+        assert!(t.contains("open loop at 1000/s (poisson)"), "{t}");
+        assert!(t.contains("corrected all"), "{t}");
+        assert!(t.contains("service   get_hit"), "{t}");
+        assert!(t.contains("send lag"), "{t}");
+        assert!(t.contains("arrivals scheduled"), "{t}");
+        assert!(
+            t.contains("WARNING: errors: refused 0, reset 0, timeout 1"),
+            "{t}"
+        );
+        let header = t.lines().find(|l| l.starts_with("latency (µs)")).unwrap();
+        for col in ["p50", "p90", "p99", "p99.9", "p99.99", "max"] {
+            assert!(header.contains(col), "{header}");
+        }
+        let closed = Report::from_threads(&config(false), threads(false), None).table();
+        assert!(
+            !closed.contains("corrected") && !closed.contains("WARNING: RATE"),
+            "{closed}"
+        );
+    }
+
+    #[test]
+    fn falling_behind_is_loud() {
+        let mut t = threads(true);
+        for s in &mut t {
+            s.sent = 900; // 10 % short of the target
+            s.generator_lag = new_histogram();
+            s.generator_lag.record(5_000_000).unwrap();
+        }
+        let r = Report::from_threads(&config(true), t, None);
+        assert!(
+            r.warnings.iter().any(|w| w.starts_with("RATE NOT REACHED")),
+            "{:?}",
+            r.warnings
+        );
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w.starts_with("GENERATOR COULD NOT KEEP UP")),
+            "{:?}",
+            r.warnings
+        );
+        assert!(!r.summary().open_loop.unwrap().rate_ok);
+    }
+}

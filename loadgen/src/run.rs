@@ -166,7 +166,8 @@ fn pick_cores(config: &Config) -> Option<Vec<core_affinity::CoreId>> {
 fn show_progress(config: &Config, rx: &mpsc::Receiver<Tick>) {
     let threads = config.threads;
     let mut pending: BTreeMap<u64, (usize, u64, u64, Histogram<u64>)> = BTreeMap::new();
-    let warmup_ticks = config.warmup.as_nanos() as u64 / TICK_NS;
+    // A second that overlaps the warm-up is labelled warm-up.
+    let warmup_ticks = (config.warmup.as_nanos() as u64).div_ceil(TICK_NS);
     for tick in rx {
         let entry = pending
             .entry(tick.index)

@@ -152,7 +152,7 @@ pub struct ThreadStats {
 }
 
 impl ThreadStats {
-    fn new() -> ThreadStats {
+    pub(crate) fn new() -> ThreadStats {
         ThreadStats {
             service: LatencySet::new(),
             corrected: LatencySet::new(),
@@ -937,6 +937,7 @@ impl Worker {
             ));
         }
         let timeout_ns = cfg.timeout.as_nanos() as u64;
+        let spin_ns = cfg.spin.as_nanos() as u64;
         // Slots are depth-dependent; recount them for the run's depth.
         self.ready_free = self
             .conns
@@ -981,7 +982,8 @@ impl Worker {
             if !self.ended {
                 deadline = deadline.min(self.t_end);
                 if let Some(s) = &self.schedule {
-                    deadline = deadline.min(s.peek_ns());
+                    // Sleep until shortly before the next arrival, then busy-poll up to it.
+                    deadline = deadline.min(s.peek_ns().saturating_sub(spin_ns));
                 }
             } else {
                 deadline = deadline.min(self.drain_deadline);

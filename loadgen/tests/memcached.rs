@@ -1,0 +1,323 @@
+//! Integration tests against stock memcached on 127.0.0.1.
+//!
+//! Each test starts its own `memcached -U 0 -t 1 -p PORT` on a free port and kills it when the
+//! test ends, panics included. The binary is `/usr/bin/memcached` (or `$MEMCACHED`); when it is
+//! missing the tests fail, they do not skip. Tests take a lock so they never overlap: they
+//! measure time on a 2-core machine.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use loadgen::arrival::ArrivalKind;
+use loadgen::client::Protocol;
+use loadgen::histogram::{OpKind, Percentiles};
+use loadgen::workload::KeyDist;
+use loadgen::{Config, RunError, run};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A memcached process that is killed on drop (also when the test panics).
+struct Memcached {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Memcached {
+    #[track_caller]
+    fn start() -> Memcached {
+        let bin = std::env::var_os("MEMCACHED")
+            .map_or_else(|| PathBuf::from("/usr/bin/memcached"), PathBuf::from);
+        assert!(
+            bin.exists(),
+            "memcached not found at {}: install it (apt-get install memcached) or set MEMCACHED=/path/to/memcached",
+            bin.display()
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut cmd = Command::new(&bin);
+        cmd.args([
+            "-U",
+            "0",
+            "-t",
+            "1",
+            "-m",
+            "64",
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ]);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            cmd.args(["-u", "root"]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn memcached");
+        let mc = Memcached {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while TcpStream::connect(mc.addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "memcached did not start listening on {}",
+                mc.addr
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+        mc
+    }
+
+    fn pid(&self) -> libc::pid_t {
+        self.child.id() as libc::pid_t
+    }
+}
+
+/// Sends `sig` to `pid`; false when it is gone.
+fn send_signal(pid: libc::pid_t, sig: libc::c_int) -> bool {
+    // SAFETY: kill takes no pointers; the pids used here are memcached children that are only
+    // reaped when their `Memcached` guard drops, after every signal is sent.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        // Never signal a pid that was already reaped (it may belong to someone else by now).
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        // A stopped process dies on SIGKILL too; resume first anyway so nothing is left frozen.
+        send_signal(self.pid(), libc::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config(mc: &Memcached) -> Config {
+    Config {
+        servers: vec![mc.addr],
+        connections: 4,
+        threads: 1,
+        duration: Duration::from_secs(2),
+        warmup: Duration::from_millis(300),
+        keys: 2_000,
+        key_size: 12,
+        progress: false,
+        ..Config::default()
+    }
+}
+
+#[test]
+fn closed_loop_with_verify_has_no_mismatches_or_errors() {
+    let _g = serial();
+    let mc = Memcached::start();
+    for (protocol, threads) in [(Protocol::Binary, 2), (Protocol::Text, 1)] {
+        let cfg = Config {
+            protocol,
+            threads,
+            pipeline: 4,
+            verify: true,
+            prefill: true,
+            value_min: 16,
+            value_max: 3_000,
+            get_ratio: 0.7,
+            key_dist: KeyDist::Zipf(0.99),
+            duration: Duration::from_millis(1_500),
+            ..config(&mc)
+        };
+        let r = run(&cfg).unwrap();
+        assert!(
+            r.completed() > 1_000,
+            "{protocol:?}: only {} replies\n{}",
+            r.completed(),
+            r.table()
+        );
+        assert_eq!(r.errors.total(), 0, "{protocol:?}\n{}", r.table());
+        assert_eq!(r.verify.mismatches, 0, "{protocol:?}\n{}", r.table());
+        assert_eq!(r.verify.lost, 0, "{protocol:?}\n{}", r.table());
+        assert!(
+            r.verify.checked >= r.count(OpKind::GetHit),
+            "{protocol:?}\n{}",
+            r.table()
+        );
+        // Prefilled: every GET hits.
+        assert_eq!(r.count(OpKind::GetMiss), 0, "{protocol:?}\n{}", r.table());
+        assert_eq!(r.prefill.map(|p| (p.keys, p.errors)), Some((2_000, 0)));
+        assert!(
+            r.corrected.is_none(),
+            "closed loop reports service time only"
+        );
+        assert!(r.warnings.is_empty(), "{protocol:?}: {:?}", r.warnings);
+    }
+}
+
+#[test]
+fn open_loop_rate_is_within_two_percent_of_the_target() {
+    let _g = serial();
+    let mc = Memcached::start();
+    let cfg = Config {
+        rate: Some(5_000.0),
+        duration: Duration::from_secs(3),
+        warmup: Duration::from_millis(500),
+        ..config(&mc)
+    };
+    let r = run(&cfg).unwrap();
+    let ratio = r.achieved_rate() / 5_000.0;
+    assert!(
+        (ratio - 1.0).abs() <= 0.02,
+        "achieved {:.0}/s\n{}",
+        r.achieved_rate(),
+        r.table()
+    );
+    assert_eq!(r.never_sent, 0, "{}", r.table());
+    assert_eq!(r.errors.total(), 0, "{}", r.table());
+    assert_eq!(r.completed(), r.sent, "{}", r.table());
+    let check = r.schedule_check.expect("open loop checks its schedule");
+    assert!(check.looks_exponential, "{check:?}");
+    assert!(r.summary().open_loop.unwrap().rate_ok);
+
+    // Evenly spaced arrivals reach the rate too, and the check says they are not exponential.
+    let cfg = Config {
+        arrival: ArrivalKind::Uniform,
+        duration: Duration::from_secs(1),
+        ..cfg
+    };
+    let r = run(&cfg).unwrap();
+    assert!(
+        (r.achieved_rate() / 5_000.0 - 1.0).abs() <= 0.02,
+        "{}",
+        r.table()
+    );
+    let check = r.schedule_check.unwrap();
+    assert!(!check.looks_exponential && check.cv < 0.01, "{check:?}");
+}
+
+#[test]
+fn a_200ms_server_stall_shows_in_corrected_latency_not_in_service_time() {
+    let _g = serial();
+    let mc = Memcached::start();
+    let cfg = Config {
+        rate: Some(2_000.0),
+        duration: Duration::from_secs(3),
+        warmup: Duration::from_millis(500),
+        ..config(&mc)
+    };
+    let stopper = {
+        let pid = mc.pid();
+        thread::spawn(move || {
+            // Well inside the window [0.5 s, 3.5 s] after the run starts.
+            thread::sleep(Duration::from_millis(1_500));
+            assert!(send_signal(pid, libc::SIGSTOP));
+            thread::sleep(Duration::from_millis(200));
+            assert!(send_signal(pid, libc::SIGCONT));
+        })
+    };
+    let r = run(&cfg).unwrap();
+    stopper.join().unwrap();
+    let corrected = Percentiles::of(&r.corrected.as_ref().unwrap().all());
+    let service = Percentiles::of(&r.service.all());
+    assert!(
+        corrected.p99_9 >= 100_000.0,
+        "corrected p99.9 {} µs\n{}",
+        corrected.p99_9,
+        r.table()
+    );
+    assert!(
+        service.p50 < 5_000.0,
+        "service p50 {} µs\n{}",
+        service.p50,
+        r.table()
+    );
+    // The stall is visible as send lag of requests that waited for a connection, and nothing
+    // was dropped or retried.
+    assert!(r.backpressured > 0, "{}", r.table());
+    assert!(
+        Percentiles::of(&r.send_lag).max >= 100_000.0,
+        "{}",
+        r.table()
+    );
+    assert_eq!(r.errors.total(), 0, "{}", r.table());
+    assert_eq!(r.never_sent, 0, "{}", r.table());
+}
+
+#[test]
+fn a_killed_server_is_counted_as_errors_and_the_run_still_ends() {
+    let _g = serial();
+    let mut mc = Memcached::start();
+    let cfg = Config {
+        rate: Some(2_000.0),
+        duration: Duration::from_millis(1_500),
+        warmup: Duration::from_millis(200),
+        timeout: Duration::from_millis(300),
+        ..config(&mc)
+    };
+    let killer = {
+        let pid = mc.pid();
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(800));
+            assert!(send_signal(pid, libc::SIGKILL));
+        })
+    };
+    let started = Instant::now();
+    let r = run(&cfg).unwrap();
+    killer.join().unwrap();
+    let _ = mc.child.wait();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the run must end on its own"
+    );
+    let e = r.errors;
+    assert!(e.reset >= 1, "{}", r.table());
+    assert!(
+        e.refused >= 1,
+        "reconnects to a dead server are refused\n{}",
+        r.table()
+    );
+    // Requests due while no connection was up were never sent, not silently dropped.
+    assert!(r.never_sent + e.aborted + e.timeout > 0, "{}", r.table());
+    assert!(r.completed() < r.scheduled, "{}", r.table());
+    assert!(!r.warnings.is_empty());
+}
+
+#[test]
+fn no_server_is_a_start_up_error() {
+    let _g = serial();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = Config {
+        servers: vec![SocketAddr::from(([127, 0, 0, 1], port))],
+        duration: Duration::from_millis(100),
+        progress: false,
+        ..Config::default()
+    };
+    match run(&cfg) {
+        Err(RunError::Connect { kind, .. }) => {
+            assert_eq!(kind, std::io::ErrorKind::ConnectionRefused)
+        }
+        other => panic!(
+            "expected a connect error, got {:?}",
+            other.map(|r| r.table())
+        ),
+    }
+}
