@@ -1055,6 +1055,17 @@ mod tests {
         }
     }
 
+    /// Echo, but the server closes first once it has echoed a line ending in "quit".
+    fn echo_then_quit(conn: &mut Conn<'_, Echo>) {
+        let mut tail = [0u8; 5];
+        let n = conn.io.peek_slice(&mut tail).unwrap_or(0);
+        let quit = conn.io.recv_queue() == 5 && &tail[..n] == b"quit\n";
+        echo(conn);
+        if quit {
+            conn.io.close();
+        }
+    }
+
     struct Net {
         table: ConnTable<Echo>,
         server: MemPort,
@@ -1083,16 +1094,28 @@ mod tests {
         }
 
         fn connect(&mut self) -> usize {
-            let remote = IpEndpoint::new(IpAddress::Ipv4(server_ip().address()), PORT);
-            self.swarm.connect(remote, 4096, 4096).unwrap()
+            self.swarm.connect(Net::remote(), 4096, 4096).unwrap()
         }
 
         fn step(&mut self) {
+            self.step_with(echo);
+        }
+
+        fn step_with(&mut self, app: fn(&mut Conn<'_, Echo>)) {
             self.now += Duration::from_micros(50);
-            self.table.poll_ingress(self.now, &mut self.server, 64);
-            self.table.serve(echo);
-            self.table.poll_egress(self.now, &mut self.server);
+            self.server_step(app);
             self.swarm.poll(self.now, &mut self.client);
+        }
+
+        /// The server's half of a step only (the client is not polled).
+        fn server_step(&mut self, app: fn(&mut Conn<'_, Echo>)) {
+            self.table.poll_ingress(self.now, &mut self.server, 64);
+            self.table.serve(app);
+            self.table.poll_egress(self.now, &mut self.server);
+        }
+
+        fn remote() -> IpEndpoint {
+            IpEndpoint::new(IpAddress::Ipv4(server_ip().address()), PORT)
         }
 
         #[track_caller]
@@ -1388,5 +1411,97 @@ mod tests {
         net.run_until("third accepted", |net| net.table.stats().accepted == 3);
         assert_eq!(net.state(third), tcp::State::Established);
         assert_eq!(net.table.stats().refused, 0);
+    }
+
+    #[test]
+    fn a_handshake_that_never_completes_frees_its_socket() {
+        let mut net = Net::new(4, 1);
+        net.connect();
+        net.run_until("SYN taken", |net| net.table.stats().in_use == 1);
+        assert_eq!(net.table.stats().active, 0);
+        // The client vanishes: its final ACK is lost, and so is everything we send it.
+        assert_eq!(net.server.discard_pending(), 1);
+        let start = net.now;
+        while net.now < start + HANDSHAKE_TIMEOUT + Duration::from_secs(1) {
+            net.now += Duration::from_millis(1);
+            net.client.discard_pending();
+            net.server_step(echo);
+        }
+        let stats = *net.table.stats();
+        assert_eq!(
+            (stats.in_use, stats.handshakes_failed, stats.accepted),
+            (0, 1, 0),
+            "{stats:?}"
+        );
+        assert!(
+            stats.frames_out >= 4,
+            "SYN-ACK plus retransmissions: {stats:?}"
+        );
+        assert_eq!(net.table.poll_delay(net.now), None);
+    }
+
+    #[test]
+    fn a_lost_reply_is_retransmitted_from_the_bucket_timer() {
+        let mut net = Net::new(8, 1);
+        net.connect();
+        net.run_until("established", |net| net.table.stats().active == 1);
+        net.swarm.socket(0).send_slice(b"ping").unwrap();
+        net.swarm.poll(net.now, &mut net.client);
+        net.server_step(echo);
+        assert_eq!(
+            net.client.discard_pending(),
+            1,
+            "the echo was sent, and is now lost"
+        );
+        let delay = net
+            .table
+            .poll_delay(net.now)
+            .expect("a retransmission timer is armed");
+        assert!(
+            delay >= Duration::from_millis(900) && delay <= Duration::from_secs(1),
+            "{delay}"
+        );
+        let sent = net.table.stats().frames_out;
+        net.now += delay;
+        net.server_step(echo);
+        assert_eq!(
+            net.table.stats().frames_out,
+            sent + 1,
+            "retransmitted when due"
+        );
+        net.swarm.poll(net.now, &mut net.client);
+        let mut buf = [0u8; 8];
+        assert_eq!(net.swarm.socket(0).recv_slice(&mut buf).unwrap(), 4);
+        assert_eq!(&buf[..4], b"ping");
+    }
+
+    #[test]
+    fn a_syn_for_a_tuple_in_time_wait_reuses_its_socket() {
+        let mut net = Net::new(2, 1);
+        net.connect();
+        net.run_until("established", |net| net.table.stats().active == 1);
+        net.swarm.socket(0).send_slice(b"quit\n").unwrap();
+        for _ in 0..1000 {
+            if net.state(0) == tcp::State::CloseWait {
+                break;
+            }
+            net.step_with(echo_then_quit);
+        }
+        assert_eq!(net.state(0), tcp::State::CloseWait, "server closed first");
+        net.swarm.socket(0).close();
+        net.run_until("client closed", |net| net.state(0) == tcp::State::Closed);
+        assert_eq!(net.table.stats().in_use, 1, "our side is in TIME-WAIT");
+        assert_eq!(net.table.stats().sockets, 1);
+        // Same client port, well within TIME-WAIT's 10 s.
+        assert!(net.swarm.reconnect(0, Net::remote()));
+        net.run_until("accepted again", |net| net.table.stats().accepted == 2);
+        let stats = *net.table.stats();
+        assert_eq!(
+            (stats.in_use, stats.sockets, stats.refused),
+            (1, 1, 0),
+            "{stats:?}"
+        );
+        net.swarm.socket(0).send_slice(b"again").unwrap();
+        net.run_until("echo", |net| net.swarm.socket_ref(0).recv_queue() == 5);
     }
 }

@@ -91,6 +91,15 @@ impl MemPort {
     pub fn dropped(&self) -> u64 {
         self.queues[1 - self.rx].borrow().dropped
     }
+
+    /// Throws away every frame waiting for this end (to simulate loss); returns how many.
+    pub fn discard_pending(&mut self) -> usize {
+        let mut queue = self.queues[self.rx].borrow_mut();
+        let discarded = queue.len;
+        queue.head = 0;
+        queue.len = 0;
+        discarded
+    }
 }
 
 /// Receive token of a [`MemPort`].
@@ -241,6 +250,22 @@ impl ClientSwarm {
         self.conns.push((set as u32, handle));
         self.mark_dirty(set);
         Some(index)
+    }
+
+    /// Opens connection `index` again from the same local port (its socket must be closed),
+    /// e.g. to exercise a server's TIME-WAIT handling; false if the socket is not closed.
+    ///
+    /// # Panics
+    /// If `index >= len()`.
+    pub fn reconnect(&mut self, index: usize, remote: IpEndpoint) -> bool {
+        let (set, handle) = self.conns[index];
+        let Ok(port) = u16::try_from(usize::from(FIRST_CLIENT_PORT) + index) else {
+            return false;
+        };
+        let socket = self.sets[set as usize].get_mut::<tcp::Socket>(handle);
+        let ok = socket.connect(self.iface.context(), remote, port).is_ok();
+        self.mark_dirty(set as usize);
+        ok
     }
 
     /// Number of connections opened.
