@@ -10,6 +10,23 @@
 //! Time is always an argument (`now`, unix seconds from the caller's injected clock); the
 //! store never reads a clock.
 //!
+//! ```
+//! use store::{Delta, Shard, ShardConfig, StoreError, StoreMode};
+//!
+//! let now = 1_700_000_000; // unix seconds, from the caller's clock
+//! let mut shard = Shard::new(ShardConfig { memory_limit_bytes: 64 << 20, max_item_size: 1 << 20 });
+//! let cas = shard.store(StoreMode::Set, b"greeting", b"hello", 0, 10, 0, now)?;
+//! assert_eq!(shard.get(b"greeting", now).map(|v| v.value), Some(&b"hello"[..]));
+//! // A stale CAS is refused; the current one is accepted.
+//! assert_eq!(shard.store(StoreMode::Set, b"greeting", b"hi", 0, 0, cas + 1, now), Err(StoreError::Exists));
+//! shard.store(StoreMode::Set, b"greeting", b"hi", 0, 0, cas, now)?;
+//! assert_eq!(shard.incr_decr(b"hits", 1, Delta::Incr, Some((100, 0)), 0, now)?.0, 100);
+//! assert_eq!(shard.incr_decr(b"hits", 1, Delta::Incr, None, 0, now)?.0, 101);
+//! // Ten seconds later the first value would have expired; the second never does.
+//! assert!(shard.get(b"greeting", now + 10).is_some());
+//! # Ok::<(), StoreError>(())
+//! ```
+//!
 //! # Memory layout
 //!
 //! The table is a hashbrown [`HashTable`](hashbrown::HashTable) of 32-byte items (two per

@@ -68,14 +68,12 @@ enum Removal {
     Evicted,
 }
 
-/// What a lookup found.
+/// Why a lookup found no live item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Found {
-    /// Live at this bucket index.
-    Live(usize),
+enum Miss {
     /// Not present.
-    Missing,
-    /// Present but dead; it has just been reclaimed.
+    Absent,
+    /// Present but dead (expired or flushed); it has just been reclaimed.
     Dead(Liveness),
 }
 
@@ -186,11 +184,11 @@ impl Shard {
                 item.mark_fetched();
                 Some(view(item))
             }
-            Err(Found::Missing | Found::Live(_)) => {
+            Err(Miss::Absent) => {
                 self.stats.get_misses += 1;
                 None
             }
-            Err(Found::Dead(why)) => {
+            Err(Miss::Dead(why)) => {
                 self.stats.get_misses += 1;
                 match why {
                     Liveness::Flushed => self.stats.get_flushed += 1,
@@ -276,11 +274,7 @@ impl Shard {
             self.check_size(key.len(), value.len())?;
         }
         let hash = self.hasher.hash_one(key);
-        let found = match self.lookup(hash, key, now) {
-            Found::Live(index) => Some(index),
-            Found::Missing | Found::Dead(_) => None,
-        };
-        let Some(index) = found else {
+        let Ok(index) = self.lookup(hash, key, now) else {
             if cas != 0 {
                 self.stats.cas_misses += 1;
                 return Err(StoreError::NotFound);
@@ -348,7 +342,7 @@ impl Shard {
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
-        let Found::Live(index) = self.lookup(hash, key, now) else {
+        let Ok(index) = self.lookup(hash, key, now) else {
             self.stats.delete_misses += 1;
             return Err(StoreError::NotFound);
         };
@@ -394,7 +388,7 @@ impl Shard {
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
         let mut digits = [0u8; item::MAX_DIGITS];
-        let Found::Live(index) = self.lookup(hash, key, now) else {
+        let Ok(index) = self.lookup(hash, key, now) else {
             match direction {
                 Delta::Incr => self.stats.incr_misses += 1,
                 Delta::Decr => self.stats.decr_misses += 1,
@@ -573,8 +567,9 @@ impl Shard {
         Ok(())
     }
 
-    /// Finds `key` and returns its bucket index; a dead item found is reclaimed.
-    fn lookup(&mut self, hash: u64, key: &[u8], now: u64) -> Found {
+    /// Finds the live item under `key` and returns its bucket index; a dead item found is
+    /// reclaimed.
+    fn lookup(&mut self, hash: u64, key: &[u8], now: u64) -> Result<usize, Miss> {
         let found = find_live(
             &mut self.table,
             &mut self.stats,
@@ -584,10 +579,7 @@ impl Shard {
             key,
             now,
         );
-        match found {
-            Ok(entry) => Found::Live(entry.bucket_index()),
-            Err(why) => why,
-        }
+        found.map(|entry| entry.bucket_index())
     }
 
     fn remove_at(&mut self, index: usize, why: Removal) {
@@ -791,16 +783,16 @@ fn find_live<'t>(
     hash: u64,
     key: &[u8],
     now: u64,
-) -> Result<OccupiedEntry<'t, Item>, Found> {
+) -> Result<OccupiedEntry<'t, Item>, Miss> {
     let Ok(entry) = table.find_entry(hash, |it| it.key() == key) else {
-        return Err(Found::Missing);
+        return Err(Miss::Absent);
     };
     match entry.get().liveness(now, flush_cas) {
         Liveness::Live => Ok(entry),
         dead => {
             let (item, _) = entry.remove();
             account_removed(stats, table_bytes, &item, Removal::Reclaimed);
-            Err(Found::Dead(dead))
+            Err(Miss::Dead(dead))
         }
     }
 }
