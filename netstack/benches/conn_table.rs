@@ -9,6 +9,10 @@
 //! (`poll_ingress`, `serve`, `poll_egress`): two frames in, one frame out. `round_trip/N`
 //! times the whole iteration, client side included.
 //!
+//! `naive_one_set/N` is the baseline the table exists to beat: the same round trip against
+//! plain smoltcp as its examples use it, one `SocketSet` holding every socket, one
+//! `Interface::poll` per step and the application scanning all sockets for data.
+//!
 //! Run: `cargo bench -p netstack --bench conn_table`
 
 use std::hint::black_box;
@@ -17,7 +21,10 @@ use std::time::{Duration, Instant as WallClock};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use netstack::conn::{Conn, ConnTable, TableConfig};
 use netstack::memlink::{self, ClientSwarm, MemPort};
+use netstack::smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use netstack::smoltcp::socket::tcp;
 use netstack::smoltcp::time::{Duration as NetDuration, Instant};
+use netstack::smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr};
 use netstack::smoltcp::wire::{IpAddress, IpEndpoint, Ipv4Address, Ipv4Cidr};
 
 const SERVER_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x02];
@@ -121,6 +128,114 @@ impl Rig {
     }
 }
 
+/// Plain smoltcp: one socket set with `conns` sockets, each listening for one connection.
+struct Naive {
+    iface: Interface,
+    sockets: SocketSet<'static>,
+    handles: Vec<SocketHandle>,
+    server: MemPort,
+    swarm: ClientSwarm,
+    client: MemPort,
+    now: Instant,
+    next: usize,
+}
+
+impl Naive {
+    fn new(conns: usize) -> Naive {
+        let (mut client, mut server) = memlink::pair(4096, 1500);
+        let now = Instant::from_secs(1);
+        let server_ip = Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 2), 24);
+        let config = Config::new(HardwareAddress::Ethernet(EthernetAddress(SERVER_MAC)));
+        let mut iface = Interface::new(config, &mut server, now);
+        iface.update_ip_addrs(|addrs| {
+            let _ = addrs.push(IpCidr::Ipv4(server_ip));
+        });
+        let mut sockets = SocketSet::new(Vec::new());
+        let handles = (0..conns)
+            .map(|_| {
+                let mut socket = tcp::Socket::new(
+                    tcp::SocketBuffer::new(vec![0u8; 16 * 1024]),
+                    tcp::SocketBuffer::new(vec![0u8; 16 * 1024]),
+                );
+                socket.set_nagle_enabled(false);
+                socket.set_ack_delay(None);
+                socket.listen(PORT).expect("listen");
+                sockets.add(socket)
+            })
+            .collect();
+        let client_ip = Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 1), 24);
+        let mut swarm = ClientSwarm::new(CLIENT_MAC, client_ip, &mut client, now, conns);
+        let remote = IpEndpoint::new(IpAddress::Ipv4(server_ip.address()), PORT);
+        for _ in 0..conns {
+            swarm.connect(remote, 2048, 2048).expect("client port");
+        }
+        let mut naive = Naive {
+            iface,
+            sockets,
+            handles,
+            server,
+            swarm,
+            client,
+            now,
+            next: 0,
+        };
+        for _ in 0..100_000 {
+            let established = naive
+                .handles
+                .iter()
+                .filter(|&&h| {
+                    naive.sockets.get::<tcp::Socket>(h).state() == tcp::State::Established
+                })
+                .count();
+            if established == conns {
+                break;
+            }
+            naive.now += NetDuration::from_micros(10);
+            naive.server_step();
+            naive.swarm.poll(naive.now, &mut naive.client);
+        }
+        naive
+    }
+
+    fn server_step(&mut self) {
+        self.iface
+            .poll(self.now, &mut self.server, &mut self.sockets);
+        let mut chunk = [0u8; 256];
+        for &handle in &self.handles {
+            let socket = self.sockets.get_mut::<tcp::Socket>(handle);
+            if socket.can_recv() {
+                let n = socket.recv_slice(&mut chunk).unwrap_or(0);
+                let _ = socket.send_slice(&chunk[..n]);
+            }
+        }
+        self.iface
+            .poll(self.now, &mut self.server, &mut self.sockets);
+    }
+
+    fn round_trip(&mut self) -> Duration {
+        let conn = self.next;
+        self.next = (self.next + 1) % self.swarm.len();
+        self.now += NetDuration::from_micros(10);
+        self.swarm
+            .socket(conn)
+            .send_slice(&REQUEST)
+            .expect("send request");
+        self.swarm.poll(self.now, &mut self.client);
+        let start = WallClock::now();
+        self.server_step();
+        let spent = start.elapsed();
+        self.swarm.poll(self.now, &mut self.client);
+        let mut reply = [0u8; 64];
+        let n = self
+            .swarm
+            .socket(conn)
+            .recv_slice(&mut reply)
+            .expect("recv reply");
+        assert_eq!(n, REQUEST.len(), "reply arrived within the iteration");
+        spent
+    }
+}
+
 fn conn_table(c: &mut Criterion) {
     let mut group = c.benchmark_group("conn_table");
     group.throughput(Throughput::Elements(1));
@@ -149,5 +264,20 @@ fn conn_table(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, conn_table);
+fn naive(c: &mut Criterion) {
+    let mut group = c.benchmark_group("naive_one_set");
+    group.throughput(Throughput::Elements(1));
+    group.sample_size(20);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    for conns in [32usize, 1_000] {
+        let mut naive = Naive::new(conns);
+        group.bench_with_input(BenchmarkId::new("server", conns), &conns, |b, _| {
+            b.iter_custom(|iters| (0..iters).map(|_| naive.round_trip()).sum())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, conn_table, naive);
 criterion_main!(benches);
