@@ -110,29 +110,17 @@ pub(super) fn execute(
     outcome
 }
 
-/// A storage frame whose value can never fit is answered "too large" from its header alone, so
-/// its body is skipped rather than buffered. Returns the frame length to skip.
+/// A well-formed storage frame whose value can never fit is answered "too large" from its
+/// header alone, so its body is skipped rather than buffered. Returns the frame length to skip.
 fn refuse_oversize_value(engine: &mut Engine, buf: &[u8], out: &mut Vec<u8>) -> Option<usize> {
-    let header = RequestHeader::new_checked(buf.get(..HEADER_LEN)?).ok()?;
+    let header = RequestRepr::parse_header(buf, engine.config.max_body()).ok()?;
     let (opcode, quiet) = Opcode::from_wire(header.opcode());
     let storage = matches!(
         opcode,
         Opcode::Set | Opcode::Add | Opcode::Replace | Opcode::Append | Opcode::Prepend
     );
-    if !storage
-        || header.body_len() > engine.config.max_body()
-        || store::item_size(usize::from(header.key_len()), header.value_len())
-            <= engine.config.shard.max_item_size
-        || usize::from(header.key_len()) > protocol::binary::MAX_KEY_LEN
-    {
-        return None;
-    }
-    // Shape errors win over size, as in memcached: only a well-formed header is "too large".
-    let extras_ok = match opcode {
-        Opcode::Append | Opcode::Prepend => header.extras_len() == 0,
-        _ => usize::from(header.extras_len()) == StoreExtras::LEN,
-    };
-    if !extras_ok || header.key_len() == 0 {
+    let size = store::item_size(usize::from(header.key_len()), header.value_len());
+    if !storage || size <= engine.config.shard.max_item_size {
         return None;
     }
     engine.counters.cmd_set += 1;

@@ -1,0 +1,92 @@
+//! Engine benchmarks: one binary GET hit and one SET through `Engine::execute`, with the
+//! request in a realistic receive buffer and the reply into a reused output buffer.
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use protocol::binary::{Opcode, RequestRepr, StoreExtras};
+use server::engine::{Engine, EngineConfig, Session, VERSION};
+use std::hint::black_box;
+use store::ShardConfig;
+
+fn engine() -> Engine {
+    Engine::new(EngineConfig {
+        shard: ShardConfig {
+            memory_limit_bytes: 64 << 20,
+            max_item_size: 1 << 20,
+        },
+        version: VERSION,
+        started_unix_secs: 0,
+        threads: 1,
+        conn_limit: 1024,
+    })
+}
+
+/// The frame at the start of an 8 KiB buffer, as it would sit in a socket's receive buffer.
+fn in_buffer(opcode: Opcode, extras: &[u8], key: &[u8], value: &[u8]) -> (Vec<u8>, usize) {
+    let mut buf = Vec::with_capacity(8192);
+    RequestRepr {
+        opcode,
+        quiet: false,
+        opaque: 0xfeed,
+        cas: 0,
+        vbucket: 0,
+        extras,
+        key,
+        value,
+    }
+    .emit_into(&mut buf);
+    let len = buf.len();
+    buf.resize(8192, 0);
+    (buf, len)
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("engine");
+    group.throughput(Throughput::Elements(1));
+    let extras = StoreExtras {
+        flags: 0,
+        expiration: 0,
+    }
+    .emit();
+    let keys: Vec<String> = (0..10_000).map(|i| format!("key:{i:012}")).collect();
+    let value = [b'v'; 32];
+
+    let mut e = engine();
+    let mut session = Session::default();
+    let mut out = Vec::with_capacity(64 * 1024);
+    for key in &keys {
+        let (buf, len) = in_buffer(Opcode::Set, &extras, key.as_bytes(), &value);
+        e.execute(&mut session, &buf[..len], &mut out, 1);
+        out.clear();
+    }
+    let gets: Vec<_> = keys
+        .iter()
+        .map(|k| in_buffer(Opcode::Get, &[], k.as_bytes(), &[]))
+        .collect();
+    let mut i = 0;
+    group.bench_function(BenchmarkId::new("get_hit", "key16/value32"), |b| {
+        b.iter(|| {
+            let (buf, len) = &gets[i % gets.len()];
+            i += 1;
+            let outcome = e.execute(&mut session, black_box(&buf[..*len]), &mut out, 1);
+            out.clear();
+            black_box(outcome)
+        })
+    });
+    let sets: Vec<_> = keys
+        .iter()
+        .map(|k| in_buffer(Opcode::Set, &extras, k.as_bytes(), &value))
+        .collect();
+    group.bench_function(BenchmarkId::new("set", "key16/value32"), |b| {
+        b.iter(|| {
+            let (buf, len) = &sets[i % sets.len()];
+            i += 1;
+            let outcome = e.execute(&mut session, black_box(&buf[..*len]), &mut out, 1);
+            out.clear();
+            black_box(outcome)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
