@@ -15,10 +15,16 @@
 //! - [`binary`]: the memcached binary protocol: a zero-copy header view per direction
 //!   ([`binary::RequestHeader`], [`binary::ResponseHeader`]), the request/response `Repr`s with
 //!   per-opcode shape checks, [`binary::Opcode`]/[`binary::Status`] and typed extras.
+//! - [`text`]: the text protocol: request lines parsed in place ([`text::Request`]), data
+//!   blocks, error lines as memcached words them, replies ([`text::Response`]).
+//! - [`meta`]: the meta commands (`mg`, `ms`, `md`, `ma`, `mn`, `me`), which share the text
+//!   line format: decoded flags ([`meta::Flags`]) and reply lines ([`meta::ReplyLine`]).
 //!
-//! The text and meta protocols will sit beside it as `protocol::text` and `protocol::meta`; a
-//! connection picks one by its first byte ([`binary::REQUEST_MAGIC`] means binary).
+//! A connection picks binary or text (meta included) by its first byte
+//! ([`binary::REQUEST_MAGIC`] means binary).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod binary;
+pub mod meta;
+pub mod text;
