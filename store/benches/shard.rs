@@ -1,7 +1,9 @@
 //! Shard operation costs: `cargo bench -p store -- shard/`.
 //!
 //! Keys are generated before the run (16 bytes, `key:` plus 12 hex digits); values are
-//! 32 bytes. Results pass through `black_box`.
+//! 32 bytes. Results pass through `black_box`. The plain names use 10 000 keys (about
+//! 1.3 MiB of table and blocks, cache-resident: the store's own cost); `_cold` uses
+//! 1 000 000 keys (about 130 MiB, so most lookups miss the caches, as on a big server).
 
 use std::hint::black_box;
 
@@ -9,8 +11,10 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use store::{Shard, ShardConfig, StoreMode};
 
 const NOW: u64 = 1_700_000_000;
-/// Enough keys that the table (about 4 MiB of buckets) is not all in L2.
-const KEYS: usize = 100_000;
+/// Cache-resident keyspace.
+const KEYS: usize = 10_000;
+/// Keyspace far beyond L2 (and most of a shared L3).
+const COLD_KEYS: usize = 1_000_000;
 
 fn keys(n: usize) -> Vec<[u8; 16]> {
     (0..n as u64)
@@ -71,6 +75,23 @@ fn bench(c: &mut Criterion) {
         })
     });
     drop(s);
+
+    // GET hit over a large keyspace: dominated by cache misses (control byte, bucket, block).
+    let cold = self::keys(COLD_KEYS);
+    let mut s = shard(1 << 30);
+    for k in &cold {
+        s.store(StoreMode::Set, k, &value, 0, 0, 0, NOW).unwrap();
+    }
+    let mut i = 0usize;
+    group.bench_function("get_hit_cold/key16/value32", |b| {
+        b.iter(|| {
+            i = (i + 7919) % COLD_KEYS;
+            let v = s.get(black_box(&cold[i]), NOW).map(|v| v.value.len());
+            black_box(v)
+        })
+    });
+    drop(s);
+    drop(cold);
 
     // SET of ever-new keys into a full 4 MiB budget: every store evicts one item.
     let many = self::keys(1_000_000);
