@@ -135,8 +135,8 @@ pub struct Args {
     /// Write HdrHistogram percentile-distribution files PATH-<latency>-<op>.hgrm (values in ms).
     #[arg(long, value_name = "PATH")]
     pub hgrm_prefix: Option<String>,
-    /// Plot the percentile distribution (or, with --sweep, latency vs throughput) as SVG.
-    #[arg(long, value_name = "FILE.svg")]
+    /// Plot the percentile distribution (or, with --sweep, latency vs throughput): .svg or .png.
+    #[arg(long, value_name = "FILE.svg|png")]
     pub plot: Option<PathBuf>,
     /// No progress lines.
     #[arg(short = 'q', long)]

@@ -1,5 +1,6 @@
 //! Files a run writes: the JSON summary, HdrHistogram percentile-distribution (`.hgrm`) files
-//! and SVG plots.
+//! and SVG or PNG plots. PNG text is drawn with a font embedded in the binary, so no system font
+//! or library is needed.
 //!
 //! ```text
 //! Report ─▶ write_json (Summary, schema memspin-loadgen/1)
@@ -10,8 +11,10 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Once;
 
 use hdrhistogram::Histogram;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Serialize;
 
@@ -93,6 +96,8 @@ pub fn write_hgrm(prefix: &str, report: &Report) -> io::Result<Vec<PathBuf>> {
 pub enum PlotFormat {
     /// Scalable vector graphics.
     Svg,
+    /// Portable network graphics.
+    Png,
 }
 
 impl PlotFormat {
@@ -101,15 +106,15 @@ impl PlotFormat {
     /// # Errors
     /// A message naming the supported extensions.
     pub fn of(path: &Path) -> Result<PlotFormat, String> {
-        match path
+        let ext = path
             .extension()
             .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase)
-            .as_deref()
-        {
+            .map(str::to_ascii_lowercase);
+        match ext.as_deref() {
             Some("svg") => Ok(PlotFormat::Svg),
+            Some("png") => Ok(PlotFormat::Png),
             _ => Err(format!(
-                "--plot {}: the file name must end in .svg",
+                "--plot {}: the file name must end in .svg or .png",
                 path.display()
             )),
         }
@@ -127,6 +132,17 @@ const COLORS: [RGBColor; 5] = [
 
 fn plot_err<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> io::Error {
     io::Error::other(e.to_string())
+}
+
+/// Registers the embedded font as "sans-serif"; every backend lays text out with it.
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let font = epaint_default_fonts::UBUNTU_LIGHT;
+        if plotters::style::register_font("sans-serif", FontStyle::Normal, font).is_err() {
+            unreachable!("the embedded font is a valid TrueType font");
+        }
+    });
 }
 
 /// Points of a percentile-distribution curve: x = log10(1 / (1 − q)), y = latency in µs.
@@ -148,8 +164,11 @@ pub fn percentile_curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
     pts
 }
 
+/// Named point series, the data of one plot.
+type Series<'a> = Vec<(&'a str, Vec<(f64, f64)>)>;
+
 /// Plots latency against percentile (x: 0 %, 90 %, 99 %, 99.9 %, ...) for each named
-/// histogram, log latency axis.
+/// histogram, log latency axis; SVG or PNG by the extension of `path`.
 ///
 /// # Errors
 /// An unsupported extension or a drawing / file error.
@@ -158,19 +177,38 @@ pub fn plot_percentiles(
     title: &str,
     curves: &[(&str, &Histogram<u64>)],
 ) -> io::Result<()> {
-    PlotFormat::of(path).map_err(io::Error::other)?;
-    let series: Vec<(&str, Vec<(f64, f64)>)> = curves
+    let format = PlotFormat::of(path).map_err(io::Error::other)?;
+    register_font();
+    let series: Series<'_> = curves
         .iter()
         .filter(|(_, h)| !h.is_empty())
         .map(|(n, h)| (*n, percentile_curve(h)))
         .collect();
+    match format {
+        PlotFormat::Svg => draw_percentiles(
+            SVGBackend::new(path, SIZE).into_drawing_area(),
+            title,
+            &series,
+        ),
+        PlotFormat::Png => draw_percentiles(
+            BitMapBackend::new(path, SIZE).into_drawing_area(),
+            title,
+            &series,
+        ),
+    }
+}
+
+fn draw_percentiles<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    series: &Series<'_>,
+) -> io::Result<()> {
     let x_max = series
         .iter()
         .flat_map(|(_, p)| p.iter().map(|p| p.0))
         .fold(1.0, f64::max)
         .ceil();
     let (y_min, y_max) = y_range(series.iter().flat_map(|(_, p)| p.iter().map(|p| p.1)));
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 22))
@@ -209,12 +247,13 @@ pub fn plot_percentiles(
 }
 
 /// Plots p50, p99 and p99.9 (corrected when open loop) against the achieved rate of each
-/// sweep point, plus the service-time p99.
+/// sweep point, plus the service-time p99; SVG or PNG by the extension of `path`.
 ///
 /// # Errors
 /// An unsupported extension or a drawing / file error.
 pub fn plot_sweep(path: &Path, reports: &[Report]) -> io::Result<()> {
-    PlotFormat::of(path).map_err(io::Error::other)?;
+    let format = PlotFormat::of(path).map_err(io::Error::other)?;
+    register_font();
     let rows: Vec<(f64, Percentiles, Percentiles)> = reports
         .iter()
         .map(|r| {
@@ -226,13 +265,38 @@ pub fn plot_sweep(path: &Path, reports: &[Report]) -> io::Result<()> {
             )
         })
         .collect();
-    let x_max = rows.iter().map(|r| r.0).fold(1.0, f64::max) * 1.05;
+    let mut series: Series<'_> = Vec::new();
+    type Pick = fn(&Percentiles, &Percentiles) -> f64;
+    let lines: [(&str, Pick); 4] = [
+        ("p50", |p, _| p.p50),
+        ("p99", |p, _| p.p99),
+        ("p99.9", |p, _| p.p99_9),
+        ("service p99", |_, s| s.p99),
+    ];
+    for (name, f) in lines {
+        series.push((name, rows.iter().map(|(x, p, s)| (*x, f(p, s))).collect()));
+    }
+    match format {
+        PlotFormat::Svg => draw_sweep(SVGBackend::new(path, SIZE).into_drawing_area(), &series),
+        PlotFormat::Png => draw_sweep(BitMapBackend::new(path, SIZE).into_drawing_area(), &series),
+    }
+}
+
+fn draw_sweep<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    series: &Series<'_>,
+) -> io::Result<()> {
+    let x_max = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|p| p.0))
+        .fold(1.0, f64::max)
+        * 1.05;
     let (y_min, y_max) = y_range(
-        rows.iter()
-            .flat_map(|(_, p, s)| [p.p50, p.p99, p.p99_9, s.p99])
+        series
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|p| p.1))
             .filter(|v| *v > 0.0),
     );
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let mut chart = ChartBuilder::on(&root)
         .caption("latency vs throughput", ("sans-serif", 22))
@@ -249,17 +313,9 @@ pub fn plot_sweep(path: &Path, reports: &[Report]) -> io::Result<()> {
         .y_label_formatter(&|y| format!("{y}"))
         .draw()
         .map_err(plot_err)?;
-    type Row = (f64, Percentiles, Percentiles);
-    type Line = (&'static str, fn(&Row) -> f64);
-    let lines: [Line; 4] = [
-        ("p50", |r| r.1.p50),
-        ("p99", |r| r.1.p99),
-        ("p99.9", |r| r.1.p99_9),
-        ("service p99", |r| r.2.p99),
-    ];
-    for (i, (name, f)) in lines.iter().enumerate() {
+    for (i, (name, pts)) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let pts: Vec<(f64, f64)> = rows.iter().map(|r| (r.0, f(r).max(y_min))).collect();
+        let pts: Vec<(f64, f64)> = pts.iter().map(|&(x, y)| (x, y.max(y_min))).collect();
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(plot_err)?
@@ -324,7 +380,7 @@ mod tests {
     }
 
     #[test]
-    fn svg_plot_is_written_and_other_extensions_are_refused() {
+    fn svg_and_png_plots_are_written_and_other_extensions_are_refused() {
         let dir = std::env::temp_dir().join(format!("loadgen-plot-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let mut h = new_histogram();
@@ -336,6 +392,15 @@ mod tests {
         let text = fs::read_to_string(&svg).unwrap();
         assert!(
             text.starts_with("<svg") && text.contains("latency (µs)") && text.contains("99.9%")
+        );
+        let png = dir.join("p.png");
+        plot_percentiles(&png, "test", &[("service", &h)]).unwrap();
+        let bytes = fs::read(&png).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        assert!(
+            bytes.len() > 10_000,
+            "a real picture, text included: {} bytes",
+            bytes.len()
         );
         assert!(plot_percentiles(&dir.join("p.jpg"), "test", &[("service", &h)]).is_err());
         fs::remove_dir_all(&dir).unwrap();
