@@ -54,7 +54,7 @@ use smoltcp::wire::{
 use crate::Poll;
 use crate::demux::{self, TcpFrame};
 use crate::timer::DeadlineHeap;
-use crate::view::{Egress, OneFrame};
+use crate::view::{Discard, Egress, OneFrame};
 
 /// Default `-c, --conn-limit`.
 pub const DEFAULT_CONN_LIMIT: usize = 1024;
@@ -91,6 +91,9 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After the application closes, a peer silent this long gets the connection aborted
 /// (bounds FIN-WAIT-2 and unacknowledged final data).
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Length of an Ethernet frame carrying an IPv4-over-Ethernet ARP packet.
+const ARP_FRAME_LEN: usize = 42;
 
 /// `poll_egress` rounds per bucket per call (each round sends at most one segment per socket).
 const EGRESS_ROUNDS: usize = 64;
@@ -319,6 +322,8 @@ pub struct ConnTable<S> {
     touched: Vec<u32>,
     ready: Vec<(u32, u32)>,
     socket_budget: usize,
+    /// Transmit scratch for frames the table synthesizes (they never get a reply).
+    scratch: Box<[u8]>,
     stats: TableStats,
 }
 
@@ -357,6 +362,7 @@ impl<S: Default> ConnTable<S> {
             let _ = addrs.push(IpCidr::Ipv4(config.ip));
         });
         let bucket_count = config.bucket_count();
+        let scratch_len = caps.max_transmission_unit.max(ARP_FRAME_LEN);
         let buckets = (0..bucket_count)
             .map(|_| Bucket {
                 sockets: SocketSet::new(Vec::new()),
@@ -378,6 +384,7 @@ impl<S: Default> ConnTable<S> {
             touched: Vec::with_capacity(bucket_count),
             ready: Vec::with_capacity(config.conn_limit),
             socket_budget: config.conn_limit + bucket_count,
+            scratch: vec![0u8; scratch_len].into_boxed_slice(),
             stats: TableStats::default(),
         })
     }
@@ -521,11 +528,11 @@ impl<S: Default> ConnTable<S> {
         self.stats.frames_in += 1;
         let flow = match TcpFrame::new_checked(frame) {
             Ok(tcp) if tcp.dst_port() == self.config.port => {
-                Some((tcp.src_addr(), tcp.src_port(), tcp.is_syn()))
+                Some((tcp.src_addr(), tcp.src_port(), tcp.is_syn(), tcp.src_mac()))
             }
             _ => None,
         };
-        let Some((src_addr, src_port, syn)) = flow else {
+        let Some((src_addr, src_port, syn, src_mac)) = flow else {
             self.stats.frames_control += 1;
             let mut view = OneFrame {
                 frame: Some(frame),
@@ -543,6 +550,7 @@ impl<S: Default> ConnTable<S> {
         self.stats.frames_tcp += 1;
         let bucket = self.bucket_of(src_addr, src_port);
         let armed = if syn {
+            self.learn_neighbor(now, src_addr, src_mac);
             self.arm_for_syn(bucket, src_addr, src_port)
         } else {
             None
@@ -560,6 +568,39 @@ impl<S: Default> ConnTable<S> {
         }
         self.mark_dirty(bucket);
         self.mark_touched(bucket);
+    }
+
+    /// Teaches the interface that `ip` is at `mac`, by feeding it the ARP reply that says
+    /// so. Done for every SYN: with several queues per device, the kernel may deliver ARP
+    /// traffic to another worker's queue, and then this interface could never resolve the
+    /// client; and for one queue it saves an ARP exchange when the cache entry expired.
+    /// smoltcp ignores it unless `ip` is a unicast address in our subnet.
+    fn learn_neighbor(&mut self, now: Instant, ip: Ipv4Address, mac: [u8; 6]) {
+        if !EthernetAddress(mac).is_unicast() {
+            return;
+        }
+        let ours = self.config.mac;
+        let mut frame = [0u8; ARP_FRAME_LEN];
+        frame[0..6].copy_from_slice(&ours);
+        frame[6..12].copy_from_slice(&mac);
+        frame[12..14].copy_from_slice(&demux::ETHERTYPE_ARP.to_be_bytes());
+        // htype Ethernet, ptype IPv4, hlen 6, plen 4, operation reply.
+        frame[14..22].copy_from_slice(&[0, 1, 0x08, 0x00, 6, 4, 0, 2]);
+        frame[22..28].copy_from_slice(&mac);
+        frame[28..32].copy_from_slice(&ip.octets());
+        frame[32..38].copy_from_slice(&ours);
+        frame[38..42].copy_from_slice(&self.config.ip.address().octets());
+        let mut frames_out = 0;
+        let mut view = OneFrame {
+            frame: Some(&frame[..]),
+            tx: Some(Discard {
+                scratch: &mut self.scratch,
+            }),
+            caps: &self.caps,
+            frames_out: &mut frames_out,
+        };
+        self.iface
+            .poll_ingress_single(now, &mut view, &mut self.control);
     }
 
     fn bucket_of(&self, addr: Ipv4Address, port: u16) -> usize {
@@ -1009,6 +1050,7 @@ impl Io<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::demux::tests::SYN_FRAME;
     use crate::memlink::{self, ClientSwarm, MemPort};
 
     const SERVER_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x02];
@@ -1503,5 +1545,32 @@ mod tests {
         );
         net.swarm.socket(0).send_slice(b"again").unwrap();
         net.run_until("echo", |net| net.swarm.socket_ref(0).recv_queue() == 5);
+    }
+
+    #[test]
+    fn a_syn_teaches_the_client_mac_so_the_syn_ack_needs_no_arp() {
+        // The captured kernel SYN, with no ARP exchange before it (as when the kernel's
+        // ARP traffic went to another queue): the SYN-ACK must go out directly.
+        let mut net = Net::new(4, 1);
+        let mut tx = net.client.transmit(net.now).unwrap();
+        tx.set_meta(Default::default());
+        tx.consume(SYN_FRAME.len(), |buf| buf.copy_from_slice(&SYN_FRAME));
+        net.server_step(echo);
+        assert_eq!(net.table.stats().in_use, 1);
+        assert_eq!(net.client.pending(), 1);
+        let (rx, _) = net.client.receive(net.now).unwrap();
+        rx.consume(|frame| {
+            let reply = TcpFrame::new_checked(frame).expect("a TCP segment, not an ARP request");
+            assert_eq!(
+                reply.flags() & (demux::flags::SYN | demux::flags::ACK),
+                demux::flags::SYN | demux::flags::ACK
+            );
+            assert_eq!(
+                &frame[0..6],
+                &SYN_FRAME[6..12],
+                "sent to the SYN's source MAC"
+            );
+            assert_eq!(reply.dst_port(), 40000);
+        });
     }
 }

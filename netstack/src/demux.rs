@@ -14,6 +14,7 @@ mod field {
     use core::ops::Range;
 
     // Ethernet II (no 802.1Q tag: TAP and AF_XDP deliver untagged frames to us).
+    pub const ETH_SRC: Range<usize> = 6..12;
     pub const ETHERTYPE: Range<usize> = 12..14;
     pub const ETH_HEADER_LEN: usize = 14;
 
@@ -139,6 +140,13 @@ impl<T: AsRef<[u8]>> TcpFrame<T> {
         Ok(tcp_offset)
     }
 
+    /// Ethernet source address.
+    pub fn src_mac(&self) -> [u8; 6] {
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&self.buffer.as_ref()[field::ETH_SRC]);
+        mac
+    }
+
     /// IPv4 source address.
     pub fn src_addr(&self) -> Ipv4Address {
         Ipv4Address::from_octets(read_4(&self.buffer.as_ref()[field::IP_SRC]))
@@ -188,13 +196,13 @@ fn read_4(bytes: &[u8]) -> [u8; 4] {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A SYN from 10.77.0.1:40000 to 10.77.0.2:11211, captured from a Linux 6.x kernel
     /// through a TAP device in a test namespace (MSS 1460, SACK-permitted, timestamps,
     /// window scale 10).
-    static SYN_FRAME: [u8; 74] = [
+    pub(crate) static SYN_FRAME: [u8; 74] = [
         0x02, 0x00, 0x00, 0x4d, 0x00, 0x02, 0x3e, 0xef, 0x83, 0x9e, 0xc7, 0xf3, 0x08, 0x00, //
         0x45, 0x00, 0x00, 0x3c, 0x89, 0xf7, 0x40, 0x00, 0x40, 0x06, 0x9c, 0x28, 0x0a, 0x4d, 0x00,
         0x01, 0x0a, 0x4d, 0x00, 0x02, //
@@ -248,6 +256,7 @@ mod tests {
         assert_eq!(frame.dst_addr(), Ipv4Address::new(10, 77, 0, 2));
         assert_eq!(frame.src_port(), 40000);
         assert_eq!(frame.dst_port(), 11211);
+        assert_eq!(frame.src_mac(), [0x3e, 0xef, 0x83, 0x9e, 0xc7, 0xf3]);
         assert_eq!(frame.flags(), flags::SYN);
         assert!(frame.is_syn());
     }
