@@ -31,6 +31,9 @@
 //!   its bucket; after warm-up, accepting a connection allocates nothing (except what
 //!   `S::default()` allocates). Sockets are created on demand; when more than
 //!   `conn_limit + buckets` exist (hash imbalance over time), closed ones are freed.
+//! - **Neighbours.** The client's MAC is taken from its SYN (and refreshed from its
+//!   segments every 20 s) and fed to smoltcp's ARP cache, so replies never wait on an ARP
+//!   exchange whose answer the kernel might steer to another worker's queue.
 //! - **Sockets.** Nagle off, delayed ACK off, keep-alive off. smoltcp's `timeout` aborts a
 //!   connection whose peer stays silent that long, even an idle one, so it is set to
 //!   [`HANDSHAKE_TIMEOUT`] while handshaking, to [`TableConfig::idle_timeout`] (default
@@ -91,6 +94,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After the application closes, a peer silent this long gets the connection aborted
 /// (bounds FIN-WAIT-2 and unacknowledged final data).
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How often the client's MAC is re-taught to the ARP cache from its TCP frames
+/// (smoltcp forgets a neighbour 60 s after learning it).
+const NEIGHBOR_REFRESH: Duration = Duration::from_secs(20);
 
 /// Length of an Ethernet frame carrying an IPv4-over-Ethernet ARP packet.
 const ARP_FRAME_LEN: usize = 42;
@@ -324,6 +331,10 @@ pub struct ConnTable<S> {
     socket_budget: usize,
     /// Transmit scratch for frames the table synthesizes (they never get a reply).
     scratch: Box<[u8]>,
+    /// The (address, MAC) last taught to the ARP cache from a TCP frame, and when to
+    /// teach it again (before smoltcp's 60 s entry lifetime runs out).
+    neighbor_hint: Option<(Ipv4Address, [u8; 6])>,
+    neighbor_refresh_at: Instant,
     stats: TableStats,
 }
 
@@ -385,6 +396,8 @@ impl<S: Default> ConnTable<S> {
             ready: Vec::with_capacity(config.conn_limit),
             socket_budget: config.conn_limit + bucket_count,
             scratch: vec![0u8; scratch_len].into_boxed_slice(),
+            neighbor_hint: None,
+            neighbor_refresh_at: now,
             stats: TableStats::default(),
         })
     }
@@ -549,8 +562,13 @@ impl<S: Default> ConnTable<S> {
         };
         self.stats.frames_tcp += 1;
         let bucket = self.bucket_of(src_addr, src_port);
-        let armed = if syn {
+        if syn || self.neighbor_hint != Some((src_addr, src_mac)) || now >= self.neighbor_refresh_at
+        {
             self.learn_neighbor(now, src_addr, src_mac);
+            self.neighbor_hint = Some((src_addr, src_mac));
+            self.neighbor_refresh_at = now + NEIGHBOR_REFRESH;
+        }
+        let armed = if syn {
             self.arm_for_syn(bucket, src_addr, src_port)
         } else {
             None
@@ -571,9 +589,10 @@ impl<S: Default> ConnTable<S> {
     }
 
     /// Teaches the interface that `ip` is at `mac`, by feeding it the ARP reply that says
-    /// so. Done for every SYN: with several queues per device, the kernel may deliver ARP
-    /// traffic to another worker's queue, and then this interface could never resolve the
-    /// client; and for one queue it saves an ARP exchange when the cache entry expired.
+    /// so. Done for every SYN and, per client host, every [`NEIGHBOR_REFRESH`] of TCP
+    /// traffic: with several queues per device, the kernel may deliver ARP traffic to
+    /// another worker's queue, and then this interface could never resolve the client;
+    /// with one queue it saves an ARP exchange when an idle entry would have expired.
     /// smoltcp ignores it unless `ip` is a unicast address in our subnet.
     fn learn_neighbor(&mut self, now: Instant, ip: Ipv4Address, mac: [u8; 6]) {
         if !EthernetAddress(mac).is_unicast() {
