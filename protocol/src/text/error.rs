@@ -29,6 +29,8 @@ pub enum ErrorReply {
     TooLarge,
     /// `SERVER_ERROR out of memory storing object`.
     OutOfMemory,
+    /// `SERVER_ERROR out of memory` (`incr`/`decr`, `ma` could not store the new value).
+    NoMemory,
     /// `CLIENT_ERROR invalid flag` (meta: an unknown flag).
     InvalidFlag,
     /// `CLIENT_ERROR duplicate flag` (meta: a flag given twice).
@@ -75,6 +77,7 @@ impl ErrorReply {
             ErrorReply::LineTooLong => "CLIENT_ERROR line too long",
             ErrorReply::TooLarge => "SERVER_ERROR object too large for cache",
             ErrorReply::OutOfMemory => "SERVER_ERROR out of memory storing object",
+            ErrorReply::NoMemory => "SERVER_ERROR out of memory",
             ErrorReply::InvalidFlag => "CLIENT_ERROR invalid flag",
             ErrorReply::DuplicateFlag => "CLIENT_ERROR duplicate flag",
             ErrorReply::InvalidOrDuplicateFlag => "CLIENT_ERROR invalid or duplicate flag",
@@ -238,6 +241,7 @@ mod tests {
             LineTooLong,
             TooLarge,
             OutOfMemory,
+            NoMemory,
             InvalidFlag,
             DuplicateFlag,
             InvalidOrDuplicateFlag,
