@@ -3,6 +3,11 @@
 //! Each worker keeps its own [`Counters`] and its shard keeps `store::ShardStats`; a `stats`
 //! request sums them into a [`Snapshot`] (across every worker once there are several) and writes
 //! the lines in memcached's order, so the binary and text protocols share one list.
+//!
+//! memspin has no slab classes: an item is one heap block of its own size. `stats items` and
+//! `stats slabs` therefore describe a single class, 1, that holds every item, and report only
+//! the figures memspin really has; memcached's per-page, chunk-size and LRU-segment lines
+//! (`chunk_size`, `total_pages`, `number_hot`, `age`, ...) are left out rather than invented.
 
 use std::fmt::Display;
 
@@ -141,4 +146,46 @@ pub fn settings(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
     emit("evictions", &"on");
     emit("cas_enabled", &"yes");
     emit("binding_protocol", &"auto-negotiate");
+}
+
+/// The one class memspin reports under `stats items` and `stats slabs`.
+const ITEM_CLASS: u32 = 1;
+
+/// Calls `emit(name, value)` for every `stats items` line memspin has a value for: one class
+/// (see the module docs), named `items:1:<stat>` as memcached names them.
+pub fn items(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
+    let s = &snapshot.shard;
+    let mut line = |stat: &str, value: &dyn Display| {
+        emit(&format!("items:{ITEM_CLASS}:{stat}"), value);
+    };
+    line("number", &s.curr_items);
+    line("mem_requested", &s.bytes);
+    line("evicted", &s.evictions);
+    line("reclaimed", &s.reclaimed);
+    line("expired_unfetched", &s.expired_unfetched);
+    line("evicted_unfetched", &s.evicted_unfetched);
+}
+
+/// Calls `emit(name, value)` for every `stats slabs` line memspin has a value for: the one
+/// class's item count and per-class command figures (`1:<stat>`), then `active_slabs` and
+/// `total_malloced` (the heap the store is charged for: items and hash table).
+pub fn slabs(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
+    let s = &snapshot.shard;
+    let c = &snapshot.counters;
+    {
+        let mut line = |stat: &str, value: &dyn Display| {
+            emit(&format!("{ITEM_CLASS}:{stat}"), value);
+        };
+        line("used_chunks", &s.curr_items);
+        line("get_hits", &s.get_hits);
+        line("cmd_set", &c.cmd_set);
+        line("delete_hits", &s.delete_hits);
+        line("incr_hits", &s.incr_hits);
+        line("decr_hits", &s.decr_hits);
+        line("cas_hits", &s.cas_hits);
+        line("cas_badval", &s.cas_badval);
+        line("touch_hits", &s.touch_hits);
+    }
+    emit("active_slabs", &1);
+    emit("total_malloced", &s.heap_bytes);
 }

@@ -6,12 +6,19 @@
 //!
 //! The engine knows nothing of sockets or packets: the TAP, AF_XDP and kernel-socket paths all
 //! hand it a connection's bytes and its [`Session`], and send what it appends to `out`. It
-//! executes every complete frame, in order, and reports how many input bytes it consumed, so a
-//! caller can parse straight out of a receive buffer and keep the unconsumed tail.
+//! executes every complete request, in order, and reports how many input bytes it consumed, so
+//! a caller can parse straight out of a receive buffer and keep the unconsumed tail.
+//!
+//! A connection's protocol is decided by its first byte and kept in its [`Session`]: 0x80 (the
+//! binary request magic) is the binary protocol (`binary.rs`), anything else the text protocol,
+//! whose lines may also be meta commands (`text.rs`, `meta.rs`). All three call the same store
+//! operations through the same counting helpers on [`Engine`], so `cmd_get`, `cmd_set`,
+//! `cmd_touch` and `cmd_flush` mean the same whichever protocol a client speaks.
 
 mod binary;
+mod text;
 
-use store::{Shard, ShardConfig};
+use store::{ItemView, Shard, ShardConfig, StoreError, StoreMode};
 
 use crate::stats::{Counters, ServerInfo, Snapshot};
 
@@ -46,16 +53,46 @@ impl EngineConfig {
 /// The version memspin reports: memcached-compatible leading digits, then our own.
 pub const VERSION: &str = concat!("1.6.18-memspin-", env!("CARGO_PKG_VERSION"));
 
+/// The protocol a connection speaks, decided by its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// The binary protocol (first byte 0x80).
+    Binary,
+    /// The text protocol, meta commands included (any other first byte).
+    Text,
+}
+
+impl Protocol {
+    /// The protocol a connection whose first byte is `first` speaks.
+    pub fn detect(first: u8) -> Protocol {
+        if first == protocol::binary::REQUEST_MAGIC {
+            Protocol::Binary
+        } else {
+            Protocol::Text
+        }
+    }
+}
+
 /// One connection's protocol state, kept by the packet path next to its socket.
 #[derive(Debug, Default, Clone)]
 pub struct Session {
+    /// The connection's protocol, once its first byte has arrived.
+    protocol: Option<Protocol>,
     /// Bytes of a refused frame still to be skipped (an oversize value, an unknown opcode's body).
     skip_bytes: u64,
     /// Set once a frame asked to close (QUIT, a malformed frame): nothing more is executed.
     closing: bool,
+    /// Text protocol: bytes at the start of the pending input known to hold no newline, so a
+    /// long line arriving in pieces is searched once.
+    line_scanned: usize,
 }
 
 impl Session {
+    /// The connection's protocol, `None` until its first byte has been executed.
+    pub fn protocol(&self) -> Option<Protocol> {
+        self.protocol
+    }
+
     /// True once the connection must be closed after its pending output is sent.
     pub fn is_closing(&self) -> bool {
         self.closing
@@ -73,7 +110,9 @@ pub struct Outcome {
     /// Input bytes consumed; the caller drops them and keeps the rest.
     pub consumed: usize,
     /// Bytes still needed to make progress past the consumed prefix (0 when execution stopped
-    /// for another reason: no input left, output backlog, or closing).
+    /// for another reason: no input left, output backlog, or closing). Exact for a binary frame
+    /// and a text data block; for a text line whose newline has not arrived it is the room left
+    /// before the line limit (at most 16 KiB), so a caller reads whatever has arrived.
     pub needed: usize,
     /// Close the connection once `out` has been sent.
     pub close: bool,
@@ -110,7 +149,68 @@ impl Engine {
         out: &mut Vec<u8>,
         now: u64,
     ) -> Outcome {
-        binary::execute(self, session, input, out, now)
+        let protocol = match session.protocol {
+            Some(protocol) => protocol,
+            None => match input.first() {
+                Some(&first) => *session.protocol.insert(Protocol::detect(first)),
+                None => {
+                    return Outcome {
+                        consumed: 0,
+                        needed: 0,
+                        close: session.closing,
+                    };
+                }
+            },
+        };
+        match protocol {
+            Protocol::Binary => binary::execute(self, session, input, out, now),
+            Protocol::Text => text::execute(self, session, input, out, now),
+        }
+    }
+
+    /// A read: looks `key` up, counting `cmd_get`.
+    fn get(&mut self, key: &[u8], now: u64) -> Option<ItemView<'_>> {
+        self.counters.cmd_get += 1;
+        self.shard.get(key, now)
+    }
+
+    /// A touch (or get-and-touch): new expiry for a held key, counting `cmd_touch`.
+    fn touch(&mut self, key: &[u8], exptime: i64, now: u64) -> Option<ItemView<'_>> {
+        self.counters.cmd_touch += 1;
+        self.shard.touch(key, exptime, now)
+    }
+
+    /// A store in any mode, counting `cmd_set`; `cas != 0` compares first.
+    #[allow(clippy::too_many_arguments)]
+    fn store(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        cas: u64,
+        now: u64,
+    ) -> Result<u64, StoreError> {
+        self.counters.cmd_set += 1;
+        self.shard.store(mode, key, value, flags, exptime, cas, now)
+    }
+
+    /// A store refused before its value was read because it can never fit, counted in
+    /// `cmd_set` as the binary protocol counts it.
+    fn refuse_too_large(&mut self) {
+        self.counters.cmd_set += 1;
+    }
+
+    /// Whether an item of this key and value length can ever be stored (`-I`).
+    fn fits(&self, key_len: usize, value_len: usize) -> bool {
+        store::item_size(key_len, value_len) <= self.config.shard.max_item_size
+    }
+
+    /// flush_all with a delay, counting `cmd_flush`.
+    fn flush_all(&mut self, delay: i64, now: u64) {
+        self.counters.cmd_flush += 1;
+        self.shard.flush_all(delay, now);
     }
 
     /// This core's store shard.

@@ -421,3 +421,326 @@ pub fn check_many_connections(addr: SocketAddr, connections: usize) {
         assert!(Instant::now() < deadline, "took too long");
     }
 }
+
+/// A blocking text-protocol client for tests.
+pub struct TextClient {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl TextClient {
+    /// Connects with a 10 s I/O timeout.
+    #[track_caller]
+    pub fn connect(addr: SocketAddr) -> TextClient {
+        let Client { stream, .. } = Client::connect(addr);
+        TextClient {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Sends raw bytes.
+    pub fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    /// Sends `request`, then `version\r\n` as a marker, and returns every byte answered before
+    /// the `VERSION` line (which is dropped). `request` must not close the connection.
+    pub fn call(&mut self, request: &[u8]) -> std::io::Result<Vec<u8>> {
+        self.send(request)?;
+        self.send(b"version\r\n")?;
+        loop {
+            let at = if self.buf.starts_with(b"VERSION ") {
+                Some(0)
+            } else {
+                find(&self.buf, b"\r\nVERSION ").map(|i| i + 2)
+            };
+            if let Some(at) = at
+                && let Some(end) = find(&self.buf[at..], b"\r\n")
+            {
+                let reply = self.buf[..at].to_vec();
+                self.buf.drain(..at + end + 2);
+                return Ok(reply);
+            }
+            self.fill()?;
+        }
+    }
+
+    /// Reads one `\r\n`-terminated line (without it).
+    pub fn line(&mut self) -> std::io::Result<Vec<u8>> {
+        loop {
+            if let Some(end) = find(&self.buf, b"\r\n") {
+                let line = self.buf[..end].to_vec();
+                self.buf.drain(..end + 2);
+                return Ok(line);
+            }
+            self.fill()?;
+        }
+    }
+
+    /// Reads exactly `n` bytes.
+    pub fn exact(&mut self, n: usize) -> std::io::Result<Vec<u8>> {
+        while self.buf.len() < n {
+            self.fill()?;
+        }
+        Ok(self.buf.drain(..n).collect())
+    }
+
+    /// Reads until the server closes the connection; returns what it sent before.
+    pub fn read_to_close(&mut self) -> std::io::Result<Vec<u8>> {
+        loop {
+            match self.fill() {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    return Ok(std::mem::take(&mut self.buf));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return Ok(std::mem::take(&mut self.buf));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn fill(&mut self) -> std::io::Result<()> {
+        let mut chunk = [0u8; 64 * 1024];
+        let n = self.stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Values with every byte value, a value of 1 MiB − 512 bytes, and one just over the 1 MiB
+/// item limit that is refused with `SERVER_ERROR object too large for cache` while the
+/// connection stays usable: the text-protocol twin of [`check_binary_safe_values_and_limit`].
+#[track_caller]
+pub fn check_text_values_and_limit(addr: SocketAddr) {
+    let mut client = TextClient::connect(addr);
+    let all_bytes: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
+    let mut request = b"set bytes 7 0 4096\r\n".to_vec();
+    request.extend_from_slice(&all_bytes);
+    request.extend_from_slice(b"\r\n");
+    assert_eq!(client.call(&request).unwrap(), b"STORED\r\n");
+    client.send(b"get bytes\r\n").unwrap();
+    assert_eq!(client.line().unwrap(), b"VALUE bytes 7 4096");
+    assert_eq!(client.exact(4096 + 2).unwrap()[..4096], all_bytes[..]);
+    assert_eq!(client.line().unwrap(), b"END");
+
+    let large: Vec<u8> = (0..(1usize << 20) - 512)
+        .map(|i| (i * 7 % 256) as u8)
+        .collect();
+    let mut request = format!("set large 0 0 {}\r\n", large.len()).into_bytes();
+    request.extend_from_slice(&large);
+    request.extend_from_slice(b"\r\n");
+    assert_eq!(client.call(&request).unwrap(), b"STORED\r\n");
+    client.send(b"get large\r\n").unwrap();
+    assert_eq!(
+        client.line().unwrap(),
+        format!("VALUE large 0 {}", large.len()).as_bytes()
+    );
+    assert_eq!(
+        client.exact(large.len() + 2).unwrap()[..large.len()],
+        large[..],
+        "1 MiB - 512 round trip"
+    );
+    assert_eq!(client.line().unwrap(), b"END");
+
+    let too_large = (1usize << 20) + 1;
+    let mut request = format!("set too-large 0 0 {too_large}\r\n").into_bytes();
+    request.extend(vec![0x42u8; too_large]);
+    request.extend_from_slice(b"\r\n");
+    assert_eq!(
+        client.call(&request).unwrap(),
+        b"SERVER_ERROR object too large for cache\r\n"
+    );
+    // The same connection goes on working.
+    assert_eq!(client.call(b"get too-large\r\n").unwrap(), b"END\r\n");
+    assert_eq!(
+        client.call(b"set after 0 0 2\r\nok\r\n").unwrap(),
+        b"STORED\r\n"
+    );
+    assert_eq!(
+        client.call(b"get after\r\n").unwrap(),
+        b"VALUE after 0 2\r\nok\r\nEND\r\n"
+    );
+}
+
+/// The first Python 3 that can import pymemcache: `/usr/bin/python3` (where the Debian package
+/// installs it), then `python3` on the PATH. Fails the test with what to install otherwise.
+#[track_caller]
+pub fn python_with_pymemcache() -> String {
+    for python in ["/usr/bin/python3", "python3"] {
+        let ok = Command::new(python)
+            .args(["-c", "import pymemcache"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return python.to_string();
+        }
+    }
+    panic!(
+        "python3 with pymemcache is required for this test: install the Debian package \
+         python3-pymemcache (scripts/test.sh installs it)"
+    );
+}
+
+/// A pymemcache session against `addr`: every text command through a real client library.
+const PYMEMCACHE_SCRIPT: &str = r#"
+import sys
+from pymemcache.client.base import Client
+
+host, port = sys.argv[1], int(sys.argv[2])
+c = Client((host, port), connect_timeout=5, timeout=5)
+
+def check(what, got, want):
+    if got != want:
+        print("FAIL %s: got %r, want %r" % (what, got, want))
+        sys.exit(1)
+
+check("version", c.version().split(b"-")[0], b"1.6.18")
+c.flush_all(noreply=False)
+check("set", c.set("k", b"v1", noreply=False), True)
+check("get", c.get("k"), b"v1")
+check("get miss", c.get("missing"), None)
+check("add existing", c.add("k", b"x", noreply=False), False)
+check("add new", c.add("k2", b"x", noreply=False), True)
+check("replace", c.replace("k2", b"y", noreply=False), True)
+check("replace missing", c.replace("k3", b"y", noreply=False), False)
+check("append", c.append("k", b"+a", noreply=False), True)
+check("prepend", c.prepend("k", b"p+", noreply=False), True)
+check("after append/prepend", c.get("k"), b"p+v1+a")
+value, cas = c.gets("k")
+check("gets", value, b"p+v1+a")
+check("cas ok", c.cas("k", b"new", cas, noreply=False), True)
+check("cas stale", c.cas("k", b"newer", cas, noreply=False), False)
+check("cas missing", c.cas("nope", b"x", 1, noreply=False), None)
+check("set many", c.set_many({"m1": b"1", "m2": b"2", "m3": b"3"}, noreply=False), [])
+check("get many", c.get_many(["m1", "m2", "m3", "m4"]), {"m1": b"1", "m2": b"2", "m3": b"3"})
+check("incr", c.incr("m1", 41, noreply=False), 42)
+check("decr", c.decr("m1", 50, noreply=False), 0)
+check("incr missing", c.incr("nope", 1, noreply=False), None)
+check("touch", c.touch("m2", 100, noreply=False), True)
+check("touch missing", c.touch("nope", 100, noreply=False), False)
+check("gets many", {k: v[0] for k, v in c.gets_many(["m2", "nope"]).items()}, {"m2": b"2"})
+check("delete", c.delete("m3", noreply=False), True)
+check("delete missing", c.delete("m3", noreply=False), False)
+check("delete many", c.delete_many(["m1", "m2"], noreply=False), True)
+c.set("quiet", b"noreply", noreply=True)
+check("after noreply set", c.get("quiet"), b"noreply")
+binary = bytes(range(256)) * 64
+check("binary set", c.set("bin", binary, noreply=False), True)
+check("binary get", c.get("bin"), binary)
+big = b"x" * (1024 * 1024 - 512)
+check("large set", c.set("big", big, noreply=False), True)
+check("large get", c.get("big"), big)
+try:
+    c.set("huge", b"x" * (1024 * 1024 + 1), noreply=False)
+    print("FAIL huge: stored")
+    sys.exit(1)
+except Exception as e:
+    check("huge refused", "object too large" in str(e), True)
+check("after huge", c.get("k"), b"new")
+stats = c.stats()
+check("stats curr_items", stats[b"curr_items"] > 0, True)
+check("stats cmd_get", stats[b"cmd_get"] > 0, True)
+check("stats items", c.stats("items")[b"items:1:number"] > 0, True)
+check("stats slabs", c.stats("slabs")[b"active_slabs"], 1)
+check("stats settings", c.stats("settings")[b"item_size_max"], 1024 * 1024)
+keys = ["many:%d" % i for i in range(500)]
+c.set_many({k: k.encode() for k in keys}, noreply=False)
+got = c.get_many(keys)
+check("500-key get_many", got, {k: k.encode() for k in keys})
+check("flush_all", c.flush_all(noreply=False), True)
+check("after flush", c.get("k"), None)
+c.quit()
+print("OK")
+"#;
+
+/// Runs the pymemcache session (inside `netns` when given) against `addr`; fails the test with
+/// the script's output unless it prints `OK`.
+#[track_caller]
+pub fn pymemcache_round_trip(netns: Option<&Netns>, addr: SocketAddr) {
+    let python = python_with_pymemcache();
+    let mut cmd = match netns {
+        Some(ns) => ns.command(&python),
+        None => Command::new(&python),
+    };
+    let output = cmd
+        .args([
+            "-c",
+            PYMEMCACHE_SCRIPT,
+            &addr.ip().to_string(),
+            &addr.port().to_string(),
+        ])
+        .output()
+        .expect("run python3");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && text.trim_end().ends_with("OK"),
+        "pymemcache session failed:\n{text}"
+    );
+}
+
+/// A stock memcached on 127.0.0.1 and a free port, killed when dropped.
+pub struct Memcached {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+impl Memcached {
+    /// Starts `memcached -U 0` (no UDP) on a free loopback port and waits until it accepts.
+    #[track_caller]
+    pub fn start() -> Memcached {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new("memcached")
+            .args([
+                "-U",
+                "0",
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-u",
+                "root",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("memcached (Debian package memcached) must be installed");
+        let server = Memcached {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(server.addr).is_err() {
+            assert!(Instant::now() < deadline, "memcached did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

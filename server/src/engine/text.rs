@@ -1,0 +1,309 @@
+//! Executing text-protocol requests (and routing meta lines) against the shard.
+//!
+//! Replies are memcached 1.6's, word for word; `noreply` silences every reply of its command,
+//! errors included, as memcached's `out_string` does. A storage command whose value can never
+//! fit is answered `SERVER_ERROR object too large for cache` from its line alone and its data
+//! block is skipped as it arrives, never buffered.
+
+use protocol::text::{
+    ArithmeticCommand, Close, DataError, ErrorReply, Get, ParseError, Request, Response,
+    StatsGroup, Store, StoreCommand, data_block,
+};
+use store::{Delta, StoreError, StoreMode};
+
+use super::{Engine, OUT_HIGH_WATER_BYTES, Outcome, Session};
+use crate::stats;
+
+/// What happened to the request at the front of the input.
+pub(super) enum Step {
+    /// Executed (or refused); drop this many bytes.
+    Done(usize),
+    /// Its data block has not fully arrived: read this many more bytes, consume nothing.
+    Wait(usize),
+}
+
+pub(super) fn execute(
+    engine: &mut Engine,
+    session: &mut Session,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    now: u64,
+) -> Outcome {
+    let out_start = out.len();
+    let mut pos = 0;
+    let outcome = loop {
+        if session.closing {
+            break Outcome {
+                consumed: pos,
+                needed: 0,
+                close: true,
+            };
+        }
+        if session.skip_bytes > 0 {
+            let available = (input.len() - pos) as u64;
+            let n = available.min(session.skip_bytes);
+            pos += n as usize;
+            session.skip_bytes -= n;
+            if session.skip_bytes > 0 {
+                break Outcome {
+                    consumed: pos,
+                    needed: usize::try_from(session.skip_bytes).unwrap_or(usize::MAX),
+                    close: false,
+                };
+            }
+        }
+        if out.len() >= OUT_HIGH_WATER_BYTES {
+            break Outcome {
+                consumed: pos,
+                needed: 0,
+                close: false,
+            };
+        }
+        let buf = &input[pos..];
+        if buf.is_empty() {
+            break Outcome {
+                consumed: pos,
+                needed: 0,
+                close: false,
+            };
+        }
+        match Request::parse(buf, session.line_scanned) {
+            Ok((request, line_len)) => {
+                session.line_scanned = 0;
+                match dispatch(engine, session, request, buf, line_len, out, now) {
+                    Step::Done(len) => pos += len,
+                    Step::Wait(needed) => {
+                        break Outcome {
+                            consumed: pos,
+                            needed,
+                            close: false,
+                        };
+                    }
+                }
+            }
+            Err(ParseError::Incomplete { needed, scanned }) => {
+                session.line_scanned = scanned;
+                break Outcome {
+                    consumed: pos,
+                    needed,
+                    close: false,
+                };
+            }
+            Err(ParseError::Invalid {
+                reply,
+                noreply,
+                line_len,
+                swallow,
+            }) => {
+                session.line_scanned = 0;
+                engine.counters.protocol_errors += 1;
+                if !noreply {
+                    reply.emit_into(out);
+                }
+                pos += line_len;
+                session.skip_bytes = swallow as u64;
+            }
+            Err(ParseError::Close(close)) => {
+                engine.counters.protocol_errors += 1;
+                if close == Close::LineTooLong {
+                    ErrorReply::LineTooLong.emit_into(out);
+                }
+                session.closing = true;
+            }
+        }
+    };
+    engine.counters.bytes_read += outcome.consumed as u64;
+    engine.counters.bytes_written += (out.len() - out_start) as u64;
+    outcome
+}
+
+/// Executes one parsed request line; `buf` starts with the line (`line_len` bytes), followed by
+/// whatever has arrived after it.
+fn dispatch(
+    engine: &mut Engine,
+    session: &mut Session,
+    request: Request<'_>,
+    buf: &[u8],
+    line_len: usize,
+    out: &mut Vec<u8>,
+    now: u64,
+) -> Step {
+    let reply = |out: &mut Vec<u8>, noreply: bool, response: Response<'_>| {
+        if !noreply {
+            response.emit_into(out);
+        }
+    };
+    match request {
+        Request::Get(get) => execute_get(engine, get, out, now),
+        Request::Store(store) => {
+            return execute_store(engine, session, store, buf, line_len, out, now);
+        }
+        Request::Delete { key, noreply } => {
+            let response = match engine.shard.delete(key, 0, now) {
+                Ok(()) => Response::Deleted,
+                Err(error) => store_error(error),
+            };
+            reply(out, noreply, response);
+        }
+        Request::Arithmetic {
+            command,
+            key,
+            delta,
+            noreply,
+        } => {
+            let direction = match command {
+                ArithmeticCommand::Incr => Delta::Incr,
+                ArithmeticCommand::Decr => Delta::Decr,
+            };
+            let response = match engine.shard.incr_decr(key, delta, direction, None, 0, now) {
+                Ok((value, _cas)) => Response::Number(value),
+                Err(StoreError::NotFound) => Response::NotFound,
+                Err(StoreError::NonNumeric) => Response::Error(ErrorReply::NonNumeric),
+                Err(StoreError::KeyTooLong) => Response::Error(ErrorReply::BadFormat),
+                Err(_) => Response::Error(ErrorReply::NoMemory),
+            };
+            reply(out, noreply, response);
+        }
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
+            let response = match engine.touch(key, exptime, now) {
+                Some(_) => Response::Touched,
+                None => Response::NotFound,
+            };
+            reply(out, noreply, response);
+        }
+        Request::FlushAll { delay, noreply } => {
+            engine.flush_all(delay, now);
+            reply(out, noreply, Response::Ok);
+        }
+        Request::Version => Response::Version(engine.config.version).emit_into(out),
+        Request::Verbosity { noreply, .. } => reply(out, noreply, Response::Ok),
+        Request::Stats(group) => write_stats(engine, group, out, now),
+        Request::Quit => session.closing = true,
+        // Meta commands are not served yet: answered as an unknown command.
+        Request::Meta(_) => {
+            engine.counters.protocol_errors += 1;
+            ErrorReply::Error.emit_into(out);
+        }
+    }
+    Step::Done(line_len)
+}
+
+/// get/gets/gat/gats: a `VALUE` block per hit, then `END`.
+fn execute_get(engine: &mut Engine, get: Get<'_>, out: &mut Vec<u8>, now: u64) {
+    let with_cas = get.command.returns_cas();
+    for key in get.keys {
+        let item = if get.command.touches() {
+            engine.touch(key, get.exptime, now)
+        } else {
+            engine.get(key, now)
+        };
+        if let Some(item) = item {
+            Response::Value {
+                key,
+                flags: item.flags,
+                value: item.value,
+                cas: with_cas.then_some(item.cas),
+            }
+            .emit_into(out);
+        }
+    }
+    Response::End.emit_into(out);
+}
+
+/// set/add/replace/append/prepend/cas: waits for the data block, unless the value can never
+/// fit, in which case it is refused now and skipped as it arrives.
+fn execute_store(
+    engine: &mut Engine,
+    session: &mut Session,
+    store: Store<'_>,
+    buf: &[u8],
+    line_len: usize,
+    out: &mut Vec<u8>,
+    now: u64,
+) -> Step {
+    if !engine.fits(store.key.len(), store.bytes) {
+        engine.refuse_too_large();
+        if !store.noreply {
+            ErrorReply::TooLarge.emit_into(out);
+        }
+        session.skip_bytes = store.bytes as u64 + 2;
+        return Step::Done(line_len);
+    }
+    let data = match data_block(&buf[line_len..], store.bytes) {
+        Ok(data) => data,
+        Err(DataError::Incomplete { needed }) => return Step::Wait(needed),
+        Err(DataError::BadChunk) => {
+            engine.counters.protocol_errors += 1;
+            if !store.noreply {
+                ErrorReply::BadDataChunk.emit_into(out);
+            }
+            return Step::Done(line_len + store.bytes + 2);
+        }
+    };
+    let (mode, cas) = match store.command {
+        StoreCommand::Set => (StoreMode::Set, 0),
+        StoreCommand::Add => (StoreMode::Add, 0),
+        StoreCommand::Replace => (StoreMode::Replace, 0),
+        StoreCommand::Append => (StoreMode::Append, 0),
+        StoreCommand::Prepend => (StoreMode::Prepend, 0),
+        // The store reads CAS 0 as "no compare"; memcached compares it like any other value
+        // (no item has CAS 0). `u64::MAX` is never issued either (CAS values are 61 bits), so
+        // it gives the same answers: NOT_FOUND when missing, EXISTS when held.
+        StoreCommand::Cas if store.cas == 0 => (StoreMode::Set, u64::MAX),
+        StoreCommand::Cas => (StoreMode::Set, store.cas),
+    };
+    let extends = matches!(mode, StoreMode::Append | StoreMode::Prepend);
+    let response = match engine.store(mode, store.key, data, store.flags, store.exptime, cas, now) {
+        Ok(_) => Response::Stored,
+        // memcached answers NOT_STORED when an append or prepend would outgrow the item limit.
+        Err(StoreError::TooLarge) if extends => Response::NotStored,
+        Err(error) => store_error(error),
+    };
+    if !store.noreply {
+        response.emit_into(out);
+    }
+    Step::Done(line_len + store.bytes + 2)
+}
+
+/// The text reply for a store error.
+fn store_error(error: StoreError) -> Response<'static> {
+    match error {
+        StoreError::NotFound => Response::NotFound,
+        StoreError::Exists => Response::Exists,
+        StoreError::NotStored => Response::NotStored,
+        StoreError::TooLarge => Response::Error(ErrorReply::TooLarge),
+        StoreError::OutOfMemory => Response::Error(ErrorReply::OutOfMemory),
+        StoreError::NonNumeric => Response::Error(ErrorReply::NonNumeric),
+        StoreError::KeyTooLong => Response::Error(ErrorReply::BadFormat),
+    }
+}
+
+/// `STAT <name> <value>` lines, then `END`.
+fn write_stats(engine: &Engine, group: StatsGroup, out: &mut Vec<u8>, now: u64) {
+    let snapshot = engine.snapshot();
+    let mut value = String::new();
+    let mut line = |name: &str, v: &dyn std::fmt::Display| {
+        use std::fmt::Write as _;
+        value.clear();
+        let _ = write!(value, "{v}");
+        Response::Stat {
+            name,
+            value: &value,
+        }
+        .emit_into(out);
+    };
+    match group {
+        StatsGroup::General => stats::general(&snapshot, now, &mut line),
+        StatsGroup::Settings => stats::settings(&snapshot, &mut line),
+        StatsGroup::Items => stats::items(&snapshot, &mut line),
+        StatsGroup::Slabs => stats::slabs(&snapshot, &mut line),
+    }
+    Response::End.emit_into(out);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,686 @@
+//! Text-protocol engine tests: every command's replies as memcached documents and sends them,
+//! noreply, errors, limits, pipelines, fragment sweeps and truncations.
+
+use super::super::tests::engine;
+use super::super::*;
+use protocol::binary::{Opcode, RequestRepr};
+use store::ShardConfig;
+
+const NOW: u64 = 1_700_000_000;
+
+/// Runs `input` through a fresh session in one call; returns the output as text and the outcome.
+#[track_caller]
+fn run(e: &mut Engine, input: &str) -> (String, Outcome) {
+    let mut session = Session::default();
+    run_bytes(e, &mut session, input.as_bytes())
+}
+
+#[track_caller]
+fn run_bytes(e: &mut Engine, session: &mut Session, input: &[u8]) -> (String, Outcome) {
+    let mut out = Vec::new();
+    let outcome = e.execute(session, input, &mut out, NOW);
+    (String::from_utf8_lossy(&out).into_owned(), outcome)
+}
+
+/// Runs `input`, which must be consumed whole without closing, and returns the replies.
+#[track_caller]
+fn ok(e: &mut Engine, input: &str) -> String {
+    let (out, outcome) = run(e, input);
+    assert_eq!(outcome.consumed, input.len(), "{input:?} -> {out:?}");
+    assert!(!outcome.close, "{input:?}");
+    out
+}
+
+#[test]
+fn first_byte_picks_the_protocol() {
+    let mut e = engine();
+    let mut session = Session::default();
+    assert_eq!(session.protocol(), None);
+    // No input decides nothing.
+    run_bytes(&mut e, &mut session, b"");
+    assert_eq!(session.protocol(), None);
+    run_bytes(&mut e, &mut session, b"ver");
+    assert_eq!(session.protocol(), Some(Protocol::Text));
+    let (out, _) = run_bytes(&mut e, &mut session, b"version\r\n");
+    assert!(out.starts_with("VERSION 1.6.18-memspin-"), "{out}");
+
+    let mut binary = Session::default();
+    let mut frame = Vec::new();
+    RequestRepr {
+        opcode: Opcode::Noop,
+        quiet: false,
+        opaque: 7,
+        cas: 0,
+        vbucket: 0,
+        extras: &[],
+        key: &[],
+        value: &[],
+    }
+    .emit_into(&mut frame);
+    let (_, outcome) = run_bytes(&mut e, &mut binary, &frame);
+    assert_eq!(binary.protocol(), Some(Protocol::Binary));
+    assert_eq!(outcome.consumed, 24);
+    // A text line on a binary connection is a bad frame, and the other way round is junk text.
+    let (_, outcome) = run_bytes(&mut e, &mut binary, "get k\r\n".repeat(4).as_bytes());
+    assert!(outcome.close);
+    let (out, _) = run_bytes(&mut e, &mut session, &frame[..1]);
+    assert_eq!(out, "", "0x80 alone is an incomplete text line");
+    assert_eq!(session.protocol(), Some(Protocol::Text));
+}
+
+#[test]
+fn set_get_gets_and_multi_get() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "set a 5 0 5\r\nhello\r\n"), "STORED\r\n");
+    assert_eq!(ok(&mut e, "get a\r\n"), "VALUE a 5 5\r\nhello\r\nEND\r\n");
+    assert_eq!(ok(&mut e, "get nope\r\n"), "END\r\n");
+    assert_eq!(ok(&mut e, "set b 0 0 0\r\n\r\n"), "STORED\r\n");
+    assert_eq!(
+        ok(&mut e, "get a x b a\r\n"),
+        "VALUE a 5 5\r\nhello\r\nVALUE b 0 0\r\n\r\nVALUE a 5 5\r\nhello\r\nEND\r\n"
+    );
+    let gets = ok(&mut e, "gets a\r\n");
+    let cas: u64 = gets
+        .lines()
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(cas > 0);
+    assert_eq!(gets, format!("VALUE a 5 5 {cas}\r\nhello\r\nEND\r\n"));
+    // Binary-safe values: CR, LF and NUL inside the data.
+    let (out, _) = run(&mut e, "set bin 0 0 6\r\n\r\n\0\r\n\n\r\n");
+    assert_eq!(out, "STORED\r\n");
+    assert_eq!(
+        ok(&mut e, "get bin\r\n"),
+        "VALUE bin 0 6\r\n\r\n\0\r\n\n\r\nEND\r\n"
+    );
+    // Flags are 32 bits.
+    ok(&mut e, "set f 4294967295 0 1\r\nx\r\n");
+    assert_eq!(
+        ok(&mut e, "get f\r\n"),
+        "VALUE f 4294967295 1\r\nx\r\nEND\r\n"
+    );
+    assert_eq!(e.counters().cmd_get, 9);
+}
+
+#[test]
+fn add_replace_append_prepend_cas() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "add k 0 0 1\r\na\r\n"), "STORED\r\n");
+    assert_eq!(ok(&mut e, "add k 0 0 1\r\nb\r\n"), "NOT_STORED\r\n");
+    assert_eq!(ok(&mut e, "replace nope 0 0 1\r\nb\r\n"), "NOT_STORED\r\n");
+    assert_eq!(ok(&mut e, "replace k 3 0 1\r\nb\r\n"), "STORED\r\n");
+    assert_eq!(ok(&mut e, "append k 9 0 2\r\ncd\r\n"), "STORED\r\n");
+    assert_eq!(ok(&mut e, "prepend k 9 0 2\r\nxy\r\n"), "STORED\r\n");
+    assert_eq!(ok(&mut e, "append nope 0 0 1\r\nb\r\n"), "NOT_STORED\r\n");
+    assert_eq!(ok(&mut e, "prepend nope 0 0 1\r\nb\r\n"), "NOT_STORED\r\n");
+    // append/prepend keep the flags.
+    assert_eq!(ok(&mut e, "get k\r\n"), "VALUE k 3 5\r\nxybcd\r\nEND\r\n");
+
+    let gets = ok(&mut e, "gets k\r\n");
+    let cas: u64 = gets.split_whitespace().nth(4).unwrap().parse().unwrap();
+    assert_eq!(
+        ok(&mut e, &format!("cas k 0 0 2 {}\r\nzz\r\n", cas + 1)),
+        "EXISTS\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, &format!("cas k 0 0 2 {cas}\r\nzz\r\n")),
+        "STORED\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, &format!("cas k 0 0 2 {cas}\r\nzz\r\n")),
+        "EXISTS\r\n"
+    );
+    assert_eq!(ok(&mut e, "cas nope 0 0 2 1\r\nzz\r\n"), "NOT_FOUND\r\n");
+    // CAS 0 is compared like any other value: no item has it.
+    assert_eq!(ok(&mut e, "cas k 0 0 2 0\r\nzz\r\n"), "EXISTS\r\n");
+    assert_eq!(ok(&mut e, "cas nope 0 0 2 0\r\nzz\r\n"), "NOT_FOUND\r\n");
+    assert_eq!(e.counters().cmd_set, 14);
+    let stats = e.shard().stats();
+    assert_eq!(
+        (stats.cas_hits, stats.cas_badval, stats.cas_misses),
+        (1, 3, 2)
+    );
+}
+
+#[test]
+fn delete_incr_decr_touch_gat() {
+    let mut e = engine();
+    ok(&mut e, "set n 0 0 2\r\n10\r\n");
+    assert_eq!(ok(&mut e, "incr n 5\r\n"), "15\r\n");
+    assert_eq!(ok(&mut e, "decr n 100\r\n"), "0\r\n");
+    assert_eq!(
+        ok(&mut e, "incr n 18446744073709551615\r\n"),
+        "18446744073709551615\r\n"
+    );
+    assert_eq!(ok(&mut e, "incr n 2\r\n"), "1\r\n", "incr wraps at 2^64");
+    assert_eq!(ok(&mut e, "incr nope 1\r\n"), "NOT_FOUND\r\n");
+    assert_eq!(ok(&mut e, "decr nope 1\r\n"), "NOT_FOUND\r\n");
+    ok(&mut e, "set s 0 0 3\r\nabc\r\n");
+    assert_eq!(
+        ok(&mut e, "incr s 1\r\n"),
+        "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+    );
+    assert_eq!(ok(&mut e, "touch s 100\r\n"), "TOUCHED\r\n");
+    assert_eq!(ok(&mut e, "touch nope 100\r\n"), "NOT_FOUND\r\n");
+    assert_eq!(
+        ok(&mut e, "gat 100 s nope\r\n"),
+        "VALUE s 0 3\r\nabc\r\nEND\r\n"
+    );
+    let gats = ok(&mut e, "gats 0 s\r\n");
+    assert!(gats.starts_with("VALUE s 0 3 ") && gats.ends_with("\r\nabc\r\nEND\r\n"));
+    assert_eq!(ok(&mut e, "gat 10\r\n"), "END\r\n");
+    // gat with an expired time hands the item out once, then it is gone.
+    assert_eq!(ok(&mut e, "gat -1 s\r\n"), "VALUE s 0 3\r\nabc\r\nEND\r\n");
+    assert_eq!(ok(&mut e, "get s\r\n"), "END\r\n");
+    assert_eq!(ok(&mut e, "delete n\r\n"), "DELETED\r\n");
+    assert_eq!(ok(&mut e, "delete n\r\n"), "NOT_FOUND\r\n");
+    ok(&mut e, "set n 0 0 1\r\n1\r\n");
+    assert_eq!(ok(&mut e, "delete n 0\r\n"), "DELETED\r\n");
+    // touch and gat count cmd_touch (per key), get counts cmd_get.
+    assert_eq!(e.counters().cmd_touch, 6);
+    assert_eq!(e.counters().cmd_get, 1);
+}
+
+#[test]
+fn expiry_follows_memcached_rules() {
+    let mut e = engine();
+    let mut session = Session::default();
+    let mut at = |e: &mut Engine, input: &str, now: u64| {
+        let mut out = Vec::new();
+        e.execute(&mut session, input.as_bytes(), &mut out, now);
+        String::from_utf8(out).unwrap()
+    };
+    at(&mut e, "set rel 0 10 1\r\nr\r\n", NOW);
+    at(&mut e, &format!("set abs 0 {} 1\r\na\r\n", NOW + 5), NOW);
+    at(&mut e, "set neg 0 -1 1\r\nn\r\n", NOW);
+    assert_eq!(
+        at(&mut e, "get rel abs neg\r\n", NOW + 4),
+        "VALUE rel 0 1\r\nr\r\nVALUE abs 0 1\r\na\r\nEND\r\n"
+    );
+    assert_eq!(
+        at(&mut e, "get rel abs\r\n", NOW + 5),
+        "VALUE rel 0 1\r\nr\r\nEND\r\n"
+    );
+    assert_eq!(at(&mut e, "get rel\r\n", NOW + 10), "END\r\n");
+}
+
+#[test]
+fn flush_all_now_and_delayed() {
+    let mut e = engine();
+    let mut session = Session::default();
+    let mut at = |e: &mut Engine, input: &str, now: u64| {
+        let mut out = Vec::new();
+        e.execute(&mut session, input.as_bytes(), &mut out, now);
+        String::from_utf8(out).unwrap()
+    };
+    at(&mut e, "set a 0 0 1\r\na\r\n", NOW);
+    assert_eq!(at(&mut e, "flush_all\r\n", NOW), "OK\r\n");
+    assert_eq!(at(&mut e, "get a\r\n", NOW), "END\r\n");
+    at(&mut e, "set a 0 0 1\r\na\r\n", NOW);
+    assert_eq!(at(&mut e, "flush_all 10\r\n", NOW), "OK\r\n");
+    assert_eq!(
+        at(&mut e, "get a\r\n", NOW + 9),
+        "VALUE a 0 1\r\na\r\nEND\r\n"
+    );
+    assert_eq!(at(&mut e, "get a\r\n", NOW + 10), "END\r\n");
+    assert_eq!(at(&mut e, "flush_all noreply\r\n", NOW + 10), "");
+    assert_eq!(at(&mut e, "flush_all 0 noreply\r\n", NOW + 10), "");
+    assert_eq!(at(&mut e, "flush_all -1\r\n", NOW + 10), "OK\r\n");
+    assert_eq!(e.counters().cmd_flush, 5);
+}
+
+#[test]
+fn noreply_silences_every_reply_of_its_command() {
+    let mut e = engine();
+    let quiet = concat!(
+        "set a 0 0 1 noreply\r\na\r\n",
+        "add a 0 0 1 noreply\r\nb\r\n",
+        "replace a 0 0 1 noreply\r\nc\r\n",
+        "append a 0 0 1 noreply\r\nd\r\n",
+        "prepend a 0 0 1 noreply\r\ne\r\n",
+        "cas a 0 0 1 1 noreply\r\nf\r\n",
+        "set n 0 0 1 noreply\r\n5\r\n",
+        "incr n 1 noreply\r\n",
+        "decr n 1 noreply\r\n",
+        "incr a 1 noreply\r\n",
+        "touch a 0 noreply\r\n",
+        "delete nope noreply\r\n",
+        "delete n 0 noreply\r\n",
+        "verbosity 1 noreply\r\n",
+        // Errors after noreply was seen are silent too, as in memcached.
+        "set k 0 0 abc noreply\r\n",
+        "verbosity noreply\r\n",
+        "delete k x noreply\r\n",
+        "set big 0 0 2000000 noreply\r\n",
+    );
+    let mut input = quiet.as_bytes().to_vec();
+    input.extend(vec![b'x'; 2_000_002]);
+    input.extend_from_slice(b"get a\r\n");
+    let mut session = Session::default();
+    let (out, outcome) = run_bytes(&mut e, &mut session, &input);
+    assert_eq!(out, "VALUE a 0 3\r\necd\r\nEND\r\n");
+    assert_eq!(outcome.consumed, input.len());
+}
+
+#[test]
+fn version_verbosity_quit() {
+    let mut e = engine();
+    assert_eq!(
+        ok(&mut e, "version\r\n"),
+        format!("VERSION {}\r\n", super::super::VERSION)
+    );
+    assert_eq!(ok(&mut e, "verbosity 1\r\n"), "OK\r\n");
+    let (out, outcome) = run(&mut e, "quit\r\nget a\r\n");
+    assert_eq!(out, "", "quit answers nothing and runs nothing after it");
+    assert!(outcome.close);
+    assert_eq!(outcome.consumed, 6);
+}
+
+#[test]
+fn every_error_is_answered_as_memcached_does() {
+    let mut e = engine();
+    ok(&mut e, "set s 0 0 3\r\nabc\r\n");
+    let long_key = "k".repeat(251);
+    let cases: Vec<(String, &str)> = vec![
+        ("\r\n".into(), "ERROR\r\n"),
+        ("bogus\r\n".into(), "ERROR\r\n"),
+        ("get\r\n".into(), "ERROR\r\n"),
+        ("set k 0 0\r\n".into(), "ERROR\r\n"),
+        ("delete a b c d e\r\n".into(), "ERROR\r\n"),
+        ("stats detail\r\n".into(), "ERROR\r\n"),
+        (
+            format!("get {long_key}\r\n"),
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            format!("get s {long_key}\r\n"),
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            "get a\x01b\r\n".into(),
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            "set k 0 0 -1\r\n".into(),
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            "set k x 0 1\r\n".into(),
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            "incr s x\r\n".into(),
+            "CLIENT_ERROR invalid numeric delta argument\r\n",
+        ),
+        (
+            "touch s x\r\n".into(),
+            "CLIENT_ERROR invalid exptime argument\r\n",
+        ),
+        (
+            "gat x s\r\n".into(),
+            "CLIENT_ERROR invalid exptime argument\r\n",
+        ),
+        (
+            "flush_all x\r\n".into(),
+            "CLIENT_ERROR invalid exptime argument\r\n",
+        ),
+        (
+            "verbosity x\r\n".into(),
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
+        (
+            "delete s 1\r\n".into(),
+            "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
+        ),
+        // A data block of the wrong length: memcached takes <bytes> + 2 bytes, then reads on.
+        (
+            "set k 0 0 3\r\nabcdef\r\n".into(),
+            "CLIENT_ERROR bad data chunk\r\nERROR\r\n",
+        ),
+        // `ab\r` is taken as the block; the `\n` left is an empty line.
+        (
+            "set k 0 0 1\r\nab\r\n".into(),
+            "CLIENT_ERROR bad data chunk\r\nERROR\r\n",
+        ),
+        (
+            "set k 0 0 -1\r\nabc\r\n".into(),
+            "CLIENT_ERROR bad command line format\r\nERROR\r\n",
+        ),
+    ];
+    for (input, expected) in &cases {
+        assert_eq!(ok(&mut e, input), *expected, "{input:?}");
+    }
+    assert_eq!(ok(&mut e, "get s k\r\n"), "VALUE s 0 3\r\nabc\r\nEND\r\n");
+    assert!(e.counters().protocol_errors >= cases.len() as u64);
+}
+
+#[test]
+fn http_request_closes_without_a_reply() {
+    let mut e = engine();
+    let (out, outcome) = run(&mut e, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(out, "");
+    assert!(outcome.close);
+}
+
+#[test]
+fn a_line_past_the_limit_closes_with_an_error() {
+    let mut e = engine();
+    let mut session = Session::default();
+    let junk = vec![b'x'; 2048];
+    let (out, outcome) = run_bytes(&mut e, &mut session, &junk);
+    assert_eq!(
+        (out.as_str(), outcome.close, outcome.consumed),
+        ("", false, 0)
+    );
+    let mut more = junk.clone();
+    more.push(b'x');
+    let (out, outcome) = run_bytes(&mut e, &mut session, &more);
+    assert_eq!(out, "CLIENT_ERROR line too long\r\n");
+    assert!(outcome.close);
+    assert!(session.is_closing());
+}
+
+#[test]
+fn long_multi_get_lines_are_served() {
+    let mut e = engine();
+    ok(&mut e, "set key:000007 0 0 1\r\n7\r\n");
+    let mut line = String::from("get");
+    for i in 0..1000 {
+        line.push_str(&format!(" key:{i:06}"));
+    }
+    line.push_str("\r\n");
+    assert!(line.len() > 10_000);
+    // Fed in 1 KiB pieces with the consumed prefix dropped, as a receive buffer would.
+    let mut session = Session::default();
+    let mut pending = Vec::new();
+    let mut out = Vec::new();
+    for piece in line.as_bytes().chunks(1024) {
+        pending.extend_from_slice(piece);
+        let outcome = e.execute(&mut session, &pending, &mut out, NOW);
+        pending.drain(..outcome.consumed);
+        assert!(!outcome.close);
+        if !pending.is_empty() {
+            assert!(outcome.needed >= 1);
+            assert_eq!(session.line_scanned, pending.len(), "searched once");
+        }
+    }
+    assert!(pending.is_empty());
+    assert_eq!(out, b"VALUE key:000007 0 1\r\n7\r\nEND\r\n");
+}
+
+#[test]
+fn oversize_value_is_refused_and_skipped_unbuffered() {
+    let mut e = engine();
+    ok(&mut e, "set big 0 0 1\r\nx\r\n");
+    let size = (1 << 20) + 1;
+    let mut input = format!("set big 0 0 {size}\r\n").into_bytes();
+    input.extend(vec![b'v'; size]);
+    input.extend_from_slice(b"\r\nget big\r\n");
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let mut pending: Vec<u8> = Vec::new();
+    for chunk in input.chunks(64 * 1024) {
+        pending.extend_from_slice(chunk);
+        let o = e.execute(&mut session, &pending, &mut out, NOW);
+        pending.drain(..o.consumed);
+        assert!(!o.close);
+        assert!(
+            pending.len() < 64 * 1024,
+            "the value is skipped, not buffered"
+        );
+    }
+    assert!(pending.is_empty());
+    // The item stays as it was (memcached would also unlink it; memspin's binary protocol does
+    // not either).
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "SERVER_ERROR object too large for cache\r\nVALUE big 0 1\r\nx\r\nEND\r\n"
+    );
+    // The largest value that fits is stored.
+    let fits = (1 << 20) - 512;
+    let mut input = format!("set fits 0 0 {fits}\r\n").into_bytes();
+    input.extend(vec![b'v'; fits]);
+    input.extend_from_slice(b"\r\n");
+    let mut session = Session::default();
+    let (out, outcome) = run_bytes(&mut e, &mut session, &input);
+    assert_eq!(
+        (out.as_str(), outcome.consumed),
+        ("STORED\r\n", input.len())
+    );
+}
+
+#[test]
+fn append_past_the_item_limit_is_not_stored() {
+    let mut e = engine();
+    let half = 600_000;
+    let mut input = format!("set k 0 0 {half}\r\n").into_bytes();
+    input.extend(vec![b'a'; half]);
+    input.extend_from_slice(format!("\r\nappend k 0 0 {half}\r\n").as_bytes());
+    input.extend(vec![b'b'; half]);
+    input.extend_from_slice(b"\r\n");
+    let mut session = Session::default();
+    let (out, _) = run_bytes(&mut e, &mut session, &input);
+    assert_eq!(out, "STORED\r\nNOT_STORED\r\n");
+}
+
+#[test]
+fn out_of_memory_is_a_server_error() {
+    let mut e = Engine::new(EngineConfig {
+        shard: ShardConfig {
+            memory_limit_bytes: 4096,
+            max_item_size: 1 << 20,
+        },
+        version: VERSION,
+        started_unix_secs: NOW,
+        threads: 1,
+        conn_limit: 16,
+    });
+    let mut input = b"set k 0 0 5000\r\n".to_vec();
+    input.extend(vec![b'x'; 5000]);
+    input.extend_from_slice(b"\r\n");
+    let mut session = Session::default();
+    let (out, _) = run_bytes(&mut e, &mut session, &input);
+    assert_eq!(out, "SERVER_ERROR out of memory storing object\r\n");
+}
+
+#[test]
+fn stats_groups() {
+    let mut e = engine();
+    ok(&mut e, "set a 0 0 1\r\na\r\nget a b\r\n");
+    let general = ok(&mut e, "stats\r\n");
+    assert!(general.starts_with("STAT pid "), "{general}");
+    assert!(general.ends_with("END\r\n"));
+    for line in [
+        "STAT cmd_get 2\r\n",
+        "STAT get_hits 1\r\n",
+        "STAT curr_items 1\r\n",
+    ] {
+        assert!(general.contains(line), "{line} in {general}");
+    }
+    for line in general.lines().filter(|l| *l != "END") {
+        let parts: Vec<&str> = line.split(' ').collect();
+        assert_eq!((parts.len(), parts[0]), (3, "STAT"), "{line}");
+    }
+    let settings = ok(&mut e, "stats settings\r\n");
+    assert!(
+        settings.contains("STAT item_size_max 1048576\r\n"),
+        "{settings}"
+    );
+    assert!(settings.ends_with("END\r\n"));
+    let items = ok(&mut e, "stats items\r\n");
+    assert!(items.starts_with("STAT items:1:number 1\r\n"), "{items}");
+    assert!(items.contains("STAT items:1:evicted 0\r\n"));
+    assert!(items.ends_with("END\r\n"));
+    let slabs = ok(&mut e, "stats slabs\r\n");
+    assert!(slabs.contains("STAT 1:used_chunks 1\r\n"), "{slabs}");
+    assert!(slabs.contains("STAT 1:get_hits 1\r\n"));
+    assert!(slabs.contains("STAT 1:cmd_set 1\r\n"));
+    assert!(slabs.contains("STAT active_slabs 1\r\n"));
+    let malloced = e.shard().stats().heap_bytes;
+    assert!(malloced > 0);
+    assert!(slabs.contains(&format!("STAT total_malloced {malloced}\r\n")));
+    assert!(slabs.ends_with("END\r\n"));
+}
+
+#[test]
+fn text_and_binary_count_the_same_commands() {
+    // The same operations over each protocol move the same counters.
+    let mut text = engine();
+    ok(
+        &mut text,
+        "set a 0 0 1\r\na\r\nget a\r\ntouch a 0\r\nflush_all\r\n",
+    );
+    let mut binary = engine();
+    let mut input = Vec::new();
+    for (opcode, extras, key, value) in [
+        (Opcode::Set, &[0u8; 8][..], &b"a"[..], &b"a"[..]),
+        (Opcode::Get, &[], b"a", b""),
+        (Opcode::Touch, &[0u8; 4][..], b"a", b""),
+        (Opcode::Flush, &[], b"", b""),
+    ] {
+        RequestRepr {
+            opcode,
+            quiet: false,
+            opaque: 0,
+            cas: 0,
+            vbucket: 0,
+            extras,
+            key,
+            value,
+        }
+        .emit_into(&mut input);
+    }
+    let mut session = Session::default();
+    run_bytes(&mut binary, &mut session, &input);
+    let (t, b) = (text.counters(), binary.counters());
+    assert_eq!(
+        (t.cmd_get, t.cmd_set, t.cmd_touch, t.cmd_flush),
+        (b.cmd_get, b.cmd_set, b.cmd_touch, b.cmd_flush)
+    );
+    assert_eq!(
+        (t.cmd_get, t.cmd_set, t.cmd_touch, t.cmd_flush),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(text.shard().stats(), binary.shard().stats());
+}
+
+/// A pipeline of every command, and the replies memcached sends for it.
+fn pipeline() -> (&'static str, &'static str) {
+    (
+        concat!(
+            "set a 1 0 5\r\nhello\r\n",
+            "get a b\r\n",
+            "append a 0 0 1 noreply\r\n!\r\n",
+            "add a 0 0 1\r\nx\r\n",
+            "replace b 0 0 1\r\nx\r\n",
+            "set n 0 0 1\r\n7\r\n",
+            "incr n 3\r\n",
+            "decr n 20\r\n",
+            "touch a 0\r\n",
+            "gat 0 a\r\n",
+            "delete n\r\n",
+            "set c 0 0 2\r\nabcd\r\n",
+            "bogus\r\n",
+            "cas a 0 0 1 999\r\nz\r\n",
+            "flush_all\r\n",
+            "get a\r\n",
+            "verbosity 0\r\n",
+        ),
+        concat!(
+            "STORED\r\n",
+            "VALUE a 1 5\r\nhello\r\nEND\r\n",
+            "NOT_STORED\r\n",
+            "NOT_STORED\r\n",
+            "STORED\r\n",
+            "10\r\n",
+            "0\r\n",
+            "TOUCHED\r\n",
+            "VALUE a 1 6\r\nhello!\r\nEND\r\n",
+            "DELETED\r\n",
+            "CLIENT_ERROR bad data chunk\r\n",
+            "ERROR\r\n",
+            "ERROR\r\n",
+            "EXISTS\r\n",
+            "OK\r\n",
+            "END\r\n",
+            "OK\r\n",
+        ),
+    )
+}
+
+#[test]
+fn pipeline_replies_in_order() {
+    let (input, expected) = pipeline();
+    let mut e = engine();
+    assert_eq!(ok(&mut e, input), expected);
+}
+
+#[test]
+fn fragment_sweeps_give_the_same_replies() {
+    let (input, expected) = pipeline();
+    for chunk in [1, 2, 5, 10, 100] {
+        let mut e = engine();
+        let mut session = Session::default();
+        let mut out = Vec::new();
+        let mut pending: Vec<u8> = Vec::new();
+        for piece in input.as_bytes().chunks(chunk) {
+            pending.extend_from_slice(piece);
+            let outcome = e.execute(&mut session, &pending, &mut out, NOW);
+            pending.drain(..outcome.consumed);
+            assert!(!outcome.close);
+        }
+        assert!(pending.is_empty(), "chunk {chunk}");
+        assert_eq!(String::from_utf8(out).unwrap(), expected, "chunk {chunk}");
+    }
+}
+
+#[test]
+fn every_truncation_consumes_nothing_and_asks_for_more() {
+    let mut e = engine();
+    for request in [
+        "get hello\r\n",
+        "set k 0 0 5\r\nhello\r\n",
+        "gats 0 a b c\r\n",
+        "delete k noreply\r\n",
+    ] {
+        let bytes = request.as_bytes();
+        for n in 1..bytes.len() {
+            let mut session = Session::default();
+            let (out, outcome) = run_bytes(&mut e, &mut session, &bytes[..n]);
+            assert_eq!(out, "", "{request:?}[..{n}]");
+            assert_eq!(outcome.consumed, 0, "{request:?}[..{n}]");
+            assert!(outcome.needed >= 1 && !outcome.close, "{request:?}[..{n}]");
+        }
+    }
+    // A data block's missing bytes are counted exactly.
+    let mut session = Session::default();
+    let (_, outcome) = run_bytes(&mut e, &mut session, b"set k 0 0 5\r\nhel");
+    assert_eq!((outcome.consumed, outcome.needed), (0, 4));
+}
+
+#[test]
+fn output_backlog_stops_execution_until_sent() {
+    let mut e = engine();
+    let value = "v".repeat(100_000);
+    ok(&mut e, &format!("set big 0 0 100000\r\n{value}\r\n"));
+    let input = "get big\r\n".repeat(5);
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let outcome = e.execute(&mut session, input.as_bytes(), &mut out, NOW);
+    assert!(out.len() >= OUT_HIGH_WATER_BYTES);
+    assert!(outcome.consumed < input.len());
+    assert_eq!(outcome.consumed % 9, 0, "whole requests only");
+    out.clear();
+    let rest = e.execute(
+        &mut session,
+        &input.as_bytes()[outcome.consumed..],
+        &mut out,
+        NOW,
+    );
+    assert_eq!(outcome.consumed + rest.consumed, input.len());
+}

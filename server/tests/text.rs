@@ -1,0 +1,287 @@
+//! The text protocol end to end: memccapable's ASCII suite and a real client library
+//! (pymemcache) over TAP inside a network namespace and over kernel sockets on 127.0.0.1, and a
+//! table of requests answered byte for byte as a stock memcached answers them.
+
+mod support;
+
+use std::net::SocketAddr;
+
+use support::{
+    Client, Memcached, Netns, Server, TextClient, check_text_values_and_limit, memccapable,
+    pymemcache_round_trip,
+};
+
+const TAP_SERVER: &str = "10.77.0.2:11211";
+
+fn start_tap(ns: &Netns) -> Server {
+    let args = [
+        "--net",
+        "tap",
+        "--iface",
+        "ms0",
+        "--ip",
+        "10.77.0.2/24",
+        "--host-ip",
+        "10.77.0.1/24",
+        "--idle",
+        "park",
+    ];
+    Server::start(Some(ns), &args, Some(TAP_SERVER.parse().unwrap()))
+}
+
+fn start_kernel() -> Server {
+    let args = [
+        "--net",
+        "kernel",
+        "-l",
+        "127.0.0.1",
+        "-p",
+        "0",
+        "--idle",
+        "park",
+    ];
+    Server::start(None, &args, None)
+}
+
+#[test]
+fn tap_memccapable_ascii_passes_all_27() {
+    let ns = Netns::new();
+    let server = start_tap(&ns);
+    memccapable(Some(&ns), server.addr, "-a");
+}
+
+#[test]
+fn tap_pymemcache_round_trip() {
+    let ns = Netns::new();
+    let server = start_tap(&ns);
+    pymemcache_round_trip(Some(&ns), server.addr);
+}
+
+#[test]
+fn tap_text_values_and_the_item_limit() {
+    let ns = Netns::new();
+    let server = start_tap(&ns);
+    ns.enter();
+    check_text_values_and_limit(server.addr);
+}
+
+#[test]
+fn kernel_memccapable_ascii_passes_all_27() {
+    let server = start_kernel();
+    memccapable(None, server.addr, "-a");
+}
+
+#[test]
+fn kernel_pymemcache_round_trip() {
+    let server = start_kernel();
+    pymemcache_round_trip(None, server.addr);
+}
+
+#[test]
+fn kernel_text_values_and_the_item_limit() {
+    let server = start_kernel();
+    check_text_values_and_limit(server.addr);
+}
+
+#[test]
+fn text_and_binary_clients_share_the_store() {
+    let server = start_kernel();
+    let mut text = TextClient::connect(server.addr);
+    assert_eq!(
+        text.call(b"set shared 42 0 5\r\nhello\r\n").unwrap(),
+        b"STORED\r\n"
+    );
+    let mut binary = Client::connect(server.addr);
+    let reply = binary.get(b"shared").unwrap();
+    assert_eq!(reply.value, b"hello");
+    assert_eq!(reply.extras, 42u32.to_be_bytes());
+    binary.set(b"from-binary", b"bin", 7).unwrap();
+    assert_eq!(
+        text.call(b"get from-binary\r\n").unwrap(),
+        b"VALUE from-binary 7 3\r\nbin\r\nEND\r\n"
+    );
+}
+
+#[test]
+fn quit_http_and_endless_lines_close_the_connection() {
+    let server = start_kernel();
+    let mut client = TextClient::connect(server.addr);
+    client
+        .send(b"set k 0 0 1\r\nx\r\nquit\r\nget k\r\n")
+        .unwrap();
+    assert_eq!(client.read_to_close().unwrap(), b"STORED\r\n");
+
+    let mut client = TextClient::connect(server.addr);
+    client
+        .send(b"GET / HTTP/1.1\r\nHost: memspin\r\n\r\n")
+        .unwrap();
+    assert_eq!(client.read_to_close().unwrap(), b"");
+
+    let mut client = TextClient::connect(server.addr);
+    client.send(&[b'x'; 4096]).unwrap();
+    assert_eq!(
+        client.read_to_close().unwrap(),
+        b"CLIENT_ERROR line too long\r\n"
+    );
+    // The server goes on serving others.
+    let mut client = TextClient::connect(server.addr);
+    assert_eq!(
+        client.call(b"get k\r\n").unwrap(),
+        b"VALUE k 0 1\r\nx\r\nEND\r\n"
+    );
+}
+
+/// Requests whose replies memspin sends byte for byte as memcached 1.6 does. Run in order on
+/// one connection, so earlier requests set up later ones; each is followed by `version`, whose
+/// reply marks the end of its replies (so `version` itself is not in the table). Left out on purpose, where memspin
+/// differs (and says so in its docs): incr/decr results shorter than the old value (memcached
+/// pads them with spaces), flags above 32 bits (memcached truncates them), keys with control
+/// characters (memcached accepts them), `stats` contents.
+const SAME_AS_MEMCACHED: &[&str] = &[
+    "set a 0 0 5\r\nhello\r\n",
+    "get a\r\n",
+    "get a nope a\r\n",
+    "get  a   nope \r\n",
+    "gets a\r\n",
+    "add a 0 0 1\r\nx\r\n",
+    "add b 1 0 1\r\nx\r\n",
+    "replace nope 0 0 1\r\nx\r\n",
+    "replace b 5 0 1\r\ny\r\n",
+    "append b 0 0 2\r\nzz\r\n",
+    "prepend b 9 0 2\r\naa\r\n",
+    "append nope 0 0 1\r\nx\r\n",
+    "prepend nope 0 0 1\r\nx\r\n",
+    "get b\r\n",
+    "cas nope 0 0 1 1\r\nx\r\n",
+    "cas b 0 0 1 0\r\nx\r\n",
+    "cas b 0 0 1 12345678\r\nx\r\n",
+    "set e 0 0 0\r\n\r\n",
+    "get e\r\n",
+    "set gone 0 -1 1\r\ng\r\n",
+    "get gone\r\n",
+    "set n 3 0 2\r\n10\r\n",
+    "incr n 5\r\n",
+    "incr n 18446744073709551615\r\n",
+    "get n\r\n",
+    "decr n 100\r\n",
+    "incr nope 1\r\n",
+    "decr nope 1\r\n",
+    "incr b 1\r\n",
+    "touch a 100\r\n",
+    "touch nope 100\r\n",
+    "gat 100 a nope\r\n",
+    "gats 100 nope\r\n",
+    "gat 10\r\n",
+    "delete b\r\n",
+    "delete b\r\n",
+    "set d 0 0 1\r\nd\r\n",
+    "delete d 0\r\n",
+    "set q 0 0 1 noreply\r\nq\r\n",
+    "add q 0 0 1 noreply\r\nx\r\n",
+    "incr q 1 noreply\r\n",
+    "delete nope noreply\r\n",
+    "get q\r\n",
+    "verbosity 1\r\n",
+    "verbosity 0 noreply\r\n",
+    // Errors.
+    "\r\n",
+    "bogus\r\n",
+    "g\r\n",
+    "get\r\n",
+    "gets\r\n",
+    "set k 0 0\r\n",
+    "set k 0 0 5 noreply extra\r\n",
+    "cas k 0 0 1\r\n",
+    "incr k\r\n",
+    "touch k\r\n",
+    "delete\r\n",
+    "delete a b c d e\r\n",
+    "delete a 5\r\n",
+    "verbosity\r\n",
+    "verbosity x\r\n",
+    "flush_all 1 2 3\r\n",
+    "stats nothing\r\n",
+    "set k 0 0 -1\r\nabc\r\n",
+    "set k x 0 1\r\nx\r\n",
+    "set k 0 x 1\r\nx\r\n",
+    "set k 0 0 x\r\n",
+    "set k 0 0 abc noreply\r\n",
+    "cas k 0 0 1 x\r\nx\r\n",
+    "incr a x\r\n",
+    "incr a -1\r\n",
+    "touch a x\r\n",
+    "gat x a\r\n",
+    "flush_all x\r\n",
+    "set k 0 0 3\r\nabcdef\r\n",
+    "set k 0 0 1\r\nab\r\n",
+    "get kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk\r\n",
+    "get a kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk\r\n",
+    "set kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk 0 0 1\r\nx\r\n",
+    // Last: flush everything, now and later.
+    "flush_all 0\r\n",
+    "get a n\r\n",
+    "set a 0 0 1\r\na\r\n",
+    "flush_all noreply\r\n",
+    "get a\r\n",
+];
+
+/// The replies with the CAS of `gets`/`gats` lines masked, as the two servers number
+/// differently.
+fn mask_cas(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply)
+        .split("\r\n")
+        .map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if fields.len() == 5 && fields[0] == "VALUE" {
+                format!(
+                    "{} {} {} {} <cas>",
+                    fields[0], fields[1], fields[2], fields[3]
+                )
+            } else {
+                line.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\r\n")
+}
+
+fn replies(addr: SocketAddr, requests: &[&str]) -> Vec<String> {
+    let mut client = TextClient::connect(addr);
+    requests
+        .iter()
+        .map(|request| {
+            let reply = client
+                .call(request.as_bytes())
+                .unwrap_or_else(|e| panic!("{request:?}: {e}"));
+            mask_cas(&reply)
+        })
+        .collect()
+}
+
+#[test]
+fn replies_match_stock_memcached() {
+    assert!(
+        SAME_AS_MEMCACHED
+            .iter()
+            .any(|r| r.contains(&"k".repeat(251)))
+    );
+    let memcached = Memcached::start();
+    let memspin = start_kernel();
+    let expected = replies(memcached.addr, SAME_AS_MEMCACHED);
+    let got = replies(memspin.addr, SAME_AS_MEMCACHED);
+    let mut differences = Vec::new();
+    for ((request, want), have) in SAME_AS_MEMCACHED.iter().zip(&expected).zip(&got) {
+        if want != have {
+            differences.push(format!(
+                "{request:?}\n  memcached: {want:?}\n  memspin:   {have:?}"
+            ));
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "{} of {} replies differ:\n{}",
+        differences.len(),
+        SAME_AS_MEMCACHED.len(),
+        differences.join("\n")
+    );
+}
