@@ -37,7 +37,7 @@ pub struct Args {
     /// CPUs to pin workers to (comma-separated list or ranges, e.g. `0` or `2-3`); default: the
     /// first CPU this process may run on.
     #[arg(long, value_parser = parse_cpu_list)]
-    pub cpus: Option<Vec<usize>>,
+    pub cpus: Option<CpuList>,
 
     /// Memory budget for items in megabytes.
     #[arg(short = 'm', long = "memory-limit", default_value_t = 64)]
@@ -148,8 +148,12 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{s}`: size out of range"))
 }
 
+/// CPUs to pin workers to, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
 /// Parses a CPU list such as `0`, `0,2` or `1-3`.
-pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
+pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
     let mut cpus = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let bad = || format!("`{part}`: expected a CPU number or range like 2-3");
@@ -168,7 +172,7 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     if cpus.is_empty() {
         return Err("empty CPU list".into());
     }
-    Ok(cpus)
+    Ok(CpuList(cpus))
 }
 
 #[cfg(test)]
@@ -187,8 +191,8 @@ mod tests {
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0"), Ok(vec![0]));
-        assert_eq!(parse_cpu_list("0,2-3"), Ok(vec![0, 2, 3]));
+        assert_eq!(parse_cpu_list("0"), Ok(CpuList(vec![0])));
+        assert_eq!(parse_cpu_list("0,2-3"), Ok(CpuList(vec![0, 2, 3])));
         assert!(parse_cpu_list("3-1").is_err());
         assert!(parse_cpu_list("").is_err());
     }
@@ -213,5 +217,41 @@ mod tests {
         assert_eq!(args.max_item_size, 1 << 20);
         assert_eq!(args.conn_limit, 1024);
         assert_eq!(args.idle, Idle::Spin);
+        assert_eq!(args.cpus, None);
+    }
+
+    // Regression: `--cpus` once parsed into a Vec that clap took for a multi-value argument
+    // and panicked on access.
+    #[test]
+    fn every_flag_parses() {
+        let args = Args::parse_from([
+            "memspin",
+            "--net",
+            "kernel",
+            "--iface",
+            "ms1",
+            "--ip",
+            "10.1.0.2/24",
+            "--host-ip",
+            "none",
+            "-l",
+            "127.0.0.1",
+            "-p",
+            "0",
+            "--cpus",
+            "1",
+            "-m",
+            "8",
+            "-I",
+            "512k",
+            "-c",
+            "10",
+            "--idle",
+            "park",
+        ]);
+        assert_eq!(args.cpus, Some(CpuList(vec![1])));
+        assert_eq!(args.host_ip, HostIp::None);
+        assert_eq!(args.max_item_size, 512 << 10);
+        assert_eq!(args.idle, Idle::Park);
     }
 }

@@ -23,7 +23,7 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<(), String> {
     let stop = worker::stop_on_signals().map_err(|e| format!("installing signal handlers: {e}"))?;
-    let cpu = worker::pin(args.cpus.as_ref().and_then(|c| c.first().copied()))?;
+    let cpu = worker::pin(args.cpus.as_ref().and_then(|c| c.0.first().copied()))?;
     let engine = Engine::new(EngineConfig {
         shard: store::ShardConfig {
             memory_limit_bytes: args.memory_limit_mb.saturating_mul(1 << 20),
