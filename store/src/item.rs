@@ -48,15 +48,21 @@ pub const fn item_size(key_len: usize, value_len: usize) -> usize {
 const CLOCK_MASK: u64 = 0b11;
 /// Set on the first fetch (get, touch); feeds `evicted_unfetched` and `expired_unfetched`.
 const FETCHED: u64 = 1 << 2;
-/// The CAS occupies the bits above the counter and the fetched bit (2^61 values per shard).
-const CAS_SHIFT: u32 = 3;
+/// Meta protocol: the item was invalidated (`md <key> I`) and is served as stale.
+const STALE: u64 = 1 << 3;
+/// Meta protocol: a client has been handed the item's recache token (the `W` flag).
+const WIN_SENT: u64 = 1 << 4;
+/// The bits below the CAS.
+const LOW_BITS: u64 = CLOCK_MASK | FETCHED | STALE | WIN_SENT;
+/// The CAS occupies the bits above the counter and the flag bits (2^59 values per shard).
+const CAS_SHIFT: u32 = 5;
 
 /// One item as it sits in a hash-table bucket: 32 bytes, two to a cache line.
 #[derive(Debug)]
 pub(crate) struct Item {
     /// `[key_len: u8][key][value]`, allocated once on insert.
     data: Box<[u8]>,
-    /// `cas << 3 | FETCHED | clock counter`.
+    /// `cas << 5 | WIN_SENT | STALE | FETCHED | clock counter`.
     meta: u64,
     /// 0 = never, else the first unix second at which the item is dead (see `expiry`).
     exptime: u32,
@@ -134,7 +140,7 @@ impl Item {
 
     #[inline]
     pub(crate) fn set_cas(&mut self, cas: u64) {
-        self.meta = (cas << CAS_SHIFT) | (self.meta & (CLOCK_MASK | FETCHED));
+        self.meta = (cas << CAS_SHIFT) | (self.meta & LOW_BITS);
     }
 
     #[inline]
@@ -169,6 +175,28 @@ impl Item {
     #[inline]
     pub(crate) fn fetched(&self) -> bool {
         self.meta & FETCHED != 0
+    }
+
+    #[inline]
+    pub(crate) fn stale(&self) -> bool {
+        self.meta & STALE != 0
+    }
+
+    #[inline]
+    pub(crate) fn win_sent(&self) -> bool {
+        self.meta & WIN_SENT != 0
+    }
+
+    /// Marks the item stale and clears its recache token, so the next reader wins it.
+    #[inline]
+    pub(crate) fn mark_stale(&mut self) {
+        self.meta = (self.meta | STALE) & !WIN_SENT;
+    }
+
+    /// Records that a client was handed the recache token.
+    #[inline]
+    pub(crate) fn mark_win_sent(&mut self) {
+        self.meta |= WIN_SENT;
     }
 
     /// Records a client fetch: marks the item fetched and raises its clock counter.
@@ -294,10 +322,31 @@ mod tests {
         assert!(it.fetched());
         it.value_mut().copy_from_slice(b"VALUE");
         assert_eq!(it.value(), b"VALUE");
-        let big = Item::new(&[b'k'; MAX_KEY_LEN], [b"", b""], 0, 0, (1 << 61) - 1);
+        let big = Item::new(&[b'k'; MAX_KEY_LEN], [b"", b""], 0, 0, (1 << 59) - 1);
         assert_eq!(big.key().len(), MAX_KEY_LEN);
         assert_eq!(big.value(), b"");
-        assert_eq!(big.cas(), (1 << 61) - 1);
+        assert_eq!(big.cas(), (1 << 59) - 1);
+        assert!(!big.stale() && !big.win_sent());
+    }
+
+    #[test]
+    fn stale_and_win_bits_survive_cas_changes_and_stay_apart() {
+        let mut it = Item::new(b"k", [b"v", b""], 0, 0, 7);
+        it.mark_fetched();
+        it.mark_win_sent();
+        assert!(it.win_sent() && !it.stale());
+        it.set_cas(8);
+        assert!(it.win_sent() && it.fetched());
+        it.mark_stale();
+        assert!(
+            it.stale() && !it.win_sent(),
+            "invalidating hands the token out again"
+        );
+        it.mark_win_sent();
+        it.set_cas((1 << 59) - 1);
+        assert_eq!(it.cas(), (1 << 59) - 1);
+        assert!(it.stale() && it.win_sent() && it.fetched());
+        assert_eq!(it.clock(), 2);
     }
 
     #[test]

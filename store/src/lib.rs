@@ -30,10 +30,11 @@
 //! # Memory layout
 //!
 //! The table is a hashbrown [`HashTable`](hashbrown::HashTable) of 32-byte items (two per
-//! cache line): a `Box<[u8]>` holding `[key_len: u8][key][value]`, the CAS with a fetched
-//! bit and a 2-bit clock counter packed in one `u64`, and `u32` expiry and flags. Key and
-//! value are copied once, into that one heap block, when an item is stored; a GET hit walks
-//! control bytes → bucket → block and allocates nothing.
+//! cache line): a `Box<[u8]>` holding `[key_len: u8][key][value]`, the CAS (59 bits) with a
+//! fetched bit, the meta protocol's stale and recache-token bits and a 2-bit clock counter
+//! packed in one `u64`, and `u32` expiry and flags. Key and value are copied once, into that
+//! one heap block, when an item is stored; a GET hit walks control bytes → bucket → block and
+//! allocates nothing.
 //!
 //! The trade-off, against the alternatives considered:
 //! - *One block per item (chosen)*: one allocation per store, exact sizes, freeing is

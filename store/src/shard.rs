@@ -55,6 +55,14 @@ pub struct ItemView<'a> {
     pub flags: u32,
     /// The item's CAS unique.
     pub cas: u64,
+    /// When the item expires: 0 = never, else the unix second from which it is dead.
+    pub exptime: u32,
+    /// Whether a client had fetched the item (get, touch) before this call.
+    pub fetched: bool,
+    /// Meta protocol: the item was invalidated ([`Shard::invalidate`]) and is stale.
+    pub stale: bool,
+    /// Meta protocol: a client holds the item's recache token ([`Shard::claim_win`]).
+    pub win_sent: bool,
 }
 
 /// Why an item leaves the table, for the counters.
@@ -181,8 +189,12 @@ impl Shard {
             Ok(entry) => {
                 self.stats.get_hits += 1;
                 let item = entry.into_mut();
+                let fetched = item.fetched();
                 item.mark_fetched();
-                Some(view(item))
+                Some(ItemView {
+                    fetched,
+                    ..view(item)
+                })
             }
             Err(Miss::Absent) => {
                 self.stats.get_misses += 1;
@@ -225,13 +237,86 @@ impl Shard {
                 self.stats.touch_hits += 1;
                 let item = entry.into_mut();
                 item.set_exptime(Expiry::resolve(exptime, now).encode(now));
+                let fetched = item.fetched();
                 item.mark_fetched();
-                Some(view(item))
+                Some(ItemView {
+                    fetched,
+                    ..view(item)
+                })
             }
             Err(_) => {
                 self.stats.touch_misses += 1;
                 None
             }
+        }
+    }
+
+    /// Looks a key up without touching it: no fetched mark, no clock bump, no counters (a
+    /// dead item found is still reclaimed). For the meta protocol's `u` flag and `me`.
+    pub fn peek(&mut self, key: &[u8], now: u64) -> Option<ItemView<'_>> {
+        self.advance(now);
+        check_key(key).ok()?;
+        let hash = self.hasher.hash_one(key);
+        let index = self.lookup(hash, key, now).ok()?;
+        self.table.get_bucket(index).map(view)
+    }
+
+    /// Meta protocol `md <key> I`: marks a live item stale instead of removing it, hands its
+    /// recache token out again, gives it a new CAS (returned) and, with `exptime`, a new
+    /// expiry. `cas != 0` must match the item's CAS.
+    ///
+    /// # Errors
+    ///
+    /// As [`Shard::delete`]: [`StoreError::NotFound`] (counts `delete_misses`),
+    /// [`StoreError::Exists`], [`StoreError::KeyTooLong`].
+    pub fn invalidate(
+        &mut self,
+        key: &[u8],
+        cas: u64,
+        exptime: Option<i64>,
+        now: u64,
+    ) -> Result<u64, StoreError> {
+        self.advance(now);
+        check_key(key)?;
+        let hash = self.hasher.hash_one(key);
+        let Ok(index) = self.lookup(hash, key, now) else {
+            self.stats.delete_misses += 1;
+            return Err(StoreError::NotFound);
+        };
+        let new_cas = self.last_cas + 1;
+        let Some(item) = self.table.get_bucket_mut(index) else {
+            return Err(StoreError::NotFound);
+        };
+        if cas != 0 && item.cas() != cas {
+            return Err(StoreError::Exists);
+        }
+        item.mark_stale();
+        item.set_cas(new_cas);
+        if let Some(exptime) = exptime {
+            item.set_exptime(Expiry::resolve(exptime, now).encode(now));
+        }
+        self.last_cas = new_cas;
+        Ok(new_cas)
+    }
+
+    /// Meta protocol: records that a client was handed the recache token of a live item (the
+    /// `W` flag), so later readers are told another client has it (`Z`). Returns whether the
+    /// item was there.
+    pub fn claim_win(&mut self, key: &[u8], now: u64) -> bool {
+        self.advance(now);
+        if check_key(key).is_err() {
+            return false;
+        }
+        let hash = self.hasher.hash_one(key);
+        let Ok(index) = self.lookup(hash, key, now) else {
+            return false;
+        };
+        match self.table.get_bucket_mut(index) {
+            Some(item) => {
+                item.mark_win_sent();
+                true
+            }
+            None => false,
         }
     }
 
@@ -830,5 +915,9 @@ fn view(item: &Item) -> ItemView<'_> {
         value: item.value(),
         flags: item.flags(),
         cas: item.cas(),
+        exptime: item.exptime(),
+        fetched: item.fetched(),
+        stale: item.stale(),
+        win_sent: item.win_sent(),
     }
 }

@@ -1091,3 +1091,90 @@ fn churn_with_deletes_keeps_accounting() {
     }
     s.check_invariants();
 }
+
+// ---- item metadata for the meta protocol ----
+
+#[test]
+fn views_report_expiry_and_whether_fetched_before() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 100, NOW);
+    set(&mut s, b"forever", b"v", 0, NOW);
+    let first = s.get(b"k", NOW).unwrap();
+    assert_eq!(first.exptime, (NOW + 100) as u32);
+    assert!(!first.fetched, "not fetched before this get");
+    assert!(s.get(b"k", NOW).unwrap().fetched);
+    assert_eq!(s.get(b"forever", NOW).unwrap().exptime, 0);
+    let touched = s.touch(b"forever", 30, NOW).unwrap();
+    assert_eq!(touched.exptime, (NOW + 30) as u32);
+    assert!(touched.fetched, "the get before counts");
+    let fresh = s.touch(b"k", 0, NOW).unwrap();
+    assert_eq!(fresh.exptime, 0);
+    assert!(!fresh.stale && !fresh.win_sent);
+}
+
+#[test]
+fn peek_neither_marks_nor_counts() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    let before = s.stats().clone();
+    let seen = s.peek(b"k", NOW).unwrap();
+    assert_eq!((seen.value, seen.fetched), (&b"v"[..], false));
+    assert!(s.peek(b"missing", NOW).is_none());
+    assert!(s.peek(b"", NOW).is_none());
+    assert_eq!(*s.stats(), before);
+    assert!(!s.get(b"k", NOW).unwrap().fetched, "peek did not mark it");
+    // A dead item is reclaimed by a peek too.
+    set(&mut s, b"short", b"v", 10, NOW);
+    assert!(s.peek(b"short", NOW + 10).is_none());
+    assert_eq!(s.stats().reclaimed, 1);
+    s.check_invariants();
+}
+
+#[test]
+fn invalidate_marks_stale_with_a_new_cas_and_optional_expiry() {
+    let mut s = shard();
+    let cas = set(&mut s, b"k", b"v", 0, NOW);
+    assert!(s.claim_win(b"k", NOW));
+    assert!(s.peek(b"k", NOW).unwrap().win_sent);
+    assert_eq!(
+        s.invalidate(b"k", cas + 1, None, NOW),
+        Err(StoreError::Exists)
+    );
+    let new_cas = s.invalidate(b"k", cas, Some(60), NOW).unwrap();
+    assert!(new_cas > cas);
+    let item = s.peek(b"k", NOW).unwrap();
+    assert_eq!(
+        (item.value, item.cas, item.exptime),
+        (&b"v"[..], new_cas, (NOW + 60) as u32)
+    );
+    assert!(
+        item.stale && !item.win_sent,
+        "stale, and its token is up for grabs again"
+    );
+    // The next CAS handed out is still unique.
+    assert!(set(&mut s, b"other", b"v", 0, NOW) > new_cas);
+    // Any CAS with 0; a store replaces the stale item with a fresh one.
+    assert!(s.invalidate(b"k", 0, None, NOW).is_ok());
+    set(&mut s, b"k", b"fresh", 0, NOW);
+    assert!(!s.peek(b"k", NOW).unwrap().stale);
+    assert_eq!(
+        s.invalidate(b"nope", 0, None, NOW),
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(s.stats().delete_misses, 1);
+    assert!(!s.claim_win(b"nope", NOW));
+    s.check_invariants();
+}
+
+#[test]
+fn flags_survive_an_in_place_incr() {
+    let mut s = shard();
+    set(&mut s, b"n", b"10", 0, NOW);
+    s.claim_win(b"n", NOW);
+    s.invalidate(b"n", 0, None, NOW).unwrap();
+    s.claim_win(b"n", NOW);
+    s.incr_decr(b"n", 5, Delta::Incr, None, 0, NOW).unwrap();
+    let item = s.peek(b"n", NOW).unwrap();
+    assert_eq!(item.value, b"15");
+    assert!(item.stale && item.win_sent);
+}
