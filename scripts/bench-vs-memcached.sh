@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: memcached -t 1, memspin over TAP and memspin on kernel sockets, each
+# with one worker pinned to CPU 0, measured by memspin-loadgen pinned to the last CPU, inside
+# one fresh network namespace. Only one server runs at a time; the order alternates every
+# round. Prints medians over the rounds and the ratios against memcached.
+#
+# Usage: scripts/bench-vs-memcached.sh [ROUNDS (default 5)] [SECONDS per run (default 5)]
+#   IDLE=spin|park  memspin's idle policy (default spin: nothing else runs on its core)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+rounds=${1:-5}
+seconds=${2:-5}
+idle=${IDLE:-spin}
+need_packages iproute2 memcached python3
+need_root_for_namespaces
+
+step "cargo build --release"
+cargo build --release -q -p server -p loadgen
+target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+MEMSPIN_BIN=$target_dir/release/memspin
+LOADGEN_BIN=$target_dir/release/memspin-loadgen
+
+out=results/bench-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$out"
+ns=memspin-bench-$$
+ns_create "$ns"
+server_cpu=0
+client_cpu=$(( $(nproc) - 1 ))
+
+start_memcached() {
+  ip netns exec "$ns" taskset -c "$server_cpu" memcached -u root -U 0 -t 1 -l 127.0.0.1 -p 11311 -m 256 \
+    >"$out/memcached.log" 2>&1 &
+  SERVER_PID=$!
+  MEMSPIN_PIDS+=("$SERVER_PID")
+  local i
+  for i in $(seq 1 100); do
+    ip netns exec "$ns" bash -c 'exec 3<>/dev/tcp/127.0.0.1/11311' 2>/dev/null && return 0
+    sleep 0.05
+  done
+  die "memcached did not start"
+}
+
+# run_one NAME ADDR WORKLOAD: one loadgen run against the server that is up now.
+run_one() {
+  local name=$1 addr=$2 workload=$3 round=$4 flags
+  case $workload in
+    throughput) flags=(-c 32 --pipeline 16) ;;
+    latency) flags=(-c 1 --pipeline 1) ;;
+  esac
+  ip netns exec "$ns" "$LOADGEN_BIN" -s "$addr" -t 1 --cpus "$client_cpu" "${flags[@]}" \
+    -d "$seconds" --warmup 1 --keys 10000 --key-size 16 --value-size 32 --get-ratio 0.9 \
+    --prefill -q --json "$out/$workload-$name-$round.json" >/dev/null
+}
+
+run_server() {
+  local name=$1 round=$2 workload
+  case $name in
+    memcached) start_memcached; addr=127.0.0.1:11311 ;;
+    memspin-tap)
+      start_server "$ns" "$out/$name-$round.log" --net tap --iface ms0 --ip 10.77.0.2/24 \
+        --host-ip 10.77.0.1/24 --cpus "$server_cpu" --idle "$idle" -m 256
+      addr=10.77.0.2:11211 ;;
+    memspin-kernel)
+      start_server "$ns" "$out/$name-$round.log" --net kernel -l 127.0.0.1 -p 11411 \
+        --cpus "$server_cpu" --idle "$idle" -m 256
+      addr=127.0.0.1:11411 ;;
+  esac
+  for workload in throughput latency; do
+    run_one "$name" "$addr" "$workload" "$round"
+  done
+  stop_server || true
+}
+
+servers=(memcached memspin-tap memspin-kernel)
+for round in $(seq 1 "$rounds"); do
+  step "round $round of $rounds"
+  # Rotate the order every round so drift in the machine's load does not favour one server.
+  for k in 0 1 2; do
+    run_server "${servers[$(( (k + round) % 3 ))]}" "$round"
+  done
+done
+
+step "medians over $rounds rounds (service time, µs; loadgen on CPU $client_cpu, servers on CPU $server_cpu, memspin --idle $idle)"
+python3 - "$out" "$rounds" <<'PY'
+import json, statistics, sys, glob, os
+out, rounds = sys.argv[1], int(sys.argv[2])
+servers = ["memcached", "memspin-tap", "memspin-kernel"]
+def med(workload, name, key):
+    vals = []
+    for path in glob.glob(os.path.join(out, f"{workload}-{name}-*.json")):
+        d = json.load(open(path))
+        vals.append(d["ops_per_sec"] if key == "ops" else d["latency_us"]["service"]["all"][key])
+    return statistics.median(vals) if vals else float("nan")
+for workload, label in [("throughput", "32 connections x 16 in flight"), ("latency", "1 connection, 1 in flight")]:
+    print(f"\n{workload}: {label}, 90 % GET, 32-byte values")
+    print(f"{'server':16} {'ops/s':>10} {'p50':>8} {'p90':>8} {'p99':>8}   {'ops ratio':>9} {'p50 ratio':>9}")
+    base_ops, base_p50 = med(workload, "memcached", "ops"), med(workload, "memcached", "p50")
+    for name in servers:
+        ops, p50, p90, p99 = (med(workload, name, k) for k in ("ops", "p50", "p90", "p99"))
+        print(f"{name:16} {ops:10.0f} {p50:8.1f} {p90:8.1f} {p99:8.1f}   {ops/base_ops:9.2f} {p50/base_p50:9.2f}")
+PY
+printf '\nper-run JSON in %s\n' "$out"
