@@ -16,6 +16,7 @@
 //! `cmd_touch` and `cmd_flush` mean the same whichever protocol a client speaks.
 
 mod binary;
+mod meta;
 mod text;
 
 use store::{ItemView, Shard, ShardConfig, StoreError, StoreMode};

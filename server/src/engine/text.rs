@@ -1,4 +1,4 @@
-//! Executing text-protocol requests (and routing meta lines) against the shard.
+//! Executing text-protocol requests against the shard; meta lines go on to `meta.rs`.
 //!
 //! Replies are memcached 1.6's, word for word; `noreply` silences every reply of its command,
 //! errors included, as memcached's `out_string` does. A storage command whose value can never
@@ -183,10 +183,8 @@ fn dispatch(
         Request::Verbosity { noreply, .. } => reply(out, noreply, Response::Ok),
         Request::Stats(group) => write_stats(engine, group, out, now),
         Request::Quit => session.closing = true,
-        // Meta commands are not served yet: answered as an unknown command.
-        Request::Meta(_) => {
-            engine.counters.protocol_errors += 1;
-            ErrorReply::Error.emit_into(out);
+        Request::Meta(request) => {
+            return super::meta::execute(engine, session, request, buf, line_len, out, now);
         }
     }
     Step::Done(line_len)
@@ -251,7 +249,7 @@ fn execute_store(
         StoreCommand::Append => (StoreMode::Append, 0),
         StoreCommand::Prepend => (StoreMode::Prepend, 0),
         // The store reads CAS 0 as "no compare"; memcached compares it like any other value
-        // (no item has CAS 0). `u64::MAX` is never issued either (CAS values are 61 bits), so
+        // (no item has CAS 0). `u64::MAX` is never issued either (CAS values are 59 bits), so
         // it gives the same answers: NOT_FOUND when missing, EXISTS when held.
         StoreCommand::Cas if store.cas == 0 => (StoreMode::Set, u64::MAX),
         StoreCommand::Cas => (StoreMode::Set, store.cas),

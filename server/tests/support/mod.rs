@@ -744,3 +744,62 @@ impl Drop for Memcached {
         let _ = self.child.wait();
     }
 }
+
+/// Meta commands through a real connection: a quiet pipeline closed by `mn`, a 1 MiB − 512
+/// value set with `ms` and read back with `mg`, an oversize `ms` refused with the connection
+/// kept, and base64 keys.
+#[track_caller]
+pub fn check_meta_round_trip(addr: SocketAddr) {
+    let mut client = TextClient::connect(addr);
+    let mut batch = Vec::new();
+    for i in 0..100 {
+        batch.extend_from_slice(format!("ms meta:{i} 4 q T0 F{i}\r\nv{i:03}\r\n").as_bytes());
+    }
+    for i in 0..100 {
+        batch.extend_from_slice(format!("mg meta:{i} v f q k\r\n").as_bytes());
+    }
+    batch.extend_from_slice(b"mg meta:missing v q\r\nmn\r\n");
+    let reply = client.call(&batch).unwrap();
+    let mut expected = String::new();
+    for i in 0..100 {
+        expected.push_str(&format!("VA 4 f{i} kmeta:{i}\r\nv{i:03}\r\n"));
+    }
+    expected.push_str("MN\r\n");
+    assert_eq!(String::from_utf8_lossy(&reply), expected);
+
+    let large: Vec<u8> = (0..(1usize << 20) - 512)
+        .map(|i| (i * 13 % 256) as u8)
+        .collect();
+    let mut request = format!("ms large {} T0\r\n", large.len()).into_bytes();
+    request.extend_from_slice(&large);
+    request.extend_from_slice(b"\r\n");
+    assert_eq!(client.call(&request).unwrap(), b"HD\r\n");
+    client.send(b"mg large s v\r\n").unwrap();
+    assert_eq!(
+        client.line().unwrap(),
+        format!("VA {0} s{0}", large.len()).as_bytes()
+    );
+    assert_eq!(
+        client.exact(large.len() + 2).unwrap()[..large.len()],
+        large[..]
+    );
+
+    let too_large = (1usize << 20) + 1;
+    let mut request = format!("ms huge {too_large} q\r\n").into_bytes();
+    request.extend(vec![b'x'; too_large]);
+    request.extend_from_slice(b"\r\n");
+    assert_eq!(
+        client.call(&request).unwrap(),
+        b"SERVER_ERROR object too large for cache\r\n"
+    );
+    assert_eq!(client.call(b"mg huge v\r\n").unwrap(), b"EN\r\n");
+    // A binary key (base64 of "\r\n\x00 k") the text commands could not name.
+    assert_eq!(
+        client.call(b"ms DQoAIGs= 2 b\r\nok\r\n").unwrap(),
+        b"HD\r\n"
+    );
+    assert_eq!(
+        client.call(b"mg DQoAIGs= b v k\r\n").unwrap(),
+        b"VA 2 kDQoAIGs= b\r\nok\r\n"
+    );
+}

@@ -1,0 +1,457 @@
+//! Executing meta commands (`mg`, `ms`, `md`, `ma`, `mn`, `me`) against the shard.
+//!
+//! Replies follow memcached 1.6's protocol.txt and proto_text.c: return flags come back in
+//! request order, `q` silences nominal replies only (`HD`, and `EN` for `mg`), errors are always
+//! answered. What memspin does with each flag, where it is not simply "as documented":
+//!
+//! - `l` (seconds since last access) and `me`'s `la`: memspin keeps no access time per item
+//!   (an item is 32 bytes in its table), so both report 0.
+//! - `u` (no LRU bump): the item is looked at without being marked fetched or aged by the clock
+//!   hand; `cmd_get` counts it but the store's `get_hits`/`get_misses` do not.
+//! - `E` (client-chosen CAS) and `x` (`md` keeps the item, empty): refused as memcached 1.6.18
+//!   refuses flags it does not know. memspin's store derives `flush_all` from CAS order, so a
+//!   CAS chosen by the client could hide an item behind an earlier flush.
+//! - `ma` with `T` updates the TTL through the store's touch, which counts a touch hit.
+//! - `ms` with `I` and an older `C`: the value is stored, keeps the old item's TTL and is marked
+//!   stale; its CAS is then bumped once more by the invalidation.
+//! - `me` answers `exp` as the seconds left (memcached 1.6.18 printed their negative), `cls=1`
+//!   (memspin has no slab classes) and `size` as the bytes the store charges for the item.
+//! - `k` with `b` returns the key in base64 followed by `b` whenever the request key was
+//!   base64; memcached remembers per item whether its key was binary.
+
+use protocol::meta::{
+    ArithmeticMode, Command, DebugLine, Flags, ReplyLine, Request, SetMode, Status,
+};
+use protocol::text::{DataError, ErrorReply, MAX_KEY_LEN, data_block};
+use store::{Delta, Expiry, ItemView, StoreError, StoreMode};
+
+use super::text::Step;
+use super::{Engine, Session};
+
+/// memspin's one item class, for `me`'s `cls`.
+const ITEM_CLASS: u32 = 1;
+
+pub(super) fn execute(
+    engine: &mut Engine,
+    session: &mut Session,
+    request: Request<'_>,
+    buf: &[u8],
+    line_len: usize,
+    out: &mut Vec<u8>,
+    now: u64,
+) -> Step {
+    let flags = &request.flags;
+    if flags.new_cas.is_some() || flags.remove_value {
+        engine.counters.protocol_errors += 1;
+        let reply = match request.command {
+            Command::Delete | Command::Arithmetic => ErrorReply::InvalidOrDuplicateFlag,
+            _ => ErrorReply::InvalidFlag,
+        };
+        reply.emit_into(out);
+        if request.command == Command::Set {
+            session.skip_bytes = request.datalen as u64 + 2;
+        }
+        return Step::Done(line_len);
+    }
+    let mut scratch = [0u8; MAX_KEY_LEN];
+    let key = request.decode_key(&mut scratch);
+    match request.command {
+        Command::Noop => ReplyLine::start(out, Status::Mn).finish(),
+        Command::Debug => debug(engine, key, flags, out, now),
+        Command::Get => get(engine, key, flags, out, now),
+        Command::Set => {
+            return set(engine, session, key, &request, buf, line_len, out, now);
+        }
+        Command::Delete => delete(engine, key, flags, out, now),
+        Command::Arithmetic => arithmetic(engine, key, flags, out, now),
+    }
+    Step::Done(line_len)
+}
+
+/// Seconds an item has left: -1 for none, as `t` and `me` report it.
+fn ttl(exptime: u32, now: u64) -> i64 {
+    if exptime == 0 {
+        -1
+    } else {
+        i64::from(exptime) - i64::try_from(now).unwrap_or(i64::MAX)
+    }
+}
+
+/// The opaque and key flags, which every reply carries, hit or not.
+fn echo(line: &mut ReplyLine<'_>, flags: &Flags<'_>, key: &[u8]) {
+    for token in flags.tokens() {
+        match token[0] {
+            b'O' => {
+                line.token(token);
+            }
+            b'k' => {
+                line.key(key, flags.base64_key);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `mg`: the item's value and metadata; `T` touches, `N` creates on a miss, `R`/`N`/stale
+/// items hand out the recache token (`W`), which later readers see as taken (`Z`).
+fn get(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
+    let found = if let Some(ttl) = flags.ttl {
+        engine.touch(key, ttl, now)
+    } else if flags.no_bump {
+        engine.counters.cmd_get += 1;
+        engine.shard.peek(key, now)
+    } else {
+        engine.get(key, now)
+    };
+    let won = match found {
+        Some(item) => write_hit(out, key, flags, &item, false, now),
+        None => {
+            // `N`: create an empty item with that TTL and win its recache token.
+            let created = flags.vivify_ttl.is_some_and(|ttl| {
+                engine
+                    .shard
+                    .store(StoreMode::Add, key, b"", 0, ttl, 0, now)
+                    .is_ok()
+            });
+            match created.then(|| engine.shard.peek(key, now)).flatten() {
+                Some(item) => write_hit(out, key, flags, &item, true, now),
+                None => {
+                    if !flags.quiet {
+                        let mut line = ReplyLine::start(out, Status::En);
+                        echo(&mut line, flags, key);
+                        line.finish();
+                    }
+                    false
+                }
+            }
+        }
+    };
+    if won {
+        engine.shard.claim_win(key, now);
+    }
+}
+
+/// Writes an `mg` hit (`VA`/`HD`, its flags, its value); returns whether the client won the
+/// recache token.
+fn write_hit(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    flags: &Flags<'_>,
+    item: &ItemView<'_>,
+    created: bool,
+    now: u64,
+) -> bool {
+    // `C` with `v`: the value only if it changed.
+    let send_value = flags.return_value && flags.compare_cas != Some(item.cas);
+    let mut won = created;
+    if let Some(recache) = flags.recache_ttl
+        && !item.win_sent
+        && !created
+        && item.exptime != 0
+        && let Expiry::At(at) = Expiry::resolve(recache, now)
+        && u64::from(item.exptime) < at
+    {
+        won = true;
+    }
+    let status = if send_value {
+        Status::Va(item.value.len())
+    } else {
+        Status::Hd
+    };
+    let mut line = ReplyLine::start(out, status);
+    for token in flags.tokens() {
+        match token[0] {
+            b's' => {
+                line.number(b's', item.value.len() as u64);
+            }
+            b't' => {
+                line.signed(b't', ttl(item.exptime, now));
+            }
+            b'c' => {
+                line.number(b'c', item.cas);
+            }
+            b'f' => {
+                line.number(b'f', u64::from(item.flags));
+            }
+            b'h' => {
+                line.number(b'h', u64::from(item.fetched));
+            }
+            // No access time is kept (see the module docs).
+            b'l' => {
+                line.number(b'l', 0);
+            }
+            b'O' => {
+                line.token(token);
+            }
+            b'k' => {
+                line.key(key, flags.base64_key);
+            }
+            _ => {}
+        }
+    }
+    if item.win_sent {
+        line.flag(b'Z');
+    }
+    if item.stale {
+        line.flag(b'X');
+        won |= !item.win_sent;
+    }
+    if won {
+        line.flag(b'W');
+    }
+    line.finish();
+    if send_value {
+        out.extend_from_slice(item.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    won
+}
+
+/// `ms`: like the text storage commands (a value that can never fit is refused and skipped
+/// unread), with its mode, `C`/`I` compare rules and `N` for append/prepend on a miss.
+#[allow(clippy::too_many_arguments)]
+fn set(
+    engine: &mut Engine,
+    session: &mut Session,
+    key: &[u8],
+    request: &Request<'_>,
+    buf: &[u8],
+    line_len: usize,
+    out: &mut Vec<u8>,
+    now: u64,
+) -> Step {
+    let flags = &request.flags;
+    let datalen = request.datalen;
+    if !engine.fits(key.len(), datalen) {
+        engine.refuse_too_large();
+        ErrorReply::TooLarge.emit_into(out);
+        session.skip_bytes = datalen as u64 + 2;
+        return Step::Done(line_len);
+    }
+    let data = match data_block(&buf[line_len..], datalen) {
+        Ok(data) => data,
+        Err(DataError::Incomplete { needed }) => return Step::Wait(needed),
+        Err(DataError::BadChunk) => {
+            engine.counters.protocol_errors += 1;
+            ErrorReply::BadDataChunk.emit_into(out);
+            return Step::Done(line_len + datalen + 2);
+        }
+    };
+    let consumed = line_len + datalen + 2;
+    let mode = match flags.set_mode().unwrap_or(SetMode::Set) {
+        SetMode::Set => StoreMode::Set,
+        SetMode::Add => StoreMode::Add,
+        SetMode::Replace => StoreMode::Replace,
+        SetMode::Append => StoreMode::Append,
+        SetMode::Prepend => StoreMode::Prepend,
+    };
+    let client_flags = flags.client_flags.unwrap_or(0);
+    let mut exptime = flags.ttl.unwrap_or(0);
+    let mut compare = match (mode, flags.compare_cas) {
+        // memcached: add ignores a CAS; append/prepend compare a non-zero one.
+        (StoreMode::Add, _) | (_, None) => 0,
+        (StoreMode::Append | StoreMode::Prepend, Some(cas)) => cas,
+        // Set/replace compare any CAS, 0 included (no item has it; see `text::execute_store`).
+        (_, Some(0)) => u64::MAX,
+        (_, Some(cas)) => cas,
+    };
+    // `I` with an older CAS: store anyway, keeping the TTL, and mark the result stale.
+    let mut stale = false;
+    if flags.invalidate
+        && matches!(mode, StoreMode::Set | StoreMode::Replace)
+        && let Some(cas) = flags.compare_cas
+        && let Some(item) = engine.shard.peek(key, now)
+        && cas < item.cas
+    {
+        compare = item.cas;
+        exptime = i64::from(item.exptime);
+        stale = true;
+    }
+    let mut result = engine.store(mode, key, data, client_flags, exptime, compare, now);
+    if let (Err(StoreError::NotStored), Some(ttl)) = (result, flags.vivify_ttl)
+        && matches!(mode, StoreMode::Append | StoreMode::Prepend)
+    {
+        result = engine
+            .shard
+            .store(StoreMode::Add, key, data, client_flags, ttl, 0, now);
+    }
+    if stale && let Ok(cas) = result {
+        result = engine.shard.invalidate(key, cas, None, now);
+    }
+    let status = match result {
+        Ok(_) => Status::Hd,
+        Err(StoreError::NotStored | StoreError::TooLarge) => Status::Ns,
+        Err(StoreError::Exists) => Status::Ex,
+        Err(StoreError::NotFound) => Status::Nf,
+        Err(StoreError::OutOfMemory) => {
+            ErrorReply::OutOfMemory.emit_into(out);
+            return Step::Done(consumed);
+        }
+        Err(StoreError::KeyTooLong | StoreError::NonNumeric) => {
+            ErrorReply::BadFormat.emit_into(out);
+            return Step::Done(consumed);
+        }
+    };
+    if status == Status::Hd && flags.quiet {
+        return Step::Done(consumed);
+    }
+    let size = match (result, mode) {
+        (Ok(_), StoreMode::Append | StoreMode::Prepend) => engine
+            .shard
+            .peek(key, now)
+            .map_or(datalen, |item| item.value.len()),
+        _ => datalen,
+    };
+    let mut line = ReplyLine::start(out, status);
+    for token in flags.tokens() {
+        match token[0] {
+            b'O' => {
+                line.token(token);
+            }
+            b'k' => {
+                line.key(key, flags.base64_key);
+            }
+            // memcached answers 0 when nothing was stored.
+            b'c' => {
+                line.number(b'c', result.unwrap_or(0));
+            }
+            b's' => {
+                line.number(b's', size as u64);
+            }
+            _ => {}
+        }
+    }
+    line.finish();
+    Step::Done(consumed)
+}
+
+/// `md`: delete, or with `I` mark stale (and with `T` set a new TTL); `C` must match.
+fn delete(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
+    // memcached compares any `C`, 0 included; the store reads 0 as "no compare".
+    let cas = match flags.compare_cas {
+        None => 0,
+        Some(0) => u64::MAX,
+        Some(cas) => cas,
+    };
+    let result = if flags.invalidate {
+        engine
+            .shard
+            .invalidate(key, cas, flags.ttl, now)
+            .map(|_| ())
+    } else {
+        engine.shard.delete(key, cas, now)
+    };
+    let status = match result {
+        Ok(()) if flags.quiet => return,
+        Ok(()) => Status::Hd,
+        Err(StoreError::Exists) => Status::Ex,
+        Err(StoreError::KeyTooLong) => {
+            ErrorReply::BadFormat.emit_into(out);
+            return;
+        }
+        Err(_) => Status::Nf,
+    };
+    let mut line = ReplyLine::start(out, status);
+    echo(&mut line, flags, key);
+    line.finish();
+}
+
+/// `ma`: incr/decr by `D` (default 1); `N` creates a missing key with `J` (default 0).
+fn arithmetic(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
+    let direction = match flags.arithmetic_mode().unwrap_or(ArithmeticMode::Incr) {
+        ArithmeticMode::Incr => Delta::Incr,
+        ArithmeticMode::Decr => Delta::Decr,
+    };
+    let delta = flags.delta.unwrap_or(1);
+    let create = flags
+        .vivify_ttl
+        .map(|ttl| (flags.initial.unwrap_or(0), ttl));
+    let cas = flags.compare_cas.unwrap_or(0);
+    let result = engine
+        .shard
+        .incr_decr(key, delta, direction, create, cas, now);
+    let (value, cas) = match result {
+        Ok(done) => done,
+        Err(StoreError::NotFound) | Err(StoreError::Exists) => {
+            let status = if result == Err(StoreError::Exists) {
+                Status::Ex
+            } else {
+                Status::Nf
+            };
+            let mut line = ReplyLine::start(out, status);
+            echo(&mut line, flags, key);
+            line.finish();
+            return;
+        }
+        Err(StoreError::NonNumeric) => {
+            ErrorReply::NonNumeric.emit_into(out);
+            return;
+        }
+        Err(StoreError::KeyTooLong) => {
+            ErrorReply::BadFormat.emit_into(out);
+            return;
+        }
+        Err(_) => {
+            ErrorReply::NoMemory.emit_into(out);
+            return;
+        }
+    };
+    if let Some(ttl) = flags.ttl {
+        engine.shard.touch(key, ttl, now);
+    }
+    if flags.quiet {
+        return;
+    }
+    let exptime = engine.shard.peek(key, now).map_or(0, |item| item.exptime);
+    let mut digits = Vec::with_capacity(20);
+    protocol::text::push_u64(&mut digits, value);
+    let status = if flags.return_value {
+        Status::Va(digits.len())
+    } else {
+        Status::Hd
+    };
+    let mut line = ReplyLine::start(out, status);
+    for token in flags.tokens() {
+        match token[0] {
+            b'c' => {
+                line.number(b'c', cas);
+            }
+            b't' => {
+                line.signed(b't', ttl(exptime, now));
+            }
+            b'O' => {
+                line.token(token);
+            }
+            b'k' => {
+                line.key(key, flags.base64_key);
+            }
+            _ => {}
+        }
+    }
+    line.finish();
+    if flags.return_value {
+        out.extend_from_slice(&digits);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// `me`: the item's metadata as memcached's debug line, or `EN`.
+fn debug(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
+    match engine.shard.peek(key, now) {
+        Some(item) => DebugLine {
+            key,
+            base64_key: flags.base64_key,
+            exp: ttl(item.exptime, now),
+            last_access: 0,
+            cas: item.cas,
+            fetched: item.fetched,
+            class: ITEM_CLASS,
+            size: store::item_size(key.len(), item.value.len()) as u64,
+        }
+        .emit_into(out),
+        None => ReplyLine::start(out, Status::En).finish(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,470 @@
+//! Meta-command engine tests: every command and flag, with the replies protocol.txt documents
+//! (and memcached 1.6 sends), quiet mode, errors, pipelines and fragment sweeps.
+
+use super::super::tests::engine;
+use super::super::*;
+
+const NOW: u64 = 1_700_000_000;
+
+/// Runs `input` (consumed whole, connection kept) at `now`; returns the replies as text.
+#[track_caller]
+fn at(e: &mut Engine, input: &str, now: u64) -> String {
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let outcome = e.execute(&mut session, input.as_bytes(), &mut out, now);
+    assert_eq!(outcome.consumed, input.len(), "{input:?}");
+    assert!(!outcome.close);
+    String::from_utf8(out).unwrap()
+}
+
+#[track_caller]
+fn ok(e: &mut Engine, input: &str) -> String {
+    at(e, input, NOW)
+}
+
+/// The CAS of `key`, read with `me` (which changes nothing).
+#[track_caller]
+fn cas(e: &mut Engine, key: &str) -> u64 {
+    let reply = ok(e, &format!("me {key}\r\n"));
+    let field = reply.split(' ').find_map(|f| f.strip_prefix("cas="));
+    field.unwrap().parse().unwrap()
+}
+
+#[test]
+fn noop() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "mn\r\n"), "MN\r\n");
+}
+
+#[test]
+fn get_flags_in_request_order() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "ms k 2 T0 F5\r\nhi\r\n"), "HD\r\n");
+    let c = cas(&mut e, "k");
+    assert_eq!(
+        ok(&mut e, "mg k v f t s c k h l O123\r\n"),
+        format!("VA 2 f5 t-1 s2 c{c} kk h0 l0 O123\r\nhi\r\n")
+    );
+    assert_eq!(ok(&mut e, "mg k s v\r\n"), "VA 2 s2\r\nhi\r\n");
+    assert_eq!(ok(&mut e, "mg k\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "mg k O9 k\r\n"), "HD O9 kk\r\n");
+    // Proxy hints are ignored.
+    assert_eq!(ok(&mut e, "mg k Pfoo Lbar v\r\n"), "VA 2\r\nhi\r\n");
+    assert_eq!(e.counters().cmd_get, 5);
+}
+
+#[test]
+fn get_miss_and_quiet() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "mg nope v\r\n"), "EN\r\n");
+    // A miss carries the opaque and key; `q` hides it, and `mn` closes the batch.
+    assert_eq!(ok(&mut e, "mg nope v k O1\r\n"), "EN knope O1\r\n");
+    assert_eq!(ok(&mut e, "mg nope v q\r\nmg nope q k\r\nmn\r\n"), "MN\r\n");
+    // Hits are answered even with `q`.
+    ok(&mut e, "ms k 1\r\nx\r\n");
+    assert_eq!(ok(&mut e, "mg k v q\r\nmn\r\n"), "VA 1\r\nx\r\nMN\r\n");
+}
+
+#[test]
+fn hit_before_and_no_bump() {
+    let mut e = engine();
+    ok(&mut e, "ms k 1\r\nx\r\n");
+    // `u` looks without marking the item fetched.
+    assert_eq!(ok(&mut e, "mg k h u\r\n"), "HD h0\r\n");
+    assert_eq!(
+        ok(&mut e, "mg k h\r\n"),
+        "HD h0\r\n",
+        "h reports before this request"
+    );
+    assert_eq!(ok(&mut e, "mg k h\r\n"), "HD h1\r\n");
+    let before = e.shard().stats().get_hits;
+    ok(&mut e, "mg k u\r\n");
+    assert_eq!(e.shard().stats().get_hits, before, "u is not a store get");
+}
+
+#[test]
+fn ttl_and_touch() {
+    let mut e = engine();
+    ok(&mut e, "ms k 1 T100\r\nx\r\n");
+    assert_eq!(at(&mut e, "mg k t\r\n", NOW + 40), "HD t60\r\n");
+    // `T` updates the TTL (a touch), `t` reports the new one.
+    assert_eq!(
+        at(&mut e, "mg k T30 t v\r\n", NOW + 40),
+        "VA 1 t30\r\nx\r\n"
+    );
+    assert_eq!(at(&mut e, "mg k t\r\n", NOW + 69), "HD t1\r\n");
+    assert_eq!(at(&mut e, "mg k t\r\n", NOW + 70), "EN\r\n");
+    assert_eq!(e.counters().cmd_touch, 1);
+    ok(&mut e, "ms forever 1 T0\r\nx\r\n");
+    assert_eq!(ok(&mut e, "mg forever t\r\n"), "HD t-1\r\n");
+    assert_eq!(ok(&mut e, "mg nope T30 t\r\n"), "EN\r\n");
+}
+
+#[test]
+fn compare_cas_on_get_drops_an_unchanged_value() {
+    let mut e = engine();
+    ok(&mut e, "ms k 2\r\nhi\r\n");
+    let c = cas(&mut e, "k");
+    assert_eq!(ok(&mut e, &format!("mg k v C{c}\r\n")), "HD\r\n");
+    assert_eq!(
+        ok(&mut e, &format!("mg k v C{}\r\n", c + 1)),
+        "VA 2\r\nhi\r\n"
+    );
+}
+
+#[test]
+fn vivify_hands_out_one_win() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "mg k N30 v t s\r\n"), "VA 0 t30 s0 W\r\n\r\n");
+    // The next readers see the empty item and that someone else is recaching.
+    assert_eq!(ok(&mut e, "mg k N30 v\r\n"), "VA 0 Z\r\n\r\n");
+    assert_eq!(ok(&mut e, "mg k v\r\n"), "VA 0 Z\r\n\r\n");
+    // The winner stores the real value; the token goes with the old item.
+    assert_eq!(ok(&mut e, "ms k 5 T30\r\nvalue\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "mg k v\r\n"), "VA 5\r\nvalue\r\n");
+}
+
+#[test]
+fn recache_wins_once_when_the_ttl_runs_low() {
+    let mut e = engine();
+    ok(&mut e, "ms k 1 T100\r\nx\r\n");
+    assert_eq!(at(&mut e, "mg k R30 v\r\n", NOW), "VA 1\r\nx\r\n");
+    assert_eq!(at(&mut e, "mg k R30 v\r\n", NOW + 71), "VA 1 W\r\nx\r\n");
+    assert_eq!(at(&mut e, "mg k R30 v\r\n", NOW + 72), "VA 1 Z\r\nx\r\n");
+    // No TTL, no recache.
+    ok(&mut e, "ms forever 1\r\nx\r\n");
+    assert_eq!(ok(&mut e, "mg forever R30\r\n"), "HD\r\n");
+}
+
+#[test]
+fn invalidate_serves_stale_and_hands_out_one_win() {
+    let mut e = engine();
+    ok(&mut e, "ms k 2 T100\r\nhi\r\n");
+    let c = cas(&mut e, "k");
+    assert_eq!(ok(&mut e, &format!("md k I C{}\r\n", c + 1)), "EX\r\n");
+    assert_eq!(ok(&mut e, "md k I T30\r\n"), "HD\r\n");
+    assert!(cas(&mut e, "k") > c, "invalidation bumps the CAS");
+    assert_eq!(ok(&mut e, "mg k t v\r\n"), "VA 2 t30 X W\r\nhi\r\n");
+    assert_eq!(ok(&mut e, "mg k v\r\n"), "VA 2 Z X\r\nhi\r\n");
+    // A fresh value clears the stale mark.
+    ok(&mut e, "ms k 3\r\nnew\r\n");
+    assert_eq!(ok(&mut e, "mg k v\r\n"), "VA 3\r\nnew\r\n");
+    assert_eq!(ok(&mut e, "md nope I\r\n"), "NF\r\n");
+}
+
+#[test]
+fn set_with_an_older_cas_and_invalidate_stores_it_stale() {
+    let mut e = engine();
+    ok(&mut e, "ms k 3 T100\r\nold\r\n");
+    let old = cas(&mut e, "k");
+    ok(&mut e, "ms k 3 T100\r\nnew\r\n");
+    // Without I an older CAS is refused; with I it is stored, stale, with the TTL kept.
+    assert_eq!(ok(&mut e, &format!("ms k 5 C{old}\r\nolder\r\n")), "EX\r\n");
+    assert_eq!(
+        ok(&mut e, &format!("ms k 5 C{old} I T0\r\nolder\r\n")),
+        "HD\r\n"
+    );
+    assert_eq!(ok(&mut e, "mg k v t\r\n"), "VA 5 t100 X W\r\nolder\r\n");
+}
+
+#[test]
+fn set_modes_and_flags() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "ms k 1 ME\r\na\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "ms k 1 ME\r\nb\r\n"), "NS\r\n");
+    assert_eq!(ok(&mut e, "ms nope 1 MR\r\nb\r\n"), "NS\r\n");
+    assert_eq!(ok(&mut e, "ms k 1 MR F3\r\nb\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "ms k 2 MA s\r\ncd\r\n"), "HD s3\r\n");
+    assert_eq!(ok(&mut e, "ms k 2 MP\r\nxy\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "mg k v f\r\n"), "VA 5 f3\r\nxybcd\r\n");
+    assert_eq!(ok(&mut e, "ms nope 1 MA\r\nz\r\n"), "NS\r\n");
+    assert_eq!(ok(&mut e, "ms nope 1 MP\r\nz\r\n"), "NS\r\n");
+    // Append with N creates a missing item from the data.
+    assert_eq!(ok(&mut e, "ms viv 3 MA N30 F7\r\nabc\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "mg viv v t f\r\n"), "VA 3 t30 f7\r\nabc\r\n");
+    assert_eq!(ok(&mut e, "ms k 1 MS\r\nz\r\n"), "HD\r\n");
+    // `q` hides HD only; `O`, `k`, `c` and `s` come back.
+    assert_eq!(ok(&mut e, "ms k 1 q\r\nz\r\nmn\r\n"), "MN\r\n");
+    assert_eq!(ok(&mut e, "ms k 1 ME q\r\nz\r\n"), "NS\r\n");
+    let reply = ok(&mut e, "ms k 2 O7 k c s\r\nzz\r\n");
+    let c = cas(&mut e, "k");
+    assert_eq!(reply, format!("HD O7 kk c{c} s2\r\n"));
+    assert_eq!(ok(&mut e, "ms k 1 ME c k\r\nz\r\n"), "NS c0 kk\r\n");
+    assert_eq!(e.counters().cmd_set, 14);
+}
+
+#[test]
+fn set_compares_cas() {
+    let mut e = engine();
+    ok(&mut e, "ms k 1\r\na\r\n");
+    let c = cas(&mut e, "k");
+    assert_eq!(ok(&mut e, &format!("ms k 1 C{}\r\nb\r\n", c + 1)), "EX\r\n");
+    assert_eq!(ok(&mut e, &format!("ms k 1 C{c}\r\nb\r\n")), "HD\r\n");
+    assert_eq!(ok(&mut e, "ms nope 1 C5\r\nb\r\n"), "NF\r\n");
+    assert_eq!(
+        ok(&mut e, "ms k 1 C0\r\nb\r\n"),
+        "EX\r\n",
+        "C0 is compared too"
+    );
+    let c = cas(&mut e, "k");
+    assert_eq!(
+        ok(&mut e, &format!("ms k 1 MA C{}\r\nb\r\n", c + 1)),
+        "EX\r\n"
+    );
+    assert_eq!(ok(&mut e, &format!("ms k 1 MA C{c}\r\nc\r\n")), "HD\r\n");
+    // Add ignores the CAS, as memcached does.
+    assert_eq!(ok(&mut e, "ms new 1 ME C5\r\nb\r\n"), "HD\r\n");
+}
+
+#[test]
+fn set_data_block_errors_and_limits() {
+    let mut e = engine();
+    assert_eq!(
+        ok(&mut e, "ms k 2\r\nabc\r\n"),
+        "CLIENT_ERROR bad data chunk\r\nERROR\r\n"
+    );
+    // A refused line swallows its data block.
+    assert_eq!(
+        ok(&mut e, "ms k 5 z\r\nhello\r\nmn\r\n"),
+        "CLIENT_ERROR invalid flag\r\nMN\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "ms k 5 MX\r\nhello\r\nmn\r\n"),
+        "CLIENT_ERROR invalid mode for ms M token\r\nMN\r\n"
+    );
+    // Too large: refused now, even with q, and skipped as it arrives.
+    let size = (1 << 20) + 1;
+    let mut input = format!("ms big {size} q\r\n").into_bytes();
+    input.extend(vec![b'v'; size]);
+    input.extend_from_slice(b"\r\nmg big v\r\n");
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let mut pending = Vec::new();
+    for chunk in input.chunks(64 * 1024) {
+        pending.extend_from_slice(chunk);
+        let o = e.execute(&mut session, &pending, &mut out, NOW);
+        pending.drain(..o.consumed);
+        assert!(pending.len() < 64 * 1024, "skipped, not buffered");
+    }
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "SERVER_ERROR object too large for cache\r\nEN\r\n"
+    );
+}
+
+#[test]
+fn delete() {
+    let mut e = engine();
+    ok(&mut e, "ms k 1\r\nx\r\n");
+    assert_eq!(ok(&mut e, "md k O5 k\r\n"), "HD O5 kk\r\n");
+    assert_eq!(ok(&mut e, "md k O5 k\r\n"), "NF O5 kk\r\n");
+    ok(&mut e, "ms k 1\r\nx\r\n");
+    let c = cas(&mut e, "k");
+    assert_eq!(ok(&mut e, &format!("md k C{}\r\n", c + 1)), "EX\r\n");
+    assert_eq!(ok(&mut e, "md k C0\r\n"), "EX\r\n");
+    assert_eq!(ok(&mut e, &format!("md k q C{c}\r\nmn\r\n")), "MN\r\n");
+    assert_eq!(ok(&mut e, "md k q\r\n"), "NF\r\n", "q hides HD only");
+    assert_eq!(
+        ok(&mut e, "md k z\r\n"),
+        "CLIENT_ERROR invalid or duplicate flag\r\n"
+    );
+}
+
+#[test]
+fn arithmetic() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "ma n\r\n"), "NF\r\n");
+    assert_eq!(ok(&mut e, "ma n O1 k\r\n"), "NF O1 kn\r\n");
+    assert_eq!(ok(&mut e, "ma n N0 J10 v\r\n"), "VA 2\r\n10\r\n");
+    assert_eq!(ok(&mut e, "ma n v\r\n"), "VA 2\r\n11\r\n");
+    assert_eq!(ok(&mut e, "ma n v MD D3 t\r\n"), "VA 1 t-1\r\n8\r\n");
+    assert_eq!(
+        ok(&mut e, "ma n M- D100 v\r\n"),
+        "VA 1\r\n0\r\n",
+        "decr stops at 0"
+    );
+    assert_eq!(ok(&mut e, "ma n M+ D5\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "ma n MI q\r\nmn\r\n"), "MN\r\n");
+    let c = cas(&mut e, "n");
+    assert_eq!(ok(&mut e, &format!("ma n C{}\r\n", c + 1)), "EX\r\n");
+    let reply = ok(&mut e, &format!("ma n C{c} c v T60 t\r\n"));
+    let new = cas(&mut e, "n");
+    assert_eq!(reply, format!("VA 1 c{new} t60\r\n7\r\n"));
+    ok(&mut e, "ms s 3\r\nabc\r\n");
+    assert_eq!(
+        ok(&mut e, "ma s\r\n"),
+        "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "ma n MX\r\n"),
+        "CLIENT_ERROR invalid mode for ma M token\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "ma n Dx\r\n"),
+        "CLIENT_ERROR invalid or duplicate flag\r\n"
+    );
+}
+
+#[test]
+fn debug() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "me nope\r\n"), "EN\r\n");
+    ok(&mut e, "ms k 5 T100\r\nhello\r\n");
+    let c = cas(&mut e, "k");
+    let size = store::item_size(1, 5);
+    assert_eq!(
+        at(&mut e, "me k\r\n", NOW + 10),
+        format!("ME k exp=90 la=0 cas={c} fetch=no cls=1 size={size}\r\n")
+    );
+    ok(&mut e, "mg k\r\n");
+    assert!(ok(&mut e, "me k\r\n").contains(" fetch=yes "));
+    // `me` neither counts nor marks.
+    let before = e.shard().stats().clone();
+    ok(&mut e, "me k\r\n");
+    assert_eq!(*e.shard().stats(), before);
+}
+
+#[test]
+fn base64_keys() {
+    let mut e = engine();
+    // "foo" and a key with a space, CR and LF: binary keys the text commands cannot name.
+    assert_eq!(ok(&mut e, "ms Zm9v 2 b k\r\nhi\r\n"), "HD kZm9v b\r\n");
+    assert_eq!(ok(&mut e, "get foo\r\n"), "VALUE foo 0 2\r\nhi\r\nEND\r\n");
+    assert_eq!(ok(&mut e, "ms IA0K 1 b\r\nx\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "mg IA0K b v k\r\n"), "VA 1 kIA0K b\r\nx\r\n");
+    assert_eq!(
+        ok(&mut e, "ma IA0K b\r\n"),
+        "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+    );
+    let debug = ok(&mut e, "me IA0K b\r\n");
+    assert!(debug.starts_with("ME IA0K exp=-1 "), "{debug}");
+    assert_eq!(ok(&mut e, "md IA0K b\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "mg IA0K b v\r\n"), "EN\r\n");
+    assert_eq!(
+        ok(&mut e, "mg !!!! b v\r\n"),
+        "CLIENT_ERROR error decoding key\r\n"
+    );
+}
+
+#[test]
+fn unserved_flags_are_refused_as_unknown() {
+    let mut e = engine();
+    ok(&mut e, "ms k 1\r\nx\r\n");
+    assert_eq!(ok(&mut e, "mg k v E5\r\n"), "CLIENT_ERROR invalid flag\r\n");
+    assert_eq!(
+        ok(&mut e, "ms k 1 E5\r\ny\r\nmn\r\n"),
+        "CLIENT_ERROR invalid flag\r\nMN\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "md k x\r\n"),
+        "CLIENT_ERROR invalid or duplicate flag\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "ma k E1\r\n"),
+        "CLIENT_ERROR invalid or duplicate flag\r\n"
+    );
+    assert_eq!(ok(&mut e, "mg k v\r\n"), "VA 1\r\nx\r\n", "nothing changed");
+}
+
+#[test]
+fn errors_are_answered_even_when_quiet() {
+    let mut e = engine();
+    let cases = [
+        ("mg\r\n", "ERROR\r\n"),
+        ("mz k\r\n", "ERROR\r\n"),
+        ("me\r\n", "CLIENT_ERROR bad command line format\r\n"),
+        ("mg k q v v\r\n", "CLIENT_ERROR duplicate flag\r\n"),
+        (
+            "mg k q Tx\r\n",
+            "CLIENT_ERROR bad token in command line format\r\n",
+        ),
+        ("ms k q\r\n", "CLIENT_ERROR bad command line format\r\n"),
+        (
+            "mg k q O123456789012345678901234567890123\r\n",
+            "CLIENT_ERROR opaque token too long\r\n",
+        ),
+    ];
+    for (input, expected) in cases {
+        assert_eq!(ok(&mut e, input), expected, "{input:?}");
+    }
+}
+
+/// A pipeline of meta commands, quiet ones closed by `mn`, and the replies.
+fn pipeline() -> (&'static str, &'static str) {
+    (
+        concat!(
+            "ms a 5 T0 F1\r\nhello\r\n",
+            "ms b 3 q\r\nbee\r\n",
+            "mg a v f O1\r\n",
+            "mg b v q O2\r\n",
+            "mg c v q O3\r\n",
+            "mn\r\n",
+            "ma n N0 J5 v\r\n",
+            "md b q\r\n",
+            "md b\r\n",
+            "mg a s k\r\n",
+            "ms c 2 z\r\nxx\r\n",
+            "get a\r\n",
+            "mn\r\n",
+        ),
+        concat!(
+            "HD\r\n",
+            "VA 5 f1 O1\r\nhello\r\n",
+            "VA 3 O2\r\nbee\r\n",
+            "MN\r\n",
+            "VA 1\r\n5\r\n",
+            "NF\r\n",
+            "HD s5 ka\r\n",
+            "CLIENT_ERROR invalid flag\r\n",
+            "VALUE a 1 5\r\nhello\r\nEND\r\n",
+            "MN\r\n",
+        ),
+    )
+}
+
+#[test]
+fn pipeline_replies_in_order() {
+    let (input, expected) = pipeline();
+    let mut e = engine();
+    assert_eq!(ok(&mut e, input), expected);
+}
+
+#[test]
+fn fragment_sweeps_give_the_same_replies() {
+    let (input, expected) = pipeline();
+    for chunk in [1, 2, 5, 10, 100] {
+        let mut e = engine();
+        let mut session = Session::default();
+        let mut out = Vec::new();
+        let mut pending: Vec<u8> = Vec::new();
+        for piece in input.as_bytes().chunks(chunk) {
+            pending.extend_from_slice(piece);
+            let outcome = e.execute(&mut session, &pending, &mut out, NOW);
+            pending.drain(..outcome.consumed);
+            assert!(!outcome.close);
+        }
+        assert!(pending.is_empty(), "chunk {chunk}");
+        assert_eq!(String::from_utf8(out).unwrap(), expected, "chunk {chunk}");
+    }
+}
+
+#[test]
+fn every_truncation_consumes_nothing_and_asks_for_more() {
+    let mut e = engine();
+    for request in [
+        "mg key v t c\r\n",
+        "ms key 5 T0\r\nhello\r\n",
+        "ma n N0 v\r\n",
+        "mn\r\n",
+    ] {
+        let bytes = request.as_bytes();
+        for n in 1..bytes.len() {
+            let mut session = Session::default();
+            let mut out = Vec::new();
+            let outcome = e.execute(&mut session, &bytes[..n], &mut out, NOW);
+            assert!(out.is_empty(), "{request:?}[..{n}]");
+            assert_eq!(outcome.consumed, 0, "{request:?}[..{n}]");
+            assert!(outcome.needed >= 1 && !outcome.close, "{request:?}[..{n}]");
+        }
+    }
+}
