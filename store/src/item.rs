@@ -224,9 +224,10 @@ impl Item {
 /// Longest decimal `u64` (`18446744073709551615`).
 pub(crate) const MAX_DIGITS: usize = 20;
 
-/// Parses a value as memcached's incr/decr operand: 1..=20 ASCII digits fitting in a `u64`.
+/// Parses a value as memcached's incr/decr operand: ASCII digits whose value fits in a `u64`
+/// (leading zeros allowed, as memcached's `strtoull` allows them).
 pub(crate) fn parse_decimal(value: &[u8]) -> Option<u64> {
-    if value.is_empty() || value.len() > MAX_DIGITS {
+    if value.is_empty() {
         return None;
     }
     let mut n: u64 = 0;
@@ -365,7 +366,11 @@ mod tests {
         assert_eq!(parse_decimal(b"18446744073709551615"), Some(u64::MAX));
         assert_eq!(parse_decimal(b"18446744073709551616"), None);
         assert_eq!(parse_decimal(b"99999999999999999999"), None);
-        assert_eq!(parse_decimal(b"000000000000000000001"), None, "21 digits");
+        assert_eq!(
+            parse_decimal(b"000000000000000000001"),
+            Some(1),
+            "leading zeros"
+        );
         assert_eq!(parse_decimal(b""), None);
         assert_eq!(parse_decimal(b"12 "), None);
         assert_eq!(parse_decimal(b" 12"), None);

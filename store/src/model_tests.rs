@@ -177,7 +177,7 @@ fn key_ok(key: &[u8]) -> bool {
 }
 
 fn decimal(value: &[u8]) -> Option<u64> {
-    if value.is_empty() || value.len() > 20 || !value.iter().all(u8::is_ascii_digit) {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
     std::str::from_utf8(value).ok()?.parse().ok()

@@ -456,7 +456,7 @@ impl Shard {
     ///
     /// - [`StoreError::NotFound`]: missing key and `create` is `None`.
     /// - [`StoreError::Exists`]: `cas != 0` and the item's CAS differs.
-    /// - [`StoreError::NonNumeric`]: the value is not 1..=20 ASCII digits fitting a `u64`.
+    /// - [`StoreError::NonNumeric`]: the value is not ASCII digits whose value fits a `u64`.
     /// - [`StoreError::KeyTooLong`], [`StoreError::TooLarge`], [`StoreError::OutOfMemory`]
     ///   as for [`Shard::store`].
     #[allow(clippy::too_many_arguments)]
