@@ -38,14 +38,29 @@ fn op() -> impl Strategy<Value = Op> {
     let key = 0u8..6;
     prop_oneof![
         (key.clone(), any::<bool>()).prop_map(|(key, with_key)| Op::Get { key, with_key }),
-        (key.clone(), value(), any::<u32>()).prop_map(|(key, value, flags)| Op::Set { key, value, flags }),
-        (key.clone(), value(), any::<u32>()).prop_map(|(key, value, flags)| Op::Add { key, value, flags }),
-        (key.clone(), value(), any::<u32>())
-            .prop_map(|(key, value, flags)| Op::Replace { key, value, flags }),
+        (key.clone(), value(), any::<u32>()).prop_map(|(key, value, flags)| Op::Set {
+            key,
+            value,
+            flags
+        }),
+        (key.clone(), value(), any::<u32>()).prop_map(|(key, value, flags)| Op::Add {
+            key,
+            value,
+            flags
+        }),
+        (key.clone(), value(), any::<u32>()).prop_map(|(key, value, flags)| Op::Replace {
+            key,
+            value,
+            flags
+        }),
         (key.clone(), value()).prop_map(|(key, value)| Op::Append { key, value }),
         (key.clone(), value()).prop_map(|(key, value)| Op::Prepend { key, value }),
         key.clone().prop_map(|key| Op::Delete { key }),
-        (key.clone(), any::<bool>(), prop_oneof![0u64..10, any::<u64>()])
+        (
+            key.clone(),
+            any::<bool>(),
+            prop_oneof![0u64..10, any::<u64>()]
+        )
             .prop_map(|(key, incr, delta)| Op::Counter { key, incr, delta }),
         key.prop_map(|key| Op::Touch { key }),
         Just(Op::Flush),
@@ -116,7 +131,11 @@ impl Model {
                 None => (Opcode::Delete, Status::KeyNotFound, None),
             },
             Op::Counter { key, incr, delta } => {
-                let opcode = if *incr { Opcode::Increment } else { Opcode::Decrement };
+                let opcode = if *incr {
+                    Opcode::Increment
+                } else {
+                    Opcode::Decrement
+                };
                 match self.items.get_mut(&k(key)) {
                     None => (opcode, Status::KeyNotFound, None),
                     Some((v, _)) => {
@@ -149,9 +168,7 @@ impl Model {
             }
             Op::Noop => (Opcode::Noop, Status::NoError, None),
         };
-        let silent = quiet
-            && status == Status::NoError
-            && !matches!(op, Op::Get { .. } | Op::Noop);
+        let silent = quiet && status == Status::NoError && !matches!(op, Op::Get { .. } | Op::Noop);
         (!silent).then(|| (opcode.to_wire(quiet), status, item))
     }
 }
@@ -163,21 +180,36 @@ fn encode(op: &Op, quiet: bool, out: &mut Vec<u8>) {
             let opcode = if *with_key { Opcode::GetK } else { Opcode::Get };
             (opcode, key_bytes(key), vec![], vec![])
         }
-        Op::Set { key, value, flags } | Op::Add { key, value, flags } | Op::Replace { key, value, flags } => {
+        Op::Set { key, value, flags }
+        | Op::Add { key, value, flags }
+        | Op::Replace { key, value, flags } => {
             let opcode = match op {
                 Op::Set { .. } => Opcode::Set,
                 Op::Add { .. } => Opcode::Add,
                 _ => Opcode::Replace,
             };
-            let extras = StoreExtras { flags: *flags, expiration: 0 }.emit().to_vec();
+            let extras = StoreExtras {
+                flags: *flags,
+                expiration: 0,
+            }
+            .emit()
+            .to_vec();
             (opcode, key_bytes(key), extras, value.clone())
         }
         Op::Append { key, value } => (Opcode::Append, key_bytes(key), vec![], value.clone()),
         Op::Prepend { key, value } => (Opcode::Prepend, key_bytes(key), vec![], value.clone()),
         Op::Delete { key } => (Opcode::Delete, key_bytes(key), vec![], vec![]),
         Op::Counter { key, incr, delta } => {
-            let opcode = if *incr { Opcode::Increment } else { Opcode::Decrement };
-            let extras = CounterExtras { delta: *delta, initial: 0, expiration: u32::MAX };
+            let opcode = if *incr {
+                Opcode::Increment
+            } else {
+                Opcode::Decrement
+            };
+            let extras = CounterExtras {
+                delta: *delta,
+                initial: 0,
+                expiration: u32::MAX,
+            };
             (opcode, key_bytes(key), extras.emit().to_vec(), vec![])
         }
         Op::Touch { key } => {
@@ -187,8 +219,17 @@ fn encode(op: &Op, quiet: bool, out: &mut Vec<u8>) {
         Op::Flush => (Opcode::Flush, vec![], vec![], vec![]),
         Op::Noop => (Opcode::Noop, vec![], vec![], vec![]),
     };
-    RequestRepr { opcode, quiet, opaque: 0, cas: 0, vbucket: 0, extras: &extras, key: &key, value: &value }
-        .emit_into(out);
+    RequestRepr {
+        opcode,
+        quiet,
+        opaque: 0,
+        cas: 0,
+        vbucket: 0,
+        extras: &extras,
+        key: &key,
+        value: &value,
+    }
+    .emit_into(out);
 }
 
 proptest! {
