@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Does the cost per request grow with the number of connections? memspin over TAP (one worker
+# on CPU 0) measured by memspin-loadgen (last CPU) with few and with many connections, one
+# request in flight each, alternating, medians over the rounds.
+#
+# Usage: scripts/bench-connections.sh [ROUNDS (default 5)] [SECONDS (default 5)] [FEW (32)] [MANY (1000)]
+#   NET=tap|kernel (default tap)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+rounds=${1:-5}
+seconds=${2:-5}
+few=${3:-32}
+many=${4:-1000}
+net=${NET:-tap}
+need_packages iproute2 python3
+need_root_for_namespaces
+
+step "cargo build --release"
+cargo build --release -q -p server -p loadgen
+target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+MEMSPIN_BIN=$target_dir/release/memspin
+LOADGEN_BIN=$target_dir/release/memspin-loadgen
+
+out=results/connections-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$out"
+ns=memspin-conns-$$
+ns_create "$ns"
+client_cpu=$(( $(nproc) - 1 ))
+limit=$(( many + 64 ))
+case $net in
+  tap) args=(--net tap --iface ms0 --ip 10.77.0.2/24 --host-ip 10.77.0.1/24); addr=10.77.0.2:11211 ;;
+  kernel) args=(--net kernel -l 127.0.0.1 -p 11211); addr=127.0.0.1:11211 ;;
+  *) die "NET must be tap or kernel" ;;
+esac
+start_server "$ns" "$out/memspin.log" "${args[@]}" --cpus 0 --idle spin -c "$limit" -m 256
+
+for round in $(seq 1 "$rounds"); do
+  step "round $round of $rounds"
+  order=("$few" "$many")
+  [ $((round % 2)) -eq 0 ] && order=("$many" "$few")
+  for conns in "${order[@]}"; do
+    ip netns exec "$ns" "$LOADGEN_BIN" -s "$addr" -t 1 --cpus "$client_cpu" -c "$conns" --pipeline 1 \
+      -d "$seconds" --warmup 1 --keys 10000 --value-size 32 --get-ratio 0.9 --prefill -q \
+      --json "$out/c$conns-$round.json" >/dev/null
+  done
+done
+stop_server
+
+python3 - "$out" "$few" "$many" <<'PY'
+import json, statistics, sys, glob, os
+out, few, many = sys.argv[1], sys.argv[2], sys.argv[3]
+def med(conns, key):
+    vals = []
+    for p in glob.glob(os.path.join(out, f"c{conns}-*.json")):
+        d = json.load(open(p))
+        vals.append(d["ops_per_sec"] if key == "ops" else d["latency_us"]["service"]["all"][key])
+    return statistics.median(vals)
+print(f"\n{'connections':>11} {'ops/s':>10} {'p50':>8} {'p90':>8} {'p99':>8}  (µs, service time)")
+for c in (few, many):
+    print(f"{c:>11} {med(c,'ops'):10.0f} {med(c,'p50'):8.1f} {med(c,'p90'):8.1f} {med(c,'p99'):8.1f}")
+print(f"\nthroughput ratio {many}/{few} connections: {med(many,'ops')/med(few,'ops'):.2f}")
+PY
+printf '\nper-run JSON in %s\n' "$out"
