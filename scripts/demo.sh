@@ -27,7 +27,7 @@ ns_create "$ns"
 last_cpu=$(( $(nproc) - 1 ))
 step "memspin --net tap in namespace $ns (10.77.0.2:11211, kernel side 10.77.0.1)"
 start_server "$ns" "$results/memspin.log" --net tap --iface memspin0 \
-  --ip 10.77.0.2/24 --host-ip 10.77.0.1/24 --cpus 0 --idle park
+  --ip 10.77.0.2/24 --host-ip 10.77.0.1/24 --cpus 0 --idle spin
 head -n 1 "$results/memspin.log"
 
 step "a short client session (memcached's own tools)"
