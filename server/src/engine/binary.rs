@@ -119,11 +119,10 @@ fn refuse_oversize_value(engine: &mut Engine, buf: &[u8], out: &mut Vec<u8>) -> 
         opcode,
         Opcode::Set | Opcode::Add | Opcode::Replace | Opcode::Append | Opcode::Prepend
     );
-    let size = store::item_size(usize::from(header.key_len()), header.value_len());
-    if !storage || size <= engine.config.shard.max_item_size {
+    if !storage || engine.fits(usize::from(header.key_len()), header.value_len()) {
         return None;
     }
-    engine.counters.cmd_set += 1;
+    engine.refuse_too_large();
     write_error(
         out,
         opcode,
@@ -138,21 +137,19 @@ fn refuse_oversize_value(engine: &mut Engine, buf: &[u8], out: &mut Vec<u8>) -> 
 fn dispatch(engine: &mut Engine, request: &RequestRepr<'_>, out: &mut Vec<u8>, now: u64) -> Flow {
     match request.opcode {
         Opcode::Get | Opcode::GetK => {
-            engine.counters.cmd_get += 1;
             let with_key = request.opcode == Opcode::GetK;
-            match engine.shard.get(request.key, now) {
+            match engine.get(request.key, now) {
                 Some(item) => write_item(out, request, with_key, item.flags, item.value, item.cas),
                 None => write_miss(out, request, with_key),
             }
         }
         Opcode::Touch | Opcode::Gat | Opcode::GatK => {
-            engine.counters.cmd_touch += 1;
             let Some(extras) = ExpirationExtras::parse(request.extras) else {
                 return invalid(engine, request, out);
             };
             let exptime = i64::from(extras.expiration);
             let with_key = request.opcode == Opcode::GatK;
-            match engine.shard.touch(request.key, exptime, now) {
+            match engine.touch(request.key, exptime, now) {
                 Some(item) if request.opcode == Opcode::Touch => {
                     write_item(out, request, false, item.flags, &[], item.cas)
                 }
@@ -161,7 +158,6 @@ fn dispatch(engine: &mut Engine, request: &RequestRepr<'_>, out: &mut Vec<u8>, n
             }
         }
         Opcode::Set | Opcode::Add | Opcode::Replace | Opcode::Append | Opcode::Prepend => {
-            engine.counters.cmd_set += 1;
             let (mode, flags, exptime) = match request.opcode {
                 Opcode::Append => (StoreMode::Append, 0, 0),
                 Opcode::Prepend => (StoreMode::Prepend, 0, 0),
@@ -177,7 +173,7 @@ fn dispatch(engine: &mut Engine, request: &RequestRepr<'_>, out: &mut Vec<u8>, n
                     (mode, extras.flags, i64::from(extras.expiration))
                 }
             };
-            let result = engine.shard.store(
+            let result = engine.store(
                 mode,
                 request.key,
                 request.value,
@@ -230,7 +226,6 @@ fn dispatch(engine: &mut Engine, request: &RequestRepr<'_>, out: &mut Vec<u8>, n
             }
         }
         Opcode::Flush => {
-            engine.counters.cmd_flush += 1;
             let delay = match request.extras.len() {
                 0 => 0,
                 _ => match ExpirationExtras::parse(request.extras) {
@@ -238,7 +233,7 @@ fn dispatch(engine: &mut Engine, request: &RequestRepr<'_>, out: &mut Vec<u8>, n
                     None => return invalid(engine, request, out),
                 },
             };
-            engine.shard.flush_all(delay, now);
+            engine.flush_all(delay, now);
             write_success(out, request, 0, &[], &[]);
         }
         Opcode::Noop => write_success(out, request, 0, &[], &[]),

@@ -197,8 +197,8 @@ impl Engine {
         self.shard.store(mode, key, value, flags, exptime, cas, now)
     }
 
-    /// A store refused before its value was read because it can never fit, counted in
-    /// `cmd_set` as the binary protocol counts it.
+    /// A store refused before its value was read because it can never fit: counted in
+    /// `cmd_set` like any other store, whichever protocol it came in.
     fn refuse_too_large(&mut self) {
         self.counters.cmd_set += 1;
     }
