@@ -517,9 +517,10 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// Values with every byte value, a value of 1 MiB − 512 bytes, and one just over the 1 MiB
-/// item limit that is refused with `SERVER_ERROR object too large for cache` while the
-/// connection stays usable: the text-protocol twin of [`check_binary_safe_values_and_limit`].
+/// Values with every byte value, a value of 1 MiB − 512 bytes, one just over the 1 MiB item
+/// limit that is refused with `SERVER_ERROR object too large for cache` while the connection
+/// stays usable (the text-protocol twin of [`check_binary_safe_values_and_limit`]), and a
+/// 4,000-key `get` line.
 #[track_caller]
 pub fn check_text_values_and_limit(addr: SocketAddr) {
     let mut client = TextClient::connect(addr);
@@ -570,6 +571,27 @@ pub fn check_text_values_and_limit(addr: SocketAddr) {
         client.call(b"get after\r\n").unwrap(),
         b"VALUE after 0 2\r\nok\r\nEND\r\n"
     );
+
+    // A multi-key get line of ~200 KiB (past memcached's 2048-byte line limit, and larger than
+    // a socket buffer), every fifth key held.
+    let keys: Vec<String> = (0..4000)
+        .map(|i| format!("multi:{i:05}:{}", "k".repeat(40)))
+        .collect();
+    let mut sets = Vec::new();
+    for key in keys.iter().step_by(5) {
+        sets.extend_from_slice(format!("set {key} 0 0 {}\r\n{key}\r\n", key.len()).as_bytes());
+    }
+    let stored = client.call(&sets).unwrap();
+    assert_eq!(stored, b"STORED\r\n".repeat(keys.len() / 5));
+    let line = format!("get {}\r\n", keys.join(" "));
+    assert!(line.len() > 200_000);
+    let reply = client.call(line.as_bytes()).unwrap();
+    let mut expected = String::new();
+    for key in keys.iter().step_by(5) {
+        expected.push_str(&format!("VALUE {key} 0 {}\r\n{key}\r\n", key.len()));
+    }
+    expected.push_str("END\r\n");
+    assert_eq!(String::from_utf8_lossy(&reply), expected);
 }
 
 /// The first Python 3 that can import pymemcache: `/usr/bin/python3` (where the Debian package
