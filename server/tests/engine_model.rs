@@ -93,14 +93,15 @@ impl Model {
                 self.items.insert(k(key), (value.clone(), *flags));
                 (Opcode::Set, Status::NoError, None)
             }
-            Op::Add { key, value, flags } => {
-                if self.items.contains_key(&k(key)) {
+            Op::Add { key, value, flags } => match self.items.entry(k(key)) {
+                std::collections::hash_map::Entry::Occupied(_) => {
                     (Opcode::Add, Status::KeyExists, None)
-                } else {
-                    self.items.insert(k(key), (value.clone(), *flags));
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert((value.clone(), *flags));
                     (Opcode::Add, Status::NoError, None)
                 }
-            }
+            },
             Op::Replace { key, value, flags } => match self.items.get_mut(&k(key)) {
                 Some(item) => {
                     *item = (value.clone(), *flags);
