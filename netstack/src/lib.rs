@@ -18,6 +18,8 @@
 //! ```
 //!
 //! - [`tap`]: [`tap::TapDevice`], one queue fd of a (multi-queue) TAP device.
+//! - [`xdp`]: [`xdp::XdpProgram`], the redirect program on an interface, and
+//!   [`xdp::XdpDevice`], one AF_XDP socket per (interface, queue).
 //! - [`link`]: [`link::configure`] the kernel side (address, MTU, IPv6 off, up).
 //! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface.
 //! - [`demux`]: the Ethernet/IPv4/TCP header view used to pick a bucket.
@@ -36,6 +38,7 @@ mod sys;
 pub mod tap;
 mod timer;
 mod view;
+pub mod xdp;
 
 pub use conn::{Conn, ConnId, ConnTable, Io, TableConfig, TableError, TableStats};
 pub use link::{LinkConfig, LinkError};

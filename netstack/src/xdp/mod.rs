@@ -1,0 +1,465 @@
+//! The AF_XDP packet path: an XDP program that steers every frame of an interface queue to
+//! an AF_XDP socket, and a smoltcp [`Device`](smoltcp::phy::Device) per (interface, queue)
+//! over that socket's rings.
+//!
+//! ```text
+//! NIC / veth queue i ─▶ XDP program: bpf_redirect_map(xskmap, rx_queue_index, XDP_PASS)
+//!     xskmap[i] = socket of XdpDevice(queue i) ─▶ rx ring ─▶ RxToken (&[u8] in the UMEM)
+//!     fill ring ◀─ frames returned after every rx batch
+//! TxToken::consume ─▶ free UMEM frame ─▶ tx ring ─▶ sendto() kick ─▶ queue i
+//!     completion ring ─▶ frame free again (only if this side sent it)
+//! ```
+//!
+//! - [`XdpProgram::attach`] loads the five-instruction redirect program ([`bpf`]) with an
+//!   XSKMAP of one slot per receive queue, and attaches it over rtnetlink, natively
+//!   (driver mode) where the driver supports it, else in generic (skb) mode. A program of
+//!   our name left behind by a killed run is replaced; anyone else's is refused. Dropping
+//!   the value detaches it, and only if it is still ours (`XDP_FLAGS_REPLACE`).
+//! - [`XdpDevice::bind`] creates one AF_XDP socket on (interface, queue) with its own UMEM
+//!   and four rings ([`ring`]), zero-copy if the driver allows it, else copy mode (veth has
+//!   no zero-copy), always with `XDP_USE_NEED_WAKEUP`, and puts the socket in the map.
+//!   One device per queue, so one worker per queue can own one each.
+//!
+//! Checksums: nothing in AF_XDP says whether a frame's checksum was checked or left for
+//! offload, so the device reports smoltcp's default capabilities (`Checksum::Both`):
+//! smoltcp computes every checksum it sends and verifies every one it receives. A veth peer
+//! whose kernel leaves TCP checksums to "hardware" (`CHECKSUM_PARTIAL`, on by default)
+//! sends frames that fail that check: turn transmit checksum offload off on the peer
+//! (`ethtool -K PEER tx off`), as the tests and `scripts/xdp-veth.sh` do.
+
+pub mod bpf;
+mod device;
+mod netlink;
+pub(crate) mod ring;
+
+use core::fmt;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use crate::sys::{self, IfName, InvalidIfName};
+
+pub use device::{
+    KernelStats, RX_BATCH, TX_KICK_BATCH, XdpConfig, XdpDevice, XdpRxToken, XdpStats, XdpTxToken,
+    ZeroCopy,
+};
+pub use netlink::{AttachMode, Attached};
+
+/// Which attach modes [`XdpProgram::attach`] may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModeChoice {
+    /// Native if the driver takes it, else generic.
+    #[default]
+    Auto,
+    /// Native only.
+    Native,
+    /// Generic only.
+    Generic,
+}
+
+/// What an AF_XDP operation was doing when it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpOp {
+    /// `RTM_GETLINK`.
+    GetLink,
+    /// `BPF_MAP_CREATE` of the XSKMAP.
+    MapCreate,
+    /// `BPF_PROG_LOAD`.
+    ProgLoad,
+    /// Inspecting an attached program (`BPF_PROG_GET_FD_BY_ID`, `BPF_OBJ_GET_INFO_BY_FD`).
+    ProgInfo,
+    /// Attaching the program (`RTM_SETLINK` with `IFLA_XDP`).
+    Attach,
+    /// Detaching a program.
+    Detach,
+    /// `socket(AF_XDP)`.
+    Socket,
+    /// Mapping the UMEM.
+    UmemMap,
+    /// `XDP_UMEM_REG`.
+    UmemReg,
+    /// Setting a ring size.
+    RingSize,
+    /// `XDP_MMAP_OFFSETS`.
+    MmapOffsets,
+    /// Mapping a ring.
+    RingMap,
+    /// `bind(2)` to (interface, queue).
+    Bind,
+    /// `BPF_MAP_UPDATE_ELEM` of the socket into the XSKMAP.
+    MapUpdate,
+    /// `XDP_STATISTICS`.
+    Statistics,
+    /// `XDP_OPTIONS`.
+    Options,
+    /// `poll(2)` in [`XdpDevice::wait`].
+    Poll,
+}
+
+impl XdpOp {
+    fn as_str(self) -> &'static str {
+        match self {
+            XdpOp::GetLink => "RTM_GETLINK",
+            XdpOp::MapCreate => "create XSKMAP",
+            XdpOp::ProgLoad => "load XDP program",
+            XdpOp::ProgInfo => "inspect the attached XDP program",
+            XdpOp::Attach => "attach XDP program",
+            XdpOp::Detach => "detach XDP program",
+            XdpOp::Socket => "socket(AF_XDP)",
+            XdpOp::UmemMap => "mmap UMEM",
+            XdpOp::UmemReg => "XDP_UMEM_REG",
+            XdpOp::RingSize => "set ring size",
+            XdpOp::MmapOffsets => "XDP_MMAP_OFFSETS",
+            XdpOp::RingMap => "mmap ring",
+            XdpOp::Bind => "bind AF_XDP socket",
+            XdpOp::MapUpdate => "put socket in XSKMAP",
+            XdpOp::Statistics => "XDP_STATISTICS",
+            XdpOp::Options => "XDP_OPTIONS",
+            XdpOp::Poll => "poll",
+        }
+    }
+}
+
+/// An AF_XDP error; carries the interface name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpError {
+    /// The name is not a valid interface name.
+    InvalidName(InvalidIfName),
+    /// No interface of that name in this network namespace.
+    NotFound {
+        /// Interface name.
+        name: IfName,
+    },
+    /// A system call failed.
+    Sys {
+        /// Interface name.
+        name: IfName,
+        /// Operation that failed.
+        op: XdpOp,
+        /// `errno` it returned.
+        errno: i32,
+    },
+    /// Another tool's XDP program is attached; memspin does not remove it.
+    ForeignProgram {
+        /// Interface name.
+        name: IfName,
+        /// The program's id (`bpftool prog show id N`).
+        prog_id: u32,
+        /// Where it runs.
+        mode: AttachMode,
+    },
+    /// The interface MTU does not fit a UMEM frame.
+    UnsupportedMtu {
+        /// Interface name.
+        name: IfName,
+        /// The interface MTU.
+        mtu: u32,
+        /// The largest MTU the frame size allows.
+        max: u32,
+    },
+    /// The queue is not below the interface's receive queue count.
+    NoSuchQueue {
+        /// Interface name.
+        name: IfName,
+        /// The queue asked for.
+        queue: u32,
+        /// Receive queues the interface has.
+        queues: u32,
+    },
+    /// An [`XdpConfig`] value the device cannot use.
+    BadConfig {
+        /// Which rule it breaks.
+        what: &'static str,
+    },
+}
+
+impl fmt::Display for XdpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            XdpError::InvalidName(e) => e.fmt(f),
+            XdpError::NotFound { name } => write!(f, "xdp {name}: no such interface"),
+            XdpError::Sys { name, op, errno } => write!(
+                f,
+                "xdp {name}: {}: {}",
+                op.as_str(),
+                std::io::Error::from_raw_os_error(errno)
+            ),
+            XdpError::ForeignProgram {
+                name,
+                prog_id,
+                mode,
+            } => write!(
+                f,
+                "xdp {name}: another XDP program (id {prog_id}, {} mode) is attached; \
+                 remove it with `ip link set dev {name} xdp off` if it may go",
+                mode.as_str()
+            ),
+            XdpError::UnsupportedMtu { name, mtu, max } => write!(
+                f,
+                "xdp {name}: MTU {mtu} does not fit a UMEM frame (at most {max} with this frame size)"
+            ),
+            XdpError::NoSuchQueue {
+                name,
+                queue,
+                queues,
+            } => write!(
+                f,
+                "xdp {name}: queue {queue} does not exist ({queues} receive queues)"
+            ),
+            XdpError::BadConfig { what } => write!(f, "xdp: bad configuration: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for XdpError {}
+
+impl From<InvalidIfName> for XdpError {
+    fn from(e: InvalidIfName) -> Self {
+        XdpError::InvalidName(e)
+    }
+}
+
+/// The redirect program and its XSKMAP, attached to one interface; detached on drop.
+pub struct XdpProgram {
+    name: IfName,
+    ifindex: u32,
+    mode: AttachMode,
+    prog_id: u32,
+    replaced: Option<Attached>,
+    mtu: u32,
+    mac: [u8; 6],
+    rx_queues: u32,
+    attached: bool,
+    map: OwnedFd,
+    prog: OwnedFd,
+}
+
+impl fmt::Debug for XdpProgram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("XdpProgram")
+            .field("name", &self.name)
+            .field("ifindex", &self.ifindex)
+            .field("mode", &self.mode)
+            .field("prog_id", &self.prog_id)
+            .field("replaced", &self.replaced)
+            .field("rx_queues", &self.rx_queues)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resolves `iface` in the calling thread's network namespace.
+fn lookup(iface: &str) -> Result<(IfName, u32), XdpError> {
+    let name = IfName::new(iface)?;
+    let ifindex = sys::if_index(&name).ok_or(XdpError::NotFound { name })?;
+    Ok((name, ifindex))
+}
+
+/// The XDP program attached to `iface` now, if any (what `ip link show` prints as
+/// `xdp`/`xdpgeneric`).
+///
+/// # Errors
+/// [`XdpError::NotFound`], or [`XdpError::Sys`] with [`XdpOp::GetLink`].
+pub fn attached(iface: &str) -> Result<Option<Attached>, XdpError> {
+    let (name, ifindex) = lookup(iface)?;
+    netlink::get_link(ifindex)
+        .map(|link| link.xdp)
+        .map_err(|errno| XdpError::Sys {
+            name,
+            op: XdpOp::GetLink,
+            errno,
+        })
+}
+
+impl XdpProgram {
+    /// Loads the redirect program with an XSKMAP of one slot per receive queue of `iface`
+    /// and attaches it, trying the modes `choice` allows (native first).
+    ///
+    /// A program already on the interface is inspected: if it is memspin's (by its name,
+    /// [`bpf::PROG_NAME`]), left by a run that was killed before it could detach, it is
+    /// replaced — atomically with `XDP_FLAGS_REPLACE` when it sits in the mode being
+    /// attached, else detached (also with `XDP_FLAGS_REPLACE`, so only that program goes)
+    /// and then the new one attached. [`XdpProgram::replaced`] reports it.
+    ///
+    /// # Errors
+    /// [`XdpError::ForeignProgram`] if someone else's program is attached;
+    /// [`XdpError::Sys`] naming the failed step (`EPERM` without `CAP_NET_ADMIN` and
+    /// `CAP_BPF`, the native mode's error when only native was allowed).
+    pub fn attach(iface: &str, choice: ModeChoice) -> Result<XdpProgram, XdpError> {
+        let (name, ifindex) = lookup(iface)?;
+        let fail = |op, errno| XdpError::Sys { name, op, errno };
+        let link = netlink::get_link(ifindex).map_err(|e| fail(XdpOp::GetLink, e))?;
+        let rx_queues = link.rx_queues.max(1);
+        let map = bpf::create_xskmap(rx_queues).map_err(|e| fail(XdpOp::MapCreate, e))?;
+        let prog = bpf::load_xdp_program(&bpf::redirect_program(map.as_raw_fd()))
+            .map_err(|e| fail(XdpOp::ProgLoad, e))?;
+        let prog_id = bpf::prog_info(prog.as_fd())
+            .map_err(|e| fail(XdpOp::ProgInfo, e))?
+            .id;
+
+        let mut stale = match link.xdp {
+            None => None,
+            Some(found) => match bpf::prog_fd_by_id(found.prog_id) {
+                // Detached since we looked: nothing to replace.
+                Err(libc::ENOENT) => None,
+                Err(e) => return Err(fail(XdpOp::ProgInfo, e)),
+                Ok(fd) => {
+                    let info = bpf::prog_info(fd.as_fd()).map_err(|e| fail(XdpOp::ProgInfo, e))?;
+                    if !info.is_ours() {
+                        return Err(XdpError::ForeignProgram {
+                            name,
+                            prog_id: found.prog_id,
+                            mode: found.mode,
+                        });
+                    }
+                    Some((found, fd))
+                }
+            },
+        };
+
+        let modes: &[AttachMode] = match choice {
+            ModeChoice::Auto => &[AttachMode::Native, AttachMode::Generic],
+            ModeChoice::Native => &[AttachMode::Native],
+            ModeChoice::Generic => &[AttachMode::Generic],
+        };
+        let mut replaced = None;
+        let mut last_errno = libc::EOPNOTSUPP;
+        for (i, &mode) in modes.iter().enumerate() {
+            let result = match &stale {
+                Some((found, old)) if found.mode == mode => netlink::set_xdp(
+                    ifindex,
+                    prog.as_raw_fd(),
+                    mode.flag(),
+                    Some(old.as_raw_fd()),
+                )
+                .map(|()| replaced = Some(*found)),
+                Some((found, old)) => {
+                    netlink::set_xdp(ifindex, -1, found.mode.flag(), Some(old.as_raw_fd()))
+                        .map_err(|e| fail(XdpOp::Detach, e))?;
+                    replaced = Some(*found);
+                    stale = None;
+                    netlink::set_xdp(
+                        ifindex,
+                        prog.as_raw_fd(),
+                        mode.flag() | netlink::FLAGS_UPDATE_IF_NOEXIST,
+                        None,
+                    )
+                }
+                None => netlink::set_xdp(
+                    ifindex,
+                    prog.as_raw_fd(),
+                    mode.flag() | netlink::FLAGS_UPDATE_IF_NOEXIST,
+                    None,
+                ),
+            };
+            match result {
+                Ok(()) => {
+                    return Ok(XdpProgram {
+                        name,
+                        ifindex,
+                        mode,
+                        prog_id,
+                        replaced,
+                        mtu: link.mtu,
+                        mac: link.mac.unwrap_or([0; 6]),
+                        rx_queues,
+                        attached: true,
+                        map,
+                        prog,
+                    });
+                }
+                // Someone attached a program meanwhile, or we may not: no point in
+                // trying another mode.
+                Err(e @ (libc::EBUSY | libc::EEXIST | libc::EPERM)) => {
+                    return Err(fail(XdpOp::Attach, e));
+                }
+                Err(e) if i + 1 < modes.len() => last_errno = e,
+                Err(e) => return Err(fail(XdpOp::Attach, e)),
+            }
+        }
+        Err(fail(XdpOp::Attach, last_errno))
+    }
+
+    /// The interface name.
+    pub fn name(&self) -> IfName {
+        self.name
+    }
+
+    /// The interface index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Where the program runs.
+    pub fn mode(&self) -> AttachMode {
+        self.mode
+    }
+
+    /// The kernel's id of the program.
+    pub fn prog_id(&self) -> u32 {
+        self.prog_id
+    }
+
+    /// The stale memspin program this attach replaced, if there was one.
+    pub fn replaced(&self) -> Option<Attached> {
+        self.replaced
+    }
+
+    /// The interface MTU when the program was attached.
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// The interface's MAC address (the server must answer with it: a NIC drops unicast
+    /// frames for other addresses).
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Receive queues of the interface, the XSKMAP's slot count.
+    pub fn rx_queues(&self) -> u32 {
+        self.rx_queues
+    }
+
+    /// The XSKMAP.
+    pub(crate) fn map(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.map.as_fd()
+    }
+
+    /// Detaches the program now (also done on drop, where errors are ignored).
+    ///
+    /// Only this program is removed (`XDP_FLAGS_REPLACE` with it as the expected one);
+    /// if the interface is gone, there is nothing to detach.
+    ///
+    /// # Errors
+    /// [`XdpError::Sys`] with [`XdpOp::Detach`].
+    pub fn detach(mut self) -> Result<(), XdpError> {
+        self.detach_inner()
+    }
+
+    fn detach_inner(&mut self) -> Result<(), XdpError> {
+        if !self.attached {
+            return Ok(());
+        }
+        self.attached = false;
+        match netlink::set_xdp(
+            self.ifindex,
+            -1,
+            self.mode.flag(),
+            Some(self.prog.as_raw_fd()),
+        ) {
+            Ok(()) | Err(libc::ENODEV) => Ok(()),
+            Err(errno) => Err(XdpError::Sys {
+                name: self.name,
+                op: XdpOp::Detach,
+                errno,
+            }),
+        }
+    }
+}
+
+impl Drop for XdpProgram {
+    fn drop(&mut self) {
+        let _ = self.detach_inner();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,513 @@
+//! AF_XDP for real, on veth pairs whose two ends live in two network namespaces each test
+//! creates and always deletes: the client end (10.78.0.1/24, transmit checksum offload
+//! off) in one, the end the program and sockets attach to in the other. Kernel `TcpStream`s
+//! in the client namespace talk to a smoltcp echo server over the device. Needs root; the
+//! tests say so and return without it.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsFd, AsRawFd};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use smoltcp::time::Instant;
+use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
+
+use super::*;
+use crate::conn::{Conn, ConnTable, TableConfig, TableStats};
+use crate::{Poll, Wait};
+
+const SERVER_IFACE: &str = "msx1";
+const CLIENT_IFACE: &str = "msx0";
+const PORT: u16 = 11211;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[track_caller]
+fn run(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", args[0]));
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Two namespaces and a veth pair between them, deleted on drop (also on panic).
+struct VethPair {
+    client_ns: String,
+    server_ns: String,
+}
+
+impl VethPair {
+    /// `queues` rx and tx queues on both ends.
+    fn new(queues: u32) -> VethPair {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let pair = VethPair {
+            client_ns: format!("memspin-xc-{id}"),
+            server_ns: format!("memspin-xs-{id}"),
+        };
+        run(&["ip", "netns", "add", &pair.client_ns]);
+        run(&["ip", "netns", "add", &pair.server_ns]);
+        let q = queues.to_string();
+        #[rustfmt::skip]
+        run(&[
+            "ip", "-n", &pair.client_ns, "link", "add", CLIENT_IFACE,
+            "numtxqueues", &q, "numrxqueues", &q, "type", "veth", "peer", "name", SERVER_IFACE,
+            "numtxqueues", &q, "numrxqueues", &q, "netns", &pair.server_ns,
+        ]);
+        let (c, s) = (pair.client_ns.as_str(), pair.server_ns.as_str());
+        run(&[
+            "ip",
+            "-n",
+            c,
+            "addr",
+            "add",
+            "10.78.0.1/24",
+            "dev",
+            CLIENT_IFACE,
+        ]);
+        run(&["ip", "-n", c, "link", "set", "lo", "up"]);
+        run(&["ip", "-n", c, "link", "set", CLIENT_IFACE, "up"]);
+        run(&["ip", "-n", s, "link", "set", SERVER_IFACE, "up"]);
+        // The client kernel would leave TCP checksums to "hardware" (CHECKSUM_PARTIAL),
+        // which smoltcp, verifying every checksum, would drop.
+        #[rustfmt::skip]
+        run(&["ip", "netns", "exec", c, "ethtool", "-K", CLIENT_IFACE, "tx", "off"]);
+        pair
+    }
+
+    /// Runs `f` on a thread inside namespace `ns`.
+    fn in_ns<R: Send + 'static>(
+        ns: &str,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> thread::JoinHandle<R> {
+        let ns = ns.to_string();
+        thread::spawn(move || {
+            let file =
+                std::fs::File::open(format!("/var/run/netns/{ns}")).expect("open netns file");
+            // SAFETY: `file` is an open namespace fd for the whole call; setns changes only
+            // the calling thread's network namespace.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+
+    fn server<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> thread::JoinHandle<R> {
+        Self::in_ns(&self.server_ns, f)
+    }
+
+    fn client<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> thread::JoinHandle<R> {
+        Self::in_ns(&self.client_ns, f)
+    }
+
+    /// `ip link show` of the server end, as text.
+    fn server_link(&self) -> String {
+        let out = Command::new("ip")
+            .args(["-n", &self.server_ns, "link", "show", SERVER_IFACE])
+            .output()
+            .expect("ip link show");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for ns in [&self.client_ns, &self.server_ns] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+#[derive(Default)]
+struct Echo;
+
+fn echo(conn: &mut Conn<'_, Echo>) {
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = conn
+            .io
+            .recv_queue()
+            .min(conn.io.send_space())
+            .min(chunk.len());
+        if n == 0 {
+            break;
+        }
+        let Ok(got) = conn.io.recv_slice(&mut chunk[..n]) else {
+            break;
+        };
+        let _ = conn.io.send_slice(&chunk[..got]);
+    }
+    if conn.io.recv_queue() > 0 {
+        conn.io.want_write();
+    }
+    if !conn.io.may_recv() && conn.io.recv_queue() == 0 {
+        conn.io.close();
+    }
+}
+
+struct Served {
+    mode: AttachMode,
+    zero_copy: bool,
+    table: TableStats,
+    device: XdpStats,
+    attached_after: Option<Attached>,
+}
+
+/// Attaches with `choice`, binds queue 0 and serves echo until `stop` (30 s at most).
+fn serve_echo(choice: ModeChoice, stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> Served {
+    let program = XdpProgram::attach(SERVER_IFACE, choice).expect("attach");
+    let mut device = XdpDevice::bind(&program, 0, &XdpConfig::default()).expect("bind");
+    let start = std::time::Instant::now();
+    let now = || Instant::from_micros(start.elapsed().as_micros() as i64);
+    let config = TableConfig::new(
+        program.mac(),
+        Ipv4Cidr::new(Ipv4Address::new(10, 78, 0, 2), 24),
+        PORT,
+    );
+    let mut table = ConnTable::<Echo>::new(config, &mut device, now()).expect("table");
+    ready.store(true, Ordering::Release);
+    while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(30) {
+        let ingress = table.poll_ingress(now(), &mut device, 64);
+        table.serve(echo);
+        let egress = table.poll_egress(now(), &mut device);
+        device.flush();
+        if ingress == Poll::Idle && egress == Poll::Idle {
+            let delay = table
+                .poll_delay(now())
+                .map(Duration::from)
+                .unwrap_or(Duration::from_millis(5));
+            let _: Wait = device
+                .wait(Some(delay.min(Duration::from_millis(5))))
+                .expect("poll");
+        }
+    }
+    device.read_kernel_stats().expect("XDP_STATISTICS");
+    let served = Served {
+        mode: program.mode(),
+        zero_copy: device.zero_copy(),
+        table: *table.stats(),
+        device: *device.stats(),
+        attached_after: None,
+    };
+    drop(device);
+    program.detach().expect("detach");
+    Served {
+        attached_after: attached(SERVER_IFACE).expect("query"),
+        ..served
+    }
+}
+
+/// Echoes `bytes` bytes over each of `connections` kernel connections from the client side.
+fn echo_round_trips(pair: &VethPair, connections: usize, bytes: usize) {
+    pair.client(move || {
+        let addr: SocketAddr = "10.78.0.2:11211".parse().unwrap();
+        for c in 0..connections {
+            let mut stream =
+                TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let data: Vec<u8> = (0..bytes).map(|i| (i * 31 + c) as u8).collect();
+            let writer = {
+                let mut stream = stream.try_clone().unwrap();
+                let data = data.clone();
+                thread::spawn(move || stream.write_all(&data).expect("write"))
+            };
+            let mut back = vec![0u8; bytes];
+            stream.read_exact(&mut back).expect("read the echo");
+            writer.join().unwrap();
+            assert!(back == data, "connection {c}: echo differs");
+        }
+    })
+    .join()
+    .expect("client");
+}
+
+fn wait_until(flag: &AtomicBool) {
+    let start = std::time::Instant::now();
+    while !flag.load(Ordering::Acquire) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "server not ready"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn echo_test(choice: ModeChoice) -> Served {
+    let pair = VethPair::new(1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(AtomicBool::new(false));
+    let server = pair.server({
+        let (stop, ready) = (Arc::clone(&stop), Arc::clone(&ready));
+        move || serve_echo(choice, stop, ready)
+    });
+    wait_until(&ready);
+    let shown = pair.server_link();
+    assert!(
+        shown.contains(" xdp"),
+        "ip link shows the program:\n{shown}"
+    );
+    echo_round_trips(&pair, 5, 200_000);
+    stop.store(true, Ordering::Relaxed);
+    let served = server.join().expect("server");
+    assert_eq!(served.attached_after, None, "detached on exit");
+    assert!(
+        !pair.server_link().contains(" xdp"),
+        "{}",
+        pair.server_link()
+    );
+    assert!(served.table.accepted >= 5, "{:?}", served.table);
+    let d = served.device;
+    eprintln!("{:?} mode, device counters: {d:?}", served.mode);
+    assert!(d.rx_frames > 100 && d.tx_frames > 100, "{d:?}");
+    assert_eq!(d.rx_invalid, 0, "{d:?}");
+    assert_eq!(d.tx_dropped + d.tx_oversize, 0, "{d:?}");
+    served
+}
+
+#[test]
+fn echo_over_veth_native_copy_mode() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    let served = echo_test(ModeChoice::Auto);
+    assert_eq!(served.mode, AttachMode::Native, "veth has native XDP");
+    assert!(!served.zero_copy, "veth has no zero-copy");
+}
+
+#[test]
+fn echo_over_veth_generic_mode() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    let served = echo_test(ModeChoice::Generic);
+    assert_eq!(served.mode, AttachMode::Generic);
+}
+
+#[test]
+fn a_stale_program_is_replaced_and_a_foreign_one_refused() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    let pair = VethPair::new(1);
+    pair.server(|| {
+        // A run killed in native mode: its program stays attached.
+        let killed = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto).unwrap();
+        let stale_id = killed.prog_id();
+        std::mem::forget(killed);
+        assert_eq!(
+            attached(SERVER_IFACE).unwrap().map(|a| a.prog_id),
+            Some(stale_id)
+        );
+        let next = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto).unwrap();
+        assert_eq!(
+            next.replaced(),
+            Some(Attached {
+                mode: AttachMode::Native,
+                prog_id: stale_id
+            })
+        );
+        assert_ne!(next.prog_id(), stale_id);
+        assert_eq!(
+            attached(SERVER_IFACE).unwrap().map(|a| a.prog_id),
+            Some(next.prog_id())
+        );
+        // Killed in generic mode, restarted in auto: detached, then attached natively.
+        drop(next);
+        let killed = XdpProgram::attach(SERVER_IFACE, ModeChoice::Generic).unwrap();
+        let stale_id = killed.prog_id();
+        std::mem::forget(killed);
+        let next = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto).unwrap();
+        assert_eq!(
+            next.replaced(),
+            Some(Attached {
+                mode: AttachMode::Generic,
+                prog_id: stale_id
+            })
+        );
+        assert_eq!(next.mode(), AttachMode::Native);
+        drop(next);
+        assert_eq!(attached(SERVER_IFACE).unwrap(), None);
+
+        // Someone else's program is left alone.
+        let map = bpf::create_xskmap(1).unwrap();
+        let other = bpf::load_named(&bpf::redirect_program(map.as_raw_fd()), "other_prog").unwrap();
+        let ifindex = crate::sys::if_index(&IfName::new(SERVER_IFACE).unwrap()).unwrap();
+        netlink::set_xdp(
+            ifindex,
+            other.as_raw_fd(),
+            netlink::FLAGS_SKB_MODE | netlink::FLAGS_UPDATE_IF_NOEXIST,
+            None,
+        )
+        .unwrap();
+        let refused = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto).unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                XdpError::ForeignProgram {
+                    mode: AttachMode::Generic,
+                    ..
+                }
+            ),
+            "{refused}"
+        );
+        assert!(refused.to_string().contains("xdp off"), "{refused}");
+        netlink::set_xdp(
+            ifindex,
+            -1,
+            netlink::FLAGS_SKB_MODE,
+            Some(other.as_raw_fd()),
+        )
+        .unwrap();
+        assert_eq!(attached(SERVER_IFACE).unwrap(), None);
+    })
+    .join()
+    .expect("server thread");
+}
+
+#[test]
+fn two_queues_bind_two_sockets() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    let pair = VethPair::new(2);
+    pair.server(|| {
+        let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto).unwrap();
+        assert_eq!(program.rx_queues(), 2);
+        let config = XdpConfig {
+            frame_size: 2048,
+            frame_count: 256,
+            ring_size: 128,
+            zero_copy: ZeroCopy::Auto,
+        };
+        let q0 = XdpDevice::bind(&program, 0, &config).expect("queue 0");
+        let q1 = XdpDevice::bind(&program, 1, &config).expect("queue 1");
+        assert_eq!((q0.queue(), q1.queue()), (0, 1));
+        assert_ne!(q0.fd().as_raw_fd(), q1.fd().as_raw_fd());
+        assert!(matches!(
+            XdpDevice::bind(&program, 2, &config),
+            Err(XdpError::NoSuchQueue {
+                queue: 2,
+                queues: 2,
+                ..
+            })
+        ));
+        assert!(matches!(
+            XdpDevice::bind(&program, 0, &config),
+            Err(XdpError::Sys {
+                op: XdpOp::Bind,
+                errno: libc::EBUSY,
+                ..
+            })
+        ));
+        assert!(matches!(
+            XdpDevice::bind(
+                &program,
+                0,
+                &XdpConfig {
+                    zero_copy: ZeroCopy::Required,
+                    ..config
+                }
+            ),
+            Err(XdpError::Sys {
+                op: XdpOp::Bind,
+                ..
+            })
+        ));
+        drop((q0, q1));
+        // Both queues are free again once the sockets close; the kernel releases a queue
+        // from a work queue, so a bind right after a close may still see EBUSY (~20 ms here).
+        let t = std::time::Instant::now();
+        let again = loop {
+            match XdpDevice::bind(&program, 1, &config) {
+                Err(XdpError::Sys {
+                    errno: libc::EBUSY, ..
+                }) if t.elapsed() < Duration::from_secs(5) => {
+                    thread::sleep(Duration::from_millis(1))
+                }
+                other => break other.expect("queue 1 again"),
+            }
+        };
+        let _ = again.fd().as_fd();
+    })
+    .join()
+    .expect("server thread");
+}
+
+#[test]
+fn configs_are_checked() {
+    let ok = XdpConfig::default();
+    assert!(ok.check().is_ok());
+    assert_eq!(ok.max_mtu(), 4096 - 256 - 14 - 4);
+    for bad in [
+        XdpConfig {
+            frame_size: 3000,
+            ..ok
+        },
+        XdpConfig {
+            frame_count: 1000,
+            ..ok
+        },
+        XdpConfig {
+            frame_count: 64,
+            ..ok
+        },
+        XdpConfig {
+            ring_size: 1024,
+            ..ok
+        },
+        XdpConfig {
+            ring_size: 3000,
+            ..ok
+        },
+    ] {
+        assert!(
+            matches!(bad.check(), Err(XdpError::BadConfig { .. })),
+            "{bad:?}"
+        );
+    }
+    let small = XdpConfig {
+        frame_size: 2048,
+        ..ok
+    };
+    assert!(small.max_mtu() >= 1500);
+}
+
+#[test]
+fn missing_interfaces_and_bad_names_are_typed() {
+    assert!(matches!(
+        XdpProgram::attach("no-such-xdp0", ModeChoice::Auto),
+        Err(XdpError::NotFound { .. })
+    ));
+    assert!(matches!(
+        attached("bad name"),
+        Err(XdpError::InvalidName(_))
+    ));
+}
