@@ -16,7 +16,7 @@
 //!   our name left behind by a killed run is replaced; anyone else's is refused. Dropping
 //!   the value detaches it, and only if it is still ours (`XDP_FLAGS_REPLACE`).
 //! - [`XdpDevice::bind`] creates one AF_XDP socket on (interface, queue) with its own UMEM
-//!   and four rings ([`ring`]), zero-copy if the driver allows it, else copy mode (veth has
+//!   and four rings (the `ring` module), zero-copy if the driver allows it, else copy mode (veth has
 //!   no zero-copy), always with `XDP_USE_NEED_WAKEUP`, and puts the socket in the map.
 //!   One device per queue, so one worker per queue can own one each.
 //!
