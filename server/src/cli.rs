@@ -9,14 +9,20 @@ use clap::{Parser, ValueEnum};
 #[derive(Debug, Clone, Parser)]
 #[command(name = "memspin", version = crate::engine::VERSION, about, long_about = None)]
 pub struct Args {
-    /// Packet path: `tap` serves through smoltcp on a TAP device (root); `kernel` serves on
+    /// Packet path: `tap` serves through smoltcp on a TAP device (root); `xdp` serves through
+    /// smoltcp on an AF_XDP socket of an existing interface (root); `kernel` serves on
     /// ordinary kernel TCP sockets (`-l`, `-p`; no root needed).
     #[arg(long, value_enum, default_value_t = Net::Tap)]
     pub net: Net,
 
-    /// TAP device to create or attach to.
+    /// TAP device to create or attach to; with `--net xdp`, the existing interface to attach to.
     #[arg(long, default_value = "memspin0")]
     pub iface: String,
+
+    /// With `--net xdp`: where the XDP program runs. `auto` tries the driver (native) first,
+    /// then generic (skb) mode.
+    #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
+    pub xdp_mode: XdpMode,
 
     /// The server's own address on the link, ADDR/PREFIX.
     #[arg(long, default_value = "10.77.0.2/24")]
@@ -62,8 +68,21 @@ pub struct Args {
 pub enum Net {
     /// smoltcp over a TAP device.
     Tap,
+    /// smoltcp over an AF_XDP socket on an existing interface.
+    Xdp,
     /// Kernel TCP sockets, for A/B measurements and users without root.
     Kernel,
+}
+
+/// `--xdp-mode`: the XDP attach modes allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum XdpMode {
+    /// Native if the driver supports it, else generic.
+    Auto,
+    /// Native (driver) mode only.
+    Native,
+    /// Generic (skb) mode only.
+    Generic,
 }
 
 /// The idle policy of a worker.
@@ -218,6 +237,16 @@ mod tests {
         assert_eq!(args.conn_limit, 1024);
         assert_eq!(args.idle, Idle::Spin);
         assert_eq!(args.cpus, None);
+        assert_eq!(args.xdp_mode, XdpMode::Auto);
+    }
+
+    #[test]
+    fn xdp_flags() {
+        let args = Args::parse_from(["memspin", "--net", "xdp", "--iface", "eth1"]);
+        assert_eq!((args.net, args.iface.as_str()), (Net::Xdp, "eth1"));
+        let args = Args::parse_from(["memspin", "--net", "xdp", "--xdp-mode", "generic"]);
+        assert_eq!(args.xdp_mode, XdpMode::Generic);
+        assert!(Args::try_parse_from(["memspin", "--xdp-mode", "offload"]).is_err());
     }
 
     // Regression: `--cpus` once parsed into a Vec that clap took for a multi-value argument

@@ -5,10 +5,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use server::cli::{Args, HostIp, Net};
+use netstack::xdp::ModeChoice;
+use server::cli::{Args, HostIp, Net, XdpMode};
 use server::engine::{Engine, EngineConfig, VERSION};
 use server::worker;
 use server::worker::tap::TapConfig;
+use server::worker::xdp::XdpWorkerConfig;
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -65,6 +67,43 @@ fn run(args: &Args) -> Result<(), String> {
                 );
             })
             .map_err(|e| format!("tap {}: {e}", args.iface))
+        }
+        Net::Xdp => {
+            let config = XdpWorkerConfig {
+                iface: args.iface.clone(),
+                queue: 0,
+                mode: match args.xdp_mode {
+                    XdpMode::Auto => ModeChoice::Auto,
+                    XdpMode::Native => ModeChoice::Native,
+                    XdpMode::Generic => ModeChoice::Generic,
+                },
+                ip: args.ip,
+                port: args.port,
+                conn_limit: args.conn_limit,
+                idle: args.idle,
+            };
+            worker::xdp::run(&config, engine, &stop, |ready| {
+                let replaced = ready.replaced.map_or(String::new(), |stale| {
+                    format!(
+                        ", replaced a stale memspin program (id {}, {} mode)",
+                        stale.prog_id,
+                        stale.mode.as_str()
+                    )
+                });
+                let mac = ready.mac.map(|b| format!("{b:02x}")).join(":");
+                println!(
+                    "memspin ready: net xdp, interface {} queue 0, {} mode, {} mode, program id {}{replaced}, \
+                     listening on {}:{} (MAC {mac}), 1 worker on CPU {cpu}, idle {:?}",
+                    args.iface,
+                    ready.mode.as_str(),
+                    if ready.zero_copy { "zero-copy" } else { "copy" },
+                    ready.prog_id,
+                    args.ip.addr,
+                    args.port,
+                    args.idle
+                );
+            })
+            .map_err(|e| format!("xdp {}: {e}", args.iface))
         }
     }
 }

@@ -7,12 +7,17 @@
 
 pub mod kernel;
 pub mod tap;
+pub mod xdp;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use netstack::smoltcp::phy::Device;
+use netstack::{Conn, ConnTable, Poll};
+
 use crate::cli::Idle;
+use crate::conn::ClientConn;
 use crate::engine::Engine;
 use crate::stats;
 
@@ -20,6 +25,8 @@ use crate::stats;
 pub const SPIN_BUDGET: Duration = Duration::from_micros(200);
 /// The longest a parked worker sleeps before it looks at the stop flag again.
 pub const PARK_MAX: Duration = Duration::from_millis(100);
+/// Frames read per ingress step before the worker serves connections.
+const INGRESS_BUDGET: usize = 64;
 /// Expired items examined per idle sweep.
 const SWEEP_ITEMS: usize = 256;
 /// Time between expiry sweeps.
@@ -151,4 +158,134 @@ pub fn raise_fd_limit(conn_limit: usize) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A packet queue the smoltcp worker loop drives: a smoltcp [`Device`] that can also wait
+/// for frames (the park policy) and push out frames it queued.
+pub trait Queue: Device {
+    /// Sends frames that transmit tokens queued but the device has not pushed yet; called
+    /// after every egress step. Devices that write each frame at once do nothing.
+    fn flush(&mut self) {}
+
+    /// Blocks until a frame may be readable or `timeout` passes.
+    ///
+    /// # Errors
+    /// When waiting fails; the message names the device.
+    fn wait(&mut self, timeout: Duration) -> Result<(), String>;
+
+    /// The device's counters as one line, for the exit report.
+    fn report(&mut self) -> String;
+}
+
+/// Serves connections over a smoltcp `device` until `stop` is set: ingress, serve every
+/// connection with work through the engine, egress, flush; with `Idle::Park`, waits on the
+/// device (never past the table's next timer) after the spin budget.
+///
+/// # Errors
+/// When the device cannot wait.
+pub fn serve_smoltcp<D: Queue>(
+    device: &mut D,
+    table: &mut ConnTable<ClientConn>,
+    engine: &mut Engine,
+    stop: &AtomicBool,
+    idle: Idle,
+) -> Result<(), String> {
+    let mut idle_state = IdleState::new(idle);
+    while !stopping(stop) {
+        let now = netstack::smoltcp::time::Instant::now();
+        let unix = unix_now();
+        let ingress = table.poll_ingress(now, device, INGRESS_BUDGET);
+        let served = table.serve(|conn| drive(conn, engine, unix));
+        let egress = table.poll_egress(now, device);
+        device.flush();
+        let progress = ingress == Poll::Progress || served > 0 || egress == Poll::Progress;
+
+        let stats = table.stats();
+        let info = engine.info_mut();
+        info.curr_connections = stats.active as u64;
+        info.total_connections = stats.accepted;
+        info.rejected_connections = stats.refused;
+        idle_state.maybe_sweep(engine, unix);
+
+        if let Some(park) = idle_state.after_iteration(progress) {
+            let now = netstack::smoltcp::time::Instant::now();
+            let delay = table
+                .poll_delay(now)
+                .map_or(park, |d| Duration::from_micros(d.total_micros()).min(park));
+            if !delay.is_zero() {
+                device.wait(delay)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Moves one connection's bytes: replies out first, then frames in — parsed in place from the
+/// socket's receive buffer, or assembled in the connection's input buffer when a frame is split
+/// across the ring's end or larger than the ring.
+fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
+    let client = &mut *conn.state;
+    let io = &mut conn.io;
+    loop {
+        while !client.pending_output().is_empty() {
+            match io.send_slice(client.pending_output()) {
+                Ok(0) => break,
+                Ok(n) => client.sent(n),
+                Err(_) => {
+                    io.abort();
+                    return;
+                }
+            }
+        }
+        if client.finished() {
+            io.close();
+            return;
+        }
+        if !client.may_execute() {
+            // Backlog or closing with replies still queued: wait for send space.
+            io.want_write();
+            return;
+        }
+        let queued = io.recv_queue();
+        if queued == 0 {
+            if !io.may_recv() {
+                // The peer closed its side and everything it sent was executed.
+                client.session.close();
+                continue;
+            }
+            if !client.pending_output().is_empty() {
+                io.want_write();
+            }
+            return;
+        }
+        if client.input.is_empty() {
+            let moved = io.recv(|buf| {
+                let outcome = client.execute_in_place(engine, buf, now);
+                if outcome.consumed < buf.len() && !outcome.close && client.may_execute() {
+                    // The next frame is incomplete in this contiguous slice: assemble it.
+                    client.input.extend(&buf[outcome.consumed..]);
+                    (buf.len(), ())
+                } else {
+                    (outcome.consumed, ())
+                }
+            });
+            if moved.is_err() {
+                io.abort();
+                return;
+            }
+        } else {
+            // Top up exactly what the pending frame needs, so the connection returns to
+            // in-place parsing as soon as the frame is complete.
+            let want = client.needed.max(1).min(queued);
+            let spare = client.input.spare(want);
+            match io.recv_slice(&mut spare[..want]) {
+                Ok(n) => client.input.filled(n),
+                Err(_) => {
+                    io.abort();
+                    return;
+                }
+            }
+            client.execute_buffered(engine, now);
+        }
+    }
 }

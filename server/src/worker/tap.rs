@@ -2,19 +2,17 @@
 //! and connection table into the engine, parsed in place from each socket's receive buffer.
 
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use netstack::link::{self, LinkConfig};
 use netstack::smoltcp::time::Instant;
 use netstack::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
-use netstack::{Conn, ConnTable, Poll, TableConfig, TapDevice};
+use netstack::{ConnTable, TableConfig, TapDevice};
 
-use super::{IdleState, report_final, stopping, unix_now};
+use super::{Queue, report_final, serve_smoltcp};
 use crate::cli::{Cidr, Idle};
 use crate::conn::ClientConn;
 use crate::engine::Engine;
-
-/// Frames read per ingress step before the worker serves connections.
-const INGRESS_BUDGET: usize = 64;
 
 /// Where and how the TAP worker serves.
 #[derive(Debug, Clone)]
@@ -40,7 +38,8 @@ pub fn mac_for(ip: Cidr) -> [u8; 6] {
     [0x02, 0x6d, a, b, c, d]
 }
 
-fn cidr(c: Cidr) -> Ipv4Cidr {
+/// The server's address as smoltcp's type.
+pub fn cidr(c: Cidr) -> Ipv4Cidr {
     let [a, b, c4, d] = c.addr.octets();
     Ipv4Cidr::new(Ipv4Address::new(a, b, c4, d), c.prefix_len)
 }
@@ -70,104 +69,25 @@ pub fn run(
         .map_err(|e| e.to_string())?;
     on_ready();
 
-    let mut idle_state = IdleState::new(config.idle);
-    while !stopping(stop) {
-        let now = Instant::now();
-        let unix = unix_now();
-        let ingress = table.poll_ingress(now, &mut device, INGRESS_BUDGET);
-        let served = table.serve(|conn| drive(conn, &mut engine, unix));
-        let egress = table.poll_egress(now, &mut device);
-        let progress = ingress == Poll::Progress || served > 0 || egress == Poll::Progress;
-
-        let stats = table.stats();
-        let info = engine.info_mut();
-        info.curr_connections = stats.active as u64;
-        info.total_connections = stats.accepted;
-        info.rejected_connections = stats.refused;
-        idle_state.maybe_sweep(&mut engine, unix);
-
-        if let Some(park) = idle_state.after_iteration(progress) {
-            let delay = table.poll_delay(Instant::now()).map_or(park, |d| {
-                std::time::Duration::from_micros(d.total_micros()).min(park)
-            });
-            if !delay.is_zero() {
-                device.wait(Some(delay)).map_err(|e| e.to_string())?;
-            }
-        }
-    }
-    let tx = device.stats();
-    eprintln!("memspin: tap {} device counters: {tx:?}", config.iface);
+    serve_smoltcp(&mut device, &mut table, &mut engine, stop, config.idle)?;
+    eprintln!(
+        "memspin: tap {} device counters: {}",
+        config.iface,
+        device.report()
+    );
     eprintln!("memspin: connection table: {:?}", table.stats());
     report_final(&engine);
     Ok(())
 }
 
-/// Moves one connection's bytes: replies out first, then frames in — parsed in place from the
-/// socket's receive buffer, or assembled in the connection's input buffer when a frame is split
-/// across the ring's end or larger than the ring.
-fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
-    let client = &mut *conn.state;
-    let io = &mut conn.io;
-    loop {
-        while !client.pending_output().is_empty() {
-            match io.send_slice(client.pending_output()) {
-                Ok(0) => break,
-                Ok(n) => client.sent(n),
-                Err(_) => {
-                    io.abort();
-                    return;
-                }
-            }
-        }
-        if client.finished() {
-            io.close();
-            return;
-        }
-        if !client.may_execute() {
-            // Backlog or closing with replies still queued: wait for send space.
-            io.want_write();
-            return;
-        }
-        let queued = io.recv_queue();
-        if queued == 0 {
-            if !io.may_recv() {
-                // The peer closed its side and everything it sent was executed.
-                client.session.close();
-                continue;
-            }
-            if !client.pending_output().is_empty() {
-                io.want_write();
-            }
-            return;
-        }
-        if client.input.is_empty() {
-            let moved = io.recv(|buf| {
-                let outcome = client.execute_in_place(engine, buf, now);
-                if outcome.consumed < buf.len() && !outcome.close && client.may_execute() {
-                    // The next frame is incomplete in this contiguous slice: assemble it.
-                    client.input.extend(&buf[outcome.consumed..]);
-                    (buf.len(), ())
-                } else {
-                    (outcome.consumed, ())
-                }
-            });
-            if moved.is_err() {
-                io.abort();
-                return;
-            }
-        } else {
-            // Top up exactly what the pending frame needs, so the connection returns to
-            // in-place parsing as soon as the frame is complete.
-            let want = client.needed.max(1).min(queued);
-            let spare = client.input.spare(want);
-            match io.recv_slice(&mut spare[..want]) {
-                Ok(n) => client.input.filled(n),
-                Err(_) => {
-                    io.abort();
-                    return;
-                }
-            }
-            client.execute_buffered(engine, now);
-        }
+impl Queue for TapDevice {
+    fn wait(&mut self, timeout: Duration) -> Result<(), String> {
+        TapDevice::wait(self, Some(timeout))
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn report(&mut self) -> String {
+        format!("{:?}", self.stats())
     }
 }
