@@ -506,11 +506,8 @@ impl Worker {
         let verify = sh.config.verify;
         let c = &mut self.conns[i];
         let (command, key, value_len) = if self.phase == Phase::Prefill {
-            let key = c
-                .ownership
-                .owned_keys(sh.config.keys)
-                .nth(c.prefill_sent as usize)
-                .expect("prefill key");
+            let (first, step, _) = prefill_share(c.index, sh.config.connections, sh.config.keys);
+            let key = first + c.prefill_sent * step;
             c.prefill_sent += 1;
             self.stats.prefill_keys += 1;
             (Command::Set, key, c.picker.value_len())
@@ -564,16 +561,9 @@ impl Worker {
         match self.phase {
             Phase::Connect => {}
             Phase::Prefill => {
-                let keys = self.shared.config.keys;
-                while self.conns[i].inflight.len() < depth {
-                    let c = &self.conns[i];
-                    let owned = match c.ownership {
-                        Ownership::Shared => keys,
-                        Ownership::Owned { index, total } => (keys - index).div_ceil(total),
-                    };
-                    if c.prefill_sent >= owned {
-                        break;
-                    }
+                let cfg = &self.shared.config;
+                let (_, _, count) = prefill_share(self.conns[i].index, cfg.connections, cfg.keys);
+                while self.conns[i].inflight.len() < depth && self.conns[i].prefill_sent < count {
                     self.issue(i, now, now);
                 }
             }
@@ -892,17 +882,14 @@ impl Worker {
         for i in 0..self.conns.len() {
             self.refill(i, now);
         }
-        let keys = self.shared.config.keys;
+        let (connections, keys) = (self.shared.config.connections, self.shared.config.keys);
         loop {
             let now = self.shared.clock.now_ns();
             self.flush_dirty(now);
             let pending = self.conns.iter().any(|c| {
-                let owned = match c.ownership {
-                    Ownership::Shared => keys,
-                    Ownership::Owned { index, total } => (keys - index).div_ceil(total),
-                };
+                let (_, _, count) = prefill_share(c.index, connections, keys);
                 !c.inflight.is_empty()
-                    || (c.prefill_sent < owned && !matches!(c.state, ConnState::Down { .. }))
+                    || (c.prefill_sent < count && !matches!(c.state, ConnState::Down { .. }))
             });
             if !pending || self.shared.stop.load(Ordering::Relaxed) {
                 break;
@@ -1008,5 +995,49 @@ impl Worker {
             .drain(..)
             .filter(|&t| t >= t0 && t < t_end)
             .count() as u64;
+    }
+}
+
+/// The keys connection `index` of `connections` writes during prefill: `first`, `first + step`,
+/// ... (`count` of them). Every key is written by exactly one connection, the one that owns it
+/// under `--verify`.
+fn prefill_share(index: usize, connections: usize, keys: u64) -> (u64, u64, u64) {
+    let (first, step) = (index as u64, connections as u64);
+    let count = if first >= keys {
+        0
+    } else {
+        (keys - first).div_ceil(step)
+    };
+    (first, step, count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefill_shares_cover_every_key_once() {
+        for (connections, keys) in [(1, 10), (4, 10), (4, 3), (7, 1_000)] {
+            let mut seen = vec![0u32; keys as usize];
+            for index in 0..connections {
+                let (first, step, count) = prefill_share(index, connections, keys);
+                for n in 0..count {
+                    let k = first + n * step;
+                    assert_eq!(
+                        Ownership::Owned {
+                            index: index as u64,
+                            total: connections as u64
+                        }
+                        .place(k, keys),
+                        k
+                    );
+                    seen[k as usize] += 1;
+                }
+            }
+            assert!(
+                seen.iter().all(|&n| n == 1),
+                "{connections} conns, {keys} keys: {seen:?}"
+            );
+        }
     }
 }
