@@ -173,13 +173,21 @@ fn closed_loop_with_verify_has_no_mismatches_or_errors() {
 fn open_loop_rate_is_within_two_percent_of_the_target() {
     let _g = serial();
     let mc = Memcached::start();
+    // Prefill without --verify: regression test for every connection writing every key.
     let cfg = Config {
         rate: Some(5_000.0),
         duration: Duration::from_secs(3),
         warmup: Duration::from_millis(500),
+        prefill: true,
         ..config(&mc)
     };
     let r = run(&cfg).unwrap();
+    assert_eq!(
+        r.prefill.map(|p| (p.keys, p.errors)),
+        Some((2_000, 0)),
+        "each key written once"
+    );
+    assert_eq!(r.count(OpKind::GetMiss), 0, "{}", r.table());
     let ratio = r.achieved_rate() / 5_000.0;
     assert!(
         (ratio - 1.0).abs() <= 0.02,
@@ -198,6 +206,7 @@ fn open_loop_rate_is_within_two_percent_of_the_target() {
     let cfg = Config {
         arrival: ArrivalKind::Uniform,
         duration: Duration::from_secs(1),
+        prefill: false,
         ..cfg
     };
     let r = run(&cfg).unwrap();
