@@ -21,6 +21,14 @@ use serde::Serialize;
 use crate::histogram::{OpKind, Percentiles, hgrm};
 use crate::report::{Report, SCHEMA, Summary};
 
+/// Creates the folder `path` goes into, so `--json results/run.json` works in a fresh tree.
+fn make_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => fs::create_dir_all(dir),
+        _ => Ok(()),
+    }
+}
+
 /// Version tag of a sweep's JSON file.
 pub const SWEEP_SCHEMA: &str = "memspin-loadgen-sweep/1";
 
@@ -30,6 +38,7 @@ pub const SWEEP_SCHEMA: &str = "memspin-loadgen-sweep/1";
 /// The file system error.
 pub fn write_json(path: &Path, report: &Report) -> io::Result<()> {
     let text = serde_json::to_string_pretty(&report.summary()).map_err(io::Error::other)?;
+    make_parent(path)?;
     fs::write(path, text + "\n")
 }
 
@@ -55,6 +64,7 @@ pub fn write_sweep_json(path: &Path, reports: &[Report]) -> io::Result<()> {
         points: reports.iter().map(Report::summary).collect(),
     };
     let text = serde_json::to_string_pretty(&s).map_err(io::Error::other)?;
+    make_parent(path)?;
     fs::write(path, text + "\n")
 }
 
@@ -71,6 +81,7 @@ pub fn write_hgrm(prefix: &str, report: &Report) -> io::Result<Vec<PathBuf>> {
             return Ok(());
         }
         let path = PathBuf::from(format!("{prefix}-{name}.hgrm"));
+        make_parent(&path)?;
         fs::write(&path, hgrm(h))?;
         written.push(path);
         Ok(())
@@ -178,6 +189,7 @@ pub fn plot_percentiles(
     curves: &[(&str, &Histogram<u64>)],
 ) -> io::Result<()> {
     let format = PlotFormat::of(path).map_err(io::Error::other)?;
+    make_parent(path)?;
     register_font();
     let series: Series<'_> = curves
         .iter()
@@ -253,6 +265,7 @@ fn draw_percentiles<DB: DrawingBackend>(
 /// An unsupported extension or a drawing / file error.
 pub fn plot_sweep(path: &Path, reports: &[Report]) -> io::Result<()> {
     let format = PlotFormat::of(path).map_err(io::Error::other)?;
+    make_parent(path)?;
     register_font();
     let rows: Vec<(f64, Percentiles, Percentiles)> = reports
         .iter()
@@ -387,7 +400,7 @@ mod tests {
         for i in 1..=1_000u64 {
             h.record(i * 1_000).unwrap();
         }
-        let svg = dir.join("p.svg");
+        let svg = dir.join("new-folder").join("p.svg");
         plot_percentiles(&svg, "test", &[("service", &h)]).unwrap();
         let text = fs::read_to_string(&svg).unwrap();
         assert!(
