@@ -201,6 +201,13 @@ impl Report {
                     "GENERATOR COULD NOT KEEP UP: its own send lag p99 is {gen_p99_us:.0} µs (threshold {late_us:.0} µs); the corrected latency includes this delay"
                 ));
             }
+            if waited > 0.01 {
+                w.push(format!(
+                    "{} requests ({:.1} %) waited for a free connection slot (server stalled or saturated, or too few --connections × --pipeline); the corrected latency includes the wait",
+                    self.backpressured,
+                    waited * 100.0
+                ));
+            }
             if self.never_sent > 0 {
                 w.push(format!(
                     "{} requests due in the window were never sent",
@@ -807,6 +814,7 @@ mod tests {
         let mut t = threads(true);
         for s in &mut t {
             s.sent = 900; // 10 % short of the target
+            s.backpressured = 90;
             s.generator_lag = new_histogram();
             s.generator_lag.record(5_000_000).unwrap();
         }
@@ -820,6 +828,13 @@ mod tests {
             r.warnings
                 .iter()
                 .any(|w| w.starts_with("GENERATOR COULD NOT KEEP UP")),
+            "{:?}",
+            r.warnings
+        );
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w.contains("waited for a free connection slot")),
             "{:?}",
             r.warnings
         );
