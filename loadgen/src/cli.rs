@@ -55,7 +55,8 @@ pub enum ArrivalArg {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "memspin-loadgen", version, about, long_about = None)]
 pub struct Args {
-    /// Server to load (repeatable; connections are spread round-robin).
+    /// Server to load (repeatable: connection i talks to server i % servers, key k lives on
+    /// server k % servers).
     #[arg(
         short = 's',
         long = "server",

@@ -108,6 +108,9 @@ pub enum ConfigError {
     Threads,
     /// Fewer connections than threads (every thread needs one).
     Connections,
+    /// Several servers, and connections not a multiple of their number (keys are spread over
+    /// servers by `key % servers`, connections by `connection % servers`).
+    ConnectionsPerServer,
     /// Zero pipeline depth.
     Pipeline,
     /// A rate that is not a positive finite number.
@@ -136,6 +139,9 @@ impl fmt::Display for ConfigError {
             ConfigError::NoServers => f.write_str("at least one --server is needed"),
             ConfigError::Threads => f.write_str("--threads must be at least 1"),
             ConfigError::Connections => f.write_str("--connections must be at least --threads"),
+            ConfigError::ConnectionsPerServer => {
+                f.write_str("with several --server, --connections must be a multiple of their number")
+            }
             ConfigError::Pipeline => f.write_str("--pipeline must be at least 1"),
             ConfigError::Rate => f.write_str("--rate must be a positive number"),
             ConfigError::Duration => f.write_str("--duration must be positive"),
@@ -151,7 +157,7 @@ impl fmt::Display for ConfigError {
                 )
             }
             ConfigError::FewerKeysThanConnections => {
-                f.write_str("--verify and --prefill need at least as many --keys as --connections")
+                f.write_str("--verify, --prefill and several --server need at least as many --keys as --connections")
             }
             ConfigError::Cpus => f.write_str("--cpus needs at least one core"),
             ConfigError::Keyspace(e) => e.fmt(f),
@@ -205,6 +211,9 @@ impl Config {
         if self.connections < self.threads {
             return Err(ConfigError::Connections);
         }
+        if !self.connections.is_multiple_of(self.servers.len()) {
+            return Err(ConfigError::ConnectionsPerServer);
+        }
         if self.pipeline == 0 {
             return Err(ConfigError::Pipeline);
         }
@@ -229,7 +238,9 @@ impl Config {
         if self.verify && self.value_min < verify::HEADER_LEN {
             return Err(ConfigError::VerifyValueTooSmall);
         }
-        if (self.verify || self.prefill) && self.keys < self.connections as u64 {
+        if (self.verify || self.prefill || self.servers.len() > 1)
+            && self.keys < self.connections as u64
+        {
             return Err(ConfigError::FewerKeysThanConnections);
         }
         Keyspace::check(self.keys, self.key_size)?;
@@ -354,5 +365,18 @@ mod tests {
             ConfigError::Mix(MixError::GetRatio)
         );
         assert_eq!(bad(|c| c.cpus = Some(vec![])), ConfigError::Cpus);
+        fn two(c: &mut Config) {
+            c.servers.push(SocketAddr::from(([127, 0, 0, 1], 11212)));
+        }
+        assert_eq!(
+            bad(|c| {
+                two(c);
+                c.connections = 3
+            }),
+            ConfigError::ConnectionsPerServer
+        );
+        let mut ok = Config::default();
+        two(&mut ok);
+        assert_eq!(ok.check(), Ok(()));
     }
 }

@@ -312,10 +312,19 @@ impl Worker {
         let mut conns = Vec::new();
         for index in (id..cfg.connections).step_by(cfg.threads) {
             let server = cfg.servers[index % cfg.servers.len()];
+            let servers = cfg.servers.len() as u64;
             let ownership = if owned {
+                // A key belongs to one connection (and so to that connection's server).
                 Ownership::Owned {
                     index: index as u64,
                     total,
+                }
+            } else if servers > 1 {
+                // Keys are spread over the servers by `key % servers`, as a client library
+                // would; connection `i` talks to server `i % servers`.
+                Ownership::Owned {
+                    index: index as u64 % servers,
+                    total: servers,
                 }
             } else {
                 Ownership::Shared

@@ -330,3 +330,37 @@ fn no_server_is_a_start_up_error() {
         ),
     }
 }
+
+/// `curr_items` from memcached's `stats`.
+fn curr_items(addr: SocketAddr) -> u64 {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"stats\r\n").unwrap();
+    let reader = BufReader::new(s);
+    for line in reader.lines() {
+        let line = line.unwrap();
+        if let Some(v) = line.strip_prefix("STAT curr_items ") {
+            return v.trim().parse().unwrap();
+        }
+        assert_ne!(line, "END", "no curr_items in stats");
+    }
+    panic!("stats ended early");
+}
+
+#[test]
+fn two_servers_split_the_keys_and_every_get_finds_its_key() {
+    let _g = serial();
+    let (a, b) = (Memcached::start(), Memcached::start());
+    let cfg = Config {
+        servers: vec![a.addr, b.addr],
+        prefill: true,
+        get_ratio: 1.0,
+        duration: Duration::from_secs(1),
+        ..config(&a)
+    };
+    let r = run(&cfg).unwrap();
+    assert!(r.count(OpKind::GetHit) > 1_000, "{}", r.table());
+    assert_eq!(r.count(OpKind::GetMiss), 0, "{}", r.table());
+    assert_eq!(r.errors.total(), 0, "{}", r.table());
+    assert_eq!((curr_items(a.addr), curr_items(b.addr)), (1_000, 1_000));
+}
