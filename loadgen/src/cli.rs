@@ -53,7 +53,7 @@ pub enum ArrivalArg {
 /// with --rate it sends on a Poisson schedule and reports latency from the intended send time
 /// (corrected) as well as from the actual send (service time).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "memspin-loadgen", version, about, long_about = None)]
+#[command(name = "memspin-loadgen", version)]
 pub struct Args {
     /// Server to load (repeatable: connection i talks to server i % servers, key k lives on
     /// server k % servers).
@@ -133,7 +133,7 @@ pub struct Args {
     /// Write the JSON summary here (schema in loadgen/README.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write HdrHistogram percentile-distribution files PATH-<latency>-<op>.hgrm (values in ms).
+    /// Write HdrHistogram percentile-distribution files PATH-{corrected,service}-{all,get_hit,...}.hgrm (values in ms).
     #[arg(long, value_name = "PATH")]
     pub hgrm_prefix: Option<String>,
     /// Plot the percentile distribution (or, with --sweep, latency vs throughput): .svg or .png.
