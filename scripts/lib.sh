@@ -73,3 +73,19 @@ stop_server() {
   MEMSPIN_PIDS=()
   return "$status"
 }
+
+# veth_pair_create CLIENT_NS SERVER_NS CLIENT_IF SERVER_IF CLIENT_CIDR [QUEUES]: a veth pair
+# between two namespaces (made with ns_create, so removed on exit with everything in them):
+# CLIENT_IF in CLIENT_NS with CLIENT_CIDR, SERVER_IF in SERVER_NS without an address, for
+# memspin --net xdp to attach to; QUEUES rx and tx queues on each end (default 1). Transmit
+# checksum offload is turned off on the client end: its kernel would otherwise send TCP
+# segments with partial checksums (CHECKSUM_PARTIAL), which memspin verifies and drops.
+veth_pair_create() {
+  local cns=$1 sns=$2 cif=$3 sif=$4 cidr=$5 queues=${6:-1}
+  ip -n "$cns" link add "$cif" numtxqueues "$queues" numrxqueues "$queues" type veth \
+    peer name "$sif" numtxqueues "$queues" numrxqueues "$queues" netns "$sns"
+  ip -n "$cns" addr add "$cidr" dev "$cif"
+  ip -n "$cns" link set "$cif" up
+  ip -n "$sns" link set "$sif" up
+  ip netns exec "$cns" ethtool -K "$cif" tx off >/dev/null
+}
