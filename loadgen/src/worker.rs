@@ -955,10 +955,14 @@ impl Worker {
                 self.ended = true;
                 self.t_end = self.t_end.min(now);
                 self.drain_deadline = now + timeout_ns;
-                // Arrivals still waiting at the end of the window are never sent.
+                // Arrivals due before the end that this loop had not reached yet go out now if a
+                // slot is free (late, and counted so); whatever still waits is never sent.
+                let fresh_from = self.generate(now);
+                if self.open_loop {
+                    self.dispatch(now, fresh_from);
+                }
                 self.drop_backlog();
-            }
-            if !self.ended {
+            } else if !self.ended {
                 let fresh_from = self.generate(now);
                 if self.open_loop {
                     self.dispatch(now, fresh_from);
