@@ -110,7 +110,9 @@ impl Report {
         let mut prefill_keys = 0;
         let mut prefill_errors = 0;
         let mut thread_rate = 0.0;
+        let mut unpinned = Vec::new();
         for t in threads {
+            unpinned.extend(t.pin_failed);
             r.service.merge(&t.service);
             if let Some(c) = r.corrected.as_mut() {
                 c.merge(&t.corrected);
@@ -148,6 +150,11 @@ impl Report {
             });
         }
         r.warnings = r.find_warnings();
+        if !unpinned.is_empty() {
+            r.warnings.push(format!(
+                "threads could not be pinned to cores {unpinned:?} (not in this process's CPU set?)"
+            ));
+        }
         r
     }
 

@@ -149,6 +149,8 @@ pub struct ThreadStats {
     pub prefill_keys: u64,
     /// Prefill: keys not confirmed stored.
     pub prefill_errors: u64,
+    /// The core this thread was asked to run on and could not be pinned to.
+    pub pin_failed: Option<usize>,
 }
 
 impl ThreadStats {
@@ -173,6 +175,7 @@ impl ThreadStats {
             window_end_ns: 0,
             prefill_keys: 0,
             prefill_errors: 0,
+            pin_failed: None,
         }
     }
 }
@@ -261,9 +264,9 @@ pub(crate) fn worker_main(
     shared: Arc<Shared>,
     ticks: Sender<Tick>,
 ) -> ThreadStats {
-    if let Some(core) = core {
-        core_affinity::set_for_current(core);
-    }
+    let pin_failed = core
+        .filter(|&c| !core_affinity::set_for_current(c))
+        .map(|c| c.id);
     sys::tighten_timer_slack();
     let mut w = match Worker::new(id, shared.clone(), ticks) {
         Ok(w) => Some(w),
@@ -282,6 +285,7 @@ pub(crate) fn worker_main(
     let Some(mut w) = w.filter(|_| !shared.abort.load(Ordering::SeqCst)) else {
         return ThreadStats::new();
     };
+    w.stats.pin_failed = pin_failed;
     if shared.config.prefill {
         w.prefill();
     }
