@@ -82,3 +82,55 @@ pub fn sweep_table(reports: &[Report]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::histogram::OpKind;
+    use crate::output::plot_sweep;
+    use crate::worker::ThreadStats;
+
+    /// A report of an open-loop run at `rate` that sent `sent` requests in 1 s with corrected
+    /// latencies around `us` µs.
+    fn point(rate: f64, sent: u64, us: u64) -> Report {
+        let mut t = ThreadStats::new();
+        for i in 0..sent {
+            t.corrected.record(OpKind::GetHit, us * 1_000 + i);
+            t.service.record(OpKind::GetHit, us * 500);
+        }
+        t.counts[OpKind::GetHit.index()] = sent;
+        (t.scheduled, t.sent, t.window_end_ns, t.thread_rate) = (sent, sent, 1_000_000_000, rate);
+        let cfg = Config {
+            rate: Some(rate),
+            duration: Duration::from_secs(1),
+            ..Config::default()
+        };
+        Report::from_threads(&cfg, vec![t], None)
+    }
+
+    #[test]
+    fn table_has_one_row_per_rate_with_achieved_rate_and_corrected_percentiles() {
+        let reports = [point(1_000.0, 1_000, 50), point(4_000.0, 3_000, 900)];
+        let table = sweep_table(&reports);
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        assert_eq!(&rows[0][..3], ["1000", "1000", "1.000"], "{table}");
+        assert_eq!(&rows[1][..3], ["4000", "3000", "0.750"], "{table}");
+        let p50: f64 = rows[1][3].parse().unwrap();
+        assert!((900.0..=902.0).contains(&p50), "{table}");
+        assert!(table.lines().next().unwrap().contains("p99.9 µs"));
+
+        let dir = std::env::temp_dir().join(format!("loadgen-sweep-{}", std::process::id()));
+        for name in ["sweep.svg", "sweep.png"] {
+            plot_sweep(&dir.join(name), &reports).unwrap();
+            assert!(std::fs::metadata(dir.join(name)).unwrap().len() > 1_000);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
