@@ -355,7 +355,9 @@ fn y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     if hi <= 0.0 {
         return (1.0, 10.0);
     }
-    ((lo * 0.8).max(0.01), (hi * 1.25).max(lo * 2.0))
+    // Headroom above the data (a factor of 5 on the log axis) keeps the legend, drawn in the
+    // upper left, clear of the curves.
+    ((lo * 0.8).max(0.01), (hi * 5.0).max(lo * 10.0))
 }
 
 /// `0` → "0%", `1` → "90%", `2` → "99%", `3` → "99.9%".
