@@ -32,6 +32,10 @@ pub struct LinkConfig {
     pub host_ip: Option<Ipv4Cidr>,
     /// IP MTU to set; `None` keeps the device's MTU (1500 for a new TAP).
     pub mtu: Option<u32>,
+    /// Frames the kernel queues for us before it drops (`txqueuelen`); `None` keeps the
+    /// device's (1000 for a new TAP). A burst from thousands of clients overflows 1000 frames,
+    /// and each dropped segment then waits for the client's retransmission timer.
+    pub tx_queue_len: Option<u32>,
 }
 
 /// The step of [`configure`] that failed.
@@ -55,6 +59,8 @@ pub enum LinkOp {
     GetFlags,
     /// `SIOCSIFFLAGS` (bringing the link up).
     SetFlags,
+    /// `SIOCSIFTXQLEN`.
+    SetTxQueueLen,
 }
 
 /// A link setup error; carries the device name.
@@ -94,6 +100,7 @@ impl fmt::Display for LinkError {
                     LinkOp::SetNetmask => "SIOCSIFNETMASK",
                     LinkOp::GetFlags => "SIOCGIFFLAGS",
                     LinkOp::SetFlags => "SIOCSIFFLAGS",
+                    LinkOp::SetTxQueueLen => "SIOCSIFTXQLEN",
                 };
                 write!(
                     f,
@@ -155,6 +162,14 @@ pub fn configure(name: &str, config: &LinkConfig) -> Result<(), LinkError> {
             libc::c_int::try_from(mtu).map_err(|_| fail(LinkOp::SetMtu, libc::EINVAL))?;
         sys::ioctl_ifreq(&sock, libc::SIOCSIFMTU as libc::Ioctl, &mut req)
             .map_err(|e| fail(LinkOp::SetMtu, e))?;
+    }
+    if let Some(len) = config.tx_queue_len {
+        let mut req = sys::ifreq(&name);
+        // `ifr_qlen` is the union's int member, which libc names `ifru_ifindex`.
+        req.ifr_ifru.ifru_ifindex =
+            libc::c_int::try_from(len).map_err(|_| fail(LinkOp::SetTxQueueLen, libc::EINVAL))?;
+        sys::ioctl_ifreq(&sock, libc::SIOCSIFTXQLEN as libc::Ioctl, &mut req)
+            .map_err(|e| fail(LinkOp::SetTxQueueLen, e))?;
     }
     if let Some(cidr) = config.host_ip {
         let mut req = sys::ifreq(&name);

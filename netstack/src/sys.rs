@@ -125,7 +125,7 @@ pub(crate) fn ioctl_ifreq(
     request: libc::Ioctl,
     req: &mut libc::ifreq,
 ) -> Result<(), i32> {
-    // SAFETY: every request passed here (TUNSETIFF, SIOC[GS]IF{FLAGS,MTU,ADDR,NETMASK})
+    // SAFETY: every request passed here (TUNSETIFF, SIOC[GS]IF{FLAGS,MTU,ADDR,NETMASK,TXQLEN})
     // reads and/or writes one `struct ifreq`, and `req` is a valid, exclusively borrowed
     // ifreq for the duration of the call.
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request, req as *mut libc::ifreq) };

@@ -143,6 +143,7 @@ fn kernel_client_echoes_through_tap_in_a_namespace() {
             &LinkConfig {
                 host_ip: Some(host_ip),
                 mtu: None,
+                tx_queue_len: None,
             },
         )
         .expect("configure");
@@ -263,6 +264,7 @@ fn multi_queue_device_has_one_fd_per_queue_and_goes_away() {
             &LinkConfig {
                 host_ip: None,
                 mtu: Some(9000),
+                tx_queue_len: None,
             },
         )
         .expect("configure");

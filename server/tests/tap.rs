@@ -112,3 +112,11 @@ fn the_ready_line_names_the_path() {
         server.ready_line
     );
 }
+
+#[test]
+fn ten_thousand_concurrent_connections_on_one_worker() {
+    let ns = Netns::new();
+    let server = start(&ns, &["-c", "10100", "-m", "256"]);
+    ns.enter();
+    check_many_connections(server.addr, 10_000);
+}

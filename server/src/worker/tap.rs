@@ -31,6 +31,14 @@ pub struct TapConfig {
     pub idle: Idle,
 }
 
+/// The TAP queue length for `conn_limit` clients: a few frames each (a request and an ACK in
+/// flight per connection), at least the kernel's default of 1000.
+pub fn tx_queue_len(conn_limit: usize) -> u32 {
+    u32::try_from(conn_limit.saturating_mul(4))
+        .unwrap_or(u32::MAX)
+        .clamp(1000, 1 << 16)
+}
+
 /// A locally administered unicast MAC derived from the server's address, so a restart keeps
 /// the same MAC and the kernel's neighbour entry stays valid.
 pub fn mac_for(ip: Cidr) -> [u8; 6] {
@@ -60,6 +68,7 @@ pub fn run(
         &LinkConfig {
             host_ip: config.host_ip.map(cidr),
             mtu: None,
+            tx_queue_len: Some(tx_queue_len(config.conn_limit)),
         },
     )
     .map_err(|e| e.to_string())?;
