@@ -57,7 +57,8 @@ pub(crate) const fn is_expired(exptime: u32, now: u64) -> bool {
     exptime != 0 && now >= exptime as u64
 }
 
-const fn clamp_u32(t: u64) -> u32 {
+/// `t` (unix seconds) as a `u32`, saturating (good until 2106).
+pub(crate) const fn clamp_u32(t: u64) -> u32 {
     if t > u32::MAX as u64 {
         u32::MAX
     } else {

@@ -1,7 +1,8 @@
 //! One cached item, and the bytes it is charged.
 //!
 //! Layout: the table's bucket holds a 32-byte [`Item`] (metadata plus a pointer to one heap
-//! block); the heap block holds `[key_len: u8][key][value]`. See the crate docs for why.
+//! block); the heap block holds `[cas: u64][key_len: u8][key][value]`. See the crate docs for
+//! why.
 
 use crate::expiry;
 
@@ -32,42 +33,56 @@ pub const fn malloc_chunk(len: usize) -> usize {
     }
 }
 
-/// Bytes an item is charged: its heap block `[key_len: u8][key][value]` as the allocator
-/// really sizes it ([`malloc_chunk`]).
+/// Where the heap block's parts start: the CAS (8 bytes, little-endian), then the key length.
+const CAS_LEN: usize = 8;
+const KEY_LEN_AT: usize = CAS_LEN;
+const KEY_AT: usize = KEY_LEN_AT + 1;
+
+/// Bytes an item is charged: its heap block `[cas: u64][key_len: u8][key][value]` as the
+/// allocator really sizes it ([`malloc_chunk`]).
 ///
-/// The per-item overhead is therefore 1 byte of key length plus the allocator's 8-byte
-/// header and rounding to 16 (9..=24 bytes; more only for blocks of 128 KiB and up, which
-/// are charged in whole pages). The item's 32-byte bucket in the hash table is not part of
-/// it: the table is charged as a whole, by capacity, in `heap_bytes`.
+/// The per-item overhead is therefore 9 bytes (the CAS and the key length) plus the
+/// allocator's 8-byte header and rounding to 16 (17..=32 bytes; more only for blocks of
+/// 128 KiB and up, which are charged in whole pages). The item's 32-byte bucket in the hash
+/// table is not part of it: the table is charged as a whole, by capacity, in `heap_bytes`.
 pub const fn item_size(key_len: usize, value_len: usize) -> usize {
-    malloc_chunk(key_len.saturating_add(value_len).saturating_add(1))
+    malloc_chunk(key_len.saturating_add(value_len).saturating_add(KEY_AT))
 }
 
 /// Two-bit clock counter (GCLOCK): 1 on insert, +1 per fetch up to 3, -1 per pass of the
 /// hand; the hand evicts an item it finds at 0.
-const CLOCK_MASK: u64 = 0b11;
+const CLOCK_MASK: u32 = 0b11;
 /// Set on the first fetch (get, touch); feeds `evicted_unfetched` and `expired_unfetched`.
-const FETCHED: u64 = 1 << 2;
+const FETCHED: u32 = 1 << 2;
 /// Meta protocol: the item was invalidated (`md <key> I`) and is served as stale.
-const STALE: u64 = 1 << 3;
+const STALE: u32 = 1 << 3;
 /// Meta protocol: a client has been handed the item's recache token (the `W` flag).
-const WIN_SENT: u64 = 1 << 4;
-/// The bits below the CAS.
-const LOW_BITS: u64 = CLOCK_MASK | FETCHED | STALE | WIN_SENT;
-/// The CAS occupies the bits above the counter and the flag bits (2^59 values per shard).
-const CAS_SHIFT: u32 = 5;
+const WIN_SENT: u32 = 1 << 4;
+/// The bits below the flush generation.
+const LOW_BITS: u32 = CLOCK_MASK | FETCHED | STALE | WIN_SENT;
+/// The flush generation occupies the bits above the counter and the flag bits.
+const GENERATION_SHIFT: u32 = 5;
+/// Flush generations count modulo 2^27 (see `Shard::flush_all` for the wrap).
+pub(crate) const GENERATION_MASK: u32 = u32::MAX >> GENERATION_SHIFT;
 
 /// One item as it sits in a hash-table bucket: 32 bytes, two to a cache line.
+///
+/// The bucket keeps what the clock hand and the expiry sweep decide on (expiry, flush
+/// generation, clock counter) and what every read updates (fetched bit, last access); the
+/// CAS, read and written only together with the key, sits in front of the key in the block.
 #[derive(Debug)]
 pub(crate) struct Item {
-    /// `[key_len: u8][key][value]`, allocated once on insert.
+    /// `[cas: u64 little-endian][key_len: u8][key][value]`, allocated once on insert.
     data: Box<[u8]>,
-    /// `cas << 5 | WIN_SENT | STALE | FETCHED | clock counter`.
-    meta: u64,
     /// 0 = never, else the first unix second at which the item is dead (see `expiry`).
     exptime: u32,
     /// The client's opaque flags.
     flags: u32,
+    /// The unix second of the last store, fetch or touch (clamped to `u32`, like `exptime`).
+    last_access: u32,
+    /// `generation << 5 | WIN_SENT | STALE | FETCHED | clock counter`; the item was stored
+    /// in flush generation `generation` and is flushed once the shard's generation moves on.
+    meta: u32,
 }
 
 /// Whether an item may still be served.
@@ -80,7 +95,8 @@ pub(crate) enum Liveness {
 
 impl Item {
     /// Builds an item from the parts of its value (`value_parts` are concatenated), in one
-    /// allocation. The caller has checked `1 <= key.len() <= MAX_KEY_LEN`.
+    /// allocation, in flush generation 0 with last access 0 (the shard stamps both when it
+    /// puts the item in its table). The caller has checked `1 <= key.len() <= MAX_KEY_LEN`.
     pub(crate) fn new(
         key: &[u8],
         value_parts: [&[u8]; 2],
@@ -89,41 +105,43 @@ impl Item {
         cas: u64,
     ) -> Item {
         debug_assert!(!key.is_empty() && key.len() <= MAX_KEY_LEN);
-        let len = 1 + key.len() + value_parts[0].len() + value_parts[1].len();
+        let len = KEY_AT + key.len() + value_parts[0].len() + value_parts[1].len();
         let mut data = Vec::with_capacity(len);
+        data.extend_from_slice(&cas.to_le_bytes());
         data.push(key.len() as u8);
         data.extend_from_slice(key);
         data.extend_from_slice(value_parts[0]);
         data.extend_from_slice(value_parts[1]);
         Item {
             data: data.into_boxed_slice(),
-            meta: (cas << CAS_SHIFT) | 1,
             exptime,
             flags,
+            last_access: 0,
+            meta: 1,
         }
     }
 
     #[inline]
     fn key_len(&self) -> usize {
-        usize::from(self.data[0])
+        usize::from(self.data[KEY_LEN_AT])
     }
 
     /// The key bytes.
     #[inline]
     pub(crate) fn key(&self) -> &[u8] {
-        &self.data[1..1 + self.key_len()]
+        &self.data[KEY_AT..KEY_AT + self.key_len()]
     }
 
     /// The value bytes.
     #[inline]
     pub(crate) fn value(&self) -> &[u8] {
-        &self.data[1 + self.key_len()..]
+        &self.data[KEY_AT + self.key_len()..]
     }
 
     /// The value bytes, for an in-place rewrite of the same length.
     #[inline]
     pub(crate) fn value_mut(&mut self) -> &mut [u8] {
-        let start = 1 + self.key_len();
+        let start = KEY_AT + self.key_len();
         &mut self.data[start..]
     }
 
@@ -135,12 +153,14 @@ impl Item {
 
     #[inline]
     pub(crate) fn cas(&self) -> u64 {
-        self.meta >> CAS_SHIFT
+        let mut bytes = [0u8; CAS_LEN];
+        bytes.copy_from_slice(&self.data[..CAS_LEN]);
+        u64::from_le_bytes(bytes)
     }
 
     #[inline]
     pub(crate) fn set_cas(&mut self, cas: u64) {
-        self.meta = (cas << CAS_SHIFT) | (self.meta & LOW_BITS);
+        self.data[..CAS_LEN].copy_from_slice(&cas.to_le_bytes());
     }
 
     #[inline]
@@ -158,9 +178,29 @@ impl Item {
         self.exptime = exptime;
     }
 
+    /// The unix second of the last store, fetch or touch.
+    #[inline]
+    pub(crate) fn last_access(&self) -> u32 {
+        self.last_access
+    }
+
+    /// The flush generation the item was stored in.
+    #[inline]
+    pub(crate) fn generation(&self) -> u32 {
+        self.meta >> GENERATION_SHIFT
+    }
+
+    /// Stamps an item entering the table: the shard's flush generation and the time.
+    #[inline]
+    pub(crate) fn stamp(&mut self, generation: u32, now: u64) {
+        debug_assert!(generation <= GENERATION_MASK);
+        self.meta = (generation << GENERATION_SHIFT) | (self.meta & LOW_BITS);
+        self.last_access = expiry::clamp_u32(now);
+    }
+
     /// The clock counter (0..=3).
     #[inline]
-    pub(crate) fn clock(&self) -> u64 {
+    pub(crate) fn clock(&self) -> u32 {
         self.meta & CLOCK_MASK
     }
 
@@ -199,19 +239,28 @@ impl Item {
         self.meta |= WIN_SENT;
     }
 
-    /// Records a client fetch: marks the item fetched and raises its clock counter.
+    /// Records a client fetch at `now`: marks the item fetched, raises its clock counter and
+    /// sets its last access.
     #[inline]
-    pub(crate) fn mark_fetched(&mut self) {
+    pub(crate) fn mark_fetched(&mut self, now: u64) {
         if self.meta & CLOCK_MASK != CLOCK_MASK {
             self.meta += 1;
         }
         self.meta |= FETCHED;
+        self.mark_accessed(now);
     }
 
-    /// Flushed wins over expired, as in memcached's `do_item_get`.
+    /// Sets the last access to `now` (a modification in place).
     #[inline]
-    pub(crate) fn liveness(&self, now: u64, flush_cas: u64) -> Liveness {
-        if self.cas() <= flush_cas {
+    pub(crate) fn mark_accessed(&mut self, now: u64) {
+        self.last_access = expiry::clamp_u32(now);
+    }
+
+    /// Flushed wins over expired, as in memcached's `do_item_get`. `generation` is the
+    /// shard's current flush generation: an item stored in any other one was flushed.
+    #[inline]
+    pub(crate) fn liveness(&self, now: u64, generation: u32) -> Liveness {
+        if self.generation() != generation {
             Liveness::Flushed
         } else if expiry::is_expired(self.exptime, now) {
             Liveness::Expired
@@ -279,19 +328,24 @@ mod tests {
     }
 
     #[test]
-    fn item_size_includes_key_len_byte_and_header() {
-        // key16/value32: 49 bytes + 8 header = 57, rounded to 64.
-        assert_eq!(item_size(16, 32), 64);
-        // 1 KiB value with a 16-byte key: 1041 + 8 = 1049 -> 1056.
-        assert_eq!(item_size(16, 1024), 1056);
+    fn item_size_includes_cas_key_len_byte_and_header() {
+        // key16/value32: 8 CAS + 1 + 48 = 57 bytes + 8 header = 65, rounded to 80.
+        assert_eq!(item_size(16, 32), 80);
+        // 1 KiB value with a 16-byte key: 1049 + 8 = 1057 -> 1072.
+        assert_eq!(item_size(16, 1024), 1072);
+        // 10 bytes + 8 header fits the 32-byte minimum chunk.
         assert_eq!(item_size(1, 0), 32);
+        assert_eq!(item_size(1, 14), 32);
+        assert_eq!(item_size(1, 15), 48);
         for k in 1..=MAX_KEY_LEN {
             for v in [0, 1, 7, 100, 1000] {
                 let s = item_size(k, v);
                 assert!(
-                    s >= k + v + 9 && s <= k + v + 1 + 8 + 15 + 16,
+                    s >= k + v + 17 && s <= k + v + 9 + 8 + 15 + 16,
                     "{k} {v} {s}"
                 );
+                let it = Item::new(&vec![b'k'; k], [&vec![b'v'; v], b""], 0, 0, 1);
+                assert_eq!(it.size(), s, "the block is what item_size charges");
             }
         }
     }
@@ -306,16 +360,18 @@ mod tests {
         assert_eq!(it.cas(), 42);
         assert_eq!(it.size(), item_size(3, 5));
         assert_eq!(it.clock(), 1);
+        assert_eq!((it.generation(), it.last_access()), (0, 0));
         assert!(!it.fetched());
         it.age();
         assert_eq!(it.clock(), 0);
         it.age();
         assert_eq!(it.clock(), 0, "saturates at 0");
-        for _ in 0..5 {
-            it.mark_fetched();
+        for t in 0..5 {
+            it.mark_fetched(1000 + t);
         }
         assert_eq!(it.clock(), 3, "saturates at 3");
         assert!(it.fetched());
+        assert_eq!(it.last_access(), 1004);
         it.age();
         assert_eq!(it.clock(), 2);
         it.set_cas(43);
@@ -323,17 +379,48 @@ mod tests {
         assert!(it.fetched());
         it.value_mut().copy_from_slice(b"VALUE");
         assert_eq!(it.value(), b"VALUE");
-        let big = Item::new(&[b'k'; MAX_KEY_LEN], [b"", b""], 0, 0, (1 << 59) - 1);
+        assert_eq!(it.key(), b"key", "the value rewrite leaves the key");
+        it.mark_accessed(2000);
+        assert_eq!(it.last_access(), 2000);
+        it.mark_accessed(u64::MAX);
+        assert_eq!(it.last_access(), u32::MAX, "clamped like an expiry");
+        let big = Item::new(&[b'k'; MAX_KEY_LEN], [b"", b""], 0, 0, u64::MAX);
         assert_eq!(big.key().len(), MAX_KEY_LEN);
         assert_eq!(big.value(), b"");
-        assert_eq!(big.cas(), (1 << 59) - 1);
+        assert_eq!(big.cas(), u64::MAX, "any client-chosen CAS fits");
         assert!(!big.stale() && !big.win_sent());
+        let zero = Item::new(b"z", [b"", b""], 0, 0, 0);
+        assert_eq!(zero.cas(), 0);
+    }
+
+    #[test]
+    fn stamp_sets_generation_and_access_and_keeps_the_bits() {
+        let mut it = Item::new(b"k", [b"v", b""], 0, 0, 7);
+        it.mark_fetched(5);
+        it.mark_win_sent();
+        it.stamp(GENERATION_MASK, 1_700_000_000);
+        assert_eq!(it.generation(), GENERATION_MASK);
+        assert_eq!(it.last_access(), 1_700_000_000);
+        assert!(it.fetched() && it.win_sent() && !it.stale());
+        assert_eq!(it.clock(), 2);
+        it.stamp(3, 9);
+        assert_eq!((it.generation(), it.last_access()), (3, 9));
+        for _ in 0..4 {
+            it.age();
+            it.mark_fetched(10);
+        }
+        assert_eq!(
+            it.generation(),
+            3,
+            "the clock counter never reaches the generation"
+        );
+        assert_eq!(it.cas(), 7);
     }
 
     #[test]
     fn stale_and_win_bits_survive_cas_changes_and_stay_apart() {
         let mut it = Item::new(b"k", [b"v", b""], 0, 0, 7);
-        it.mark_fetched();
+        it.mark_fetched(1);
         it.mark_win_sent();
         assert!(it.win_sent() && !it.stale());
         it.set_cas(8);
@@ -344,19 +431,29 @@ mod tests {
             "invalidating hands the token out again"
         );
         it.mark_win_sent();
-        it.set_cas((1 << 59) - 1);
-        assert_eq!(it.cas(), (1 << 59) - 1);
+        it.set_cas(u64::MAX);
+        assert_eq!(it.cas(), u64::MAX);
         assert!(it.stale() && it.win_sent() && it.fetched());
         assert_eq!(it.clock(), 2);
+        assert_eq!(it.key(), b"k");
+        assert_eq!(it.value(), b"v");
     }
 
     #[test]
     fn liveness_order() {
-        let it = Item::new(b"k", [b"v", b""], 0, 100, 5);
-        assert_eq!(it.liveness(99, 0), Liveness::Live);
-        assert_eq!(it.liveness(100, 0), Liveness::Expired);
-        assert_eq!(it.liveness(100, 5), Liveness::Flushed);
+        let mut it = Item::new(b"k", [b"v", b""], 0, 100, 5);
+        it.stamp(4, 0);
         assert_eq!(it.liveness(99, 4), Liveness::Live);
+        assert_eq!(it.liveness(100, 4), Liveness::Expired);
+        assert_eq!(it.liveness(100, 5), Liveness::Flushed);
+        assert_eq!(it.liveness(99, 5), Liveness::Flushed);
+        assert_eq!(
+            it.liveness(99, 3),
+            Liveness::Flushed,
+            "any other generation"
+        );
+        it.set_cas(0);
+        assert_eq!(it.liveness(99, 4), Liveness::Live, "the CAS plays no part");
     }
 
     #[test]

@@ -30,11 +30,17 @@
 //! # Memory layout
 //!
 //! The table is a hashbrown [`HashTable`](hashbrown::HashTable) of 32-byte items (two per
-//! cache line): a `Box<[u8]>` holding `[key_len: u8][key][value]`, the CAS (59 bits) with a
-//! fetched bit, the meta protocol's stale and recache-token bits and a 2-bit clock counter
-//! packed in one `u64`, and `u32` expiry and flags. Key and value are copied once, into that
-//! one heap block, when an item is stored; a GET hit walks control bytes → bucket → block and
-//! allocates nothing.
+//! cache line): a `Box<[u8]>` holding `[cas: u64][key_len: u8][key][value]`; `u32` expiry,
+//! flags and last-access second; and one `u32` packing the flush generation (27 bits) with a
+//! fetched bit, the meta protocol's stale and recache-token bits and a 2-bit clock counter.
+//! Key and value are copied once, into that one heap block, when an item is stored; a GET hit
+//! walks control bytes → bucket → block and allocates nothing.
+//!
+//! The CAS lives in the block, in front of the key, because it is a full 64-bit value (the
+//! meta protocol's `E` lets a client choose any) and is only ever read or written together
+//! with the key; the bucket keeps what the clock hand and the sweep decide on and what every
+//! read updates. The price is 8 bytes more per block than a CAS kept in the bucket, which
+//! [`item_size`] charges.
 //!
 //! The trade-off, against the alternatives considered:
 //! - *One block per item (chosen)*: one allocation per store, exact sizes, freeing is
@@ -82,9 +88,14 @@
 //! memcached's rules ([`Expiry`]): 0 never, up to [`REALTIME_MAXDELTA`] relative, above it
 //! absolute, negative or past absolute already expired. Dead items are found lazily (any
 //! access is a miss and reclaims them), by [`Shard::sweep_expired`] from an idle loop, and
-//! by the clock hand. Every modification takes a new CAS from a per-shard counter;
-//! [`Shard::flush_all`] records the last CAS issued (at its due time for a delayed flush),
-//! and every item at or below it is dead, which makes the flush O(1).
+//! by the clock hand. Every modification takes a new CAS from a per-shard counter, or the
+//! one a client chose ([`NewCas`]). Flushing does not look at CAS values: the shard counts
+//! flush generations, stamps each item with the one it was stored in, and
+//! [`Shard::flush_all`] (at its due time for a delayed flush) moves to the next generation,
+//! which makes every earlier item dead in O(1).
+//!
+//! Each item also keeps the second of its last store, fetch or touch
+//! ([`ItemView::last_access`]), for the meta protocol's `l` flag and `me`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -97,7 +108,7 @@ mod stats;
 pub use error::StoreError;
 pub use expiry::{Expiry, REALTIME_MAXDELTA};
 pub use item::{MAX_KEY_LEN, item_size, malloc_chunk};
-pub use shard::{Delta, ItemView, Shard, ShardConfig, StoreMode};
+pub use shard::{Delta, ItemView, NewCas, Shard, ShardConfig, StoreMode};
 pub use stats::ShardStats;
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Property tests: random operation sequences against a plain `HashMap` model.
 //!
 //! With a budget large enough that nothing is evicted, the shard must agree with the
-//! model on every result. With a small budget, the shard may forget items, but anything
+//! model on every result, CAS values (counted or client-chosen) and last-access times
+//! included. With a small budget, the shard may forget items, but anything
 //! it returns must be exactly what the model holds (a cache may lose data, never invent
 //! or resurrect it).
 
@@ -47,8 +48,10 @@ enum Op {
         flags: u32,
         exp: Exp,
         cas: Cas,
+        new_cas: NewCas,
     },
     Get(usize),
+    Peek(usize),
     Touch(usize, Exp),
     Delete(usize, Cas),
     IncrDecr {
@@ -57,6 +60,13 @@ enum Op {
         direction: Delta,
         create: Option<(u64, Exp)>,
         cas: Cas,
+        new_cas: NewCas,
+    },
+    Invalidate {
+        key: usize,
+        cas: Cas,
+        exp: Option<Exp>,
+        new_cas: NewCas,
     },
     FlushAll(Exp),
     Sweep(usize),
@@ -93,6 +103,17 @@ fn cas() -> impl Strategy<Value = Cas> {
     prop_oneof![6 => Just(Cas::None), 2 => Just(Cas::Current), 1 => Just(Cas::Wrong)]
 }
 
+/// Mostly the counter; sometimes a client's choice, low, high or 0.
+fn new_cas() -> impl Strategy<Value = NewCas> {
+    prop_oneof![
+        6 => Just(NewCas::Next),
+        1 => Just(NewCas::Given(0)),
+        2 => (1u64..4).prop_map(NewCas::Given),
+        1 => Just(NewCas::Given(u64::MAX)),
+        1 => any::<u64>().prop_map(NewCas::Given),
+    ]
+}
+
 fn value() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         4 => proptest::collection::vec(any::<u8>(), 0..24),
@@ -118,10 +139,19 @@ fn delta() -> impl Strategy<Value = u64> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (mode(), key_index(), value(), any::<u32>(), exp(), cas()).prop_map(
-            |(mode, key, value, flags, exp, cas)| Op::Store { mode, key, value, flags, exp, cas }
+        6 => (mode(), key_index(), value(), any::<u32>(), exp(), cas(), new_cas()).prop_map(
+            |(mode, key, value, flags, exp, cas, new_cas)| Op::Store {
+                mode,
+                key,
+                value,
+                flags,
+                exp,
+                cas,
+                new_cas
+            }
         ),
         5 => key_index().prop_map(Op::Get),
+        1 => key_index().prop_map(Op::Peek),
         2 => (key_index(), exp()).prop_map(|(k, e)| Op::Touch(k, e)),
         2 => (key_index(), cas()).prop_map(|(k, c)| Op::Delete(k, c)),
         3 => (
@@ -129,15 +159,20 @@ fn op() -> impl Strategy<Value = Op> {
             delta(),
             prop_oneof![Just(Delta::Incr), Just(Delta::Decr)],
             proptest::option::of((any::<u64>(), exp())),
-            cas()
+            cas(),
+            new_cas()
         )
-            .prop_map(|(key, delta, direction, create, cas)| Op::IncrDecr {
+            .prop_map(|(key, delta, direction, create, cas, new_cas)| Op::IncrDecr {
                 key,
                 delta,
                 direction,
                 create,
-                cas
+                cas,
+                new_cas
             }),
+        1 => (key_index(), cas(), proptest::option::of(exp()), new_cas()).prop_map(
+            |(key, cas, exp, new_cas)| Op::Invalidate { key, cas, exp, new_cas }
+        ),
         1 => exp().prop_map(Op::FlushAll),
         1 => prop_oneof![Just(3usize), Just(usize::MAX)].prop_map(Op::Sweep),
         4 => prop_oneof![6 => 0u64..3, 1 => Just(REALTIME_MAXDELTA as u64)].prop_map(Op::Advance),
@@ -151,6 +186,8 @@ struct MItem {
     /// Visible while `now < t`; `None` = never expires.
     dead_at: Option<u64>,
     cas: u64,
+    /// The second of the last store, fetch or touch.
+    last_access: u64,
 }
 
 /// The reference: a map of live items with memcached's rules written out plainly.
@@ -209,15 +246,21 @@ impl Model {
         match cas {
             Cas::None => 0,
             Cas::Current => current.unwrap_or(7),
-            Cas::Wrong => current.map_or(9, |c| c + 1_000_000),
+            Cas::Wrong => current.map_or(9, |c| if c == 9 { 10 } else { 9 }),
         }
     }
 
-    /// Checks a CAS the shard handed out and records it.
+    /// Checks a CAS the shard handed out: the counter's next one, or exactly the given one
+    /// (which leaves the counter alone).
     #[track_caller]
-    fn take_cas(&mut self, cas: u64) -> u64 {
-        assert!(cas > self.last_cas, "CAS {cas} after {}", self.last_cas);
-        self.last_cas = cas;
+    fn take_cas(&mut self, cas: u64, new_cas: NewCas) -> u64 {
+        match new_cas {
+            NewCas::Next => {
+                assert_eq!(cas, self.last_cas + 1, "the counter's next CAS");
+                self.last_cas = cas;
+            }
+            NewCas::Given(given) => assert_eq!(cas, given, "the given CAS"),
+        }
         cas
     }
 
@@ -252,6 +295,7 @@ impl Model {
                     flags,
                     dead_at,
                     cas: 0,
+                    last_access: now,
                 };
                 self.items.insert(key.to_vec(), item);
             }
@@ -272,13 +316,18 @@ impl Model {
             } else {
                 [value, &old.value[..]].concat()
             };
-            Some(MItem { value, ..old })
+            Some(MItem {
+                value,
+                last_access: now,
+                ..old
+            })
         } else {
             resolve(exptime, now).map(|dead_at| MItem {
                 value: value.to_vec(),
                 flags,
                 dead_at,
                 cas: 0,
+                last_access: now,
             })
         };
         match new {
@@ -295,12 +344,15 @@ impl Model {
     }
 }
 
-fn view(v: Option<ItemView<'_>>) -> Option<(Vec<u8>, u32, u64)> {
-    v.map(|v| (v.value.to_vec(), v.flags, v.cas))
+/// `(value, flags, cas, last access)`.
+type Seen = (Vec<u8>, u32, u64, u64);
+
+fn view(v: Option<ItemView<'_>>) -> Option<Seen> {
+    v.map(|v| (v.value.to_vec(), v.flags, v.cas, u64::from(v.last_access)))
 }
 
-fn mview(m: Option<&mut MItem>) -> Option<(Vec<u8>, u32, u64)> {
-    m.map(|m| (m.value.clone(), m.flags, m.cas))
+fn mview(m: Option<&mut MItem>) -> Option<Seen> {
+    m.map(|m| (m.value.clone(), m.flags, m.cas, m.last_access))
 }
 
 fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
@@ -322,15 +374,16 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 flags,
                 exp,
                 cas,
+                new_cas,
             } => {
                 let key = &keys[*key];
                 let cas = model.cas_value(*cas, key, now);
                 let exptime = exp.at(now);
                 let want = model.store(*mode, key, value, *flags, exptime, cas, now);
-                let got = shard.store(*mode, key, value, *flags, exptime, cas, now);
+                let got = shard.store_with(*mode, key, value, *flags, exptime, cas, *new_cas, now);
                 match (got, want) {
                     (Ok(c), Ok(())) => {
-                        let c = model.take_cas(c);
+                        let c = model.take_cas(c, *new_cas);
                         model.set_cas(key, c);
                     }
                     (got, want) => prop_assert_eq!(got.map(|_| ()), want, "{:?}", op),
@@ -340,7 +393,15 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 let key = &keys[*key];
                 gets += 1;
                 let want = mview(model.live(key, now));
+                if let Some(it) = model.live(key, now) {
+                    it.last_access = now;
+                }
                 prop_assert_eq!(view(shard.get(key, now)), want, "{:?}", op);
+            }
+            Op::Peek(key) => {
+                let key = &keys[*key];
+                let want = mview(model.live(key, now));
+                prop_assert_eq!(view(shard.peek(key, now)), want, "{:?}", op);
             }
             Op::Touch(key, exp) => {
                 let key = &keys[*key];
@@ -348,6 +409,7 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 let want = mview(model.live(key, now));
                 if let Some(it) = model.live(key, now) {
                     it.dead_at = resolve(exptime, now).unwrap_or(Some(now));
+                    it.last_access = now;
                 }
                 prop_assert_eq!(view(shard.touch(key, exptime, now)), want, "{:?}", op);
             }
@@ -374,11 +436,12 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 direction,
                 create,
                 cas,
+                new_cas,
             } => {
                 let key = &keys[*key];
                 let cas = model.cas_value(*cas, key, now);
                 let create = create.map(|(initial, exp)| (initial, exp.at(now)));
-                let got = shard.incr_decr(key, *delta, *direction, create, cas, now);
+                let got = shard.incr_decr_with(key, *delta, *direction, create, cas, *new_cas, now);
                 let want: Result<u64, StoreError> = if !key_ok(key) {
                     Err(StoreError::KeyTooLong)
                 } else {
@@ -391,6 +454,7 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                                     flags: 0,
                                     dead_at,
                                     cas: 0,
+                                    last_access: now,
                                 };
                                 model.items.insert(key.to_vec(), item);
                             }
@@ -406,6 +470,7 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                                 };
                                 let item = MItem {
                                     value: n.to_string().into_bytes(),
+                                    last_access: now,
                                     ..it
                                 };
                                 model.items.insert(key.to_vec(), item);
@@ -417,10 +482,42 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 match (got, want) {
                     (Ok((n, c)), Ok(m)) => {
                         prop_assert_eq!(n, m, "{:?}", op);
-                        let c = model.take_cas(c);
+                        let c = model.take_cas(c, *new_cas);
                         model.set_cas(key, c);
                     }
                     (got, want) => prop_assert_eq!(got.map(|(n, _)| n), want, "{:?}", op),
+                }
+            }
+            Op::Invalidate {
+                key,
+                cas,
+                exp,
+                new_cas,
+            } => {
+                let key = &keys[*key];
+                let cas = model.cas_value(*cas, key, now);
+                let exptime = exp.map(|exp| exp.at(now));
+                let got = shard.invalidate_with(key, cas, exptime, *new_cas, now);
+                let want = if !key_ok(key) {
+                    Err(StoreError::KeyTooLong)
+                } else {
+                    match model.live(key, now) {
+                        None => Err(StoreError::NotFound),
+                        Some(it) if cas != 0 && it.cas != cas => Err(StoreError::Exists),
+                        Some(it) => {
+                            if let Some(exptime) = exptime {
+                                it.dead_at = resolve(exptime, now).unwrap_or(Some(now));
+                            }
+                            Ok(())
+                        }
+                    }
+                };
+                match (got, want) {
+                    (Ok(c), Ok(())) => {
+                        let c = model.take_cas(c, *new_cas);
+                        model.set_cas(key, c);
+                    }
+                    (got, want) => prop_assert_eq!(got.map(|_| ()), want, "{:?}", op),
                 }
             }
             Op::FlushAll(exp) => {

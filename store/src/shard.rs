@@ -8,7 +8,7 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::error::StoreError;
 use crate::expiry::Expiry;
-use crate::item::{self, Item, Liveness, MAX_KEY_LEN};
+use crate::item::{self, GENERATION_MASK, Item, Liveness, MAX_KEY_LEN};
 use crate::stats::ShardStats;
 
 /// Sizes of one shard, from the server's command line.
@@ -46,6 +46,17 @@ pub enum Delta {
     Decr,
 }
 
+/// Where the new CAS of an item a call creates or modifies comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NewCas {
+    /// The next value of the shard's counter: what every protocol does by default.
+    Next,
+    /// This value, chosen by the client (meta protocol `E<token>`), whatever it is; the counter
+    /// is not advanced. CAS values play no part in `flush_all` or eviction, so any value is
+    /// safe; two items may then share a CAS, and a later counter value may be lower.
+    Given(u64),
+}
+
 /// A borrowed view of a live item, valid until the next call on the shard.
 #[derive(Debug, Clone, Copy)]
 pub struct ItemView<'a> {
@@ -57,12 +68,23 @@ pub struct ItemView<'a> {
     pub cas: u64,
     /// When the item expires: 0 = never, else the unix second from which it is dead.
     pub exptime: u32,
+    /// The unix second of the item's last store, fetch or touch before this call (clamped to
+    /// `u32`); see [`ItemView::idle_secs`].
+    pub last_access: u32,
     /// Whether a client had fetched the item (get, touch) before this call.
     pub fetched: bool,
     /// Meta protocol: the item was invalidated ([`Shard::invalidate`]) and is stale.
     pub stale: bool,
     /// Meta protocol: a client holds the item's recache token ([`Shard::claim_win`]).
     pub win_sent: bool,
+}
+
+impl ItemView<'_> {
+    /// Seconds since the item's last access as of `now` (0 if the clock went back): the meta
+    /// protocol's `l` flag and `me`'s `la`.
+    pub fn idle_secs(&self, now: u64) -> u64 {
+        now.saturating_sub(u64::from(self.last_access))
+    }
 }
 
 /// Why an item leaves the table, for the counters.
@@ -99,10 +121,11 @@ pub struct Shard {
     table_bytes: usize,
     /// hashbrown's control-group width on this target (16 with SSE2, 8 otherwise).
     group_width: usize,
-    /// The last CAS handed out.
+    /// The last CAS the counter handed out.
     last_cas: u64,
-    /// Items with `cas <= flush_cas` were flushed.
-    flush_cas: u64,
+    /// The flush generation: items stored in any other one were flushed. Counts `flush_all`s
+    /// (applied ones) modulo 2^27.
+    generation: u32,
     /// A delayed `flush_all` takes effect at this unix time.
     pending_flush_at: Option<u64>,
     /// The clock hand (a bucket index).
@@ -134,7 +157,7 @@ impl Shard {
             table_bytes: 0,
             group_width,
             last_cas: 0,
-            flush_cas: 0,
+            generation: 0,
             pending_flush_at: None,
             hand: 0,
             sweep_hand: 0,
@@ -164,8 +187,9 @@ impl Shard {
         self.table.is_empty()
     }
 
-    /// Looks a key up; a hit marks the item fetched (raising its clock counter) and
-    /// allocates nothing.
+    /// Looks a key up; a hit marks the item fetched (raising its clock counter), records the
+    /// access time and allocates nothing. The view reports the item as it was before this
+    /// call (`fetched`, `last_access`).
     ///
     /// Counts `get_hits`, or `get_misses` plus `get_expired`/`get_flushed` for a dead item
     /// (which is reclaimed on the spot).
@@ -180,7 +204,7 @@ impl Shard {
             &mut self.table,
             &mut self.stats,
             self.table_bytes,
-            self.flush_cas,
+            self.generation,
             hash,
             key,
             now,
@@ -189,10 +213,11 @@ impl Shard {
             Ok(entry) => {
                 self.stats.get_hits += 1;
                 let item = entry.into_mut();
-                let fetched = item.fetched();
-                item.mark_fetched();
+                let (fetched, last_access) = (item.fetched(), item.last_access());
+                item.mark_fetched(now);
                 Some(ItemView {
                     fetched,
+                    last_access,
                     ..view(item)
                 })
             }
@@ -212,7 +237,9 @@ impl Shard {
     }
 
     /// TOUCH / GAT: gives a live item a new expiry (`exptime` as in [`Shard::store`]) and
-    /// returns it. The CAS is kept, as memcached does. Counts `touch_hits`/`touch_misses`.
+    /// returns it, marked fetched and accessed as [`Shard::get`] does (the view reports the item
+    /// as it was before). The CAS is kept, as memcached does. Counts
+    /// `touch_hits`/`touch_misses`.
     ///
     /// An `exptime` that is already expired still returns the item this once; it is
     /// invisible from then on.
@@ -227,7 +254,7 @@ impl Shard {
             &mut self.table,
             &mut self.stats,
             self.table_bytes,
-            self.flush_cas,
+            self.generation,
             hash,
             key,
             now,
@@ -237,10 +264,11 @@ impl Shard {
                 self.stats.touch_hits += 1;
                 let item = entry.into_mut();
                 item.set_exptime(Expiry::resolve(exptime, now).encode(now));
-                let fetched = item.fetched();
-                item.mark_fetched();
+                let (fetched, last_access) = (item.fetched(), item.last_access());
+                item.mark_fetched(now);
                 Some(ItemView {
                     fetched,
+                    last_access,
                     ..view(item)
                 })
             }
@@ -251,8 +279,9 @@ impl Shard {
         }
     }
 
-    /// Looks a key up without touching it: no fetched mark, no clock bump, no counters (a
-    /// dead item found is still reclaimed). For the meta protocol's `u` flag and `me`.
+    /// Looks a key up without touching it: no fetched mark, no clock bump, no access time, no
+    /// counters (a dead item found is still reclaimed). For the meta protocol's `u` flag and
+    /// `me`.
     pub fn peek(&mut self, key: &[u8], now: u64) -> Option<ItemView<'_>> {
         self.advance(now);
         check_key(key).ok()?;
@@ -263,7 +292,7 @@ impl Shard {
 
     /// Meta protocol `md <key> I`: marks a live item stale instead of removing it, hands its
     /// recache token out again, gives it a new CAS (returned) and, with `exptime`, a new
-    /// expiry. `cas != 0` must match the item's CAS.
+    /// expiry. `cas != 0` must match the item's CAS. The access time is kept.
     ///
     /// # Errors
     ///
@@ -276,6 +305,23 @@ impl Shard {
         exptime: Option<i64>,
         now: u64,
     ) -> Result<u64, StoreError> {
+        self.invalidate_with(key, cas, exptime, NewCas::Next, now)
+    }
+
+    /// [`Shard::invalidate`], with the item's new CAS taken from `new_cas` (meta protocol
+    /// `md ... I E<token>`); returns that CAS.
+    ///
+    /// # Errors
+    ///
+    /// As [`Shard::invalidate`].
+    pub fn invalidate_with(
+        &mut self,
+        key: &[u8],
+        cas: u64,
+        exptime: Option<i64>,
+        new_cas: NewCas,
+        now: u64,
+    ) -> Result<u64, StoreError> {
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
@@ -283,19 +329,23 @@ impl Shard {
             self.stats.delete_misses += 1;
             return Err(StoreError::NotFound);
         };
-        let new_cas = self.last_cas + 1;
+        if cas != 0
+            && self
+                .table
+                .get_bucket(index)
+                .is_some_and(|it| it.cas() != cas)
+        {
+            return Err(StoreError::Exists);
+        }
+        let new_cas = self.take_cas(new_cas);
         let Some(item) = self.table.get_bucket_mut(index) else {
             return Err(StoreError::NotFound);
         };
-        if cas != 0 && item.cas() != cas {
-            return Err(StoreError::Exists);
-        }
         item.mark_stale();
         item.set_cas(new_cas);
         if let Some(exptime) = exptime {
             item.set_exptime(Expiry::resolve(exptime, now).encode(now));
         }
-        self.last_cas = new_cas;
         Ok(new_cas)
     }
 
@@ -352,6 +402,27 @@ impl Shard {
         cas: u64,
         now: u64,
     ) -> Result<u64, StoreError> {
+        self.store_with(mode, key, value, flags, exptime, cas, NewCas::Next, now)
+    }
+
+    /// [`Shard::store`], with the stored item's CAS taken from `new_cas` (meta protocol
+    /// `ms ... E<token>`); returns that CAS.
+    ///
+    /// # Errors
+    ///
+    /// As [`Shard::store`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn store_with(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        cas: u64,
+        new_cas: NewCas,
+        now: u64,
+    ) -> Result<u64, StoreError> {
         self.advance(now);
         check_key(key)?;
         let extends = matches!(mode, StoreMode::Append | StoreMode::Prepend);
@@ -368,7 +439,7 @@ impl Shard {
                 return Err(StoreError::NotStored);
             }
             let expiry = Expiry::resolve(exptime, now);
-            let new_cas = self.next_cas();
+            let new_cas = self.take_cas(new_cas);
             if expiry == Expiry::Expired {
                 self.stats.total_items += 1;
                 return Ok(new_cas);
@@ -404,11 +475,11 @@ impl Shard {
                     self.stats.cas_hits += 1;
                 }
                 self.stats.total_items += 1;
-                return Ok(self.next_cas());
+                return Ok(self.take_cas(new_cas));
             }
             Item::new(key, [value, b""], flags, expiry.encode(now), 0)
         };
-        let new_cas = self.next_cas();
+        let new_cas = self.take_cas(new_cas);
         item.set_cas(new_cas);
         self.put(hash, Some(index), item, now)?;
         if cas != 0 {
@@ -459,7 +530,6 @@ impl Shard {
     /// - [`StoreError::NonNumeric`]: the value is not ASCII digits whose value fits a `u64`.
     /// - [`StoreError::KeyTooLong`], [`StoreError::TooLarge`], [`StoreError::OutOfMemory`]
     ///   as for [`Shard::store`].
-    #[allow(clippy::too_many_arguments)]
     pub fn incr_decr(
         &mut self,
         key: &[u8],
@@ -467,6 +537,26 @@ impl Shard {
         direction: Delta,
         create: Option<(u64, i64)>,
         cas: u64,
+        now: u64,
+    ) -> Result<(u64, u64), StoreError> {
+        self.incr_decr_with(key, delta, direction, create, cas, NewCas::Next, now)
+    }
+
+    /// [`Shard::incr_decr`], with the item's new CAS taken from `new_cas` (meta protocol
+    /// `ma ... E<token>`); returns `(new value, that CAS)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Shard::incr_decr`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn incr_decr_with(
+        &mut self,
+        key: &[u8],
+        delta: u64,
+        direction: Delta,
+        create: Option<(u64, i64)>,
+        cas: u64,
+        new_cas: NewCas,
         now: u64,
     ) -> Result<(u64, u64), StoreError> {
         self.advance(now);
@@ -484,7 +574,7 @@ impl Shard {
             let text = item::format_decimal(initial, &mut digits);
             self.check_size(key.len(), text.len())?;
             let expiry = Expiry::resolve(exptime, now);
-            let new_cas = self.next_cas();
+            let new_cas = self.take_cas(new_cas);
             self.stats.total_items += 1;
             if expiry != Expiry::Expired {
                 let item = Item::new(key, [text, b""], 0, expiry.encode(now), new_cas);
@@ -506,18 +596,19 @@ impl Shard {
         let text = item::format_decimal(next, &mut digits);
         if text.len() == old.value().len() {
             // Same length: rewrite in place, no allocation.
-            let new_cas = self.next_cas();
+            let new_cas = self.take_cas(new_cas);
             let Some(item) = self.table.get_bucket_mut(index) else {
                 return Err(StoreError::NotFound);
             };
             item.value_mut().copy_from_slice(text);
             item.set_cas(new_cas);
+            item.mark_accessed(now);
             self.count_delta_hit(direction);
             return Ok((next, new_cas));
         }
         self.check_size(key.len(), text.len())?;
         let mut item = Item::new(key, [text, b""], old.flags(), old.exptime(), 0);
-        let new_cas = self.next_cas();
+        let new_cas = self.take_cas(new_cas);
         item.set_cas(new_cas);
         self.put(hash, Some(index), item, now)?;
         self.count_delta_hit(direction);
@@ -528,16 +619,16 @@ impl Shard {
     /// invisible at that time. `delay` follows the `exptime` rules; 0 (or anything already
     /// past) flushes now. A later call replaces a pending delayed flush.
     ///
-    /// Takes O(1): flushed items are reclaimed lazily (on access, by the sweep, by the
-    /// clock hand).
+    /// Takes O(1): the shard moves to its next flush generation, which makes every item
+    /// stored in an earlier one dead (whatever its CAS, client-chosen ones included); they are
+    /// reclaimed lazily (on access, by the sweep, by the clock hand). Generations count
+    /// modulo 2^27: the flush that wraps the count reclaims every item at once (all are dead
+    /// then), so no item can outlive a flush and return 2^27 flushes later.
     pub fn flush_all(&mut self, delay: i64, now: u64) {
         self.advance(now);
         match Expiry::resolve(delay, now) {
             Expiry::At(at) if at > now => self.pending_flush_at = Some(at),
-            _ => {
-                self.flush_cas = self.last_cas;
-                self.pending_flush_at = None;
-            }
+            _ => self.apply_flush(),
         }
     }
 
@@ -563,7 +654,7 @@ impl Shard {
                 continue;
             };
             examined += 1;
-            if item.liveness(now, self.flush_cas) != Liveness::Live {
+            if item.liveness(now, self.generation) != Liveness::Live {
                 self.remove_at(index, Removal::Reclaimed);
                 reclaimed += 1;
             }
@@ -595,8 +686,16 @@ impl Shard {
             self.config.memory_limit_bytes
         );
         for it in self.table.iter() {
-            assert!(it.cas() <= self.last_cas && it.cas() > 0, "cas");
+            assert!(it.generation() <= self.generation, "generation");
         }
+    }
+
+    /// Jumps the flush generation forward, as `generation - current` immediate flushes
+    /// that reclaimed nothing would (tests only: 2^27 real flushes take too long).
+    #[cfg(test)]
+    pub(crate) fn skip_to_generation(&mut self, generation: u32) {
+        assert!(self.generation < generation && generation <= GENERATION_MASK);
+        self.generation = generation;
     }
 
     /// How many times the table was rebuilt at the same size (tests only).
@@ -620,15 +719,34 @@ impl Shard {
         if let Some(at) = self.pending_flush_at
             && now >= at
         {
-            self.flush_cas = self.last_cas;
-            self.pending_flush_at = None;
+            self.apply_flush();
         }
     }
 
+    /// Flushes now: moves to the next flush generation. On a wrap of the count, items of
+    /// the generation now reused may still wait to be reclaimed; every item is dead at this
+    /// point, so all are reclaimed at once (O(n), once per 2^27 flushes).
+    fn apply_flush(&mut self) {
+        self.pending_flush_at = None;
+        self.generation = (self.generation + 1) & GENERATION_MASK;
+        if self.generation == 0 {
+            let table_bytes = self.table_bytes;
+            for item in self.table.drain() {
+                account_removed(&mut self.stats, table_bytes, &item, Removal::Reclaimed);
+            }
+        }
+    }
+
+    /// The CAS for an item this call creates or modifies.
     #[inline]
-    fn next_cas(&mut self) -> u64 {
-        self.last_cas += 1;
-        self.last_cas
+    fn take_cas(&mut self, new_cas: NewCas) -> u64 {
+        match new_cas {
+            NewCas::Next => {
+                self.last_cas += 1;
+                self.last_cas
+            }
+            NewCas::Given(cas) => cas,
+        }
     }
 
     fn count_delta_hit(&mut self, direction: Delta) {
@@ -659,7 +777,7 @@ impl Shard {
             &mut self.table,
             &mut self.stats,
             self.table_bytes,
-            self.flush_cas,
+            self.generation,
             hash,
             key,
             now,
@@ -684,9 +802,10 @@ impl Shard {
         &mut self,
         hash: u64,
         existing: Option<usize>,
-        item: Item,
+        mut item: Item,
         now: u64,
     ) -> Result<(), StoreError> {
+        item.stamp(self.generation, now);
         let size = item.size();
         let limit = self.config.memory_limit_bytes as u64;
         if let Some(index) = existing {
@@ -806,7 +925,7 @@ impl Shard {
         if self.table.is_empty() || buckets == 0 {
             return false;
         }
-        let flush_cas = self.flush_cas;
+        let generation = self.generation;
         // Four revolutions always suffice: counters start at most at 3.
         for _ in 0..=4 * buckets {
             let index = self.hand & (buckets - 1);
@@ -814,7 +933,7 @@ impl Shard {
             let Some(item) = self.table.get_bucket_mut(index) else {
                 continue;
             };
-            let why = match item.liveness(now, flush_cas) {
+            let why = match item.liveness(now, generation) {
                 Liveness::Live if item.clock() > 0 => {
                     item.age();
                     continue;
@@ -864,7 +983,7 @@ fn find_live<'t>(
     table: &'t mut HashTable<Item>,
     stats: &mut ShardStats,
     table_bytes: usize,
-    flush_cas: u64,
+    generation: u32,
     hash: u64,
     key: &[u8],
     now: u64,
@@ -872,7 +991,7 @@ fn find_live<'t>(
     let Ok(entry) = table.find_entry(hash, |it| it.key() == key) else {
         return Err(Miss::Absent);
     };
-    match entry.get().liveness(now, flush_cas) {
+    match entry.get().liveness(now, generation) {
         Liveness::Live => Ok(entry),
         dead => {
             let (item, _) = entry.remove();
@@ -916,6 +1035,7 @@ fn view(item: &Item) -> ItemView<'_> {
         flags: item.flags(),
         cas: item.cas(),
         exptime: item.exptime(),
+        last_access: item.last_access(),
         fetched: item.fetched(),
         stale: item.stale(),
         win_sent: item.win_sent(),

@@ -1184,3 +1184,331 @@ fn flags_survive_an_in_place_incr() {
     assert_eq!(item.value, b"15");
     assert!(item.stale && item.win_sent);
 }
+
+// ---- client-chosen CAS (meta `E`) and flush generations ----
+
+#[track_caller]
+fn set_cas(s: &mut Shard, key: &[u8], value: &[u8], new_cas: u64, now: u64) -> u64 {
+    let cas = s
+        .store_with(
+            StoreMode::Set,
+            key,
+            value,
+            0,
+            0,
+            0,
+            NewCas::Given(new_cas),
+            now,
+        )
+        .unwrap();
+    s.check_invariants();
+    cas
+}
+
+#[test]
+fn a_given_cas_is_stored_as_is_and_leaves_the_counter_alone() {
+    let mut s = shard();
+    let first = set(&mut s, b"a", b"1", 0, NOW);
+    for given in [1_000_000, 0, 1, first, u64::MAX] {
+        assert_eq!(set_cas(&mut s, b"b", b"2", given, NOW), given);
+        assert_eq!(get(&mut s, b"b", NOW), Some((b"2".to_vec(), 0, given)));
+    }
+    assert_eq!(
+        set(&mut s, b"c", b"3", 0, NOW),
+        first + 1,
+        "the counter resumes where it was"
+    );
+    // Every mode, and the already-expired store, answer the given CAS.
+    for mode in [StoreMode::Replace, StoreMode::Append, StoreMode::Prepend] {
+        assert_eq!(
+            s.store_with(mode, b"c", b"x", 0, 0, 0, NewCas::Given(42), NOW),
+            Ok(42)
+        );
+        assert_eq!(s.peek(b"c", NOW).unwrap().cas, 42);
+    }
+    assert_eq!(
+        s.store_with(StoreMode::Set, b"c", b"x", 0, -1, 0, NewCas::Given(43), NOW),
+        Ok(43)
+    );
+    assert!(s.peek(b"c", NOW).is_none());
+    // Errors take nothing.
+    assert_eq!(
+        s.store_with(StoreMode::Add, b"a", b"x", 0, 0, 0, NewCas::Given(44), NOW),
+        Err(StoreError::NotStored)
+    );
+    assert_eq!(s.peek(b"a", NOW).unwrap().cas, first);
+    s.check_invariants();
+}
+
+#[test]
+fn compare_and_swap_against_a_given_cas() {
+    let mut s = shard();
+    set_cas(&mut s, b"k", b"v1", 777, NOW);
+    // A mismatch in either direction is refused; the match is accepted.
+    for wrong in [776, 778, 1, u64::MAX] {
+        assert_eq!(
+            s.store(StoreMode::Set, b"k", b"x", 0, 0, wrong, NOW),
+            Err(StoreError::Exists)
+        );
+        assert_eq!(s.delete(b"k", wrong, NOW), Err(StoreError::Exists));
+        assert_eq!(
+            s.incr_decr(b"k", 1, Delta::Incr, None, wrong, NOW),
+            Err(StoreError::Exists)
+        );
+        assert_eq!(
+            s.invalidate(b"k", wrong, None, NOW),
+            Err(StoreError::Exists)
+        );
+    }
+    assert_eq!(
+        s.store_with(
+            StoreMode::Set,
+            b"k",
+            b"10",
+            0,
+            0,
+            777,
+            NewCas::Given(5),
+            NOW
+        ),
+        Ok(5),
+        "a lower CAS is as good as any"
+    );
+    assert_eq!(s.stats().cas_hits, 1);
+    assert_eq!(s.stats().cas_badval, 4);
+    // incr/decr in place and reallocating, and its create path.
+    assert_eq!(
+        s.incr_decr_with(b"k", 1, Delta::Incr, None, 5, NewCas::Given(9), NOW),
+        Ok((11, 9))
+    );
+    assert_eq!(
+        s.incr_decr_with(
+            b"k",
+            100,
+            Delta::Incr,
+            None,
+            9,
+            NewCas::Given(u64::MAX),
+            NOW
+        ),
+        Ok((111, u64::MAX))
+    );
+    assert_eq!(
+        s.incr_decr_with(b"k", 1, Delta::Decr, None, u64::MAX, NewCas::Next, NOW),
+        Ok((110, 1)),
+        "the counter had handed out nothing yet"
+    );
+    assert_eq!(
+        s.incr_decr_with(
+            b"n",
+            1,
+            Delta::Incr,
+            Some((7, 0)),
+            0,
+            NewCas::Given(70),
+            NOW
+        ),
+        Ok((7, 70))
+    );
+    assert_eq!(s.peek(b"n", NOW).unwrap().cas, 70);
+    assert_eq!(s.delete(b"n", 70, NOW), Ok(()));
+    // A CAS of 0 can be given, but then never compared against (0 means "no compare").
+    set_cas(&mut s, b"z", b"v", 0, NOW);
+    assert_eq!(s.peek(b"z", NOW).unwrap().cas, 0);
+    assert!(s.store(StoreMode::Set, b"z", b"w", 0, 0, 0, NOW).is_ok());
+    s.check_invariants();
+}
+
+#[test]
+fn invalidate_with_a_given_cas_keeps_the_token_rules() {
+    let mut s = shard();
+    set_cas(&mut s, b"k", b"v", 100, NOW);
+    assert!(s.claim_win(b"k", NOW));
+    assert_eq!(
+        s.invalidate_with(b"k", 100, Some(30), NewCas::Given(50), NOW),
+        Ok(50)
+    );
+    let item = s.peek(b"k", NOW).unwrap();
+    assert_eq!((item.cas, item.exptime), (50, (NOW + 30) as u32));
+    assert!(item.stale && !item.win_sent);
+    assert!(s.claim_win(b"k", NOW));
+    assert!(s.peek(b"k", NOW).unwrap().win_sent);
+    // The CAS compare uses the given CAS, not its order.
+    assert_eq!(
+        s.invalidate_with(b"k", 100, None, NewCas::Next, NOW),
+        Err(StoreError::Exists)
+    );
+    assert_eq!(s.invalidate_with(b"k", 50, None, NewCas::Next, NOW), Ok(1));
+    // A store replaces the stale item with a fresh one, whatever CAS it gets.
+    set_cas(&mut s, b"k", b"fresh", 1, NOW);
+    let item = s.peek(b"k", NOW).unwrap();
+    assert!(!item.stale && !item.win_sent);
+    s.check_invariants();
+}
+
+/// Regression: flush_all used to kill every item whose CAS was at or below the last one
+/// issued, so an item stored after a flush with a low client-chosen CAS was dead on arrival,
+/// and one stored before it with a high CAS survived it.
+#[test]
+fn flush_all_now_ignores_client_cas_values() {
+    let mut s = shard();
+    set_cas(&mut s, b"high", b"1", u64::MAX, NOW);
+    set_cas(&mut s, b"zero", b"1", 0, NOW);
+    set(&mut s, b"plain", b"1", 0, NOW);
+    s.flush_all(0, NOW);
+    for key in [&b"high"[..], b"zero", b"plain"] {
+        assert_eq!(get(&mut s, key, NOW), None, "{key:?}");
+    }
+    assert_eq!(s.stats().get_flushed, 3);
+    set_cas(&mut s, b"low", b"2", 1, NOW);
+    set(&mut s, b"plain", b"2", 0, NOW);
+    assert_eq!(get(&mut s, b"low", NOW), Some((b"2".to_vec(), 0, 1)));
+    assert!(get(&mut s, b"plain", NOW).is_some());
+    // A CAS compare with the given CAS still works after the flush.
+    assert!(s.store(StoreMode::Set, b"low", b"3", 0, 0, 1, NOW).is_ok());
+    s.check_invariants();
+}
+
+#[test]
+fn flush_all_delayed_ignores_client_cas_values() {
+    let mut s = shard();
+    set_cas(&mut s, b"early", b"1", u64::MAX, NOW);
+    s.flush_all(10, NOW);
+    set_cas(&mut s, b"mid", b"2", 1, NOW + 5);
+    set(&mut s, b"mid-plain", b"2", 0, NOW + 5);
+    assert!(get(&mut s, b"early", NOW + 9).is_some());
+    assert!(get(&mut s, b"mid", NOW + 9).is_some());
+    // In-place changes before the due time do not save an item either.
+    s.incr_decr_with(
+        b"n",
+        1,
+        Delta::Incr,
+        Some((1, 0)),
+        0,
+        NewCas::Given(3),
+        NOW + 6,
+    )
+    .unwrap();
+    s.incr_decr_with(
+        b"n",
+        1,
+        Delta::Incr,
+        None,
+        0,
+        NewCas::Given(1 << 63),
+        NOW + 7,
+    )
+    .unwrap();
+    s.touch(b"mid", 0, NOW + 8).unwrap();
+    set_cas(&mut s, b"late", b"3", 0, NOW + 10);
+    for key in [&b"early"[..], b"mid", b"mid-plain", b"n"] {
+        assert_eq!(get(&mut s, key, NOW + 10), None, "{key:?}");
+    }
+    assert_eq!(get(&mut s, b"late", NOW + 10), Some((b"3".to_vec(), 0, 0)));
+    assert_eq!(s.stats().get_flushed, 4);
+    s.check_invariants();
+}
+
+#[test]
+fn flush_generations_wrap_without_resurrecting_anything() {
+    let mut s = shard();
+    set(&mut s, b"old", b"1", 0, NOW);
+    s.flush_all(0, NOW);
+    // `old` is dead but unclaimed, stamped with generation 0. Skip ahead to the last
+    // generation before the count wraps back to 0 (as 2^27 - 2 flushes would).
+    s.skip_to_generation((1 << 27) - 1);
+    set_cas(&mut s, b"recent", b"2", 5, NOW);
+    assert!(get(&mut s, b"recent", NOW).is_some());
+    assert_eq!(s.stats().reclaimed, 0);
+    s.flush_all(0, NOW);
+    // The wrapping flush reclaimed everything at once; nothing comes back in generation 0.
+    assert!(s.is_empty());
+    assert_eq!(s.stats().reclaimed, 2);
+    assert_eq!(s.stats().expired_unfetched, 1, "old was never read");
+    assert_eq!(get(&mut s, b"old", NOW), None);
+    assert_eq!(get(&mut s, b"recent", NOW), None);
+    s.check_invariants();
+    set(&mut s, b"new", b"3", 0, NOW);
+    assert!(get(&mut s, b"new", NOW).is_some());
+    s.flush_all(0, NOW);
+    assert_eq!(get(&mut s, b"new", NOW), None);
+    s.check_invariants();
+}
+
+#[test]
+fn delayed_flush_can_wrap_the_generation_too() {
+    let mut s = shard();
+    s.skip_to_generation((1 << 27) - 1);
+    set(&mut s, b"a", b"1", 0, NOW);
+    s.flush_all(5, NOW);
+    assert!(get(&mut s, b"a", NOW + 4).is_some());
+    set(&mut s, b"b", b"1", 0, NOW + 5);
+    assert_eq!(get(&mut s, b"a", NOW + 5), None);
+    assert!(get(&mut s, b"b", NOW + 5).is_some());
+    s.check_invariants();
+}
+
+// ---- last access ----
+
+/// `(last_access, idle_secs(now))` as a peek sees them.
+#[track_caller]
+fn access(s: &mut Shard, key: &[u8], now: u64) -> (u32, u64) {
+    let item = s.peek(key, now).unwrap();
+    (item.last_access, item.idle_secs(now))
+}
+
+#[test]
+fn last_access_follows_stores_fetches_and_touches() {
+    let mut s = shard();
+    let t = |secs: u64| (NOW + secs) as u32;
+    set(&mut s, b"k", b"10", 0, NOW);
+    assert_eq!(access(&mut s, b"k", NOW + 3), (t(0), 3));
+    // A peek records nothing.
+    assert_eq!(access(&mut s, b"k", NOW + 4), (t(0), 4));
+    // A get reports the access before it, then records its own.
+    let seen = s.get(b"k", NOW + 5).unwrap();
+    assert_eq!((seen.last_access, seen.idle_secs(NOW + 5)), (t(0), 5));
+    assert_eq!(access(&mut s, b"k", NOW + 5), (t(5), 0));
+    let seen = s.touch(b"k", 100, NOW + 7).unwrap();
+    assert_eq!(seen.last_access, t(5));
+    assert_eq!(access(&mut s, b"k", NOW + 8), (t(7), 1));
+    // Modifications count as an access: in-place incr, reallocating incr, append, set.
+    s.incr_decr(b"k", 1, Delta::Incr, None, 0, NOW + 9).unwrap();
+    assert_eq!(access(&mut s, b"k", NOW + 9).0, t(9));
+    s.incr_decr(b"k", 100, Delta::Incr, None, 0, NOW + 10)
+        .unwrap();
+    assert_eq!(access(&mut s, b"k", NOW + 10).0, t(10));
+    s.store(StoreMode::Append, b"k", b"0", 0, 0, 0, NOW + 11)
+        .unwrap();
+    assert_eq!(access(&mut s, b"k", NOW + 11).0, t(11));
+    // Metadata changes do not: invalidate, claim_win, a failed add.
+    s.invalidate_with(b"k", 0, Some(60), NewCas::Next, NOW + 12)
+        .unwrap();
+    s.claim_win(b"k", NOW + 13);
+    assert_eq!(
+        s.store(StoreMode::Add, b"k", b"x", 0, 0, 0, NOW + 14),
+        Err(StoreError::NotStored)
+    );
+    assert_eq!(access(&mut s, b"k", NOW + 14), (t(11), 3));
+    set_cas(&mut s, b"k", b"v", 9, NOW + 20);
+    assert_eq!(access(&mut s, b"k", NOW + 20), (t(20), 0));
+    // A clock that went back reports 0 seconds, not a wrapped number.
+    assert_eq!(access(&mut s, b"k", NOW + 19), (t(20), 0));
+    // The fetched mark is unaffected.
+    assert!(!s.peek(b"k", NOW + 20).unwrap().fetched);
+    assert!(!s.get(b"k", NOW + 21).unwrap().fetched);
+    assert!(s.get(b"k", NOW + 22).unwrap().fetched);
+    s.check_invariants();
+}
+
+#[test]
+fn last_access_of_created_and_touched_counters() {
+    let mut s = shard();
+    s.incr_decr(b"n", 1, Delta::Incr, Some((5, 0)), 0, NOW + 2)
+        .unwrap();
+    assert_eq!(access(&mut s, b"n", NOW + 2).0, (NOW + 2) as u32);
+    // A touch that expires the item still reports it once, with the access before.
+    let seen = s.touch(b"n", -1, NOW + 4).unwrap();
+    assert_eq!(seen.idle_secs(NOW + 4), 2);
+    assert!(s.peek(b"n", NOW + 4).is_none());
+}
