@@ -4,8 +4,11 @@
 //! request order, `q` silences nominal replies only (`HD`, and `EN` for `mg`), errors are always
 //! answered. What memspin does with each flag, where it is not simply "as documented":
 //!
-//! - `l` (seconds since last access) and `me`'s `la`: memspin keeps no access time per item
-//!   (an item is 32 bytes in its table), so both report 0.
+//! - `l` (seconds since last access) and `me`'s `la`: the seconds since the item was last
+//!   stored, fetched or touched (`mg`, `get`, `touch`, `gat`, `ma`, any store), as of before
+//!   this request; `u` and `me` leave it alone. memcached updates its access time lazily (not
+//!   on an item's first fetch, then at most once a minute while the item stays active), so it
+//!   can report more seconds than memspin for an item read in between.
 //! - `u` (no LRU bump): the item is looked at without being marked fetched or aged by the clock
 //!   hand; `cmd_get` counts it but the store's `get_hits`/`get_misses` do not.
 //! - `E` (client-chosen CAS) and `x` (`md` keeps the item, empty): refused as memcached 1.6.18
@@ -176,9 +179,8 @@ fn write_hit(
             b'h' => {
                 line.number(b'h', u64::from(item.fetched));
             }
-            // No access time is kept (see the module docs).
             b'l' => {
-                line.number(b'l', 0);
+                line.number(b'l', item.idle_secs(now));
             }
             b'O' => {
                 line.token(token);
@@ -442,7 +444,7 @@ fn debug(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, 
             key,
             base64_key: flags.base64_key,
             exp: ttl(item.exptime, now),
-            last_access: 0,
+            last_access: item.idle_secs(now),
             cas: item.cas,
             fetched: item.fetched,
             class: ITEM_CLASS,

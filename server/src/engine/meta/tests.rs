@@ -314,10 +314,13 @@ fn debug() {
     let size = store::item_size(1, 5);
     assert_eq!(
         at(&mut e, "me k\r\n", NOW + 10),
-        format!("ME k exp=90 la=0 cas={c} fetch=no cls=1 size={size}\r\n")
+        format!("ME k exp=90 la=10 cas={c} fetch=no cls=1 size={size}\r\n")
     );
-    ok(&mut e, "mg k\r\n");
-    assert!(ok(&mut e, "me k\r\n").contains(" fetch=yes "));
+    at(&mut e, "mg k\r\n", NOW + 12);
+    assert_eq!(
+        at(&mut e, "me k\r\n", NOW + 15),
+        format!("ME k exp=85 la=3 cas={c} fetch=yes cls=1 size={size}\r\n")
+    );
     // `me` neither counts nor marks.
     let before = e.shard().stats().clone();
     ok(&mut e, "me k\r\n");
@@ -364,6 +367,52 @@ fn unserved_flags_are_refused_as_unknown() {
         "CLIENT_ERROR invalid or duplicate flag\r\n"
     );
     assert_eq!(ok(&mut e, "mg k v\r\n"), "VA 1\r\nx\r\n", "nothing changed");
+}
+
+// ---- `l` and `la`: seconds since the last access ----
+
+#[test]
+fn last_access_counts_seconds_before_the_request() {
+    let mut e = engine();
+    ok(&mut e, "ms k 2 T0\r\nhi\r\n");
+    assert_eq!(at(&mut e, "mg k l h\r\n", NOW + 5), "HD l5 h0\r\n");
+    assert_eq!(at(&mut e, "mg k l h\r\n", NOW + 6), "HD l1 h1\r\n");
+    // `u` neither reports nor records an access of its own.
+    assert_eq!(at(&mut e, "mg k u l\r\n", NOW + 9), "HD l3\r\n");
+    assert_eq!(at(&mut e, "mg k l\r\n", NOW + 9), "HD l3\r\n");
+    assert_eq!(at(&mut e, "mg k l v\r\n", NOW + 9), "VA 2 l0\r\nhi\r\n");
+    // A touch through `T` is an access; so are the text get, gat and touch.
+    assert_eq!(at(&mut e, "mg k T100 l t\r\n", NOW + 20), "HD l11 t100\r\n");
+    at(&mut e, "get k\r\n", NOW + 30);
+    assert_eq!(at(&mut e, "mg k l\r\n", NOW + 31), "HD l1\r\n");
+    at(&mut e, "touch k 100\r\n", NOW + 40);
+    assert_eq!(
+        at(&mut e, "me k\r\n", NOW + 47).split(' ').nth(3),
+        Some("la=7")
+    );
+    at(&mut e, "gat 100 k\r\n", NOW + 50);
+    assert_eq!(at(&mut e, "mg k u l\r\n", NOW + 52), "HD l2\r\n");
+    // Stores and arithmetic write the item: an access. Marking it stale is not.
+    at(&mut e, "ms k 1\r\n5\r\n", NOW + 60);
+    assert_eq!(at(&mut e, "mg k u l\r\n", NOW + 61), "HD l1\r\n");
+    at(&mut e, "ma k\r\n", NOW + 70);
+    assert_eq!(at(&mut e, "mg k u l\r\n", NOW + 72), "HD l2\r\n");
+    at(&mut e, "md k I\r\n", NOW + 75);
+    assert_eq!(
+        at(&mut e, "mg k u l v\r\n", NOW + 76),
+        "VA 1 l6 X W\r\n6\r\n"
+    );
+    // A vivified item was just created.
+    assert_eq!(at(&mut e, "mg viv N30 l\r\n", NOW + 80), "HD l0 W\r\n");
+    assert_eq!(at(&mut e, "mg viv l\r\n", NOW + 84), "HD l4 Z\r\n");
+}
+
+#[test]
+fn last_access_is_zero_when_the_clock_goes_back() {
+    let mut e = engine();
+    at(&mut e, "ms k 1\r\nx\r\n", NOW + 10);
+    assert_eq!(at(&mut e, "mg k l\r\n", NOW), "HD l0\r\n");
+    assert!(at(&mut e, "me k\r\n", NOW).contains(" la=0 "));
 }
 
 #[test]
