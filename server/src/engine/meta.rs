@@ -11,12 +11,17 @@
 //!   can report more seconds than memspin for an item read in between.
 //! - `u` (no LRU bump): the item is looked at without being marked fetched or aged by the clock
 //!   hand; `cmd_get` counts it but the store's `get_hits`/`get_misses` do not.
-//! - `E` (client-chosen CAS) and `x` (`md` keeps the item, empty): refused as memcached 1.6.18
-//!   refuses flags it does not know. memspin's store derives `flush_all` from CAS order, so a
-//!   CAS chosen by the client could hide an item behind an earlier flush.
+//! - `E<token>` (later 1.6 releases; 1.6.18 refuses it): the token becomes the CAS of the item
+//!   the command creates or changes (`ms`; `md` with `I`; `ma`; `mg` only when `N` creates
+//!   the item), and the CAS counter is not advanced. As in memcached, `ms ... E0` takes a CAS
+//!   from the counter, the others set CAS 0. Any value is safe: the store flushes by
+//!   generation, not by CAS order.
+//! - `x` (`md` keeps the item, empty): refused as memcached 1.6.18 refuses flags it does not
+//!   know.
 //! - `ma` with `T` updates the TTL through the store's touch, which counts a touch hit.
-//! - `ms` with `I` and an older `C`: the value is stored, keeps the old item's TTL and is marked
-//!   stale; its CAS is then bumped once more by the invalidation.
+//! - `ms` with `I` and an older (non-zero) `C`: the value is stored, keeps the old item's TTL
+//!   and recache token (`Z` if one was handed out) and is marked stale, with one new CAS (the
+//!   `E` token, if any).
 //! - `me` answers `exp` as the seconds left (memcached 1.6.18 printed their negative), `cls=1`
 //!   (memspin has no slab classes) and `size` as the bytes the store charges for the item.
 //! - `k` with `b` returns the key in base64 followed by `b` whenever the request key was
@@ -26,9 +31,9 @@ use protocol::meta::{
     ArithmeticMode, Command, DebugLine, Flags, ReplyLine, Request, SetMode, Status,
 };
 use protocol::text::{DataError, ErrorReply, MAX_KEY_LEN, data_block};
-use store::{Delta, Expiry, ItemView, StoreError, StoreMode};
+use store::{Delta, Expiry, ItemView, NewCas, StoreError, StoreMode};
 
-use super::text::Step;
+use super::text::{Step, cas_matching_nothing};
 use super::{Engine, Session};
 
 /// memspin's one item class, for `me`'s `cls`.
@@ -44,7 +49,7 @@ pub(super) fn execute(
     now: u64,
 ) -> Step {
     let flags = &request.flags;
-    if flags.new_cas.is_some() || flags.remove_value {
+    if flags.remove_value {
         engine.counters.protocol_errors += 1;
         let reply = match request.command {
             Command::Delete | Command::Arithmetic => ErrorReply::InvalidOrDuplicateFlag,
@@ -80,6 +85,11 @@ fn ttl(exptime: u32, now: u64) -> i64 {
     }
 }
 
+/// The CAS an item created or changed by this request gets: the `E` token, else the counter's.
+fn new_cas(flags: &Flags<'_>) -> NewCas {
+    flags.new_cas.map_or(NewCas::Next, NewCas::Given)
+}
+
 /// The opaque and key flags, which every reply carries, hit or not.
 fn echo(line: &mut ReplyLine<'_>, flags: &Flags<'_>, key: &[u8]) {
     for token in flags.tokens() {
@@ -113,7 +123,7 @@ fn get(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, no
             let created = flags.vivify_ttl.is_some_and(|ttl| {
                 engine
                     .shard
-                    .store(StoreMode::Add, key, b"", 0, ttl, 0, now)
+                    .store_with(StoreMode::Add, key, b"", 0, ttl, 0, new_cas(flags), now)
                     .is_ok()
             });
             match created.then(|| engine.shard.peek(key, now)).flatten() {
@@ -253,32 +263,61 @@ fn set(
         // memcached: add ignores a CAS; append/prepend compare a non-zero one.
         (StoreMode::Add, _) | (_, None) => 0,
         (StoreMode::Append | StoreMode::Prepend, Some(cas)) => cas,
-        // Set/replace compare any CAS, 0 included (no item has it; see `text::execute_store`).
-        (_, Some(0)) => u64::MAX,
+        // Set/replace compare any CAS, 0 included (see `text::cas_matching_nothing`).
+        (_, Some(0)) => cas_matching_nothing(engine, key, now),
         (_, Some(cas)) => cas,
     };
-    // `I` with an older CAS: store anyway, keeping the TTL, and mark the result stale.
-    let mut stale = false;
+    // memcached's text path reads `E0` on `ms` as "no E".
+    let new_cas = match flags.new_cas {
+        Some(0) => NewCas::Next,
+        _ => new_cas(flags),
+    };
+    // `I` with an older CAS: store anyway, keeping the TTL (and a recache token already
+    // handed out), and mark the result stale.
+    let mut stale = None;
     if flags.invalidate
         && matches!(mode, StoreMode::Set | StoreMode::Replace)
         && let Some(cas) = flags.compare_cas
+        && cas != 0
         && let Some(item) = engine.shard.peek(key, now)
         && cas < item.cas
     {
         compare = item.cas;
         exptime = i64::from(item.exptime);
-        stale = true;
+        stale = Some(item.win_sent);
     }
-    let mut result = engine.store(mode, key, data, client_flags, exptime, compare, now);
+    let mut result = engine.store_with(
+        mode,
+        key,
+        data,
+        client_flags,
+        exptime,
+        compare,
+        new_cas,
+        now,
+    );
     if let (Err(StoreError::NotStored), Some(ttl)) = (result, flags.vivify_ttl)
         && matches!(mode, StoreMode::Append | StoreMode::Prepend)
     {
+        result = engine.shard.store_with(
+            StoreMode::Add,
+            key,
+            data,
+            client_flags,
+            ttl,
+            0,
+            new_cas,
+            now,
+        );
+    }
+    // Marking it stale keeps the CAS the store just gave it.
+    if let (Some(win_sent), Ok(cas)) = (stale, result) {
         result = engine
             .shard
-            .store(StoreMode::Add, key, data, client_flags, ttl, 0, now);
-    }
-    if stale && let Ok(cas) = result {
-        result = engine.shard.invalidate(key, cas, None, now);
+            .invalidate_with(key, cas, None, NewCas::Given(cas), now);
+        if win_sent {
+            engine.shard.claim_win(key, now);
+        }
     }
     let status = match result {
         Ok(_) => Status::Hd,
@@ -329,16 +368,20 @@ fn set(
 
 /// `md`: delete, or with `I` mark stale (and with `T` set a new TTL); `C` must match.
 fn delete(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
-    // memcached compares any `C`, 0 included; the store reads 0 as "no compare".
+    // memcached compares any `C`, 0 included (an item whose CAS is 0 matches it); the store
+    // reads 0 as "no compare".
     let cas = match flags.compare_cas {
         None => 0,
-        Some(0) => u64::MAX,
+        Some(0) => match engine.shard.peek(key, now) {
+            Some(item) if item.cas == 0 => 0,
+            _ => cas_matching_nothing(engine, key, now),
+        },
         Some(cas) => cas,
     };
     let result = if flags.invalidate {
         engine
             .shard
-            .invalidate(key, cas, flags.ttl, now)
+            .invalidate_with(key, cas, flags.ttl, new_cas(flags), now)
             .map(|_| ())
     } else {
         engine.shard.delete(key, cas, now)
@@ -369,9 +412,10 @@ fn arithmetic(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<
         .vivify_ttl
         .map(|ttl| (flags.initial.unwrap_or(0), ttl));
     let cas = flags.compare_cas.unwrap_or(0);
-    let result = engine
-        .shard
-        .incr_decr(key, delta, direction, create, cas, now);
+    let result =
+        engine
+            .shard
+            .incr_decr_with(key, delta, direction, create, cas, new_cas(flags), now);
     let (value, cas) = match result {
         Ok(done) => done,
         Err(StoreError::NotFound) | Err(StoreError::Exists) => {

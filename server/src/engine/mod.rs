@@ -19,7 +19,7 @@ mod binary;
 mod meta;
 mod text;
 
-use store::{ItemView, Shard, ShardConfig, StoreError, StoreMode};
+use store::{ItemView, NewCas, Shard, ShardConfig, StoreError, StoreMode};
 
 use crate::stats::{Counters, ServerInfo, Snapshot};
 
@@ -193,8 +193,25 @@ impl Engine {
         cas: u64,
         now: u64,
     ) -> Result<u64, StoreError> {
+        self.store_with(mode, key, value, flags, exptime, cas, NewCas::Next, now)
+    }
+
+    /// [`Engine::store`] with the new item's CAS from `new_cas` (meta `E`).
+    #[allow(clippy::too_many_arguments)]
+    fn store_with(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+        cas: u64,
+        new_cas: NewCas,
+        now: u64,
+    ) -> Result<u64, StoreError> {
         self.counters.cmd_set += 1;
-        self.shard.store(mode, key, value, flags, exptime, cas, now)
+        self.shard
+            .store_with(mode, key, value, flags, exptime, cas, new_cas, now)
     }
 
     /// A store refused before its value was read because it can never fit: counted in

@@ -248,10 +248,10 @@ fn execute_store(
         StoreCommand::Replace => (StoreMode::Replace, 0),
         StoreCommand::Append => (StoreMode::Append, 0),
         StoreCommand::Prepend => (StoreMode::Prepend, 0),
-        // The store reads CAS 0 as "no compare"; memcached compares it like any other value
-        // (no item has CAS 0). `u64::MAX` is never issued either (CAS values are 59 bits), so
-        // it gives the same answers: NOT_FOUND when missing, EXISTS when held.
-        StoreCommand::Cas if store.cas == 0 => (StoreMode::Set, u64::MAX),
+        // The store reads CAS 0 as "no compare"; to memcached it is a value no item matches.
+        StoreCommand::Cas if store.cas == 0 => {
+            (StoreMode::Set, cas_matching_nothing(engine, store.key, now))
+        }
         StoreCommand::Cas => (StoreMode::Set, store.cas),
     };
     let extends = matches!(mode, StoreMode::Append | StoreMode::Prepend);
@@ -265,6 +265,18 @@ fn execute_store(
         response.emit_into(out);
     }
     Step::Done(line_len + store.bytes + 2)
+}
+
+/// A compare value no item under `key` matches, for a `cas` (or meta `C`) of 0: memcached
+/// reads CAS 0 as "none" and never matches it, where the store reads it as "no compare". So
+/// the answers are memcached's (NOT_FOUND when missing, EXISTS when held), any non-zero value
+/// but the held item's CAS is taken; clients may give items any CAS (meta `E`), so no fixed
+/// value would do.
+pub(super) fn cas_matching_nothing(engine: &mut Engine, key: &[u8], now: u64) -> u64 {
+    match engine.shard.peek(key, now) {
+        Some(item) if item.cas == 1 => 2,
+        _ => 1,
+    }
 }
 
 /// The text reply for a store error.

@@ -727,11 +727,18 @@ impl Memcached {
     /// Starts `memcached -U 0` (no UDP) on a free loopback port and waits until it accepts.
     #[track_caller]
     pub fn start() -> Memcached {
+        Memcached::start_bin("memcached".as_ref())
+    }
+
+    /// [`Memcached::start`] with the memcached binary at `bin` (a name looked up in `PATH`,
+    /// or a path).
+    #[track_caller]
+    pub fn start_bin(bin: &std::ffi::OsStr) -> Memcached {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let child = Command::new("memcached")
+        let child = Command::new(bin)
             .args([
                 "-U",
                 "0",

@@ -353,18 +353,14 @@ fn base64_keys() {
 fn unserved_flags_are_refused_as_unknown() {
     let mut e = engine();
     ok(&mut e, "ms k 1\r\nx\r\n");
-    assert_eq!(ok(&mut e, "mg k v E5\r\n"), "CLIENT_ERROR invalid flag\r\n");
-    assert_eq!(
-        ok(&mut e, "ms k 1 E5\r\ny\r\nmn\r\n"),
-        "CLIENT_ERROR invalid flag\r\nMN\r\n"
-    );
     assert_eq!(
         ok(&mut e, "md k x\r\n"),
         "CLIENT_ERROR invalid or duplicate flag\r\n"
     );
     assert_eq!(
-        ok(&mut e, "ma k E1\r\n"),
-        "CLIENT_ERROR invalid or duplicate flag\r\n"
+        ok(&mut e, "ms k 1 x\r\ny\r\nmn\r\n"),
+        "CLIENT_ERROR invalid flag\r\nMN\r\n",
+        "the data block is swallowed"
     );
     assert_eq!(ok(&mut e, "mg k v\r\n"), "VA 1\r\nx\r\n", "nothing changed");
 }
@@ -415,6 +411,144 @@ fn last_access_is_zero_when_the_clock_goes_back() {
     assert!(at(&mut e, "me k\r\n", NOW).contains(" la=0 "));
 }
 
+// ---- `E`: the client chooses the new CAS ----
+
+#[test]
+fn set_with_a_given_cas() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "ms k 2 E1234 c\r\nhi\r\n"), "HD c1234\r\n");
+    assert_eq!(ok(&mut e, "mg k c v\r\n"), "VA 2 c1234\r\nhi\r\n");
+    assert_eq!(
+        ok(&mut e, "gets k\r\n"),
+        "VALUE k 0 2 1234\r\nhi\r\nEND\r\n"
+    );
+    // The given CAS is compared like any other, and replaced by the next one.
+    assert_eq!(ok(&mut e, "ms k 2 C1233 E99 c\r\nho\r\n"), "EX c0\r\n");
+    assert_eq!(ok(&mut e, "ms k 2 C1234 E99 c\r\nho\r\n"), "HD c99\r\n");
+    assert_eq!(
+        ok(&mut e, "ms k 2 E18446744073709551615 c\r\nhu\r\n"),
+        "HD c18446744073709551615\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "cas k 0 0 1 18446744073709551615\r\nx\r\n"),
+        "STORED\r\n"
+    );
+    // Without E the counter goes on where it was: the given values did not advance it.
+    assert_eq!(cas(&mut e, "k"), 1);
+    // Every mode takes it; `E0` on `ms` means the counter's CAS, as in memcached.
+    assert_eq!(ok(&mut e, "ms k 1 MA E7 c\r\ny\r\n"), "HD c7\r\n");
+    assert_eq!(ok(&mut e, "ms k 1 MP E8 c\r\nw\r\n"), "HD c8\r\n");
+    assert_eq!(ok(&mut e, "ms k 1 MR E9 c\r\nz\r\n"), "HD c9\r\n");
+    assert_eq!(ok(&mut e, "ms new 1 ME E10 c\r\nz\r\n"), "HD c10\r\n");
+    assert_eq!(ok(&mut e, "ms viv 1 MA N30 E11 c\r\nz\r\n"), "HD c11\r\n");
+    assert_eq!(ok(&mut e, "ms k 1 E0 c\r\nz\r\n"), "HD c2\r\n");
+    // Refusals keep the item as it was.
+    assert_eq!(ok(&mut e, "ms new 1 ME E12 c\r\nq\r\n"), "NS c0\r\n");
+    assert_eq!(ok(&mut e, "mg new c v\r\n"), "VA 1 c10\r\nz\r\n");
+    assert_eq!(
+        ok(&mut e, "ms k 1 Ex\r\nz\r\n"),
+        "CLIENT_ERROR bad token in command line format\r\n"
+    );
+}
+
+/// Regression: `cas <key> ... 0` and `C0` stood for "compare with u64::MAX", a CAS no item
+/// could have while CAS values were 59 bits; with `E` one can.
+#[test]
+fn cas_zero_matches_no_item_whatever_cas_the_client_chose() {
+    let mut e = engine();
+    ok(&mut e, "ms k 1 E18446744073709551615\r\nx\r\n");
+    assert_eq!(ok(&mut e, "cas k 0 0 1 0\r\ny\r\n"), "EXISTS\r\n");
+    assert_eq!(ok(&mut e, "ms k 1 C0\r\ny\r\n"), "EX\r\n");
+    assert_eq!(ok(&mut e, "md k C0\r\n"), "EX\r\n");
+    for given in [1, 2] {
+        ok(&mut e, &format!("ms k 1 E{given}\r\nx\r\n"));
+        assert_eq!(ok(&mut e, "cas k 0 0 1 0\r\ny\r\n"), "EXISTS\r\n");
+        assert_eq!(ok(&mut e, "ms k 1 C0 I\r\ny\r\n"), "EX\r\n", "not older");
+    }
+    assert_eq!(ok(&mut e, "cas nope 0 0 1 0\r\ny\r\n"), "NOT_FOUND\r\n");
+    assert_eq!(ok(&mut e, "mg k v\r\n"), "VA 1\r\nx\r\n");
+    // An item whose CAS is 0 (`ma ... E0`) is not matched by `cas`/`ms` with 0 (memcached reads
+    // 0 as "no CAS" there), but `md C0` compares it plainly and deletes it, as memcached does.
+    assert_eq!(ok(&mut e, "ma z N0 E0 c\r\n"), "HD c0\r\n");
+    assert_eq!(ok(&mut e, "cas z 0 0 1 0\r\ny\r\n"), "EXISTS\r\n");
+    assert_eq!(ok(&mut e, "ms z 1 C0\r\ny\r\n"), "EX\r\n");
+    assert_eq!(ok(&mut e, "md z C0\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "mg z v\r\n"), "EN\r\n");
+}
+
+#[test]
+fn invalidate_and_stale_sets_with_given_versions() {
+    let mut e = engine();
+    // A client versions the item itself: v10, then an invalidation as v12.
+    ok(&mut e, "ms k 2 T100 E10\r\nv1\r\n");
+    assert_eq!(ok(&mut e, "md k I E12 C11\r\n"), "EX\r\n");
+    assert_eq!(ok(&mut e, "md k I E12 C10 T30\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "mg k c t v\r\n"), "VA 2 c12 t30 X W\r\nv1\r\n");
+    // A write of version 11 is older than 12: stored stale, keeping the TTL and the token.
+    assert_eq!(ok(&mut e, "ms k 2 I C11 E11 c\r\nv2\r\n"), "HD c11\r\n");
+    assert_eq!(ok(&mut e, "mg k c t v\r\n"), "VA 2 c11 t30 Z X\r\nv2\r\n");
+    // The winner writes version 13: fresh again.
+    assert_eq!(ok(&mut e, "ms k 2 C11 E13 T60 c\r\nv3\r\n"), "HD c13\r\n");
+    assert_eq!(ok(&mut e, "mg k c t v\r\n"), "VA 2 c13 t60\r\nv3\r\n");
+    // Without E, a stale write takes one CAS from the counter.
+    let before = cas(&mut e, "k");
+    assert_eq!(ok(&mut e, "ms k 2 I C5 c\r\nv4\r\n"), "HD c1\r\n");
+    assert_eq!(ok(&mut e, "mg k c v\r\n"), "VA 2 c1 X W\r\nv4\r\n");
+    assert_eq!(before, 13);
+    // `md ... I E0` sets CAS 0, as memcached does.
+    assert_eq!(ok(&mut e, "md k I E0\r\n"), "HD\r\n");
+    assert_eq!(cas(&mut e, "k"), 0);
+    // A plain `md` ignores E.
+    assert_eq!(ok(&mut e, "md k E5\r\n"), "HD\r\n");
+    assert_eq!(ok(&mut e, "mg k v\r\n"), "EN\r\n");
+}
+
+#[test]
+fn arithmetic_and_vivify_with_a_given_cas() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "ma n N0 J5 E8 c v\r\n"), "VA 1 c8\r\n5\r\n");
+    assert_eq!(ok(&mut e, "ma n E9 c v\r\n"), "VA 1 c9\r\n6\r\n");
+    assert_eq!(ok(&mut e, "ma n C8 E10 c\r\n"), "EX\r\n");
+    assert_eq!(
+        ok(&mut e, "ma n C9 D10 E18446744073709551615 c v\r\n"),
+        "VA 2 c18446744073709551615\r\n16\r\n"
+    );
+    assert_eq!(ok(&mut e, "ma n c\r\n"), "HD c1\r\n");
+    // `mg` uses E only for the item `N` creates; a hit, touched or not, keeps its CAS.
+    assert_eq!(ok(&mut e, "mg v N30 E77 c v\r\n"), "VA 0 c77 W\r\n\r\n");
+    assert_eq!(ok(&mut e, "mg v E78 T60 c\r\n"), "HD c77 Z\r\n");
+    assert_eq!(ok(&mut e, "mg miss E5 v\r\n"), "EN\r\n");
+    assert_eq!(ok(&mut e, "mg miss v\r\n"), "EN\r\n", "nothing was created");
+}
+
+#[test]
+fn flush_all_kills_items_whatever_cas_they_were_given() {
+    let mut e = engine();
+    ok(&mut e, "ms high 1 E18446744073709551615\r\nh\r\n");
+    ok(&mut e, "ms zero 1 T0\r\nz\r\nmd zero I E0\r\n");
+    assert_eq!(ok(&mut e, "flush_all\r\n"), "OK\r\n");
+    assert_eq!(ok(&mut e, "mg high v\r\nmg zero v\r\n"), "EN\r\nEN\r\n");
+    // After the flush, in the same second, a low given CAS is a live item.
+    assert_eq!(ok(&mut e, "ms low 1 E1 c\r\nl\r\n"), "HD c1\r\n");
+    assert_eq!(ok(&mut e, "mg low c v\r\n"), "VA 1 c1\r\nl\r\n");
+    // Delayed: everything stored before the due time dies then, given CAS or not.
+    assert_eq!(at(&mut e, "flush_all 10\r\n", NOW), "OK\r\n");
+    at(&mut e, "ms mid 1 E2\r\nm\r\nma cnt N0 E3\r\n", NOW + 5);
+    assert_eq!(
+        at(&mut e, "mg low v\r\nmg mid v\r\nmg cnt v\r\n", NOW + 9),
+        "VA 1\r\nl\r\nVA 1\r\nm\r\nVA 1\r\n0\r\n"
+    );
+    at(&mut e, "ms late 1 E1\r\nl\r\n", NOW + 10);
+    assert_eq!(
+        at(
+            &mut e,
+            "mg low v\r\nmg mid v\r\nmg cnt v\r\nmg late c v\r\n",
+            NOW + 10
+        ),
+        "EN\r\nEN\r\nEN\r\nVA 1 c1\r\nl\r\n"
+    );
+}
+
 #[test]
 fn errors_are_answered_even_when_quiet() {
     let mut e = engine();
@@ -454,6 +588,8 @@ fn pipeline() -> (&'static str, &'static str) {
             "mg a s k\r\n",
             "ms c 2 z\r\nxx\r\n",
             "get a\r\n",
+            "ms e 1 E42 c\r\nx\r\n",
+            "mg e l c h v\r\n",
             "mn\r\n",
         ),
         concat!(
@@ -466,6 +602,8 @@ fn pipeline() -> (&'static str, &'static str) {
             "HD s5 ka\r\n",
             "CLIENT_ERROR invalid flag\r\n",
             "VALUE a 1 5\r\nhello\r\nEND\r\n",
+            "HD c42\r\n",
+            "VA 1 l0 c42 h0\r\nx\r\n",
             "MN\r\n",
         ),
     )
