@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use netstack::kernel::{KernelConn, KernelTable};
 
-use super::{IdleState, report_final, stopping, unix_now};
+use super::{IdleState, LoopClock, report_final, stopping};
 use crate::cli::Idle;
 use crate::conn::ClientConn;
 use crate::engine::Engine;
@@ -26,11 +26,13 @@ pub fn run(
     let mut table = KernelTable::<ClientConn>::bind(addr, conn_limit)?;
     on_ready(table.local_addr()?);
     let mut idle_state = IdleState::new(idle);
+    let clock = LoopClock::new();
     let mut block = None;
     while !stopping(stop) {
         let timeout = if table.has_ready() { None } else { block };
         let polled = table.poll(timeout)?;
-        let now = unix_now();
+        let tick = clock.tick();
+        let now = tick.unix_secs;
         let mut progress = matches!(polled, netstack::Poll::Progress) || table.has_ready();
         table.serve(|conn| {
             progress = true;
@@ -41,8 +43,8 @@ pub fn run(
         info.curr_connections = stats.active;
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
-        idle_state.maybe_sweep(&mut engine, now);
-        block = idle_state.after_iteration(progress);
+        idle_state.maybe_sweep(&mut engine, tick);
+        block = idle_state.after_iteration(progress, tick.at);
     }
     report_final(&engine);
     Ok(())

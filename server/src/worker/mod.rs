@@ -59,6 +59,55 @@ pub fn pin(cpu: Option<usize>) -> Result<usize, String> {
     }
 }
 
+/// A worker's clock, read once per loop iteration: a clock read costs as much as a small
+/// request, so the engine's seconds, smoltcp's timestamps and the idle policy share one read.
+#[derive(Debug, Clone, Copy)]
+pub struct LoopClock {
+    start: Instant,
+    start_unix_micros: u64,
+}
+
+/// One reading of a [`LoopClock`].
+#[derive(Debug, Clone, Copy)]
+pub struct Tick {
+    /// Monotonic time.
+    pub at: Instant,
+    /// Unix seconds (the start's wall-clock time plus monotonic time since), for the engine.
+    pub unix_secs: u64,
+    /// The same instant as smoltcp counts it (microseconds since the unix epoch).
+    pub net: netstack::smoltcp::time::Instant,
+}
+
+impl LoopClock {
+    /// A clock anchored to the wall clock now.
+    pub fn new() -> LoopClock {
+        let start_unix_micros = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        LoopClock {
+            start: Instant::now(),
+            start_unix_micros,
+        }
+    }
+
+    /// Reads the clock once.
+    pub fn tick(&self) -> Tick {
+        let at = Instant::now();
+        let micros = self.start_unix_micros + at.duration_since(self.start).as_micros() as u64;
+        Tick {
+            at,
+            unix_secs: micros / 1_000_000,
+            net: netstack::smoltcp::time::Instant::from_micros(micros as i64),
+        }
+    }
+}
+
+impl Default for LoopClock {
+    fn default() -> Self {
+        LoopClock::new()
+    }
+}
+
 /// The idle policy's state: when a parking worker may block, and for how long.
 pub struct IdleState {
     policy: Idle,
@@ -77,10 +126,9 @@ impl IdleState {
         }
     }
 
-    /// Records one loop iteration; returns how long the worker may block on its queue now
-    /// (`None`: do not block).
-    pub fn after_iteration(&mut self, progress: bool) -> Option<Duration> {
-        let now = Instant::now();
+    /// Records one loop iteration that ended at `now`; returns how long the worker may block
+    /// on its queue now (`None`: do not block).
+    pub fn after_iteration(&mut self, progress: bool, now: Instant) -> Option<Duration> {
         if progress {
             self.last_progress = now;
             return None;
@@ -93,11 +141,10 @@ impl IdleState {
     }
 
     /// Runs a bounded expiry sweep when one is due.
-    pub fn maybe_sweep(&mut self, engine: &mut Engine, now_unix: u64) {
-        let now = Instant::now();
-        if now.duration_since(self.last_sweep) >= SWEEP_EVERY {
-            self.last_sweep = now;
-            engine.sweep_expired(SWEEP_ITEMS, now_unix);
+    pub fn maybe_sweep(&mut self, engine: &mut Engine, tick: Tick) {
+        if tick.at.duration_since(self.last_sweep) >= SWEEP_EVERY {
+            self.last_sweep = tick.at;
+            engine.sweep_expired(SWEEP_ITEMS, tick.unix_secs);
         }
     }
 }
@@ -191,12 +238,12 @@ pub fn serve_smoltcp<D: Queue>(
     idle: Idle,
 ) -> Result<(), String> {
     let mut idle_state = IdleState::new(idle);
+    let clock = LoopClock::new();
     while !stopping(stop) {
-        let now = netstack::smoltcp::time::Instant::now();
-        let unix = unix_now();
-        let ingress = table.poll_ingress(now, device, INGRESS_BUDGET);
-        let served = table.serve(|conn| drive(conn, engine, unix));
-        let egress = table.poll_egress(now, device);
+        let tick = clock.tick();
+        let ingress = table.poll_ingress(tick.net, device, INGRESS_BUDGET);
+        let served = table.serve(|conn| drive(conn, engine, tick.unix_secs));
+        let egress = table.poll_egress(tick.net, device);
         device.flush();
         let progress = ingress == Poll::Progress || served > 0 || egress == Poll::Progress;
 
@@ -205,12 +252,11 @@ pub fn serve_smoltcp<D: Queue>(
         info.curr_connections = stats.active as u64;
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
-        idle_state.maybe_sweep(engine, unix);
+        idle_state.maybe_sweep(engine, tick);
 
-        if let Some(park) = idle_state.after_iteration(progress) {
-            let now = netstack::smoltcp::time::Instant::now();
+        if let Some(park) = idle_state.after_iteration(progress, tick.at) {
             let delay = table
-                .poll_delay(now)
+                .poll_delay(tick.net)
                 .map_or(park, |d| Duration::from_micros(d.total_micros()).min(park));
             if !delay.is_zero() {
                 device.wait(delay)?;
