@@ -27,6 +27,9 @@ out=results/connections-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 ns=memspin-conns-$$
 ns_create "$ns"
+# Every run leaves its client ports in TIME-WAIT for a minute, and smoltcp sends no TCP
+# timestamps, so tcp_tw_reuse cannot help: widen the namespace's own port range instead.
+ip netns exec "$ns" sysctl -qw net.ipv4.ip_local_port_range="1024 65535"
 client_cpu=$(( $(nproc) - 1 ))
 limit=$(( many + 64 ))
 case $net in
