@@ -9,7 +9,7 @@ use protocol::binary::{
 };
 use store::{Delta, StoreError, StoreMode};
 
-use super::{Engine, OUT_HIGH_WATER_BYTES, Outcome, Session};
+use super::{Engine, Session, Step};
 use crate::stats;
 
 /// What the caller does after one frame.
@@ -18,96 +18,50 @@ enum Flow {
     Close,
 }
 
-pub(super) fn execute(
+/// Executes (or refuses) the binary frame at the front of `buf`.
+pub(super) fn step(
     engine: &mut Engine,
     session: &mut Session,
-    input: &[u8],
+    buf: &[u8],
     out: &mut Vec<u8>,
     now: u64,
-) -> Outcome {
-    let out_start = out.len();
-    let mut pos = 0;
-    let outcome = loop {
-        if session.closing {
-            break Outcome {
-                consumed: pos,
-                needed: 0,
-                close: true,
-            };
-        }
-        if session.skip_bytes > 0 {
-            let available = (input.len() - pos) as u64;
-            let n = available.min(session.skip_bytes);
-            pos += n as usize;
-            session.skip_bytes -= n;
-            if session.skip_bytes > 0 {
-                break Outcome {
-                    consumed: pos,
-                    needed: usize::try_from(session.skip_bytes).unwrap_or(usize::MAX),
-                    close: false,
-                };
-            }
-        }
-        if out.len() >= OUT_HIGH_WATER_BYTES {
-            break Outcome {
-                consumed: pos,
-                needed: 0,
-                close: false,
-            };
-        }
-        let buf = &input[pos..];
-        if buf.is_empty() {
-            break Outcome {
-                consumed: pos,
-                needed: 0,
-                close: false,
-            };
-        }
-        if let Some(frame_len) = refuse_oversize_value(engine, buf, out) {
-            session.skip_bytes = frame_len as u64;
-            continue;
-        }
-        match RequestRepr::parse(buf, engine.config.max_body()) {
-            Ok((request, len)) => {
-                pos += len;
-                if let Flow::Close = dispatch(engine, &request, out, now) {
-                    session.closing = true;
-                }
-            }
-            Err(ParseError::Incomplete { needed }) => {
-                break Outcome {
-                    consumed: pos,
-                    needed,
-                    close: false,
-                };
-            }
-            Err(ParseError::UnknownOpcode {
-                opcode,
-                opaque,
-                frame_len,
-            }) => {
-                engine.counters.protocol_errors += 1;
-                let (opcode, quiet) = Opcode::from_wire(opcode);
-                write_error(out, opcode, quiet, opaque, Status::UnknownCommand, &[]);
-                session.skip_bytes = frame_len as u64;
-            }
-            Err(ParseError::Invalid(invalid)) => {
-                engine.counters.protocol_errors += 1;
-                if !matches!(invalid, Invalid::BadMagic(_))
-                    && let Ok(header) =
-                        RequestHeader::new_checked(&buf[..HEADER_LEN.min(buf.len())])
-                {
-                    let (opcode, quiet) = Opcode::from_wire(header.opcode());
-                    let opaque = header.opaque();
-                    write_error(out, opcode, quiet, opaque, Status::InvalidArguments, &[]);
-                }
+) -> Step {
+    if let Some(frame_len) = refuse_oversize_value(engine, buf, out) {
+        session.skip_bytes = frame_len as u64;
+        return Step::Done(0);
+    }
+    match RequestRepr::parse(buf, engine.config.max_body()) {
+        Ok((request, len)) => {
+            if let Flow::Close = dispatch(engine, &request, out, now) {
                 session.closing = true;
             }
+            Step::Done(len)
         }
-    };
-    engine.counters.bytes_read += outcome.consumed as u64;
-    engine.counters.bytes_written += (out.len() - out_start) as u64;
-    outcome
+        Err(ParseError::Incomplete { needed }) => Step::Wait(needed),
+        Err(ParseError::UnknownOpcode {
+            opcode,
+            opaque,
+            frame_len,
+        }) => {
+            engine.counters.protocol_errors += 1;
+            let (opcode, quiet) = Opcode::from_wire(opcode);
+            write_error(out, opcode, quiet, opaque, Status::UnknownCommand, &[]);
+            session.skip_bytes = frame_len as u64;
+            Step::Done(0)
+        }
+        Err(ParseError::Invalid(invalid)) => {
+            engine.counters.protocol_errors += 1;
+            if !matches!(invalid, Invalid::BadMagic(_))
+                && let Ok(header) = RequestHeader::new_checked(&buf[..HEADER_LEN.min(buf.len())])
+            {
+                let (opcode, quiet) = Opcode::from_wire(header.opcode());
+                let opaque = header.opaque();
+                write_error(out, opcode, quiet, opaque, Status::InvalidArguments, &[]);
+            }
+            session.closing = true;
+            Step::Done(0)
+        }
+    }
 }
 
 /// A well-formed storage frame whose value can never fit is answered "too large" from its

@@ -33,8 +33,8 @@ use protocol::meta::{
 use protocol::text::{DataError, ErrorReply, MAX_KEY_LEN, data_block};
 use store::{Delta, Expiry, ItemView, NewCas, StoreError, StoreMode};
 
-use super::text::{Step, cas_matching_nothing};
-use super::{Engine, Session};
+use super::text::cas_matching_nothing;
+use super::{Engine, Session, Step};
 
 /// memspin's one item class, for `me`'s `cls`.
 const ITEM_CLASS: u32 = 1;

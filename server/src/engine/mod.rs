@@ -54,6 +54,17 @@ impl EngineConfig {
 /// The version memspin reports: memcached-compatible leading digits, then our own.
 pub const VERSION: &str = concat!("1.6.18-memspin-", env!("CARGO_PKG_VERSION"));
 
+/// What a protocol did with the request at the front of its input.
+///
+/// `Done(0)` is only returned together with a change of session state (a body to skip, or
+/// the connection closing), so the shared loop always moves on.
+pub(crate) enum Step {
+    /// Executed, or refused and answered: drop this many bytes.
+    Done(usize),
+    /// Not all here yet: read this many more bytes, consume nothing.
+    Wait(usize),
+}
+
 /// The protocol a connection speaks, decided by its first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -164,9 +175,70 @@ impl Engine {
             },
         };
         match protocol {
-            Protocol::Binary => binary::execute(self, session, input, out, now),
-            Protocol::Text => text::execute(self, session, input, out, now),
+            Protocol::Binary => self.run_requests(session, input, out, |e, s, buf, out| {
+                binary::step(e, s, buf, out, now)
+            }),
+            Protocol::Text => self.run_requests(session, input, out, |e, s, buf, out| {
+                text::step(e, s, buf, out, now)
+            }),
         }
+    }
+
+    /// The loop every protocol shares: skips the body of a refused request as it arrives,
+    /// stops once the connection is closing, when the output backlog is over
+    /// [`OUT_HIGH_WATER_BYTES`] or when the input runs out, and counts bytes in and out. `step`
+    /// handles the one request at the front of the input.
+    fn run_requests(
+        &mut self,
+        session: &mut Session,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        mut step: impl FnMut(&mut Engine, &mut Session, &[u8], &mut Vec<u8>) -> Step,
+    ) -> Outcome {
+        let out_start = out.len();
+        let mut pos = 0;
+        let outcome = loop {
+            if session.closing {
+                break Outcome {
+                    consumed: pos,
+                    needed: 0,
+                    close: true,
+                };
+            }
+            if session.skip_bytes > 0 {
+                let available = (input.len() - pos) as u64;
+                let n = available.min(session.skip_bytes);
+                pos += n as usize;
+                session.skip_bytes -= n;
+                if session.skip_bytes > 0 {
+                    break Outcome {
+                        consumed: pos,
+                        needed: usize::try_from(session.skip_bytes).unwrap_or(usize::MAX),
+                        close: false,
+                    };
+                }
+            }
+            if out.len() >= OUT_HIGH_WATER_BYTES || pos == input.len() {
+                break Outcome {
+                    consumed: pos,
+                    needed: 0,
+                    close: false,
+                };
+            }
+            match step(self, session, &input[pos..], out) {
+                Step::Done(len) => pos += len,
+                Step::Wait(needed) => {
+                    break Outcome {
+                        consumed: pos,
+                        needed,
+                        close: false,
+                    };
+                }
+            }
+        };
+        self.counters.bytes_read += outcome.consumed as u64;
+        self.counters.bytes_written += (out.len() - out_start) as u64;
+        outcome
     }
 
     /// A read: looks `key` up, counting `cmd_get`.

@@ -11,110 +11,49 @@ use protocol::text::{
 };
 use store::{Delta, StoreError, StoreMode};
 
-use super::{Engine, OUT_HIGH_WATER_BYTES, Outcome, Session};
+use super::{Engine, Session, Step};
 use crate::stats;
 
-/// What happened to the request at the front of the input.
-pub(super) enum Step {
-    /// Executed (or refused); drop this many bytes.
-    Done(usize),
-    /// Its data block has not fully arrived: read this many more bytes, consume nothing.
-    Wait(usize),
-}
-
-pub(super) fn execute(
+/// Executes (or refuses) the request line at the front of `buf`, with its data block.
+pub(super) fn step(
     engine: &mut Engine,
     session: &mut Session,
-    input: &[u8],
+    buf: &[u8],
     out: &mut Vec<u8>,
     now: u64,
-) -> Outcome {
-    let out_start = out.len();
-    let mut pos = 0;
-    let outcome = loop {
-        if session.closing {
-            break Outcome {
-                consumed: pos,
-                needed: 0,
-                close: true,
-            };
+) -> Step {
+    match Request::parse(buf, session.line_scanned) {
+        Ok((request, line_len)) => {
+            session.line_scanned = 0;
+            dispatch(engine, session, request, buf, line_len, out, now)
         }
-        if session.skip_bytes > 0 {
-            let available = (input.len() - pos) as u64;
-            let n = available.min(session.skip_bytes);
-            pos += n as usize;
-            session.skip_bytes -= n;
-            if session.skip_bytes > 0 {
-                break Outcome {
-                    consumed: pos,
-                    needed: usize::try_from(session.skip_bytes).unwrap_or(usize::MAX),
-                    close: false,
-                };
-            }
+        Err(ParseError::Incomplete { needed, scanned }) => {
+            session.line_scanned = scanned;
+            Step::Wait(needed)
         }
-        if out.len() >= OUT_HIGH_WATER_BYTES {
-            break Outcome {
-                consumed: pos,
-                needed: 0,
-                close: false,
-            };
+        Err(ParseError::Invalid {
+            reply,
+            noreply,
+            line_len,
+            swallow,
+        }) => {
+            session.line_scanned = 0;
+            engine.counters.protocol_errors += 1;
+            if !noreply {
+                reply.emit_into(out);
+            }
+            session.skip_bytes = swallow as u64;
+            Step::Done(line_len)
         }
-        let buf = &input[pos..];
-        if buf.is_empty() {
-            break Outcome {
-                consumed: pos,
-                needed: 0,
-                close: false,
-            };
+        Err(ParseError::Close(close)) => {
+            engine.counters.protocol_errors += 1;
+            if close == Close::LineTooLong {
+                ErrorReply::LineTooLong.emit_into(out);
+            }
+            session.closing = true;
+            Step::Done(0)
         }
-        match Request::parse(buf, session.line_scanned) {
-            Ok((request, line_len)) => {
-                session.line_scanned = 0;
-                match dispatch(engine, session, request, buf, line_len, out, now) {
-                    Step::Done(len) => pos += len,
-                    Step::Wait(needed) => {
-                        break Outcome {
-                            consumed: pos,
-                            needed,
-                            close: false,
-                        };
-                    }
-                }
-            }
-            Err(ParseError::Incomplete { needed, scanned }) => {
-                session.line_scanned = scanned;
-                break Outcome {
-                    consumed: pos,
-                    needed,
-                    close: false,
-                };
-            }
-            Err(ParseError::Invalid {
-                reply,
-                noreply,
-                line_len,
-                swallow,
-            }) => {
-                session.line_scanned = 0;
-                engine.counters.protocol_errors += 1;
-                if !noreply {
-                    reply.emit_into(out);
-                }
-                pos += line_len;
-                session.skip_bytes = swallow as u64;
-            }
-            Err(ParseError::Close(close)) => {
-                engine.counters.protocol_errors += 1;
-                if close == Close::LineTooLong {
-                    ErrorReply::LineTooLong.emit_into(out);
-                }
-                session.closing = true;
-            }
-        }
-    };
-    engine.counters.bytes_read += outcome.consumed as u64;
-    engine.counters.bytes_written += (out.len() - out_start) as u64;
-    outcome
+    }
 }
 
 /// Executes one parsed request line; `buf` starts with the line (`line_len` bytes), followed by
