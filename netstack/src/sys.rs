@@ -91,6 +91,39 @@ pub(crate) fn errno() -> i32 {
 }
 
 /// Interface index of `name` in the calling thread's network namespace, `None` if absent.
+/// Waits with poll(2) until `fd` is readable or `timeout` passes (`None`: no limit). Returns
+/// whether it is readable; an interrupted wait (`EINTR`) counts as not readable, so the caller
+/// re-checks its own state. Timeouts are rounded up to whole milliseconds, so a 100 µs deadline
+/// does not turn into a busy 0 ms poll.
+///
+/// # Errors
+/// poll(2)'s errno.
+pub(crate) fn poll_readable(
+    fd: std::os::fd::BorrowedFd<'_>,
+    timeout: Option<std::time::Duration>,
+) -> Result<bool, i32> {
+    use std::os::fd::AsRawFd;
+    let timeout_ms: libc::c_int = match timeout {
+        None => -1,
+        Some(t) => t.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
+    };
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is one valid pollfd, exclusively borrowed for the call; nfds is 1.
+    let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    match rc {
+        0 => Ok(false),
+        n if n > 0 => Ok(true),
+        _ => match errno() {
+            libc::EINTR => Ok(false),
+            errno => Err(errno),
+        },
+    }
+}
+
 pub(crate) fn if_index(name: &IfName) -> Option<u32> {
     let c_name = name.c_bytes();
     // SAFETY: `c_name` is a NUL-terminated array (IfName keeps at least one trailing zero

@@ -317,29 +317,14 @@ impl TapDevice {
         if self.buffered() > 0 {
             return Ok(Wait::Readable);
         }
-        let timeout_ms: libc::c_int = match timeout {
-            None => -1,
-            // Round up so a 100 µs deadline does not turn into a busy 0 ms poll.
-            Some(t) => t.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
-        };
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `pfd` is one valid pollfd, exclusively borrowed for the call; nfds is 1.
-        let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        match rc {
-            0 => Ok(Wait::TimedOut),
-            n if n > 0 => Ok(Wait::Readable),
-            _ => match sys::errno() {
-                libc::EINTR => Ok(Wait::TimedOut),
-                errno => Err(TapError::Sys {
-                    name: self.name,
-                    op: TapOp::Poll,
-                    errno,
-                }),
-            },
+        match sys::poll_readable(self.fd.as_fd(), timeout) {
+            Ok(true) => Ok(Wait::Readable),
+            Ok(false) => Ok(Wait::TimedOut),
+            Err(errno) => Err(TapError::Sys {
+                name: self.name,
+                op: TapOp::Poll,
+                errno,
+            }),
         }
     }
 
