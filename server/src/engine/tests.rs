@@ -17,6 +17,28 @@ pub(crate) fn engine() -> Engine {
     })
 }
 
+/// Feeds `input` to a fresh engine and session `piece` bytes at a time, as a socket would
+/// deliver it, dropping what each call consumes; returns everything written. Asserts the
+/// connection stays open and the input is consumed whole.
+#[track_caller]
+pub(crate) fn feed_in_pieces(input: &[u8], piece: usize) -> Vec<u8> {
+    let mut e = engine();
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let mut pending: Vec<u8> = Vec::new();
+    for chunk in input.chunks(piece) {
+        pending.extend_from_slice(chunk);
+        let outcome = e.execute(&mut session, &pending, &mut out, NOW);
+        pending.drain(..outcome.consumed);
+        assert!(!outcome.close, "piece {piece}");
+    }
+    assert!(pending.is_empty(), "piece {piece}");
+    out
+}
+
+/// The piece sizes every fragment sweep uses.
+pub(crate) const PIECES: [usize; 5] = [1, 2, 5, 10, 100];
+
 fn engine_with(shard: ShardConfig) -> Engine {
     Engine::new(EngineConfig {
         shard,
@@ -828,22 +850,13 @@ fn pipeline_of_quiet_and_loud_commands_replies_in_order() {
 #[test]
 fn fragment_sweeps_give_the_same_replies() {
     let (bytes, expected) = mixed_pipeline();
-    for step in [1, 2, 5, 10, 100] {
-        let mut e = engine();
-        let mut session = Session::default();
-        let mut out = Vec::new();
-        let mut pending = Vec::new();
-        for chunk in bytes.chunks(step) {
-            pending.extend_from_slice(chunk);
-            let o = e.execute(&mut session, &pending, &mut out, NOW);
-            pending.drain(..o.consumed);
-        }
-        assert!(pending.is_empty(), "step {step}");
+    for piece in PIECES {
+        let out = feed_in_pieces(&bytes, piece);
         let got: Vec<_> = parse_replies(&out)
             .iter()
             .map(|r| (r.opcode, r.status))
             .collect();
-        assert_eq!(got, expected, "step {step}");
+        assert_eq!(got, expected, "piece {piece}");
     }
 }
 
