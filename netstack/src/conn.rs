@@ -262,6 +262,26 @@ pub struct ConnId {
     generation: u32,
 }
 
+impl ConnId {
+    /// The id as one number, for state that must not know the table's types (a reply
+    /// travelling between cores). [`ConnId::unpack`] turns it back.
+    pub fn pack(self) -> u128 {
+        (u128::from(self.bucket) << 64)
+            | (u128::from(self.slot) << 32)
+            | u128::from(self.generation)
+    }
+
+    /// The id [`ConnId::pack`] made. Any number is safe: [`ConnTable::with_conn`] checks the
+    /// bucket, the slot and the generation.
+    pub fn unpack(packed: u128) -> ConnId {
+        ConnId {
+            bucket: (packed >> 64) as u32,
+            slot: (packed >> 32) as u32,
+            generation: packed as u32,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Socket (if any) is closed and may be armed.
@@ -1069,6 +1089,17 @@ impl Io<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn conn_ids_pack_and_unpack() {
+        let id = ConnId {
+            bucket: 0xdead_beef,
+            slot: 7,
+            generation: u32::MAX,
+        };
+        assert_eq!(ConnId::unpack(id.pack()), id);
+        assert_ne!(ConnId::unpack(id.pack() + 1), id);
+    }
     use crate::demux::tests::SYN_FRAME;
     use crate::memlink::{self, ClientSwarm, MemPort};
 

@@ -20,6 +20,32 @@ use crate::Poll;
 const EVENT_BATCH: usize = 256;
 /// The epoll token of the listening socket; connections use their slot index.
 const LISTENER_TOKEN: u64 = u64::MAX;
+/// The epoll token of a descriptor registered with [`KernelTable::watch`].
+const WATCH_TOKEN: u64 = u64::MAX - 1;
+
+/// Identifies a kernel connection across calls (for replies that arrive later, e.g. from
+/// another core); stale once the connection closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelConnId {
+    index: u32,
+    generation: u32,
+}
+
+impl KernelConnId {
+    /// The id as one number, for state that must not know the table's types.
+    pub fn pack(self) -> u128 {
+        (u128::from(self.index) << 32) | u128::from(self.generation)
+    }
+
+    /// The id [`KernelConnId::pack`] made. Any number is safe: [`KernelTable::with_conn`]
+    /// checks the slot and the generation.
+    pub fn unpack(packed: u128) -> KernelConnId {
+        KernelConnId {
+            index: (packed >> 32) as u32,
+            generation: packed as u32,
+        }
+    }
+}
 
 /// Counters of one kernel-socket table.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +74,8 @@ pub struct KernelTable<S> {
     listener: TcpListener,
     epoll: OwnedFd,
     slots: Vec<Option<Slot<S>>>,
+    /// Per slot: bumped whenever its connection is removed, so stale ids match nothing.
+    generations: Vec<u32>,
     free: Vec<usize>,
     ready_list: Vec<usize>,
     conn_limit: usize,
@@ -172,6 +200,7 @@ impl<S: Default> KernelTable<S> {
             listener,
             epoll,
             slots: Vec::new(),
+            generations: Vec::new(),
             free: Vec::new(),
             ready_list: Vec::new(),
             conn_limit,
@@ -223,6 +252,8 @@ impl<S: Default> KernelTable<S> {
             let token = self.events[i].u64;
             if token == LISTENER_TOKEN {
                 self.accept_all();
+            } else if token == WATCH_TOKEN {
+                // The caller's own descriptor: it drains it itself.
             } else if let Some(Some(slot)) = self.slots.get_mut(token as usize)
                 && !slot.queued
             {
@@ -263,6 +294,7 @@ impl<S: Default> KernelTable<S> {
         stream.set_nodelay(true)?;
         let index = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
+            self.generations.push(0);
             self.slots.len() - 1
         });
         let events = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
@@ -301,29 +333,68 @@ impl<S: Default> KernelTable<S> {
     pub fn serve(&mut self, mut f: impl FnMut(&mut KernelConn<'_, S>)) {
         let mut list = std::mem::take(&mut self.ready_list);
         for &index in &list {
-            let Some(Some(slot)) = self.slots.get_mut(index) else {
-                continue;
-            };
-            slot.queued = false;
-            let mut conn = KernelConn {
-                stream: &mut slot.stream,
-                state: &mut slot.state,
-                again: false,
-                close: false,
-            };
-            f(&mut conn);
-            let (again, close) = (conn.again, conn.close);
-            if close {
-                self.remove(index);
-            } else if again {
-                slot.queued = true;
-                self.ready_list.push(index);
+            if let Some(Some(slot)) = self.slots.get_mut(index) {
+                slot.queued = false;
+                self.run(index, &mut f);
             }
         }
         list.clear();
         // Connections that became ready during `f` were pushed to the new list; keep both.
         list.append(&mut self.ready_list);
         self.ready_list = list;
+    }
+
+    /// Runs `f` on the connection `id` if it is still open (for replies produced later, e.g.
+    /// by another core); `None` if it closed meanwhile. Closing and serving again work as in
+    /// [`serve`](Self::serve).
+    pub fn with_conn<R>(
+        &mut self,
+        id: KernelConnId,
+        f: impl FnOnce(&mut KernelConn<'_, S>) -> R,
+    ) -> Option<R> {
+        let index = id.index as usize;
+        if self.generations.get(index) != Some(&id.generation) {
+            return None;
+        }
+        self.run(index, f)
+    }
+
+    /// Also wakes [`poll`](Self::poll) when `fd` is readable (level-triggered: the caller
+    /// drains it), e.g. an eventfd other cores write to while this one waits.
+    ///
+    /// # Errors
+    /// `epoll_ctl` failures.
+    pub fn watch(&mut self, fd: RawFd) -> io::Result<()> {
+        epoll_ctl(
+            self.epoll.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            fd,
+            libc::EPOLLIN as u32,
+            WATCH_TOKEN,
+        )
+    }
+
+    fn run<R>(&mut self, index: usize, f: impl FnOnce(&mut KernelConn<'_, S>) -> R) -> Option<R> {
+        let slot = self.slots.get_mut(index)?.as_mut()?;
+        let mut conn = KernelConn {
+            stream: &mut slot.stream,
+            state: &mut slot.state,
+            id: KernelConnId {
+                index: index as u32,
+                generation: self.generations[index],
+            },
+            again: false,
+            close: false,
+        };
+        let result = f(&mut conn);
+        let (again, close) = (conn.again, conn.close);
+        if close {
+            self.remove(index);
+        } else if again && !slot.queued {
+            slot.queued = true;
+            self.ready_list.push(index);
+        }
+        Some(result)
     }
 
     fn remove(&mut self, index: usize) {
@@ -335,6 +406,7 @@ impl<S: Default> KernelTable<S> {
                 0,
                 0,
             );
+            self.generations[index] = self.generations[index].wrapping_add(1);
             self.free.push(index);
             self.stats.closed += 1;
             self.stats.active -= 1;
@@ -347,6 +419,7 @@ pub struct KernelConn<'a, S> {
     stream: &'a mut TcpStream,
     /// The application's per-connection state.
     pub state: &'a mut S,
+    id: KernelConnId,
     again: bool,
     close: bool,
 }
@@ -367,6 +440,11 @@ impl<S> KernelConn<'_, S> {
     /// The socket's errors (reset, would block).
     pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.stream.write(buf)
+    }
+
+    /// This connection's id, for [`KernelTable::with_conn`].
+    pub fn id(&self) -> KernelConnId {
+        self.id
     }
 
     /// The application's state and the socket, borrowed apart.
@@ -478,5 +556,38 @@ mod tests {
             "the refused connection is closed"
         );
         drop(kept);
+    }
+
+    #[test]
+    fn ids_reach_open_connections_only_and_a_watched_fd_wakes_poll() {
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), 4).unwrap();
+        let addr = table.local_addr().unwrap();
+        let client = TcpStream::connect(addr).unwrap();
+        let mut id = None;
+        for _ in 0..1000 {
+            table.poll(Some(Duration::from_millis(5))).unwrap();
+            table.serve(|conn| id = Some(conn.id()));
+            if id.is_some() {
+                break;
+            }
+        }
+        let id = id.expect("the connection was served");
+        assert_eq!(KernelConnId::unpack(id.pack()), id);
+        assert_eq!(table.with_conn(id, |conn| conn.state.push(7)), Some(()));
+        // Closed by the application: the id is stale from then on, and so for a new
+        // connection that reuses the slot.
+        table.with_conn(id, |conn| conn.close());
+        assert_eq!(table.stats().closed, 1);
+        assert_eq!(table.with_conn(id, |_| ()), None);
+        drop(client);
+
+        let (reader, writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        table.watch(reader.as_raw_fd()).unwrap();
+        assert_eq!(table.poll(None).unwrap(), Poll::Idle);
+        (&writer).write_all(b"x").unwrap();
+        assert_eq!(
+            table.poll(Some(Duration::from_secs(5))).unwrap(),
+            Poll::Progress
+        );
     }
 }

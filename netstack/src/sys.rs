@@ -91,15 +91,16 @@ pub(crate) fn errno() -> i32 {
 }
 
 /// Interface index of `name` in the calling thread's network namespace, `None` if absent.
-/// Waits with poll(2) until `fd` is readable or `timeout` passes (`None`: no limit). Returns
-/// whether it is readable; an interrupted wait (`EINTR`) counts as not readable, so the caller
-/// re-checks its own state. Timeouts are rounded up to whole milliseconds, so a 100 µs deadline
-/// does not turn into a busy 0 ms poll.
+/// Waits with poll(2) until `fd` (or `also`, e.g. a worker's wake-up eventfd) is readable or
+/// `timeout` passes (`None`: no limit). Returns whether `fd` is readable; an interrupted wait
+/// (`EINTR`) counts as not readable, so the caller re-checks its own state. Timeouts are rounded
+/// up to whole milliseconds, so a 100 µs deadline does not turn into a busy 0 ms poll.
 ///
 /// # Errors
 /// poll(2)'s errno.
 pub(crate) fn poll_readable(
     fd: std::os::fd::BorrowedFd<'_>,
+    also: Option<std::os::fd::BorrowedFd<'_>>,
     timeout: Option<std::time::Duration>,
 ) -> Result<bool, i32> {
     use std::os::fd::AsRawFd;
@@ -107,16 +108,22 @@ pub(crate) fn poll_readable(
         None => -1,
         Some(t) => t.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
     };
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
+    let entry = |fd: libc::c_int| libc::pollfd {
+        fd,
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: `pfd` is one valid pollfd, exclusively borrowed for the call; nfds is 1.
-    let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    let mut pfds = [
+        entry(fd.as_raw_fd()),
+        entry(also.map_or(-1, |a| a.as_raw_fd())),
+    ];
+    let nfds: libc::nfds_t = if also.is_some() { 2 } else { 1 };
+    // SAFETY: `pfds` holds `nfds` valid pollfds (a negative fd is ignored by poll), exclusively
+    // borrowed for the call.
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), nfds, timeout_ms) };
     match rc {
         0 => Ok(false),
-        n if n > 0 => Ok(true),
+        n if n > 0 => Ok(pfds[0].revents != 0),
         _ => match errno() {
             libc::EINTR => Ok(false),
             errno => Err(errno),

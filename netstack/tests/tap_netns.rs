@@ -113,7 +113,7 @@ fn serve(mut tap: TapDevice, stop: Arc<AtomicBool>) -> (TableStats, TapStats) {
                 .map(Duration::from)
                 .unwrap_or(Duration::from_millis(5));
             let _: Wait = tap
-                .wait(Some(delay.min(Duration::from_millis(5))))
+                .wait(Some(delay.min(Duration::from_millis(5))), None)
                 .expect("poll tap");
         }
     }

@@ -695,19 +695,24 @@ impl XdpDevice {
         self.tx.kick(&mut self.stats);
     }
 
-    /// Waits until a frame can be read or `timeout` passes (`None`: no limit), with
-    /// `poll(2)`, after flushing transmit frames; returns at once if the batch still holds
-    /// frames. For the park idle policy.
+    /// Waits until a frame can be read, `also` (a wake-up descriptor, e.g. an eventfd other
+    /// cores write to) is readable, or `timeout` passes (`None`: no limit), with `poll(2)`,
+    /// after flushing transmit frames; returns at once if the batch still holds frames. For the
+    /// park idle policy. A wake-up through `also` is reported as [`Wait::TimedOut`].
     ///
     /// # Errors
     /// [`XdpError::Sys`] with [`XdpOp::Poll`] if poll(2) fails (not on `EINTR`, which is
     /// reported as [`Wait::TimedOut`] so the caller re-checks its own state).
-    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<Wait, XdpError> {
+    pub fn wait(
+        &mut self,
+        timeout: Option<Duration>,
+        also: Option<BorrowedFd<'_>>,
+    ) -> Result<Wait, XdpError> {
         if self.buffered() > 0 {
             return Ok(Wait::Readable);
         }
         self.flush();
-        match sys::poll_readable(self.fd.as_fd(), timeout) {
+        match sys::poll_readable(self.fd.as_fd(), also, timeout) {
             Ok(true) => Ok(Wait::Readable),
             Ok(false) => Ok(Wait::TimedOut),
             Err(errno) => Err(XdpError::Sys {

@@ -199,7 +199,7 @@ fn serve_echo(choice: ModeChoice, stop: Arc<AtomicBool>, ready: Arc<AtomicBool>)
                 .map(Duration::from)
                 .unwrap_or(Duration::from_millis(5));
             let _: Wait = device
-                .wait(Some(delay.min(Duration::from_millis(5))))
+                .wait(Some(delay.min(Duration::from_millis(5))), None)
                 .expect("poll");
         }
     }

@@ -91,7 +91,7 @@ pub fn run(
 
 impl Queue for TapDevice {
     fn wait(&mut self, timeout: Duration) -> Result<(), String> {
-        TapDevice::wait(self, Some(timeout))
+        TapDevice::wait(self, Some(timeout), None)
             .map(drop)
             .map_err(|e| e.to_string())
     }

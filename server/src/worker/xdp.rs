@@ -102,7 +102,7 @@ impl Queue for XdpDevice {
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), String> {
-        XdpDevice::wait(self, Some(timeout))
+        XdpDevice::wait(self, Some(timeout), None)
             .map(drop)
             .map_err(|e| e.to_string())
     }
