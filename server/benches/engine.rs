@@ -16,6 +16,7 @@ fn engine() -> Engine {
         version: VERSION,
         started_unix_secs: 0,
         threads: 1,
+        worker: 0,
         conn_limit: 1024,
     })
 }

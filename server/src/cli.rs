@@ -40,8 +40,16 @@ pub struct Args {
     #[arg(short = 'p', long, default_value_t = 11211)]
     pub port: u16,
 
-    /// CPUs to pin workers to (comma-separated list or ranges, e.g. `0` or `2-3`); default: the
-    /// first CPU this process may run on.
+    /// Worker cores. Each has its own queue (a TAP queue, an AF_XDP socket on queue i, or a
+    /// SO_REUSEPORT listener), connections and store shard; a key lives on worker
+    /// hash(key) mod N, and requests for it arriving elsewhere are forwarded there. `-m` and
+    /// `-c` are split evenly among the workers.
+    #[arg(short = 't', long = "threads", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+
+    /// CPUs to pin workers to, worker i on the i-th listed (comma-separated list or ranges,
+    /// e.g. `0` or `2-3`; at least one per worker); default: the CPUs this process may run
+    /// on, in order.
     #[arg(long, value_parser = parse_cpu_list)]
     pub cpus: Option<CpuList>,
 

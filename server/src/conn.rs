@@ -8,8 +8,15 @@
 //! [`InputBuf`] when a frame is incomplete there (it wraps around the ring, or is larger than the
 //! ring); the kernel path reads into [`InputBuf`]. Replies are appended to `out` and sent as the
 //! socket takes them; above [`OUT_HIGH_WATER_BYTES`] no more frames run until the client reads.
+//!
+//! With several workers, a request for a key another worker owns leaves a hole in `out` where
+//! its reply belongs: only the bytes before the first hole are sent, and
+//! [`ClientConn::deliver`] splices a reply into its hole when it comes back, so replies leave
+//! in request order whichever worker produced them.
 
-use crate::engine::{Engine, OUT_HIGH_WATER_BYTES, Outcome, Session};
+use crate::engine::{
+    self, Delivery, Engine, MAX_FORWARDS_IN_FLIGHT, OUT_HIGH_WATER_BYTES, Outcome, Session,
+};
 
 /// Smallest free space offered to a socket read.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
@@ -94,15 +101,17 @@ pub struct ClientConn {
 }
 
 impl ClientConn {
-    /// Reply bytes waiting to be sent.
+    /// Reply bytes that may be sent now: those before the first reply still expected from
+    /// another worker.
     pub fn pending_output(&self) -> &[u8] {
-        &self.out[self.out_sent..]
+        let end = self.session.holes.sendable_end(self.out.len());
+        &self.out[self.out_sent..end]
     }
 
     /// Marks `n` reply bytes as sent.
     pub fn sent(&mut self, n: usize) {
         self.out_sent += n;
-        if self.out_sent >= self.out.len() {
+        if self.out_sent >= self.out.len() && self.session.forwards_in_flight() == 0 {
             self.out.clear();
             self.out_sent = 0;
             if self.out.capacity() > KEEP_CAPACITY_BYTES {
@@ -111,14 +120,63 @@ impl ClientConn {
         }
     }
 
-    /// True when the engine may run more frames (the output backlog is below the high water).
+    /// True when the engine may run more frames (the output backlog is below the high water,
+    /// and not too many requests wait on other workers).
     pub fn may_execute(&self) -> bool {
-        self.out.len() - self.out_sent < OUT_HIGH_WATER_BYTES && !self.session.is_closing()
+        self.out.len() - self.out_sent < OUT_HIGH_WATER_BYTES
+            && self.session.forwards_in_flight() < MAX_FORWARDS_IN_FLIGHT
+            && !self.session.is_closing()
     }
 
-    /// True once the connection should be closed: it is closing and everything was sent.
+    /// True once the connection should be closed: it is closing, no reply is still expected
+    /// from another worker, and everything was sent.
     pub fn finished(&self) -> bool {
-        self.session.is_closing() && self.pending_output().is_empty()
+        self.session.is_closing()
+            && self.session.forwards_in_flight() == 0
+            && self.out_sent == self.out.len()
+    }
+
+    /// True while replies from other workers are still expected.
+    pub fn awaiting_replies(&self) -> bool {
+        self.session.forwards_in_flight() > 0
+    }
+
+    /// Puts a reply from another worker in its place in the output (a `stats` or `flush_all`
+    /// that went to every worker completes with its last reply). A reply whose request is not
+    /// pending here is ignored.
+    pub fn deliver(&mut self, engine: &mut Engine, delivery: Delivery<'_>) {
+        let holes = &mut self.session.holes;
+        let Some(index) = holes.find(delivery.seq) else {
+            return;
+        };
+        let hole = &mut holes.pending[index];
+        hole.awaiting = hole.awaiting.saturating_sub(1);
+        let mut bytes: &[u8] = &[];
+        let mut rendered = Vec::new();
+        match delivery.payload {
+            engine::DeliveryPayload::Bytes(reply) if hole.gather.is_none() => bytes = reply,
+            engine::DeliveryPayload::Bytes(_) => {}
+            engine::DeliveryPayload::Snapshot(snapshot) => {
+                if let Some(gather) = hole.gather.as_mut() {
+                    gather.snapshot.merge(snapshot);
+                }
+            }
+        }
+        if hole.awaiting > 0 {
+            return;
+        }
+        if let Some(gather) = hole.gather.take() {
+            engine::render_gathered(&mut rendered, &gather);
+            bytes = &rendered;
+        }
+        let at = hole.at;
+        self.out.splice(at..at, bytes.iter().copied());
+        engine.count_written(bytes.len());
+        holes.shift_after(index, bytes.len());
+        holes.pending.remove(index);
+        if delivery.close {
+            self.session.close();
+        }
     }
 
     /// Runs the engine over `bytes` (a slice of the socket's receive buffer, parsed in place)
@@ -144,6 +202,7 @@ impl ClientConn {
     fn compact_output(&mut self) {
         if self.out_sent > 0 {
             self.out.drain(..self.out_sent);
+            self.session.holes.shift_back(self.out_sent);
             self.out_sent = 0;
         }
     }

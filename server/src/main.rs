@@ -1,4 +1,4 @@
-//! `memspin`: parses the command line, starts the worker and reports how it ended.
+//! `memspin`: parses the command line, starts the workers and reports how they ended.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -7,10 +7,10 @@ use clap::Parser;
 
 use netstack::xdp::ModeChoice;
 use server::cli::{Args, HostIp, Net, XdpMode};
-use server::engine::{Engine, EngineConfig, VERSION};
-use server::worker;
+use server::engine::{EngineConfig, VERSION};
 use server::worker::tap::TapConfig;
 use server::worker::xdp::XdpWorkerConfig;
+use server::worker::{self, Plan};
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -25,24 +25,38 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<(), String> {
     let stop = worker::stop_on_signals().map_err(|e| format!("installing signal handlers: {e}"))?;
-    let cpu = worker::pin(args.cpus.as_ref().and_then(|c| c.0.first().copied()))?;
-    let engine = Engine::new(EngineConfig {
-        shard: store::ShardConfig {
-            memory_limit_bytes: args.memory_limit_mb.saturating_mul(1 << 20),
-            max_item_size: args.max_item_size,
+    let workers = usize::from(args.threads);
+    let cpus = worker::cpus_for(workers, args.cpus.as_ref().map(|c| c.0.as_slice()))?;
+    let memory = args.memory_limit_mb.saturating_mul(1 << 20);
+    let plan = Plan {
+        engine: EngineConfig {
+            shard: store::ShardConfig {
+                memory_limit_bytes: memory / workers,
+                max_item_size: args.max_item_size,
+            },
+            version: VERSION,
+            started_unix_secs: worker::unix_now(),
+            threads: workers,
+            worker: 0,
+            conn_limit: args.conn_limit,
         },
-        version: VERSION,
-        started_unix_secs: worker::unix_now(),
-        threads: 1,
-        conn_limit: args.conn_limit,
-    });
+        cpus,
+        stop: &stop,
+        idle: args.idle,
+    };
+    let placement = {
+        let list: Vec<String> = plan.cpus.iter().map(ToString::to_string).collect();
+        let noun = if workers == 1 { "worker" } else { "workers" };
+        let cpu_noun = if workers == 1 { "CPU" } else { "CPUs" };
+        format!("{workers} {noun} on {cpu_noun} {}", list.join(","))
+    };
     match args.net {
         Net::Kernel => {
-            worker::raise_fd_limit(args.conn_limit)?;
+            worker::raise_fd_limit(args.conn_limit + 16 * workers)?;
             let addr = SocketAddr::new(args.listen, args.port);
-            worker::kernel::run(addr, args.conn_limit, args.idle, engine, &stop, |bound| {
+            worker::kernel::run(addr, args.conn_limit, &plan, |bound| {
                 println!(
-                    "memspin ready: net kernel, listening on {bound}, 1 worker on CPU {cpu}, idle {:?}",
+                    "memspin ready: net kernel, listening on {bound}, {placement}, idle {:?}",
                     args.idle
                 );
             })
@@ -58,11 +72,15 @@ fn run(args: &Args) -> Result<(), String> {
                 },
                 port: args.port,
                 conn_limit: args.conn_limit,
-                idle: args.idle,
             };
-            worker::tap::run(&config, engine, &stop, || {
+            worker::tap::run(&config, &plan, || {
+                let queues = if workers == 1 {
+                    "1 queue".to_string()
+                } else {
+                    format!("{workers} queues")
+                };
                 println!(
-                    "memspin ready: net tap, device {}, listening on {}:{}, 1 worker on CPU {cpu}, idle {:?}",
+                    "memspin ready: net tap, device {} ({queues}), listening on {}:{}, {placement}, idle {:?}",
                     args.iface, args.ip.addr, args.port, args.idle
                 );
             })
@@ -71,7 +89,6 @@ fn run(args: &Args) -> Result<(), String> {
         Net::Xdp => {
             let config = XdpWorkerConfig {
                 iface: args.iface.clone(),
-                queue: 0,
                 mode: match args.xdp_mode {
                     XdpMode::Auto => ModeChoice::Auto,
                     XdpMode::Native => ModeChoice::Native,
@@ -80,9 +97,8 @@ fn run(args: &Args) -> Result<(), String> {
                 ip: args.ip,
                 port: args.port,
                 conn_limit: args.conn_limit,
-                idle: args.idle,
             };
-            worker::xdp::run(&config, engine, &stop, |ready| {
+            worker::xdp::run(&config, &plan, |ready| {
                 let replaced = ready.replaced.map_or(String::new(), |stale| {
                     format!(
                         ", replaced a stale memspin program (id {}, {} mode)",
@@ -91,9 +107,14 @@ fn run(args: &Args) -> Result<(), String> {
                     )
                 });
                 let mac = ready.mac.map(|b| format!("{b:02x}")).join(":");
+                let queues = if workers == 1 {
+                    "queue 0".to_string()
+                } else {
+                    format!("queues 0-{}", workers - 1)
+                };
                 println!(
-                    "memspin ready: net xdp, interface {} queue 0, {} mode, {} mode, program id {}{replaced}, \
-                     listening on {}:{} (MAC {mac}), 1 worker on CPU {cpu}, idle {:?}",
+                    "memspin ready: net xdp, interface {} {queues}, {} mode, {} mode, program id {}{replaced}, \
+                     listening on {}:{} (MAC {mac}), {placement}, idle {:?}",
                     args.iface,
                     ready.mode.as_str(),
                     if ready.zero_copy { "zero-copy" } else { "copy" },

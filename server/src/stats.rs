@@ -88,6 +88,17 @@ pub struct Snapshot {
     pub version: &'static str,
 }
 
+impl Snapshot {
+    /// Adds another worker's figures: its shard, counters, connections and memory budget.
+    /// Settings (threads, limits, version) are the same on every worker and stay.
+    pub fn merge(&mut self, other: &Snapshot) {
+        self.shard.add(&other.shard);
+        self.counters.add(&other.counters);
+        self.info.add(&other.info);
+        self.limit_maxbytes += other.limit_maxbytes;
+    }
+}
+
 /// Calls `emit(name, value)` for every general statistic, in memcached's order.
 pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&str, &dyn Display)) {
     let s = &snapshot.shard;

@@ -71,6 +71,7 @@ fn get_hit_and_miss_allocate_nothing() {
         version: VERSION,
         started_unix_secs: 0,
         threads: 1,
+        worker: 0,
         conn_limit: 1024,
     });
     let extras = StoreExtras {

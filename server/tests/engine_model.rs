@@ -246,6 +246,7 @@ proptest! {
             version: VERSION,
             started_unix_secs: 1,
             threads: 1,
+            worker: 0,
             conn_limit: 16,
         });
         let mut model = Model::default();

@@ -9,8 +9,9 @@ use protocol::binary::{
 };
 use store::{Delta, StoreError, StoreMode};
 
-use super::{Engine, Session, Step};
-use crate::stats;
+use super::forward::{Gather, Op, StatsRender};
+use super::{Engine, Protocol, Session, Step};
+use crate::stats::{self, Snapshot};
 
 /// What the caller does after one frame.
 enum Flow {
@@ -32,7 +33,13 @@ pub(super) fn step(
     }
     match RequestRepr::parse(buf, engine.config.max_body()) {
         Ok((request, len)) => {
-            if let Flow::Close = dispatch(engine, &request, out, now) {
+            if keyed(request.opcode)
+                && let Some(owner) = engine.remote_owner(request.key)
+            {
+                engine.forward(session, owner, Protocol::Binary, &buf[..len], out);
+                return Step::Done(len);
+            }
+            if let Flow::Close = dispatch(engine, session, &request, out, now) {
                 session.closing = true;
             }
             Step::Done(len)
@@ -88,7 +95,33 @@ fn refuse_oversize_value(engine: &mut Engine, buf: &[u8], out: &mut Vec<u8>) -> 
     Some(header.frame_len())
 }
 
-fn dispatch(engine: &mut Engine, request: &RequestRepr<'_>, out: &mut Vec<u8>, now: u64) -> Flow {
+/// Opcodes that act on one key, executed by the worker that owns it.
+fn keyed(opcode: Opcode) -> bool {
+    matches!(
+        opcode,
+        Opcode::Get
+            | Opcode::GetK
+            | Opcode::Set
+            | Opcode::Add
+            | Opcode::Replace
+            | Opcode::Append
+            | Opcode::Prepend
+            | Opcode::Delete
+            | Opcode::Increment
+            | Opcode::Decrement
+            | Opcode::Touch
+            | Opcode::Gat
+            | Opcode::GatK
+    )
+}
+
+fn dispatch(
+    engine: &mut Engine,
+    session: &mut Session,
+    request: &RequestRepr<'_>,
+    out: &mut Vec<u8>,
+    now: u64,
+) -> Flow {
     match request.opcode {
         Opcode::Get | Opcode::GetK => {
             let with_key = request.opcode == Opcode::GetK;
@@ -188,6 +221,7 @@ fn dispatch(engine: &mut Engine, request: &RequestRepr<'_>, out: &mut Vec<u8>, n
                 },
             };
             engine.flush_all(delay, now);
+            engine.fan_out(session, Op::Flush { delay, now }, None, out);
             write_success(out, request, 0, &[], &[]);
         }
         Opcode::Noop => write_success(out, request, 0, &[], &[]),
@@ -202,7 +236,7 @@ fn dispatch(engine: &mut Engine, request: &RequestRepr<'_>, out: &mut Vec<u8>, n
             write_success(out, request, 0, &[], &[]);
             return Flow::Close;
         }
-        Opcode::Stat => return write_stats(engine, request, out, now),
+        Opcode::Stat => return write_stats(engine, session, request, out, now),
         Opcode::Unknown(_) => {
             engine.counters.protocol_errors += 1;
             write_request_error(out, request, Status::UnknownCommand);
@@ -326,6 +360,7 @@ fn write_error(
 
 fn write_stats(
     engine: &mut Engine,
+    session: &mut Session,
     request: &RequestRepr<'_>,
     out: &mut Vec<u8>,
     now: u64,
@@ -338,30 +373,70 @@ fn write_stats(
             return Flow::Continue;
         }
     };
+    let render = StatsRender::Binary {
+        opcode: request.opcode,
+        quiet: request.quiet,
+        opaque: request.opaque,
+        general,
+        now,
+    };
     let snapshot = engine.snapshot();
+    if engine.config.threads > 1 {
+        let gather = Box::new(Gather { snapshot, render });
+        engine.fan_out(session, Op::Snapshot, Some(gather), out);
+    } else {
+        render_stats(out, render, &snapshot);
+    }
+    Flow::Continue
+}
+
+/// The STAT replies for `snapshot`: one frame per figure, then the terminating empty one.
+pub(super) fn render_stats(out: &mut Vec<u8>, render: StatsRender, snapshot: &Snapshot) {
+    let StatsRender::Binary {
+        opcode,
+        quiet,
+        opaque,
+        general,
+        now,
+    } = render
+    else {
+        return;
+    };
     let mut value = String::new();
     let mut line = |name: &str, v: &dyn std::fmt::Display| {
         use std::fmt::Write as _;
         value.clear();
         let _ = write!(value, "{v}");
-        write_success_always(out, request, name.as_bytes(), value.as_bytes());
+        write_success_always(
+            out,
+            opcode,
+            quiet,
+            opaque,
+            name.as_bytes(),
+            value.as_bytes(),
+        );
     };
     if general {
-        stats::general(&snapshot, now, &mut line);
+        stats::general(snapshot, now, &mut line);
     } else {
-        stats::settings(&snapshot, &mut line);
+        stats::settings(snapshot, &mut line);
     }
-    // The terminating empty reply.
-    write_success_always(out, request, &[], &[]);
-    Flow::Continue
+    write_success_always(out, opcode, quiet, opaque, &[], &[]);
 }
 
-fn write_success_always(out: &mut Vec<u8>, request: &RequestRepr<'_>, key: &[u8], value: &[u8]) {
+fn write_success_always(
+    out: &mut Vec<u8>,
+    opcode: Opcode,
+    quiet: bool,
+    opaque: u32,
+    key: &[u8],
+    value: &[u8],
+) {
     ResponseRepr {
-        opcode: request.opcode,
-        quiet: request.quiet,
+        opcode,
+        quiet,
         status: Status::NoError,
-        opaque: request.opaque,
+        opaque,
         cas: 0,
         extras: &[],
         key,

@@ -34,7 +34,7 @@ use protocol::text::{DataError, ErrorReply, MAX_KEY_LEN, data_block};
 use store::{Delta, Expiry, ItemView, NewCas, StoreError, StoreMode};
 
 use super::text::cas_matching_nothing;
-use super::{Engine, Session, Step};
+use super::{Engine, Protocol, Session, Step};
 
 /// memspin's one item class, for `me`'s `cls`.
 const ITEM_CLASS: u32 = 1;
@@ -63,6 +63,25 @@ pub(super) fn execute(
     }
     let mut scratch = [0u8; MAX_KEY_LEN];
     let key = request.decode_key(&mut scratch);
+    if request.command != Command::Noop
+        && let Some(owner) = engine.remote_owner(key)
+    {
+        // The whole request goes to the key's owner; a set once its data block is here (a
+        // value that can never fit, or a bad data chunk, is refused here as below).
+        let len = match request.command {
+            Command::Set if !engine.fits(key.len(), request.datalen) => None,
+            Command::Set => match data_block(&buf[line_len..], request.datalen) {
+                Ok(_) => Some(line_len + request.datalen + 2),
+                Err(DataError::Incomplete { needed }) => return Step::Wait(needed),
+                Err(DataError::BadChunk) => None,
+            },
+            _ => Some(line_len),
+        };
+        if let Some(len) = len {
+            engine.forward(session, owner, Protocol::Text, &buf[..len], out);
+            return Step::Done(len);
+        }
+    }
     match request.command {
         Command::Noop => ReplyLine::start(out, Status::Mn).finish(),
         Command::Debug => debug(engine, key, flags, out, now),

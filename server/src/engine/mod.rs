@@ -16,8 +16,14 @@
 //! `cmd_touch` and `cmd_flush` mean the same whichever protocol a client speaks.
 
 mod binary;
+mod forward;
 mod meta;
 mod text;
+
+pub(crate) use forward::DeliveryPayload;
+pub use forward::{
+    Batch, Delivery, MAX_FORWARDS_IN_FLIGHT, OWNER_HASH_SEED, Replies, Token, owner_hash, owner_of,
+};
 
 use store::{ItemView, NewCas, Shard, ShardConfig, StoreError, StoreMode};
 
@@ -36,8 +42,11 @@ pub struct EngineConfig {
     pub version: &'static str,
     /// Unix seconds when the server started, for `uptime`.
     pub started_unix_secs: u64,
-    /// Worker threads serving, for `threads`.
+    /// Worker threads serving, for `threads`; keys are spread over this many shards.
     pub threads: usize,
+    /// This engine's worker (0-based, below `threads`): it owns the keys
+    /// [`owner_of`] gives this index.
+    pub worker: usize,
     /// Connection limit (`-c`), for `stats settings`.
     pub conn_limit: usize,
 }
@@ -97,6 +106,8 @@ pub struct Session {
     /// Text protocol: bytes at the start of the pending input known to hold no newline, so a
     /// long line arriving in pieces is searched once.
     line_scanned: usize,
+    /// Requests forwarded to other workers whose replies are still to come.
+    pub(crate) holes: forward::Holes,
 }
 
 impl Session {
@@ -113,6 +124,24 @@ impl Session {
     /// Stops executing frames on this connection (the peer closed, or the server is leaving).
     pub fn close(&mut self) {
         self.closing = true;
+    }
+
+    /// Names the connection for replies from other workers (its table's packed id).
+    pub fn set_token(&mut self, token: Token) {
+        self.holes.token = token;
+    }
+
+    /// Forwarded requests still waiting for their replies.
+    pub fn forwards_in_flight(&self) -> usize {
+        self.holes.pending.len()
+    }
+
+    /// A session of `protocol` for one forwarded request.
+    fn for_protocol(protocol: Protocol) -> Session {
+        Session {
+            protocol: Some(protocol),
+            ..Session::default()
+        }
     }
 }
 
@@ -136,6 +165,7 @@ pub struct Engine {
     counters: Counters,
     config: EngineConfig,
     info: ServerInfo,
+    outbox: forward::Outbox,
 }
 
 impl Engine {
@@ -144,6 +174,7 @@ impl Engine {
         Engine {
             shard: Shard::new(config.shard),
             counters: Counters::default(),
+            outbox: forward::Outbox::new(config.threads.max(1)),
             config,
             info: ServerInfo::default(),
         }
@@ -218,7 +249,10 @@ impl Engine {
                     };
                 }
             }
-            if out.len() >= OUT_HIGH_WATER_BYTES || pos == input.len() {
+            if out.len() >= OUT_HIGH_WATER_BYTES
+                || pos == input.len()
+                || session.holes.pending.len() >= MAX_FORWARDS_IN_FLIGHT
+            {
                 break Outcome {
                     consumed: pos,
                     needed: 0,
@@ -239,6 +273,151 @@ impl Engine {
         self.counters.bytes_read += outcome.consumed as u64;
         self.counters.bytes_written += (out.len() - out_start) as u64;
         outcome
+    }
+
+    /// The worker that owns `key` when it is not this one.
+    #[inline]
+    fn remote_owner(&self, key: &[u8]) -> Option<usize> {
+        if self.config.threads <= 1 {
+            return None;
+        }
+        let owner = owner_of(key, self.config.threads);
+        (owner != self.config.worker).then_some(owner)
+    }
+
+    /// Sends `request` (one complete request of `protocol`) to `owner` and leaves a hole for
+    /// its reply at the end of `out`.
+    fn forward(
+        &mut self,
+        session: &mut Session,
+        owner: usize,
+        protocol: Protocol,
+        request: &[u8],
+        out: &[u8],
+    ) {
+        let seq = session.holes.open(out.len(), 1, None);
+        self.outbox.push(
+            owner,
+            session.holes.token,
+            seq,
+            forward::Op::Execute(protocol),
+            |bytes| bytes.extend_from_slice(request),
+        );
+    }
+
+    /// Sends a text retrieval of one key to `owner`, leaving a hole for its `VALUE` block.
+    fn forward_text_get(
+        &mut self,
+        session: &mut Session,
+        owner: usize,
+        get: (protocol::text::GetCommand, i64),
+        key: &[u8],
+        out: &[u8],
+    ) {
+        let seq = session.holes.open(out.len(), 1, None);
+        self.outbox.push(
+            owner,
+            session.holes.token,
+            seq,
+            forward::Op::TextGetKey,
+            |bytes| forward::write_text_get(bytes, get.0, get.1, key),
+        );
+    }
+
+    /// Sends `op` to every other worker and leaves one hole at the end of `out` that fills once
+    /// all have answered. False (and nothing sent) when this is the only worker.
+    fn fan_out(
+        &mut self,
+        session: &mut Session,
+        op: forward::Op,
+        gather: Option<Box<forward::Gather>>,
+        out: &[u8],
+    ) -> bool {
+        let workers = self.config.threads;
+        if workers <= 1 {
+            return false;
+        }
+        let seq = session.holes.open(out.len(), workers - 1, gather);
+        for dest in (0..workers).filter(|&w| w != self.config.worker) {
+            self.outbox.push(dest, session.holes.token, seq, op, |_| ());
+        }
+        true
+    }
+
+    /// Hands every non-empty outgoing batch to `send(destination worker, batch)`.
+    pub fn take_forwards(&mut self, mut send: impl FnMut(usize, Batch)) {
+        let forward::Outbox {
+            batches,
+            spare_batches,
+            ..
+        } = &mut self.outbox;
+        for (dest, batch) in batches.iter_mut().enumerate() {
+            if !batch.is_empty() {
+                let fresh = spare_batches.pop().unwrap_or_default();
+                send(dest, std::mem::replace(batch, fresh));
+            }
+        }
+    }
+
+    /// True when forwarded requests wait to be handed out by [`Engine::take_forwards`].
+    pub fn has_forwards(&self) -> bool {
+        self.outbox.batches.iter().any(|b| !b.is_empty())
+    }
+
+    /// Executes requests other workers forwarded here (keys this shard owns) and returns the
+    /// replies, in the batch's order. Byte counters stay with the worker that holds the
+    /// connection.
+    pub fn serve_forwarded(&mut self, batch: Batch, now: u64) -> Replies {
+        let mut replies = self.outbox.spare_replies.pop().unwrap_or_default();
+        for entry in &batch.entries {
+            let request = &batch.bytes[entry.start..entry.start + entry.len];
+            let start = replies.bytes.len();
+            let mut close = false;
+            let payload = match entry.op {
+                forward::Op::Execute(_) | forward::Op::TextGetKey => {
+                    let protocol = protocol_of(entry.op);
+                    let mut session = Session::for_protocol(protocol);
+                    let out = &mut replies.bytes;
+                    // A forwarded request is complete (the sender parsed it), so the step
+                    // executes all of it.
+                    let _ = match protocol {
+                        Protocol::Binary => binary::step(self, &mut session, request, out, now),
+                        Protocol::Text => text::step(self, &mut session, request, out, now),
+                    };
+                    if entry.op == forward::Op::TextGetKey && out[start..].ends_with(b"END\r\n") {
+                        out.truncate(out.len() - 5);
+                    }
+                    close = session.closing;
+                    forward::Payload::Bytes {
+                        start,
+                        len: replies.bytes.len() - start,
+                    }
+                }
+                forward::Op::Snapshot => forward::Payload::Snapshot(Box::new(self.snapshot())),
+                forward::Op::Flush { delay, now } => {
+                    self.shard.flush_all(delay, now);
+                    forward::Payload::Bytes { start, len: 0 }
+                }
+            };
+            replies.entries.push(forward::ReplyEntry {
+                token: entry.token,
+                seq: entry.seq,
+                close,
+                payload,
+            });
+        }
+        self.outbox.recycle_batch(batch);
+        replies
+    }
+
+    /// Counts reply bytes that reached a connection from another worker.
+    pub(crate) fn count_written(&mut self, len: usize) {
+        self.counters.bytes_written += len as u64;
+    }
+
+    /// Takes back a [`Replies`] message once its replies are delivered, for reuse.
+    pub fn recycle(&mut self, replies: Replies) {
+        self.outbox.recycle_replies(replies);
     }
 
     /// A read: looks `key` up, counting `cmd_get`.
@@ -341,6 +520,26 @@ impl Engine {
     /// The configuration this engine was built with.
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+}
+
+/// Writes a `stats` reply whose figures every worker has sent.
+pub(crate) fn render_gathered(out: &mut Vec<u8>, gather: &forward::Gather) {
+    match gather.render {
+        forward::StatsRender::Text { .. } => {
+            text::render_stats(out, gather.render, &gather.snapshot)
+        }
+        forward::StatsRender::Binary { .. } => {
+            binary::render_stats(out, gather.render, &gather.snapshot)
+        }
+    }
+}
+
+/// The protocol whose step executes a forwarded entry.
+fn protocol_of(op: forward::Op) -> Protocol {
+    match op {
+        forward::Op::Execute(protocol) => protocol,
+        _ => Protocol::Text,
     }
 }
 

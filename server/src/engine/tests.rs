@@ -45,6 +45,7 @@ fn engine_with(shard: ShardConfig) -> Engine {
         version: VERSION,
         started_unix_secs: NOW - 10,
         threads: 1,
+        worker: 0,
         conn_limit: 1024,
     })
 }

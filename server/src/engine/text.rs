@@ -11,8 +11,9 @@ use protocol::text::{
 };
 use store::{Delta, StoreError, StoreMode};
 
-use super::{Engine, Session, Step};
-use crate::stats;
+use super::forward::{Gather, Op, StatsRender};
+use super::{Engine, Protocol, Session, Step};
+use crate::stats::{self, Snapshot};
 
 /// Executes (or refuses) the request line at the front of `buf`, with its data block.
 pub(super) fn step(
@@ -72,8 +73,14 @@ fn dispatch(
             response.emit_into(out);
         }
     };
+    if let Some(key) = single_key(&request)
+        && let Some(owner) = engine.remote_owner(key)
+    {
+        engine.forward(session, owner, Protocol::Text, &buf[..line_len], out);
+        return Step::Done(line_len);
+    }
     match request {
-        Request::Get(get) => execute_get(engine, get, out, now),
+        Request::Get(get) => execute_get(engine, session, get, out, now),
         Request::Store(store) => {
             return execute_store(engine, session, store, buf, line_len, out, now);
         }
@@ -116,11 +123,12 @@ fn dispatch(
         }
         Request::FlushAll { delay, noreply } => {
             engine.flush_all(delay, now);
+            engine.fan_out(session, Op::Flush { delay, now }, None, out);
             reply(out, noreply, Response::Ok);
         }
         Request::Version => Response::Version(engine.config.version).emit_into(out),
         Request::Verbosity { noreply, .. } => reply(out, noreply, Response::Ok),
-        Request::Stats(group) => write_stats(engine, group, out, now),
+        Request::Stats(group) => write_stats(engine, session, group, out, now),
         Request::Quit => session.closing = true,
         Request::Meta(request) => {
             return super::meta::execute(engine, session, request, buf, line_len, out, now);
@@ -129,10 +137,33 @@ fn dispatch(
     Step::Done(line_len)
 }
 
-/// get/gets/gat/gats: a `VALUE` block per hit, then `END`.
-fn execute_get(engine: &mut Engine, get: Get<'_>, out: &mut Vec<u8>, now: u64) {
+/// The key of a one-line request that acts on one key (delete, incr/decr, touch); storage
+/// commands are routed once their data block is here, retrievals key by key, meta commands
+/// once their key is decoded.
+fn single_key<'a>(request: &Request<'a>) -> Option<&'a [u8]> {
+    match *request {
+        Request::Delete { key, .. }
+        | Request::Arithmetic { key, .. }
+        | Request::Touch { key, .. } => Some(key),
+        _ => None,
+    }
+}
+
+/// get/gets/gat/gats: a `VALUE` block per hit, then `END`. Keys other workers own are
+/// forwarded one by one; their blocks take their place in the reply.
+fn execute_get(
+    engine: &mut Engine,
+    session: &mut Session,
+    get: Get<'_>,
+    out: &mut Vec<u8>,
+    now: u64,
+) {
     let with_cas = get.command.returns_cas();
     for key in get.keys {
+        if let Some(owner) = engine.remote_owner(key) {
+            engine.forward_text_get(session, owner, (get.command, get.exptime), key, out);
+            continue;
+        }
         let item = if get.command.touches() {
             engine.touch(key, get.exptime, now)
         } else {
@@ -181,6 +212,11 @@ fn execute_store(
             return Step::Done(line_len + store.bytes + 2);
         }
     };
+    let consumed = line_len + store.bytes + 2;
+    if let Some(owner) = engine.remote_owner(store.key) {
+        engine.forward(session, owner, Protocol::Text, &buf[..consumed], out);
+        return Step::Done(consumed);
+    }
     let (mode, cas) = match store.command {
         StoreCommand::Set => (StoreMode::Set, 0),
         StoreCommand::Add => (StoreMode::Add, 0),
@@ -203,7 +239,7 @@ fn execute_store(
     if !store.noreply {
         response.emit_into(out);
     }
-    Step::Done(line_len + store.bytes + 2)
+    Step::Done(consumed)
 }
 
 /// A compare value no item under `key` matches, for a `cas` (or meta `C`) of 0: memcached
@@ -231,9 +267,29 @@ fn store_error(error: StoreError) -> Response<'static> {
     }
 }
 
-/// `STAT <name> <value>` lines, then `END`.
-fn write_stats(engine: &Engine, group: StatsGroup, out: &mut Vec<u8>, now: u64) {
+/// `STAT <name> <value>` lines, then `END`; with several workers, once all have sent theirs.
+fn write_stats(
+    engine: &mut Engine,
+    session: &mut Session,
+    group: StatsGroup,
+    out: &mut Vec<u8>,
+    now: u64,
+) {
+    let render = StatsRender::Text { group, now };
     let snapshot = engine.snapshot();
+    if engine.config.threads > 1 {
+        let gather = Box::new(Gather { snapshot, render });
+        engine.fan_out(session, Op::Snapshot, Some(gather), out);
+    } else {
+        render_stats(out, render, &snapshot);
+    }
+}
+
+/// The text `stats` reply for `snapshot`.
+pub(super) fn render_stats(out: &mut Vec<u8>, render: StatsRender, snapshot: &Snapshot) {
+    let StatsRender::Text { group, now } = render else {
+        return;
+    };
     let mut value = String::new();
     let mut line = |name: &str, v: &dyn std::fmt::Display| {
         use std::fmt::Write as _;
@@ -246,10 +302,10 @@ fn write_stats(engine: &Engine, group: StatsGroup, out: &mut Vec<u8>, now: u64) 
         .emit_into(out);
     };
     match group {
-        StatsGroup::General => stats::general(&snapshot, now, &mut line),
-        StatsGroup::Settings => stats::settings(&snapshot, &mut line),
-        StatsGroup::Items => stats::items(&snapshot, &mut line),
-        StatsGroup::Slabs => stats::slabs(&snapshot, &mut line),
+        StatsGroup::General => stats::general(snapshot, now, &mut line),
+        StatsGroup::Settings => stats::settings(snapshot, &mut line),
+        StatsGroup::Items => stats::items(snapshot, &mut line),
+        StatsGroup::Slabs => stats::slabs(snapshot, &mut line),
     }
     Response::End.emit_into(out);
 }

@@ -1,58 +1,119 @@
-//! The kernel-socket path (`--net kernel`): the same engine on ordinary TCP sockets.
+//! The kernel-socket path (`--net kernel`): the same engine on ordinary TCP sockets, one
+//! SO_REUSEPORT listener and epoll set per worker (the kernel spreads connections over them),
+//! and the same cross-core forwarding as the other paths.
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
 
-use netstack::kernel::{KernelConn, KernelTable};
+use netstack::kernel::{KernelConn, KernelConnId, KernelTable};
 
-use super::{IdleState, LoopClock, report_final, stopping};
-use crate::cli::Idle;
+use super::mesh::Mesh;
+use super::{IdleState, LoopClock, Plan, spawn, stopping};
 use crate::conn::ClientConn;
-use crate::engine::Engine;
+use crate::engine::{Engine, Replies};
 
-/// Serves `addr` on kernel sockets until `stop` is set. Prints the `ready` line once listening.
+/// Serves `addr` on kernel sockets until the plan's stop flag is set, one listener per worker;
+/// calls `on_ready` with the bound address once every worker serves.
 ///
 /// # Errors
-/// When the address cannot be bound, or epoll fails.
+/// When the address cannot be bound, or a worker fails (epoll).
 pub fn run(
     addr: SocketAddr,
     conn_limit: usize,
-    idle: Idle,
-    mut engine: Engine,
-    stop: &AtomicBool,
+    plan: &Plan<'_>,
     on_ready: impl FnOnce(SocketAddr),
+) -> Result<(), String> {
+    let workers = plan.workers();
+    let per_worker = conn_limit.div_ceil(workers);
+    let first = KernelTable::<ClientConn>::bind(addr, per_worker).map_err(|e| e.to_string())?;
+    // With port 0 the first bind picks the port; the others share it.
+    let bound = first.local_addr().map_err(|e| e.to_string())?;
+    let mut tables = vec![first];
+    for _ in 1..workers {
+        tables.push(KernelTable::bind(bound, per_worker).map_err(|e| e.to_string())?);
+    }
+    spawn(
+        plan,
+        tables,
+        |mut table, engine, mesh, ready| {
+            if let Some(wake) = mesh.wake_fd() {
+                use std::os::fd::AsRawFd;
+                table
+                    .watch(wake.as_raw_fd())
+                    .map_err(|e| format!("epoll: {e}"))?;
+            }
+            ready();
+            serve(&mut table, engine, mesh, plan).map_err(|e| format!("epoll: {e}"))?;
+            Ok(vec![format!("kernel sockets: {:?}", table.stats())])
+        },
+        || on_ready(bound),
+    )
+}
+
+fn serve(
+    table: &mut KernelTable<ClientConn>,
+    engine: &mut Engine,
+    mesh: &mut Mesh,
+    plan: &Plan<'_>,
 ) -> io::Result<()> {
-    let mut table = KernelTable::<ClientConn>::bind(addr, conn_limit)?;
-    on_ready(table.local_addr()?);
-    let mut idle_state = IdleState::new(idle);
+    let mut idle_state = IdleState::new(plan.idle);
     let clock = LoopClock::new();
     let mut block = None;
-    while !stopping(stop) {
-        let timeout = if table.has_ready() { None } else { block };
+    while !stopping(plan.stop) {
+        let timeout = if table.has_ready() || !block.is_some_and(|_| mesh.park()) {
+            None
+        } else {
+            block
+        };
         let polled = table.poll(timeout)?;
+        mesh.unpark();
         let tick = clock.tick();
         let now = tick.unix_secs;
         let mut progress = matches!(polled, netstack::Poll::Progress) || table.has_ready();
         table.serve(|conn| {
             progress = true;
-            drive(conn, &mut engine, now);
+            drive(conn, engine, now);
         });
+        progress |= mesh.send_forwards(engine);
+        progress |= mesh.receive(engine, now, |engine, replies| {
+            deliver(table, engine, replies, now)
+        }) > 0;
+        progress |= mesh.send_forwards(engine);
         let stats = table.stats();
         let info = engine.info_mut();
         info.curr_connections = stats.active;
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
-        idle_state.maybe_sweep(&mut engine, tick);
+        idle_state.maybe_sweep(engine, tick);
         block = idle_state.after_iteration(progress, tick.at);
     }
-    report_final(&engine);
     Ok(())
+}
+
+/// Puts other workers' replies into their connections and drives each connection once after
+/// its last reply in the message.
+fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &Replies, now: u64) {
+    for index in 0..replies.len() {
+        let Some(token) = replies.token(index) else {
+            continue;
+        };
+        let last_for_conn = replies.token(index + 1) != Some(token);
+        table.with_conn(KernelConnId::unpack(token), |conn| {
+            if let Some(delivery) = replies.get(index) {
+                conn.state.deliver(engine, delivery);
+            }
+            if last_for_conn {
+                drive(conn, engine, now);
+            }
+        });
+    }
 }
 
 /// Reads, executes and writes for one ready connection until the socket would block.
 fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: u64) {
+    let token = conn.id().pack();
     let (client, stream) = conn.parts();
+    client.session.set_token(token);
     let result = (|| -> io::Result<Drive> {
         use std::io::{Read, Write};
         loop {
@@ -80,7 +141,9 @@ fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: u64) {
             }
             let spare = client.input.spare(client.needed.max(1));
             match stream.read(spare) {
-                Ok(0) => return Ok(Drive::Close),
+                // The peer closed its side: finish what it sent (replies may still be due
+                // from other workers), then close.
+                Ok(0) => client.session.close(),
                 Ok(n) => client.input.filled(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Drive::Wait),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -88,8 +151,9 @@ fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: u64) {
             }
         }
     })();
-    // `Wait` always follows a read or a write that would block, so epoll's next edge (readable
-    // or writable) serves this connection again.
+    // `Wait` follows a read or a write that would block, so epoll's next edge (readable or
+    // writable) serves this connection again; or it waits on replies from other workers,
+    // whose delivery drives it again.
     match result {
         Ok(Drive::Wait) => {}
         Ok(Drive::Close) | Err(_) => conn.close(),

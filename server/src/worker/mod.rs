@@ -2,24 +2,34 @@
 //! store shard), and busy-polls them.
 //!
 //! ```text
-//! worker (pinned core): loop { poll queue → serve ready connections → engine → send } until stop
+//! worker i (pinned core): loop {
+//!     poll queue i → serve ready connections → engine (keys of shard i here; others forwarded)
+//!     → mesh: send forwarded batches, execute other workers' requests, deliver their replies
+//!     → send
+//! } until stop
 //! ```
+//!
+//! [`spawn`] starts the workers of any packet path, waits until all are ready, and sums their
+//! figures when they stop.
 
 pub mod kernel;
+pub mod mesh;
 pub mod tap;
 pub mod xdp;
 
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use netstack::smoltcp::phy::Device;
-use netstack::{Conn, ConnTable, Poll};
+use netstack::{Conn, ConnId, ConnTable, Poll};
 
 use crate::cli::Idle;
 use crate::conn::ClientConn;
-use crate::engine::Engine;
-use crate::stats;
+use crate::engine::{Engine, EngineConfig, Replies};
+use crate::stats::{self, Snapshot};
+use mesh::Mesh;
 
 /// How long a parking worker spins without progress before it waits on its queue.
 pub const SPIN_BUDGET: Duration = Duration::from_micros(200);
@@ -166,14 +176,177 @@ pub fn stopping(stop: &AtomicBool) -> bool {
     stop.load(Ordering::Relaxed)
 }
 
-/// Writes the final statistics to stderr, one `STAT name value` line each.
-pub fn report_final(engine: &Engine) {
-    let snapshot = engine.snapshot();
+/// Writes the final statistics (summed over workers) to stderr, one `STAT name value` line each.
+pub fn report_final(snapshot: &Snapshot) {
     let mut text = String::from("memspin stopped; final stats:\n");
-    stats::general(&snapshot, unix_now(), |name, value| {
+    stats::general(snapshot, unix_now(), |name, value| {
         text.push_str(&format!("STAT {name} {value}\n"));
     });
     eprint!("{text}");
+}
+
+/// The CPU of each of `workers` workers: the first `workers` of `listed` (`--cpus`), or of
+/// the CPUs this process may run on, in order (round robin when there are fewer).
+///
+/// # Errors
+/// When `--cpus` lists fewer CPUs than workers, or no CPU is available.
+pub fn cpus_for(workers: usize, listed: Option<&[usize]>) -> Result<Vec<usize>, String> {
+    match listed {
+        Some(list) if list.len() < workers => Err(format!(
+            "--cpus lists {} CPU(s) for {workers} workers; list one per worker",
+            list.len()
+        )),
+        Some(list) => Ok(list[..workers].to_vec()),
+        None => {
+            let cores =
+                core_affinity::get_core_ids().ok_or("cannot list the CPUs this process may use")?;
+            if cores.is_empty() {
+                return Err("no CPU available".to_string());
+            }
+            Ok((0..workers).map(|i| cores[i % cores.len()].id).collect())
+        }
+    }
+}
+
+/// How the workers are laid out: how many, where, with what engine and stop flag.
+#[derive(Debug)]
+pub struct Plan<'a> {
+    /// CPUs, one per worker (worker i on `cpus[i]`).
+    pub cpus: Vec<usize>,
+    /// Every worker's engine configuration; `threads` is the number of workers, `worker` is
+    /// set per worker, the memory budget is one shard's.
+    pub engine: EngineConfig,
+    /// Set by SIGINT/SIGTERM, or when a worker fails.
+    pub stop: &'a AtomicBool,
+    /// The idle policy.
+    pub idle: Idle,
+}
+
+impl Plan<'_> {
+    /// Workers to start.
+    pub fn workers(&self) -> usize {
+        self.engine.threads
+    }
+}
+
+/// What [`spawn`] hands each worker: its queue, its engine, its end of the mesh, and a
+/// function to call once it serves. It returns lines for the exit report.
+pub type WorkerResult = Result<Vec<String>, String>;
+
+/// Runs one worker per queue of `queues`, each pinned to its CPU with its own engine and mesh
+/// endpoint, until the stop flag is set; calls `on_ready` once every worker is ready. A
+/// worker that fails stops the others. Writes each worker's report and the summed final
+/// statistics to stderr.
+///
+/// # Errors
+/// The first worker's failure, prefixed with its index.
+pub fn spawn<Q: Send>(
+    plan: &Plan<'_>,
+    queues: Vec<Q>,
+    work: impl Fn(Q, &mut Engine, &mut Mesh, &dyn Fn()) -> WorkerResult + Sync,
+    on_ready: impl FnOnce(),
+) -> Result<(), String> {
+    let workers = plan.workers();
+    if queues.len() != workers || plan.cpus.len() < workers {
+        return Err(format!(
+            "{workers} workers need {workers} queues and CPUs (have {} and {})",
+            queues.len(),
+            plan.cpus.len()
+        ));
+    }
+    let meshes = mesh::build(workers)?;
+    let (events, ready_events) = crossbeam_channel::unbounded::<Result<usize, String>>();
+    let results = std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(workers);
+        for (index, (queue, mut mesh)) in queues.into_iter().zip(meshes).enumerate() {
+            let worker_events = events.clone();
+            let work = &work;
+            let cpu = plan.cpus[index];
+            let config = EngineConfig {
+                worker: index,
+                ..plan.engine.clone()
+            };
+            let stop = plan.stop;
+            let handle = std::thread::Builder::new()
+                .name(format!("memspin-w{index}"))
+                .spawn_scoped(scope, move || {
+                    let result = pin(Some(cpu)).and_then(|_| {
+                        let mut engine = Engine::new(config);
+                        let ready = || {
+                            let _ = worker_events.send(Ok(index));
+                        };
+                        let lines = work(queue, &mut engine, &mut mesh, &ready)?;
+                        Ok((lines, engine.snapshot(), *mesh.stats()))
+                    });
+                    if let Err(e) = &result {
+                        stop.store(true, Ordering::SeqCst);
+                        let _ = worker_events.send(Err(format!("worker {index}: {e}")));
+                    }
+                    result
+                })
+                .map_err(|e| format!("starting worker {index}: {e}"));
+            match handle {
+                Ok(handle) => handles.push(handle),
+                Err(e) => {
+                    plan.stop.store(true, Ordering::SeqCst);
+                    let _ = events.send(Err(e));
+                    break;
+                }
+            }
+        }
+        drop(events);
+        let mut ready = 0;
+        let mut failure = None;
+        while ready < workers {
+            match ready_events.recv() {
+                Ok(Ok(_)) => ready += 1,
+                Ok(Err(e)) => {
+                    failure = Some(e);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        if failure.is_none() && ready == workers {
+            on_ready();
+        } else {
+            plan.stop.store(true, Ordering::SeqCst);
+        }
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("worker panicked".to_string()))
+            })
+            .collect();
+        (failure, results)
+    });
+    let (failure, results) = results;
+    let mut total: Option<Snapshot> = None;
+    let mut first_error = failure;
+    for (index, result) in results.into_iter().enumerate() {
+        match result {
+            Ok((lines, snapshot, mesh_stats)) => {
+                for line in lines {
+                    eprintln!("memspin: worker {index}: {line}");
+                }
+                if workers > 1 {
+                    eprintln!("memspin: worker {index}: mesh {mesh_stats:?}");
+                }
+                match total.as_mut() {
+                    Some(total) => total.merge(&snapshot),
+                    None => total = Some(snapshot),
+                }
+            }
+            Err(e) => {
+                first_error.get_or_insert_with(|| format!("worker {index}: {e}"));
+            }
+        }
+    }
+    if let Some(total) = total {
+        report_final(&total);
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Raises the open-file limit so `conn_limit` clients fit (as memcached does for `-c`).
@@ -214,19 +387,20 @@ pub trait Queue: Device {
     /// after every egress step. Devices that write each frame at once do nothing.
     fn flush(&mut self) {}
 
-    /// Blocks until a frame may be readable or `timeout` passes.
+    /// Blocks until a frame may be readable, `wake` is readable, or `timeout` passes.
     ///
     /// # Errors
     /// When waiting fails; the message names the device.
-    fn wait(&mut self, timeout: Duration) -> Result<(), String>;
+    fn wait(&mut self, timeout: Duration, wake: Option<BorrowedFd<'_>>) -> Result<(), String>;
 
     /// The device's counters as one line, for the exit report.
     fn report(&mut self) -> String;
 }
 
 /// Serves connections over a smoltcp `device` until `stop` is set: ingress, serve every
-/// connection with work through the engine, egress, flush; with `Idle::Park`, waits on the
-/// device (never past the table's next timer) after the spin budget.
+/// connection with work through the engine, exchange forwarded requests and replies with the
+/// other workers, egress, flush; with `Idle::Park`, waits on the device and the mesh's wake-up
+/// descriptor (never past the table's next timer) after the spin budget.
 ///
 /// # Errors
 /// When the device cannot wait.
@@ -234,6 +408,7 @@ pub fn serve_smoltcp<D: Queue>(
     device: &mut D,
     table: &mut ConnTable<ClientConn>,
     engine: &mut Engine,
+    mesh: &mut Mesh,
     stop: &AtomicBool,
     idle: Idle,
 ) -> Result<(), String> {
@@ -243,9 +418,15 @@ pub fn serve_smoltcp<D: Queue>(
         let tick = clock.tick();
         let ingress = table.poll_ingress(tick.net, device, INGRESS_BUDGET);
         let served = table.serve(|conn| drive(conn, engine, tick.unix_secs));
+        let mut meshed = mesh.send_forwards(engine);
+        meshed |= mesh.receive(engine, tick.unix_secs, |engine, replies| {
+            deliver(table, engine, replies, tick.unix_secs)
+        }) > 0;
+        meshed |= mesh.send_forwards(engine);
         let egress = table.poll_egress(tick.net, device);
         device.flush();
-        let progress = ingress == Poll::Progress || served > 0 || egress == Poll::Progress;
+        let progress =
+            ingress == Poll::Progress || served > 0 || meshed || egress == Poll::Progress;
 
         let stats = table.stats();
         let info = engine.info_mut();
@@ -258,19 +439,42 @@ pub fn serve_smoltcp<D: Queue>(
             let delay = table
                 .poll_delay(tick.net)
                 .map_or(park, |d| Duration::from_micros(d.total_micros()).min(park));
-            if !delay.is_zero() {
-                device.wait(delay)?;
+            if !delay.is_zero() && mesh.park() {
+                device.wait(delay, mesh.wake_fd())?;
             }
+            mesh.unpark();
         }
     }
     Ok(())
+}
+
+/// Puts other workers' replies into their connections and drives each connection once after
+/// its last reply in the message (sending what is now in order, and executing what it held
+/// back while too many requests were out).
+fn deliver(table: &mut ConnTable<ClientConn>, engine: &mut Engine, replies: &Replies, now: u64) {
+    for index in 0..replies.len() {
+        let Some(token) = replies.token(index) else {
+            continue;
+        };
+        let last_for_conn = replies.token(index + 1) != Some(token);
+        table.with_conn(ConnId::unpack(token), |conn| {
+            if let Some(delivery) = replies.get(index) {
+                conn.state.deliver(engine, delivery);
+            }
+            if last_for_conn {
+                drive(conn, engine, now);
+            }
+        });
+    }
 }
 
 /// Moves one connection's bytes: replies out first, then frames in — parsed in place from the
 /// socket's receive buffer, or assembled in the connection's input buffer when a frame is split
 /// across the ring's end or larger than the ring.
 fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
+    let token = conn.id().pack();
     let client = &mut *conn.state;
+    client.session.set_token(token);
     let io = &mut conn.io;
     loop {
         while !client.pending_output().is_empty() {

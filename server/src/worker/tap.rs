@@ -1,7 +1,7 @@
 //! The TAP path (`--net tap`): frames from a TAP queue through this core's smoltcp interface
 //! and connection table into the engine, parsed in place from each socket's receive buffer.
 
-use std::sync::atomic::AtomicBool;
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use netstack::link::{self, LinkConfig};
@@ -9,10 +9,9 @@ use netstack::smoltcp::time::Instant;
 use netstack::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use netstack::{ConnTable, TableConfig, TapDevice};
 
-use super::{Queue, report_final, serve_smoltcp};
-use crate::cli::{Cidr, Idle};
+use super::{Plan, Queue, serve_smoltcp, spawn};
+use crate::cli::Cidr;
 use crate::conn::ClientConn;
-use crate::engine::Engine;
 
 /// Where and how the TAP worker serves.
 #[derive(Debug, Clone)]
@@ -25,10 +24,8 @@ pub struct TapConfig {
     pub host_ip: Option<Cidr>,
     /// TCP port.
     pub port: u16,
-    /// Most concurrent connections.
+    /// Most concurrent connections, over all workers (each takes an even share).
     pub conn_limit: usize,
-    /// Idle policy.
-    pub idle: Idle,
 }
 
 /// The TAP queue length for `conn_limit` clients: a few frames each (a request and an ACK in
@@ -52,17 +49,18 @@ pub fn cidr(c: Cidr) -> Ipv4Cidr {
     Ipv4Cidr::new(Ipv4Address::new(a, b, c4, d), c.prefix_len)
 }
 
-/// Serves over the TAP device until `stop` is set; calls `on_ready` once the link is up.
+/// Serves over the TAP device until the plan's stop flag is set, one queue per worker (a
+/// multi-queue device when there are several); calls `on_ready` once every worker serves.
 ///
 /// # Errors
-/// When the device cannot be opened or configured, or the table cannot be built.
-pub fn run(
-    config: &TapConfig,
-    mut engine: Engine,
-    stop: &AtomicBool,
-    on_ready: impl FnOnce(),
-) -> Result<(), String> {
-    let mut device = TapDevice::open(&config.iface, false).map_err(|e| e.to_string())?;
+/// When the device cannot be opened or configured, or a worker fails.
+pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Result<(), String> {
+    let workers = plan.workers();
+    let devices = (0..workers)
+        .map(|queue| {
+            TapDevice::open(&config.iface, workers > 1).map_err(|e| format!("queue {queue}: {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     link::configure(
         &config.iface,
         &LinkConfig {
@@ -72,26 +70,30 @@ pub fn run(
         },
     )
     .map_err(|e| e.to_string())?;
-    let mut table_config = TableConfig::new(mac_for(config.ip), cidr(config.ip), config.port);
-    table_config.conn_limit = config.conn_limit;
-    let mut table = ConnTable::<ClientConn>::new(table_config, &mut device, Instant::now())
-        .map_err(|e| e.to_string())?;
-    on_ready();
-
-    serve_smoltcp(&mut device, &mut table, &mut engine, stop, config.idle)?;
-    eprintln!(
-        "memspin: tap {} device counters: {}",
-        config.iface,
-        device.report()
-    );
-    eprintln!("memspin: connection table: {:?}", table.stats());
-    report_final(&engine);
-    Ok(())
+    let conn_limit = config.conn_limit.div_ceil(workers);
+    spawn(
+        plan,
+        devices,
+        |mut device, engine, mesh, ready| {
+            let mut table_config =
+                TableConfig::new(mac_for(config.ip), cidr(config.ip), config.port);
+            table_config.conn_limit = conn_limit;
+            let mut table = ConnTable::<ClientConn>::new(table_config, &mut device, Instant::now())
+                .map_err(|e| e.to_string())?;
+            ready();
+            serve_smoltcp(&mut device, &mut table, engine, mesh, plan.stop, plan.idle)?;
+            Ok(vec![
+                format!("tap {} queue counters: {}", config.iface, device.report()),
+                format!("connection table: {:?}", table.stats()),
+            ])
+        },
+        on_ready,
+    )
 }
 
 impl Queue for TapDevice {
-    fn wait(&mut self, timeout: Duration) -> Result<(), String> {
-        TapDevice::wait(self, Some(timeout), None)
+    fn wait(&mut self, timeout: Duration, wake: Option<BorrowedFd<'_>>) -> Result<(), String> {
+        TapDevice::wait(self, Some(timeout), wake)
             .map(drop)
             .map_err(|e| e.to_string())
     }

@@ -1,15 +1,16 @@
 //! The AF_XDP path (`--net xdp --iface NAME`): the redirect program on an existing
-//! interface, one AF_XDP socket on its queue 0, and the same smoltcp loop as the TAP path.
+//! interface, one AF_XDP socket per worker (worker i on queue i), and the same smoltcp loop as
+//! the TAP path.
 //!
 //! ```text
-//! interface queue 0 ─XDP redirect─▶ XdpDevice ─▶ ConnTable (this core's smoltcp) ─▶ engine
+//! interface queue i ─XDP redirect (XSKMAP[i])─▶ XdpDevice i ─▶ ConnTable i (core i's smoltcp) ─▶ engine i
 //! ```
 //!
 //! The program is detached when this function returns, also on errors after the attach
 //! (drop order: the socket, then the program). A SIGKILLed run leaves its program attached;
 //! the next start replaces it (see `netstack::xdp::XdpProgram::attach`).
 
-use std::sync::atomic::AtomicBool;
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use netstack::smoltcp::time::Instant;
@@ -17,28 +18,23 @@ use netstack::xdp::{AttachMode, Attached, ModeChoice, XdpConfig, XdpDevice, XdpP
 use netstack::{ConnTable, TableConfig};
 
 use super::tap::cidr;
-use super::{Queue, report_final, serve_smoltcp};
-use crate::cli::{Cidr, Idle};
+use super::{Plan, Queue, serve_smoltcp, spawn};
+use crate::cli::Cidr;
 use crate::conn::ClientConn;
-use crate::engine::Engine;
 
 /// Where and how the XDP worker serves.
 #[derive(Debug, Clone)]
 pub struct XdpWorkerConfig {
     /// The interface to attach to (it must exist and be up).
     pub iface: String,
-    /// The queue to bind (one worker per queue).
-    pub queue: u32,
     /// Attach modes allowed.
     pub mode: ModeChoice,
     /// The server's own address on the link.
     pub ip: Cidr,
     /// TCP port.
     pub port: u16,
-    /// Most concurrent connections.
+    /// Most concurrent connections, over all workers (each takes an even share).
     pub conn_limit: usize,
-    /// Idle policy.
-    pub idle: Idle,
 }
 
 /// What the ready line reports about the attach.
@@ -56,42 +52,65 @@ pub struct XdpReady {
     pub mac: [u8; 6],
 }
 
-/// Serves over AF_XDP until `stop` is set; calls `on_ready` once the socket is bound.
+/// Serves over AF_XDP until the plan's stop flag is set: one socket on queue i for worker i;
+/// calls `on_ready` once every worker serves.
 ///
 /// # Errors
-/// When the program cannot be attached, the socket bound, or the table built.
+/// When the program cannot be attached, a socket bound (e.g. the interface has fewer queues
+/// than workers), or a worker fails.
 pub fn run(
     config: &XdpWorkerConfig,
-    mut engine: Engine,
-    stop: &AtomicBool,
+    plan: &Plan<'_>,
     on_ready: impl FnOnce(&XdpReady),
 ) -> Result<(), String> {
     let program = XdpProgram::attach(&config.iface, config.mode).map_err(|e| e.to_string())?;
-    let mut device = XdpDevice::bind(&program, config.queue, &XdpConfig::default())
-        .map_err(|e| e.to_string())?;
-    let mut table_config = TableConfig::new(program.mac(), cidr(config.ip), config.port);
-    table_config.conn_limit = config.conn_limit;
-    let mut table = ConnTable::<ClientConn>::new(table_config, &mut device, Instant::now())
-        .map_err(|e| e.to_string())?;
-    on_ready(&XdpReady {
+    let workers = plan.workers();
+    let devices = (0..workers as u32)
+        .map(|queue| {
+            XdpDevice::bind(&program, queue, &XdpConfig::default())
+                .map_err(|e| format!("queue {queue}: {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>();
+    let devices = match devices {
+        Ok(devices) => devices,
+        Err(e) => {
+            let _ = program.detach();
+            return Err(e);
+        }
+    };
+    let ready = XdpReady {
         mode: program.mode(),
-        zero_copy: device.zero_copy(),
+        zero_copy: devices.iter().all(XdpDevice::zero_copy),
         prog_id: program.prog_id(),
         replaced: program.replaced(),
         mac: program.mac(),
-    });
-
-    let served = serve_smoltcp(&mut device, &mut table, &mut engine, stop, config.idle);
-    eprintln!(
-        "memspin: xdp {} queue {} device counters: {}",
-        config.iface,
-        config.queue,
-        device.report()
+    };
+    let conn_limit = config.conn_limit.div_ceil(workers);
+    let served = spawn(
+        plan,
+        devices,
+        |mut device, engine, mesh, ready| {
+            let mut table_config = TableConfig::new(program.mac(), cidr(config.ip), config.port);
+            table_config.conn_limit = conn_limit;
+            let mut table = ConnTable::<ClientConn>::new(table_config, &mut device, Instant::now())
+                .map_err(|e| e.to_string())?;
+            ready();
+            let served = serve_smoltcp(&mut device, &mut table, engine, mesh, plan.stop, plan.idle);
+            let lines = vec![
+                format!(
+                    "xdp {} queue {} device counters: {}",
+                    config.iface,
+                    device.queue(),
+                    device.report()
+                ),
+                format!("connection table: {:?}", table.stats()),
+            ];
+            served.map(|()| lines)
+        },
+        || on_ready(&ready),
     );
-    eprintln!("memspin: connection table: {:?}", table.stats());
-    drop(device);
+    // Every socket was dropped with its worker: detach now.
     let detached = program.detach().map_err(|e| e.to_string());
-    report_final(&engine);
     served?;
     detached
 }
@@ -101,8 +120,8 @@ impl Queue for XdpDevice {
         XdpDevice::flush(self);
     }
 
-    fn wait(&mut self, timeout: Duration) -> Result<(), String> {
-        XdpDevice::wait(self, Some(timeout), None)
+    fn wait(&mut self, timeout: Duration, wake: Option<BorrowedFd<'_>>) -> Result<(), String> {
+        XdpDevice::wait(self, Some(timeout), wake)
             .map(drop)
             .map_err(|e| e.to_string())
     }

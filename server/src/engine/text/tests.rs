@@ -478,6 +478,7 @@ fn out_of_memory_is_a_server_error() {
         version: VERSION,
         started_unix_secs: NOW,
         threads: 1,
+        worker: 0,
         conn_limit: 16,
     });
     let mut input = b"set k 0 0 5000\r\n".to_vec();

@@ -1,0 +1,295 @@
+//! Cross-core forwarding without threads: a connection on worker 0 of two, whose requests for
+//! worker 1's keys are forwarded, must get exactly the replies one worker alone gives, in the
+//! same order, whatever arrives in which order and in which fragments.
+
+use proptest::prelude::*;
+use server::conn::ClientConn;
+use server::engine::{Batch, Engine, EngineConfig, VERSION, owner_of};
+
+const NOW: u64 = 1_700_000_000;
+
+fn engine(workers: usize, worker: usize) -> Engine {
+    Engine::new(EngineConfig {
+        shard: store::ShardConfig {
+            memory_limit_bytes: 16 << 20,
+            max_item_size: 1 << 20,
+        },
+        version: VERSION,
+        started_unix_secs: NOW - 100,
+        threads: workers,
+        worker,
+        conn_limit: 1024,
+    })
+}
+
+/// One engine, one connection: the reference replies.
+fn alone(chunks: &[&[u8]]) -> Vec<u8> {
+    let mut engine = engine(1, 0);
+    let mut conn = ClientConn::default();
+    let mut replies = Vec::new();
+    for chunk in chunks {
+        conn.input.extend(chunk);
+        loop {
+            conn.execute_buffered(&mut engine, NOW);
+            let out = conn.pending_output().to_vec();
+            conn.sent(out.len());
+            replies.extend_from_slice(&out);
+            if out.is_empty() {
+                break;
+            }
+        }
+    }
+    replies
+}
+
+/// The same connection on worker 0 of two. Forwarded batches are served by worker 1; its
+/// replies come back in the order `reverse` picks (batches delivered newest first when set,
+/// to exercise holes filled out of order).
+fn forwarded(chunks: &[&[u8]], reverse: bool) -> Vec<u8> {
+    let mut home = engine(2, 0);
+    let mut owner = engine(2, 1);
+    let mut conn = ClientConn::default();
+    conn.session.set_token(7);
+    let mut replies = Vec::new();
+    let drain = |conn: &mut ClientConn, replies: &mut Vec<u8>| {
+        let out = conn.pending_output().to_vec();
+        conn.sent(out.len());
+        replies.extend_from_slice(&out);
+        !out.is_empty()
+    };
+    for chunk in chunks {
+        conn.input.extend(chunk);
+        loop {
+            conn.execute_buffered(&mut home, NOW);
+            let mut batches: Vec<Batch> = Vec::new();
+            home.take_forwards(|dest, batch| {
+                assert_eq!(dest, 1);
+                batches.push(batch);
+            });
+            if reverse {
+                batches.reverse();
+            }
+            let forwarded_any = !batches.is_empty();
+            for batch in batches {
+                let answers = owner.serve_forwarded(batch, NOW);
+                let order: Vec<usize> = if reverse {
+                    (0..answers.len()).rev().collect()
+                } else {
+                    (0..answers.len()).collect()
+                };
+                for index in order {
+                    assert_eq!(answers.token(index), Some(7));
+                    conn.deliver(&mut home, answers.get(index).unwrap());
+                }
+                owner.recycle(answers);
+            }
+            let sent = drain(&mut conn, &mut replies);
+            if !sent && !forwarded_any {
+                break;
+            }
+        }
+        assert!(
+            !conn.awaiting_replies(),
+            "every forwarded request was answered"
+        );
+    }
+    replies
+}
+
+/// Keys of both owners.
+fn keys() -> (Vec<String>, Vec<String>) {
+    let mut local = Vec::new();
+    let mut remote = Vec::new();
+    for i in 0.. {
+        let key = format!("key:{i}");
+        if owner_of(key.as_bytes(), 2) == 0 {
+            local.push(key);
+        } else {
+            remote.push(key);
+        }
+        if local.len() >= 4 && remote.len() >= 4 {
+            break;
+        }
+    }
+    (local, remote)
+}
+
+/// Text and meta requests over keys of both workers; no reply carries a CAS (CAS counters are
+/// per shard).
+fn text_script() -> Vec<u8> {
+    let (l, r) = keys();
+    let mut s = String::new();
+    for (i, k) in l.iter().chain(r.iter()).enumerate() {
+        s += &format!(
+            "set {k} {i} 0 {}\r\nvalue-{i}\r\n",
+            format!("value-{i}").len()
+        );
+    }
+    s += &format!("get {} {} {} nosuchkey {}\r\n", l[0], r[0], r[1], l[1]);
+    s += &format!(
+        "add {} 0 0 1 noreply\r\nx\r\nadd {} 0 0 1\r\nx\r\n",
+        r[0], r[2]
+    );
+    s += &format!(
+        "append {} 0 0 3\r\n+ap\r\nprepend {} 0 0 3\r\npr+\r\n",
+        r[0], l[0]
+    );
+    s += &format!("get {} {}\r\n", r[0], l[0]);
+    s += &format!("set n{} 0 0 2\r\n10\r\n", r[3]);
+    s += &format!(
+        "incr n{} 5\r\ndecr n{} 100\r\nincr {} 1\r\n",
+        r[3], r[3], r[1]
+    );
+    s += &format!(
+        "touch {} 100\r\ntouch nosuch 1\r\ndelete {}\r\ndelete {} noreply\r\n",
+        r[1], r[2], l[2]
+    );
+    s += &format!("gat 100 {} {} {}\r\n", r[1], l[1], r[2]);
+    s += &format!(
+        "mg {} v f t k\r\nmg {} v s q\r\nmg missing v\r\nmn\r\n",
+        r[0], l[0]
+    );
+    s += &format!(
+        "ms {} 2 T0 F5\r\nhi\r\nms {} 2 q\r\nyo\r\nmg {} v f\r\n",
+        r[3], l[3], r[3]
+    );
+    s += &format!(
+        "ma n{} D7\r\nma n{} v\r\nmd {} q\r\nmd {}\r\n",
+        r[3], r[3], r[3], r[3]
+    );
+    s += "version\r\nverbosity 1\r\n";
+    s += &format!("flush_all\r\nget {} {}\r\n", r[0], l[0]);
+    s += "bogus command\r\n";
+    s += &format!("set {} 0 0 3\r\nabcd\r\nget {}\r\n", r[0], r[0]);
+    s += &format!("set {} 0 0 2\r\nok\r\nquit\r\nget {}\r\n", r[0], r[0]);
+    s.into_bytes()
+}
+
+fn binary_request(opcode: u8, key: &[u8], extras: &[u8], value: &[u8], opaque: u32) -> Vec<u8> {
+    let mut frame = vec![0u8; 24];
+    frame[0] = 0x80;
+    frame[1] = opcode;
+    frame[2..4].copy_from_slice(&(key.len() as u16).to_be_bytes());
+    frame[4] = extras.len() as u8;
+    let body = (extras.len() + key.len() + value.len()) as u32;
+    frame[8..12].copy_from_slice(&body.to_be_bytes());
+    frame[12..16].copy_from_slice(&opaque.to_be_bytes());
+    frame.extend_from_slice(extras);
+    frame.extend_from_slice(key);
+    frame.extend_from_slice(value);
+    frame
+}
+
+/// Binary requests over keys of both workers, quiet ones included.
+fn binary_script() -> Vec<u8> {
+    let (l, r) = keys();
+    let set_extras = [0u8, 0, 0, 9, 0, 0, 0, 0];
+    let mut s = Vec::new();
+    let mut opaque = 0;
+    let mut push = |s: &mut Vec<u8>, op: u8, key: &str, extras: &[u8], value: &[u8]| {
+        opaque += 1;
+        s.extend(binary_request(op, key.as_bytes(), extras, value, opaque));
+    };
+    for k in l.iter().chain(r.iter()) {
+        push(&mut s, 0x11, k, &set_extras, k.as_bytes()); // SETQ
+    }
+    push(&mut s, 0x0d, &r[0], &[], &[]); // GETKQ hit
+    push(&mut s, 0x0d, "missing", &[], &[]); // GETKQ miss: silent
+    push(&mut s, 0x09, &l[0], &[], &[]); // GETQ hit
+    push(&mut s, 0x0a, "", &[], &[]); // NOOP
+    push(&mut s, 0x0c, &r[1], &[], &[]); // GETK
+    push(&mut s, 0x02, &r[1], &set_extras, b"dup"); // ADD exists
+    push(&mut s, 0x04, &r[2], &[], &[]); // DELETE
+    push(&mut s, 0x04, &r[2], &[], &[]); // DELETE miss
+    let counter = [0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 0];
+    push(&mut s, 0x05, &format!("c{}", r[3]), &counter, &[]); // INCR creates
+    push(&mut s, 0x05, &format!("c{}", r[3]), &counter, &[]);
+    push(&mut s, 0x1d, &r[0], &[0, 0, 0, 50], &[]); // GAT
+    push(&mut s, 0x1c, &l[1], &[0, 0, 0, 50], &[]); // TOUCH
+    push(&mut s, 0x0b, "", &[], &[]); // VERSION
+    push(&mut s, 0x08, "", &[], &[]); // FLUSH
+    push(&mut s, 0x00, &r[0], &[], &[]); // GET after flush: miss
+    push(&mut s, 0x00, &l[0], &[], &[]);
+    push(&mut s, 0x07, "", &[], &[]); // QUIT
+    push(&mut s, 0x00, &l[0], &[], &[]); // never executed
+    s
+}
+
+/// Binary replies with their CAS field zeroed (CAS counters are per shard).
+fn mask_cas(mut replies: Vec<u8>) -> Vec<u8> {
+    let mut pos = 0;
+    while pos + 24 <= replies.len() {
+        let body = u32::from_be_bytes(replies[pos + 8..pos + 12].try_into().unwrap()) as usize;
+        replies[pos + 16..pos + 24].fill(0);
+        pos += 24 + body;
+    }
+    replies
+}
+
+#[test]
+fn text_and_meta_replies_match_one_worker() {
+    let script = text_script();
+    let expected = alone(&[&script]);
+    assert!(
+        expected.windows(5).any(|w| w == b"VALUE"),
+        "the script reads values"
+    );
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    assert_eq!(text(forwarded(&[&script], false)), text(expected.clone()));
+    assert_eq!(text(forwarded(&[&script], true)), text(expected));
+}
+
+#[test]
+fn binary_replies_match_one_worker() {
+    let script = binary_script();
+    let expected = mask_cas(alone(&[&script]));
+    assert_eq!(mask_cas(forwarded(&[&script], false)), expected);
+    assert_eq!(mask_cas(forwarded(&[&script], true)), expected);
+}
+
+#[test]
+fn stats_sum_every_worker() {
+    let (l, r) = keys();
+    let script = format!(
+        "set {} 0 0 1\r\na\r\nset {} 0 0 1\r\nb\r\nget {} {}\r\nstats\r\n",
+        l[0], r[0], l[0], r[0]
+    );
+    let reply = String::from_utf8(forwarded(&[script.as_bytes()], false)).unwrap();
+    for line in [
+        "STAT cmd_get 2\r\n",
+        "STAT cmd_set 2\r\n",
+        "STAT curr_items 2\r\n",
+        "STAT get_hits 2\r\n",
+        "STAT threads 2\r\n",
+    ] {
+        assert!(reply.contains(line), "{line:?} missing from\n{reply}");
+    }
+    assert!(reply.ends_with("END\r\n"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any fragmentation of the scripts gives the same replies.
+    #[test]
+    fn fragments_do_not_matter(cuts in proptest::collection::vec(1usize..64, 1..200)) {
+        for (script, binary) in [(text_script(), false), (binary_script(), true)] {
+            let mut chunks: Vec<&[u8]> = Vec::new();
+            let mut pos = 0;
+            for cut in cuts.iter().cycle() {
+                if pos >= script.len() {
+                    break;
+                }
+                let end = (pos + cut).min(script.len());
+                chunks.push(&script[pos..end]);
+                pos = end;
+            }
+            let (mut expected, mut got) = (alone(&[&script]), forwarded(&chunks, cuts[0] % 2 == 0));
+            if binary {
+                expected = mask_cas(expected);
+                got = mask_cas(got);
+            }
+            prop_assert_eq!(got, expected);
+        }
+    }
+}
