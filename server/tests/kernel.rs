@@ -3,7 +3,12 @@
 
 mod support;
 
-use support::{Server, check_binary_safe_values_and_limit, check_many_connections, memccapable};
+use loadgen::client::Protocol;
+use support::{
+    Server, assert_every_worker_accepted, assert_forwarded_both_ways,
+    check_binary_safe_values_and_limit, check_loadgen_verify, check_many_connections, memccapable,
+    text_stat,
+};
 
 fn start(extra: &[&str]) -> Server {
     let mut args = vec![
@@ -46,4 +51,24 @@ fn sigterm_exits_cleanly_with_final_stats() {
     let (status, stderr) = server.stop();
     assert_eq!(status.and_then(|s| s.code()), Some(0), "stderr:\n{stderr}");
     assert!(stderr.contains("STAT curr_items 1"), "stderr:\n{stderr}");
+}
+
+#[test]
+fn two_workers_forward_and_verify_under_load() {
+    let mut server = start(&["-t", "2", "-c", "256"]);
+    assert!(
+        server.ready_line.contains("2 workers"),
+        "{}",
+        server.ready_line
+    );
+    memccapable(None, server.addr, "-b");
+    memccapable(None, server.addr, "-a");
+    let ops = check_loadgen_verify(server.addr, Protocol::Binary, 64, 100_000);
+    check_loadgen_verify(server.addr, Protocol::Text, 16, 10_000);
+    assert!(ops >= 100_000);
+    assert_eq!(text_stat(server.addr, "threads"), Some(2));
+    let (status, stderr) = server.stop();
+    assert!(status.is_some_and(|s| s.success()), "{stderr}");
+    assert_forwarded_both_ways(&stderr, 2);
+    assert_every_worker_accepted(&stderr, 2);
 }

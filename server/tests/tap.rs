@@ -7,8 +7,11 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use loadgen::client::Protocol;
 use support::{
-    Client, Netns, Server, check_binary_safe_values_and_limit, check_many_connections, memccapable,
+    Client, Netns, Server, assert_every_worker_accepted, assert_forwarded_both_ways,
+    check_binary_safe_values_and_limit, check_loadgen_verify, check_many_connections, memccapable,
+    text_stat,
 };
 
 const SERVER: &str = "10.77.0.2:11211";
@@ -119,4 +122,25 @@ fn ten_thousand_concurrent_connections_on_one_worker() {
     let server = start(&ns, &["-c", "10100", "-m", "256"]);
     ns.enter();
     check_many_connections(server.addr, 10_000);
+}
+
+#[test]
+fn two_workers_on_a_multi_queue_tap_verify_under_load() {
+    let ns = Netns::new();
+    let mut server = start(&ns, &["-t", "2"]);
+    assert!(
+        server.ready_line.contains("(2 queues)") && server.ready_line.contains("2 workers"),
+        "{}",
+        server.ready_line
+    );
+    memccapable(Some(&ns), server.addr, "-b");
+    ns.enter();
+    let ops = check_loadgen_verify(server.addr, Protocol::Binary, 64, 100_000);
+    assert!(ops >= 100_000);
+    check_loadgen_verify(server.addr, Protocol::Text, 16, 10_000);
+    assert_eq!(text_stat(server.addr, "threads"), Some(2));
+    let (status, stderr) = server.stop();
+    assert!(status.is_some_and(|s| s.success()), "{stderr}");
+    assert_forwarded_both_ways(&stderr, 2);
+    assert_every_worker_accepted(&stderr, 2);
 }

@@ -11,9 +11,12 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use loadgen::client::Protocol;
 use protocol::binary::Status;
 use support::{
-    Client, Netns, Server, check_binary_safe_values_and_limit, check_many_connections, memccapable,
+    Client, Netns, Server, assert_every_worker_accepted, assert_forwarded_both_ways,
+    check_binary_safe_values_and_limit, check_loadgen_verify, check_many_connections, memccapable,
+    text_stat,
 };
 
 const SERVER: &str = "10.78.0.2:11211";
@@ -42,6 +45,13 @@ fn run(program: &str, args: &[&str]) {
 impl Veth {
     #[track_caller]
     fn new() -> Veth {
+        Veth::with_queues(1)
+    }
+
+    /// The pair with `queues` receive and transmit queues on each end.
+    #[track_caller]
+    fn with_queues(queues: usize) -> Veth {
+        let queues = queues.to_string();
         let veth = Veth {
             client: Netns::new(),
             server: Netns::new(),
@@ -49,8 +59,9 @@ impl Veth {
         let (c, s) = (veth.client.name.as_str(), veth.server.name.as_str());
         #[rustfmt::skip]
         run("ip", &[
-            "-n", c, "link", "add", CLIENT_IFACE, "type", "veth", "peer", "name", SERVER_IFACE,
-            "netns", s,
+            "-n", c, "link", "add", CLIENT_IFACE, "numtxqueues", &queues, "numrxqueues", &queues,
+            "type", "veth", "peer", "name", SERVER_IFACE, "numtxqueues", &queues, "numrxqueues",
+            &queues, "netns", s,
         ]);
         run(
             "ip",
@@ -238,4 +249,26 @@ fn a_restart_after_sigkill_replaces_the_stale_program() {
     let (status, stderr) = server.stop();
     assert_eq!(status.and_then(|s| s.code()), Some(0), "stderr:\n{stderr}");
     assert!(!veth.has_xdp(), "{}", veth.server_link());
+}
+
+#[test]
+fn two_workers_on_two_queues_verify_under_load() {
+    let veth = Veth::with_queues(2);
+    let mut server = veth.start(&["-t", "2"]);
+    assert!(
+        server.ready_line.contains("queues 0-1") && server.ready_line.contains("2 workers"),
+        "{}",
+        server.ready_line
+    );
+    memccapable(Some(&veth.client), server.addr, "-b");
+    veth.client.enter();
+    let ops = check_loadgen_verify(server.addr, Protocol::Binary, 64, 100_000);
+    assert!(ops >= 100_000);
+    check_loadgen_verify(server.addr, Protocol::Text, 16, 10_000);
+    assert_eq!(text_stat(server.addr, "threads"), Some(2));
+    let (status, stderr) = server.stop();
+    assert!(status.is_some_and(|s| s.success()), "{stderr}");
+    assert_forwarded_both_ways(&stderr, 2);
+    assert_every_worker_accepted(&stderr, 2);
+    assert!(!veth.has_xdp(), "the program is detached");
 }

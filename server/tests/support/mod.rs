@@ -832,3 +832,121 @@ pub fn check_meta_round_trip(addr: SocketAddr) {
         b"VA 2 kDQoAIGs= b\r\nok\r\n"
     );
 }
+
+/// A mixed get/set memspin-loadgen run with `--verify` against `addr` from many connections,
+/// repeated (each run 3 s) until at least `min_ops` operations completed, bounded at 60 s:
+/// every run must report zero mismatches, zero lost values and zero errors. Returns the
+/// operations completed.
+#[track_caller]
+pub fn check_loadgen_verify(
+    addr: SocketAddr,
+    protocol: loadgen::client::Protocol,
+    connections: usize,
+    min_ops: u64,
+) -> u64 {
+    let started = Instant::now();
+    let mut total = 0;
+    let mut round = 0;
+    while total < min_ops && started.elapsed() < Duration::from_secs(60) {
+        round += 1;
+        let config = loadgen::Config {
+            servers: vec![addr],
+            protocol,
+            connections,
+            threads: 1,
+            pipeline: 8,
+            duration: Duration::from_secs(3),
+            warmup: Duration::from_millis(200),
+            keys: 20_000,
+            key_size: 16,
+            value_min: 32,
+            value_max: 2_000,
+            get_ratio: 0.5,
+            verify: true,
+            progress: false,
+            seed: round,
+            ..loadgen::Config::default()
+        };
+        let report = loadgen::run(&config).expect("loadgen run");
+        assert_eq!(
+            report.errors.total(),
+            0,
+            "round {round}:\n{}",
+            report.table()
+        );
+        assert_eq!(
+            report.verify.mismatches,
+            0,
+            "round {round}:\n{}",
+            report.table()
+        );
+        assert_eq!(report.verify.lost, 0, "round {round}:\n{}", report.table());
+        assert!(
+            report.verify.checked > 0,
+            "round {round}:\n{}",
+            report.table()
+        );
+        total += report.completed();
+    }
+    assert!(
+        total >= min_ops,
+        "only {total} operations in {round} rounds ({:?})",
+        started.elapsed()
+    );
+    total
+}
+
+/// The value of `name` in a text `stats` reply from `addr`.
+pub fn text_stat(addr: SocketAddr, name: &str) -> Option<u64> {
+    let mut client = TextClient::connect(addr);
+    let reply = client.call(b"stats\r\n").ok()?;
+    let reply = String::from_utf8_lossy(&reply).into_owned();
+    reply.lines().find_map(|line| {
+        let mut words = line.split(' ');
+        (words.next() == Some("STAT") && words.next() == Some(name))
+            .then(|| words.next()?.trim().parse().ok())
+            .flatten()
+    })
+}
+
+/// From a stopped server's stderr: every worker's line `worker i: mesh MeshStats { .. }` shows
+/// requests forwarded to it and from it (`requests_in`, `requests_out` above zero), and
+/// `workers` such lines exist.
+#[track_caller]
+pub fn assert_forwarded_both_ways(stderr: &str, workers: usize) {
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(&format!("{name}: "))
+            .nth(1)
+            .and_then(|rest| rest.split([',', ' ']).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+    };
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(": mesh MeshStats"))
+        .collect();
+    assert_eq!(lines.len(), workers, "mesh lines in:\n{stderr}");
+    for line in lines {
+        assert!(field(line, "requests_in") > 0, "{line}");
+        assert!(field(line, "requests_out") > 0, "{line}");
+    }
+}
+
+/// From a stopped server's stderr: every worker's connection table accepted connections (the
+/// packet path spread the flows over its queues).
+#[track_caller]
+pub fn assert_every_worker_accepted(stderr: &str, workers: usize) {
+    for worker in 0..workers {
+        let prefix = format!("worker {worker}: ");
+        let accepted = stderr
+            .lines()
+            .filter(|l| l.contains(&prefix))
+            .find_map(|l| l.split("accepted: ").nth(1))
+            .and_then(|rest| rest.split([',', ' ']).next())
+            .and_then(|n| n.parse::<u64>().ok());
+        assert!(
+            accepted.is_some_and(|n| n > 0),
+            "worker {worker} accepted no connection:\n{stderr}"
+        );
+    }
+}
