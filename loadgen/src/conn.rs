@@ -106,6 +106,10 @@ pub struct Conn {
     pub key_states: Vec<KeyState>,
     /// Whether EPOLLOUT is armed.
     pub write_interest: bool,
+    /// Whether the connection is on its worker's list of connections to flush.
+    pub dirty: bool,
+    /// Whether the connection is on its worker's list of connections that are not ready.
+    pub unready_listed: bool,
     /// Prefill: how many of the owned keys have been sent.
     pub prefill_sent: u64,
 }
@@ -137,6 +141,8 @@ impl Conn {
             ownership,
             key_states: vec![KeyState::default(); owned_keys],
             write_interest: false,
+            dirty: false,
+            unready_listed: false,
             prefill_sent: 0,
         }
     }
@@ -191,6 +197,13 @@ impl Conn {
         self.out.clear();
         self.out_pos = 0;
         Ok(FlushOutcome::Done)
+    }
+
+    /// Whether the received bytes reach the end of the buffer: after a read, it took all the
+    /// room it was offered, so the socket may hold more.
+    #[inline]
+    pub fn buffer_full(&self) -> bool {
+        self.in_end == self.inb.len()
     }
 
     /// Reads once into the buffer, making room first (compacting, or growing when one reply

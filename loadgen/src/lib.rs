@@ -32,6 +32,7 @@ pub mod report;
 mod run;
 pub mod sweep;
 pub mod sys;
+pub mod timeouts;
 pub mod verify;
 pub mod worker;
 pub mod workload;

@@ -15,6 +15,10 @@ pub const READABLE: u32 = libc::EPOLLIN as u32;
 pub const WRITABLE: u32 = libc::EPOLLOUT as u32;
 /// Hang-up or error condition.
 pub const HANGUP: u32 = (libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) as u32;
+/// Added to an interest: edge-triggered, reported once per change (new bytes, new room, hang-up)
+/// instead of on every wait while the condition holds. The reader must then read until a read
+/// comes back short (or `WouldBlock`), or it is not told about the bytes it left.
+pub const EDGE: u32 = libc::EPOLLET as u32;
 
 /// An epoll instance.
 #[derive(Debug)]
@@ -272,6 +276,36 @@ mod tests {
             }
         };
         assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused);
+    }
+
+    #[test]
+    fn edge_triggered_reports_new_bytes_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stream, _) = connect_nonblocking(&addr).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let mut ep = Epoll::new(4).unwrap();
+        ep.add(stream.as_raw_fd(), READABLE | EDGE, 3).unwrap();
+        peer.write_all(b"abc").unwrap();
+        let ready: Vec<_> = ep.wait(Some(Duration::from_secs(2))).unwrap().collect();
+        assert_eq!(ready.len(), 1);
+        assert_eq!(ready[0].0, 3);
+        assert_ne!(ready[0].1 & READABLE, 0);
+        // Unread bytes are not reported again (level-triggered would report them forever).
+        let again = ep.wait(Some(Duration::from_millis(20))).unwrap().count();
+        assert_eq!(again, 0);
+        // New bytes are, although the old ones are still unread.
+        peer.write_all(b"def").unwrap();
+        let ready: Vec<_> = ep.wait(Some(Duration::from_secs(2))).unwrap().collect();
+        assert_eq!(ready.len(), 1);
+        let mut got = [0u8; 16];
+        let n = (&stream).read(&mut got).unwrap();
+        assert_eq!(&got[..n], b"abcdef");
+        // A hang-up is a change too.
+        drop(peer);
+        let ready: Vec<_> = ep.wait(Some(Duration::from_secs(2))).unwrap().collect();
+        assert_eq!(ready.len(), 1);
+        assert_eq!((&stream).read(&mut got).unwrap(), 0);
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! Schedule ─due─▶ backlog ─free slot─▶ Conn.out ─write─▶ server
 //! server ─read─▶ Conn.inb ─decode─▶ reply ─▶ LatencySet (service, corrected), verify, counters
 //! ```
+//!
+//! The loop's cost grows with the requests sent, not with the connections held: sockets are
+//! watched edge-triggered (the kernel reports a socket again only when something new arrives),
+//! timeouts come from a [`TimeoutQueue`] of deadlines in send order, and only connections that
+//! are down or connecting are visited by the periodic housekeeping.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -22,11 +27,12 @@ use crate::client::{Codec, DecodeError, Expect, Reply};
 use crate::config::Config;
 use crate::conn::{Conn, ConnState, FlushOutcome, InFlight, ReadOutcome};
 use crate::histogram::{LatencySet, OpKind, new_histogram};
-use crate::sys::{self, Epoll, HANGUP, READABLE, WRITABLE};
+use crate::sys::{self, EDGE, Epoll, HANGUP, READABLE, WRITABLE};
+use crate::timeouts::TimeoutQueue;
 use crate::verify::{self, VerifyCounts};
 use crate::workload::{Command, Keyspace, Ownership, Picker, derive_seed};
 
-/// How often timeouts and reconnects are looked at while anything is in flight.
+/// How often timeouts and reconnects are looked at.
 const HOUSEKEEPING_NS: u64 = 2_000_000;
 /// Progress interval.
 pub(crate) const TICK_NS: u64 = 1_000_000_000;
@@ -233,7 +239,15 @@ struct Worker {
     pipeline: usize,
     /// Free request slots on Ready connections.
     ready_free: usize,
+    /// Requests in flight on all connections.
+    in_flight: usize,
+    /// Connections with encoded requests to write (each once: `Conn::dirty`).
     dirty: Vec<usize>,
+    /// Deadlines of the requests in flight.
+    timeouts: TimeoutQueue,
+    /// Connections that failed and are connecting or down, each once (`Conn::unready_listed`);
+    /// some may have become ready since, housekeeping drops those.
+    unready: Vec<usize>,
     scratch: Vec<u8>,
     // Run window, run-clock ns.
     t0: u64,
@@ -359,7 +373,10 @@ impl Worker {
             stats,
             phase: Phase::Connect,
             ready_free: 0,
+            in_flight: 0,
             dirty: Vec::new(),
+            timeouts: TimeoutQueue::new(),
+            unready: Vec::new(),
             t0: 0,
             t_end: u64::MAX,
             ended: false,
@@ -433,9 +450,9 @@ impl Worker {
         let (stream, connected) =
             sys::connect_nonblocking(&self.conns[i].server).map_err(|e| e.kind())?;
         let interest = if connected {
-            READABLE
+            READABLE | EDGE
         } else {
-            READABLE | WRITABLE
+            READABLE | WRITABLE | EDGE
         };
         self.epoll
             .add(stream.as_raw_fd(), interest, i as u64)
@@ -458,7 +475,7 @@ impl Worker {
         if c.write_interest {
             c.write_interest = false;
             if let Some(s) = c.stream.as_ref() {
-                let _ = self.epoll.modify(s.as_raw_fd(), READABLE, i as u64);
+                let _ = self.epoll.modify(s.as_raw_fd(), READABLE | EDGE, i as u64);
             }
         }
         self.ready_free += self.depth();
@@ -477,7 +494,12 @@ impl Worker {
         if c.state == ConnState::Ready {
             self.ready_free -= depth - c.inflight.len();
         }
+        if !c.unready_listed {
+            c.unready_listed = true;
+            self.unready.push(i);
+        }
         let lost = c.close();
+        self.in_flight -= lost.len();
         for r in &lost {
             if verify && r.command == Command::Set {
                 c.key_state(r.key).maybe_stored(r.version);
@@ -517,6 +539,7 @@ impl Worker {
     fn issue(&mut self, i: usize, intended_ns: u64, now: u64) {
         let sh = &*self.shared;
         let verify = sh.config.verify;
+        let timeout_ns = sh.config.timeout.as_nanos() as u64;
         let c = &mut self.conns[i];
         let (command, key, value_len) = if self.phase == Phase::Prefill {
             let (first, step, _) = prefill_share(c.index, sh.config.connections, sh.config.keys);
@@ -556,8 +579,12 @@ impl Worker {
             sent_ns: now,
             measured,
         });
+        self.timeouts
+            .push(now.saturating_add(timeout_ns), i, opaque);
         self.ready_free -= 1;
-        if !self.dirty.contains(&i) {
+        self.in_flight += 1;
+        if !c.dirty {
+            c.dirty = true;
             self.dirty.push(i);
         }
         if measured {
@@ -665,6 +692,7 @@ impl Worker {
     fn flush_dirty(&mut self, now: u64) {
         while let Some(i) = self.dirty.pop() {
             let c = &mut self.conns[i];
+            c.dirty = false;
             if c.state != ConnState::Ready || !c.has_output() {
                 continue;
             }
@@ -674,9 +702,11 @@ impl Worker {
                     if !c.write_interest {
                         c.write_interest = true;
                         if let Some(s) = c.stream.as_ref() {
-                            let _ = self
-                                .epoll
-                                .modify(s.as_raw_fd(), READABLE | WRITABLE, i as u64);
+                            let _ = self.epoll.modify(
+                                s.as_raw_fd(),
+                                READABLE | WRITABLE | EDGE,
+                                i as u64,
+                            );
                         }
                     }
                 }
@@ -687,12 +717,13 @@ impl Worker {
 
     // ---- receiving ---------------------------------------------------------------------
 
-    fn on_event(&mut self, i: usize, events: u32, now: u64) {
+    fn on_event(&mut self, i: usize, events: u32) {
         match self.conns[i].state {
             ConnState::Down { .. } => {}
             ConnState::Connecting => {
                 let res =
                     sys::connect_result(self.conns[i].stream.as_ref().expect("connecting socket"));
+                let now = self.shared.clock.now_ns();
                 match res {
                     Ok(()) if events & WRITABLE != 0 => self.became_ready(i, now),
                     Ok(()) => {}
@@ -706,32 +737,46 @@ impl Worker {
                         Ok(FlushOutcome::Done) => {
                             c.write_interest = false;
                             if let Some(s) = c.stream.as_ref() {
-                                let _ = self.epoll.modify(s.as_raw_fd(), READABLE, i as u64);
+                                let _ = self.epoll.modify(s.as_raw_fd(), READABLE | EDGE, i as u64);
                             }
                         }
                         Ok(FlushOutcome::Blocked) => {}
-                        Err(_) => return self.fail(i, Failure::Reset, now),
+                        Err(_) => {
+                            let now = self.shared.clock.now_ns();
+                            return self.fail(i, Failure::Reset, now);
+                        }
                     }
                 }
                 if events & (READABLE | HANGUP) != 0 {
-                    self.on_readable(i);
+                    self.on_readable(i, events & HANGUP != 0);
                 }
             }
         }
     }
 
-    fn on_readable(&mut self, i: usize) {
-        let outcome = self.conns[i].read_some();
-        let rx_ns = self.shared.clock.now_ns();
-        match outcome {
-            Ok(ReadOutcome::Data(_)) => {}
-            Ok(ReadOutcome::WouldBlock) => return,
-            Ok(ReadOutcome::Closed) | Err(_) => return self.fail(i, Failure::Reset, rx_ns),
+    /// Reads and handles the replies on connection `i` until the socket is drained.
+    ///
+    /// The socket is edge-triggered, so it is not reported again for bytes already there: read
+    /// again while a read filled the buffer (more may wait) or the peer hung up (read up to
+    /// the end). A shorter read took everything there was; what arrives later is a new event.
+    fn on_readable(&mut self, i: usize, hangup: bool) {
+        loop {
+            let outcome = self.conns[i].read_some();
+            let rx_ns = self.shared.clock.now_ns();
+            match outcome {
+                Ok(ReadOutcome::Data(_)) => {}
+                Ok(ReadOutcome::WouldBlock) => return,
+                Ok(ReadOutcome::Closed) | Err(_) => return self.fail(i, Failure::Reset, rx_ns),
+            }
+            let more = hangup || self.conns[i].buffer_full();
+            if let Err(()) = self.decode_replies(i, rx_ns) {
+                return self.fail(i, Failure::Protocol, rx_ns);
+            }
+            self.refill(i, rx_ns);
+            if !more {
+                return;
+            }
         }
-        if let Err(()) = self.decode_replies(i, rx_ns) {
-            return self.fail(i, Failure::Protocol, rx_ns);
-        }
-        self.refill(i, rx_ns);
     }
 
     /// Decodes every complete reply on connection `i`, received at `rx_ns`.
@@ -807,6 +852,7 @@ impl Worker {
             }
             *in_start += used;
             inflight.pop_front();
+            self.in_flight -= 1;
             if ready {
                 self.ready_free += 1;
             }
@@ -821,17 +867,28 @@ impl Worker {
     // ---- housekeeping ------------------------------------------------------------------
 
     /// Times out stuck requests and reopens connections that are due.
+    ///
+    /// Looks at the deadlines that passed and at the connections that are not ready, never at
+    /// every connection.
     fn housekeeping(&mut self, now: u64) {
         let timeout_ns = self.shared.config.timeout.as_nanos() as u64;
-        for i in 0..self.conns.len() {
+        while let Some(i) = {
+            let conns = &self.conns;
+            // A connection answers in order, so a request still waiting is the front one.
+            self.timeouts.pop_due(now, |i, opaque| {
+                conns[i]
+                    .inflight
+                    .front()
+                    .is_some_and(|f| f.opaque == opaque)
+            })
+        } {
+            self.fail(i, Failure::Timeout, now);
+        }
+        let mut k = 0;
+        while k < self.unready.len() {
+            let i = self.unready[k];
             match self.conns[i].state {
-                ConnState::Ready => {
-                    if let Some(front) = self.conns[i].inflight.front()
-                        && now.saturating_sub(front.sent_ns) >= timeout_ns
-                    {
-                        self.fail(i, Failure::Timeout, now);
-                    }
-                }
+                ConnState::Ready => {}
                 ConnState::Connecting => {
                     // A connect that hangs (SYN dropped) is a failed attempt after the timeout.
                     if now.saturating_sub(self.conns[i].since_ns) >= timeout_ns {
@@ -844,12 +901,14 @@ impl Worker {
                     }
                 }
             }
+            if self.conns[i].state == ConnState::Ready {
+                self.conns[i].unready_listed = false;
+                self.unready.swap_remove(k);
+            } else {
+                k += 1;
+            }
         }
         self.next_housekeeping_ns = now + HOUSEKEEPING_NS;
-    }
-
-    fn in_flight(&self) -> usize {
-        self.conns.iter().map(|c| c.inflight.len()).sum()
     }
 
     fn send_tick(&mut self) {
@@ -874,8 +933,7 @@ impl Worker {
             ready.extend(events);
         }
         for &(token, events) in &ready {
-            let now = self.shared.clock.now_ns();
-            self.on_event(token as usize, events, now);
+            self.on_event(token as usize, events);
         }
         self.ready_events = ready;
     }
@@ -979,7 +1037,7 @@ impl Worker {
             while now >= self.next_tick_ns {
                 self.send_tick();
             }
-            if self.ended && (self.in_flight() == 0 || now >= self.drain_deadline) {
+            if self.ended && (self.in_flight == 0 || now >= self.drain_deadline) {
                 break;
             }
             let mut deadline = self.next_tick_ns.min(self.next_housekeeping_ns);

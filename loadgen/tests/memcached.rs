@@ -374,3 +374,47 @@ fn two_servers_split_the_keys_and_every_get_finds_its_key() {
     assert_eq!(r.errors.total(), 0, "{}", r.table());
     assert_eq!((curr_items(a.addr), curr_items(b.addr)), (1_000, 1_000));
 }
+
+/// Sockets are edge-triggered: a read that fills the buffer must be followed by another, or the
+/// bytes left in the socket are never reported and the connection waits for its timeout.
+#[test]
+fn pipelined_replies_larger_than_the_read_buffer_all_arrive() {
+    let _g = serial();
+    let mc = Memcached::start();
+    let cfg = Config {
+        // 32 replies of up to 8 KB in flight: up to 256 KiB, four times the 64 KiB read buffer.
+        pipeline: 32,
+        verify: true,
+        prefill: true,
+        value_min: 4_000,
+        value_max: 8_000,
+        get_ratio: 0.9,
+        duration: Duration::from_millis(1_500),
+        timeout: Duration::from_millis(500),
+        ..config(&mc)
+    };
+    let r = run(&cfg).unwrap();
+    assert!(r.completed() > 1_000, "{}", r.table());
+    assert_eq!(r.errors.total(), 0, "{}", r.table());
+    assert_eq!(r.verify.mismatches, 0, "{}", r.table());
+    assert_eq!(r.completed(), r.sent, "{}", r.table());
+}
+
+/// Many connections with one request each: no reply is missed (a missed edge would be a
+/// timeout) and every request sent is answered.
+#[test]
+fn five_hundred_connections_get_every_reply() {
+    let _g = serial();
+    let mc = Memcached::start();
+    let cfg = Config {
+        connections: 500,
+        prefill: true,
+        duration: Duration::from_millis(1_500),
+        timeout: Duration::from_millis(500),
+        ..config(&mc)
+    };
+    let r = run(&cfg).unwrap();
+    assert!(r.completed() > 5_000, "{}", r.table());
+    assert_eq!(r.errors.total(), 0, "{}", r.table());
+    assert_eq!(r.completed(), r.sent, "{}", r.table());
+}
