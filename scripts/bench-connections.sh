@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
-# Does the cost per request grow with the number of connections? memspin over TAP (one worker
-# on CPU 0) measured by memspin-loadgen (last CPU) with few and with many connections, one
-# request in flight each, alternating, medians over the rounds.
+# Does the cost per request grow with the number of connections? Closed-loop throughput of one
+# memspin worker (TAP, CPU 0) with FEW and with MANY connections, one request in flight each,
+# driven by one memspin-loadgen thread (last CPU) with the same settings for both counts;
+# alternating order, medians over the rounds, and the MANY/FEW throughput ratio.
+#
+# What lands where: memspin and, inside its writes to the TAP device, the kernel's receive path
+# of the loadgen's TCP sockets (demux, ACK processing, wake-ups) run on CPU 0; the loadgen, its
+# sends and the kernel's transmit path run on the last CPU. So per-connection kernel work on the
+# client's receive side counts against memspin's core, as it would not on two machines.
+#
+# Each run starts with fresh connections. Linux ACKs the first replies on a new connection at
+# once (quick-ACK mode, up to 16 segments) instead of riding the ACK on the next request: an
+# extra frame for memspin per reply. At 10,000 connections that start-up phase lasts about
+# 1.5 s, so the warm-up (WARMUP seconds, default 3) keeps it out of the window for both counts.
+# Between runs the script waits until the previous run's connections are closed on both sides,
+# so that memspin (limited to MANY + 64 connections) does not refuse the next run's.
 #
 # Usage: scripts/bench-connections.sh [ROUNDS (default 5)] [SECONDS (default 5)] [FEW (32)] [MANY (1000)]
-#   NET=tap|kernel (default tap)
+#   NET=tap|kernel (default tap), WARMUP=SECONDS (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -14,6 +27,7 @@ seconds=${2:-5}
 few=${3:-32}
 many=${4:-1000}
 net=${NET:-tap}
+warmup=${WARMUP:-3}
 need_packages iproute2 python3
 need_root_for_namespaces
 
@@ -39,14 +53,27 @@ case $net in
 esac
 start_server "$ns" "$out/memspin.log" "${args[@]}" --cpus 0 --idle spin -c "$limit" -m 256
 
+# wait_closed: until no client socket of the last run is open or closing (30 s at most), then a
+# pause for memspin to free the slots of the connections it saw close.
+wait_closed() {
+  local i
+  for i in $(seq 1 300); do
+    [ -z "$(ip netns exec "$ns" ss -Htan state established state fin-wait-1 state fin-wait-2 \
+      state closing state last-ack state close-wait)" ] && break
+    sleep 0.1
+  done
+  sleep 5
+}
+
 for round in $(seq 1 "$rounds"); do
   step "round $round of $rounds"
   order=("$few" "$many")
   [ $((round % 2)) -eq 0 ] && order=("$many" "$few")
   for conns in "${order[@]}"; do
     ip netns exec "$ns" "$LOADGEN_BIN" -s "$addr" -t 1 --cpus "$client_cpu" -c "$conns" --pipeline 1 \
-      -d "$seconds" --warmup 1 --keys 10000 --value-size 32 --get-ratio 0.9 --prefill -q \
+      -d "$seconds" --warmup "$warmup" --keys 10000 --value-size 32 --get-ratio 0.9 --prefill -q \
       --json "$out/c$conns-$round.json" >/dev/null
+    wait_closed
   done
 done
 stop_server
@@ -63,6 +90,9 @@ def med(conns, key):
 print(f"\n{'connections':>11} {'ops/s':>10} {'p50':>8} {'p90':>8} {'p99':>8}  (µs, service time)")
 for c in (few, many):
     print(f"{c:>11} {med(c,'ops'):10.0f} {med(c,'p50'):8.1f} {med(c,'p90'):8.1f} {med(c,'p99'):8.1f}")
+ops = lambda c, r: json.load(open(os.path.join(out, f"c{c}-{r}.json")))["ops_per_sec"]
+rounds = sorted(int(p.rsplit("-", 1)[1][:-5]) for p in glob.glob(os.path.join(out, f"c{few}-*.json")))
+print("per round (same round, adjacent runs): " + " ".join(f"{ops(many, r) / ops(few, r):.2f}" for r in rounds))
 print(f"\nthroughput ratio {many}/{few} connections: {med(many,'ops')/med(few,'ops'):.2f}")
 PY
 printf '\nper-run JSON in %s\n' "$out"
