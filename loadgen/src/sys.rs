@@ -309,6 +309,34 @@ mod tests {
     }
 
     #[test]
+    fn bytes_and_a_hang_up_together_report_the_hang_up() {
+        // An edge-triggered reader that saw only READABLE would stop at its first short read
+        // and never hear of the FIN behind the bytes.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stream, _) = connect_nonblocking(&addr).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let mut ep = Epoll::new(4).unwrap();
+        ep.add(stream.as_raw_fd(), READABLE | HANGUP | EDGE, 1)
+            .unwrap();
+        peer.write_all(b"last words").unwrap();
+        drop(peer);
+        let t = Instant::now();
+        let mut seen = 0;
+        while seen & HANGUP == 0 && t.elapsed() < Duration::from_secs(2) {
+            seen |= ep
+                .wait(Some(Duration::from_millis(100)))
+                .unwrap()
+                .fold(0, |acc, (_, ev)| acc | ev);
+        }
+        assert_ne!(seen & READABLE, 0);
+        assert_ne!(seen & (libc::EPOLLRDHUP as u32), 0, "events {seen:#x}");
+        let mut got = [0u8; 32];
+        assert_eq!((&stream).read(&mut got).unwrap(), 10);
+        assert_eq!((&stream).read(&mut got).unwrap(), 0);
+    }
+
+    #[test]
     fn wait_honours_sub_millisecond_timeouts() {
         tighten_timer_slack();
         let mut ep = Epoll::new(1).unwrap();

@@ -32,6 +32,9 @@ use crate::timeouts::TimeoutQueue;
 use crate::verify::{self, VerifyCounts};
 use crate::workload::{Command, Keyspace, Ownership, Picker, derive_seed};
 
+/// What every socket is watched for: replies, and the peer's hang-up (`EPOLLRDHUP`, so that
+/// bytes and a FIN that arrive together are read up to the end), edge-triggered.
+const WATCH: u32 = READABLE | HANGUP | EDGE;
 /// How often timeouts and reconnects are looked at.
 const HOUSEKEEPING_NS: u64 = 2_000_000;
 /// Progress interval.
@@ -449,11 +452,7 @@ impl Worker {
     fn open(&mut self, i: usize, now: u64) -> Result<(), std::io::ErrorKind> {
         let (stream, connected) =
             sys::connect_nonblocking(&self.conns[i].server).map_err(|e| e.kind())?;
-        let interest = if connected {
-            READABLE | EDGE
-        } else {
-            READABLE | WRITABLE | EDGE
-        };
+        let interest = if connected { WATCH } else { WATCH | WRITABLE };
         self.epoll
             .add(stream.as_raw_fd(), interest, i as u64)
             .map_err(|e| e.kind())?;
@@ -475,7 +474,7 @@ impl Worker {
         if c.write_interest {
             c.write_interest = false;
             if let Some(s) = c.stream.as_ref() {
-                let _ = self.epoll.modify(s.as_raw_fd(), READABLE | EDGE, i as u64);
+                let _ = self.epoll.modify(s.as_raw_fd(), WATCH, i as u64);
             }
         }
         self.ready_free += self.depth();
@@ -702,11 +701,7 @@ impl Worker {
                     if !c.write_interest {
                         c.write_interest = true;
                         if let Some(s) = c.stream.as_ref() {
-                            let _ = self.epoll.modify(
-                                s.as_raw_fd(),
-                                READABLE | WRITABLE | EDGE,
-                                i as u64,
-                            );
+                            let _ = self.epoll.modify(s.as_raw_fd(), WATCH | WRITABLE, i as u64);
                         }
                     }
                 }
@@ -737,7 +732,7 @@ impl Worker {
                         Ok(FlushOutcome::Done) => {
                             c.write_interest = false;
                             if let Some(s) = c.stream.as_ref() {
-                                let _ = self.epoll.modify(s.as_raw_fd(), READABLE | EDGE, i as u64);
+                                let _ = self.epoll.modify(s.as_raw_fd(), WATCH, i as u64);
                             }
                         }
                         Ok(FlushOutcome::Blocked) => {}
