@@ -385,23 +385,23 @@ fn write_stats(
         let gather = Box::new(Gather { snapshot, render });
         engine.fan_out(session, Op::Snapshot, Some(gather), out);
     } else {
-        render_stats(out, render, &snapshot);
+        let (opcode, quiet, opaque) = (request.opcode, request.quiet, request.opaque);
+        render_stats(out, opcode, quiet, opaque, general, now, &snapshot);
     }
     Flow::Continue
 }
 
 /// The STAT replies for `snapshot`: one frame per figure, then the terminating empty one.
-pub(super) fn render_stats(out: &mut Vec<u8>, render: StatsRender, snapshot: &Snapshot) {
-    let StatsRender::Binary {
-        opcode,
-        quiet,
-        opaque,
-        general,
-        now,
-    } = render
-    else {
-        return;
-    };
+/// `general`: the general figures, else the settings.
+pub(super) fn render_stats(
+    out: &mut Vec<u8>,
+    opcode: Opcode,
+    quiet: bool,
+    opaque: u32,
+    general: bool,
+    now: u64,
+    snapshot: &Snapshot,
+) {
     let mut value = String::new();
     let mut line = |name: &str, v: &dyn std::fmt::Display| {
         use std::fmt::Write as _;

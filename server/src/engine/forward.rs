@@ -338,8 +338,9 @@ pub(crate) fn write_text_get(out: &mut Vec<u8>, command: GetCommand, exptime: i6
     };
     out.extend_from_slice(name);
     if matches!(command, GetCommand::Gat | GetCommand::Gats) {
-        out.push(b' ');
-        out.extend_from_slice(exptime.to_string().as_bytes());
+        use std::io::Write as _;
+        // Writing into a Vec cannot fail.
+        let _ = write!(out, " {exptime}");
     }
     out.push(b' ');
     out.extend_from_slice(key);
@@ -350,9 +351,14 @@ pub(crate) fn write_text_get(out: &mut Vec<u8>, command: GetCommand, exptime: i6
 mod tests {
     use super::*;
 
+    const PIN_EMPTY: u64 = 16_505_421_381_294_584_194;
+    const PIN_KEY: u64 = 11_113_004_621_276_207_644;
+
     #[test]
     fn owners_are_stable_and_spread() {
         // Fixed values: a change of the hash changes where clients' keys live.
+        assert_eq!(owner_hash(b""), PIN_EMPTY);
+        assert_eq!(owner_hash(b"memspin:00000001"), PIN_KEY);
         assert_eq!(owner_of(b"anything", 1), 0);
         let first: Vec<usize> = (0..8)
             .map(|i| owner_of(format!("key:{i}").as_bytes(), 4))

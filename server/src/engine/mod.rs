@@ -525,13 +525,16 @@ impl Engine {
 
 /// Writes a `stats` reply whose figures every worker has sent.
 pub(crate) fn render_gathered(out: &mut Vec<u8>, gather: &forward::Gather) {
+    let snapshot = &gather.snapshot;
     match gather.render {
-        forward::StatsRender::Text { .. } => {
-            text::render_stats(out, gather.render, &gather.snapshot)
-        }
-        forward::StatsRender::Binary { .. } => {
-            binary::render_stats(out, gather.render, &gather.snapshot)
-        }
+        forward::StatsRender::Text { group, now } => text::render_stats(out, group, now, snapshot),
+        forward::StatsRender::Binary {
+            opcode,
+            quiet,
+            opaque,
+            general,
+            now,
+        } => binary::render_stats(out, opcode, quiet, opaque, general, now, snapshot),
     }
 }
 

@@ -281,15 +281,12 @@ fn write_stats(
         let gather = Box::new(Gather { snapshot, render });
         engine.fan_out(session, Op::Snapshot, Some(gather), out);
     } else {
-        render_stats(out, render, &snapshot);
+        render_stats(out, group, now, &snapshot);
     }
 }
 
 /// The text `stats` reply for `snapshot`.
-pub(super) fn render_stats(out: &mut Vec<u8>, render: StatsRender, snapshot: &Snapshot) {
-    let StatsRender::Text { group, now } = render else {
-        return;
-    };
+pub(super) fn render_stats(out: &mut Vec<u8>, group: StatsGroup, now: u64, snapshot: &Snapshot) {
     let mut value = String::new();
     let mut line = |name: &str, v: &dyn std::fmt::Display| {
         use std::fmt::Write as _;

@@ -60,10 +60,11 @@ fn serve(
     let clock = LoopClock::new();
     let mut block = None;
     while !stopping(plan.stop) {
-        let timeout = if table.has_ready() || !block.is_some_and(|_| mesh.park()) {
-            None
-        } else {
-            block
+        // Block only when the idle policy allows it, nothing is queued, and no other worker
+        // sent work while this one was deciding to sleep.
+        let timeout = match block {
+            Some(wait) if !table.has_ready() && mesh.park() => Some(wait),
+            _ => None,
         };
         let polled = table.poll(timeout)?;
         mesh.unpark();
