@@ -31,11 +31,7 @@ warmup=${WARMUP:-3}
 need_packages iproute2 python3
 need_root_for_namespaces
 
-step "cargo build --release"
-cargo build --release -q -p server -p loadgen
-target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-MEMSPIN_BIN=$target_dir/release/memspin
-LOADGEN_BIN=$target_dir/release/memspin-loadgen
+build_release
 
 out=results/connections-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"

@@ -16,11 +16,7 @@ idle=${IDLE:-spin}
 need_packages iproute2 memcached python3
 need_root_for_namespaces
 
-step "cargo build --release"
-cargo build --release -q -p server -p loadgen
-target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-MEMSPIN_BIN=$target_dir/release/memspin
-LOADGEN_BIN=$target_dir/release/memspin-loadgen
+build_release
 
 out=results/bench-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
@@ -28,19 +24,6 @@ ns=memspin-bench-$$
 ns_create "$ns"
 server_cpu=0
 client_cpu=$(( $(nproc) - 1 ))
-
-start_memcached() {
-  ip netns exec "$ns" taskset -c "$server_cpu" memcached -u root -U 0 -t 1 -l 127.0.0.1 -p 11311 -m 256 \
-    >"$out/memcached.log" 2>&1 &
-  SERVER_PID=$!
-  MEMSPIN_PIDS+=("$SERVER_PID")
-  local i
-  for i in $(seq 1 100); do
-    ip netns exec "$ns" bash -c 'exec 3<>/dev/tcp/127.0.0.1/11311' 2>/dev/null && return 0
-    sleep 0.05
-  done
-  die "memcached did not start"
-}
 
 # run_one NAME ADDR WORKLOAD: one loadgen run against the server that is up now.
 run_one() {
@@ -57,7 +40,7 @@ run_one() {
 run_server() {
   local name=$1 round=$2 workload
   case $name in
-    memcached) start_memcached; addr=127.0.0.1:11311 ;;
+    memcached) start_memcached "$ns" "$out/memcached.log" 11311 1 "$server_cpu"; addr=127.0.0.1:11311 ;;
     memspin-tap)
       start_server "$ns" "$out/$name-$round.log" --net tap --iface ms0 --ip 10.77.0.2/24 \
         --host-ip 10.77.0.1/24 --cpus "$server_cpu" --idle "$idle" -m 256

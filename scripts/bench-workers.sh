@@ -22,11 +22,7 @@ idle=${IDLE:-park}
 need_packages iproute2 memcached python3
 need_root_for_namespaces
 
-step "cargo build --release"
-cargo build --release -q -p server -p loadgen
-target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-MEMSPIN_BIN=$target_dir/release/memspin
-LOADGEN_BIN=$target_dir/release/memspin-loadgen
+build_release
 
 out=results/workers-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
@@ -34,26 +30,12 @@ ns=memspin-workers-$$
 ns_create "$ns"
 last_cpu=$(( $(nproc) - 1 ))
 
-start_memcached() {
-  local threads=$1
-  ip netns exec "$ns" memcached -u root -U 0 -t "$threads" -l 127.0.0.1 -p 11311 -m 256 \
-    >"$out/memcached.log" 2>&1 &
-  SERVER_PID=$!
-  MEMSPIN_PIDS+=("$SERVER_PID")
-  local i
-  for i in $(seq 1 100); do
-    ip netns exec "$ns" bash -c 'exec 3<>/dev/tcp/127.0.0.1/11311' 2>/dev/null && return 0
-    sleep 0.05
-  done
-  die "memcached did not start"
-}
-
 run_server() {
   local name=$1 round=$2 threads=${1##*-t}
   cpus=0
   [ "$threads" = 2 ] && cpus=0,$last_cpu
   case $name in
-    memcached-t*) start_memcached "$threads"; addr=127.0.0.1:11311 ;;
+    memcached-t*) start_memcached "$ns" "$out/memcached.log" 11311 "$threads"; addr=127.0.0.1:11311 ;;
     tap-t*)
       start_server "$ns" "$out/$name-$round.log" --net tap --iface ms0 --ip 10.77.0.2/24 \
         --host-ip 10.77.0.1/24 -t "$threads" --cpus "$cpus" --idle "$idle" -m 256

@@ -50,6 +50,34 @@ ns_create() {
 
 # start_server NS LOG ARGS...: starts memspin inside NS, waits for its `ready` line (30 s at most).
 # Sets SERVER_PID.
+# build_release: release binaries of memspin and memspin-loadgen; sets MEMSPIN_BIN, LOADGEN_BIN.
+build_release() {
+  step "cargo build --release"
+  cargo build --release -q -p server -p loadgen
+  local target_dir
+  target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+  MEMSPIN_BIN=$target_dir/release/memspin
+  LOADGEN_BIN=$target_dir/release/memspin-loadgen
+}
+
+# start_memcached NS LOG PORT THREADS [CPU]: memcached -t THREADS on 127.0.0.1:PORT inside NS
+# (pinned to CPU when given), stopped like memspin by stop_server and on exit.
+start_memcached() {
+  local ns=$1 log=$2 port=$3 threads=$4 cpu=${5:-}
+  local pin=()
+  [ -n "$cpu" ] && pin=(taskset -c "$cpu")
+  ip netns exec "$ns" "${pin[@]}" memcached -u root -U 0 -t "$threads" -l 127.0.0.1 -p "$port" \
+    -m 256 >"$log" 2>&1 &
+  SERVER_PID=$!
+  MEMSPIN_PIDS+=("$SERVER_PID")
+  local i
+  for i in $(seq 1 100); do
+    ip netns exec "$ns" bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  die "memcached did not start"
+}
+
 start_server() {
   local ns=$1 log=$2; shift 2
   ip netns exec "$ns" "$MEMSPIN_BIN" "$@" >"$log" 2>&1 &
