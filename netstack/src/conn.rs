@@ -58,7 +58,7 @@ use smoltcp::wire::{
 
 use crate::Poll;
 use crate::demux::{self, TcpFrame};
-use crate::timer::DeadlineHeap;
+use crate::timer::{DeadlineHeap, TimerSlot, TimerSlots};
 use crate::view::{Discard, Egress, OneFrame};
 
 /// Default `-c, --conn-limit`.
@@ -339,6 +339,14 @@ struct Bucket<S> {
     dirty: bool,
     /// In `ConnTable::touched`: socket states may have changed since the last refresh.
     touched: bool,
+    /// When smoltcp next needs an egress pass here without new frames.
+    timer: TimerSlot,
+}
+
+impl<S> TimerSlots for Vec<Bucket<S>> {
+    fn timer(&mut self, bucket: usize) -> &mut TimerSlot {
+        &mut self[bucket].timer
+    }
 }
 
 /// TCP connections on one port, one application state `S` per open connection.
@@ -409,6 +417,7 @@ impl<S: Default> ConnTable<S> {
                 slots: Vec::new(),
                 dirty: false,
                 touched: false,
+                timer: TimerSlot::default(),
             })
             .collect();
         Ok(ConnTable {
@@ -500,7 +509,7 @@ impl<S: Default> ConnTable<S> {
     /// Sends what the application wrote and what smoltcp owes (ACKs, SYN-ACKs, FINs,
     /// retransmissions) for dirty buckets and buckets whose timer is due.
     pub fn poll_egress<D: Device>(&mut self, now: Instant, device: &mut D) -> Poll {
-        while let Some(bucket) = self.timers.pop_due(now) {
+        while let Some(bucket) = self.timers.pop_due(now, &mut self.buckets) {
             self.mark_dirty(bucket);
         }
         let mut batch = std::mem::take(&mut self.dirty);
@@ -515,7 +524,7 @@ impl<S: Default> ConnTable<S> {
                 frames_out: &mut self.stats.frames_out,
                 exhausted: false,
             };
-            let sockets = &mut self.buckets[bucket].sockets;
+            let Bucket { sockets, timer, .. } = &mut self.buckets[bucket];
             for _ in 0..EGRESS_ROUNDS {
                 match self.iface.poll_egress(now, &mut egress, sockets) {
                     PollResult::None => break,
@@ -527,7 +536,7 @@ impl<S: Default> ConnTable<S> {
             }
             let exhausted = egress.exhausted;
             let deadline = self.iface.poll_at(now, sockets);
-            self.timers.set(bucket, deadline);
+            self.timers.set(bucket, timer, deadline);
             self.refresh_bucket(bucket);
             if exhausted {
                 self.stats.tx_exhausted += 1;
@@ -553,11 +562,12 @@ impl<S: Default> ConnTable<S> {
 
     /// Time until the table next needs `poll_egress` without new frames (`Some(ZERO)` if
     /// work is pending now); `None` if only new frames can create work. For the park policy.
+    /// It may be early (a timer moved later is noticed when its old time comes), never late.
     pub fn poll_delay(&self, now: Instant) -> Option<Duration> {
         if !self.dirty.is_empty() || !self.ready.is_empty() || !self.touched.is_empty() {
             return Some(Duration::ZERO);
         }
-        self.timers.peek().map(|(when, _)| {
+        self.timers.peek().map(|when| {
             if when > now {
                 when - now
             } else {
