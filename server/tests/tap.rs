@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use loadgen::client::Protocol;
 use support::{
-    Client, Netns, Server, assert_every_worker_accepted, assert_forwarded_both_ways,
+    Client, Netns, Server, TextClient, assert_every_worker_accepted, assert_forwarded_both_ways,
     check_binary_safe_values_and_limit, check_loadgen_verify, check_many_connections, memccapable,
     text_stat,
 };
@@ -75,6 +75,32 @@ fn connection_over_the_limit_is_refused_and_the_others_kept() {
         let key = format!("k{i}");
         assert_eq!(client.get(key.as_bytes()).unwrap().value, b"v");
     }
+}
+
+/// Clients that `quit` leave the server's side of each connection in TIME-WAIT: that must not
+/// hold a slot, or with `-c 4` the fifth connection in ten seconds would be refused.
+#[test]
+fn connections_closed_by_quit_do_not_hold_slots() {
+    let ns = Netns::new();
+    let server = start(&ns, &["-c", "4"]);
+    ns.enter();
+    for i in 0..40 {
+        let mut client = TextClient::connect(server.addr);
+        let set = format!("set churn{i} 0 0 1\r\nx\r\n");
+        assert_eq!(
+            client.call(set.as_bytes()).unwrap(),
+            b"STORED\r\n",
+            "connection {i}"
+        );
+        client.send(b"quit\r\n").unwrap();
+        assert_eq!(client.read_to_close().unwrap(), b"", "connection {i}");
+    }
+    let mut client = TextClient::connect(server.addr);
+    assert_eq!(
+        client.call(b"get churn0 churn39\r\n").unwrap(),
+        b"VALUE churn0 0 1\r\nx\r\nVALUE churn39 0 1\r\nx\r\nEND\r\n"
+    );
+    assert_eq!(text_stat(server.addr, "rejected_connections"), Some(0));
 }
 
 #[test]
