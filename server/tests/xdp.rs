@@ -16,7 +16,7 @@ use protocol::binary::Status;
 use support::{
     Client, Netns, Server, assert_every_worker_accepted, assert_forwarded_both_ways,
     check_binary_safe_values_and_limit, check_loadgen_verify, check_many_connections, memccapable,
-    text_stat,
+    raise_fd_limit, text_stat,
 };
 
 const SERVER: &str = "10.78.0.2:11211";
@@ -249,6 +249,39 @@ fn a_restart_after_sigkill_replaces_the_stale_program() {
     let (status, stderr) = server.stop();
     assert_eq!(status.and_then(|s| s.code()), Some(0), "stderr:\n{stderr}");
     assert!(!veth.has_xdp(), "{}", veth.server_link());
+}
+
+/// 3,000 connections, each with requests in flight, send more frames at once than the
+/// smallest UMEM holds (2,048 receive frames): the receive half grows with `-c`, so the kernel
+/// never finds the fill ring empty and drops nothing.
+#[test]
+fn three_thousand_busy_connections_drop_no_frame() {
+    let veth = Veth::with_queues(1);
+    let mut server = veth.start(&["-c", "3100"]);
+    veth.client.enter();
+    raise_fd_limit();
+    let config = loadgen::Config {
+        servers: vec![server.addr],
+        connections: 3000,
+        threads: 1,
+        pipeline: 1,
+        duration: Duration::from_secs(3),
+        warmup: Duration::from_millis(500),
+        keys: 5_000,
+        verify: true,
+        progress: false,
+        ..loadgen::Config::default()
+    };
+    let report = loadgen::run(&config).expect("loadgen run");
+    assert_eq!(report.errors.total(), 0, "{}", report.table());
+    assert_eq!(report.verify.mismatches, 0, "{}", report.table());
+    assert!(report.completed() >= 3000, "{}", report.table());
+    let (status, stderr) = server.stop();
+    assert!(status.is_some_and(|s| s.success()), "{stderr}");
+    assert!(
+        stderr.contains("rx_fill_ring_empty_descs: 0,"),
+        "the kernel found the fill ring empty:\n{stderr}"
+    );
 }
 
 #[test]

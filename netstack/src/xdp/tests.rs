@@ -501,6 +501,32 @@ fn configs_are_checked() {
 }
 
 #[test]
+fn the_receive_half_holds_two_frames_per_connection() {
+    let default = XdpConfig::default();
+    let jumbo = 3000;
+    assert_eq!(XdpConfig::for_link(1, jumbo), default);
+    assert_eq!(XdpConfig::for_link(992, jumbo), default);
+    assert_eq!(XdpConfig::for_link(1024, jumbo).frame_count, 8192);
+    let small = XdpConfig::for_link(1024, 1500);
+    assert_eq!(
+        (small.frame_size, small.frame_count, small.ring_size),
+        (2048, 8192, 4096)
+    );
+    assert!(small.max_mtu() >= 1500);
+    let many = XdpConfig::for_link(10_064, 1500);
+    assert_eq!((many.frame_count, many.ring_size), (65_536, 32_768));
+    assert!(many.frame_count as usize / 2 >= 2 * 10_064 + RX_BATCH);
+    let most = XdpConfig::for_link(1 << 20, 9000);
+    assert_eq!(
+        (most.frame_size, most.frame_count, most.ring_size),
+        (4096, 1 << 17, 1 << 16)
+    );
+    for config in [small, many, most] {
+        assert!(config.check().is_ok(), "{config:?}");
+    }
+}
+
+#[test]
 fn missing_interfaces_and_bad_names_are_typed() {
     assert!(matches!(
         XdpProgram::attach("no-such-xdp0", ModeChoice::Auto),

@@ -65,10 +65,15 @@ pub fn run(
 ) -> Result<(), String> {
     let program = XdpProgram::attach(&config.iface, config.mode).map_err(|e| e.to_string())?;
     let workers = plan.workers();
+    let conn_limit = config.conn_limit.div_ceil(workers);
     let devices = (0..workers as u32)
         .map(|queue| {
-            XdpDevice::bind(&program, queue, &XdpConfig::default())
-                .map_err(|e| format!("queue {queue}: {e}"))
+            XdpDevice::bind(
+                &program,
+                queue,
+                &XdpConfig::for_link(conn_limit, program.mtu()),
+            )
+            .map_err(|e| format!("queue {queue}: {e}"))
         })
         .collect::<Result<Vec<_>, String>>();
     let devices = match devices {
@@ -85,7 +90,6 @@ pub fn run(
         replaced: program.replaced(),
         mac: program.mac(),
     };
-    let conn_limit = config.conn_limit.div_ceil(workers);
     let served = spawn(
         plan,
         devices,
