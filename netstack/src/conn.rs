@@ -19,8 +19,9 @@
 //! - **Dirty buckets.** A bucket is dirty when a frame went into it or the application
 //!   wrote, read, closed or aborted one of its connections. Only dirty buckets and buckets
 //!   whose deadline passed get `poll_egress`. After egress the bucket's deadline is
-//!   `Interface::poll_at` over its own sockets, kept in an indexed min-heap, so timers cost
-//!   O(log buckets) per egress and nothing per packet.
+//!   `Interface::poll_at` over its own sockets, kept in a lazily updated min-heap
+//!   (`timer.rs`): a deadline that moves later, as a busy connection's retransmission
+//!   timer does on every reply, costs a write to the bucket; an earlier one O(log buckets).
 //! - **Listening.** smoltcp has no backlog. Because every SYN passes the demultiplexer
 //!   first, the table arms a listening socket in the SYN's bucket just before smoltcp sees
 //!   the SYN, and closes it again if the SYN did not take it. So no listener ever sits idle,
@@ -33,7 +34,8 @@
 //!   TIME-WAIT minisockets, which hold no buffers and do not count against memcached's
 //!   `-c`). So clients that connect, `quit` and reconnect are never refused for ten
 //!   seconds per connection. The cost: should that last ACK be lost on the link, nothing
-//!   is left to repeat it, and the peer's LAST-ACK ends by its own timeout.
+//!   is left to repeat it, and the peer's LAST-ACK may last until its retransmissions of
+//!   the FIN give up.
 //! - **Recycling.** A socket that closes leaves its bucket for the table's spare pool with
 //!   its buffers, and the next SYN in any bucket takes it from there; after warm-up,
 //!   accepting a connection allocates nothing (except what `S::default()` allocates).
