@@ -3,11 +3,9 @@
 
 mod support;
 
-use loadgen::client::Protocol;
 use support::{
-    Server, assert_every_worker_accepted, assert_forwarded_both_ways,
-    check_binary_safe_values_and_limit, check_loadgen_verify, check_many_connections, memccapable,
-    text_stat,
+    Server, check_binary_safe_values_and_limit, check_many_connections,
+    check_two_workers_under_load, memccapable,
 };
 
 fn start(extra: &[&str]) -> Server {
@@ -63,12 +61,5 @@ fn two_workers_forward_and_verify_under_load() {
     );
     memccapable(None, server.addr, "-b");
     memccapable(None, server.addr, "-a");
-    let ops = check_loadgen_verify(server.addr, Protocol::Binary, 64, 100_000);
-    check_loadgen_verify(server.addr, Protocol::Text, 16, 10_000);
-    assert!(ops >= 100_000);
-    assert_eq!(text_stat(server.addr, "threads"), Some(2));
-    let (status, stderr) = server.stop();
-    assert!(status.is_some_and(|s| s.success()), "{stderr}");
-    assert_forwarded_both_ways(&stderr, 2);
-    assert_every_worker_accepted(&stderr, 2);
+    check_two_workers_under_load(&mut server);
 }

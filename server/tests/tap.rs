@@ -7,11 +7,9 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use loadgen::client::Protocol;
 use support::{
-    Client, Netns, Server, TextClient, assert_every_worker_accepted, assert_forwarded_both_ways,
-    check_binary_safe_values_and_limit, check_loadgen_verify, check_many_connections, memccapable,
-    text_stat,
+    Client, Netns, Server, TextClient, check_binary_safe_values_and_limit, check_many_connections,
+    check_two_workers_under_load, memccapable, text_stat,
 };
 
 const SERVER: &str = "10.77.0.2:11211";
@@ -161,12 +159,5 @@ fn two_workers_on_a_multi_queue_tap_verify_under_load() {
     );
     memccapable(Some(&ns), server.addr, "-b");
     ns.enter();
-    let ops = check_loadgen_verify(server.addr, Protocol::Binary, 64, 100_000);
-    assert!(ops >= 100_000);
-    check_loadgen_verify(server.addr, Protocol::Text, 16, 10_000);
-    assert_eq!(text_stat(server.addr, "threads"), Some(2));
-    let (status, stderr) = server.stop();
-    assert!(status.is_some_and(|s| s.success()), "{stderr}");
-    assert_forwarded_both_ways(&stderr, 2);
-    assert_every_worker_accepted(&stderr, 2);
+    check_two_workers_under_load(&mut server);
 }

@@ -11,12 +11,10 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use loadgen::client::Protocol;
 use protocol::binary::Status;
 use support::{
-    Client, Netns, Server, assert_every_worker_accepted, assert_forwarded_both_ways,
-    check_binary_safe_values_and_limit, check_loadgen_verify, check_many_connections, memccapable,
-    raise_fd_limit, text_stat,
+    Client, Netns, Server, check_binary_safe_values_and_limit, check_many_connections,
+    check_two_workers_under_load, memccapable, raise_fd_limit,
 };
 
 const SERVER: &str = "10.78.0.2:11211";
@@ -295,13 +293,6 @@ fn two_workers_on_two_queues_verify_under_load() {
     );
     memccapable(Some(&veth.client), server.addr, "-b");
     veth.client.enter();
-    let ops = check_loadgen_verify(server.addr, Protocol::Binary, 64, 100_000);
-    assert!(ops >= 100_000);
-    check_loadgen_verify(server.addr, Protocol::Text, 16, 10_000);
-    assert_eq!(text_stat(server.addr, "threads"), Some(2));
-    let (status, stderr) = server.stop();
-    assert!(status.is_some_and(|s| s.success()), "{stderr}");
-    assert_forwarded_both_ways(&stderr, 2);
-    assert_every_worker_accepted(&stderr, 2);
+    check_two_workers_under_load(&mut server);
     assert!(!veth.has_xdp(), "the program is detached");
 }

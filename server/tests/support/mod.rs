@@ -932,6 +932,24 @@ pub fn assert_forwarded_both_ways(stderr: &str, workers: usize) {
     }
 }
 
+/// The common part of the two-worker tests of every packet path, run from where the server is
+/// reachable: loadgen `--verify` runs until at least 100,000 binary operations (64 connections),
+/// a text run, `threads` is 2; then SIGTERM: a clean exit, forwarding in both directions and
+/// connections accepted by both workers. Returns the server's stderr.
+#[track_caller]
+pub fn check_two_workers_under_load(server: &mut Server) -> String {
+    use loadgen::client::Protocol;
+    let ops = check_loadgen_verify(server.addr, Protocol::Binary, 64, 100_000);
+    assert!(ops >= 100_000);
+    check_loadgen_verify(server.addr, Protocol::Text, 16, 10_000);
+    assert_eq!(text_stat(server.addr, "threads"), Some(2));
+    let (status, stderr) = server.stop();
+    assert!(status.is_some_and(|s| s.success()), "{stderr}");
+    assert_forwarded_both_ways(&stderr, 2);
+    assert_every_worker_accepted(&stderr, 2);
+    stderr
+}
+
 /// From a stopped server's stderr: every worker's connection table accepted connections (the
 /// packet path spread the flows over its queues).
 #[track_caller]
