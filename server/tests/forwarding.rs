@@ -500,3 +500,91 @@ proptest! {
         }
     }
 }
+
+/// Credit for forwarded replies goes back once their bytes are sent: with the connection's next
+/// request to that owner, on its own once a quarter of the credit is due, and all of it once the
+/// connection is idle (the owner then forgets the lane).
+#[test]
+fn credit_goes_back_with_the_next_request_at_a_quarter_or_when_idle() {
+    let (_, r) = keys();
+    let mut home = engine(2, 0);
+    let mut owner = engine(2, 1);
+    let mut setup = ClientConn::default();
+    for (k, len) in [(&r[0], 10_000), (&r[1], 10_000), (&r[2], 70_000)] {
+        let mut set = format!("set {k} 0 0 {len}\r\n").into_bytes();
+        set.extend(value_for(k, len));
+        set.extend_from_slice(b"\r\n");
+        setup.input.extend(&set);
+        setup.execute_buffered(&mut owner, NOW);
+    }
+    let mut conn = ClientConn::default();
+    conn.session.set_token(9);
+    // Runs what the connection holds; forwards it; the owner answers; returns the answers.
+    let round = |home: &mut Engine, owner: &mut Engine, conn: &mut ClientConn| {
+        conn.execute_buffered(home, NOW);
+        let mut batches = Vec::new();
+        home.take_forwards(|_, batch| {
+            batches.push(batch);
+            Ok(())
+        });
+        for batch in batches {
+            owner.serve_forwarded(0, batch, NOW);
+        }
+        let mut answers = Vec::new();
+        owner.take_replies(|_, replies| {
+            answers.push(replies);
+            Ok(())
+        });
+        answers
+    };
+    let send_all = |conn: &mut ClientConn, home: &mut Engine| {
+        let n = conn.pending_output().len();
+        conn.sent(n);
+        conn.settle(home);
+        n
+    };
+    conn.input
+        .extend(format!("get {}\r\nget {}\r\n", r[0], r[1]).as_bytes());
+    let answers = round(&mut home, &mut owner, &mut conn);
+    assert_eq!((answers.len(), answers[0].len()), (1, 2));
+    // The first reply is delivered and sent; the second is still out.
+    conn.deliver(&mut home, answers[0].get(0).unwrap());
+    assert!(send_all(&mut conn, &mut home) > 10_000);
+    assert!(!home.has_forwards(), "10 KB due, a hole open: kept for now");
+    // The next request to that owner carries it.
+    conn.input.extend(format!("get {}\r\n", r[0]).as_bytes());
+    conn.execute_buffered(&mut home, NOW);
+    let mut entries = Vec::new();
+    home.take_forwards(|_, batch| {
+        entries.push((batch.len(), batch.requests()));
+        owner.serve_forwarded(0, batch, NOW);
+        Ok(())
+    });
+    assert_eq!(entries, [(2, 1)], "one credit entry ahead of one request");
+    let mut later = Vec::new();
+    owner.take_replies(|_, replies| {
+        later.push(replies);
+        Ok(())
+    });
+    conn.deliver(&mut home, answers[0].get(1).unwrap());
+    for answer in &later {
+        for i in 0..answer.len() {
+            conn.deliver(&mut home, answer.get(i).unwrap());
+        }
+    }
+    // Idle: everything goes back, and the owner forgets the connection.
+    send_all(&mut conn, &mut home);
+    assert!(home.has_forwards());
+    round(&mut home, &mut owner, &mut conn);
+    assert_eq!(owner.lane_figures(), (0, 0));
+    // A quarter of the credit due goes back at once, holes open or not.
+    conn.input
+        .extend(format!("get {}\r\nget {}\r\n", r[2], r[1]).as_bytes());
+    let answers = round(&mut home, &mut owner, &mut conn);
+    conn.deliver(&mut home, answers[0].get(0).unwrap());
+    assert!(send_all(&mut conn, &mut home) > 70_000);
+    assert!(
+        home.has_forwards(),
+        "70 KB due: handed back without waiting"
+    );
+}

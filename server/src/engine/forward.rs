@@ -34,10 +34,12 @@
 //! once the credit is spent the connection's later entries are parked on the owner, in order,
 //! bytes and all. The home hands credit back ([`Op::Credit`]) only when the reply's bytes have
 //! left for the socket, so a client that never reads holds at most one credit plus one reply
-//! per owner, wherever those bytes are (owner, queue, or the connection's output). Credit is
-//! returned byte-exact, per reply, as the bytes before the first hole are sent: the owner of
-//! the first hole always gets back what it needs once the client reads, so holes cannot wait on
-//! each other. A connection that goes away (dropped by its table, however it ended) tells
+//! per owner, wherever those bytes are (owner, queue, or the connection's output). Credit
+//! becomes due byte-exact, per reply, as the bytes before the first hole are sent, and goes back
+//! with the connection's next request to that owner, or on its own once a quarter of the credit
+//! is due or the connection is idle. The owner of the first hole, if it parked the entry that
+//! hole waits for, spent all its credit on replies that come before it: once the client reads
+//! them, all of it is due and goes back, so holes cannot wait on each other. A connection that goes away (dropped by its table, however it ended) tells
 //! every owner it forwarded to ([`Op::Release`]), which drops its lane and whatever is parked.
 //!
 //! **Queues.** The queues between workers are bounded (`worker/mesh.rs`); no worker ever waits
@@ -49,6 +51,8 @@
 //! other.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use protocol::text::{GetCommand, StatsGroup};
@@ -71,6 +75,11 @@ pub const FORWARD_REPLY_CREDIT_BYTES: usize = 256 * 1024;
 
 /// The least a reply with any bytes is charged against the credit.
 pub const MIN_REPLY_CHARGE_BYTES: usize = 64;
+
+/// Credit due to an owner that the home hands back on its own, without waiting for the
+/// connection's next request to that owner (a quarter of the credit: one control entry per
+/// 64 KiB of replies at most).
+pub const CREDIT_RETURN_BYTES: usize = FORWARD_REPLY_CREDIT_BYTES / 4;
 
 /// Batches and reply messages kept for reuse per engine, so steady forwarding does not allocate.
 const SPARE_BATCHES: usize = 32;
@@ -326,19 +335,38 @@ struct Unsent {
 /// those owners. Shared by the engine and the sessions that forwarded (a table drops a session
 /// wherever the connection ends, without the engine).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Departures(Arc<Mutex<Vec<(Token, usize)>>>);
+pub(crate) struct Departures(Arc<DepartureList>);
+
+#[derive(Debug, Default)]
+struct DepartureList {
+    /// (connection, owner) pairs to tell.
+    list: Mutex<Vec<(Token, usize)>>,
+    /// Set while `list` may hold entries: the engine looks at it every loop without locking.
+    waiting: AtomicBool,
+}
 
 impl Departures {
     fn push(&self, token: Token, owners: &[usize]) {
-        if let Ok(mut list) = self.0.lock() {
+        if let Ok(mut list) = self.0.list.lock() {
             list.extend(owners.iter().map(|&owner| (token, owner)));
+            self.0.waiting.store(true, Ordering::Release);
         }
     }
 
+    fn waiting(&self) -> bool {
+        self.0.waiting.load(Ordering::Acquire)
+    }
+
     fn take(&self, mut f: impl FnMut(Token, usize)) {
-        let taken = match self.0.try_lock() {
-            Ok(mut list) if !list.is_empty() => std::mem::take(&mut *list),
-            _ => return,
+        if !self.waiting() {
+            return;
+        }
+        let taken = match self.0.list.lock() {
+            Ok(mut list) => {
+                self.0.waiting.store(false, Ordering::Release);
+                std::mem::take(&mut *list)
+            }
+            Err(_) => return,
         };
         for (token, owner) in taken {
             f(token, owner);
@@ -477,10 +505,31 @@ impl Holes {
     }
 
     /// Hands `f` each owner's credit that became due, once.
-    pub fn take_credit_due(&mut self, mut f: impl FnMut(usize, usize)) {
-        for (owner, bytes) in self.credit_due.drain(..) {
-            f(owner, bytes);
-        }
+    #[cfg(test)]
+    pub fn take_credit_due(&mut self, f: impl FnMut(usize, usize)) {
+        self.take_credit_due_if(|_, _| true, f);
+    }
+
+    /// Hands `f` the credit due to the owners `which(owner, bytes)` picks, once; keeps the rest.
+    pub fn take_credit_due_if(
+        &mut self,
+        mut which: impl FnMut(usize, usize) -> bool,
+        mut f: impl FnMut(usize, usize),
+    ) {
+        self.credit_due.retain(|&(owner, bytes)| {
+            if which(owner, bytes) {
+                f(owner, bytes);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// True when nothing of this connection waits on another worker or to be sent: no hole,
+    /// no reply from another worker unsent.
+    fn idle(&self) -> bool {
+        self.pending.is_empty() && self.unsent.is_empty()
     }
 
     /// Records where to report this connection's end.
@@ -521,7 +570,38 @@ struct Lane {
 /// credit is out or entries are parked.
 #[derive(Debug, Default)]
 pub(crate) struct Lanes {
-    map: HashMap<(usize, Token), Lane>,
+    map: HashMap<(usize, Token), Lane, BuildHasherDefault<LaneHasher>>,
+}
+
+/// A multiply-xor hash for lane keys (worker index, packed connection id): they come from
+/// this process, not from clients, so they need no defence against chosen collisions.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct LaneHasher(u64);
+
+impl Hasher for LaneHasher {
+    fn finish(&self) -> u64 {
+        let h = self.0;
+        (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (h >> 32)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(23) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        self.write_u64(n as u64);
+        self.write_u64((n >> 64) as u64);
+    }
 }
 
 impl Lanes {
@@ -550,11 +630,20 @@ impl Lanes {
         }
     }
 
-    /// Gives `bytes` of credit back to the connection's lane.
-    fn credit(&mut self, home: usize, token: Token, bytes: usize) {
-        if let Some(lane) = self.map.get_mut(&(home, token)) {
-            lane.credit += bytes as isize;
+    /// Gives `bytes` of credit back to the connection's lane, and forgets the lane if that
+    /// leaves it holding nothing. Returns whether parked entries may run now.
+    fn credit(&mut self, home: usize, token: Token, bytes: usize) -> bool {
+        let Some(lane) = self.map.get_mut(&(home, token)) else {
+            return false;
+        };
+        lane.credit += bytes as isize;
+        if lane.parked.is_empty() {
+            if lane.is_idle() {
+                self.map.remove(&(home, token));
+            }
+            return false;
         }
+        lane.credit > 0
     }
 
     /// The next parked entry that may run now (the lane has credit), if any.
@@ -568,9 +657,7 @@ impl Lanes {
 
     /// Forgets the lane once it holds nothing: all credit back, nothing parked.
     fn tidy(&mut self, home: usize, token: Token) {
-        if self.map.get(&(home, token)).is_some_and(|lane| {
-            lane.credit >= FORWARD_REPLY_CREDIT_BYTES as isize && lane.parked.is_empty()
-        }) {
+        if self.map.get(&(home, token)).is_some_and(Lane::is_idle) {
             self.map.remove(&(home, token));
         }
     }
@@ -594,6 +681,11 @@ impl Lane {
             credit: FORWARD_REPLY_CREDIT_BYTES as isize,
             parked: VecDeque::new(),
         }
+    }
+
+    /// All credit back and nothing parked: the lane can go.
+    fn is_idle(&self) -> bool {
+        self.credit >= FORWARD_REPLY_CREDIT_BYTES as isize && self.parked.is_empty()
     }
 }
 
@@ -728,8 +820,14 @@ impl Engine {
         }
         let holes = &mut session.holes;
         holes.attach(&self.outbox.departures);
+        // Credit this connection owes `owner` travels with the request, ahead of it.
+        let (token, outbox) = (holes.token, &mut self.outbox);
+        holes.take_credit_due_if(
+            |to, _| to == owner,
+            |to, bytes| outbox.push(to, token, 0, Op::Credit(bytes), |_| ()),
+        );
         let seq = holes.open(out.len(), 1, None, Some(owner), request_len);
-        self.outbox.push(owner, holes.token, seq, op, write);
+        self.outbox.push(owner, token, seq, op, write);
         Ok(())
     }
 
@@ -760,16 +858,24 @@ impl Engine {
     }
 
     /// Hands back the credit of the connection's replies that were sent (entries for their
-    /// owners, sent with the next batches, held or not).
+    /// owners, sent with the next batches, held or not): an owner's share once it reaches
+    /// [`CREDIT_RETURN_BYTES`], everything once the connection has nothing out or unsent (so
+    /// owners forget its lanes); smaller amounts otherwise travel with the connection's next
+    /// request to that owner. An owner that parked this connection's entries spent its whole
+    /// credit on replies that precede them, so once those are sent what is due is past the
+    /// threshold and goes back.
     pub fn return_credit(&mut self, session: &mut Session) {
-        if !session.holes.credit_is_due() {
+        let holes = &mut session.holes;
+        if !holes.credit_is_due() {
             return;
         }
-        let token = session.holes.token;
+        let token = holes.token;
+        let idle = holes.idle();
         let outbox = &mut self.outbox;
-        session.holes.take_credit_due(|owner, bytes| {
-            outbox.push(owner, token, 0, Op::Credit(bytes), |_| ())
-        });
+        holes.take_credit_due_if(
+            |_, bytes| idle || bytes >= CREDIT_RETURN_BYTES,
+            |owner, bytes| outbox.push(owner, token, 0, Op::Credit(bytes), |_| ()),
+        );
     }
 
     /// Offers every non-empty outgoing batch to `send(destination worker, batch)`, after adding
@@ -808,13 +914,7 @@ impl Engine {
     /// True when forwarded requests or control entries wait to be handed out by
     /// [`Engine::take_forwards`].
     pub fn has_forwards(&self) -> bool {
-        self.outbox.batches.iter().any(|b| !b.is_empty())
-            || self
-                .outbox
-                .departures
-                .0
-                .try_lock()
-                .is_ok_and(|l| !l.is_empty())
+        self.outbox.batches.iter().any(|b| !b.is_empty()) || self.outbox.departures.waiting()
     }
 
     /// Offers the replies produced for each worker to `send(worker, replies)`; replies `send`
@@ -848,6 +948,11 @@ impl Engine {
         taken
     }
 
+    /// True when replies for other workers wait here (produced, or refused by a full queue).
+    pub fn has_replies(&self) -> bool {
+        self.outbox.replies.iter().any(|r| !r.is_empty())
+    }
+
     /// True while a full queue refused a batch or replies that wait here to be offered again
     /// (the worker should not sleep meanwhile: nothing would wake it when the queue drains).
     pub fn holds_refused(&self) -> bool {
@@ -872,8 +977,9 @@ impl Engine {
             let (token, seq, op) = (entry.token, entry.seq, entry.op);
             match op {
                 Op::Credit(bytes) => {
-                    self.outbox.lanes.credit(from, token, bytes);
-                    self.resume_lane(from, token, now);
+                    if self.outbox.lanes.credit(from, token, bytes) {
+                        self.resume_lane(from, token, now);
+                    }
                 }
                 Op::Release => self.outbox.lanes.release(from, token),
                 _ => {

@@ -29,9 +29,9 @@ mod text;
 
 pub(crate) use forward::DeliveryPayload;
 pub use forward::{
-    Batch, Delivery, FORWARD_REPLY_CREDIT_BYTES, FORWARD_REQUEST_HIGH_WATER_BYTES,
-    MAX_FORWARDS_IN_FLIGHT, MIN_REPLY_CHARGE_BYTES, OWNER_HASH_SEED, Replies, Token, owner_hash,
-    owner_of,
+    Batch, CREDIT_RETURN_BYTES, Delivery, FORWARD_REPLY_CREDIT_BYTES,
+    FORWARD_REQUEST_HIGH_WATER_BYTES, MAX_FORWARDS_IN_FLIGHT, MIN_REPLY_CHARGE_BYTES,
+    OWNER_HASH_SEED, Replies, Token, owner_hash, owner_of,
 };
 
 use store::{ItemView, NewCas, Shard, ShardConfig, StoreError, StoreMode};

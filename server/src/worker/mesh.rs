@@ -24,7 +24,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering, fence};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::engine::{Batch, Engine, Replies};
 
@@ -200,43 +200,45 @@ impl Mesh {
         )
     }
 
-    /// Handles up to 64 reply messages, handing each to `deliver` (which puts them in their
-    /// connections) before recycling it, then, while every reply can be handed back, up to as
-    /// many request messages, executing them and sending their replies. Returns how many
-    /// messages were handled.
+    /// Handles, while every reply can be handed back, up to 64 request messages, executing them
+    /// and sending their replies; then up to 64 reply messages, handing each to `deliver` (which
+    /// puts them in their connections) before recycling it. Replies are taken whatever else
+    /// happens. (Delivering late in the loop, right before egress, lets replies that arrive
+    /// together leave in the same segments.) Returns how many messages were handled.
     pub fn receive(
         &mut self,
         engine: &mut Engine,
         now: u64,
         mut deliver: impl FnMut(&mut Engine, &Replies),
     ) -> usize {
+        if engine.has_replies() {
+            self.send_replies(engine);
+        }
+        let mut requests = 0;
+        while requests < MESSAGES_PER_ITERATION && !self.requests_in.is_empty() {
+            if engine.replies_held() {
+                // A worker that cannot hand back replies takes no new requests.
+                break;
+            }
+            let Ok((from, batch)) = self.requests_in.try_recv() else {
+                break;
+            };
+            requests += 1;
+            self.stats.requests_in += batch.requests() as u64;
+            engine.serve_forwarded(from, batch, now);
+            self.send_replies(engine);
+        }
         let mut handled = 0;
-        for _ in 0..MESSAGES_PER_ITERATION {
-            let replies = match self.replies_in.try_recv() {
-                Ok(replies) => replies,
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+        while handled < MESSAGES_PER_ITERATION && !self.replies_in.is_empty() {
+            let Ok(replies) = self.replies_in.try_recv() else {
+                break;
             };
             handled += 1;
             self.stats.replies_in += replies.len() as u64;
             deliver(engine, &replies);
             engine.recycle(replies);
         }
-        self.send_replies(engine);
-        for _ in 0..MESSAGES_PER_ITERATION {
-            if engine.replies_held() {
-                // A worker that cannot hand back replies takes no new requests.
-                break;
-            }
-            let (from, batch) = match self.requests_in.try_recv() {
-                Ok(message) => message,
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            };
-            handled += 1;
-            self.stats.requests_in += batch.requests() as u64;
-            engine.serve_forwarded(from, batch, now);
-            self.send_replies(engine);
-        }
-        handled
+        handled + requests
     }
 
     /// Announces that this worker is about to sleep. Returns false if a message arrived in
