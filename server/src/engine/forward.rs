@@ -39,8 +39,12 @@
 //! with the connection's next request to that owner, or on its own once a quarter of the credit
 //! is due or the connection is idle. The owner of the first hole, if it parked the entry that
 //! hole waits for, spent all its credit on replies that come before it: once the client reads
-//! them, all of it is due and goes back, so holes cannot wait on each other. A connection that goes away (dropped by its table, however it ended) tells
-//! every owner it forwarded to ([`Op::Release`]), which drops its lane and whatever is parked.
+//! them, all of it is due and goes back, so holes cannot wait on each other. A connection that
+//! goes away (dropped by its table, however it ended) tells every owner it forwarded to
+//! ([`Op::Release`]), which drops its lane and whatever is parked. Charging each forward its
+//! worst case instead (a reply of `-I` for every GET) would bound the same bytes but allow one
+//! forwarded GET in flight per connection, and pipelined small values would crawl; credit
+//! charges what replies really are, and only a connection whose client stops reading waits.
 //!
 //! **Queues.** The queues between workers are bounded (`worker/mesh.rs`); no worker ever waits
 //! on another. A batch a full queue refused stays in the sender's [`Outbox`] (marked held), and
