@@ -437,7 +437,8 @@ proptest! {
             match kind {
                 0 => {
                     let value = value_for(k, sizes[size]);
-                    script.extend_from_slice(format!("set {k} {size} 0 {}\r\n", value.len()).as_bytes());
+                    let line = format!("set {k} {size} 0 {}\r\n", value.len());
+                    script.extend_from_slice(line.as_bytes());
                     script.extend(value);
                     script.extend_from_slice(b"\r\n");
                 }
