@@ -1,17 +1,20 @@
-//! The AF_XDP packet path: an XDP program that steers every frame of an interface queue to
-//! an AF_XDP socket, and a smoltcp [`Device`](smoltcp::phy::Device) per (interface, queue)
+//! The AF_XDP packet path: an XDP program that steers memspin's frames (TCP to its address
+//! and port, ARP for its address) from an interface queue to an AF_XDP socket and leaves the
+//! rest to the kernel, and a smoltcp [`Device`](smoltcp::phy::Device) per (interface, queue)
 //! over that socket's rings.
 //!
 //! ```text
-//! NIC / veth queue i ─▶ XDP program: bpf_redirect_map(xskmap, rx_queue_index, XDP_PASS)
+//! NIC / veth queue i ─▶ XDP program: ours? ── no ──▶ XDP_PASS (the kernel's stack)
+//!                          └─ yes ─▶ bpf_redirect_map(xskmap, rx_queue_index, XDP_PASS)
 //!     xskmap[i] = socket of XdpDevice(queue i) ─▶ rx ring ─▶ RxToken (&[u8] in the UMEM)
 //!     fill ring ◀─ frames returned after every rx batch
 //! TxToken::consume ─▶ free UMEM frame ─▶ tx ring ─▶ sendto() kick ─▶ queue i
 //!     completion ring ─▶ frame free again (only if this side sent it)
 //! ```
 //!
-//! - [`XdpProgram::attach`] loads the five-instruction redirect program ([`bpf`]) with an
-//!   XSKMAP of one slot per receive queue, and attaches it over rtnetlink, natively
+//! - [`XdpProgram::attach`] loads the steering program ([`bpf`], hand-assembled with the
+//!   small assembler in `asm`) for a [`Steer`] (address and port) with an XSKMAP of one
+//!   slot per receive queue, and attaches it over rtnetlink, natively
 //!   (driver mode) where the driver supports it, else in generic (skb) mode. A program of
 //!   our name left behind by a killed run is replaced; anyone else's is refused. Dropping
 //!   the value detaches it, and only if it is still ours (`XDP_FLAGS_REPLACE`).
@@ -27,6 +30,7 @@
 //! sends frames that fail that check: turn transmit checksum offload off on the peer
 //! (`ethtool -K PEER tx off`), as the tests and `scripts/xdp-veth.sh` do.
 
+mod asm;
 pub mod bpf;
 mod device;
 mod netlink;
@@ -37,6 +41,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use crate::sys::{self, IfName, InvalidIfName};
 
+pub use bpf::Steer;
 pub use device::{
     KernelStats, RX_BATCH, TX_KICK_BATCH, XdpConfig, XdpDevice, XdpRxToken, XdpStats, XdpTxToken,
     ZeroCopy,
@@ -217,9 +222,10 @@ impl From<InvalidIfName> for XdpError {
     }
 }
 
-/// The redirect program and its XSKMAP, attached to one interface; detached on drop.
+/// The steering program and its XSKMAP, attached to one interface; detached on drop.
 pub struct XdpProgram {
     name: IfName,
+    steer: Steer,
     ifindex: u32,
     mode: AttachMode,
     prog_id: u32,
@@ -237,6 +243,7 @@ impl fmt::Debug for XdpProgram {
         f.debug_struct("XdpProgram")
             .field("name", &self.name)
             .field("ifindex", &self.ifindex)
+            .field("steer", &self.steer)
             .field("mode", &self.mode)
             .field("prog_id", &self.prog_id)
             .field("replaced", &self.replaced)
@@ -269,8 +276,8 @@ pub fn attached(iface: &str) -> Result<Option<Attached>, XdpError> {
 }
 
 impl XdpProgram {
-    /// Loads the redirect program with an XSKMAP of one slot per receive queue of `iface`
-    /// and attaches it, trying the modes `choice` allows (native first).
+    /// Loads the steering program for `steer` with an XSKMAP of one slot per receive queue
+    /// of `iface` and attaches it, trying the modes `choice` allows (native first).
     ///
     /// A program already on the interface is inspected: if it is memspin's (by its name,
     /// [`bpf::PROG_NAME`]), left by a run that was killed before it could detach, it is
@@ -282,13 +289,13 @@ impl XdpProgram {
     /// [`XdpError::ForeignProgram`] if someone else's program is attached;
     /// [`XdpError::Sys`] naming the failed step (`EPERM` without `CAP_NET_ADMIN` and
     /// `CAP_BPF`, the native mode's error when only native was allowed).
-    pub fn attach(iface: &str, choice: ModeChoice) -> Result<XdpProgram, XdpError> {
+    pub fn attach(iface: &str, choice: ModeChoice, steer: Steer) -> Result<XdpProgram, XdpError> {
         let (name, ifindex) = lookup(iface)?;
         let fail = |op, errno| XdpError::Sys { name, op, errno };
         let link = netlink::get_link(ifindex).map_err(|e| fail(XdpOp::GetLink, e))?;
         let rx_queues = link.rx_queues.max(1);
         let map = bpf::create_xskmap(rx_queues).map_err(|e| fail(XdpOp::MapCreate, e))?;
-        let prog = bpf::load_xdp_program(&bpf::redirect_program(map.as_raw_fd()))
+        let prog = bpf::load_xdp_program(&bpf::steering_program(map.as_raw_fd(), &steer))
             .map_err(|e| fail(XdpOp::ProgLoad, e))?;
         let prog_id = bpf::prog_info(prog.as_fd())
             .map_err(|e| fail(XdpOp::ProgInfo, e))?
@@ -353,6 +360,7 @@ impl XdpProgram {
                 Ok(()) => {
                     return Ok(XdpProgram {
                         name,
+                        steer,
                         ifindex,
                         mode,
                         prog_id,
@@ -380,6 +388,11 @@ impl XdpProgram {
     /// The interface name.
     pub fn name(&self) -> IfName {
         self.name
+    }
+
+    /// What the program steers to the sockets.
+    pub fn steer(&self) -> Steer {
+        self.steer
     }
 
     /// The interface index.
@@ -421,6 +434,12 @@ impl XdpProgram {
     /// The XSKMAP.
     pub(crate) fn map(&self) -> std::os::fd::BorrowedFd<'_> {
         self.map.as_fd()
+    }
+
+    /// The loaded program.
+    #[cfg(test)]
+    pub(crate) fn prog(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.prog.as_fd()
     }
 
     /// Detaches the program now (also done on drop, where errors are ignored).
