@@ -22,6 +22,9 @@
 //!   and four rings (the `ring` module), zero-copy if the driver allows it, else copy mode (veth has
 //!   no zero-copy), always with `XDP_USE_NEED_WAKEUP`, and puts the socket in the map.
 //!   One device per queue, so one worker per queue can own one each.
+//! - [`detach_all`] detaches every program this process attached and still holds, for an
+//!   exit that cannot wait for the values to drop (a worker that does not stop): an
+//!   attached program outlives the process, unlike its sockets and a TAP device.
 //!
 //! Checksums: nothing in AF_XDP says whether a frame's checksum was checked or left for
 //! offload, so the device reports smoltcp's default capabilities (`Checksum::Both`):
@@ -38,6 +41,7 @@ pub(crate) mod ring;
 
 use core::fmt;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::Mutex;
 
 use crate::sys::{self, IfName, InvalidIfName};
 
@@ -234,6 +238,8 @@ pub struct XdpProgram {
     mac: [u8; 6],
     rx_queues: u32,
     attached: bool,
+    /// Recorded for [`detach_all`] (a duplicate fd could be made).
+    held: bool,
     map: OwnedFd,
     prog: OwnedFd,
 }
@@ -250,6 +256,61 @@ impl fmt::Debug for XdpProgram {
             .field("rx_queues", &self.rx_queues)
             .finish_non_exhaustive()
     }
+}
+
+/// A program attached by this process and not detached yet: what [`detach_all`] needs.
+#[derive(Debug)]
+struct Held {
+    /// The network namespace it was attached in ([`netns_id`]): an ifindex means nothing
+    /// elsewhere.
+    netns: Option<u64>,
+    ifindex: u32,
+    mode: AttachMode,
+    prog_id: u32,
+    /// A duplicate of the program's fd, the expected program of the detach.
+    prog: OwnedFd,
+}
+
+/// Every program this process holds attached.
+static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+
+fn held() -> std::sync::MutexGuard<'static, Vec<Held>> {
+    // A panic while the list was held leaves it consistent (push and retain).
+    HELD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The calling thread's network namespace, as the inode of its `ns/net` file.
+fn netns_id() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net")
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// Detaches every program this process attached in the calling thread's network namespace
+/// and has not detached, each only if it is still the one attached (`XDP_FLAGS_REPLACE`).
+/// For an exit that skips destructors (a worker that would not stop): the [`XdpProgram`]
+/// values are left to the exit, and their own detach then finds nothing to do. Returns how
+/// many were detached.
+pub fn detach_all() -> usize {
+    let here = netns_id();
+    let mut held = held();
+    let mut detached = 0;
+    held.retain(|program| {
+        if program.netns != here {
+            return true;
+        }
+        let result = netlink::set_xdp(
+            program.ifindex,
+            -1,
+            program.mode.flag(),
+            Some(program.prog.as_raw_fd()),
+        );
+        detached += usize::from(result.is_ok());
+        false
+    });
+    detached
 }
 
 /// Resolves `iface` in the calling thread's network namespace.
@@ -358,6 +419,17 @@ impl XdpProgram {
             };
             match result {
                 Ok(()) => {
+                    let held_dup = prog.try_clone().ok();
+                    let is_held = held_dup.is_some();
+                    if let Some(dup) = held_dup {
+                        held().push(Held {
+                            netns: netns_id(),
+                            ifindex,
+                            mode,
+                            prog_id,
+                            prog: dup,
+                        });
+                    }
                     return Ok(XdpProgram {
                         name,
                         steer,
@@ -369,6 +441,7 @@ impl XdpProgram {
                         mac: link.mac.unwrap_or([0; 6]),
                         rx_queues,
                         attached: true,
+                        held: is_held,
                         map,
                         prog,
                     });
@@ -458,6 +531,15 @@ impl XdpProgram {
             return Ok(());
         }
         self.attached = false;
+        if self.held {
+            let mut held = held();
+            let len = held.len();
+            held.retain(|p| p.prog_id != self.prog_id);
+            if held.len() == len {
+                // detach_all() took it already.
+                return Ok(());
+            }
+        }
         match netlink::set_xdp(
             self.ifindex,
             -1,

@@ -400,6 +400,35 @@ fn a_stale_program_is_replaced_and_a_foreign_one_refused() {
     .expect("server thread");
 }
 
+/// The exit that cannot wait for destructors: detach_all removes what this process attached,
+/// and the value's own detach then has nothing left to do.
+#[test]
+fn detach_all_removes_what_this_process_attached() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    let pair = VethPair::new(1);
+    pair.server(|| {
+        let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Generic, STEER).unwrap();
+        assert!(attached(SERVER_IFACE).unwrap().is_some());
+        // Only this namespace's programs: the tests running beside this one keep theirs.
+        assert_eq!(detach_all(), 1);
+        assert_eq!(attached(SERVER_IFACE).unwrap(), None);
+        // Attached again by someone else meanwhile: the stale value must not remove it.
+        let next = XdpProgram::attach(SERVER_IFACE, ModeChoice::Generic, STEER).unwrap();
+        program.detach().expect("nothing left to detach");
+        assert_eq!(
+            attached(SERVER_IFACE).unwrap().map(|a| a.prog_id),
+            Some(next.prog_id())
+        );
+        drop(next);
+        assert_eq!(attached(SERVER_IFACE).unwrap(), None);
+    })
+    .join()
+    .expect("server thread");
+}
+
 #[test]
 fn two_queues_bind_two_sockets() {
     if !is_root() {
