@@ -10,7 +10,16 @@
 //! ```
 //!
 //! [`spawn`] starts the workers of any packet path, waits until all are ready, and sums their
-//! figures when they stop.
+//! figures when they stop. It also supervises them: a worker that panics or fails stops all
+//! the others (the stop flag is process-wide), and a stop that is not complete within
+//! [`STOP_GRACE`] ends the process without the workers still running.
+//!
+//! ```text
+//! SIGINT/SIGTERM ─┐
+//! worker fails ───┴▶ stop flag ─▶ every worker: next loop iteration sees it, returns
+//!                      supervisor: all done ─▶ reports, spawn returns (drops release TAP/XDP)
+//!                                  500 ms and not all done ─▶ detach XDP, exit(1)
+//! ```
 
 #[cfg(debug_assertions)]
 pub mod failpoint;
