@@ -12,6 +12,14 @@ use super::{IdleState, LoopClock, Plan, spawn, stopping};
 use crate::conn::ClientConn;
 use crate::engine::{Engine, Replies};
 
+/// Bytes one [`drive`] reads from a connection before it serves the others and looks at the
+/// stop flag again (the connection is driven again on the next loop): a client that sends
+/// as fast as it can must not hold the worker.
+const READ_BUDGET_BYTES: usize = 256 * 1024;
+/// The most room one read asks for: a frame that announces gigabytes gets memory as its
+/// bytes arrive, not up front.
+const READ_AT_ONCE_BYTES: usize = 64 * 1024;
+
 /// Serves `addr` on kernel sockets until the plan's stop flag is set, one listener per worker;
 /// calls `on_ready` with the bound address once every worker serves.
 ///
@@ -115,6 +123,7 @@ fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: u64) {
     let token = conn.id().pack();
     let (client, stream) = conn.parts();
     client.session.set_token(token);
+    let mut read_budget = READ_BUDGET_BYTES;
     let result = (|| -> io::Result<Drive> {
         use std::io::{Read, Write};
         loop {
@@ -140,12 +149,20 @@ fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: u64) {
                     continue;
                 }
             }
-            let spare = client.input.spare(client.needed.max(1));
+            let spare = client
+                .input
+                .spare(client.needed.clamp(1, READ_AT_ONCE_BYTES));
             match stream.read(spare) {
                 // The peer closed its side: finish what it sent (replies may still be due
                 // from other workers), then close.
                 Ok(0) => client.session.close(),
-                Ok(n) => client.input.filled(n),
+                Ok(n) => {
+                    client.input.filled(n);
+                    read_budget = read_budget.saturating_sub(n);
+                    if read_budget == 0 {
+                        return Ok(Drive::Again);
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Drive::Wait),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -157,11 +174,14 @@ fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: u64) {
     // whose delivery drives it again.
     match result {
         Ok(Drive::Wait) => {}
+        Ok(Drive::Again) => conn.serve_again(),
         Ok(Drive::Close) | Err(_) => conn.close(),
     }
 }
 
 enum Drive {
     Wait,
+    /// The read budget is spent: drive it again on the next loop.
+    Again,
     Close,
 }
