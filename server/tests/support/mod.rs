@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use protocol::binary::{Opcode, RequestRepr, ResponseRepr, Status, StoreExtras};
 
+pub mod veth;
+
 /// A network namespace created for one test and deleted when dropped (also on panic).
 pub struct Netns {
     pub name: String,
