@@ -12,9 +12,9 @@
 //!
 //! What a connection holds is bounded, whatever its client sends or announces:
 //! - input: the buffered part of one request that is still arriving, at most a value of `-I`
-//!   with its header or line, or a `get` line of `MAX_MULTIGET_LINE_LEN`; the buffer grows by
-//!   at most what it holds (or a 16 KiB read chunk), so it stays within twice what arrived, and
-//!   a refused body is skipped as it streams through, never buffered;
+//!   with its header or line, or a `get` line of `MAX_MULTIGET_LINE_LEN`; a read asks for at
+//!   most [`READ_AT_ONCE_BYTES`] of room, so the buffer stays within what arrived plus that,
+//!   and a refused body is skipped as it streams through, never buffered;
 //! - output: [`OUT_HIGH_WATER_BYTES`] plus one reply, plus for each other worker
 //!   [`FORWARD_REPLY_CREDIT_BYTES`] of replies and one more (`engine/forward.rs`).
 //!
@@ -31,6 +31,8 @@ use crate::engine::{
 
 /// Smallest free space offered to a socket read, and how much an empty buffer may grow at once.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
+/// The most room one read asks for ([`InputBuf::read_space`]).
+pub const READ_AT_ONCE_BYTES: usize = 64 * 1024;
 /// Buffers grown past this are given back once drained, so an idle connection that once moved
 /// a 1 MiB value does not keep holding it.
 const KEEP_CAPACITY_BYTES: usize = 64 * 1024;
@@ -72,11 +74,12 @@ impl InputBuf {
     }
 
     /// Free space for a read of up to `hint` more bytes (at least one), growing the buffer by
-    /// at most what it already holds, or a 16 KiB read chunk when it holds less: the buffer
-    /// stays within twice the bytes that arrived (plus a chunk), whatever a frame announced.
-    /// Fill it, then call [`filled`](Self::filled).
+    /// at most [`READ_AT_ONCE_BYTES`], and by no more than it already holds once that is past a
+    /// 16 KiB read chunk: the buffer stays within what arrived plus 64 KiB (and within twice
+    /// what arrived plus a chunk), whatever a frame announced. Fill it, then call
+    /// [`filled`](Self::filled).
     pub fn read_space(&mut self, hint: usize) -> &mut [u8] {
-        let most = self.len().max(READ_CHUNK_BYTES);
+        let most = self.len().clamp(READ_CHUNK_BYTES, READ_AT_ONCE_BYTES);
         self.spare(hint.clamp(1, most))
     }
 
@@ -299,13 +302,15 @@ mod tests {
         // A frame announcing 4 GiB: the first read is one chunk.
         assert_eq!(input.read_space(u32::MAX as usize).len(), READ_CHUNK_BYTES);
         let mut arrived = 0;
-        // Each read at most doubles the buffer: 16 KiB to 2 MiB in eight reads.
-        for _ in 0..8 {
+        // Each read at most doubles the buffer, and adds at most 64 KiB.
+        for _ in 0..20 {
             let n = input.read_space(1 << 30).len();
+            assert!(n <= READ_AT_ONCE_BYTES);
             arrived += n;
             input.filled(n);
             assert!(
-                input.buf.len() <= 2 * arrived + READ_CHUNK_BYTES,
+                input.buf.len()
+                    <= (2 * arrived + READ_CHUNK_BYTES).min(arrived + READ_AT_ONCE_BYTES),
                 "{} bytes for {arrived} arrived",
                 input.buf.len()
             );

@@ -30,11 +30,10 @@ fn output_bound(workers: u64) -> u64 {
     (256 * KIB + one_reply) + (workers - 1) * (256 * KIB + one_reply)
 }
 
-/// README: the input a connection may hold while a frame is assembled: at most twice what
-/// arrived, and never more than a value of `-I` with its header or a 1 MiB `get` line (the
-/// buffer at most doubles as bytes arrive).
+/// README: the input a connection may hold while a request is assembled: the request (at most
+/// a value of `-I` with its header or line, or a 1 MiB `get` line) plus one read of 64 KiB.
 fn input_bound() -> u64 {
-    2 * (MIB + 4 * KIB)
+    MIB + 4 * KIB + 64 * KIB
 }
 
 /// README: everything one connection may make the server hold with `workers` workers: its
