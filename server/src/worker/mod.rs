@@ -38,7 +38,7 @@ use netstack::{Conn, ConnId, ConnTable, Poll};
 
 use crate::cli::Idle;
 use crate::conn::ClientConn;
-use crate::engine::{Engine, EngineConfig, Replies};
+use crate::engine::{Engine, EngineConfig, Replies, Stop, TURN_REQUESTS};
 use crate::stats::{self, Snapshot};
 use mesh::Mesh;
 
@@ -571,9 +571,11 @@ pub trait Queue: Device {
 }
 
 /// Serves connections over a smoltcp `device` until `stop` is set: ingress, serve every
-/// connection with work through the engine, exchange forwarded requests and replies with the
-/// other workers, egress, flush; with `Idle::Park`, waits on the device and the mesh's wake-up
-/// descriptor (never past the table's next timer) after the spin budget.
+/// connection with work through the engine (one turn each, [`TURN_REQUESTS`] requests at most;
+/// a connection with work left is served again on the next loop, after the others), exchange
+/// forwarded requests and replies with the other workers, egress, flush; with `Idle::Park`,
+/// waits on the device and the mesh's wake-up descriptor (never past the table's next timer)
+/// after the spin budget.
 ///
 /// # Errors
 /// When the device cannot wait.
@@ -587,19 +589,31 @@ pub fn serve_smoltcp<D: Queue>(
 ) -> Result<(), String> {
     let mut idle_state = IdleState::new(idle);
     let clock = LoopClock::new();
+    let mut again = Again::default();
     while !stopping(stop) {
         let tick = clock.tick();
+        let now = tick.unix_secs;
         let ingress = table.poll_ingress(tick.net, device, INGRESS_BUDGET);
-        let served = table.serve(|conn| drive(conn, engine, tick.unix_secs));
+        let mut served = table.serve(|conn| drive(conn, engine, now, &mut again));
+        served += again.serve_turns(|id, again| {
+            table.with_conn(id, |conn| {
+                conn.state.again = false;
+                drive(conn, engine, now, again)
+            })
+        });
         let mut meshed = mesh.send_forwards(engine);
-        meshed |= mesh.receive(engine, tick.unix_secs, |engine, replies| {
-            deliver(table, engine, replies, tick.unix_secs)
+        meshed |= mesh.receive(engine, now, |engine, replies| {
+            deliver(table, engine, replies, now, &mut again)
         }) > 0;
         meshed |= mesh.send_forwards(engine);
         let egress = table.poll_egress(tick.net, device);
         device.flush();
-        let progress =
-            ingress == Poll::Progress || served > 0 || meshed || egress == Poll::Progress;
+        let progress = ingress == Poll::Progress
+            || served > 0
+            || meshed
+            || egress == Poll::Progress
+            || again.pending()
+            || engine.holds_refused();
 
         let stats = table.stats();
         let info = engine.info_mut();
@@ -621,10 +635,52 @@ pub fn serve_smoltcp<D: Queue>(
     Ok(())
 }
 
+/// Connections to serve again on the next loop: their turn ended with work left (more
+/// requests, or a full queue to another worker). Each is listed once (`ClientConn::again`).
+#[derive(Debug, Default)]
+struct Again {
+    next: Vec<ConnId>,
+    spare: Vec<ConnId>,
+}
+
+impl Again {
+    /// Lists the connection of `client` for another turn, unless it is listed already.
+    fn push(&mut self, id: ConnId, client: &mut ClientConn) {
+        if !client.again {
+            client.again = true;
+            self.next.push(id);
+        }
+    }
+
+    /// Gives each listed connection its turn through `serve` (which clears its flag; it may list
+    /// it again); returns how many were still open.
+    fn serve_turns(&mut self, mut serve: impl FnMut(ConnId, &mut Again) -> Option<()>) -> usize {
+        let mut list = std::mem::replace(&mut self.next, std::mem::take(&mut self.spare));
+        let mut served = 0;
+        for &id in &list {
+            served += usize::from(serve(id, self).is_some());
+        }
+        list.clear();
+        self.spare = list;
+        served
+    }
+
+    /// True when connections wait for another turn (do not park).
+    fn pending(&self) -> bool {
+        !self.next.is_empty()
+    }
+}
+
 /// Puts other workers' replies into their connections and drives each connection once after
 /// its last reply in the message (sending what is now in order, and executing what it held
-/// back while too many requests were out).
-fn deliver(table: &mut ConnTable<ClientConn>, engine: &mut Engine, replies: &Replies, now: u64) {
+/// back while too much was out).
+fn deliver(
+    table: &mut ConnTable<ClientConn>,
+    engine: &mut Engine,
+    replies: &Replies,
+    now: u64,
+    again: &mut Again,
+) {
     for index in 0..replies.len() {
         let Some(token) = replies.token(index) else {
             continue;
@@ -635,20 +691,25 @@ fn deliver(table: &mut ConnTable<ClientConn>, engine: &mut Engine, replies: &Rep
                 conn.state.deliver(engine, delivery);
             }
             if last_for_conn {
-                drive(conn, engine, now);
+                drive(conn, engine, now, again);
             }
         });
     }
 }
 
-/// Moves one connection's bytes: replies out first, then frames in — parsed in place from the
-/// socket's receive buffer, or assembled in the connection's input buffer when a frame is split
-/// across the ring's end or larger than the ring.
-fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
-    let token = conn.id().pack();
+/// Gives one connection a turn: replies out first, then requests in — parsed in place from the
+/// socket's receive buffer, or assembled in the connection's input buffer when a request is
+/// split across the ring's end or larger than the ring — until it needs more input, must wait
+/// (output backlog, replies from other workers, send space), or its turn is used up; then it
+/// is listed in `again` when it still has work.
+fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64, again: &mut Again) {
+    let id = conn.id();
     let client = &mut *conn.state;
-    client.session.set_token(token);
+    client.session.set_token(id.pack());
+    client.session.begin_turn(TURN_REQUESTS);
     let io = &mut conn.io;
+    // Why the engine stopped in this turn (`None`: it has not run yet).
+    let mut last: Option<Stop> = None;
     loop {
         while !client.pending_output().is_empty() {
             match io.send_slice(client.pending_output()) {
@@ -660,19 +721,35 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
                 }
             }
         }
+        client.settle(engine);
         if client.finished() {
             io.close();
             return;
         }
         if !client.may_execute() {
-            // Backlog or closing with replies still queued: wait for send space.
-            io.want_write();
+            // Output backlog, replies awaited from other workers, or closing with replies
+            // still queued: send space or a delivery brings the connection back.
+            if !client.pending_output().is_empty() {
+                io.want_write();
+            }
             return;
+        }
+        if matches!(last, Some(Stop::Turn | Stop::Blocked)) {
+            if !client.pending_output().is_empty() {
+                io.want_write();
+            }
+            again.push(id, client);
+            return;
+        }
+        // What is buffered runs first, unless the engine just said it needs more.
+        if !client.input.is_empty() && last != Some(Stop::Input) {
+            last = Some(client.execute_buffered(engine, now).stop);
+            continue;
         }
         let queued = io.recv_queue();
         if queued == 0 {
             if !io.may_recv() {
-                // The peer closed its side and everything it sent was executed.
+                // The peer closed its side and everything it sent that can run has run.
                 client.session.close();
                 continue;
             }
@@ -682,10 +759,12 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
             return;
         }
         if client.input.is_empty() {
+            let mut stop = Stop::Input;
             let moved = io.recv(|buf| {
                 let outcome = client.execute_in_place(engine, buf, now);
-                if outcome.consumed < buf.len() && !outcome.close && client.may_execute() {
-                    // The next frame is incomplete in this contiguous slice: assemble it.
+                stop = outcome.stop;
+                if outcome.stop == Stop::Input && outcome.consumed < buf.len() {
+                    // The next request is incomplete in this contiguous slice: assemble it.
                     client.input.extend(&buf[outcome.consumed..]);
                     (buf.len(), ())
                 } else {
@@ -696,9 +775,10 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
                 io.abort();
                 return;
             }
+            last = Some(stop);
         } else {
-            // Top up exactly what the pending frame needs, so the connection returns to
-            // in-place parsing as soon as the frame is complete.
+            // Top up exactly what the pending request needs, so the connection returns to
+            // in-place parsing as soon as it is complete.
             let want = client.needed.max(1).min(queued);
             let spare = client.input.spare(want);
             match io.recv_slice(&mut spare[..want]) {
@@ -708,7 +788,7 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
                     return;
                 }
             }
-            client.execute_buffered(engine, now);
+            last = None;
         }
     }
 }

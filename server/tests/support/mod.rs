@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod hostile;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -150,6 +152,11 @@ impl Server {
             server.addr = listening.parse().expect("a socket address");
         }
         server
+    }
+
+    /// The server's process id (inside a namespace too: `ip netns exec` execs memspin).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Sends SIGTERM and waits (10 s at most, then SIGKILL); returns the exit status and stderr.
