@@ -1,0 +1,589 @@
+use super::*;
+
+#[test]
+fn conn_ids_pack_and_unpack() {
+    let id = ConnId {
+        bucket: 0xdead_beef,
+        slot: 7,
+        generation: u32::MAX,
+    };
+    assert_eq!(ConnId::unpack(id.pack()), id);
+    assert_ne!(ConnId::unpack(id.pack() + 1), id);
+}
+use crate::demux::tests::SYN_FRAME;
+use crate::memlink::{self, ClientSwarm, MemPort};
+
+const SERVER_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x02];
+const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x01];
+const PORT: u16 = 11211;
+
+fn server_ip() -> Ipv4Cidr {
+    Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 2), 24)
+}
+
+fn client_ip() -> Ipv4Cidr {
+    Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 1), 24)
+}
+
+/// Per-connection state of the echo application: bytes echoed so far.
+#[derive(Default)]
+struct Echo {
+    echoed: usize,
+}
+
+/// Echoes what fits, asks for a write call if the send buffer is full, closes after the
+/// peer's FIN.
+fn echo(conn: &mut Conn<'_, Echo>) {
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = conn
+            .io
+            .recv_queue()
+            .min(conn.io.send_space())
+            .min(chunk.len());
+        if n == 0 {
+            break;
+        }
+        let got = conn.io.recv_slice(&mut chunk[..n]).unwrap();
+        let put = conn.io.send_slice(&chunk[..got]).unwrap();
+        assert_eq!(put, got);
+        conn.state.echoed += put;
+    }
+    if conn.io.recv_queue() > 0 {
+        conn.io.want_write();
+    }
+    if !conn.io.may_recv() && conn.io.recv_queue() == 0 {
+        conn.io.close();
+    }
+}
+
+/// Echo, but the server closes first once it has echoed a line ending in "quit".
+fn echo_then_quit(conn: &mut Conn<'_, Echo>) {
+    let mut tail = [0u8; 5];
+    let n = conn.io.peek_slice(&mut tail).unwrap_or(0);
+    let quit = conn.io.recv_queue() == 5 && &tail[..n] == b"quit\n";
+    echo(conn);
+    if quit {
+        conn.io.close();
+    }
+}
+
+struct Net {
+    table: ConnTable<Echo>,
+    server: MemPort,
+    swarm: ClientSwarm,
+    client: MemPort,
+    now: Instant,
+}
+
+impl Net {
+    fn new(conn_limit: usize, clients: usize) -> Net {
+        let (mut client, mut server) = memlink::pair(8192, 1500);
+        let now = Instant::from_secs(1);
+        let mut config = TableConfig::new(SERVER_MAC, server_ip(), PORT);
+        config.conn_limit = conn_limit;
+        config.rx_buffer_bytes = 4096;
+        config.tx_buffer_bytes = 4096;
+        let table = ConnTable::new(config, &mut server, now).unwrap();
+        let swarm = ClientSwarm::new(CLIENT_MAC, client_ip(), &mut client, now, clients);
+        Net {
+            table,
+            server,
+            swarm,
+            client,
+            now,
+        }
+    }
+
+    fn connect(&mut self) -> usize {
+        self.swarm.connect(Net::remote(), 4096, 4096).unwrap()
+    }
+
+    fn step(&mut self) {
+        self.step_with(echo);
+    }
+
+    fn step_with(&mut self, app: fn(&mut Conn<'_, Echo>)) {
+        self.now += Duration::from_micros(50);
+        self.server_step(app);
+        self.swarm.poll(self.now, &mut self.client);
+    }
+
+    /// The server's half of a step only (the client is not polled).
+    fn server_step(&mut self, app: fn(&mut Conn<'_, Echo>)) {
+        self.table.poll_ingress(self.now, &mut self.server, 64);
+        self.table.serve(app);
+        self.table.poll_egress(self.now, &mut self.server);
+    }
+
+    fn remote() -> IpEndpoint {
+        IpEndpoint::new(IpAddress::Ipv4(server_ip().address()), PORT)
+    }
+
+    #[track_caller]
+    fn run_until(&mut self, what: &str, mut done: impl FnMut(&mut Net) -> bool) {
+        for _ in 0..200_000 {
+            if done(self) {
+                return;
+            }
+            self.step();
+        }
+        panic!("not reached: {what}; stats {:?}", self.table.stats());
+    }
+
+    fn state(&self, conn: usize) -> tcp::State {
+        self.swarm.socket_ref(conn).state()
+    }
+}
+
+#[test]
+fn bucket_count_follows_the_limit() {
+    let config = |limit| TableConfig {
+        conn_limit: limit,
+        ..TableConfig::new(SERVER_MAC, server_ip(), PORT)
+    };
+    assert_eq!(config(1).bucket_count(), 1);
+    assert_eq!(config(8).bucket_count(), 8);
+    assert_eq!(config(1024).bucket_count(), 1024);
+    assert_eq!(config(10_000).bucket_count(), 16_384);
+}
+
+#[test]
+fn bad_configs_are_typed_errors() {
+    let (_, mut server) = memlink::pair(4, 1500);
+    let base = TableConfig::new(SERVER_MAC, server_ip(), PORT);
+    let now = Instant::ZERO;
+    let cases = [
+        (TableConfig { port: 0, ..base }, TableError::ZeroPort),
+        (
+            TableConfig {
+                conn_limit: 0,
+                ..base
+            },
+            TableError::ConnLimit { conn_limit: 0 },
+        ),
+        (
+            TableConfig {
+                rx_buffer_bytes: 10,
+                ..base
+            },
+            TableError::BufferSize { bytes: 10 },
+        ),
+        (
+            TableConfig {
+                mac: [0x01, 0, 0, 0, 0, 1],
+                ..base
+            },
+            TableError::MacNotUnicast,
+        ),
+        (
+            TableConfig {
+                ip: Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 255), 24),
+                ..base
+            },
+            TableError::IpNotUnicast,
+        ),
+        (
+            TableConfig {
+                ip: Ipv4Cidr::new(Ipv4Address::new(224, 0, 0, 1), 24),
+                ..base
+            },
+            TableError::IpNotUnicast,
+        ),
+    ];
+    for (config, expected) in cases {
+        assert_eq!(
+            ConnTable::<Echo>::new(config, &mut server, now).unwrap_err(),
+            expected
+        );
+    }
+}
+
+#[test]
+fn clients_connect_exchange_and_close() {
+    let clients = 50;
+    let mut net = Net::new(64, clients);
+    for _ in 0..clients {
+        net.connect();
+    }
+    net.run_until("all established", |net| net.table.stats().active == clients);
+    assert!((0..clients).all(|c| net.state(c) == tcp::State::Established));
+    assert_eq!(net.table.stats().accepted, clients as u64);
+    for c in 0..clients {
+        let message = format!("hello from client {c}");
+        assert_eq!(
+            net.swarm.socket(c).send_slice(message.as_bytes()).unwrap(),
+            message.len()
+        );
+    }
+    net.run_until("all echoed", |net| {
+        (0..clients).all(|c| net.swarm.socket_ref(c).recv_queue() == 18 + c.to_string().len())
+    });
+    for c in 0..clients {
+        let mut buf = [0u8; 64];
+        let n = net.swarm.socket(c).recv_slice(&mut buf).unwrap();
+        assert_eq!(&buf[..n], format!("hello from client {c}").as_bytes());
+    }
+    for c in 0..clients {
+        net.swarm.socket(c).close();
+    }
+    net.run_until("all closed", |net| net.table.stats().in_use == 0);
+    let stats = *net.table.stats();
+    assert_eq!(
+        (stats.accepted, stats.closed, stats.active, stats.refused),
+        (50, 50, 0, 0)
+    );
+    // Per connection in: SYN, ACK, data, ACK of the echo, FIN, ACK of our FIN; out:
+    // SYN-ACK, echo (carrying the ACK), FIN (carrying the ACK of theirs). Plus the
+    // client's ARP request (control) and our reply. No extra segments.
+    assert_eq!(
+        (stats.frames_tcp, stats.frames_control, stats.frames_out),
+        (300, 1, 151),
+        "{stats:?}"
+    );
+    assert_eq!(
+        net.table.poll_delay(net.now),
+        None,
+        "no timers once everything is closed"
+    );
+    for c in 0..clients {
+        assert!(matches!(
+            net.state(c),
+            tcp::State::TimeWait | tcp::State::Closed
+        ));
+    }
+}
+
+#[test]
+fn over_the_limit_the_syn_gets_a_reset_and_the_others_keep_working() {
+    let mut net = Net::new(4, 8);
+    for _ in 0..4 {
+        net.connect();
+    }
+    net.run_until("4 established", |net| net.table.stats().active == 4);
+    let extra = net.connect();
+    net.run_until("extra refused", |net| {
+        net.state(extra) == tcp::State::Closed
+    });
+    assert_eq!(net.table.stats().refused, 1);
+    assert_eq!(net.table.stats().in_use, 4);
+    for c in 0..4 {
+        net.swarm.socket(c).send_slice(b"still here").unwrap();
+    }
+    net.run_until("echoes", |net| {
+        (0..4).all(|c| net.swarm.socket_ref(c).recv_queue() == 10)
+    });
+    // Free one slot: the next connection is accepted.
+    net.swarm.socket(0).close();
+    net.run_until("one closed", |net| net.table.stats().in_use == 3);
+    let again = net.connect();
+    net.run_until("accepted after a close", |net| {
+        net.table.stats().accepted == 5
+    });
+    assert_eq!(net.state(again), tcp::State::Established);
+}
+
+#[test]
+fn a_thousand_connections_are_all_served() {
+    let clients = 1000;
+    let mut net = Net::new(1024, clients);
+    for _ in 0..clients {
+        net.connect();
+    }
+    net.run_until("all established", |net| net.table.stats().active == clients);
+    for round in 0..3u8 {
+        for c in 0..clients {
+            let payload = [round; 100];
+            net.swarm.socket(c).send_slice(&payload).unwrap();
+        }
+        net.run_until("all echoed", |net| {
+            (0..clients).all(|c| net.swarm.socket_ref(c).recv_queue() == 100)
+        });
+        for c in 0..clients {
+            let mut buf = [0u8; 200];
+            assert_eq!(net.swarm.socket(c).recv_slice(&mut buf).unwrap(), 100);
+            assert!(buf[..100].iter().all(|&b| b == round));
+        }
+    }
+    let stats = *net.table.stats();
+    assert_eq!(stats.accepted, 1000);
+    assert_eq!(stats.refused, 0);
+    assert_eq!(stats.sockets, 1000, "{stats:?}");
+    // No bucket holds more than a small multiple of the average (1,000 connections in
+    // 1,024 buckets: the fullest bucket of a uniform spread holds about 5).
+    let largest = net
+        .table
+        .buckets
+        .iter()
+        .map(|b| b.slots.len())
+        .max()
+        .unwrap();
+    assert!(
+        largest <= 8 * BUCKET_LOAD,
+        "largest bucket has {largest} slots"
+    );
+}
+
+#[test]
+fn large_transfers_stream_through_small_buffers() {
+    // 64 KiB through 4 KiB buffers on both sides: exercises want_write and window updates.
+    let mut net = Net::new(8, 1);
+    net.connect();
+    net.run_until("established", |net| net.state(0) == tcp::State::Established);
+    let total = 64 * 1024;
+    let (mut sent, mut received) = (0usize, 0usize);
+    for _ in 0..200_000 {
+        if received == total {
+            break;
+        }
+        if sent < total {
+            let chunk: Vec<u8> = (sent..total.min(sent + 1000)).map(|i| i as u8).collect();
+            sent += net.swarm.socket(0).send_slice(&chunk).unwrap();
+        }
+        let mut buf = [0u8; 4096];
+        let n = net.swarm.socket(0).recv_slice(&mut buf).unwrap();
+        for (k, &byte) in buf[..n].iter().enumerate() {
+            assert_eq!(byte, (received + k) as u8);
+        }
+        received += n;
+        net.step();
+    }
+    assert_eq!(received, total);
+}
+
+#[test]
+fn server_close_and_stale_ids() {
+    let mut net = Net::new(8, 2);
+    net.connect();
+    net.run_until("established", |net| net.table.stats().active == 1);
+    net.swarm.socket(0).send_slice(b"x").unwrap();
+    let mut id = None;
+    for _ in 0..1000 {
+        net.now += Duration::from_micros(50);
+        net.table.poll_ingress(net.now, &mut net.server, 64);
+        net.table.serve(|conn| id = Some(conn.id()));
+        net.table.poll_egress(net.now, &mut net.server);
+        net.swarm.poll(net.now, &mut net.client);
+        if id.is_some() {
+            break;
+        }
+    }
+    let id = id.expect("the table called the application for the received byte");
+    assert_eq!(
+        net.table
+            .with_conn(id, |conn| conn.io.send_slice(b"late reply").unwrap()),
+        Some(10)
+    );
+    assert_eq!(net.table.with_conn(id, |conn| conn.io.close()), Some(()));
+    assert_eq!(
+        net.table.with_conn(id, |_| ()),
+        None,
+        "closed: no more calls"
+    );
+    net.run_until("client sees FIN", |net| {
+        net.state(0) == tcp::State::CloseWait
+    });
+    let mut buf = [0u8; 32];
+    let n = net.swarm.socket(0).recv_slice(&mut buf).unwrap();
+    assert!(buf[..n].ends_with(b"late reply"));
+    net.swarm.socket(0).close();
+    net.run_until("both sides closed", |net| {
+        net.state(0) == tcp::State::Closed
+    });
+    net.step();
+    assert_eq!(
+        net.table.stats().in_use,
+        0,
+        "TIME-WAIT does not hold a slot"
+    );
+    assert_eq!(net.table.stats().active, 0);
+}
+
+#[test]
+fn aborted_connections_free_their_socket() {
+    let mut net = Net::new(2, 3);
+    net.connect();
+    net.connect();
+    net.run_until("established", |net| net.table.stats().active == 2);
+    net.swarm.socket(1).abort();
+    net.run_until("reset seen", |net| net.table.stats().in_use == 1);
+    assert_eq!(net.table.stats().closed, 1);
+    let third = net.connect();
+    net.run_until("third accepted", |net| net.table.stats().accepted == 3);
+    assert_eq!(net.state(third), tcp::State::Established);
+    assert_eq!(net.table.stats().refused, 0);
+}
+
+#[test]
+fn a_handshake_that_never_completes_frees_its_socket() {
+    let mut net = Net::new(4, 1);
+    net.connect();
+    net.run_until("SYN taken", |net| net.table.stats().in_use == 1);
+    assert_eq!(net.table.stats().active, 0);
+    // The client vanishes: its final ACK is lost, and so is everything we send it.
+    assert_eq!(net.server.discard_pending(), 1);
+    let start = net.now;
+    while net.now < start + HANDSHAKE_TIMEOUT + Duration::from_secs(1) {
+        net.now += Duration::from_millis(1);
+        net.client.discard_pending();
+        net.server_step(echo);
+    }
+    let stats = *net.table.stats();
+    assert_eq!(
+        (stats.in_use, stats.handshakes_failed, stats.accepted),
+        (0, 1, 0),
+        "{stats:?}"
+    );
+    assert!(
+        stats.frames_out >= 4,
+        "SYN-ACK plus retransmissions: {stats:?}"
+    );
+    assert_eq!(net.table.poll_delay(net.now), None);
+}
+
+#[test]
+fn a_lost_reply_is_retransmitted_from_the_bucket_timer() {
+    let mut net = Net::new(8, 1);
+    net.connect();
+    net.run_until("established", |net| net.table.stats().active == 1);
+    net.swarm.socket(0).send_slice(b"ping").unwrap();
+    net.swarm.poll(net.now, &mut net.client);
+    net.server_step(echo);
+    assert_eq!(
+        net.client.discard_pending(),
+        1,
+        "the echo was sent, and is now lost"
+    );
+    let delay = net
+        .table
+        .poll_delay(net.now)
+        .expect("a retransmission timer is armed");
+    assert!(
+        delay >= Duration::from_millis(900) && delay <= Duration::from_secs(1),
+        "{delay}"
+    );
+    let sent = net.table.stats().frames_out;
+    net.now += delay;
+    net.server_step(echo);
+    assert_eq!(
+        net.table.stats().frames_out,
+        sent + 1,
+        "retransmitted when due"
+    );
+    net.swarm.poll(net.now, &mut net.client);
+    let mut buf = [0u8; 8];
+    assert_eq!(net.swarm.socket(0).recv_slice(&mut buf).unwrap(), 4);
+    assert_eq!(&buf[..4], b"ping");
+}
+
+/// Waves of connections from new ports (so new buckets) at the limit: every wave is
+/// accepted as soon as the previous one has closed, sockets move between buckets
+/// through the spare pool instead of piling up, and the buckets keep only live ones.
+#[test]
+fn closed_sockets_are_reused_by_other_buckets_at_once() {
+    let limit = 64;
+    let waves = 4;
+    let mut net = Net::new(limit, limit * waves);
+    for wave in 0..waves {
+        let first = wave * limit;
+        for _ in 0..limit {
+            net.connect();
+        }
+        net.run_until("wave established", |net| net.table.stats().active == limit);
+        for c in first..first + limit {
+            net.swarm.socket(c).send_slice(b"hi").unwrap();
+        }
+        net.run_until("wave echoed", |net| {
+            (first..first + limit).all(|c| net.swarm.socket_ref(c).recv_queue() == 2)
+        });
+        for c in first..first + limit {
+            net.swarm.socket(c).close();
+        }
+        net.run_until("wave closed", |net| net.table.stats().in_use == 0);
+        let stats = *net.table.stats();
+        assert_eq!(stats.sockets, limit, "wave {wave}: {stats:?}");
+        assert_eq!(stats.refused, 0, "wave {wave}: {stats:?}");
+        let in_sets: usize = net
+            .table
+            .buckets
+            .iter()
+            .map(|b| b.slots.iter().filter(|s| s.handle.is_some()).count())
+            .sum();
+        assert_eq!(in_sets, 0, "closed sockets left their buckets");
+        assert_eq!(net.table.spare.len(), limit);
+    }
+    assert_eq!(net.table.stats().accepted, (limit * waves) as u64);
+}
+
+/// Connections the server closes (`quit`) end in TIME-WAIT on our side: that must not
+/// hold a slot, or a client reconnecting after each `quit` is refused for ten seconds
+/// per connection once it reaches the limit. The peer's side ends cleanly (its FIN
+/// was ACKed before the socket was released), and the same port can come back at once.
+#[test]
+fn connections_the_server_closed_free_their_slot_at_once() {
+    let limit = 2;
+    let rounds = 10;
+    let mut net = Net::new(limit, 1);
+    net.connect();
+    for round in 0..rounds {
+        net.run_until("established", |net| net.state(0) == tcp::State::Established);
+        net.swarm.socket(0).send_slice(b"quit\n").unwrap();
+        for _ in 0..1000 {
+            if net.state(0) == tcp::State::CloseWait {
+                break;
+            }
+            net.step_with(echo_then_quit);
+        }
+        assert_eq!(net.state(0), tcp::State::CloseWait, "server closed first");
+        net.swarm.socket(0).close();
+        let start = net.now;
+        net.run_until("client closed", |net| net.state(0) == tcp::State::Closed);
+        assert!(
+            net.now - start < Duration::from_millis(100),
+            "our ACK of the client's FIN went out (no retransmitted FIN, no RST)"
+        );
+        net.step();
+        let stats = *net.table.stats();
+        assert_eq!(
+            (stats.in_use, stats.sockets),
+            (0, 1),
+            "round {round}: {stats:?}"
+        );
+        // The same client port again, well within TIME-WAIT's 10 s.
+        assert!(net.swarm.reconnect(0, Net::remote()));
+    }
+    net.run_until("accepted again", |net| {
+        net.table.stats().accepted == rounds + 1
+    });
+    let stats = *net.table.stats();
+    assert_eq!((stats.in_use, stats.refused), (1, 0), "{stats:?}");
+    net.swarm.socket(0).send_slice(b"again").unwrap();
+    net.run_until("echo", |net| net.swarm.socket_ref(0).recv_queue() == 5);
+}
+
+#[test]
+fn a_syn_teaches_the_client_mac_so_the_syn_ack_needs_no_arp() {
+    // The captured kernel SYN, with no ARP exchange before it (as when the kernel's
+    // ARP traffic went to another queue): the SYN-ACK must go out directly.
+    let mut net = Net::new(4, 1);
+    let mut tx = net.client.transmit(net.now).unwrap();
+    tx.set_meta(Default::default());
+    tx.consume(SYN_FRAME.len(), |buf| buf.copy_from_slice(&SYN_FRAME));
+    net.server_step(echo);
+    assert_eq!(net.table.stats().in_use, 1);
+    assert_eq!(net.client.pending(), 1);
+    let (rx, _) = net.client.receive(net.now).unwrap();
+    rx.consume(|frame| {
+        let reply = TcpFrame::new_checked(frame).expect("a TCP segment, not an ARP request");
+        assert_eq!(
+            reply.flags() & (demux::flags::SYN | demux::flags::ACK),
+            demux::flags::SYN | demux::flags::ACK
+        );
+        assert_eq!(
+            &frame[0..6],
+            &SYN_FRAME[6..12],
+            "sent to the SYN's source MAC"
+        );
+        assert_eq!(reply.dst_port(), 40000);
+    });
+}
