@@ -7,13 +7,14 @@
 //!            ┌──────────────── one worker core ────────────────────────────────────┐
 //! TAP queue ─┤ tap::TapDevice ─ read(2) × batch ─▶ rx ring                          │
 //!  (fd)      │   conn::ConnTable::poll_ingress                                       │
+//!            │     ARP ─▶ neighbor (answer, learn)                                   │
 //!            │     demux::TcpFrame (4-tuple) ─▶ bucket = hash(src ip, src port)      │
-//!            │                               └▶ control set (ARP, ICMP, other ports) │
-//!            │     smoltcp Interface::poll_ingress_single(one frame, that bucket)    │
+//!            │                               └▶ control set (ICMP, other ports)      │
+//!            │     smoltcp Interface::poll_ingress_single(IP packet, that bucket)    │
 //!            │   conn::ConnTable::serve ─▶ server: Conn { state: &mut S, io }        │
 //!            │       parse from io.recv, reply with io.send                          │
 //!            │   conn::ConnTable::poll_egress (dirty buckets + due timers)           │
-//! TAP queue ◀┤     smoltcp Interface::poll_egress ─▶ TxToken ─ write(2) per frame    │
+//! TAP queue ◀┤     smoltcp Interface::poll_egress ─▶ + Ethernet header ─ write(2)    │
 //!            └────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
@@ -22,6 +23,7 @@
 //!   [`xdp::XdpDevice`], one AF_XDP socket per (interface, queue).
 //! - [`link`]: [`link::configure`] the kernel side (address, MTU, IPv6 off, up).
 //! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface.
+//! - [`neighbor`]: ARP and the neighbour cache; the table frames smoltcp's IP packets.
 //! - [`demux`]: the Ethernet/IPv4/TCP header view used to pick a bucket.
 //! - [`memlink`]: an in-memory Ethernet link and a bucketed smoltcp client, for tests and
 //!   benchmarks without a kernel device.
@@ -34,6 +36,7 @@ pub mod demux;
 pub mod kernel;
 pub mod link;
 pub mod memlink;
+pub mod neighbor;
 mod sys;
 pub mod tap;
 mod timer;

@@ -4,16 +4,18 @@
 //! smoltcp looks a segment's socket up by scanning every socket of the `SocketSet` it is
 //! given, and walks every socket again on egress and for `poll_at`. So the table keeps
 //! connections in many small sets ("buckets", at most [`BUCKET_LOAD`] connections each on
-//! average, a power of two of them) behind ONE `Interface` (one MAC, one IPv4 address, one
-//! ARP cache), and demultiplexes frames itself. A bucket holds only sockets in use, so a
-//! segment, an egress pass and a state refresh touch its own connection and rarely another:
+//! average, a power of two of them) behind ONE `Interface` (one MAC, one IPv4 address), and
+//! demultiplexes frames itself. A bucket holds only sockets in use, so a segment, an egress
+//! pass and a state refresh touch its own connection and rarely another:
 //!
 //! ```text
-//! frame ─▶ demux::TcpFrame ──dst port == ours──▶ bucket hash(src ip, src port) ─┐
-//!                          └─anything else (ARP, ICMP, other ports)─▶ control set ┤
-//!                                    Interface::poll_ingress_single(one-frame view, that set)
+//! frame ─▶ Ethernet: to our MAC or broadcast? ─▶ ARP ─▶ neighbor.rs (answer, learn)
+//!          └▶ demux::TcpFrame ──TCP to our address and port──▶ bucket hash(src ip, src port) ─┐
+//!                            └─anything else (ICMP, other ports)─▶ control set ─────────────┤
+//!                      Interface::poll_ingress_single(the IP packet, that set) [Medium::Ip] ┘
 //! app: serve() ─ called per connection with new data / freed send space / peer close
-//! poll_egress() ─ Interface::poll_egress for dirty buckets + buckets whose timer is due
+//! poll_egress() ─ Interface::poll_egress for dirty buckets + buckets whose timer is due;
+//!                 view.rs puts each IP packet in an Ethernet frame to its connection's MAC
 //! ```
 //!
 //! - **Dirty buckets.** A bucket is dirty when a frame went into it or the application
@@ -40,16 +42,19 @@
 //!   its buffers, and the next SYN in any bucket takes it from there; after warm-up,
 //!   accepting a connection allocates nothing (except what `S::default()` allocates).
 //!   Sockets are created on demand, so at most `conn_limit` (plus one being armed) exist.
-//! - **Neighbours.** The client's MAC is taken from its SYN (and refreshed from its
-//!   segments every 20 s) and fed to smoltcp's ARP cache, so replies never wait on an ARP
-//!   exchange whose answer the kernel might steer to another worker's queue.
+//! - **Neighbours** (`neighbor.rs`, `view.rs`). smoltcp runs with `Medium::Ip`; the table
+//!   answers ARP itself, and every frame of a connection goes to the MAC its SYN came
+//!   from, so a reply never waits for address resolution, however many client hosts there
+//!   are (nor for an ARP answer the kernel might steer to another worker's queue). The
+//!   neighbour cache for other frames learns only from validated ARP and from completed
+//!   handshakes.
 //! - **Sockets.** Nagle off, delayed ACK off, keep-alive off. smoltcp's `timeout` aborts a
 //!   connection whose peer stays silent that long, even an idle one, so it is set to
 //!   [`HANDSHAKE_TIMEOUT`] while handshaking, to [`TableConfig::idle_timeout`] (default
 //!   none, like memcached) once open, and to [`CLOSE_TIMEOUT`] after the application closes.
 //!
 //! Memory is about `conn_limit × (rx_buffer_bytes + tx_buffer_bytes)` at peak, plus about
-//! 100 bytes per bucket.
+//! 100 bytes per bucket and 40 per neighbour.
 
 use core::fmt;
 use std::collections::hash_map::RandomState;
@@ -66,8 +71,11 @@ use smoltcp::wire::{
 
 use crate::Poll;
 use crate::demux::{self, TcpFrame};
+use crate::neighbor::{
+    self, ARP_FRAME_LEN, BROADCAST_MAC, ETHERNET_HEADER_LEN, NEIGHBOR_CAPACITY, NeighborCache,
+};
 use crate::timer::{DeadlineHeap, TimerSlot, TimerSlots};
-use crate::view::{Discard, Egress, OneFrame};
+use crate::view::{CapsOnly, Framing, IpEgress, IpFrame, NoPeers, PeerMacs};
 
 /// Default `-c, --conn-limit`.
 pub const DEFAULT_CONN_LIMIT: usize = 1024;
@@ -109,13 +117,6 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After the application closes, a peer silent this long gets the connection aborted
 /// (bounds FIN-WAIT-2 and unacknowledged final data).
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// How often the client's MAC is re-taught to the ARP cache from its TCP frames
-/// (smoltcp forgets a neighbour 60 s after learning it).
-const NEIGHBOR_REFRESH: Duration = Duration::from_secs(20);
-
-/// Length of an Ethernet frame carrying an IPv4-over-Ethernet ARP packet.
-const ARP_FRAME_LEN: usize = 42;
 
 /// `poll_egress` rounds per bucket per call (each round sends at most one segment per socket).
 const EGRESS_ROUNDS: usize = 64;
@@ -259,12 +260,16 @@ pub struct TableStats {
     pub sockets: usize,
     /// Frames received.
     pub frames_in: u64,
-    /// Of those, TCP segments to our port (went to a bucket).
+    /// Of those, TCP segments to our address and port (went to a bucket).
     pub frames_tcp: u64,
-    /// Of those, everything else (went to the control set: ARP, ICMP, other ports).
+    /// Of those, ARP and other IPv4 (ARP handled here, the rest went to the control set).
     pub frames_control: u64,
+    /// Of those, frames for another MAC, of another ethertype, or too short: dropped.
+    pub frames_dropped: u64,
     /// Frames sent.
     pub frames_out: u64,
+    /// Of those, ARP requests sent in place of a packet whose destination was unknown.
+    pub unresolved: u64,
     /// Times egress stopped because the device had no transmit token left.
     pub tx_exhausted: u64,
 }
@@ -311,6 +316,15 @@ enum Phase {
     Done,
 }
 
+/// The peer of a connection, from its SYN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Peer {
+    addr: Ipv4Address,
+    port: u16,
+    /// Where every frame of this connection goes.
+    mac: [u8; 6],
+}
+
 struct Slot<S> {
     handle: Option<SocketHandle>,
     phase: Phase,
@@ -324,6 +338,8 @@ struct Slot<S> {
     seen_recv: usize,
     /// TCP state when last examined.
     seen_state: tcp::State,
+    /// Set from the SYN that armed the slot; `None` while free.
+    peer: Option<Peer>,
 }
 
 impl<S> Slot<S> {
@@ -337,7 +353,18 @@ impl<S> Slot<S> {
             queued: false,
             seen_recv: 0,
             seen_state: tcp::State::Closed,
+            peer: None,
         }
+    }
+}
+
+impl<S> PeerMacs for [Slot<S>] {
+    fn peer_mac(&self, addr: Ipv4Address, port: u16) -> Option<[u8; 6]> {
+        self.iter().find_map(|slot| {
+            slot.peer
+                .filter(|peer| peer.addr == addr && peer.port == port)
+                .map(|peer| peer.mac)
+        })
     }
 }
 
@@ -364,8 +391,10 @@ impl<S> TimerSlots for Vec<Bucket<S>> {
 pub struct ConnTable<S> {
     config: TableConfig,
     iface: Interface,
+    /// The interface's capabilities (`Medium::Ip`, the device's MTU less the Ethernet header).
     caps: DeviceCapabilities,
     buckets: Vec<Bucket<S>>,
+    /// An empty set for packets that belong to no connection (smoltcp answers them).
     control: SocketSet<'static>,
     mask: usize,
     hash_keys: [u64; 2],
@@ -375,12 +404,7 @@ pub struct ConnTable<S> {
     ready: Vec<(u32, u32)>,
     /// Closed sockets with their buffers, for the next SYN in any bucket.
     spare: Vec<Socket<'static>>,
-    /// Transmit scratch for frames the table synthesizes (they never get a reply).
-    scratch: Box<[u8]>,
-    /// The (address, MAC) last taught to the ARP cache from a TCP frame, and when to
-    /// teach it again (before smoltcp's 60 s entry lifetime runs out).
-    neighbor_hint: Option<(Ipv4Address, [u8; 6])>,
-    neighbor_refresh_at: Instant,
+    neighbors: NeighborCache,
     stats: TableStats,
 }
 
@@ -406,20 +430,24 @@ impl<S: Default> ConnTable<S> {
         now: Instant,
     ) -> Result<Self, TableError> {
         config.check()?;
-        let caps = device.capabilities();
-        if caps.medium != Medium::Ethernet {
+        let device_caps = device.capabilities();
+        if device_caps.medium != Medium::Ethernet {
             return Err(TableError::NotEthernet);
         }
+        let mut caps = device_caps;
+        caps.medium = Medium::Ip;
+        caps.max_transmission_unit = caps
+            .max_transmission_unit
+            .saturating_sub(ETHERNET_HEADER_LEN);
         let random = RandomState::new();
-        let mut iface_config = Config::new(HardwareAddress::Ethernet(EthernetAddress(config.mac)));
+        let mut iface_config = Config::new(HardwareAddress::Ip);
         iface_config.random_seed = random.hash_one(0_u64);
-        let mut iface = Interface::new(iface_config, device, now);
+        let mut iface = Interface::new(iface_config, &mut CapsOnly(caps.clone()), now);
         iface.update_ip_addrs(|addrs| {
             // A new interface has no addresses, so there is room for one.
             let _ = addrs.push(IpCidr::Ipv4(config.ip));
         });
         let bucket_count = config.bucket_count();
-        let scratch_len = caps.max_transmission_unit.max(ARP_FRAME_LEN);
         let buckets = (0..bucket_count)
             .map(|_| Bucket {
                 sockets: SocketSet::new(Vec::new()),
@@ -442,9 +470,7 @@ impl<S: Default> ConnTable<S> {
             touched: Vec::with_capacity(bucket_count),
             ready: Vec::with_capacity(config.conn_limit),
             spare: Vec::new(),
-            scratch: vec![0u8; scratch_len].into_boxed_slice(),
-            neighbor_hint: None,
-            neighbor_refresh_at: now,
+            neighbors: NeighborCache::new(NEIGHBOR_CAPACITY),
             stats: TableStats::default(),
         })
     }
@@ -462,6 +488,11 @@ impl<S: Default> ConnTable<S> {
     /// Counters.
     pub fn stats(&self) -> &TableStats {
         &self.stats
+    }
+
+    /// The neighbour cache (hosts learned from ARP and completed handshakes).
+    pub fn neighbors(&self) -> &NeighborCache {
+        &self.neighbors
     }
 
     /// Reads and processes up to `budget` received frames, one `poll_ingress_single` each
@@ -526,14 +557,28 @@ impl<S: Default> ConnTable<S> {
         let mut exhausted_at = None;
         for (index, &bucket) in batch.iter().enumerate() {
             let bucket = bucket as usize;
-            self.buckets[bucket].dirty = false;
-            let mut egress = Egress {
+            let Bucket {
+                sockets,
+                slots,
+                dirty,
+                timer,
+                ..
+            } = &mut self.buckets[bucket];
+            *dirty = false;
+            let mut egress = IpEgress {
                 device: &mut *device,
                 caps: &self.caps,
-                frames_out: &mut self.stats.frames_out,
+                framing: Framing {
+                    own_mac: self.config.mac,
+                    own_ip: self.config.ip.address(),
+                    peers: slots.as_slice(),
+                    reply_to: None,
+                    neighbors: &mut self.neighbors,
+                    sent: 0,
+                    unresolved: 0,
+                },
                 exhausted: false,
             };
-            let Bucket { sockets, timer, .. } = &mut self.buckets[bucket];
             for _ in 0..EGRESS_ROUNDS {
                 match self.iface.poll_egress(now, &mut egress, sockets) {
                     PollResult::None => break,
@@ -544,6 +589,8 @@ impl<S: Default> ConnTable<S> {
                 }
             }
             let exhausted = egress.exhausted;
+            self.stats.frames_out += egress.framing.sent;
+            self.stats.unresolved += egress.framing.unresolved;
             let deadline = self.iface.poll_at(now, sockets);
             self.timers.set(bucket, timer, deadline);
             self.refresh_bucket(bucket);
@@ -587,48 +634,86 @@ impl<S: Default> ConnTable<S> {
 
     fn ingress_frame<T: TxToken>(&mut self, now: Instant, frame: &[u8], tx: T) {
         self.stats.frames_in += 1;
+        if frame.len() < ETHERNET_HEADER_LEN {
+            self.stats.frames_dropped += 1;
+            return;
+        }
+        let dst_mac = &frame[0..6];
+        if dst_mac != self.config.mac && dst_mac != BROADCAST_MAC {
+            self.stats.frames_dropped += 1;
+            return;
+        }
+        let mut src_mac = [0u8; 6];
+        src_mac.copy_from_slice(&frame[6..12]);
+        match demux::ethertype(frame) {
+            Some(demux::ETHERTYPE_ARP) => {
+                self.stats.frames_control += 1;
+                self.arp_ingress(frame, tx);
+                return;
+            }
+            Some(demux::ETHERTYPE_IPV4) => {}
+            _ => {
+                self.stats.frames_dropped += 1;
+                return;
+            }
+        }
+        let packet = &frame[ETHERNET_HEADER_LEN..];
         let flow = match TcpFrame::new_checked(frame) {
-            Ok(tcp) if tcp.dst_port() == self.config.port => {
-                Some((tcp.src_addr(), tcp.src_port(), tcp.is_syn(), tcp.src_mac()))
+            Ok(tcp)
+                if tcp.dst_port() == self.config.port
+                    && tcp.dst_addr() == self.config.ip.address() =>
+            {
+                Some((tcp.src_addr(), tcp.src_port(), tcp.is_syn()))
             }
             _ => None,
         };
-        let Some((src_addr, src_port, syn, src_mac)) = flow else {
+        let Some((src_addr, src_port, syn)) = flow else {
             self.stats.frames_control += 1;
-            let mut view = OneFrame {
-                frame: Some(frame),
+            let mut view = IpFrame {
+                packet: Some(packet),
                 tx: Some(tx),
                 caps: &self.caps,
-                frames_out: &mut self.stats.frames_out,
+                framing: Framing {
+                    own_mac: self.config.mac,
+                    own_ip: self.config.ip.address(),
+                    peers: &NoPeers,
+                    reply_to: Some(src_mac),
+                    neighbors: &mut self.neighbors,
+                    sent: 0,
+                    unresolved: 0,
+                },
             };
             self.iface
                 .poll_ingress_single(now, &mut view, &mut self.control);
-            if demux::ethertype(frame) == Some(demux::ETHERTYPE_ARP) {
-                self.wake_timed_buckets();
-            }
+            self.stats.frames_out += view.framing.sent;
+            self.stats.unresolved += view.framing.unresolved;
             return;
         };
         self.stats.frames_tcp += 1;
         let bucket = self.bucket_of(src_addr, src_port);
-        if syn || self.neighbor_hint != Some((src_addr, src_mac)) || now >= self.neighbor_refresh_at
-        {
-            self.learn_neighbor(now, src_addr, src_mac);
-            self.neighbor_hint = Some((src_addr, src_mac));
-            self.neighbor_refresh_at = now + NEIGHBOR_REFRESH;
-        }
         let armed = if syn {
-            self.arm_for_syn(bucket, src_addr, src_port)
+            self.arm_for_syn(bucket, src_addr, src_port, src_mac)
         } else {
             None
         };
-        let mut view = OneFrame {
-            frame: Some(frame),
+        let Bucket { sockets, slots, .. } = &mut self.buckets[bucket];
+        let mut view = IpFrame {
+            packet: Some(packet),
             tx: Some(tx),
             caps: &self.caps,
-            frames_out: &mut self.stats.frames_out,
+            framing: Framing {
+                own_mac: self.config.mac,
+                own_ip: self.config.ip.address(),
+                peers: slots.as_slice(),
+                reply_to: Some(src_mac),
+                neighbors: &mut self.neighbors,
+                sent: 0,
+                unresolved: 0,
+            },
         };
-        self.iface
-            .poll_ingress_single(now, &mut view, &mut self.buckets[bucket].sockets);
+        self.iface.poll_ingress_single(now, &mut view, sockets);
+        self.stats.frames_out += view.framing.sent;
+        self.stats.unresolved += view.framing.unresolved;
         if let Some(slot) = armed {
             self.after_syn(bucket, slot);
         }
@@ -636,38 +721,21 @@ impl<S: Default> ConnTable<S> {
         self.mark_touched(bucket);
     }
 
-    /// Teaches the interface that `ip` is at `mac`, by feeding it the ARP reply that says
-    /// so. Done for every SYN and, per client host, every [`NEIGHBOR_REFRESH`] of TCP
-    /// traffic: with several queues per device, the kernel may deliver ARP traffic to
-    /// another worker's queue, and then this interface could never resolve the client;
-    /// with one queue it saves an ARP exchange when an idle entry would have expired.
-    /// smoltcp ignores it unless `ip` is a unicast address in our subnet.
-    fn learn_neighbor(&mut self, now: Instant, ip: Ipv4Address, mac: [u8; 6]) {
-        if !EthernetAddress(mac).is_unicast() {
+    /// Answers an ARP request for our address and learns its validated sender (or the
+    /// sender of an ARP reply to us); ignores every other ARP frame.
+    fn arp_ingress<T: TxToken>(&mut self, frame: &[u8], tx: T) {
+        let own_ip = self.config.ip.address();
+        let Ok(input) = neighbor::arp_input(frame, self.config.mac, self.config.ip) else {
             return;
-        }
-        let ours = self.config.mac;
-        let mut frame = [0u8; ARP_FRAME_LEN];
-        frame[0..6].copy_from_slice(&ours);
-        frame[6..12].copy_from_slice(&mac);
-        frame[12..14].copy_from_slice(&demux::ETHERTYPE_ARP.to_be_bytes());
-        // htype Ethernet, ptype IPv4, hlen 6, plen 4, operation reply.
-        frame[14..22].copy_from_slice(&[0, 1, 0x08, 0x00, 6, 4, 0, 2]);
-        frame[22..28].copy_from_slice(&mac);
-        frame[28..32].copy_from_slice(&ip.octets());
-        frame[32..38].copy_from_slice(&ours);
-        frame[38..42].copy_from_slice(&self.config.ip.address().octets());
-        let mut frames_out = 0;
-        let mut view = OneFrame {
-            frame: Some(&frame[..]),
-            tx: Some(Discard {
-                scratch: &mut self.scratch,
-            }),
-            caps: &self.caps,
-            frames_out: &mut frames_out,
         };
-        self.iface
-            .poll_ingress_single(now, &mut view, &mut self.control);
+        self.neighbors.learn(input.sender_ip, input.sender_mac);
+        if input.is_request {
+            let own_mac = self.config.mac;
+            tx.consume(ARP_FRAME_LEN, |buf| {
+                neighbor::emit_arp(buf, own_mac, own_ip, input.sender_mac, input.sender_ip);
+            });
+            self.stats.frames_out += 1;
+        }
     }
 
     fn bucket_of(&self, addr: Ipv4Address, port: u16) -> usize {
@@ -678,9 +746,16 @@ impl<S: Default> ConnTable<S> {
         (h >> 32) as usize & self.mask
     }
 
-    /// A SYN for a new connection is about to enter `bucket`: arm a listening socket for
-    /// it, unless the 4-tuple already has a live socket or the limit is reached.
-    fn arm_for_syn(&mut self, bucket_index: usize, addr: Ipv4Address, port: u16) -> Option<usize> {
+    /// A SYN for a new connection from `addr:port` (at `mac`) is about to enter `bucket`:
+    /// arm a listening socket for it, unless the 4-tuple already has a live socket or the
+    /// limit is reached (then smoltcp answers the SYN with RST).
+    fn arm_for_syn(
+        &mut self,
+        bucket_index: usize,
+        addr: Ipv4Address,
+        port: u16,
+        mac: [u8; 6],
+    ) -> Option<usize> {
         let remote = IpEndpoint::new(IpAddress::Ipv4(addr), port);
         let bucket = &mut self.buckets[bucket_index];
         let mut reuse = None;
@@ -728,6 +803,7 @@ impl<S: Default> ConnTable<S> {
             return None;
         }
         socket.set_timeout(Some(HANDSHAKE_TIMEOUT));
+        bucket.slots[index].peer = Some(Peer { addr, port, mac });
         Some(index)
     }
 
@@ -851,6 +927,7 @@ impl<S: Default> ConnTable<S> {
             ready,
             config,
             spare,
+            neighbors,
             ..
         } = self;
         let bucket = &mut buckets[bucket_index];
@@ -880,6 +957,13 @@ impl<S: Default> ConnTable<S> {
                         slot.seen_recv = 0;
                         slot.want_write = false;
                         socket.set_timeout(config.idle_timeout);
+                        // The handshake proved the peer's MAC: it acknowledged the SYN-ACK
+                        // sent there.
+                        if let Some(peer) = slot.peer
+                            && config.ip.contains_addr(&peer.addr)
+                        {
+                            neighbors.learn(peer.addr, peer.mac);
+                        }
                         stats.accepted += 1;
                         stats.active += 1;
                     }
@@ -930,25 +1014,6 @@ impl<S: Default> ConnTable<S> {
             self.touched.push(bucket as u32);
         }
     }
-
-    /// An ARP frame may have resolved a neighbour that buckets with pending output wait
-    /// for (smoltcp silences such sockets for up to a second): give them egress now.
-    /// Costs O(buckets with a timer), on ARP frames only.
-    fn wake_timed_buckets(&mut self) {
-        let Self {
-            timers,
-            buckets,
-            dirty,
-            ..
-        } = self;
-        for bucket in timers.buckets() {
-            let entry = &mut buckets[bucket];
-            if !entry.dirty {
-                entry.dirty = true;
-                dirty.push(bucket as u32);
-            }
-        }
-    }
 }
 
 /// Frees slot `index` of `bucket` and moves its (closed) socket to the spare pool.
@@ -956,6 +1021,7 @@ fn release<S>(bucket: &mut Bucket<S>, index: usize, spare: &mut Vec<Socket<'stat
     let slot = &mut bucket.slots[index];
     slot.phase = Phase::Free;
     slot.session = None;
+    slot.peer = None;
     if let Some(handle) = slot.handle.take() {
         spare.push(bucket.sockets.remove(handle));
     }

@@ -12,6 +12,10 @@ fn conn_ids_pack_and_unpack() {
 }
 use crate::demux::tests::SYN_FRAME;
 use crate::memlink::{self, ClientSwarm, MemPort};
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{
+    EthernetFrame, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+};
 
 const SERVER_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x02];
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x01];
@@ -134,6 +138,84 @@ impl Net {
     fn state(&self, conn: usize) -> tcp::State {
         self.swarm.socket_ref(conn).state()
     }
+
+    /// Puts a hand-made frame on the wire to the server.
+    fn inject(&mut self, frame: &[u8]) {
+        let tx = self.client.transmit(self.now).expect("room on the link");
+        tx.consume(frame.len(), |buf| buf.copy_from_slice(frame));
+    }
+
+    /// Takes every frame the server sent, before the client swarm sees them.
+    fn take_server_frames(&mut self) -> Vec<Vec<u8>> {
+        let mut frames = Vec::new();
+        while let Some((rx, _)) = self.client.receive(self.now) {
+            rx.consume(|frame| frames.push(frame.to_vec()));
+        }
+        frames
+    }
+}
+
+/// A client host on the server's subnet.
+fn host(last: u8) -> Ipv4Address {
+    Ipv4Address::new(10, 77, 0, last)
+}
+
+/// A host that is not the memlink client, for forged frames.
+const OTHER_MAC: [u8; 6] = [0x02, 0, 0, 0x66, 0, 0x66];
+
+/// An Ethernet/IPv4/TCP frame from `mac`/`src`:`port` to the server, with good checksums.
+fn segment(
+    mac: [u8; 6],
+    src: Ipv4Address,
+    port: u16,
+    control: TcpControl,
+    seq: u32,
+    ack: Option<u32>,
+) -> Vec<u8> {
+    let tcp = TcpRepr {
+        src_port: port,
+        dst_port: PORT,
+        control,
+        seq_number: TcpSeqNumber(seq as i32),
+        ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
+        window_len: 64_000,
+        window_scale: None,
+        max_seg_size: (control == TcpControl::Syn).then_some(1460),
+        sack_permitted: false,
+        sack_ranges: [None; 3],
+        timestamp: None,
+        payload: &[],
+    };
+    let dst = server_ip().address();
+    let ip = Ipv4Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: IpProtocol::Tcp,
+        payload_len: tcp.buffer_len(),
+        hop_limit: 64,
+    };
+    let mut frame = vec![0u8; 14 + ip.buffer_len() + tcp.buffer_len()];
+    frame[0..6].copy_from_slice(&SERVER_MAC);
+    frame[6..12].copy_from_slice(&mac);
+    frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    let caps = ChecksumCapabilities::default();
+    ip.emit(&mut Ipv4Packet::new_unchecked(&mut frame[14..34]), &caps);
+    tcp.emit(
+        &mut TcpPacket::new_unchecked(&mut frame[34..]),
+        &IpAddress::Ipv4(src),
+        &IpAddress::Ipv4(dst),
+        &caps,
+    );
+    frame
+}
+
+/// The destination MAC, flags and sequence number of a TCP frame the server sent.
+fn sent(frame: &[u8]) -> ([u8; 6], u8, u32) {
+    let eth = EthernetFrame::new_checked(frame).unwrap();
+    let ip = Ipv4Packet::new_checked(eth.payload()).unwrap();
+    let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+    let view = TcpFrame::new_checked(frame).unwrap();
+    (eth.dst_addr().0, view.flags(), tcp.seq_number().0 as u32)
 }
 
 #[test]
@@ -562,28 +644,75 @@ fn connections_the_server_closed_free_their_slot_at_once() {
 }
 
 #[test]
-fn a_syn_teaches_the_client_mac_so_the_syn_ack_needs_no_arp() {
+fn the_syn_ack_goes_to_the_mac_of_the_syn_without_arp() {
     // The captured kernel SYN, with no ARP exchange before it (as when the kernel's
     // ARP traffic went to another queue): the SYN-ACK must go out directly.
     let mut net = Net::new(4, 1);
-    let mut tx = net.client.transmit(net.now).unwrap();
-    tx.set_meta(Default::default());
-    tx.consume(SYN_FRAME.len(), |buf| buf.copy_from_slice(&SYN_FRAME));
+    net.inject(&SYN_FRAME);
     net.server_step(echo);
     assert_eq!(net.table.stats().in_use, 1);
-    assert_eq!(net.client.pending(), 1);
-    let (rx, _) = net.client.receive(net.now).unwrap();
-    rx.consume(|frame| {
-        let reply = TcpFrame::new_checked(frame).expect("a TCP segment, not an ARP request");
-        assert_eq!(
-            reply.flags() & (demux::flags::SYN | demux::flags::ACK),
-            demux::flags::SYN | demux::flags::ACK
-        );
-        assert_eq!(
-            &frame[0..6],
-            &SYN_FRAME[6..12],
-            "sent to the SYN's source MAC"
-        );
-        assert_eq!(reply.dst_port(), 40000);
-    });
+    let frames = net.take_server_frames();
+    assert_eq!(frames.len(), 1, "a TCP segment, not an ARP request");
+    let (mac, flags, _) = sent(&frames[0]);
+    assert_eq!(
+        flags & (demux::flags::SYN | demux::flags::ACK),
+        demux::flags::SYN | demux::flags::ACK
+    );
+    assert_eq!(&mac, &SYN_FRAME[6..12], "sent to the SYN's source MAC");
+    assert_eq!(
+        TcpFrame::new_checked(&frames[0][..]).unwrap().dst_port(),
+        40000
+    );
+    assert!(
+        net.table.neighbors().is_empty(),
+        "a SYN teaches the neighbour cache nothing"
+    );
+}
+
+/// The neighbour cache learns from a completed handshake and from ARP, never from a SYN
+/// or from a frame smoltcp rejected; and no forged frame moves an open connection's replies.
+#[test]
+fn only_validated_frames_teach_the_neighbour_cache() {
+    let mut net = Net::new(4, 1);
+    net.connect();
+    net.run_until("established", |net| net.table.stats().active == 1);
+    let client = client_ip().address();
+    // The client's ARP request for the server, and the handshake: both taught it.
+    assert_eq!(net.table.neighbors().peek(client), Some(CLIENT_MAC));
+    assert_eq!(net.table.neighbors().len(), 1);
+    // A forged SYN claiming the client's address from another MAC.
+    net.inject(&segment(OTHER_MAC, client, 7000, TcpControl::Syn, 1, None));
+    // A forged segment of the open connection with a bad checksum.
+    let port = memlink::FIRST_CLIENT_PORT;
+    let mut bad = segment(OTHER_MAC, client, port, TcpControl::None, 1, Some(1));
+    bad[40] ^= 0x55;
+    net.inject(&bad);
+    // A forged SYN from a new host.
+    net.inject(&segment(
+        OTHER_MAC,
+        host(77),
+        7001,
+        TcpControl::Syn,
+        1,
+        None,
+    ));
+    net.server_step(echo);
+    let frames = net.take_server_frames();
+    let to: Vec<[u8; 6]> = frames.iter().map(|f| sent(f).0).collect();
+    assert_eq!(
+        to,
+        [OTHER_MAC, OTHER_MAC],
+        "two SYN-ACKs, each to its SYN's MAC"
+    );
+    assert_eq!(net.table.neighbors().peek(client), Some(CLIENT_MAC));
+    assert_eq!(net.table.neighbors().peek(host(77)), None);
+    // The open connection's replies still go to the client.
+    net.swarm.socket(0).send_slice(b"hello").unwrap();
+    net.swarm.poll(net.now, &mut net.client);
+    net.server_step(echo);
+    let frames = net.take_server_frames();
+    assert!(!frames.is_empty());
+    for frame in &frames {
+        assert_eq!(sent(frame).0, CLIENT_MAC);
+    }
 }
