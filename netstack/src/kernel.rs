@@ -8,13 +8,19 @@
 //! It exists so that one run can measure what bypassing the kernel buys, and so that memspin
 //! serves without root. Each worker binds its own listening socket with `SO_REUSEPORT`, so the
 //! kernel spreads connections over workers without an acceptor thread.
+//!
+//! **Admission.** Every worker's table consults one shared [`Admission`]: an accepted
+//! connection over the limit is closed at once. Handshakes live in the kernel's SYN queue
+//! (with SYN cookies when it overflows), so they never count.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Poll;
+use crate::admission::Admission;
 
 /// Events fetched per `epoll_wait`.
 const EVENT_BATCH: usize = 256;
@@ -78,9 +84,16 @@ pub struct KernelTable<S> {
     generations: Vec<u32>,
     free: Vec<usize>,
     ready_list: Vec<usize>,
-    conn_limit: usize,
+    admission: Arc<Admission>,
     events: Vec<libc::epoll_event>,
     stats: KernelStats,
+}
+
+impl<S> Drop for KernelTable<S> {
+    fn drop(&mut self) {
+        // Connections still open go with the table.
+        self.admission.release(self.stats.active as usize);
+    }
 }
 
 /// Binds a non-blocking listening socket with `SO_REUSEADDR` and `SO_REUSEPORT`.
@@ -176,11 +189,12 @@ fn epoll_ctl(epoll: RawFd, op: libc::c_int, fd: RawFd, events: u32, token: u64) 
 }
 
 impl<S: Default> KernelTable<S> {
-    /// Binds `addr` (with `SO_REUSEPORT`, so each worker may bind its own) and prepares epoll.
+    /// Binds `addr` (with `SO_REUSEPORT`, so each worker may bind its own) and prepares
+    /// epoll; connections are admitted under `admission`, which other tables may share.
     ///
     /// # Errors
     /// Socket, bind, listen or epoll failures, e.g. the address is in use without reuse.
-    pub fn bind(addr: SocketAddr, conn_limit: usize) -> io::Result<Self> {
+    pub fn bind(addr: SocketAddr, admission: Arc<Admission>) -> io::Result<Self> {
         let listener = bind_reuseport(addr)?;
         // SAFETY: epoll_create1 with a constant flag; checked below.
         let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -203,7 +217,7 @@ impl<S: Default> KernelTable<S> {
             generations: Vec::new(),
             free: Vec::new(),
             ready_list: Vec::new(),
-            conn_limit,
+            admission,
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENT_BATCH],
             stats: KernelStats::default(),
         })
@@ -268,13 +282,14 @@ impl<S: Default> KernelTable<S> {
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    if self.stats.active as usize >= self.conn_limit {
+                    if !self.admission.try_acquire() {
                         // Refused cleanly: closed at once; the others keep being served.
                         self.stats.refused += 1;
                         drop(stream);
                         continue;
                     }
                     if self.add(stream).is_err() {
+                        self.admission.release(1);
                         self.stats.errors += 1;
                     }
                 }
@@ -408,6 +423,7 @@ impl<S: Default> KernelTable<S> {
             );
             self.generations[index] = self.generations[index].wrapping_add(1);
             self.free.push(index);
+            self.admission.release(1);
             self.stats.closed += 1;
             self.stats.active -= 1;
         }
@@ -472,6 +488,27 @@ mod tests {
         SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
     }
 
+    fn limit(n: usize) -> Arc<Admission> {
+        Arc::new(Admission::new(n))
+    }
+
+    /// Polls and echoes until `done` or 5 s of polling.
+    fn poll_until(
+        tables: &mut [&mut KernelTable<Vec<u8>>],
+        mut done: impl FnMut(&[&mut KernelTable<Vec<u8>>]) -> bool,
+    ) {
+        for _ in 0..1000 {
+            if done(tables) {
+                return;
+            }
+            for table in tables.iter_mut() {
+                table.poll(Some(Duration::from_millis(5))).unwrap();
+                echo(table);
+            }
+        }
+        assert!(done(tables), "not reached");
+    }
+
     /// Echoes whatever arrives, until the peer closes.
     fn echo(table: &mut KernelTable<Vec<u8>>) {
         table.serve(|conn| {
@@ -498,7 +535,7 @@ mod tests {
 
     #[test]
     fn accepts_echoes_and_notices_close() {
-        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), 16).unwrap();
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), limit(16)).unwrap();
         let addr = table.local_addr().unwrap();
         let mut client = TcpStream::connect(addr).unwrap();
         client.write_all(b"hello").unwrap();
@@ -534,7 +571,7 @@ mod tests {
 
     #[test]
     fn connections_over_the_limit_are_refused_and_others_kept() {
-        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), 2).unwrap();
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), limit(2)).unwrap();
         let addr = table.local_addr().unwrap();
         let kept: Vec<_> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
         let mut extra = TcpStream::connect(addr).unwrap();
@@ -560,7 +597,7 @@ mod tests {
 
     #[test]
     fn ids_reach_open_connections_only_and_a_watched_fd_wakes_poll() {
-        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), 4).unwrap();
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), limit(4)).unwrap();
         let addr = table.local_addr().unwrap();
         let client = TcpStream::connect(addr).unwrap();
         let mut id = None;
@@ -589,5 +626,26 @@ mod tests {
             table.poll(Some(Duration::from_secs(5))).unwrap(),
             Poll::Progress
         );
+    }
+
+    #[test]
+    fn tables_sharing_an_admission_accept_exactly_the_limit() {
+        let admission = limit(3);
+        let mut a =
+            KernelTable::<Vec<u8>>::bind(loopback_any_port(), Arc::clone(&admission)).unwrap();
+        let addr = a.local_addr().unwrap();
+        let mut b = KernelTable::<Vec<u8>>::bind(addr, Arc::clone(&admission)).unwrap();
+        let clients: Vec<_> = (0..6).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        poll_until(&mut [&mut a, &mut b], |t| {
+            t.iter()
+                .map(|t| t.stats().accepted + t.stats().refused)
+                .sum::<u64>()
+                == 6
+        });
+        let accepted: u64 = [&a, &b].iter().map(|t| t.stats().accepted).sum();
+        assert_eq!(accepted, 3, "{:?} {:?}", a.stats(), b.stats());
+        assert_eq!(admission.in_use(), 3);
+        drop(clients);
+        poll_until(&mut [&mut a, &mut b], |_| admission.in_use() == 0);
     }
 }

@@ -22,15 +22,19 @@
 //! - [`xdp`]: [`xdp::XdpProgram`], the redirect program on an interface, and
 //!   [`xdp::XdpDevice`], one AF_XDP socket per (interface, queue).
 //! - [`link`]: [`link::configure`] the kernel side (address, MTU, IPv6 off, up).
-//! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface.
+//! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface, with
+//!   a SYN backlog apart from the connection limit.
+//! - [`admission`]: [`Admission`], the connection limit every worker's table shares.
 //! - [`neighbor`]: ARP and the neighbour cache; the table frames smoltcp's IP packets.
 //! - [`demux`]: the Ethernet/IPv4/TCP header view used to pick a bucket.
 //! - [`memlink`]: an in-memory Ethernet link and a bucketed smoltcp client, for tests and
 //!   benchmarks without a kernel device.
-//! - [`kernel`]: the same server loop shape over ordinary kernel sockets (`--net kernel`).
+//! - [`kernel`]: the same server loop shape over ordinary kernel sockets (`--net kernel`),
+//!   with the same shared admission.
 //!
 //! Time is never read here: callers pass `smoltcp::time::Instant`.
 
+pub mod admission;
 pub mod conn;
 pub mod demux;
 pub mod kernel;
@@ -43,6 +47,7 @@ mod timer;
 mod view;
 pub mod xdp;
 
+pub use admission::Admission;
 pub use conn::{Conn, ConnId, ConnTable, Io, TableConfig, TableError, TableStats};
 pub use link::{LinkConfig, LinkError};
 pub use sys::{IfName, InvalidIfName};

@@ -42,8 +42,8 @@ pub struct Args {
 
     /// Worker cores. Each has its own queue (a TAP queue, an AF_XDP socket on queue i, or a
     /// SO_REUSEPORT listener), connections and store shard; a key lives on worker
-    /// hash(key) mod N, and requests for it arriving elsewhere are forwarded there. `-m` and
-    /// `-c` are split evenly among the workers.
+    /// hash(key) mod N, and requests for it arriving elsewhere are forwarded there. `-m` is
+    /// split evenly among the workers; `-c` is one limit they share.
     #[arg(short = 't', long = "threads", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
 
@@ -61,7 +61,8 @@ pub struct Args {
     #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
     pub max_item_size: usize,
 
-    /// Most concurrent client connections; more are refused with a reset.
+    /// Most concurrent client connections, over all workers (open or closing; handshakes
+    /// have their own budget); more are refused with a reset.
     #[arg(short = 'c', long = "conn-limit", default_value_t = 1024)]
     pub conn_limit: usize,
 

@@ -18,18 +18,30 @@
 //!                 view.rs puts each IP packet in an Ethernet frame to its connection's MAC
 //! ```
 //!
-//! - **Dirty buckets.** A bucket is dirty when a frame went into it or the application
-//!   wrote, read, closed or aborted one of its connections. Only dirty buckets and buckets
-//!   whose deadline passed get `poll_egress`. After egress the bucket's deadline is
-//!   `Interface::poll_at` over its own sockets, kept in a lazily updated min-heap
-//!   (`timer.rs`): a deadline that moves later, as a busy connection's retransmission
-//!   timer does on every reply, costs a write to the bucket; an earlier one O(log buckets).
+//! The mechanisms, each in its own module where it is more than a few lines:
+//!
+//! - **Dirty buckets and timers.** A bucket is dirty when a frame went into it or the
+//!   application wrote, read, closed or aborted one of its connections. Only dirty buckets
+//!   and buckets whose deadline passed get `poll_egress`. After egress the bucket's deadline
+//!   is `Interface::poll_at` over its own sockets, kept in a lazily updated min-heap
+//!   (`timer.rs`): a deadline that moves later, as a busy connection's retransmission timer
+//!   does on every reply, costs a write to the bucket; an earlier one O(log buckets).
 //! - **Listening.** smoltcp has no backlog. Because every SYN passes the demultiplexer
 //!   first, the table arms a listening socket in the SYN's bucket just before smoltcp sees
-//!   the SYN, and closes it again if the SYN did not take it. So no listener ever sits idle,
-//!   a retransmitted SYN can never open a second half-connection (the connection's own
-//!   socket takes it), and the connection limit is exact: at `conn_limit` sockets in use
-//!   (handshaking, open, or closing) nothing is armed and smoltcp answers the SYN with RST.
+//!   the SYN, and closes it again if the SYN did not take it (a bad checksum, say). So no
+//!   listener ever sits idle, and a retransmitted SYN can never open a second
+//!   half-connection (the connection's own socket takes it). An RST that sends the
+//!   handshake's socket back to LISTEN (as smoltcp does, RFC 9293) ends the handshake there
+//!   and then.
+//! - **SYN backlog** (`backlog.rs`). Handshakes do not count against `conn_limit`: they
+//!   have their own budget, the places no connection holds plus
+//!   [`TableConfig::syn_backlog`], and when a validated SYN finds it spent the oldest
+//!   handshake gives way. A SYN flood from forged addresses therefore never takes an
+//!   established connection's place nor locks real clients out.
+//! - **Admission** (`admission.rs`). `conn_limit` counts open and closing connections of
+//!   every table sharing one [`Admission`] (all workers of a process): a connection is
+//!   admitted when its handshake completes, and refused (SYN answered with RST) while the
+//!   limit is reached.
 //! - **TIME-WAIT.** When the server closed first (`quit`, errors), its socket reaches
 //!   TIME-WAIT once the peer's FIN is in; as soon as the ACK of that FIN has gone out, the
 //!   socket is released, and no longer counts against `conn_limit` (like the kernel's
@@ -41,24 +53,26 @@
 //! - **Recycling.** A socket that closes leaves its bucket for the table's spare pool with
 //!   its buffers, and the next SYN in any bucket takes it from there; after warm-up,
 //!   accepting a connection allocates nothing (except what `S::default()` allocates).
-//!   Sockets are created on demand, so at most `conn_limit` (plus one being armed) exist.
+//!   Sockets are created on demand, so at most `conn_limit + syn_backlog + 1` exist.
 //! - **Neighbours** (`neighbor.rs`, `view.rs`). smoltcp runs with `Medium::Ip`; the table
 //!   answers ARP itself, and every frame of a connection goes to the MAC its SYN came
 //!   from, so a reply never waits for address resolution, however many client hosts there
-//!   are (nor for an ARP answer the kernel might steer to another worker's queue). The
-//!   neighbour cache for other frames learns only from validated ARP and from completed
-//!   handshakes.
+//!   are. The neighbour cache for other frames learns only from validated ARP and from
+//!   completed handshakes.
 //! - **Sockets.** Nagle off, delayed ACK off, keep-alive off. smoltcp's `timeout` aborts a
 //!   connection whose peer stays silent that long, even an idle one, so it is set to
 //!   [`HANDSHAKE_TIMEOUT`] while handshaking, to [`TableConfig::idle_timeout`] (default
 //!   none, like memcached) once open, and to [`CLOSE_TIMEOUT`] after the application closes.
 //!
-//! Memory is about `conn_limit × (rx_buffer_bytes + tx_buffer_bytes)` at peak, plus about
-//! 100 bytes per bucket and 40 per neighbour.
+//! Memory is about `(conn_limit + syn_backlog) × (rx_buffer_bytes + tx_buffer_bytes)` at
+//! peak, plus about 100 bytes per bucket and 40 per neighbour.
+
+mod backlog;
 
 use core::fmt;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
 use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
@@ -69,6 +83,8 @@ use smoltcp::wire::{
     Ipv4Cidr,
 };
 
+pub use crate::admission::Admission;
+
 use crate::Poll;
 use crate::demux::{self, TcpFrame};
 use crate::neighbor::{
@@ -76,9 +92,14 @@ use crate::neighbor::{
 };
 use crate::timer::{DeadlineHeap, TimerSlot, TimerSlots};
 use crate::view::{CapsOnly, Framing, IpEgress, IpFrame, NoPeers, PeerMacs};
+use backlog::{Backlog, BacklogSlots, Links, SlotAddr, slot_addr, split_addr};
 
 /// Default `-c, --conn-limit`.
 pub const DEFAULT_CONN_LIMIT: usize = 1024;
+
+/// Default SYN backlog per table: half-open connections held beyond the places no
+/// connection holds (memcached's default listen backlog).
+pub const DEFAULT_SYN_BACKLOG: usize = 1024;
 
 /// Default receive buffer per connection: 16 KiB.
 ///
@@ -102,7 +123,7 @@ pub const DEFAULT_TX_BUFFER_BYTES: usize = 16 * 1024;
 /// refresh; with eight per bucket that was a third of the table's time per request.
 pub const BUCKET_LOAD: usize = 1;
 
-/// Largest accepted `conn_limit`.
+/// Largest accepted `conn_limit` and `syn_backlog`.
 pub const MAX_CONN_LIMIT: usize = 1 << 20;
 
 /// Smallest accepted socket buffer.
@@ -130,8 +151,12 @@ pub struct TableConfig {
     pub ip: Ipv4Cidr,
     /// TCP port to accept connections on (`-p, --port`).
     pub port: u16,
-    /// Most connections in use at once, handshaking and closing ones included.
+    /// Most open (and closing) connections; with a shared [`Admission`], its limit (every
+    /// table may take them all). Sizes the buckets.
     pub conn_limit: usize,
+    /// Handshakes in progress at once beyond the places no connection holds (at most
+    /// `conn_limit + syn_backlog` sockets in all); past that the oldest gives way.
+    pub syn_backlog: usize,
     /// Receive buffer per connection, bytes.
     pub rx_buffer_bytes: usize,
     /// Transmit buffer per connection, bytes.
@@ -141,13 +166,14 @@ pub struct TableConfig {
 }
 
 impl TableConfig {
-    /// A configuration with the default limit, buffer sizes and no idle timeout.
+    /// A configuration with the default limits, buffer sizes and no idle timeout.
     pub fn new(mac: [u8; 6], ip: Ipv4Cidr, port: u16) -> Self {
         TableConfig {
             mac,
             ip,
             port,
             conn_limit: DEFAULT_CONN_LIMIT,
+            syn_backlog: DEFAULT_SYN_BACKLOG,
             rx_buffer_bytes: DEFAULT_RX_BUFFER_BYTES,
             tx_buffer_bytes: DEFAULT_TX_BUFFER_BYTES,
             idle_timeout: None,
@@ -171,13 +197,18 @@ impl TableConfig {
                 conn_limit: self.conn_limit,
             });
         }
+        if self.syn_backlog == 0 || self.syn_backlog > MAX_CONN_LIMIT {
+            return Err(TableError::SynBacklog {
+                syn_backlog: self.syn_backlog,
+            });
+        }
         for bytes in [self.rx_buffer_bytes, self.tx_buffer_bytes] {
             if !(MIN_BUFFER_BYTES..=MAX_BUFFER_BYTES).contains(&bytes) {
                 return Err(TableError::BufferSize { bytes });
             }
         }
         let mac = EthernetAddress(self.mac);
-        if !mac.is_unicast() {
+        if !mac.is_unicast() || self.mac == [0; 6] {
             return Err(TableError::MacNotUnicast);
         }
         let ip = self.ip.address();
@@ -202,6 +233,11 @@ pub enum TableError {
         /// The rejected limit.
         conn_limit: usize,
     },
+    /// `syn_backlog` is 0 or above [`MAX_CONN_LIMIT`].
+    SynBacklog {
+        /// The rejected backlog.
+        syn_backlog: usize,
+    },
     /// A buffer size outside [`MIN_BUFFER_BYTES`]..=[`MAX_BUFFER_BYTES`].
     BufferSize {
         /// The rejected size.
@@ -225,6 +261,9 @@ impl fmt::Display for TableError {
                     "connection limit {conn_limit} outside 1..={MAX_CONN_LIMIT}"
                 )
             }
+            TableError::SynBacklog { syn_backlog } => {
+                write!(f, "SYN backlog {syn_backlog} outside 1..={MAX_CONN_LIMIT}")
+            }
             TableError::BufferSize { bytes } => {
                 write!(
                     f,
@@ -243,20 +282,24 @@ impl std::error::Error for TableError {}
 /// Counters of a [`ConnTable`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TableStats {
-    /// Connections that completed the handshake.
+    /// Connections that completed the handshake and were admitted.
     pub accepted: u64,
-    /// SYNs answered with RST because `conn_limit` sockets were in use.
+    /// Connections refused because `conn_limit` was reached (SYN answered with RST, or a
+    /// completed handshake reset).
     pub refused: u64,
     /// Open connections that ended (peer reset, timeout, or the application closed them).
     pub closed: u64,
-    /// Handshakes that never completed (peer reset or [`HANDSHAKE_TIMEOUT`]).
+    /// Handshakes that never completed (peer reset, [`HANDSHAKE_TIMEOUT`], or evicted).
     pub handshakes_failed: u64,
+    /// Of those, handshakes evicted by a newer SYN with the backlog full.
+    pub syn_evicted: u64,
     /// Open connections now (those with an application state `S`).
     pub active: usize,
-    /// Sockets counted against `conn_limit` now: handshaking, open and closing.
+    /// Connections counted against `conn_limit` now in this table: open and closing.
     pub in_use: usize,
-    /// Sockets allocated now (in use plus closed ones kept for reuse; at most
-    /// `conn_limit + 1`).
+    /// Handshakes in progress now (the SYN backlog).
+    pub handshaking: usize,
+    /// Sockets allocated now (in use, handshaking, and closed ones kept for reuse).
     pub sockets: usize,
     /// Frames received.
     pub frames_in: u64,
@@ -305,14 +348,14 @@ impl ConnId {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Socket (if any) is closed and may be armed.
+    /// Socket (if any) is closed, or armed for a SYN being processed.
     Free,
-    /// SYN-RECEIVED: counts against the limit, no application state yet.
+    /// SYN-RECEIVED: in the SYN backlog, no application state yet.
     Handshake,
     /// Established (or later, until it closes): has an application state.
     Open,
-    /// The application closed it and the close is in progress (FIN-WAIT, CLOSING,
-    /// LAST-ACK), or the peer reset it: still counts against the limit.
+    /// The application (or a timeout) closed it and the close is in progress (FIN-WAIT,
+    /// CLOSING, LAST-ACK), or the peer reset it: still counts against the limit.
     Done,
 }
 
@@ -340,6 +383,8 @@ struct Slot<S> {
     seen_state: tcp::State,
     /// Set from the SYN that armed the slot; `None` while free.
     peer: Option<Peer>,
+    /// Place in the SYN backlog (handshakes only).
+    links: Links,
 }
 
 impl<S> Slot<S> {
@@ -354,6 +399,7 @@ impl<S> Slot<S> {
             seen_recv: 0,
             seen_state: tcp::State::Closed,
             peer: None,
+            links: Links::default(),
         }
     }
 }
@@ -385,9 +431,17 @@ impl<S> TimerSlots for Vec<Bucket<S>> {
     }
 }
 
+impl<S> BacklogSlots for Vec<Bucket<S>> {
+    fn links(&mut self, at: SlotAddr) -> &mut Links {
+        let (bucket, slot) = split_addr(at);
+        &mut self[bucket].slots[slot].links
+    }
+}
+
 /// TCP connections on one port, one application state `S` per open connection.
 ///
-/// Single-threaded: one table per worker core, fed by that core's queue.
+/// Single-threaded: one table per worker core, fed by that core's queue. Tables of one
+/// process may share an [`Admission`].
 pub struct ConnTable<S> {
     config: TableConfig,
     iface: Interface,
@@ -404,6 +458,8 @@ pub struct ConnTable<S> {
     ready: Vec<(u32, u32)>,
     /// Closed sockets with their buffers, for the next SYN in any bucket.
     spare: Vec<Socket<'static>>,
+    backlog: Backlog,
+    admission: Arc<Admission>,
     neighbors: NeighborCache,
     stats: TableStats,
 }
@@ -418,14 +474,46 @@ impl<S> fmt::Debug for ConnTable<S> {
     }
 }
 
+impl<S> Drop for ConnTable<S> {
+    fn drop(&mut self) {
+        // Connections still counted go with the table.
+        self.admission.release(self.stats.in_use);
+    }
+}
+
+/// What to do with a handshake that ended without becoming a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HandshakeEnd {
+    /// Reset by the peer, timed out, or refused.
+    Failed,
+    /// Evicted by a newer SYN.
+    Evicted,
+}
+
 impl<S: Default> ConnTable<S> {
     /// Builds the table and its smoltcp interface (MAC and address from `config`; it
-    /// answers ARP for that address) for `device`'s capabilities.
+    /// answers ARP for that address) for `device`'s capabilities, with its own
+    /// [`Admission`] of `config.conn_limit`.
     ///
     /// # Errors
     /// [`TableError`] for an unusable configuration or a non-Ethernet device.
     pub fn new<D: Device>(
         config: TableConfig,
+        device: &mut D,
+        now: Instant,
+    ) -> Result<Self, TableError> {
+        let admission = Arc::new(Admission::new(config.conn_limit));
+        Self::with_admission(config, admission, device, now)
+    }
+
+    /// Like [`new`](Self::new), with `conn_limit` enforced by `admission`, which other
+    /// tables (other workers) may share; `config.conn_limit` should be its limit.
+    ///
+    /// # Errors
+    /// [`TableError`] for an unusable configuration or a non-Ethernet device.
+    pub fn with_admission<D: Device>(
+        config: TableConfig,
+        admission: Arc<Admission>,
         device: &mut D,
         now: Instant,
     ) -> Result<Self, TableError> {
@@ -470,6 +558,8 @@ impl<S: Default> ConnTable<S> {
             touched: Vec::with_capacity(bucket_count),
             ready: Vec::with_capacity(config.conn_limit),
             spare: Vec::new(),
+            backlog: Backlog::new(),
+            admission,
             neighbors: NeighborCache::new(NEIGHBOR_CAPACITY),
             stats: TableStats::default(),
         })
@@ -561,7 +651,6 @@ impl<S: Default> ConnTable<S> {
                 sockets,
                 slots,
                 dirty,
-                timer,
                 ..
             } = &mut self.buckets[bucket];
             *dirty = false;
@@ -591,9 +680,10 @@ impl<S: Default> ConnTable<S> {
             let exhausted = egress.exhausted;
             self.stats.frames_out += egress.framing.sent;
             self.stats.unresolved += egress.framing.unresolved;
+            self.refresh_bucket(bucket);
+            let Bucket { sockets, timer, .. } = &mut self.buckets[bucket];
             let deadline = self.iface.poll_at(now, sockets);
             self.timers.set(bucket, timer, deadline);
-            self.refresh_bucket(bucket);
             if exhausted {
                 self.stats.tx_exhausted += 1;
                 exhausted_at = Some(index);
@@ -748,7 +838,7 @@ impl<S: Default> ConnTable<S> {
 
     /// A SYN for a new connection from `addr:port` (at `mac`) is about to enter `bucket`:
     /// arm a listening socket for it, unless the 4-tuple already has a live socket or the
-    /// limit is reached (then smoltcp answers the SYN with RST).
+    /// connection limit is reached (then smoltcp answers the SYN with RST).
     fn arm_for_syn(
         &mut self,
         bucket_index: usize,
@@ -777,17 +867,21 @@ impl<S: Default> ConnTable<S> {
                 return None;
             }
         }
+        if let Some(index) = reuse {
+            // The TIME-WAIT connection gives its place and its count to the new one.
+            bucket.slots[index].phase = Phase::Free;
+            self.stats.in_use -= 1;
+            self.admission.release(1);
+        }
+        if self.admission.is_full() {
+            self.stats.refused += 1;
+            if let Some(index) = reuse {
+                release(&mut self.buckets[bucket_index], index, &mut self.spare);
+            }
+            return None;
+        }
         let index = match reuse {
-            // The TIME-WAIT connection gives its place (and its count) to the new one.
-            Some(index) => {
-                bucket.slots[index].phase = Phase::Free;
-                self.stats.in_use -= 1;
-                index
-            }
-            None if self.stats.in_use >= self.config.conn_limit => {
-                self.stats.refused += 1;
-                return None;
-            }
+            Some(index) => index,
             None => self.free_slot(bucket_index),
         };
         let bucket = &mut self.buckets[bucket_index];
@@ -836,7 +930,8 @@ impl<S: Default> ConnTable<S> {
         index
     }
 
-    /// After smoltcp processed the SYN: either the armed socket took it, or disarm it.
+    /// After smoltcp processed the SYN: either the armed socket took it (a handshake joins
+    /// the backlog, evicting the oldest if the backlog is over budget), or disarm it.
     fn after_syn(&mut self, bucket_index: usize, index: usize) {
         let bucket = &mut self.buckets[bucket_index];
         let slot = &mut bucket.slots[index];
@@ -846,11 +941,81 @@ impl<S: Default> ConnTable<S> {
             // LISTEN -> CLOSED sends nothing.
             socket.close();
             release(bucket, index, &mut self.spare);
-        } else {
-            slot.phase = Phase::Handshake;
-            slot.seen_state = socket.state();
-            self.stats.in_use += 1;
+            return;
         }
+        slot.phase = Phase::Handshake;
+        slot.seen_state = socket.state();
+        self.stats.handshaking += 1;
+        self.backlog
+            .push(slot_addr(bucket_index, index), &mut self.buckets);
+        // Handshakes may use the places no connection holds, plus `syn_backlog` more.
+        let budget = self.config.conn_limit + self.config.syn_backlog;
+        while self.stats.handshaking + self.stats.in_use > budget
+            && let Some(oldest) = self.backlog.oldest()
+        {
+            let (bucket, slot) = split_addr(oldest);
+            self.end_handshake(bucket, slot, HandshakeEnd::Evicted);
+        }
+        debug_assert_eq!(self.backlog.len(), self.stats.handshaking);
+    }
+
+    /// Takes a handshake out of the backlog and frees its socket (without a word: the peer
+    /// may not exist).
+    fn end_handshake(&mut self, bucket_index: usize, index: usize, end: HandshakeEnd) {
+        self.backlog
+            .remove(slot_addr(bucket_index, index), &mut self.buckets);
+        self.stats.handshaking -= 1;
+        self.stats.handshakes_failed += 1;
+        if end == HandshakeEnd::Evicted {
+            self.stats.syn_evicted += 1;
+        }
+        let bucket = &mut self.buckets[bucket_index];
+        if let Some(handle) = bucket.slots[index].handle {
+            // The RST `abort` leaves owed is never sent (the socket leaves the set first,
+            // and its next `listen` forgets it): the peer may not exist.
+            bucket.sockets.get_mut::<tcp::Socket>(handle).abort();
+        }
+        release(bucket, index, &mut self.spare);
+    }
+
+    /// A handshake completed: admit the connection under `conn_limit` (or reset it) and
+    /// teach the neighbour cache the peer's MAC, which the handshake proved.
+    fn establish(&mut self, bucket_index: usize, index: usize) -> bool {
+        self.backlog
+            .remove(slot_addr(bucket_index, index), &mut self.buckets);
+        self.stats.handshaking -= 1;
+        if !self.admission.try_acquire() {
+            // Another table took the last place meanwhile.
+            self.stats.refused += 1;
+            let bucket = &mut self.buckets[bucket_index];
+            if let Some(handle) = bucket.slots[index].handle {
+                bucket.sockets.get_mut::<tcp::Socket>(handle).abort();
+            }
+            release(bucket, index, &mut self.spare);
+            return false;
+        }
+        let bucket = &mut self.buckets[bucket_index];
+        let slot = &mut bucket.slots[index];
+        if let Some(handle) = slot.handle {
+            bucket
+                .sockets
+                .get_mut::<tcp::Socket>(handle)
+                .set_timeout(self.config.idle_timeout);
+        }
+        slot.phase = Phase::Open;
+        slot.session = Some(S::default());
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.seen_recv = 0;
+        slot.want_write = false;
+        if let Some(peer) = slot.peer
+            && self.config.ip.contains_addr(&peer.addr)
+        {
+            self.neighbors.learn(peer.addr, peer.mac);
+        }
+        self.stats.in_use += 1;
+        self.stats.accepted += 1;
+        self.stats.active += 1;
+        true
     }
 
     /// Runs the application on one open connection and applies what it did.
@@ -921,54 +1086,44 @@ impl<S: Default> ConnTable<S> {
     /// Follows socket state changes in one bucket: handshakes completing or failing,
     /// connections ending, sockets becoming free; queues connections with work.
     fn refresh_bucket(&mut self, bucket_index: usize) {
-        let Self {
-            buckets,
-            stats,
-            ready,
-            config,
-            spare,
-            neighbors,
-            ..
-        } = self;
-        let bucket = &mut buckets[bucket_index];
-        bucket.touched = false;
-        // A TIME-WAIT socket is released only once egress has sent what it owes (the ACK of
-        // the peer's FIN): not while the bucket still waits for its egress pass.
-        let egress_done = !bucket.dirty;
-        for index in 0..bucket.slots.len() {
-            let slot = &mut bucket.slots[index];
-            let Some(handle) = slot.handle else { continue };
-            let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
-            let state = socket.state();
-            if slot.phase == Phase::Handshake {
+        self.buckets[bucket_index].touched = false;
+        // A closed or TIME-WAIT socket is released only once egress has sent what it owes
+        // (an RST, the ACK of the peer's FIN): not while the bucket still waits for its
+        // egress pass.
+        let egress_done = !self.buckets[bucket_index].dirty;
+        for index in 0..self.buckets[bucket_index].slots.len() {
+            let bucket = &self.buckets[bucket_index];
+            let (phase, Some(handle)) = (bucket.slots[index].phase, bucket.slots[index].handle)
+            else {
+                continue;
+            };
+            let state = bucket.sockets.get::<tcp::Socket>(handle).state();
+            if phase == Phase::Handshake {
                 match state {
-                    tcp::State::SynReceived | tcp::State::Listen => continue,
-                    tcp::State::Closed | tcp::State::TimeWait => {
-                        stats.in_use -= 1;
-                        stats.handshakes_failed += 1;
-                        // A TIME-WAIT socket can listen again: it goes to the pool as it is.
-                        release(bucket, index, spare);
+                    tcp::State::SynReceived => {}
+                    // RST in SYN-RECEIVED (smoltcp returns to LISTEN), or closed.
+                    tcp::State::Listen | tcp::State::Closed | tcp::State::TimeWait => {
+                        self.end_handshake(bucket_index, index, HandshakeEnd::Failed);
                         continue;
                     }
                     _ => {
-                        slot.phase = Phase::Open;
-                        slot.session = Some(S::default());
-                        slot.generation = slot.generation.wrapping_add(1);
-                        slot.seen_recv = 0;
-                        slot.want_write = false;
-                        socket.set_timeout(config.idle_timeout);
-                        // The handshake proved the peer's MAC: it acknowledged the SYN-ACK
-                        // sent there.
-                        if let Some(peer) = slot.peer
-                            && config.ip.contains_addr(&peer.addr)
-                        {
-                            neighbors.learn(peer.addr, peer.mac);
+                        if !self.establish(bucket_index, index) {
+                            continue;
                         }
-                        stats.accepted += 1;
-                        stats.active += 1;
                     }
                 }
             }
+            let Self {
+                buckets,
+                stats,
+                ready,
+                spare,
+                admission,
+                ..
+            } = self;
+            let bucket = &mut buckets[bucket_index];
+            let slot = &mut bucket.slots[index];
+            let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
             if slot.phase == Phase::Open {
                 if matches!(state, tcp::State::Closed | tcp::State::TimeWait) {
                     slot.session = None;
@@ -984,17 +1139,18 @@ impl<S: Default> ConnTable<S> {
                         slot.queued = true;
                         ready.push((bucket_index as u32, index as u32));
                     }
-                    continue;
                 }
             }
-            let finished = match state {
-                tcp::State::Closed => true,
-                tcp::State::TimeWait => egress_done,
-                _ => false,
-            };
-            if slot.phase == Phase::Done && finished {
-                stats.in_use -= 1;
-                release(bucket, index, spare);
+            if slot.phase == Phase::Done {
+                let finished = match state {
+                    tcp::State::Closed | tcp::State::TimeWait => egress_done,
+                    _ => false,
+                };
+                if finished {
+                    stats.in_use -= 1;
+                    admission.release(1);
+                    release(bucket, index, spare);
+                }
             }
         }
     }
@@ -1022,6 +1178,7 @@ fn release<S>(bucket: &mut Bucket<S>, index: usize, spare: &mut Vec<Socket<'stat
     slot.phase = Phase::Free;
     slot.session = None;
     slot.peer = None;
+    slot.links = Links::default();
     if let Some(handle) = slot.handle.take() {
         spare.push(bucket.sockets.remove(handle));
     }

@@ -82,13 +82,24 @@ struct Net {
 
 impl Net {
     fn new(conn_limit: usize, clients: usize) -> Net {
-        let (mut client, mut server) = memlink::pair(8192, 1500);
-        let now = Instant::from_secs(1);
+        Net::with(clients, |config| config.conn_limit = conn_limit)
+    }
+
+    /// 4 KiB buffers and whatever `configure` sets.
+    fn with(clients: usize, configure: impl FnOnce(&mut TableConfig)) -> Net {
         let mut config = TableConfig::new(SERVER_MAC, server_ip(), PORT);
-        config.conn_limit = conn_limit;
         config.rx_buffer_bytes = 4096;
         config.tx_buffer_bytes = 4096;
-        let table = ConnTable::new(config, &mut server, now).unwrap();
+        configure(&mut config);
+        let admission = Arc::new(Admission::new(config.conn_limit));
+        Net::shared(clients, config, admission)
+    }
+
+    /// A table under `admission`, which other tables may share.
+    fn shared(clients: usize, config: TableConfig, admission: Arc<Admission>) -> Net {
+        let (mut client, mut server) = memlink::pair(8192, 1500);
+        let now = Instant::from_secs(1);
+        let table = ConnTable::with_admission(config, admission, &mut server, now).unwrap();
         let swarm = ClientSwarm::new(CLIENT_MAC, client_ip(), &mut client, now, clients);
         Net {
             table,
@@ -152,6 +163,41 @@ impl Net {
             rx.consume(|frame| frames.push(frame.to_vec()));
         }
         frames
+    }
+
+    /// Advances the clock by `step` at a time for `total`, stepping server and client
+    /// (`client` decides what the client does each step).
+    fn run_for(&mut self, total: Duration, step: Duration, mut client: impl FnMut(&mut Net)) {
+        let end = self.now + total;
+        while self.now < end {
+            self.now += step;
+            self.server_step(echo);
+            client(self);
+        }
+    }
+
+    /// The peers of the handshakes in progress, oldest first.
+    fn backlog_peers(&mut self) -> Vec<(Ipv4Address, u16)> {
+        let table = &mut self.table;
+        table
+            .backlog
+            .order(&mut table.buckets)
+            .into_iter()
+            .map(|at| {
+                let (bucket, slot) = split_addr(at);
+                let peer = table.buckets[bucket].slots[slot].peer.unwrap();
+                (peer.addr, peer.port)
+            })
+            .collect()
+    }
+
+    /// Sockets in the buckets' sets (in use or armed).
+    fn sockets_in_sets(&self) -> usize {
+        self.table
+            .buckets
+            .iter()
+            .map(|b| b.slots.iter().filter(|s| s.handle.is_some()).count())
+            .sum()
     }
 }
 
@@ -500,8 +546,13 @@ fn aborted_connections_free_their_socket() {
 fn a_handshake_that_never_completes_frees_its_socket() {
     let mut net = Net::new(4, 1);
     net.connect();
-    net.run_until("SYN taken", |net| net.table.stats().in_use == 1);
+    net.run_until("SYN taken", |net| net.table.stats().handshaking == 1);
     assert_eq!(net.table.stats().active, 0);
+    assert_eq!(
+        net.table.stats().in_use,
+        0,
+        "handshakes do not count against the limit"
+    );
     // The client vanishes: its final ACK is lost, and so is everything we send it.
     assert_eq!(net.server.discard_pending(), 1);
     let start = net.now;
@@ -512,7 +563,7 @@ fn a_handshake_that_never_completes_frees_its_socket() {
     }
     let stats = *net.table.stats();
     assert_eq!(
-        (stats.in_use, stats.handshakes_failed, stats.accepted),
+        (stats.handshaking, stats.handshakes_failed, stats.accepted),
         (0, 1, 0),
         "{stats:?}"
     );
@@ -650,7 +701,7 @@ fn the_syn_ack_goes_to_the_mac_of_the_syn_without_arp() {
     let mut net = Net::new(4, 1);
     net.inject(&SYN_FRAME);
     net.server_step(echo);
-    assert_eq!(net.table.stats().in_use, 1);
+    assert_eq!(net.table.stats().handshaking, 1);
     let frames = net.take_server_frames();
     assert_eq!(frames.len(), 1, "a TCP segment, not an ARP request");
     let (mac, flags, _) = sent(&frames[0]);
@@ -667,6 +718,141 @@ fn the_syn_ack_goes_to_the_mac_of_the_syn_without_arp() {
         net.table.neighbors().is_empty(),
         "a SYN teaches the neighbour cache nothing"
     );
+}
+
+/// A SYN flood from forged addresses (nobody answers the SYN-ACKs) fills the backlog,
+/// and the oldest handshake gives way to each newer one; none of it touches the
+/// connection limit, so a real client still connects.
+#[test]
+fn the_syn_backlog_evicts_the_oldest_and_never_takes_a_connection_slot() {
+    let mut net = Net::with(2, |config| {
+        config.conn_limit = 2;
+        config.syn_backlog = 4;
+    });
+    net.connect();
+    net.run_until("one established", |net| net.table.stats().active == 1);
+    // Budget: the free place plus the backlog, 5 handshakes.
+    for i in 0..7u16 {
+        net.inject(&segment(
+            OTHER_MAC,
+            host(100 + i as u8),
+            5000 + i,
+            TcpControl::Syn,
+            1,
+            None,
+        ));
+        net.server_step(echo);
+    }
+    net.take_server_frames();
+    let stats = *net.table.stats();
+    assert_eq!(
+        (stats.handshaking, stats.syn_evicted, stats.in_use),
+        (5, 2, 1),
+        "{stats:?}"
+    );
+    let kept: Vec<_> = (2..7u16).map(|i| (host(100 + i as u8), 5000 + i)).collect();
+    assert_eq!(net.backlog_peers(), kept, "the two oldest gave way");
+    // A retransmitted SYN of a kept handshake changes nothing.
+    net.inject(&segment(
+        OTHER_MAC,
+        host(103),
+        5003,
+        TcpControl::Syn,
+        1,
+        None,
+    ));
+    net.server_step(echo);
+    assert_eq!(net.backlog_peers(), kept);
+    // A SYN with a bad checksum evicts nobody.
+    let mut bad = segment(OTHER_MAC, host(120), 6000, TcpControl::Syn, 1, None);
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    net.inject(&bad);
+    net.server_step(echo);
+    assert_eq!(net.backlog_peers(), kept);
+    // The real client's second connection: accepted while the backlog is full (its SYN
+    // evicts the oldest forged one).
+    net.connect();
+    net.run_until("second established", |net| net.table.stats().active == 2);
+    let stats = *net.table.stats();
+    assert_eq!(
+        (stats.refused, stats.in_use, stats.syn_evicted),
+        (0, 2, 3),
+        "{stats:?}"
+    );
+    assert_eq!(net.backlog_peers(), kept[1..]);
+    assert!(
+        stats.sockets <= 2 + 4 + 1,
+        "conn_limit + syn_backlog + 1: {stats:?}"
+    );
+    // The forged handshakes end with the handshake timeout.
+    net.run_for(HANDSHAKE_TIMEOUT, Duration::from_millis(50), |net| {
+        net.take_server_frames();
+    });
+    assert_eq!(net.table.stats().handshaking, 0);
+    assert_eq!(net.table.stats().active, 2);
+}
+
+/// A burst of real clients as large as the connection limit, all connecting at once, is
+/// never cut short by the backlog (the handshakes use the free places).
+#[test]
+fn a_burst_of_real_clients_up_to_the_limit_all_connect() {
+    let clients = 300;
+    let mut net = Net::with(clients, |config| {
+        config.conn_limit = clients;
+        config.syn_backlog = 16;
+    });
+    for _ in 0..clients {
+        net.connect();
+    }
+    net.run_until("all established", |net| net.table.stats().active == clients);
+    let stats = *net.table.stats();
+    assert_eq!((stats.syn_evicted, stats.refused), (0, 0), "{stats:?}");
+}
+
+/// smoltcp turns a socket that gets an RST in SYN-RECEIVED back to LISTEN: the table must
+/// end the handshake there and then, or the slot stays counted and the stray listener
+/// takes some later SYN behind the table's back.
+#[test]
+fn an_rst_in_syn_received_frees_the_handshake_at_once() {
+    let mut net = Net::new(1, 1);
+    net.inject(&segment(
+        OTHER_MAC,
+        host(9),
+        5000,
+        TcpControl::Syn,
+        1000,
+        None,
+    ));
+    net.server_step(echo);
+    assert_eq!(net.table.stats().handshaking, 1);
+    let frames = net.take_server_frames();
+    let (mac, flags, _) = sent(&frames[0]);
+    assert_eq!(
+        (mac, flags & 0x12),
+        (OTHER_MAC, 0x12),
+        "a SYN-ACK to the SYN's MAC"
+    );
+    // What a kernel answers to a SYN-ACK it has no socket for.
+    net.inject(&segment(
+        OTHER_MAC,
+        host(9),
+        5000,
+        TcpControl::Rst,
+        1001,
+        None,
+    ));
+    net.server_step(echo);
+    let stats = *net.table.stats();
+    assert_eq!(
+        (stats.handshaking, stats.handshakes_failed, stats.in_use),
+        (0, 1, 0),
+        "{stats:?}"
+    );
+    assert_eq!(net.sockets_in_sets(), 0, "no listener left behind");
+    assert_eq!(net.table.poll_delay(net.now), None, "no clock left running");
+    net.connect();
+    net.run_until("a real client", |net| net.table.stats().active == 1);
 }
 
 /// The neighbour cache learns from a completed handshake and from ARP, never from a SYN
@@ -715,4 +901,39 @@ fn only_validated_frames_teach_the_neighbour_cache() {
     for frame in &frames {
         assert_eq!(sent(frame).0, CLIENT_MAC);
     }
+}
+
+/// Two tables (two workers) under one admission limit: the limit holds over both,
+/// however the connections are spread.
+#[test]
+fn tables_sharing_an_admission_accept_exactly_the_limit() {
+    let admission = Arc::new(Admission::new(3));
+    let mut config = TableConfig::new(SERVER_MAC, server_ip(), PORT);
+    config.conn_limit = 3;
+    let mut a = Net::shared(4, config, Arc::clone(&admission));
+    let mut b = Net::shared(4, config, Arc::clone(&admission));
+    for _ in 0..2 {
+        a.connect();
+    }
+    a.run_until("a: 2", |net| net.table.stats().active == 2);
+    for _ in 0..2 {
+        b.connect();
+    }
+    b.run_until("b: 1 accepted, 1 refused", |net| {
+        net.table.stats().active == 1 && net.table.stats().refused == 1
+    });
+    assert_eq!(admission.in_use(), 3);
+    // A close on one table makes room on the other.
+    a.swarm.socket(0).close();
+    a.run_until("a: closed", |net| net.table.stats().in_use == 1);
+    assert_eq!(admission.in_use(), 2);
+    b.connect();
+    b.run_until("b: 2", |net| net.table.stats().active == 2);
+    assert_eq!(admission.in_use(), 3);
+    drop(b);
+    assert_eq!(
+        admission.in_use(),
+        1,
+        "a dropped table gives its connections back"
+    );
 }

@@ -4,7 +4,9 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
+use netstack::Admission;
 use netstack::kernel::{KernelConn, KernelConnId, KernelTable};
 
 use super::mesh::Mesh;
@@ -12,8 +14,9 @@ use super::{IdleState, LoopClock, Plan, spawn, stopping};
 use crate::conn::ClientConn;
 use crate::engine::{Engine, Replies};
 
-/// Serves `addr` on kernel sockets until the plan's stop flag is set, one listener per worker;
-/// calls `on_ready` with the bound address once every worker serves.
+/// Serves `addr` on kernel sockets until the plan's stop flag is set, one listener per worker,
+/// at most `conn_limit` connections over all of them; calls `on_ready` with the bound address
+/// once every worker serves.
 ///
 /// # Errors
 /// When the address cannot be bound, or a worker fails (epoll).
@@ -24,13 +27,16 @@ pub fn run(
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<(), String> {
     let workers = plan.workers();
-    let per_worker = conn_limit.div_ceil(workers);
-    let first = KernelTable::<ClientConn>::bind(addr, per_worker).map_err(|e| e.to_string())?;
+    let admission = Arc::new(Admission::new(conn_limit));
+    let bind = |addr| {
+        KernelTable::<ClientConn>::bind(addr, Arc::clone(&admission)).map_err(|e| e.to_string())
+    };
+    let first = bind(addr)?;
     // With port 0 the first bind picks the port; the others share it.
     let bound = first.local_addr().map_err(|e| e.to_string())?;
     let mut tables = vec![first];
     for _ in 1..workers {
-        tables.push(KernelTable::bind(bound, per_worker).map_err(|e| e.to_string())?);
+        tables.push(bind(bound)?);
     }
     spawn(
         plan,
