@@ -23,14 +23,14 @@
 //!   [`xdp::XdpDevice`], one AF_XDP socket per (interface, queue).
 //! - [`link`]: [`link::configure`] the kernel side (address, MTU, IPv6 off, up).
 //! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface, with
-//!   a SYN backlog apart from the connection limit.
+//!   a SYN backlog and per-connection clocks (give-up, idle, close).
 //! - [`admission`]: [`Admission`], the connection limit every worker's table shares.
 //! - [`neighbor`]: ARP and the neighbour cache; the table frames smoltcp's IP packets.
 //! - [`demux`]: the Ethernet/IPv4/TCP header view used to pick a bucket.
 //! - [`memlink`]: an in-memory Ethernet link and a bucketed smoltcp client, for tests and
 //!   benchmarks without a kernel device.
 //! - [`kernel`]: the same server loop shape over ordinary kernel sockets (`--net kernel`),
-//!   with the same shared admission.
+//!   with the same shared admission, give-up time (`TCP_USER_TIMEOUT`) and idle timeout.
 //!
 //! Time is never read here: callers pass `smoltcp::time::Instant`.
 

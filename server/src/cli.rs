@@ -66,10 +66,23 @@ pub struct Args {
     #[arg(short = 'c', long = "conn-limit", default_value_t = 1024)]
     pub conn_limit: usize,
 
+    /// Close connections that have sent nothing, and have nothing left to send or read, for
+    /// this many seconds (memcached's `-o idle_timeout`); 0: never.
+    #[arg(long = "idle-timeout", value_name = "SECS", default_value_t = 0)]
+    pub idle_timeout_secs: u32,
+
     /// What a worker does with no work: `spin` keeps polling (dedicated cores); `park` waits on
     /// the queue's file descriptor after a short spin (shared machines).
     #[arg(long, value_enum, default_value_t = Idle::Spin)]
     pub idle: Idle,
+}
+
+impl Args {
+    /// `--idle-timeout` as a duration; `None` when 0 (off).
+    pub fn idle_timeout(&self) -> Option<std::time::Duration> {
+        (self.idle_timeout_secs > 0)
+            .then(|| std::time::Duration::from_secs(u64::from(self.idle_timeout_secs)))
+    }
 }
 
 /// The packet path.
@@ -247,6 +260,24 @@ mod tests {
         assert_eq!(args.idle, Idle::Spin);
         assert_eq!(args.cpus, None);
         assert_eq!(args.xdp_mode, XdpMode::Auto);
+        assert_eq!(
+            args.idle_timeout(),
+            None,
+            "idle timeout off, as memcached's"
+        );
+    }
+
+    #[test]
+    fn idle_timeout() {
+        let args = Args::parse_from(["memspin", "--idle-timeout", "30"]);
+        assert_eq!(
+            args.idle_timeout(),
+            Some(std::time::Duration::from_secs(30))
+        );
+        let args = Args::parse_from(["memspin", "--idle-timeout", "0"]);
+        assert_eq!(args.idle_timeout(), None);
+        assert!(Args::try_parse_from(["memspin", "--idle-timeout", "-1"]).is_err());
+        assert!(Args::try_parse_from(["memspin", "--idle-timeout", "soon"]).is_err());
     }
 
     #[test]
@@ -286,8 +317,11 @@ mod tests {
             "10",
             "--idle",
             "park",
+            "--idle-timeout",
+            "600",
         ]);
         assert_eq!(args.cpus, Some(CpuList(vec![1])));
+        assert_eq!(args.idle_timeout_secs, 600);
         assert_eq!(args.host_ip, HostIp::None);
         assert_eq!(args.max_item_size, 512 << 10);
         assert_eq!(args.idle, Idle::Park);

@@ -1,5 +1,5 @@
 //! A TCP connection table over smoltcp whose per-packet cost does not grow with the
-//! number of connections.
+//! number of connections, and whose connections cannot outlive their use.
 //!
 //! smoltcp looks a segment's socket up by scanning every socket of the `SocketSet` it is
 //! given, and walks every socket again on egress and for `poll_at`. So the table keeps
@@ -23,9 +23,10 @@
 //! - **Dirty buckets and timers.** A bucket is dirty when a frame went into it or the
 //!   application wrote, read, closed or aborted one of its connections. Only dirty buckets
 //!   and buckets whose deadline passed get `poll_egress`. After egress the bucket's deadline
-//!   is `Interface::poll_at` over its own sockets, kept in a lazily updated min-heap
-//!   (`timer.rs`): a deadline that moves later, as a busy connection's retransmission timer
-//!   does on every reply, costs a write to the bucket; an earlier one O(log buckets).
+//!   is the earliest of `Interface::poll_at` over its sockets and its connections' own
+//!   clocks (below), kept in a lazily updated min-heap (`timer.rs`): a deadline that moves
+//!   later, as a busy connection's retransmission timer does on every reply, costs a write
+//!   to the bucket; an earlier one O(log buckets).
 //! - **Listening.** smoltcp has no backlog. Because every SYN passes the demultiplexer
 //!   first, the table arms a listening socket in the SYN's bucket just before smoltcp sees
 //!   the SYN, and closes it again if the SYN did not take it (a bad checksum, say). So no
@@ -42,6 +43,12 @@
 //!   every table sharing one [`Admission`] (all workers of a process): a connection is
 //!   admitted when its handshake completes, and refused (SYN answered with RST) while the
 //!   limit is reached.
+//! - **Lifetimes** (`lifetime.rs`). Each connection has its own clocks: a handshake ends
+//!   after [`HANDSHAKE_TIMEOUT`]; data unacknowledged for [`GIVE_UP_TIMEOUT`] aborts the
+//!   connection (the retransmission give-up smoltcp lacks); with
+//!   [`TableConfig::idle_timeout`] a connection without data either way that long is
+//!   closed; a connection the server closed is reset if still closing after
+//!   [`CLOSE_TIMEOUT`].
 //! - **TIME-WAIT.** When the server closed first (`quit`, errors), its socket reaches
 //!   TIME-WAIT once the peer's FIN is in; as soon as the ACK of that FIN has gone out, the
 //!   socket is released, and no longer counts against `conn_limit` (like the kernel's
@@ -59,15 +66,14 @@
 //!   from, so a reply never waits for address resolution, however many client hosts there
 //!   are. The neighbour cache for other frames learns only from validated ARP and from
 //!   completed handshakes.
-//! - **Sockets.** Nagle off, delayed ACK off, keep-alive off. smoltcp's `timeout` aborts a
-//!   connection whose peer stays silent that long, even an idle one, so it is set to
-//!   [`HANDSHAKE_TIMEOUT`] while handshaking, to [`TableConfig::idle_timeout`] (default
-//!   none, like memcached) once open, and to [`CLOSE_TIMEOUT`] after the application closes.
+//! - **Sockets.** Nagle off, delayed ACK off, keep-alive off, smoltcp's own `timeout` off
+//!   (the table's clocks replace it).
 //!
 //! Memory is about `(conn_limit + syn_backlog) × (rx_buffer_bytes + tx_buffer_bytes)` at
 //! peak, plus about 100 bytes per bucket and 40 per neighbour.
 
 mod backlog;
+mod lifetime;
 
 use core::fmt;
 use std::collections::hash_map::RandomState;
@@ -84,6 +90,7 @@ use smoltcp::wire::{
 };
 
 pub use crate::admission::Admission;
+pub use lifetime::{CLOSE_TIMEOUT, GIVE_UP_TIMEOUT, HANDSHAKE_TIMEOUT};
 
 use crate::Poll;
 use crate::demux::{self, TcpFrame};
@@ -93,6 +100,7 @@ use crate::neighbor::{
 use crate::timer::{DeadlineHeap, TimerSlot, TimerSlots};
 use crate::view::{CapsOnly, Framing, IpEgress, IpFrame, NoPeers, PeerMacs};
 use backlog::{Backlog, BacklogSlots, Links, SlotAddr, slot_addr, split_addr};
+use lifetime::{Expiry, Lifetime, Stage};
 
 /// Default `-c, --conn-limit`.
 pub const DEFAULT_CONN_LIMIT: usize = 1024;
@@ -132,13 +140,6 @@ pub const MIN_BUFFER_BYTES: usize = 256;
 /// Largest accepted socket buffer (smoltcp's limit for receive buffers).
 pub const MAX_BUFFER_BYTES: usize = 1 << 30;
 
-/// A handshake whose peer stays silent this long is dropped.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// After the application closes, a peer silent this long gets the connection aborted
-/// (bounds FIN-WAIT-2 and unacknowledged final data).
-pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// `poll_egress` rounds per bucket per call (each round sends at most one segment per socket).
 const EGRESS_ROUNDS: usize = 64;
 
@@ -161,7 +162,8 @@ pub struct TableConfig {
     pub rx_buffer_bytes: usize,
     /// Transmit buffer per connection, bytes.
     pub tx_buffer_bytes: usize,
-    /// Abort an open connection whose peer sends nothing for this long; `None` (default): never.
+    /// Close an open connection that has received nothing, and has nothing to send or
+    /// read, for this long (`--idle-timeout`); `None` (default): never.
     pub idle_timeout: Option<Duration>,
 }
 
@@ -287,12 +289,18 @@ pub struct TableStats {
     /// Connections refused because `conn_limit` was reached (SYN answered with RST, or a
     /// completed handshake reset).
     pub refused: u64,
-    /// Open connections that ended (peer reset, timeout, or the application closed them).
+    /// Open connections that ended (peer reset or close, give-up, idle timeout, or the
+    /// application closed them).
     pub closed: u64,
     /// Handshakes that never completed (peer reset, [`HANDSHAKE_TIMEOUT`], or evicted).
     pub handshakes_failed: u64,
     /// Of those, handshakes evicted by a newer SYN with the backlog full.
     pub syn_evicted: u64,
+    /// Connections reset because data went unacknowledged for [`GIVE_UP_TIMEOUT`], or
+    /// closing ones still not closed after [`CLOSE_TIMEOUT`].
+    pub timed_out: u64,
+    /// Connections closed by the idle timeout.
+    pub idle_closed: u64,
     /// Open connections now (those with an application state `S`).
     pub active: usize,
     /// Connections counted against `conn_limit` now in this table: open and closing.
@@ -383,6 +391,8 @@ struct Slot<S> {
     seen_state: tcp::State,
     /// Set from the SYN that armed the slot; `None` while free.
     peer: Option<Peer>,
+    /// The connection's clocks.
+    life: Lifetime,
     /// Place in the SYN backlog (handshakes only).
     links: Links,
 }
@@ -399,7 +409,16 @@ impl<S> Slot<S> {
             seen_recv: 0,
             seen_state: tcp::State::Closed,
             peer: None,
+            life: Lifetime::start(Instant::ZERO),
             links: Links::default(),
+        }
+    }
+
+    fn stage(&self) -> Stage {
+        match self.phase {
+            Phase::Free | Phase::Handshake => Stage::Handshake,
+            Phase::Open => Stage::Open,
+            Phase::Done => Stage::Closing,
         }
     }
 }
@@ -421,7 +440,7 @@ struct Bucket<S> {
     dirty: bool,
     /// In `ConnTable::touched`: socket states may have changed since the last refresh.
     touched: bool,
-    /// When smoltcp next needs an egress pass here without new frames.
+    /// When smoltcp or a connection's clock next needs this bucket without new frames.
     timer: TimerSlot,
 }
 
@@ -461,6 +480,8 @@ pub struct ConnTable<S> {
     backlog: Backlog,
     admission: Arc<Admission>,
     neighbors: NeighborCache,
+    /// The latest time passed in (`poll_ingress`, `poll_egress`).
+    now: Instant,
     stats: TableStats,
 }
 
@@ -561,6 +582,7 @@ impl<S: Default> ConnTable<S> {
             backlog: Backlog::new(),
             admission,
             neighbors: NeighborCache::new(NEIGHBOR_CAPACITY),
+            now,
             stats: TableStats::default(),
         })
     }
@@ -588,6 +610,7 @@ impl<S: Default> ConnTable<S> {
     /// Reads and processes up to `budget` received frames, one `poll_ingress_single` each
     /// against the socket set the frame belongs to.
     pub fn poll_ingress<D: Device>(&mut self, now: Instant, device: &mut D, budget: usize) -> Poll {
+        self.now = now;
         let mut frames = 0;
         while frames < budget {
             let Some((rx, tx)) = device.receive(now) else {
@@ -637,9 +660,12 @@ impl<S: Default> ConnTable<S> {
     }
 
     /// Sends what the application wrote and what smoltcp owes (ACKs, SYN-ACKs, FINs,
-    /// retransmissions) for dirty buckets and buckets whose timer is due.
+    /// retransmissions) for dirty buckets and buckets whose timer is due; ends the
+    /// connections whose clocks ran out.
     pub fn poll_egress<D: Device>(&mut self, now: Instant, device: &mut D) -> Poll {
+        self.now = now;
         while let Some(bucket) = self.timers.pop_due(now, &mut self.buckets) {
+            self.expire(bucket);
             self.mark_dirty(bucket);
         }
         let mut batch = std::mem::take(&mut self.dirty);
@@ -680,9 +706,12 @@ impl<S: Default> ConnTable<S> {
             let exhausted = egress.exhausted;
             self.stats.frames_out += egress.framing.sent;
             self.stats.unresolved += egress.framing.unresolved;
-            self.refresh_bucket(bucket);
+            let clocks = self.refresh_bucket(bucket);
             let Bucket { sockets, timer, .. } = &mut self.buckets[bucket];
-            let deadline = self.iface.poll_at(now, sockets);
+            let deadline = match (self.iface.poll_at(now, sockets), clocks) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             self.timers.set(bucket, timer, deadline);
             if exhausted {
                 self.stats.tx_exhausted += 1;
@@ -896,7 +925,7 @@ impl<S: Default> ConnTable<S> {
             release(bucket, index, &mut self.spare);
             return None;
         }
-        socket.set_timeout(Some(HANDSHAKE_TIMEOUT));
+        socket.set_timeout(None);
         bucket.slots[index].peer = Some(Peer { addr, port, mac });
         Some(index)
     }
@@ -933,6 +962,7 @@ impl<S: Default> ConnTable<S> {
     /// After smoltcp processed the SYN: either the armed socket took it (a handshake joins
     /// the backlog, evicting the oldest if the backlog is over budget), or disarm it.
     fn after_syn(&mut self, bucket_index: usize, index: usize) {
+        let now = self.now;
         let bucket = &mut self.buckets[bucket_index];
         let slot = &mut bucket.slots[index];
         let Some(handle) = slot.handle else { return };
@@ -945,6 +975,7 @@ impl<S: Default> ConnTable<S> {
         }
         slot.phase = Phase::Handshake;
         slot.seen_state = socket.state();
+        slot.life = Lifetime::start(now);
         self.stats.handshaking += 1;
         self.backlog
             .push(slot_addr(bucket_index, index), &mut self.buckets);
@@ -981,6 +1012,7 @@ impl<S: Default> ConnTable<S> {
     /// A handshake completed: admit the connection under `conn_limit` (or reset it) and
     /// teach the neighbour cache the peer's MAC, which the handshake proved.
     fn establish(&mut self, bucket_index: usize, index: usize) -> bool {
+        let now = self.now;
         self.backlog
             .remove(slot_addr(bucket_index, index), &mut self.buckets);
         self.stats.handshaking -= 1;
@@ -994,19 +1026,13 @@ impl<S: Default> ConnTable<S> {
             release(bucket, index, &mut self.spare);
             return false;
         }
-        let bucket = &mut self.buckets[bucket_index];
-        let slot = &mut bucket.slots[index];
-        if let Some(handle) = slot.handle {
-            bucket
-                .sockets
-                .get_mut::<tcp::Socket>(handle)
-                .set_timeout(self.config.idle_timeout);
-        }
+        let slot = &mut self.buckets[bucket_index].slots[index];
         slot.phase = Phase::Open;
         slot.session = Some(S::default());
         slot.generation = slot.generation.wrapping_add(1);
         slot.seen_recv = 0;
         slot.want_write = false;
+        slot.life = Lifetime::start(now);
         if let Some(peer) = slot.peer
             && self.config.ip.contains_addr(&peer.addr)
         {
@@ -1025,6 +1051,7 @@ impl<S: Default> ConnTable<S> {
         index: usize,
         f: impl FnOnce(&mut Conn<'_, S>) -> R,
     ) -> Option<R> {
+        let now = self.now;
         let bucket = &mut self.buckets[bucket_index];
         let slot = &mut bucket.slots[index];
         if slot.phase != Phase::Open {
@@ -1039,6 +1066,7 @@ impl<S: Default> ConnTable<S> {
             generation: slot.generation,
         };
         let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
+        let queued_before = socket.send_queue();
         let mut conn = Conn {
             state: session,
             io: Io {
@@ -1058,10 +1086,12 @@ impl<S: Default> ConnTable<S> {
         } = conn.io;
         slot.want_write = want_write;
         slot.seen_recv = socket.recv_queue();
+        slot.life
+            .wrote(socket.send_queue().saturating_sub(queued_before));
         if closed {
-            socket.set_timeout(Some(CLOSE_TIMEOUT));
             slot.session = None;
             slot.phase = Phase::Done;
+            slot.life.next_stage(now);
             self.stats.closed += 1;
             self.stats.active -= 1;
         }
@@ -1084,13 +1114,17 @@ impl<S: Default> ConnTable<S> {
     }
 
     /// Follows socket state changes in one bucket: handshakes completing or failing,
-    /// connections ending, sockets becoming free; queues connections with work.
-    fn refresh_bucket(&mut self, bucket_index: usize) {
+    /// connections ending, sockets becoming free; reads the connections' queues into
+    /// their clocks; queues connections with work. Returns the earliest clock deadline.
+    fn refresh_bucket(&mut self, bucket_index: usize) -> Option<Instant> {
+        let now = self.now;
+        let idle_timeout = self.config.idle_timeout;
         self.buckets[bucket_index].touched = false;
         // A closed or TIME-WAIT socket is released only once egress has sent what it owes
         // (an RST, the ACK of the peer's FIN): not while the bucket still waits for its
         // egress pass.
         let egress_done = !self.buckets[bucket_index].dirty;
+        let mut earliest: Option<Instant> = None;
         for index in 0..self.buckets[bucket_index].slots.len() {
             let bucket = &self.buckets[bucket_index];
             let (phase, Some(handle)) = (bucket.slots[index].phase, bucket.slots[index].handle)
@@ -1128,10 +1162,15 @@ impl<S: Default> ConnTable<S> {
                 if matches!(state, tcp::State::Closed | tcp::State::TimeWait) {
                     slot.session = None;
                     slot.phase = Phase::Done;
+                    slot.life.next_stage(now);
                     stats.closed += 1;
                     stats.active -= 1;
                 } else {
-                    let work = socket.recv_queue() > slot.seen_recv
+                    let recv_queue = socket.recv_queue();
+                    let arrived = recv_queue > slot.seen_recv;
+                    slot.life
+                        .observe(now, socket.send_queue(), recv_queue, arrived);
+                    let work = arrived
                         || state != slot.seen_state
                         || (slot.want_write && socket.can_send());
                     slot.seen_state = state;
@@ -1150,9 +1189,54 @@ impl<S: Default> ConnTable<S> {
                     stats.in_use -= 1;
                     admission.release(1);
                     release(bucket, index, spare);
+                    continue;
                 }
+                slot.life
+                    .observe(now, socket.send_queue(), socket.recv_queue(), false);
+            }
+            if let Some((when, _)) = slot.life.deadline(slot.stage(), idle_timeout) {
+                earliest = Some(earliest.map_or(when, |e| e.min(when)));
             }
         }
+        earliest
+    }
+
+    /// Ends the connections of `bucket` whose clocks ran out (its timer is due).
+    fn expire(&mut self, bucket_index: usize) {
+        let now = self.now;
+        let idle_timeout = self.config.idle_timeout;
+        for index in 0..self.buckets[bucket_index].slots.len() {
+            let slot = &self.buckets[bucket_index].slots[index];
+            let (Some(handle), false) = (slot.handle, slot.phase == Phase::Free) else {
+                continue;
+            };
+            let Some(why) = slot.life.expired(now, slot.stage(), idle_timeout) else {
+                continue;
+            };
+            if why == Expiry::Handshake {
+                self.end_handshake(bucket_index, index, HandshakeEnd::Failed);
+                continue;
+            }
+            let bucket = &mut self.buckets[bucket_index];
+            let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
+            if why == Expiry::Idle {
+                // As memcached: the connection is closed (FIN after anything queued).
+                socket.close();
+                self.stats.idle_closed += 1;
+            } else {
+                socket.abort();
+                self.stats.timed_out += 1;
+            }
+            let slot = &mut bucket.slots[index];
+            if slot.phase == Phase::Open {
+                slot.session = None;
+                slot.phase = Phase::Done;
+                self.stats.closed += 1;
+                self.stats.active -= 1;
+            }
+            slot.life.next_stage(now);
+        }
+        self.mark_touched(bucket_index);
     }
 
     fn mark_dirty(&mut self, bucket: usize) {

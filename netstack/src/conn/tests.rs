@@ -720,6 +720,127 @@ fn the_syn_ack_goes_to_the_mac_of_the_syn_without_arp() {
     );
 }
 
+/// The retransmission give-up: the client keeps sending (it retransmits its request,
+/// whose ACK never reaches it), so smoltcp hears from it all along, but it never
+/// acknowledges the reply. The slot comes back after [`GIVE_UP_TIMEOUT`], not before.
+#[test]
+fn unacknowledged_data_is_given_up_after_the_documented_time() {
+    let mut net = Net::new(1, 1);
+    net.connect();
+    net.run_until("established", |net| net.table.stats().active == 1);
+    net.swarm.socket(0).send_slice(b"ping").unwrap();
+    net.swarm.poll(net.now, &mut net.client);
+    let start = net.now;
+    let heard_before = net.table.stats().frames_tcp;
+    let mut freed_after = None;
+    net.run_for(
+        GIVE_UP_TIMEOUT + Duration::from_secs(5),
+        Duration::from_millis(10),
+        |net| {
+            net.client.discard_pending();
+            net.swarm.poll_all(net.now, &mut net.client);
+            if freed_after.is_none() && net.table.stats().in_use == 0 {
+                freed_after = Some(net.now - start);
+            }
+        },
+    );
+    let freed_after = freed_after.expect("the slot came back");
+    assert!(
+        freed_after >= GIVE_UP_TIMEOUT
+            && freed_after <= GIVE_UP_TIMEOUT + Duration::from_millis(50),
+        "freed after {freed_after}"
+    );
+    let stats = *net.table.stats();
+    assert_eq!(
+        (stats.timed_out, stats.closed, stats.active, stats.sockets),
+        (1, 1, 0, 1),
+        "{stats:?}"
+    );
+    assert!(
+        stats.frames_tcp >= heard_before + 3,
+        "the client's retransmissions kept arriving: {stats:?}"
+    );
+    // The slot serves a new client (-c 1).
+    assert!(net.swarm.reconnect(0, Net::remote()) || net.connect() > 0);
+    net.run_until("accepted again", |net| net.table.stats().accepted == 2);
+}
+
+/// Reads what arrived and closes (no reply): the server's FIN is all it has to send.
+fn close_on_input(conn: &mut Conn<'_, Echo>) {
+    let mut buf = [0u8; 64];
+    if conn.io.recv_slice(&mut buf).unwrap_or(0) > 0 {
+        conn.io.close();
+    }
+}
+
+/// A peer that vanishes while the server closes: the close is bounded too.
+#[test]
+fn a_close_the_peer_never_answers_ends_after_the_close_timeout() {
+    let mut net = Net::new(1, 1);
+    net.connect();
+    net.run_until("established", |net| net.table.stats().active == 1);
+    net.swarm.socket(0).send_slice(b"quit").unwrap();
+    net.swarm.poll(net.now, &mut net.client);
+    net.server_step(close_on_input);
+    assert_eq!(net.table.stats().closed, 1);
+    assert_eq!(net.table.stats().in_use, 1, "closing still counts");
+    // Our FIN and its retransmissions are lost, and the client is gone.
+    let start = net.now;
+    let mut freed_after = None;
+    while net.now < start + CLOSE_TIMEOUT + Duration::from_secs(1) {
+        net.now += Duration::from_millis(20);
+        net.server_step(close_on_input);
+        net.client.discard_pending();
+        if freed_after.is_none() && net.table.stats().in_use == 0 {
+            freed_after = Some(net.now - start);
+        }
+    }
+    let freed_after = freed_after.expect("the close ended");
+    assert!(
+        freed_after >= CLOSE_TIMEOUT && freed_after <= CLOSE_TIMEOUT + Duration::from_millis(50),
+        "freed after {freed_after}"
+    );
+    assert_eq!(net.table.stats().timed_out, 1);
+}
+
+#[test]
+fn the_idle_timeout_closes_idle_connections_and_leaves_busy_ones() {
+    let idle = Duration::from_secs(5);
+    let mut net = Net::with(2, |config| config.idle_timeout = Some(idle));
+    net.connect();
+    net.connect();
+    net.run_until("established", |net| net.table.stats().active == 2);
+    let start = net.now;
+    let mut closed_after = None;
+    let mut echoes = 0;
+    net.run_for(Duration::from_secs(12), Duration::from_millis(5), |net| {
+        // Connection 1 sends a request every 500 ms and reads the answer.
+        if (net.now - start).total_millis().is_multiple_of(500) {
+            net.swarm.socket(1).send_slice(b"tick").unwrap();
+        }
+        net.swarm.poll(net.now, &mut net.client);
+        let mut buf = [0u8; 16];
+        echoes += net.swarm.socket(1).recv_slice(&mut buf).unwrap_or(0) / 4;
+        if closed_after.is_none() && net.state(0) == tcp::State::CloseWait {
+            closed_after = Some(net.now - start);
+            net.swarm.socket(0).close();
+        }
+    });
+    let closed_after = closed_after.expect("the idle connection was closed (FIN)");
+    assert!(
+        closed_after <= idle + Duration::from_millis(50),
+        "closed after {closed_after}"
+    );
+    assert_eq!(net.state(1), tcp::State::Established);
+    assert!(echoes >= 20, "{echoes} echoes");
+    let stats = *net.table.stats();
+    assert_eq!(
+        (stats.idle_closed, stats.active, stats.in_use),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+}
+
 /// A SYN flood from forged addresses (nobody answers the SYN-ACKs) fills the backlog,
 /// and the oldest handshake gives way to each newer one; none of it touches the
 /// connection limit, so a real client still connects.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use netstack::link::{self, LinkConfig};
-use netstack::smoltcp::time::Instant;
+use netstack::smoltcp::time::{Duration as NetDuration, Instant};
 use netstack::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use netstack::{Admission, ConnTable, TableConfig, TapDevice};
 
@@ -27,6 +27,8 @@ pub struct TapConfig {
     pub port: u16,
     /// Most concurrent connections, over all workers (one shared limit).
     pub conn_limit: usize,
+    /// Close connections idle this long (`--idle-timeout`); `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// The TAP queue length for `conn_limit` clients: a few frames each (a request and an ACK in
@@ -45,9 +47,15 @@ pub fn mac_for(ip: Cidr) -> [u8; 6] {
 }
 
 /// A worker's table settings: room for the whole shared `conn_limit` (the kernel may send
-/// every connection to one worker).
-pub fn table_config(mut table: TableConfig, conn_limit: usize) -> TableConfig {
+/// every connection to one worker), and the idle timeout.
+pub fn table_config(
+    mut table: TableConfig,
+    conn_limit: usize,
+    idle_timeout: Option<Duration>,
+) -> TableConfig {
     table.conn_limit = conn_limit;
+    table.idle_timeout =
+        idle_timeout.map(|d| NetDuration::from_micros(d.as_micros().min(u64::MAX.into()) as u64));
     table
 }
 
@@ -82,6 +90,7 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
     let table_config = table_config(
         TableConfig::new(mac_for(config.ip), cidr(config.ip), config.port),
         config.conn_limit,
+        config.idle_timeout,
     );
     spawn(
         plan,

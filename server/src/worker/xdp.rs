@@ -36,6 +36,8 @@ pub struct XdpWorkerConfig {
     pub port: u16,
     /// Most concurrent connections, over all workers (one shared limit).
     pub conn_limit: usize,
+    /// Close connections idle this long (`--idle-timeout`); `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// What the ready line reports about the attach.
@@ -93,6 +95,7 @@ pub fn run(
     let table_config = table_config(
         TableConfig::new(program.mac(), cidr(config.ip), config.port),
         config.conn_limit,
+        config.idle_timeout,
     );
     let served = spawn(
         plan,
