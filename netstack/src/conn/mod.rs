@@ -440,6 +440,9 @@ struct Bucket<S> {
     dirty: bool,
     /// In `ConnTable::touched`: socket states may have changed since the last refresh.
     touched: bool,
+    /// Slots in the handshake phase (the refresh looks for completed handshakes only
+    /// when there are some).
+    handshakes: u32,
     /// When smoltcp or a connection's clock next needs this bucket without new frames.
     timer: TimerSlot,
 }
@@ -563,6 +566,7 @@ impl<S: Default> ConnTable<S> {
                 slots: Vec::new(),
                 dirty: false,
                 touched: false,
+                handshakes: 0,
                 timer: TimerSlot::default(),
             })
             .collect();
@@ -706,7 +710,7 @@ impl<S: Default> ConnTable<S> {
             let exhausted = egress.exhausted;
             self.stats.frames_out += egress.framing.sent;
             self.stats.unresolved += egress.framing.unresolved;
-            let clocks = self.refresh_bucket(bucket);
+            let clocks = self.refresh_bucket(bucket, true);
             let Bucket { sockets, timer, .. } = &mut self.buckets[bucket];
             let deadline = match (self.iface.poll_at(now, sockets), clocks) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -757,13 +761,22 @@ impl<S: Default> ConnTable<S> {
             self.stats.frames_dropped += 1;
             return;
         }
-        let dst_mac = &frame[0..6];
+        let mac = |at: usize| {
+            [
+                frame[at],
+                frame[at + 1],
+                frame[at + 2],
+                frame[at + 3],
+                frame[at + 4],
+                frame[at + 5],
+            ]
+        };
+        let dst_mac = mac(0);
         if dst_mac != self.config.mac && dst_mac != BROADCAST_MAC {
             self.stats.frames_dropped += 1;
             return;
         }
-        let mut src_mac = [0u8; 6];
-        src_mac.copy_from_slice(&frame[6..12]);
+        let src_mac = mac(6);
         match demux::ethertype(frame) {
             Some(demux::ETHERTYPE_ARP) => {
                 self.stats.frames_control += 1;
@@ -976,6 +989,7 @@ impl<S: Default> ConnTable<S> {
         slot.phase = Phase::Handshake;
         slot.seen_state = socket.state();
         slot.life = Lifetime::start(now);
+        bucket.handshakes += 1;
         self.stats.handshaking += 1;
         self.backlog
             .push(slot_addr(bucket_index, index), &mut self.buckets);
@@ -995,6 +1009,7 @@ impl<S: Default> ConnTable<S> {
     fn end_handshake(&mut self, bucket_index: usize, index: usize, end: HandshakeEnd) {
         self.backlog
             .remove(slot_addr(bucket_index, index), &mut self.buckets);
+        self.buckets[bucket_index].handshakes -= 1;
         self.stats.handshaking -= 1;
         self.stats.handshakes_failed += 1;
         if end == HandshakeEnd::Evicted {
@@ -1011,10 +1026,11 @@ impl<S: Default> ConnTable<S> {
 
     /// A handshake completed: admit the connection under `conn_limit` (or reset it) and
     /// teach the neighbour cache the peer's MAC, which the handshake proved.
-    fn establish(&mut self, bucket_index: usize, index: usize) -> bool {
+    fn establish(&mut self, bucket_index: usize, index: usize) {
         let now = self.now;
         self.backlog
             .remove(slot_addr(bucket_index, index), &mut self.buckets);
+        self.buckets[bucket_index].handshakes -= 1;
         self.stats.handshaking -= 1;
         if !self.admission.try_acquire() {
             // Another table took the last place meanwhile.
@@ -1024,7 +1040,7 @@ impl<S: Default> ConnTable<S> {
                 bucket.sockets.get_mut::<tcp::Socket>(handle).abort();
             }
             release(bucket, index, &mut self.spare);
-            return false;
+            return;
         }
         let slot = &mut self.buckets[bucket_index].slots[index];
         slot.phase = Phase::Open;
@@ -1041,7 +1057,6 @@ impl<S: Default> ConnTable<S> {
         self.stats.in_use += 1;
         self.stats.accepted += 1;
         self.stats.active += 1;
-        true
     }
 
     /// Runs the application on one open connection and applies what it did.
@@ -1105,7 +1120,7 @@ impl<S: Default> ConnTable<S> {
         let mut batch = std::mem::take(&mut self.touched);
         for &bucket in &batch {
             if self.buckets[bucket as usize].touched {
-                self.refresh_bucket(bucket as usize);
+                self.refresh_bucket(bucket as usize, false);
             }
         }
         batch.clear();
@@ -1115,73 +1130,65 @@ impl<S: Default> ConnTable<S> {
 
     /// Follows socket state changes in one bucket: handshakes completing or failing,
     /// connections ending, sockets becoming free; reads the connections' queues into
-    /// their clocks; queues connections with work. Returns the earliest clock deadline.
-    fn refresh_bucket(&mut self, bucket_index: usize) -> Option<Instant> {
+    /// their clocks; queues connections with work. With `clocks` (after egress, when the
+    /// bucket's timer is set), returns the earliest clock deadline.
+    fn refresh_bucket(&mut self, bucket_index: usize, clocks: bool) -> Option<Instant> {
+        self.buckets[bucket_index].touched = false;
+        if self.buckets[bucket_index].handshakes > 0 {
+            self.refresh_handshakes(bucket_index);
+        }
         let now = self.now;
         let idle_timeout = self.config.idle_timeout;
-        self.buckets[bucket_index].touched = false;
+        let Self {
+            buckets,
+            stats,
+            ready,
+            spare,
+            admission,
+            ..
+        } = self;
+        let bucket = &mut buckets[bucket_index];
         // A closed or TIME-WAIT socket is released only once egress has sent what it owes
         // (an RST, the ACK of the peer's FIN): not while the bucket still waits for its
         // egress pass.
-        let egress_done = !self.buckets[bucket_index].dirty;
+        let egress_done = !bucket.dirty;
         let mut earliest: Option<Instant> = None;
-        for index in 0..self.buckets[bucket_index].slots.len() {
-            let bucket = &self.buckets[bucket_index];
-            let (phase, Some(handle)) = (bucket.slots[index].phase, bucket.slots[index].handle)
-            else {
-                continue;
-            };
-            let state = bucket.sockets.get::<tcp::Socket>(handle).state();
-            if phase == Phase::Handshake {
-                match state {
-                    tcp::State::SynReceived => {}
-                    // RST in SYN-RECEIVED (smoltcp returns to LISTEN), or closed.
-                    tcp::State::Listen | tcp::State::Closed | tcp::State::TimeWait => {
-                        self.end_handshake(bucket_index, index, HandshakeEnd::Failed);
-                        continue;
-                    }
-                    _ => {
-                        if !self.establish(bucket_index, index) {
-                            continue;
+        for index in 0..bucket.slots.len() {
+            let Bucket { sockets, slots, .. } = &mut *bucket;
+            let slot = &mut slots[index];
+            let Some(handle) = slot.handle else { continue };
+            match slot.phase {
+                Phase::Free => continue,
+                Phase::Handshake => {}
+                Phase::Open => {
+                    let socket = sockets.get_mut::<tcp::Socket>(handle);
+                    let state = socket.state();
+                    if matches!(state, tcp::State::Closed | tcp::State::TimeWait) {
+                        slot.session = None;
+                        slot.phase = Phase::Done;
+                        slot.life.next_stage(now);
+                        stats.closed += 1;
+                        stats.active -= 1;
+                    } else {
+                        let recv_queue = socket.recv_queue();
+                        let arrived = recv_queue > slot.seen_recv;
+                        slot.life
+                            .observe(now, socket.send_queue(), recv_queue, arrived);
+                        let work = arrived
+                            || state != slot.seen_state
+                            || (slot.want_write && socket.can_send());
+                        slot.seen_state = state;
+                        if work && !slot.queued {
+                            slot.queued = true;
+                            ready.push((bucket_index as u32, index as u32));
                         }
                     }
                 }
-            }
-            let Self {
-                buckets,
-                stats,
-                ready,
-                spare,
-                admission,
-                ..
-            } = self;
-            let bucket = &mut buckets[bucket_index];
-            let slot = &mut bucket.slots[index];
-            let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
-            if slot.phase == Phase::Open {
-                if matches!(state, tcp::State::Closed | tcp::State::TimeWait) {
-                    slot.session = None;
-                    slot.phase = Phase::Done;
-                    slot.life.next_stage(now);
-                    stats.closed += 1;
-                    stats.active -= 1;
-                } else {
-                    let recv_queue = socket.recv_queue();
-                    let arrived = recv_queue > slot.seen_recv;
-                    slot.life
-                        .observe(now, socket.send_queue(), recv_queue, arrived);
-                    let work = arrived
-                        || state != slot.seen_state
-                        || (slot.want_write && socket.can_send());
-                    slot.seen_state = state;
-                    if work && !slot.queued {
-                        slot.queued = true;
-                        ready.push((bucket_index as u32, index as u32));
-                    }
-                }
+                Phase::Done => {}
             }
             if slot.phase == Phase::Done {
-                let finished = match state {
+                let socket = sockets.get_mut::<tcp::Socket>(handle);
+                let finished = match socket.state() {
                     tcp::State::Closed | tcp::State::TimeWait => egress_done,
                     _ => false,
                 };
@@ -1194,11 +1201,32 @@ impl<S: Default> ConnTable<S> {
                 slot.life
                     .observe(now, socket.send_queue(), socket.recv_queue(), false);
             }
-            if let Some((when, _)) = slot.life.deadline(slot.stage(), idle_timeout) {
+            if clocks && let Some((when, _)) = slot.life.deadline(slot.stage(), idle_timeout) {
                 earliest = Some(earliest.map_or(when, |e| e.min(when)));
             }
         }
         earliest
+    }
+
+    /// The handshakes of one bucket that completed (admitted or refused) or failed (an RST
+    /// sends smoltcp's socket back to LISTEN; or closed).
+    fn refresh_handshakes(&mut self, bucket_index: usize) {
+        for index in 0..self.buckets[bucket_index].slots.len() {
+            let bucket = &self.buckets[bucket_index];
+            let slot = &bucket.slots[index];
+            let (Phase::Handshake, Some(handle)) = (slot.phase, slot.handle) else {
+                continue;
+            };
+            match bucket.sockets.get::<tcp::Socket>(handle).state() {
+                tcp::State::SynReceived => {}
+                tcp::State::Listen | tcp::State::Closed | tcp::State::TimeWait => {
+                    self.end_handshake(bucket_index, index, HandshakeEnd::Failed);
+                }
+                _ => {
+                    self.establish(bucket_index, index);
+                }
+            }
+        }
     }
 
     /// Ends the connections of `bucket` whose clocks ran out (its timer is due).
@@ -1239,6 +1267,7 @@ impl<S: Default> ConnTable<S> {
         self.mark_touched(bucket_index);
     }
 
+    #[inline]
     fn mark_dirty(&mut self, bucket: usize) {
         let entry = &mut self.buckets[bucket];
         if !entry.dirty {
@@ -1247,6 +1276,7 @@ impl<S: Default> ConnTable<S> {
         }
     }
 
+    #[inline]
     fn mark_touched(&mut self, bucket: usize) {
         let entry = &mut self.buckets[bucket];
         if !entry.touched {
