@@ -13,7 +13,11 @@
 //!   smoltcp's own Ethernet path does; TCP sends it again).
 //!
 //! Per frame that costs a read of the IP header (version, protocol, destination, port)
-//! and a short scan of one bucket's slots, against smoltcp's scan of its neighbour map.
+//! and a short scan of one bucket's slots, against smoltcp's scan of its neighbour map:
+//! about 100 instructions per frame sent (callgrind on `benches/conn_table.rs`, 1,000
+//! connections). With the connection clocks (`conn/lifetime.rs`, about 80 per request) and
+//! the Ethernet checks on receive, the table runs about 6,930 instructions per request
+//! where it ran 6,480 with smoltcp's Ethernet medium and ARP cache (+7%).
 //!
 //! [`OneFrame`] and [`Egress`] are the plain Ethernet versions, for the test client swarm
 //! (`memlink.rs`), whose smoltcp keeps its own ARP.
