@@ -8,13 +8,29 @@
 //! It exists so that one run can measure what bypassing the kernel buys, and so that memspin
 //! serves without root. Each worker binds its own listening socket with `SO_REUSEPORT`, so the
 //! kernel spreads connections over workers without an acceptor thread.
+//!
+//! Connection lifetimes, as on the smoltcp path:
+//! - **Admission.** Every worker's table consults one shared [`Admission`]: an accepted
+//!   connection over the limit is closed at once. Handshakes live in the kernel's SYN queue
+//!   (with SYN cookies when it overflows), so they never count.
+//! - **Give-up.** Accepted sockets get `TCP_USER_TIMEOUT` = [`GIVE_UP_TIMEOUT`]: the kernel
+//!   aborts a connection whose data has gone unacknowledged that long, and the application
+//!   sees the error on its next read. (Unlike the smoltcp path, Linux keeps a peer that
+//!   answers window probes with a zero window.)
+//! - **Idle timeout** ([`KernelTable::set_idle_timeout`]). Connections are kept in a list in
+//!   the order of their last readiness event; [`KernelTable::expire_idle`] closes those at
+//!   the front idle longer than the timeout, unless the socket still holds unsent or unread
+//!   bytes (`SIOCOUTQ`, `SIOCINQ`). O(1) per event, O(closed) per call.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::Poll;
+use crate::admission::Admission;
+use crate::conn::GIVE_UP_TIMEOUT;
 
 /// Events fetched per `epoll_wait`.
 const EVENT_BATCH: usize = 256;
@@ -54,8 +70,10 @@ pub struct KernelStats {
     pub accepted: u64,
     /// Connections refused because the limit was reached.
     pub refused: u64,
-    /// Connections closed (by either side).
+    /// Connections closed (by either side, or the idle timeout).
     pub closed: u64,
+    /// Of those, connections closed by the idle timeout.
+    pub idle_closed: u64,
     /// Connections open now.
     pub active: u64,
     /// `accept` or `epoll` failures other than "try again".
@@ -69,6 +87,78 @@ struct Slot<S> {
     queued: bool,
 }
 
+/// No slot (idle list ends).
+const NIL: u32 = u32::MAX;
+
+/// Connections in the order of their last activity, for the idle timeout: an intrusive
+/// doubly linked list over slot indices.
+#[derive(Debug, Default)]
+struct IdleList {
+    /// Per slot: (previous, next, last activity).
+    links: Vec<(u32, u32, Option<Instant>)>,
+    head: u32,
+    tail: u32,
+    /// Slots with readiness since the last `expire_idle`, to stamp with its time.
+    touched: Vec<u32>,
+}
+
+impl IdleList {
+    fn new() -> IdleList {
+        IdleList {
+            links: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            touched: Vec::new(),
+        }
+    }
+
+    fn unlink_if_known(&mut self, index: usize) {
+        if index < self.links.len() {
+            self.unlink(index);
+        }
+    }
+
+    fn unlink(&mut self, index: usize) {
+        let (prev, next, stamp) = self.links[index];
+        if stamp.is_none() {
+            return;
+        }
+        match prev {
+            NIL => self.head = next,
+            prev => self.links[prev as usize].1 = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            next => self.links[next as usize].0 = prev,
+        }
+        self.links[index] = (NIL, NIL, None);
+    }
+
+    /// Moves slot `index` to the back, active at `now`.
+    fn stamp(&mut self, index: usize, now: Instant) {
+        if self.links.len() <= index {
+            self.links.resize(index + 1, (NIL, NIL, None));
+        }
+        self.unlink(index);
+        self.links[index] = (self.tail, NIL, Some(now));
+        match self.tail {
+            NIL => self.head = index as u32,
+            tail => self.links[tail as usize].1 = index as u32,
+        }
+        self.tail = index as u32;
+    }
+
+    /// The slot active longest ago, and when.
+    fn oldest(&self) -> Option<(usize, Instant)> {
+        let head = self.head;
+        if head == NIL {
+            return None;
+        }
+        let at = self.links[head as usize].2?;
+        Some((head as usize, at))
+    }
+}
+
 /// One worker's kernel TCP connections, each with application state `S`.
 pub struct KernelTable<S> {
     listener: TcpListener,
@@ -78,9 +168,18 @@ pub struct KernelTable<S> {
     generations: Vec<u32>,
     free: Vec<usize>,
     ready_list: Vec<usize>,
-    conn_limit: usize,
+    admission: Arc<Admission>,
+    idle_timeout: Option<Duration>,
+    idle: IdleList,
     events: Vec<libc::epoll_event>,
     stats: KernelStats,
+}
+
+impl<S> Drop for KernelTable<S> {
+    fn drop(&mut self) {
+        // Connections still open go with the table.
+        self.admission.release(self.stats.active as usize);
+    }
 }
 
 /// Binds a non-blocking listening socket with `SO_REUSEADDR` and `SO_REUSEPORT`.
@@ -176,11 +275,12 @@ fn epoll_ctl(epoll: RawFd, op: libc::c_int, fd: RawFd, events: u32, token: u64) 
 }
 
 impl<S: Default> KernelTable<S> {
-    /// Binds `addr` (with `SO_REUSEPORT`, so each worker may bind its own) and prepares epoll.
+    /// Binds `addr` (with `SO_REUSEPORT`, so each worker may bind its own) and prepares
+    /// epoll; connections are admitted under `admission`, which other tables may share.
     ///
     /// # Errors
     /// Socket, bind, listen or epoll failures, e.g. the address is in use without reuse.
-    pub fn bind(addr: SocketAddr, conn_limit: usize) -> io::Result<Self> {
+    pub fn bind(addr: SocketAddr, admission: Arc<Admission>) -> io::Result<Self> {
         let listener = bind_reuseport(addr)?;
         // SAFETY: epoll_create1 with a constant flag; checked below.
         let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -203,7 +303,9 @@ impl<S: Default> KernelTable<S> {
             generations: Vec::new(),
             free: Vec::new(),
             ready_list: Vec::new(),
-            conn_limit,
+            admission,
+            idle_timeout: None,
+            idle: IdleList::new(),
             events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENT_BATCH],
             stats: KernelStats::default(),
         })
@@ -222,6 +324,47 @@ impl<S: Default> KernelTable<S> {
     /// Counters.
     pub fn stats(&self) -> &KernelStats {
         &self.stats
+    }
+
+    /// Closes connections without activity for `timeout` (`--idle-timeout`), when
+    /// [`expire_idle`](Self::expire_idle) is called; `None` (default): never.
+    pub fn set_idle_timeout(&mut self, timeout: Option<Duration>) {
+        self.idle_timeout = timeout;
+    }
+
+    /// Closes the connections idle for the idle timeout at `now` (call once per loop);
+    /// returns how many. Activity is input (or a close or error) reported since the last
+    /// call (stamped `now`), or bytes still queued in the socket either way.
+    pub fn expire_idle(&mut self, now: Instant) -> usize {
+        let Some(timeout) = self.idle_timeout else {
+            return 0;
+        };
+        let mut touched = std::mem::take(&mut self.idle.touched);
+        for &index in &touched {
+            if matches!(self.slots.get(index as usize), Some(Some(_))) {
+                self.idle.stamp(index as usize, now);
+            }
+        }
+        touched.clear();
+        self.idle.touched = touched;
+        let mut closed = 0;
+        while let Some((index, since)) = self.idle.oldest() {
+            if now.saturating_duration_since(since) < timeout {
+                break;
+            }
+            let busy = match &self.slots[index] {
+                Some(slot) => queued_bytes(slot.stream.as_raw_fd()) > 0,
+                None => false,
+            };
+            if busy {
+                self.idle.stamp(index, now);
+                continue;
+            }
+            self.remove(index);
+            self.stats.idle_closed += 1;
+            closed += 1;
+        }
+        closed
     }
 
     /// Collects readiness: waits up to `timeout` (`None`: do not wait), accepts new connections
@@ -254,11 +397,18 @@ impl<S: Default> KernelTable<S> {
                 self.accept_all();
             } else if token == WATCH_TOKEN {
                 // The caller's own descriptor: it drains it itself.
-            } else if let Some(Some(slot)) = self.slots.get_mut(token as usize)
-                && !slot.queued
-            {
-                slot.queued = true;
-                self.ready_list.push(token as usize);
+            } else if let Some(Some(slot)) = self.slots.get_mut(token as usize) {
+                // Input, a close or an error is activity; output in progress shows in the
+                // socket's queue (see `expire_idle`), and a bare writable edge is not.
+                const INPUT: u32 =
+                    (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
+                if self.idle_timeout.is_some() && self.events[i].events & INPUT != 0 {
+                    self.idle.touched.push(token as u32);
+                }
+                if !slot.queued {
+                    slot.queued = true;
+                    self.ready_list.push(token as usize);
+                }
             }
         }
         Ok(if n == 0 { Poll::Idle } else { Poll::Progress })
@@ -268,13 +418,14 @@ impl<S: Default> KernelTable<S> {
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    if self.stats.active as usize >= self.conn_limit {
+                    if !self.admission.try_acquire() {
                         // Refused cleanly: closed at once; the others keep being served.
                         self.stats.refused += 1;
                         drop(stream);
                         continue;
                     }
                     if self.add(stream).is_err() {
+                        self.admission.release(1);
                         self.stats.errors += 1;
                     }
                 }
@@ -292,6 +443,7 @@ impl<S: Default> KernelTable<S> {
     fn add(&mut self, stream: TcpStream) -> io::Result<()> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
+        set_user_timeout(&stream, GIVE_UP_TIMEOUT_MS)?;
         let index = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.generations.push(0);
@@ -315,6 +467,9 @@ impl<S: Default> KernelTable<S> {
             queued: true,
         });
         self.ready_list.push(index);
+        if self.idle_timeout.is_some() {
+            self.idle.touched.push(index as u32);
+        }
         self.stats.accepted += 1;
         self.stats.active += 1;
         Ok(())
@@ -410,10 +565,51 @@ impl<S: Default> KernelTable<S> {
             );
             self.generations[index] = self.generations[index].wrapping_add(1);
             self.free.push(index);
+            self.idle.unlink_if_known(index);
+            self.admission.release(1);
             self.stats.closed += 1;
             self.stats.active -= 1;
         }
     }
+}
+
+/// `TCP_USER_TIMEOUT` of accepted sockets, in milliseconds.
+const GIVE_UP_TIMEOUT_MS: u32 = (GIVE_UP_TIMEOUT.total_millis()) as u32;
+
+/// Sets `TCP_USER_TIMEOUT`: the kernel aborts the connection when sent data stays
+/// unacknowledged for `ms` milliseconds.
+fn set_user_timeout(stream: &TcpStream, ms: u32) -> io::Result<()> {
+    let value: libc::c_uint = ms;
+    // SAFETY: `value` outlives the call and its size is passed; the fd is the stream's own.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            (&value as *const libc::c_uint).cast(),
+            size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Bytes the socket still holds: not yet sent or acknowledged (`SIOCOUTQ`) plus received
+/// and not yet read (`SIOCINQ`); 0 if the kernel will not say.
+fn queued_bytes(fd: RawFd) -> usize {
+    let mut total = 0;
+    // SIOCOUTQ and SIOCINQ are TIOCOUTQ and FIONREAD on sockets.
+    for request in [libc::TIOCOUTQ, libc::FIONREAD] {
+        let mut bytes: libc::c_int = 0;
+        // SAFETY: both ioctls write one int to the pointer we pass, which outlives the call.
+        let rc = unsafe { libc::ioctl(fd, request, &mut bytes) };
+        if rc == 0 && bytes > 0 {
+            total += bytes as usize;
+        }
+    }
+    total
 }
 
 /// One ready kernel connection, lent to the application for the length of a `serve` callback.
@@ -474,6 +670,27 @@ mod tests {
         SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
     }
 
+    fn limit(n: usize) -> Arc<Admission> {
+        Arc::new(Admission::new(n))
+    }
+
+    /// Polls and echoes until `done` or 5 s of polling.
+    fn poll_until(
+        tables: &mut [&mut KernelTable<Vec<u8>>],
+        mut done: impl FnMut(&[&mut KernelTable<Vec<u8>>]) -> bool,
+    ) {
+        for _ in 0..1000 {
+            if done(tables) {
+                return;
+            }
+            for table in tables.iter_mut() {
+                table.poll(Some(Duration::from_millis(5))).unwrap();
+                echo(table);
+            }
+        }
+        assert!(done(tables), "not reached");
+    }
+
     /// Echoes whatever arrives, until the peer closes.
     fn echo(table: &mut KernelTable<Vec<u8>>) {
         table.serve(|conn| {
@@ -500,7 +717,7 @@ mod tests {
 
     #[test]
     fn accepts_echoes_and_notices_close() {
-        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), 16).unwrap();
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), limit(16)).unwrap();
         let addr = table.local_addr().unwrap();
         let mut client = TcpStream::connect(addr).unwrap();
         client.write_all(b"hello").unwrap();
@@ -536,7 +753,7 @@ mod tests {
 
     #[test]
     fn connections_over_the_limit_are_refused_and_others_kept() {
-        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), 2).unwrap();
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), limit(2)).unwrap();
         let addr = table.local_addr().unwrap();
         let kept: Vec<_> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
         let mut extra = TcpStream::connect(addr).unwrap();
@@ -565,7 +782,7 @@ mod tests {
     /// connection is drained at the others' expense.
     #[test]
     fn a_connection_served_again_takes_turns_with_the_others() {
-        let mut table = KernelTable::<u32>::bind(loopback_any_port(), 4).unwrap();
+        let mut table = KernelTable::<u32>::bind(loopback_any_port(), limit(4)).unwrap();
         let addr = table.local_addr().unwrap();
         let mut busy = TcpStream::connect(addr).unwrap();
         busy.write_all(b"x").unwrap();
@@ -616,7 +833,7 @@ mod tests {
 
     #[test]
     fn ids_reach_open_connections_only_and_a_watched_fd_wakes_poll() {
-        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), 4).unwrap();
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), limit(4)).unwrap();
         let addr = table.local_addr().unwrap();
         let client = TcpStream::connect(addr).unwrap();
         let mut id = None;
@@ -644,6 +861,102 @@ mod tests {
         assert_eq!(
             table.poll(Some(Duration::from_secs(5))).unwrap(),
             Poll::Progress
+        );
+    }
+
+    #[test]
+    fn tables_sharing_an_admission_accept_exactly_the_limit() {
+        let admission = limit(3);
+        let mut a =
+            KernelTable::<Vec<u8>>::bind(loopback_any_port(), Arc::clone(&admission)).unwrap();
+        let addr = a.local_addr().unwrap();
+        let mut b = KernelTable::<Vec<u8>>::bind(addr, Arc::clone(&admission)).unwrap();
+        let clients: Vec<_> = (0..6).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        poll_until(&mut [&mut a, &mut b], |t| {
+            t.iter()
+                .map(|t| t.stats().accepted + t.stats().refused)
+                .sum::<u64>()
+                == 6
+        });
+        let accepted: u64 = [&a, &b].iter().map(|t| t.stats().accepted).sum();
+        assert_eq!(accepted, 3, "{:?} {:?}", a.stats(), b.stats());
+        assert_eq!(admission.in_use(), 3);
+        drop(clients);
+        poll_until(&mut [&mut a, &mut b], |_| admission.in_use() == 0);
+    }
+
+    #[test]
+    fn accepted_sockets_give_up_on_unacknowledged_data() {
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), limit(4)).unwrap();
+        let addr = table.local_addr().unwrap();
+        let _client = TcpStream::connect(addr).unwrap();
+        let mut timeout_ms = None;
+        for _ in 0..1000 {
+            table.poll(Some(Duration::from_millis(5))).unwrap();
+            table.serve(|conn| {
+                let (_, stream) = conn.parts();
+                let mut value: libc::c_uint = 0;
+                let mut len = size_of::<libc::c_uint>() as libc::socklen_t;
+                // SAFETY: getsockopt writes at most `len` bytes into `value`.
+                let rc = unsafe {
+                    libc::getsockopt(
+                        stream.as_raw_fd(),
+                        libc::IPPROTO_TCP,
+                        libc::TCP_USER_TIMEOUT,
+                        (&mut value as *mut libc::c_uint).cast(),
+                        &mut len,
+                    )
+                };
+                assert_eq!(rc, 0);
+                timeout_ms = Some(value);
+            });
+            if timeout_ms.is_some() {
+                break;
+            }
+        }
+        assert_eq!(timeout_ms, Some(30_000));
+    }
+
+    #[test]
+    fn the_idle_timeout_closes_idle_connections_and_leaves_busy_ones() {
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), limit(4)).unwrap();
+        table.set_idle_timeout(Some(Duration::from_secs(5)));
+        let addr = table.local_addr().unwrap();
+        let mut idle = TcpStream::connect(addr).unwrap();
+        let mut busy = TcpStream::connect(addr).unwrap();
+        let t0 = Instant::now();
+        poll_until(&mut [&mut table], |t| t[0].stats().accepted == 2);
+        assert_eq!(table.expire_idle(t0), 0);
+        // Four seconds on, the busy client sends; eight seconds on, the other has been
+        // idle for longer than five and is closed, and the busy one is not.
+        busy.write_all(b"x").unwrap();
+        let mut buf = [0u8; 8];
+        busy.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut echoed = 0;
+        for _ in 0..1000 {
+            table.poll(Some(Duration::from_millis(5))).unwrap();
+            echo(&mut table);
+            busy.set_nonblocking(true).unwrap();
+            echoed += busy.read(&mut buf).unwrap_or(0);
+            if echoed == 1 {
+                break;
+            }
+        }
+        assert_eq!(echoed, 1);
+        assert_eq!(table.expire_idle(t0 + Duration::from_secs(4)), 0);
+        assert_eq!(table.expire_idle(t0 + Duration::from_secs(8)), 1);
+        assert_eq!(table.stats().idle_closed, 1);
+        assert_eq!(table.stats().active, 1);
+        idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert!(
+            matches!(idle.read(&mut buf), Ok(0)),
+            "the idle client sees the close"
+        );
+        assert_eq!(table.expire_idle(t0 + Duration::from_millis(8999)), 0);
+        assert_eq!(
+            table.expire_idle(t0 + Duration::from_secs(9)),
+            1,
+            "idle since 4 s"
         );
     }
 }

@@ -7,13 +7,14 @@
 //!            ┌──────────────── one worker core ────────────────────────────────────┐
 //! TAP queue ─┤ tap::TapDevice ─ read(2) × batch ─▶ rx ring                          │
 //!  (fd)      │   conn::ConnTable::poll_ingress                                       │
+//!            │     ARP ─▶ neighbor (answer, learn)                                   │
 //!            │     demux::TcpFrame (4-tuple) ─▶ bucket = hash(src ip, src port)      │
-//!            │                               └▶ control set (ARP, ICMP, other ports) │
-//!            │     smoltcp Interface::poll_ingress_single(one frame, that bucket)    │
+//!            │                               └▶ control set (ICMP, other ports)      │
+//!            │     smoltcp Interface::poll_ingress_single(IP packet, that bucket)    │
 //!            │   conn::ConnTable::serve ─▶ server: Conn { state: &mut S, io }        │
 //!            │       parse from io.recv, reply with io.send                          │
 //!            │   conn::ConnTable::poll_egress (dirty buckets + due timers)           │
-//! TAP queue ◀┤     smoltcp Interface::poll_egress ─▶ TxToken ─ write(2) per frame    │
+//! TAP queue ◀┤     smoltcp Interface::poll_egress ─▶ + Ethernet header ─ write(2)    │
 //!            └────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
@@ -21,25 +22,32 @@
 //! - [`xdp`]: [`xdp::XdpProgram`], the steering program on an interface, and
 //!   [`xdp::XdpDevice`], one AF_XDP socket per (interface, queue).
 //! - [`link`]: [`link::configure`] the kernel side (address, MTU, IPv6 off, up).
-//! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface.
+//! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface, with
+//!   a SYN backlog and per-connection clocks (give-up, idle, close).
+//! - [`admission`]: [`Admission`], the connection limit every worker's table shares.
+//! - [`neighbor`]: ARP and the neighbour cache; the table frames smoltcp's IP packets.
 //! - [`demux`]: the Ethernet/IPv4/TCP header view used to pick a bucket.
 //! - [`memlink`]: an in-memory Ethernet link and a bucketed smoltcp client, for tests and
 //!   benchmarks without a kernel device.
-//! - [`kernel`]: the same server loop shape over ordinary kernel sockets (`--net kernel`).
+//! - [`kernel`]: the same server loop shape over ordinary kernel sockets (`--net kernel`),
+//!   with the same shared admission, give-up time (`TCP_USER_TIMEOUT`) and idle timeout.
 //!
 //! Time is never read here: callers pass `smoltcp::time::Instant`.
 
+pub mod admission;
 pub mod conn;
 pub mod demux;
 pub mod kernel;
 pub mod link;
 pub mod memlink;
+pub mod neighbor;
 mod sys;
 pub mod tap;
 mod timer;
 mod view;
 pub mod xdp;
 
+pub use admission::Admission;
 pub use conn::{Conn, ConnId, ConnTable, Io, TableConfig, TableError, TableStats};
 pub use link::{LinkConfig, LinkError};
 pub use sys::{IfName, InvalidIfName};

@@ -114,6 +114,7 @@ impl DeadlineHeap {
     }
 
     /// Buckets that currently have a deadline, in no particular order.
+    #[cfg(test)]
     pub(crate) fn buckets(&self) -> impl Iterator<Item = usize> + '_ {
         self.heap.iter().map(|&(_, bucket)| bucket as usize)
     }

@@ -42,8 +42,8 @@ pub struct Args {
 
     /// Worker cores. Each has its own queue (a TAP queue, an AF_XDP socket on queue i, or a
     /// SO_REUSEPORT listener), connections and store shard; a key lives on worker
-    /// hash(key) mod N, and requests for it arriving elsewhere are forwarded there. `-m` and
-    /// `-c` are split evenly among the workers.
+    /// hash(key) mod N, and requests for it arriving elsewhere are forwarded there. `-m` is
+    /// split evenly among the workers; `-c` is one limit they share.
     #[arg(short = 't', long = "threads", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
 
@@ -61,14 +61,28 @@ pub struct Args {
     #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
     pub max_item_size: usize,
 
-    /// Most concurrent client connections; more are refused with a reset.
+    /// Most concurrent client connections, over all workers (open or closing; handshakes
+    /// have their own budget); more are refused with a reset.
     #[arg(short = 'c', long = "conn-limit", default_value_t = 1024)]
     pub conn_limit: usize,
+
+    /// Close connections that have sent nothing, and have nothing left to send or read, for
+    /// this many seconds (memcached's `-o idle_timeout`); 0: never.
+    #[arg(long = "idle-timeout", value_name = "SECS", default_value_t = 0)]
+    pub idle_timeout_secs: u32,
 
     /// What a worker does with no work: `spin` keeps polling (dedicated cores); `park` waits on
     /// the queue's file descriptor after a short spin (shared machines).
     #[arg(long, value_enum, default_value_t = Idle::Spin)]
     pub idle: Idle,
+}
+
+impl Args {
+    /// `--idle-timeout` as a duration; `None` when 0 (off).
+    pub fn idle_timeout(&self) -> Option<std::time::Duration> {
+        (self.idle_timeout_secs > 0)
+            .then(|| std::time::Duration::from_secs(u64::from(self.idle_timeout_secs)))
+    }
 }
 
 /// The packet path.
@@ -246,6 +260,24 @@ mod tests {
         assert_eq!(args.idle, Idle::Spin);
         assert_eq!(args.cpus, None);
         assert_eq!(args.xdp_mode, XdpMode::Auto);
+        assert_eq!(
+            args.idle_timeout(),
+            None,
+            "idle timeout off, as memcached's"
+        );
+    }
+
+    #[test]
+    fn idle_timeout() {
+        let args = Args::parse_from(["memspin", "--idle-timeout", "30"]);
+        assert_eq!(
+            args.idle_timeout(),
+            Some(std::time::Duration::from_secs(30))
+        );
+        let args = Args::parse_from(["memspin", "--idle-timeout", "0"]);
+        assert_eq!(args.idle_timeout(), None);
+        assert!(Args::try_parse_from(["memspin", "--idle-timeout", "-1"]).is_err());
+        assert!(Args::try_parse_from(["memspin", "--idle-timeout", "soon"]).is_err());
     }
 
     #[test]
@@ -285,8 +317,11 @@ mod tests {
             "10",
             "--idle",
             "park",
+            "--idle-timeout",
+            "600",
         ]);
         assert_eq!(args.cpus, Some(CpuList(vec![1])));
+        assert_eq!(args.idle_timeout_secs, 600);
         assert_eq!(args.host_ip, HostIp::None);
         assert_eq!(args.max_item_size, 512 << 10);
         assert_eq!(args.idle, Idle::Park);

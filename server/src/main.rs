@@ -54,7 +54,7 @@ fn run(args: &Args) -> Result<(), String> {
         Net::Kernel => {
             worker::raise_fd_limit(args.conn_limit + 16 * workers)?;
             let addr = SocketAddr::new(args.listen, args.port);
-            worker::kernel::run(addr, args.conn_limit, &plan, |bound| {
+            worker::kernel::run(addr, args.conn_limit, args.idle_timeout(), &plan, |bound| {
                 println!(
                     "memspin ready: net kernel, listening on {bound}, {placement}, idle {:?}",
                     args.idle
@@ -72,6 +72,7 @@ fn run(args: &Args) -> Result<(), String> {
                 },
                 port: args.port,
                 conn_limit: args.conn_limit,
+                idle_timeout: args.idle_timeout(),
             };
             worker::tap::run(&config, &plan, || {
                 let queues = if workers == 1 {
@@ -97,6 +98,7 @@ fn run(args: &Args) -> Result<(), String> {
                 ip: args.ip,
                 port: args.port,
                 conn_limit: args.conn_limit,
+                idle_timeout: args.idle_timeout(),
             };
             worker::xdp::run(&config, &plan, |ready| {
                 let replaced = ready.replaced.map_or(String::new(), |stale| {

@@ -4,7 +4,10 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
+use netstack::Admission;
 use netstack::kernel::{KernelConn, KernelConnId, KernelTable};
 
 use super::mesh::Mesh;
@@ -12,25 +15,33 @@ use super::{IdleState, LoopClock, Plan, spawn, stopping};
 use crate::conn::ClientConn;
 use crate::engine::{Engine, Replies, Stop, TURN_REQUESTS};
 
-/// Serves `addr` on kernel sockets until the plan's stop flag is set, one listener per worker;
-/// calls `on_ready` with the bound address once every worker serves.
+/// Serves `addr` on kernel sockets until the plan's stop flag is set, one listener per worker,
+/// at most `conn_limit` connections over all of them, closing connections idle for
+/// `idle_timeout`; calls `on_ready` with the bound address once every worker serves.
 ///
 /// # Errors
 /// When the address cannot be bound, or a worker fails (epoll).
 pub fn run(
     addr: SocketAddr,
     conn_limit: usize,
+    idle_timeout: Option<Duration>,
     plan: &Plan<'_>,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<(), String> {
     let workers = plan.workers();
-    let per_worker = conn_limit.div_ceil(workers);
-    let first = KernelTable::<ClientConn>::bind(addr, per_worker).map_err(|e| e.to_string())?;
+    let admission = Arc::new(Admission::new(conn_limit));
+    let bind = |addr| {
+        let mut table = KernelTable::<ClientConn>::bind(addr, Arc::clone(&admission))
+            .map_err(|e| e.to_string())?;
+        table.set_idle_timeout(idle_timeout);
+        Ok::<_, String>(table)
+    };
+    let first = bind(addr)?;
     // With port 0 the first bind picks the port; the others share it.
     let bound = first.local_addr().map_err(|e| e.to_string())?;
     let mut tables = vec![first];
     for _ in 1..workers {
-        tables.push(KernelTable::bind(bound, per_worker).map_err(|e| e.to_string())?);
+        tables.push(bind(bound)?);
     }
     spawn(
         plan,
@@ -69,6 +80,7 @@ fn serve(
         let polled = table.poll(timeout)?;
         mesh.unpark();
         let tick = clock.tick();
+        table.expire_idle(tick.at);
         let now = tick.unix_secs;
         let mut progress = matches!(polled, netstack::Poll::Progress) || table.has_ready();
         table.serve(|conn| {

@@ -2,12 +2,13 @@
 //! and connection table into the engine, parsed in place from each socket's receive buffer.
 
 use std::os::fd::BorrowedFd;
+use std::sync::Arc;
 use std::time::Duration;
 
 use netstack::link::{self, LinkConfig};
-use netstack::smoltcp::time::Instant;
+use netstack::smoltcp::time::{Duration as NetDuration, Instant};
 use netstack::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
-use netstack::{ConnTable, TableConfig, TapDevice};
+use netstack::{Admission, ConnTable, TableConfig, TapDevice};
 
 use super::{Plan, Queue, serve_smoltcp, spawn};
 use crate::cli::Cidr;
@@ -24,8 +25,10 @@ pub struct TapConfig {
     pub host_ip: Option<Cidr>,
     /// TCP port.
     pub port: u16,
-    /// Most concurrent connections, over all workers (each takes an even share).
+    /// Most concurrent connections, over all workers (one shared limit).
     pub conn_limit: usize,
+    /// Close connections idle this long (`--idle-timeout`); `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// The TAP queue length for `conn_limit` clients: a few frames each (a request and an ACK in
@@ -41,6 +44,19 @@ pub fn tx_queue_len(conn_limit: usize) -> u32 {
 pub fn mac_for(ip: Cidr) -> [u8; 6] {
     let [a, b, c, d] = ip.addr.octets();
     [0x02, 0x6d, a, b, c, d]
+}
+
+/// A worker's table settings: room for the whole shared `conn_limit` (the kernel may send
+/// every connection to one worker), and the idle timeout.
+pub fn table_config(
+    mut table: TableConfig,
+    conn_limit: usize,
+    idle_timeout: Option<Duration>,
+) -> TableConfig {
+    table.conn_limit = conn_limit;
+    table.idle_timeout =
+        idle_timeout.map(|d| NetDuration::from_micros(d.as_micros().min(u64::MAX.into()) as u64));
+    table
 }
 
 /// The server's address as smoltcp's type.
@@ -70,16 +86,23 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
         },
     )
     .map_err(|e| e.to_string())?;
-    let conn_limit = config.conn_limit.div_ceil(workers);
+    let admission = Arc::new(Admission::new(config.conn_limit));
+    let table_config = table_config(
+        TableConfig::new(mac_for(config.ip), cidr(config.ip), config.port),
+        config.conn_limit,
+        config.idle_timeout,
+    );
     spawn(
         plan,
         devices,
         |mut device, engine, mesh, ready| {
-            let mut table_config =
-                TableConfig::new(mac_for(config.ip), cidr(config.ip), config.port);
-            table_config.conn_limit = conn_limit;
-            let mut table = ConnTable::<ClientConn>::new(table_config, &mut device, Instant::now())
-                .map_err(|e| e.to_string())?;
+            let mut table = ConnTable::<ClientConn>::with_admission(
+                table_config,
+                Arc::clone(&admission),
+                &mut device,
+                Instant::now(),
+            )
+            .map_err(|e| e.to_string())?;
             ready();
             serve_smoltcp(&mut device, &mut table, engine, mesh, plan.stop, plan.idle)?;
             Ok(vec![

@@ -12,13 +12,14 @@
 //! the next start replaces it (see `netstack::xdp::XdpProgram::attach`).
 
 use std::os::fd::BorrowedFd;
+use std::sync::Arc;
 use std::time::Duration;
 
 use netstack::smoltcp::time::Instant;
 use netstack::xdp::{AttachMode, Attached, ModeChoice, Steer, XdpConfig, XdpDevice, XdpProgram};
-use netstack::{ConnTable, TableConfig};
+use netstack::{Admission, ConnTable, TableConfig};
 
-use super::tap::cidr;
+use super::tap::{cidr, table_config};
 use super::{Plan, Queue, serve_smoltcp, spawn};
 use crate::cli::Cidr;
 use crate::conn::ClientConn;
@@ -34,8 +35,10 @@ pub struct XdpWorkerConfig {
     pub ip: Cidr,
     /// TCP port.
     pub port: u16,
-    /// Most concurrent connections, over all workers (each takes an even share).
+    /// Most concurrent connections, over all workers (one shared limit).
     pub conn_limit: usize,
+    /// Close connections idle this long (`--idle-timeout`); `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// What the ready line reports about the attach.
@@ -71,15 +74,13 @@ pub fn run(
     let program =
         XdpProgram::attach(&config.iface, config.mode, steer).map_err(|e| e.to_string())?;
     let workers = plan.workers();
-    let conn_limit = config.conn_limit.div_ceil(workers);
+    // The UMEM is sized for an even share of the connections: the shared limit lets one
+    // worker hold more, at the risk of fill-ring drops only when all of them burst at once.
+    let share = config.conn_limit.div_ceil(workers);
     let devices = (0..workers as u32)
         .map(|queue| {
-            XdpDevice::bind(
-                &program,
-                queue,
-                &XdpConfig::for_link(conn_limit, program.mtu()),
-            )
-            .map_err(|e| format!("queue {queue}: {e}"))
+            XdpDevice::bind(&program, queue, &XdpConfig::for_link(share, program.mtu()))
+                .map_err(|e| format!("queue {queue}: {e}"))
         })
         .collect::<Result<Vec<_>, String>>();
     let devices = match devices {
@@ -96,14 +97,23 @@ pub fn run(
         replaced: program.replaced(),
         mac: program.mac(),
     };
+    let admission = Arc::new(Admission::new(config.conn_limit));
+    let table_config = table_config(
+        TableConfig::new(program.mac(), cidr(config.ip), config.port),
+        config.conn_limit,
+        config.idle_timeout,
+    );
     let served = spawn(
         plan,
         devices,
         |mut device, engine, mesh, ready| {
-            let mut table_config = TableConfig::new(program.mac(), cidr(config.ip), config.port);
-            table_config.conn_limit = conn_limit;
-            let mut table = ConnTable::<ClientConn>::new(table_config, &mut device, Instant::now())
-                .map_err(|e| e.to_string())?;
+            let mut table = ConnTable::<ClientConn>::with_admission(
+                table_config,
+                Arc::clone(&admission),
+                &mut device,
+                Instant::now(),
+            )
+            .map_err(|e| e.to_string())?;
             ready();
             let served = serve_smoltcp(&mut device, &mut table, engine, mesh, plan.stop, plan.idle);
             let lines = vec![

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod abuse;
 pub mod hostile;
 
 use std::io::{BufRead, BufReader, Read, Write};
