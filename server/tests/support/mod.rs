@@ -152,6 +152,11 @@ impl Server {
         server
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Sends SIGTERM and waits (10 s at most, then SIGKILL); returns the exit status and stderr.
     pub fn stop(&mut self) -> (Option<std::process::ExitStatus>, String) {
         let Some(mut child) = self.child.take() else {
