@@ -144,6 +144,11 @@ impl RxPath {
         self.filled = 0;
         let size = u64::from(self.geometry.frame_size);
         if self.owed.is_empty() {
+            if taken == 0 {
+                // Nothing to publish: leave the shared producer index (and its cache line)
+                // alone.
+                return;
+            }
             let n = self.fill.free(taken as u32);
             for i in 0..n {
                 self.fill.write(i, self.addr[i as usize] / size * size);
@@ -160,6 +165,9 @@ impl RxPath {
 
     fn pay_owed(&mut self) {
         let n = self.fill.free(self.owed.len() as u32);
+        if n == 0 {
+            return;
+        }
         for i in 0..n {
             // `n` <= owed.len(), so there is always one to pop.
             let frame = self.owed.pop().unwrap_or_default();
