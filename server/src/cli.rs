@@ -24,6 +24,19 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
     pub xdp_mode: XdpMode,
 
+    /// With `--net xdp`: preferred busy polling on each AF_XDP socket (`SO_PREFER_BUSY_POLL`,
+    /// `SO_BUSY_POLL`, `SO_BUSY_POLL_BUDGET`), so the worker runs its queue's NAPI from its own
+    /// loop. Only useful with `napi_defer_hard_irqs` and `gro_flush_timeout` set on the NIC
+    /// (see the README); if the kernel refuses the options, memspin serves without them and
+    /// says so.
+    #[arg(long, value_enum, default_value_t = XdpBusyPoll::Off)]
+    pub xdp_busy_poll: XdpBusyPoll,
+
+    /// With `--xdp-busy-poll on`: packets the NAPI may process per busy poll
+    /// (`SO_BUSY_POLL_BUDGET`).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    pub xdp_busy_poll_budget: u16,
+
     /// The server's own address on the link, ADDR/PREFIX.
     #[arg(long, default_value = "10.77.0.2/24")]
     pub ip: Cidr,
@@ -105,6 +118,15 @@ pub enum XdpMode {
     Native,
     /// Generic (skb) mode only.
     Generic,
+}
+
+/// `--xdp-busy-poll`: preferred busy polling on the AF_XDP sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum XdpBusyPoll {
+    /// The kernel's default: interrupts and softirq processing drive the queue.
+    Off,
+    /// The worker drives its queue's NAPI with `recvfrom`/`sendto`.
+    On,
 }
 
 /// The idle policy of a worker.
@@ -287,6 +309,29 @@ mod tests {
         let args = Args::parse_from(["memspin", "--net", "xdp", "--xdp-mode", "generic"]);
         assert_eq!(args.xdp_mode, XdpMode::Generic);
         assert!(Args::try_parse_from(["memspin", "--xdp-mode", "offload"]).is_err());
+        let args = Args::parse_from(["memspin", "--net", "xdp"]);
+        assert_eq!(
+            (args.xdp_busy_poll, args.xdp_busy_poll_budget),
+            (XdpBusyPoll::Off, 64)
+        );
+        let args = Args::parse_from([
+            "memspin",
+            "--xdp-busy-poll",
+            "on",
+            "--xdp-busy-poll-budget",
+            "16",
+        ]);
+        assert_eq!(
+            (args.xdp_busy_poll, args.xdp_busy_poll_budget),
+            (XdpBusyPoll::On, 16)
+        );
+        for bad in ["0", "65536", "-1"] {
+            assert!(
+                Args::try_parse_from(["memspin", "--xdp-busy-poll-budget", bad]).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(Args::try_parse_from(["memspin", "--xdp-busy-poll", "maybe"]).is_err());
     }
 
     // Regression: `--cpus` once parsed into a Vec that clap took for a multi-value argument

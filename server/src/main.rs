@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use netstack::xdp::ModeChoice;
-use server::cli::{Args, HostIp, Net, XdpMode};
+use netstack::xdp::{BusyPoll, ModeChoice};
+use server::cli::{Args, HostIp, Net, XdpBusyPoll, XdpMode};
 use server::engine::{EngineConfig, VERSION};
 use server::worker::tap::TapConfig;
 use server::worker::xdp::XdpWorkerConfig;
@@ -99,6 +99,12 @@ fn run(args: &Args) -> Result<(), String> {
                 port: args.port,
                 conn_limit: args.conn_limit,
                 idle_timeout: args.idle_timeout(),
+                busy_poll: match args.xdp_busy_poll {
+                    XdpBusyPoll::Off => None,
+                    XdpBusyPoll::On => Some(BusyPoll {
+                        budget: args.xdp_busy_poll_budget,
+                    }),
+                },
             };
             worker::xdp::run(&config, &plan, |ready| {
                 let replaced = ready.replaced.map_or(String::new(), |stale| {
@@ -115,11 +121,10 @@ fn run(args: &Args) -> Result<(), String> {
                     format!("queues 0-{}", workers - 1)
                 };
                 println!(
-                    "memspin ready: net xdp, interface {} {queues}, {} mode, {} mode, program id {}{replaced}, \
+                    "memspin ready: net xdp, interface {} {queues}, {}, program id {}{replaced}, \
                      listening on {}:{} (MAC {mac}), {placement}, idle {:?}",
                     args.iface,
-                    ready.mode.as_str(),
-                    if ready.zero_copy { "zero-copy" } else { "copy" },
+                    ready.modes(),
                     ready.prog_id,
                     args.ip.addr,
                     args.port,

@@ -10,6 +10,7 @@
 //! (`chunk_size`, `total_pages`, `number_hot`, `age`, ...) are left out rather than invented.
 
 use std::fmt::Display;
+use std::sync::OnceLock;
 
 use store::ShardStats;
 
@@ -153,7 +154,16 @@ pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&st
     emit("reclaimed", &s.reclaimed);
 }
 
-/// Calls `emit(name, value)` for every `stats settings` line memspin has a value for.
+/// The packet path's own settings (`memspin_*` lines), recorded once when it starts serving.
+static PATH_SETTINGS: OnceLock<Vec<(&'static str, String)>> = OnceLock::new();
+
+/// Records the packet path's settings for `stats settings`; the first call in a process wins.
+pub fn set_path_settings(lines: Vec<(&'static str, String)>) {
+    let _ = PATH_SETTINGS.set(lines);
+}
+
+/// Calls `emit(name, value)` for every `stats settings` line memspin has a value for, then
+/// the packet path's `memspin_*` lines.
 pub fn settings(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
     emit("maxbytes", &snapshot.limit_maxbytes);
     emit("maxconns", &snapshot.conn_limit);
@@ -163,6 +173,9 @@ pub fn settings(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
     emit("evictions", &"on");
     emit("cas_enabled", &"yes");
     emit("binding_protocol", &"auto-negotiate");
+    for (name, value) in PATH_SETTINGS.get().into_iter().flatten() {
+        emit(name, value);
+    }
 }
 
 /// The one class memspin reports under `stats items` and `stats slabs`.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use protocol::binary::Status;
 use support::veth::{SERVER, SERVER_IFACE, Veth, run};
 use support::{
-    Client, check_binary_safe_values_and_limit, check_many_connections,
+    Client, TextClient, check_binary_safe_values_and_limit, check_many_connections,
     check_two_workers_under_load, memccapable, raise_fd_limit,
 };
 
@@ -49,15 +49,37 @@ fn sigterm_exits_zero_and_detaches_the_program() {
     assert!(!veth.has_xdp());
     let mut server = veth.start(&[]);
     let line = &server.ready_line;
-    for part in ["net xdp", "native mode", "copy mode", SERVER] {
+    // veth has no zero-copy: the bind falls back to copy mode, and says so.
+    for part in [
+        "net xdp",
+        "native mode",
+        "copy mode",
+        "busy-poll off",
+        "single-buffer (MTU 1500 in 2048-byte frames)",
+        SERVER,
+    ] {
         assert!(line.contains(part), "{part:?} in {line}");
     }
     assert!(veth.has_xdp(), "{}", veth.server_link());
+    let sockets = xdp_socket_options(server.pid().unwrap());
+    assert_eq!(sockets, vec![(false, 0)], "one socket, busy polling off");
     {
         veth.client.enter();
         let mut client = Client::connect(server.addr);
         assert_eq!(client.set(b"k", b"v", 0).unwrap().status, Status::NoError);
         assert_eq!(client.get(b"k").unwrap().value, b"v");
+        let settings = settings(server.addr);
+        for line in [
+            "STAT memspin_net xdp",
+            "STAT memspin_xdp_attach_mode native",
+            "STAT memspin_xdp_zero_copy no",
+            "STAT memspin_xdp_busy_poll off",
+            "STAT memspin_xdp_multi_buffer no",
+            "STAT memspin_xdp_frame_size 2048",
+        ] {
+            assert!(settings.contains(line), "{line:?} in\n{settings}");
+        }
+        assert!(!settings.contains("busy_poll_budget"), "{settings}");
     }
     let (status, stderr) = server.stop();
     assert_eq!(status.and_then(|s| s.code()), Some(0), "stderr:\n{stderr}");
@@ -85,6 +107,216 @@ fn generic_mode_serves_and_detaches() {
     let (status, stderr) = server.stop();
     assert_eq!(status.and_then(|s| s.code()), Some(0), "stderr:\n{stderr}");
     assert!(!veth.has_xdp());
+}
+
+/// `stats settings` over the text protocol.
+fn settings(addr: SocketAddr) -> String {
+    let reply = TextClient::connect(addr)
+        .call(b"stats settings\r\n")
+        .expect("stats settings");
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+/// The value of `name: N` in a stopped server's stderr (the device counters line).
+#[track_caller]
+fn counter(stderr: &str, name: &str) -> u64 {
+    stderr
+        .split(&format!(" {name}: "))
+        .nth(1)
+        .and_then(|rest| rest.split([',', ' ']).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{stderr}"))
+}
+
+/// `SO_PREFER_BUSY_POLL` and `SO_BUSY_POLL` of every AF_XDP socket of process `pid`, read
+/// with getsockopt on duplicates taken with pidfd_getfd(2) (the option numbers are the
+/// kernel's asm-generic ones).
+fn xdp_socket_options(pid: u32) -> Vec<(bool, i32)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const SO_BUSY_POLL: libc::c_int = 46;
+    const SO_PREFER_BUSY_POLL: libc::c_int = 69;
+    let int_option = |fd: &OwnedFd, name| {
+        let mut value: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `value` and `len` outlive the call; `len` is the size of `value`.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                name,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(
+            rc,
+            0,
+            "getsockopt {name}: {}",
+            std::io::Error::last_os_error()
+        );
+        value
+    };
+    // SAFETY: pidfd_open(2) with a pid and no flags; checked below.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    assert!(
+        pidfd >= 0,
+        "pidfd_open: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: a fresh descriptor nobody else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let mut sockets = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).expect("its fds") {
+        let entry = entry.unwrap();
+        let is_socket = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
+        let Ok(target_fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if !is_socket {
+            continue;
+        }
+        // SAFETY: pidfd_getfd(2) on our pidfd; the result is checked.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target_fd, 0) };
+        if fd < 0 {
+            continue; // closed meanwhile
+        }
+        // SAFETY: a fresh duplicate nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        if int_option(&fd, libc::SO_DOMAIN) == libc::AF_XDP {
+            sockets.push((
+                int_option(&fd, SO_PREFER_BUSY_POLL) != 0,
+                int_option(&fd, SO_BUSY_POLL),
+            ));
+        }
+    }
+    sockets
+}
+
+/// The busy-poll flags: each AF_XDP socket gets `SO_PREFER_BUSY_POLL` and `SO_BUSY_POLL`
+/// (read back from memspin's own sockets), and memspin serves with them. On veth the kernel
+/// accepts the options, but the sockets never get a NAPI id (veth registers its XDP receive
+/// queue without one), so the worker's recvfrom calls have nothing to poll and veth's own
+/// NAPI moves the frames as before; the exit report says so.
+#[test]
+fn busy_poll_flags_set_the_socket_options_and_serve() {
+    let veth = Veth::with_queues(2);
+    let mut server = veth.start(&[
+        "-t",
+        "2",
+        "--xdp-busy-poll",
+        "on",
+        "--xdp-busy-poll-budget",
+        "16",
+    ]);
+    let line = &server.ready_line;
+    assert!(line.contains("busy-poll on (budget 16)"), "{line}");
+    assert_eq!(
+        xdp_socket_options(server.pid().unwrap()),
+        vec![(true, 20); 2],
+        "both sockets: SO_PREFER_BUSY_POLL on, SO_BUSY_POLL 20 µs"
+    );
+    memccapable(Some(&veth.client), server.addr, "-b");
+    veth.client.enter();
+    // Open loop at a modest rate: the point is serving with the options, not load (the
+    // other tests of this file run beside it on a small machine).
+    let report = loadgen::run(&loadgen::Config {
+        servers: vec![server.addr],
+        connections: 8,
+        threads: 1,
+        pipeline: 1,
+        rate: Some(2_000.0),
+        duration: Duration::from_secs(2),
+        warmup: Duration::from_millis(200),
+        keys: 1_000,
+        value_min: 32,
+        value_max: 2_000,
+        get_ratio: 0.5,
+        verify: true,
+        progress: false,
+        ..loadgen::Config::default()
+    })
+    .expect("loadgen run");
+    assert_eq!(report.errors.total(), 0, "{}", report.table());
+    assert_eq!(report.verify.mismatches, 0, "{}", report.table());
+    assert!(report.completed() >= 2_000, "{}", report.table());
+    let settings = settings(server.addr);
+    for line in [
+        "STAT memspin_xdp_busy_poll on",
+        "STAT memspin_xdp_busy_poll_budget 16",
+    ] {
+        assert!(settings.contains(line), "{line:?} in\n{settings}");
+    }
+    let (status, stderr) = server.stop();
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "stderr:\n{stderr}");
+    assert!(counter(&stderr, "busy_polls") > 0, "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("busy-poll on (budget 16, NAPI id none: nothing to poll)")
+            .count(),
+        2,
+        "{stderr}"
+    );
+}
+
+/// Frames of MTU 9000 over memspin's 4096-byte UMEM frames: values of 20 to 100 KB go both
+/// ways in full-sized segments (8,960 bytes of TCP payload), each spanning three UMEM
+/// frames: received as chains of three descriptors and assembled, sent as chains of three.
+/// Before multi-buffer frames memspin refused this link at start ("MTU 9000 does not fit a
+/// UMEM frame").
+#[test]
+fn jumbo_frames_span_several_umem_frames_both_ways() {
+    let veth = Veth::with_mtu(1, 9000);
+    let mut server = veth.start(&[]);
+    let line = &server.ready_line;
+    assert!(
+        line.contains("multi-buffer (MTU 9000 over 4096-byte frames)"),
+        "{line}"
+    );
+    memccapable(Some(&veth.client), server.addr, "-b");
+    veth.client.enter();
+    // Open loop at a modest rate (about 30 MB/s each way): every value still crosses in
+    // several full-sized segments, and the other tests of this file run beside it.
+    let config = loadgen::Config {
+        servers: vec![server.addr],
+        connections: 4,
+        threads: 1,
+        pipeline: 1,
+        rate: Some(500.0),
+        duration: Duration::from_secs(2),
+        warmup: Duration::from_millis(300),
+        keys: 200,
+        value_min: 20_000,
+        value_max: 100_000,
+        get_ratio: 0.5,
+        verify: true,
+        progress: false,
+        ..loadgen::Config::default()
+    };
+    let report = loadgen::run(&config).expect("loadgen run");
+    assert_eq!(report.errors.total(), 0, "{}", report.table());
+    assert_eq!(report.verify.mismatches, 0, "{}", report.table());
+    assert_eq!(report.verify.lost, 0, "{}", report.table());
+    assert!(report.verify.checked > 50, "{}", report.table());
+    let settings = settings(server.addr);
+    assert!(
+        settings.contains("STAT memspin_xdp_multi_buffer yes"),
+        "{settings}"
+    );
+    let (status, stderr) = server.stop();
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "stderr:\n{stderr}");
+    // Both directions took chains; nothing was refused or dropped on the way.
+    assert!(counter(&stderr, "rx_chained") > 100, "{stderr}");
+    assert!(counter(&stderr, "tx_chained") > 100, "{stderr}");
+    for zero in [
+        "rx_invalid",
+        "tx_dropped",
+        "tx_oversize",
+        "rx_dropped",
+        "tx_invalid_descs",
+    ] {
+        assert_eq!(counter(&stderr, zero), 0, "{zero}:\n{stderr}");
+    }
 }
 
 /// The program id in a ready line (`program id N`).

@@ -75,6 +75,11 @@
 //! case, each ending in a jump to `redirect` or `pass`; a new case (IPv6 and neighbour
 //! discovery for our address) is one more dispatch entry and one more section.
 //!
+//! On a link whose MTU needs multi-buffer frames the program is loaded with
+//! `BPF_F_XDP_HAS_FRAGS` ([`Frags::Yes`]): it reads only the first buffer (`data` to
+//! `data_end`), which holds every header it checks; a frame whose first buffer is shorter
+//! than those headers passes to the kernel, like a truncated one.
+//!
 //! Since Linux 5.3 the low bits of `bpf_redirect_map`'s flags are the action to return when
 //! the key has no entry, so a queue without a bound socket (and a program left behind by a
 //! killed run, whose sockets are gone) passes frames to the kernel stack instead of
@@ -332,16 +337,30 @@ pub fn map_update(map: BorrowedFd<'_>, key: u32, value: u32) -> Result<(), i32> 
     bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
 }
 
+/// `BPF_F_XDP_HAS_FRAGS`: the program handles multi-buffer frames (it reads only the first
+/// buffer, `data` to `data_end`, which is all the steering program needs).
+const PROG_F_XDP_HAS_FRAGS: u32 = 1 << 5;
+
+/// Whether a loaded program is told it may see multi-buffer frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frags {
+    /// Single-buffer frames only: a driver drops or refuses what does not fit one buffer.
+    No,
+    /// Loaded with `BPF_F_XDP_HAS_FRAGS`: frames larger than a page may arrive in pieces
+    /// (jumbo MTUs; veth refuses a native program without it above about 3,500 bytes).
+    Yes,
+}
+
 /// Loads `insns` as an XDP program named [`PROG_NAME`].
 ///
 /// # Errors
 /// `errno` (`EACCES`/`EINVAL` when the verifier refuses it, `EPERM` without privilege).
-pub fn load_xdp_program(insns: &[Insn]) -> Result<OwnedFd, i32> {
-    load_named(insns, PROG_NAME)
+pub fn load_xdp_program(insns: &[Insn], frags: Frags) -> Result<OwnedFd, i32> {
+    load_named(insns, PROG_NAME, frags)
 }
 
 /// Loads `insns` as an XDP program called `prog_name` (at most 15 bytes of `[A-Za-z0-9_.]`).
-pub(crate) fn load_named(insns: &[Insn], prog_name: &str) -> Result<OwnedFd, i32> {
+pub(crate) fn load_named(insns: &[Insn], prog_name: &str, frags: Frags) -> Result<OwnedFd, i32> {
     if prog_name.len() > 15 {
         return Err(libc::EINVAL);
     }
@@ -350,11 +369,16 @@ pub(crate) fn load_named(insns: &[Insn], prog_name: &str) -> Result<OwnedFd, i32
     let count = u32::try_from(insns.len()).map_err(|_| libc::E2BIG)?;
     // struct { prog_type, insn_cnt, insns (u64), license (u64), log_level, log_size,
     //          log_buf (u64), kern_version, prog_flags, prog_name[16], ... }
+    let flags = match frags {
+        Frags::No => 0,
+        Frags::Yes => PROG_F_XDP_HAS_FRAGS,
+    };
     let mut attr = Attr::new()
         .u32(0, PROG_TYPE_XDP)
         .u32(4, count)
         .u64(8, insns.as_ptr() as u64)
         .u64(16, LICENSE.as_ptr() as u64)
+        .u32(44, flags)
         .bytes(48, &name);
     owned_fd(bpf(BPF_PROG_LOAD, &mut attr)?)
 }
@@ -584,7 +608,8 @@ mod tests {
             return;
         }
         let map = create_xskmap(4).expect("XSKMAP");
-        let prog = load_xdp_program(&steering_program(map.as_raw_fd(), &STEER)).expect("load");
+        let prog =
+            load_xdp_program(&steering_program(map.as_raw_fd(), &STEER), Frags::No).expect("load");
         let frame = [0u8; 80];
         for len in 14..=frame.len() {
             assert_eq!(
@@ -594,6 +619,12 @@ mod tests {
             );
         }
         assert_eq!(test_run(prog.as_fd(), &frame[..13]), Err(libc::EINVAL));
+        // Loaded for multi-buffer frames, it runs on a jumbo frame (test runs of such a
+        // program take frames larger than a page, as pieces).
+        let frags = load_xdp_program(&steering_program(map.as_raw_fd(), &STEER), Frags::Yes)
+            .expect("load with BPF_F_XDP_HAS_FRAGS");
+        assert_eq!(test_run(frags.as_fd(), &[0u8; 9014]), Ok(XDP_PASS as u32));
+        assert!(prog_info(frags.as_fd()).unwrap().is_ours());
         let info = prog_info(prog.as_fd()).expect("info");
         assert!(info.is_ours(), "{info:?}");
         let again = prog_fd_by_id(info.id).expect("fd by id");

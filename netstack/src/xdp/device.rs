@@ -3,12 +3,14 @@
 //! ```text
 //! UMEM: frame_count frames of frame_size bytes, aligned mode, one mapping
 //!   frames [0, n/2)  receive: in the fill ring, in the kernel, in the rx ring, or in our batch
-//!   frames [n/2, n)  transmit: on our free stack, or in flight (tx ring → kernel → completion)
+//!   frames [n/2, n)  transmit: in slots of `span` adjacent frames, free or in flight
 //! receive(): batch empty? → give the last batch's frames back to the fill ring (wake the
-//!            kernel if it asks), push pending tx, take up to RX_BATCH descriptors → tokens
-//! TxToken::consume: pop a free tx frame, smoltcp writes the frame in place, publish it on the
-//!            tx ring, kick with sendto() every TX_KICK_BATCH frames and in flush()
-//! completion ring: a frame goes back on the free stack only if we had it in flight
+//!            kernel if it asks), push pending tx, take whole packets from the rx ring
+//!            (busy polling: nothing there → recvfrom() runs the NAPI, take again) → tokens
+//! TxToken::consume: pop a free slot, smoltcp writes the frame in place, publish it on the
+//!            tx ring (one descriptor per UMEM frame it covers), kick with sendto()
+//!            every TX_KICK_BATCH descriptors and in flush()
+//! completion ring: a slot is free again once every frame it sent came back
 //! ```
 //!
 //! - Receive frames come back to the fill ring after every batch, all of them, so the fill
@@ -17,24 +19,33 @@
 //! - Copy mode, as on veth, has the kernel copy frames in and out; the descriptors still
 //!   say where in the UMEM, and the receive offset (`XDP_PACKET_HEADROOM`, 256 bytes in
 //!   this kernel) is taken from each descriptor, never assumed.
+//! - Multi-buffer: when the interface MTU does not fit one frame, the socket is bound with
+//!   `XDP_USE_SG` and a frame may span several UMEM frames, chained with `XDP_PKT_CONTD`:
+//!   the `rx` module assembles received chains (single frames are still read in place) and
+//!   the `tx` module writes a large frame into adjacent frames and sends it as a chain.
 //! - `XDP_USE_NEED_WAKEUP` is always asked for: transmit kicks (`sendto`) happen only when
 //!   the tx ring's flag asks for one (copy mode always does: the copy is done inside
 //!   `sendto`), and the fill ring is woken with `recvfrom` only when its flag is set.
-//! - In-flight tracking: a bitmap over transmit frames. A completion entry for a frame not
-//!   in flight (outside the transmit range, unaligned, or already completed) is ignored and
-//!   counted as `bogus_completions`: in copy mode on veth, this kernel has been seen
-//!   returning such entries, and trusting them would hand one frame out twice.
-//! - Nothing is allocated per packet: the batch, the free stack, the bitmap and a scratch
-//!   frame are allocated in [`XdpDevice::bind`].
+//! - Preferred busy polling ([`XdpDevice::set_busy_poll`]): the socket asks the kernel to
+//!   leave the queue's NAPI to this thread. Then a refill that finds the rx ring empty calls
+//!   `recvfrom`, which runs the NAPI once (receive and transmit completions) before we look
+//!   again, and every flush with descriptors on the tx ring calls `sendto`, whatever the
+//!   wakeup flags say. The NAPI must also be told to wait for us (`napi_defer_hard_irqs`,
+//!   `gro_flush_timeout` on the interface, set by the administrator); without a NAPI id
+//!   (before the first frame, or on a device without one) the calls only wake the kernel.
+//! - Nothing is allocated per packet: the batch, the slots, the bitmaps, the assembly buffer
+//!   and a scratch frame are allocated in [`XdpDevice::bind`].
 
 use core::fmt;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 
 use super::ring::{self, Consumer, Layout, Mmap, Producer};
+use super::rx::{MAX_CHAIN, RxGeometry, RxPath};
+use super::tx::{Kick, TxGeometry, TxPath};
 use super::{XdpError, XdpOp, XdpProgram, bpf};
 use crate::sys::{self, IfName};
 use crate::tap::{ETHERNET_HEADER_LEN, Wait};
@@ -42,7 +53,7 @@ use crate::tap::{ETHERNET_HEADER_LEN, Wait};
 /// Receive descriptors taken per batch (the fill ring is topped up after each).
 pub const RX_BATCH: usize = 64;
 
-/// Transmit frames published before a `sendto` kick without waiting for `flush`
+/// Transmit descriptors published before a `sendto` kick without waiting for `flush`
 /// (the kernel's copy-mode transmit also works in batches of 32).
 pub const TX_KICK_BATCH: u32 = 32;
 
@@ -52,6 +63,19 @@ const PACKET_HEADROOM: u32 = 256;
 
 /// One 802.1Q tag a frame may carry beyond the Ethernet header.
 const VLAN_TAG_LEN: u32 = 4;
+
+/// Most UMEM frames one transmitted frame may span: copy mode takes up to `MAX_SKB_FRAGS`
+/// (17) descriptors per packet, and zero-copy drivers advertise their own limit, commonly
+/// at least 5 (an MTU of 9000 takes 3 frames of 4096 bytes).
+pub const MAX_TX_SPAN: u32 = 16;
+
+/// Socket options of preferred busy polling, from the kernel's `asm-generic/socket.h` (the
+/// numbers x86, arm, riscv, powerpc, mips and alpha use; the libc crate does not export
+/// them for Linux).
+const SO_BUSY_POLL: libc::c_int = 46;
+const SO_INCOMING_NAPI_ID: libc::c_int = 56;
+const SO_PREFER_BUSY_POLL: libc::c_int = 69;
+const SO_BUSY_POLL_BUDGET: libc::c_int = 70;
 
 /// Whether to bind in zero-copy mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,8 +92,8 @@ pub enum ZeroCopy {
 /// Sizes of one device's UMEM and rings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct XdpConfig {
-    /// Bytes per UMEM frame: 2048 or 4096 (aligned mode needs a power of two; a frame
-    /// must hold `XDP_PACKET_HEADROOM` plus the largest frame).
+    /// Bytes per UMEM frame: 2048 or 4096 (aligned mode needs a power of two; a frame holds
+    /// `XDP_PACKET_HEADROOM` plus the received data, or a chain's piece of it).
     pub frame_size: u32,
     /// Frames in the UMEM, a power of two; half receive, half transmit.
     pub frame_count: u32,
@@ -81,7 +105,7 @@ pub struct XdpConfig {
 }
 
 impl Default for XdpConfig {
-    /// 4096-byte frames (MTU up to 3818), 4096 of them (16 MiB), 2048-entry rings.
+    /// 4096-byte frames (MTU up to 3822 in one frame), 4096 of them (16 MiB), 2048-entry rings.
     fn default() -> Self {
         XdpConfig {
             frame_size: 4096,
@@ -94,35 +118,36 @@ impl Default for XdpConfig {
 
 impl XdpConfig {
     /// Sizes for `connections` connections on a link of `mtu`: 2048-byte frames when the MTU
-    /// fits them (1500 does), else 4096; and a receive half of two frames per connection
-    /// plus a batch (a request and an ACK or FIN each), at least the default 2048 frames and
-    /// at most 2^16. A client with something in flight on every connection sends that many
-    /// frames at once, and a frame the kernel finds no fill-ring entry for is dropped and
-    /// retransmitted: 2,048 receive frames under 10,000 connections dropped 178,000 frames,
-    /// and 3,000 connections closing at once still dropped 1,960 of 4,096. The TAP path sizes
-    /// its queue for the same reason. Transmit frames match (the rings stay one size).
+    /// fits them (1500 does), else 4096; and a receive half of two packets per connection
+    /// plus a batch (a request and an ACK or FIN each), in frames (a packet of a multi-buffer
+    /// MTU takes several), at least the default 2048 frames and at most 2^16. A client with
+    /// something in flight on every connection sends that many frames at once, and a frame the
+    /// kernel finds no fill-ring entry for is dropped and retransmitted: 2,048 receive frames
+    /// under 10,000 connections dropped 178,000 frames, and 3,000 connections closing at once
+    /// still dropped 1,960 of 4,096. The TAP path sizes its queue for the same reason.
+    /// Transmit frames match (the rings stay one size).
     pub fn for_link(connections: usize, mtu: u32) -> Self {
         let default = XdpConfig::default();
         let small = XdpConfig {
             frame_size: 2048,
             ..default
         };
-        let frame_size = if mtu <= small.max_mtu() {
-            small.frame_size
+        let sized = if mtu <= small.max_mtu() {
+            small
         } else {
-            default.frame_size
+            default
         };
         let receive = connections
             .saturating_mul(2)
             .saturating_add(RX_BATCH)
+            .saturating_mul(sized.rx_span(mtu) as usize)
             .checked_next_power_of_two()
             .unwrap_or(usize::MAX)
             .clamp(default.frame_count as usize / 2, 1 << 16) as u32;
         XdpConfig {
-            frame_size,
             frame_count: 2 * receive,
             ring_size: receive,
-            ..default
+            ..sized
         }
     }
 
@@ -147,16 +172,85 @@ impl XdpConfig {
         Ok(())
     }
 
-    /// The largest IP MTU a frame of this size holds.
+    /// The largest IP MTU one frame holds (larger ones take multi-buffer frames).
     pub fn max_mtu(&self) -> u32 {
         self.frame_size - PACKET_HEADROOM - ETHERNET_HEADER_LEN as u32 - VLAN_TAG_LEN
     }
+
+    /// The largest IP MTU with multi-buffer frames: what [`MAX_TX_SPAN`] frames hold.
+    pub fn max_mtu_multi_buffer(&self) -> u32 {
+        MAX_TX_SPAN * self.frame_size - ETHERNET_HEADER_LEN as u32 - VLAN_TAG_LEN
+    }
+
+    /// True if frames of an `mtu` link do not fit one UMEM frame.
+    pub fn multi_buffer(&self, mtu: u32) -> bool {
+        mtu > self.max_mtu()
+    }
+
+    /// UMEM frames a received frame of an `mtu` link takes at most (each holds
+    /// `frame_size - XDP_PACKET_HEADROOM` bytes of it).
+    pub fn rx_span(&self, mtu: u32) -> u32 {
+        max_frame_len(mtu).div_ceil(self.frame_size - PACKET_HEADROOM)
+    }
+
+    /// Adjacent UMEM frames a transmitted frame of an `mtu` link takes at most.
+    pub fn tx_span(&self, mtu: u32) -> u32 {
+        if self.multi_buffer(mtu) {
+            max_frame_len(mtu).div_ceil(self.frame_size)
+        } else {
+            1
+        }
+    }
+}
+
+/// The largest frame of an `mtu` link: Ethernet header, one VLAN tag, the IP packet.
+fn max_frame_len(mtu: u32) -> u32 {
+    mtu + ETHERNET_HEADER_LEN as u32 + VLAN_TAG_LEN
+}
+
+/// Preferred busy polling on a socket: `SO_PREFER_BUSY_POLL` on, `SO_BUSY_POLL` at
+/// [`BusyPoll::USECS`], and `SO_BUSY_POLL_BUDGET`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BusyPoll {
+    /// Packets the NAPI may process per busy poll (`SO_BUSY_POLL_BUDGET`, 1 to 65535).
+    pub budget: u16,
+}
+
+impl BusyPoll {
+    /// The default budget: one receive batch, and the usual NAPI weight.
+    pub const DEFAULT_BUDGET: u16 = 64;
+
+    /// `SO_BUSY_POLL` in microseconds. Our `recvfrom`/`sendto` calls are non-blocking, so
+    /// the kernel polls once per call whatever the value; it must only be non-zero (busy
+    /// polling is off at 0). 20 µs is the value the kernel's AF_XDP example uses.
+    pub const USECS: u32 = 20;
+}
+
+impl Default for BusyPoll {
+    fn default() -> Self {
+        BusyPoll {
+            budget: BusyPoll::DEFAULT_BUDGET,
+        }
+    }
+}
+
+/// The busy-poll options of a socket as the kernel reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BusyPollOptions {
+    /// `SO_PREFER_BUSY_POLL`.
+    pub prefer: bool,
+    /// `SO_BUSY_POLL`, microseconds.
+    pub usecs: u32,
+    /// `SO_BUSY_POLL_BUDGET` (0: the kernel's default, 8); `None` where the kernel cannot
+    /// report it (Linux 6.18 sets it but answers `ENOPROTOOPT` to `getsockopt`).
+    pub budget: Option<u32>,
 }
 
 /// The kernel's counters of one socket (`XDP_STATISTICS`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KernelStats {
-    /// Frames dropped for other reasons than the two below (e.g. too large for a frame).
+    /// Frames dropped for other reasons than the two below (e.g. too large for a frame, or
+    /// too few fill-ring entries for a multi-buffer frame).
     pub rx_dropped: u64,
     /// Invalid descriptors we put on the fill ring.
     pub rx_invalid_descs: u64,
@@ -177,35 +271,43 @@ pub struct XdpStats {
     pub rx_frames: u64,
     /// Bytes of those frames.
     pub rx_bytes: u64,
+    /// Of those frames, the multi-buffer ones (several descriptors, assembled).
+    pub rx_chained: u64,
     /// Non-empty receive batches.
     pub rx_batches: u64,
-    /// Receive descriptors outside the receive frames or overrunning their frame; dropped.
+    /// Received frames refused: a descriptor outside the receive frames or overrunning its
+    /// frame, shorter than an Ethernet header, longer than the MTU allows, a chain where
+    /// none was asked for or longer than `MAX_CHAIN` descriptors; dropped.
     pub rx_invalid: u64,
     /// Refills that found the fill ring empty (the kernel had used every frame given).
     pub fill_empty: u64,
     /// `recvfrom` calls made because the fill ring asked for a wakeup.
     pub fill_wakeups: u64,
+    /// `recvfrom` calls made to busy-poll (the rx ring was empty).
+    pub busy_polls: u64,
     /// Frames published on the tx ring.
     pub tx_frames: u64,
     /// Bytes of those frames.
     pub tx_bytes: u64,
+    /// Of those frames, the multi-buffer ones (several descriptors).
+    pub tx_chained: u64,
     /// `sendto` kicks.
     pub tx_kicks: u64,
     /// Kicks answered `EAGAIN`/`EBUSY`/`ENOBUFS` (retried after reaping completions).
     pub tx_kick_busy: u64,
     /// Kicks failed otherwise (e.g. `ENETDOWN`); the frames stay queued.
     pub tx_errors: u64,
-    /// `transmit` calls refused because every transmit frame was in flight.
+    /// `transmit` calls refused because every transmit slot was in flight.
     pub tx_exhausted: u64,
-    /// Frames smoltcp wrote after the last free frame went; dropped.
+    /// Frames smoltcp wrote after the last free slot went; dropped.
     pub tx_dropped: u64,
-    /// Frames larger than a UMEM frame that smoltcp asked for; dropped.
+    /// Frames larger than a transmit slot that smoltcp asked for; dropped.
     pub tx_oversize: u64,
     /// Completion entries that freed an in-flight frame.
     pub completions: u64,
     /// Completion entries for frames that were not in flight; ignored.
     pub bogus_completions: u64,
-    /// Transmit frames in flight at the last reap.
+    /// Transmit slots (frames sent, single or multi-buffer) in flight at the last reap.
     pub tx_in_flight: u64,
     /// `errno` of the most recent failed kick, 0 if none.
     pub last_errno: i32,
@@ -213,172 +315,22 @@ pub struct XdpStats {
     pub kernel: KernelStats,
 }
 
-/// The transmit half: everything a [`XdpTxToken`] needs, apart from the receive state.
-struct TxPath {
-    ring: Producer<libc::xdp_desc>,
-    completion: Consumer<u64>,
-    fd: RawFd,
-    /// Base of the UMEM mapping (owned by the device, which outlives this).
-    umem: *mut u8,
-    frame_size: u32,
-    /// Index of the first transmit frame.
-    first: u32,
-    /// Free transmit frames, as offsets from `first`.
-    free: Vec<u32>,
-    /// Per transmit frame: published and not yet completed.
-    in_flight: Vec<bool>,
-    /// Frames published since the last kick.
-    unkicked: u32,
-    need_wakeup: bool,
-    /// Written when no frame is free, so smoltcp's closure still runs.
-    scratch: Box<[u8]>,
-}
-
-impl TxPath {
-    /// Takes completed frames back; ignores (and counts) entries for frames not in flight.
-    fn reap(&mut self, stats: &mut XdpStats) {
-        let ready = self.completion.available(self.completion.size());
-        for i in 0..ready {
-            let addr = self.completion.read(i);
-            match self.frame_of(addr) {
-                Some(frame) if self.in_flight[frame as usize] => {
-                    self.in_flight[frame as usize] = false;
-                    self.free.push(frame);
-                    stats.completions += 1;
-                }
-                _ => stats.bogus_completions += 1,
-            }
-        }
-        if ready > 0 {
-            self.completion.release(ready);
-        }
-        stats.tx_in_flight = (self.in_flight.len() - self.free.len()) as u64;
-    }
-
-    /// The transmit frame (offset from `first`) that starts at UMEM address `addr`.
-    fn frame_of(&self, addr: u64) -> Option<u32> {
-        let size = u64::from(self.frame_size);
-        if !addr.is_multiple_of(size) {
-            return None;
-        }
-        let index = (addr / size).checked_sub(u64::from(self.first))?;
-        (index < self.in_flight.len() as u64).then_some(index as u32)
-    }
-
-    /// Makes the kernel send what the tx ring holds (when it asks to be woken).
-    fn kick(&mut self, stats: &mut XdpStats) {
-        self.unkicked = 0;
-        // Copy mode sends at most 32 frames per call and answers EAGAIN while more wait;
-        // bounded so a stuck queue cannot hold the worker.
-        let tries = self.in_flight.len() as u32 / 32 + 4;
-        for _ in 0..tries {
-            if self.ring.pending() == 0 || (self.need_wakeup && !self.ring.needs_wakeup()) {
-                return;
-            }
-            stats.tx_kicks += 1;
-            // SAFETY: sendto(2) with no buffer and no address on our own AF_XDP socket; the
-            // kernel only reads the tx ring, which it shares with us.
-            let rc = unsafe {
-                libc::sendto(
-                    self.fd,
-                    core::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    core::ptr::null(),
-                    0,
-                )
-            };
-            if rc >= 0 {
-                return;
-            }
-            match sys::errno() {
-                libc::EINTR => {}
-                errno @ (libc::EAGAIN | libc::EBUSY | libc::ENOBUFS) => {
-                    stats.tx_kick_busy += 1;
-                    stats.last_errno = errno;
-                    self.reap(stats);
-                }
-                errno => {
-                    stats.tx_errors += 1;
-                    stats.last_errno = errno;
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Publishes smoltcp's frame of `len` bytes written by `f` into a free frame.
-    fn send<R>(&mut self, stats: &mut XdpStats, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        if len > self.frame_size as usize {
-            // smoltcp sizes frames from our MTU, so this is a bug elsewhere; the closure
-            // must still run (cold path, allocates).
-            stats.tx_oversize += 1;
-            return f(&mut vec![0u8; len]);
-        }
-        if self.free.is_empty() {
-            self.reap(stats);
-        }
-        let Some(frame) = self.free.pop() else {
-            stats.tx_dropped += 1;
-            return f(&mut self.scratch[..len]);
-        };
-        let addr = u64::from(self.first + frame) * u64::from(self.frame_size);
-        // SAFETY: `addr + len` lies inside the UMEM (frame index < frame_count, len <=
-        // frame_size); the frame was on the free stack, so neither the kernel nor another
-        // token uses it, and the mapping outlives `self`.
-        let buf = unsafe { core::slice::from_raw_parts_mut(self.umem.add(addr as usize), len) };
-        let result = f(buf);
-        if self.ring.free(1) == 0 {
-            // Cannot happen while ring_size >= transmit frames; keep the frame if it does.
-            self.free.push(frame);
-            stats.tx_dropped += 1;
-            return result;
-        }
-        self.ring.write(
-            0,
-            libc::xdp_desc {
-                addr,
-                len: len as u32,
-                options: 0,
-            },
-        );
-        self.ring.submit(1);
-        self.in_flight[frame as usize] = true;
-        stats.tx_frames += 1;
-        stats.tx_bytes += len as u64;
-        self.unkicked += 1;
-        if self.unkicked >= TX_KICK_BATCH {
-            self.kick(stats);
-        }
-        result
-    }
-}
-
-/// Descriptors taken from the rx ring, handed out one per `receive`.
-struct RxBatch {
-    addr: [u64; RX_BATCH],
-    /// 0 for a descriptor that was refused (its frame still goes back to the fill ring).
-    len: [u32; RX_BATCH],
-    head: usize,
-    filled: usize,
-}
-
 /// An AF_XDP socket on one (interface, queue) with its UMEM and rings.
 pub struct XdpDevice {
     // Field order is drop order: rings, then the socket, then the UMEM.
-    rx: Consumer<libc::xdp_desc>,
-    fill: Producer<u64>,
+    rx: RxPath,
     tx: TxPath,
     fd: OwnedFd,
-    umem: Mmap,
+    /// The UMEM, kept mapped while the rings point into it.
+    _umem: Mmap,
     name: IfName,
     queue: u32,
     mtu: u32,
     zero_copy: bool,
-    need_wakeup: bool,
+    multi_buffer: bool,
     frame_size: u32,
-    rx_frames: u32,
-    batch: RxBatch,
+    busy_poll: Option<BusyPoll>,
+    need_wakeup: bool,
     stats: XdpStats,
 }
 
@@ -394,17 +346,24 @@ impl fmt::Debug for XdpDevice {
             .field("queue", &self.queue)
             .field("fd", &self.fd.as_raw_fd())
             .field("zero_copy", &self.zero_copy)
+            .field("multi_buffer", &self.multi_buffer)
+            .field("busy_poll", &self.busy_poll)
             .field("mtu", &self.mtu)
             .finish_non_exhaustive()
     }
 }
 
-fn setsockopt<T>(fd: BorrowedFd<'_>, name: libc::c_int, value: &T) -> Result<(), i32> {
+fn setsockopt<T>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> Result<(), i32> {
     // SAFETY: `value` is a valid T for the duration of the call and its size is passed.
     let rc = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::SOL_XDP,
+            level,
             name,
             (value as *const T).cast(),
             core::mem::size_of::<T>() as libc::socklen_t,
@@ -414,14 +373,19 @@ fn setsockopt<T>(fd: BorrowedFd<'_>, name: libc::c_int, value: &T) -> Result<(),
 }
 
 /// Reads a `T` option; fails with `EINVAL` if the kernel returns a shorter value.
-fn getsockopt<T: Copy>(fd: BorrowedFd<'_>, name: libc::c_int, mut value: T) -> Result<T, i32> {
+fn getsockopt<T: Copy>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    mut value: T,
+) -> Result<T, i32> {
     let mut len = core::mem::size_of::<T>() as libc::socklen_t;
     // SAFETY: `value` is a valid, exclusively borrowed T and `len` its size; the kernel
     // writes at most `len` bytes.
     let rc = unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),
-            libc::SOL_XDP,
+            level,
             name,
             (&mut value as *mut T).cast(),
             &mut len,
@@ -442,13 +406,16 @@ impl XdpDevice {
     ///
     /// Zero-copy is tried first unless `config.zero_copy` is [`ZeroCopy::Off`]; when the
     /// driver refuses it (`EOPNOTSUPP`, `EINVAL`, as veth does) and zero-copy is not
-    /// required, the socket is rebuilt in copy mode.
+    /// required, the socket is rebuilt in copy mode. When the interface MTU does not fit a
+    /// frame, the socket is bound with `XDP_USE_SG` (multi-buffer frames; Linux 6.6 or later
+    /// in copy mode, and a driver that supports it in zero-copy mode).
     ///
     /// # Errors
     /// [`XdpError::BadConfig`], [`XdpError::NoSuchQueue`], [`XdpError::UnsupportedMtu`],
-    /// or [`XdpError::Sys`] naming the failed step (`EBUSY` if another socket has the queue;
-    /// the kernel frees a queue from a work queue, so a bind right after the previous
-    /// socket closed may see `EBUSY` for a few milliseconds).
+    /// [`XdpError::MultiBufferRefused`], or [`XdpError::Sys`] naming the failed step
+    /// (`EBUSY` if another socket has the queue; the kernel frees a queue from a work queue,
+    /// so a bind right after the previous socket closed may see `EBUSY` for a few
+    /// milliseconds).
     pub fn bind(
         program: &XdpProgram,
         queue: u32,
@@ -464,22 +431,38 @@ impl XdpDevice {
             });
         }
         let mtu = program.mtu();
-        if mtu > config.max_mtu() || mtu < 576 {
+        if mtu > config.max_mtu_multi_buffer() || mtu < 576 {
             return Err(XdpError::UnsupportedMtu {
                 name,
                 mtu,
-                max: config.max_mtu(),
+                max: config.max_mtu_multi_buffer(),
             });
         }
+        let sg = if config.multi_buffer(mtu) {
+            libc::XDP_USE_SG
+        } else {
+            0
+        };
+        let refused = |e: XdpError| match e {
+            XdpError::Sys {
+                op: XdpOp::Bind,
+                errno,
+                ..
+            } if sg != 0 && errno != libc::EBUSY => {
+                XdpError::MultiBufferRefused { name, mtu, errno }
+            }
+            other => other,
+        };
+        let open = |mode| Self::open(program, queue, config, mode | sg);
         let mut device = match config.zero_copy {
-            ZeroCopy::Off => Self::open(program, queue, config, libc::XDP_COPY)?,
-            ZeroCopy::Required => Self::open(program, queue, config, libc::XDP_ZEROCOPY)?,
-            ZeroCopy::Auto => match Self::open(program, queue, config, libc::XDP_ZEROCOPY) {
+            ZeroCopy::Off => open(libc::XDP_COPY).map_err(refused)?,
+            ZeroCopy::Required => open(libc::XDP_ZEROCOPY).map_err(refused)?,
+            ZeroCopy::Auto => match open(libc::XDP_ZEROCOPY) {
                 Err(XdpError::Sys {
                     op: XdpOp::Bind,
                     errno: libc::EOPNOTSUPP | libc::EINVAL | 524, // 524: ENOTSUPP
                     ..
-                }) => Self::open(program, queue, config, libc::XDP_COPY)?,
+                }) => open(libc::XDP_COPY).map_err(refused)?,
                 other => other?,
             },
         };
@@ -490,19 +473,22 @@ impl XdpDevice {
                 errno,
             }
         })?;
-        device.give_all_rx_frames();
+        device.rx.give_all();
+        device.wake_fill();
         Ok(device)
     }
 
-    /// Creates, sizes and binds the socket with `mode` (`XDP_COPY` or `XDP_ZEROCOPY`).
+    /// Creates, sizes and binds the socket with `flags` (`XDP_COPY` or `XDP_ZEROCOPY`, and
+    /// `XDP_USE_SG` for multi-buffer frames).
     fn open(
         program: &XdpProgram,
         queue: u32,
         config: &XdpConfig,
-        mode: u16,
+        flags: u16,
     ) -> Result<XdpDevice, XdpError> {
         let name = program.name();
         let fail = |op, errno| XdpError::Sys { name, op, errno };
+        let xdp_opt = |fd, opt, value: &u32| setsockopt(fd, libc::SOL_XDP, opt, value);
         // SAFETY: plain socket(2) call with constant arguments; the result is checked.
         let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
@@ -521,19 +507,19 @@ impl XdpDevice {
             flags: 0,
             tx_metadata_len: 0,
         };
-        setsockopt(fd.as_fd(), libc::XDP_UMEM_REG, &reg).map_err(|e| fail(XdpOp::UmemReg, e))?;
+        setsockopt(fd.as_fd(), libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)
+            .map_err(|e| fail(XdpOp::UmemReg, e))?;
         for ring in [
             libc::XDP_UMEM_FILL_RING,
             libc::XDP_UMEM_COMPLETION_RING,
             libc::XDP_RX_RING,
             libc::XDP_TX_RING,
         ] {
-            setsockopt(fd.as_fd(), ring, &config.ring_size)
-                .map_err(|e| fail(XdpOp::RingSize, e))?;
+            xdp_opt(fd.as_fd(), ring, &config.ring_size).map_err(|e| fail(XdpOp::RingSize, e))?;
         }
         // SAFETY: xdp_mmap_offsets is plain integers; all-zero is a valid value.
         let zeroed: libc::xdp_mmap_offsets = unsafe { core::mem::zeroed() };
-        let offsets = getsockopt(fd.as_fd(), libc::XDP_MMAP_OFFSETS, zeroed)
+        let offsets = getsockopt(fd.as_fd(), libc::SOL_XDP, libc::XDP_MMAP_OFFSETS, zeroed)
             .map_err(|e| fail(XdpOp::MmapOffsets, e))?;
 
         let size = config.ring_size;
@@ -584,7 +570,7 @@ impl XdpDevice {
 
         let addr = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
-            sxdp_flags: mode | libc::XDP_USE_NEED_WAKEUP,
+            sxdp_flags: flags | libc::XDP_USE_NEED_WAKEUP,
             sxdp_ifindex: program.ifindex(),
             sxdp_queue_id: queue,
             sxdp_shared_umem_fd: 0,
@@ -602,59 +588,159 @@ impl XdpDevice {
         }
         let options = getsockopt(
             fd.as_fd(),
+            libc::SOL_XDP,
             libc::XDP_OPTIONS,
             libc::xdp_options { flags: 0 },
         )
         .map_err(|e| fail(XdpOp::Options, e))?;
 
+        let mtu = program.mtu();
+        let multi_buffer = flags & libc::XDP_USE_SG != 0;
         let rx_frames = config.frame_count / 2;
-        let tx_frames = config.frame_count - rx_frames;
-        let tx = TxPath {
-            ring: tx_ring,
-            completion,
-            fd: fd.as_raw_fd(),
-            umem: umem.ptr(),
-            frame_size: config.frame_size,
-            first: rx_frames,
-            // Popped from the end: hand out low frames first.
-            free: (0..tx_frames).rev().collect(),
-            in_flight: vec![false; tx_frames as usize],
-            unkicked: 0,
-            need_wakeup: true,
-            scratch: vec![0u8; config.frame_size as usize].into_boxed_slice(),
-        };
-        Ok(XdpDevice {
+        let rx = RxPath::new(
             rx,
             fill,
+            umem.ptr(),
+            RxGeometry {
+                frame_size: config.frame_size,
+                rx_frames,
+                // One frame bounds a single-buffer packet (as the in-frame check does).
+                max_len: if multi_buffer {
+                    max_frame_len(mtu)
+                } else {
+                    config.frame_size
+                },
+                chains: multi_buffer,
+            },
+        );
+        let tx = TxPath::new(
+            tx_ring,
+            completion,
+            fd.as_raw_fd(),
+            umem.ptr(),
+            TxGeometry {
+                frame_size: config.frame_size,
+                first: rx_frames,
+                frames: config.frame_count - rx_frames,
+                span: config.tx_span(mtu),
+            },
+        );
+        debug_assert!(config.rx_span(mtu) as usize <= MAX_CHAIN || !multi_buffer);
+        Ok(XdpDevice {
+            rx,
             tx,
             fd,
-            umem,
+            _umem: umem,
             name,
             queue,
-            mtu: program.mtu(),
+            mtu,
             zero_copy: options.flags & libc::XDP_OPTIONS_ZEROCOPY != 0,
-            need_wakeup: true,
+            multi_buffer,
             frame_size: config.frame_size,
-            rx_frames,
-            batch: RxBatch {
-                addr: [0; RX_BATCH],
-                len: [0; RX_BATCH],
-                head: 0,
-                filled: 0,
-            },
+            busy_poll: None,
+            need_wakeup: true,
             stats: XdpStats::default(),
         })
     }
 
-    /// Puts every receive frame on the fill ring (at bind).
-    fn give_all_rx_frames(&mut self) {
-        let n = self.fill.free(self.rx_frames);
-        for i in 0..n {
-            self.fill
-                .write(i, u64::from(i) * u64::from(self.frame_size));
+    /// Turns on preferred busy polling for this socket (`SO_BUSY_POLL` at
+    /// [`BusyPoll::USECS`], `SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL_BUDGET`); from then on the
+    /// device runs the queue's NAPI from its own `recvfrom`/`sendto` calls (see the module
+    /// docs). If the kernel refuses an option, the ones already set are turned off again and
+    /// the device polls as before.
+    ///
+    /// # Errors
+    /// [`XdpError::Sys`] with [`XdpOp::BusyPoll`], [`XdpOp::PreferBusyPoll`] or
+    /// [`XdpOp::BusyPollBudget`]: `EPERM` without `CAP_NET_ADMIN`, `ENOPROTOOPT` on a kernel
+    /// built without `CONFIG_NET_RX_BUSY_POLL`, `EINVAL` for a budget of 0.
+    pub fn set_busy_poll(&mut self, busy: BusyPoll) -> Result<(), XdpError> {
+        let fd = self.fd.as_fd();
+        let set = |opt, value: libc::c_int| setsockopt(fd, libc::SOL_SOCKET, opt, &value);
+        let result = if busy.budget == 0 {
+            Err((XdpOp::BusyPollBudget, libc::EINVAL))
+        } else {
+            set(SO_BUSY_POLL, BusyPoll::USECS as libc::c_int)
+                .map_err(|e| (XdpOp::BusyPoll, e))
+                .and_then(|()| set(SO_PREFER_BUSY_POLL, 1).map_err(|e| (XdpOp::PreferBusyPoll, e)))
+                .and_then(|()| {
+                    set(SO_BUSY_POLL_BUDGET, libc::c_int::from(busy.budget))
+                        .map_err(|e| (XdpOp::BusyPollBudget, e))
+                })
+        };
+        match result {
+            Ok(()) => {
+                self.busy_poll = Some(busy);
+                self.tx.busy_poll = true;
+                Ok(())
+            }
+            Err((op, errno)) => {
+                self.clear_busy_poll();
+                Err(XdpError::Sys {
+                    name: self.name,
+                    op,
+                    errno,
+                })
+            }
         }
-        self.fill.submit(n);
-        self.wake_fill();
+    }
+
+    /// Turns preferred busy polling off again (`SO_PREFER_BUSY_POLL` and `SO_BUSY_POLL` to 0,
+    /// which needs no privilege); the device polls as without it.
+    pub fn clear_busy_poll(&mut self) {
+        let fd = self.fd.as_fd();
+        let set = |opt, value: libc::c_int| setsockopt(fd, libc::SOL_SOCKET, opt, &value);
+        let _ = set(SO_PREFER_BUSY_POLL, 0);
+        let _ = set(SO_BUSY_POLL, 0);
+        self.busy_poll = None;
+        self.tx.busy_poll = false;
+    }
+
+    /// The busy polling this device does, if [`XdpDevice::set_busy_poll`] succeeded.
+    pub fn busy_poll(&self) -> Option<BusyPoll> {
+        self.busy_poll
+    }
+
+    /// The busy-poll options the kernel holds for the socket.
+    ///
+    /// # Errors
+    /// [`XdpError::Sys`] naming the option that could not be read.
+    pub fn busy_poll_options(&self) -> Result<BusyPollOptions, XdpError> {
+        let get = |op, opt| {
+            getsockopt(self.fd.as_fd(), libc::SOL_SOCKET, opt, 0 as libc::c_int).map_err(|errno| {
+                XdpError::Sys {
+                    name: self.name,
+                    op,
+                    errno,
+                }
+            })
+        };
+        let budget = match get(XdpOp::BusyPollBudget, SO_BUSY_POLL_BUDGET) {
+            Ok(budget) => Some(budget as u32),
+            Err(XdpError::Sys {
+                errno: libc::ENOPROTOOPT,
+                ..
+            }) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(BusyPollOptions {
+            prefer: get(XdpOp::PreferBusyPoll, SO_PREFER_BUSY_POLL)? != 0,
+            usecs: get(XdpOp::BusyPoll, SO_BUSY_POLL)? as u32,
+            budget,
+        })
+    }
+
+    /// The id of the NAPI that delivers this socket's frames (`SO_INCOMING_NAPI_ID`), which
+    /// busy polling runs; `None` until the kernel has recorded one (it does with the first
+    /// frame received from a driver NAPI; generic mode and some devices have none).
+    pub fn napi_id(&self) -> Option<u32> {
+        getsockopt(
+            self.fd.as_fd(),
+            libc::SOL_SOCKET,
+            SO_INCOMING_NAPI_ID,
+            0 as libc::c_uint,
+        )
+        .ok()
+        .filter(|&id| id != 0)
     }
 
     /// The interface name.
@@ -670,6 +756,17 @@ impl XdpDevice {
     /// True if the socket runs in zero-copy mode (`XDP_OPTIONS_ZEROCOPY`), false in copy mode.
     pub fn zero_copy(&self) -> bool {
         self.zero_copy
+    }
+
+    /// True if the socket takes multi-buffer frames (bound with `XDP_USE_SG`: the MTU does
+    /// not fit one UMEM frame).
+    pub fn multi_buffer(&self) -> bool {
+        self.multi_buffer
+    }
+
+    /// Bytes per UMEM frame.
+    pub fn frame_size(&self) -> u32 {
+        self.frame_size
     }
 
     /// The IP MTU reported to smoltcp.
@@ -689,11 +786,7 @@ impl XdpDevice {
 
     /// Frames taken from the rx ring and not yet handed to the stack.
     pub fn buffered(&self) -> usize {
-        let batch = &self.batch;
-        batch.len[batch.head..batch.filled]
-            .iter()
-            .filter(|&&len| len > 0)
-            .count()
+        self.rx.buffered()
     }
 
     /// Reads the kernel's `XDP_STATISTICS` into [`XdpStats::kernel`] and returns them.
@@ -703,13 +796,13 @@ impl XdpDevice {
     pub fn read_kernel_stats(&mut self) -> Result<KernelStats, XdpError> {
         // SAFETY: xdp_statistics is plain integers; all-zero is a valid value.
         let zeroed: libc::xdp_statistics = unsafe { core::mem::zeroed() };
-        let s = getsockopt(self.fd.as_fd(), libc::XDP_STATISTICS, zeroed).map_err(|errno| {
-            XdpError::Sys {
+        let s = getsockopt(self.fd.as_fd(), libc::SOL_XDP, libc::XDP_STATISTICS, zeroed).map_err(
+            |errno| XdpError::Sys {
                 name: self.name,
                 op: XdpOp::Statistics,
                 errno,
-            }
-        })?;
+            },
+        )?;
         self.stats.kernel = KernelStats {
             rx_dropped: s.rx_dropped,
             rx_invalid_descs: s.rx_invalid_descs,
@@ -721,11 +814,23 @@ impl XdpDevice {
         Ok(self.stats.kernel)
     }
 
-    /// Sends what transmit tokens queued (a `sendto` kick if the kernel wants one) and takes
-    /// completed frames back. Call after each egress step; `receive` also does it per batch.
+    /// How transmit kicks are decided: the kernel's wakeup flag, or (busy polling) whenever
+    /// the tx ring holds something.
+    fn kick_when(&self) -> Kick {
+        if self.busy_poll.is_some() {
+            Kick::IfPending
+        } else {
+            Kick::IfAsked
+        }
+    }
+
+    /// Sends what transmit tokens queued (a `sendto` kick if the kernel wants one, or, when
+    /// busy polling, whenever descriptors wait) and takes completed frames back. Call after
+    /// each egress step; `receive` also does it per batch.
     pub fn flush(&mut self) {
         self.tx.reap(&mut self.stats);
-        self.tx.kick(&mut self.stats);
+        let when = self.kick_when();
+        self.tx.kick(&mut self.stats, when);
     }
 
     /// Waits until a frame can be read, `also` (a wake-up descriptor, e.g. an eventfd other
@@ -756,82 +861,58 @@ impl XdpDevice {
         }
     }
 
+    /// `recvfrom(MSG_DONTWAIT)` with no buffer on our socket: wakes the kernel for the fill
+    /// ring, or, busy polling, runs the queue's NAPI once.
+    fn recv_kick(&self) {
+        // SAFETY: recvfrom(2) with no buffer and no address on our own AF_XDP socket; it
+        // only makes the kernel look at the fill ring (and poll the NAPI when busy polling).
+        unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                core::ptr::null_mut(),
+                0,
+                libc::MSG_DONTWAIT,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+            )
+        };
+    }
+
     /// Wakes the kernel with `recvfrom` if the fill ring asks for it.
     fn wake_fill(&mut self) {
-        if self.need_wakeup && self.fill.needs_wakeup() {
+        if self.need_wakeup && self.rx.fill().needs_wakeup() {
             self.stats.fill_wakeups += 1;
-            // SAFETY: recvfrom(2) with no buffer and no address on our own AF_XDP socket;
-            // it only makes the kernel look at the fill ring.
-            unsafe {
-                libc::recvfrom(
-                    self.fd.as_raw_fd(),
-                    core::ptr::null_mut(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    core::ptr::null_mut(),
-                    core::ptr::null_mut(),
-                )
-            };
+            self.recv_kick();
         }
     }
 
     /// Returns the last batch's frames to the fill ring, pushes pending transmit frames,
-    /// and takes the next batch of descriptors from the rx ring.
+    /// and takes the next batch of packets from the rx ring (busy polling: if there were
+    /// none, runs the NAPI once and looks again).
     fn refill(&mut self) {
-        let returned = self.batch.filled as u32;
-        self.batch.head = 0;
-        self.batch.filled = 0;
-        if self.fill.pending() == 0 {
+        if self.rx.fill().pending() == 0 {
             self.stats.fill_empty += 1;
         }
-        if returned > 0 {
-            // Always room: the fill ring holds every receive frame (XdpConfig::check).
-            let n = self.fill.free(returned);
-            let size = u64::from(self.frame_size);
-            for i in 0..n {
-                let frame = self.batch.addr[i as usize] / size * size;
-                self.fill.write(i, frame);
-            }
-            self.fill.submit(n);
+        self.rx.give_back();
+        if self.busy_poll.is_none() {
+            self.wake_fill();
         }
-        self.wake_fill();
         if self.tx.unkicked > 0 {
             self.flush();
         }
-
-        let ready = self.rx.available(RX_BATCH as u32);
-        let size = u64::from(self.frame_size);
-        let mut kept = 0;
-        for i in 0..ready {
-            let desc = self.rx.read(i);
-            let frame = desc.addr / size;
-            if frame >= u64::from(self.rx_frames) {
-                // Not one of our receive frames: nothing to read or give back.
-                self.stats.rx_invalid += 1;
-                continue;
-            }
-            let in_frame = desc.addr % size + u64::from(desc.len) <= size;
-            let len = if in_frame && desc.len as usize >= ETHERNET_HEADER_LEN {
-                self.stats.rx_frames += 1;
-                self.stats.rx_bytes += u64::from(desc.len);
-                desc.len
-            } else {
-                self.stats.rx_invalid += 1;
-                0
-            };
-            self.batch.addr[kept] = desc.addr;
-            self.batch.len[kept] = len;
-            kept += 1;
+        if self.rx.take(&mut self.stats) == 0 && self.busy_poll.is_some() {
+            // The take may have dropped a broken chain's descriptors: their frames go back
+            // before the next take starts a batch.
+            self.rx.give_back();
+            self.stats.busy_polls += 1;
+            self.recv_kick();
+            self.rx.take(&mut self.stats);
         }
-        if ready > 0 {
-            self.rx.release(ready);
-            self.stats.rx_batches += 1;
-        }
-        self.batch.filled = kept;
     }
 }
 
-/// A received frame: borrowed from the UMEM until the next batch.
+/// A received frame: borrowed from the UMEM (or, multi-buffer, from the assembly buffer)
+/// until the next batch.
 pub struct XdpRxToken<'a> {
     frame: &'a [u8],
 }
@@ -865,41 +946,32 @@ impl Device for XdpDevice {
     type TxToken<'a> = XdpTxToken<'a>;
 
     fn receive(&mut self, _timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        loop {
-            if self.batch.head == self.batch.filled {
-                self.refill();
-                if self.batch.filled == 0 {
-                    return None;
-                }
-            }
-            let index = self.batch.head;
-            self.batch.head += 1;
-            let len = self.batch.len[index] as usize;
-            if len == 0 {
-                continue;
-            }
-            let addr = self.batch.addr[index] as usize;
-            // SAFETY: `refill` checked that [addr, addr + len) lies inside one receive frame
-            // of the UMEM. The kernel handed the frame to us on the rx ring and gets it back
-            // only in the next `refill`, which needs `&mut self` and so cannot run while
-            // this borrow lives; transmit tokens write transmit frames only.
-            let frame = unsafe { core::slice::from_raw_parts(self.umem.ptr().add(addr), len) };
-            let tx = XdpTxToken {
-                tx: &mut self.tx,
-                stats: &mut self.stats,
-            };
-            return Some((XdpRxToken { frame }, tx));
+        if self.rx.buffered() == 0 {
+            self.refill();
         }
+        let frame = self.rx.next()?;
+        let tx = XdpTxToken {
+            tx: &mut self.tx,
+            stats: &mut self.stats,
+        };
+        Some((XdpRxToken { frame }, tx))
     }
 
     fn transmit(&mut self, _timestamp: Instant) -> Option<Self::TxToken<'_>> {
-        if self.tx.free.is_empty() {
+        if self.tx.exhausted() {
             self.tx.reap(&mut self.stats);
-            if self.tx.free.is_empty() {
-                self.tx.kick(&mut self.stats);
+            if self.tx.exhausted() {
+                // Busy polling: the sendto runs the NAPI that completes frames, even with
+                // nothing new on the tx ring.
+                let when = if self.busy_poll.is_some() {
+                    Kick::Always
+                } else {
+                    Kick::IfAsked
+                };
+                self.tx.kick(&mut self.stats, when);
                 self.tx.reap(&mut self.stats);
             }
-            if self.tx.free.is_empty() {
+            if self.tx.exhausted() {
                 self.stats.tx_exhausted += 1;
                 return None;
             }

@@ -6,10 +6,12 @@
 //! ```text
 //! NIC / veth queue i ─▶ XDP program: ours? ── no ──▶ XDP_PASS (the kernel's stack)
 //!                          └─ yes ─▶ bpf_redirect_map(xskmap, rx_queue_index, XDP_PASS)
-//!     xskmap[i] = socket of XdpDevice(queue i) ─▶ rx ring ─▶ RxToken (&[u8] in the UMEM)
+//!     xskmap[i] = socket of XdpDevice(queue i) ─▶ rx ring ─▶ RxToken (&[u8] in the UMEM,
+//!                                                 or a multi-buffer chain, assembled)
 //!     fill ring ◀─ frames returned after every rx batch
-//! TxToken::consume ─▶ free UMEM frame ─▶ tx ring ─▶ sendto() kick ─▶ queue i
-//!     completion ring ─▶ frame free again (only if this side sent it)
+//! TxToken::consume ─▶ free UMEM slot ─▶ tx ring (one descriptor per frame it spans)
+//!     ─▶ sendto() kick ─▶ queue i
+//!     completion ring ─▶ slot free again (only once everything it sent came back)
 //! ```
 //!
 //! - [`XdpProgram::attach`] loads the steering program ([`bpf`], hand-assembled with the
@@ -17,11 +19,15 @@
 //!   slot per receive queue, and attaches it over rtnetlink, natively
 //!   (driver mode) where the driver supports it, else in generic (skb) mode. A program of
 //!   our name left behind by a killed run is replaced; anyone else's is refused. Dropping
-//!   the value detaches it, and only if it is still ours (`XDP_FLAGS_REPLACE`).
+//!   the value detaches it, and only if it is still ours (`XDP_FLAGS_REPLACE`). On a link
+//!   whose MTU does not fit a 2048-byte frame the program is loaded for multi-buffer frames
+//!   ([`frags_for`]).
 //! - [`XdpDevice::bind`] creates one AF_XDP socket on (interface, queue) with its own UMEM
-//!   and four rings (the `ring` module), zero-copy if the driver allows it, else copy mode (veth has
-//!   no zero-copy), always with `XDP_USE_NEED_WAKEUP`, and puts the socket in the map.
-//!   One device per queue, so one worker per queue can own one each.
+//!   and four rings (the `ring` module; the `rx` and `tx` modules are its two halves),
+//!   zero-copy if the driver allows it, else copy mode (veth has no zero-copy), always with
+//!   `XDP_USE_NEED_WAKEUP`, and with `XDP_USE_SG` when the MTU does not fit one UMEM frame,
+//!   and puts the socket in the map. One device per queue, so one worker per queue can own
+//!   one each. [`XdpDevice::set_busy_poll`] turns on preferred busy polling for it.
 //! - [`detach_all`] detaches every program this process attached and still holds, for an
 //!   exit that cannot wait for the values to drop (a worker that does not stop): an
 //!   attached program outlives the process, unlike its sockets and a TAP device.
@@ -31,13 +37,15 @@
 //! smoltcp computes every checksum it sends and verifies every one it receives. A veth peer
 //! whose kernel leaves TCP checksums to "hardware" (`CHECKSUM_PARTIAL`, on by default)
 //! sends frames that fail that check: turn transmit checksum offload off on the peer
-//! (`ethtool -K PEER tx off`), as the tests and `scripts/xdp-veth.sh` do.
+//! (`ethtool -K PEER tx off`), as the tests and `veth_pair_create` in `scripts/lib.sh` do.
 
 mod asm;
 pub mod bpf;
 mod device;
 mod netlink;
 pub(crate) mod ring;
+mod rx;
+mod tx;
 
 use core::fmt;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -45,12 +53,13 @@ use std::sync::Mutex;
 
 use crate::sys::{self, IfName, InvalidIfName};
 
-pub use bpf::Steer;
+pub use bpf::{Frags, Steer};
 pub use device::{
-    KernelStats, RX_BATCH, TX_KICK_BATCH, XdpConfig, XdpDevice, XdpRxToken, XdpStats, XdpTxToken,
-    ZeroCopy,
+    BusyPoll, BusyPollOptions, KernelStats, MAX_TX_SPAN, RX_BATCH, TX_KICK_BATCH, XdpConfig,
+    XdpDevice, XdpRxToken, XdpStats, XdpTxToken, ZeroCopy,
 };
 pub use netlink::{AttachMode, Attached};
+pub use rx::MAX_CHAIN;
 
 /// Which attach modes [`XdpProgram::attach`] may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -101,6 +110,12 @@ pub enum XdpOp {
     Options,
     /// `poll(2)` in [`XdpDevice::wait`].
     Poll,
+    /// `SO_BUSY_POLL`.
+    BusyPoll,
+    /// `SO_PREFER_BUSY_POLL`.
+    PreferBusyPoll,
+    /// `SO_BUSY_POLL_BUDGET`.
+    BusyPollBudget,
 }
 
 impl XdpOp {
@@ -123,6 +138,9 @@ impl XdpOp {
             XdpOp::Statistics => "XDP_STATISTICS",
             XdpOp::Options => "XDP_OPTIONS",
             XdpOp::Poll => "poll",
+            XdpOp::BusyPoll => "SO_BUSY_POLL",
+            XdpOp::PreferBusyPoll => "SO_PREFER_BUSY_POLL",
+            XdpOp::BusyPollBudget => "SO_BUSY_POLL_BUDGET",
         }
     }
 }
@@ -155,7 +173,8 @@ pub enum XdpError {
         /// Where it runs.
         mode: AttachMode,
     },
-    /// The interface MTU does not fit a UMEM frame.
+    /// The interface MTU is below 576 or larger than multi-buffer frames of this frame size
+    /// hold.
     UnsupportedMtu {
         /// Interface name.
         name: IfName,
@@ -163,6 +182,16 @@ pub enum XdpError {
         mtu: u32,
         /// The largest MTU the frame size allows.
         max: u32,
+    },
+    /// The MTU needs multi-buffer frames and binding with `XDP_USE_SG` failed (a kernel
+    /// before 6.6, or a zero-copy driver without it).
+    MultiBufferRefused {
+        /// Interface name.
+        name: IfName,
+        /// The interface MTU.
+        mtu: u32,
+        /// `errno` of the bind.
+        errno: i32,
     },
     /// The queue is not below the interface's receive queue count.
     NoSuchQueue {
@@ -203,7 +232,14 @@ impl fmt::Display for XdpError {
             ),
             XdpError::UnsupportedMtu { name, mtu, max } => write!(
                 f,
-                "xdp {name}: MTU {mtu} does not fit a UMEM frame (at most {max} with this frame size)"
+                "xdp {name}: MTU {mtu} is not supported (576 to {max} with this frame size)"
+            ),
+            XdpError::MultiBufferRefused { name, mtu, errno } => write!(
+                f,
+                "xdp {name}: MTU {mtu} needs frames larger than a UMEM frame, and the socket \
+                 could not be bound for multi-buffer frames (XDP_USE_SG, Linux 6.6 or later): \
+                 {}; lower the MTU or use a kernel and driver with AF_XDP multi-buffer support",
+                std::io::Error::from_raw_os_error(errno)
             ),
             XdpError::NoSuchQueue {
                 name,
@@ -235,6 +271,7 @@ pub struct XdpProgram {
     prog_id: u32,
     replaced: Option<Attached>,
     mtu: u32,
+    frags: bpf::Frags,
     mac: [u8; 6],
     rx_queues: u32,
     attached: bool,
@@ -313,6 +350,23 @@ pub fn detach_all() -> usize {
     detached
 }
 
+/// How the program is loaded for a link of `mtu`: for multi-buffer frames
+/// (`BPF_F_XDP_HAS_FRAGS`) when a frame of that MTU does not fit the smallest UMEM frame
+/// (2048 bytes, MTU 1774), so whatever frame size the sockets choose, a driver may hand the
+/// program a frame in pieces (as it must, zero-copy, when the MTU is larger than a frame);
+/// else as a single-buffer program, the form every XDP driver takes.
+pub fn frags_for(mtu: u32) -> bpf::Frags {
+    let smallest = XdpConfig {
+        frame_size: 2048,
+        ..XdpConfig::default()
+    };
+    if smallest.multi_buffer(mtu) {
+        bpf::Frags::Yes
+    } else {
+        bpf::Frags::No
+    }
+}
+
 /// Resolves `iface` in the calling thread's network namespace.
 fn lookup(iface: &str) -> Result<(IfName, u32), XdpError> {
     let name = IfName::new(iface)?;
@@ -356,7 +410,8 @@ impl XdpProgram {
         let link = netlink::get_link(ifindex).map_err(|e| fail(XdpOp::GetLink, e))?;
         let rx_queues = link.rx_queues.max(1);
         let map = bpf::create_xskmap(rx_queues).map_err(|e| fail(XdpOp::MapCreate, e))?;
-        let prog = bpf::load_xdp_program(&bpf::steering_program(map.as_raw_fd(), &steer))
+        let frags = frags_for(link.mtu);
+        let prog = bpf::load_xdp_program(&bpf::steering_program(map.as_raw_fd(), &steer), frags)
             .map_err(|e| fail(XdpOp::ProgLoad, e))?;
         let prog_id = bpf::prog_info(prog.as_fd())
             .map_err(|e| fail(XdpOp::ProgInfo, e))?
@@ -438,6 +493,7 @@ impl XdpProgram {
                         prog_id,
                         replaced,
                         mtu: link.mtu,
+                        frags,
                         mac: link.mac.unwrap_or([0; 6]),
                         rx_queues,
                         attached: true,
@@ -491,6 +547,11 @@ impl XdpProgram {
     /// The interface MTU when the program was attached.
     pub fn mtu(&self) -> u32 {
         self.mtu
+    }
+
+    /// Whether the program was loaded for multi-buffer frames (see [`frags_for`]).
+    pub fn frags(&self) -> bpf::Frags {
+        self.frags
     }
 
     /// The interface's MAC address (the server must answer with it: a NIC drops unicast

@@ -56,6 +56,11 @@ struct VethPair {
 impl VethPair {
     /// `queues` rx and tx queues on both ends.
     fn new(queues: u32) -> VethPair {
+        VethPair::with_mtu(queues, 1500)
+    }
+
+    /// `queues` rx and tx queues and an MTU of `mtu` on both ends.
+    fn with_mtu(queues: u32, mtu: u32) -> VethPair {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let id = format!(
             "{}-{}",
@@ -86,6 +91,9 @@ impl VethPair {
             "dev",
             CLIENT_IFACE,
         ]);
+        let mtu = mtu.to_string();
+        run(&["ip", "-n", c, "link", "set", CLIENT_IFACE, "mtu", &mtu]);
+        run(&["ip", "-n", s, "link", "set", SERVER_IFACE, "mtu", &mtu]);
         run(&["ip", "-n", c, "link", "set", "lo", "up"]);
         run(&["ip", "-n", c, "link", "set", CLIENT_IFACE, "up"]);
         run(&["ip", "-n", s, "link", "set", SERVER_IFACE, "up"]);
@@ -175,15 +183,43 @@ fn echo(conn: &mut Conn<'_, Echo>) {
 struct Served {
     mode: AttachMode,
     zero_copy: bool,
+    multi_buffer: bool,
+    frags: Frags,
+    busy: Option<BusyPollOptions>,
+    napi_id: Option<u32>,
     table: TableStats,
     device: XdpStats,
     attached_after: Option<Attached>,
 }
 
-/// Attaches with `choice`, binds queue 0 and serves echo until `stop` (30 s at most).
-fn serve_echo(choice: ModeChoice, stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> Served {
-    let program = XdpProgram::attach(SERVER_IFACE, choice, STEER).expect("attach");
-    let mut device = XdpDevice::bind(&program, 0, &XdpConfig::default()).expect("bind");
+/// How an echo test sets up its link and socket.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    choice: ModeChoice,
+    /// MTU of both veth ends.
+    mtu: u32,
+    config: XdpConfig,
+    busy_poll: Option<BusyPoll>,
+}
+
+impl Setup {
+    fn plain(choice: ModeChoice) -> Setup {
+        Setup {
+            choice,
+            mtu: 1500,
+            config: XdpConfig::default(),
+            busy_poll: None,
+        }
+    }
+}
+
+/// Attaches as `setup` says, binds queue 0 and serves echo until `stop` (30 s at most).
+fn serve_echo(setup: Setup, stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> Served {
+    let program = XdpProgram::attach(SERVER_IFACE, setup.choice, STEER).expect("attach");
+    let mut device = XdpDevice::bind(&program, 0, &setup.config).expect("bind");
+    if let Some(busy) = setup.busy_poll {
+        device.set_busy_poll(busy).expect("busy-poll options");
+    }
     let start = std::time::Instant::now();
     let now = || Instant::from_micros(start.elapsed().as_micros() as i64);
     let config = TableConfig::new(
@@ -212,6 +248,10 @@ fn serve_echo(choice: ModeChoice, stop: Arc<AtomicBool>, ready: Arc<AtomicBool>)
     let served = Served {
         mode: program.mode(),
         zero_copy: device.zero_copy(),
+        multi_buffer: device.multi_buffer(),
+        frags: program.frags(),
+        busy: device.busy_poll_options().ok(),
+        napi_id: device.napi_id(),
         table: *table.stats(),
         device: *device.stats(),
         attached_after: None,
@@ -261,13 +301,13 @@ fn wait_until(flag: &AtomicBool) {
     }
 }
 
-fn echo_test(choice: ModeChoice) -> Served {
-    let pair = VethPair::new(1);
+fn echo_test(setup: Setup) -> Served {
+    let pair = VethPair::with_mtu(1, setup.mtu);
     let stop = Arc::new(AtomicBool::new(false));
     let ready = Arc::new(AtomicBool::new(false));
     let server = pair.server({
         let (stop, ready) = (Arc::clone(&stop), Arc::clone(&ready));
-        move || serve_echo(choice, stop, ready)
+        move || serve_echo(setup, stop, ready)
     });
     wait_until(&ready);
     let shown = pair.server_link();
@@ -290,6 +330,7 @@ fn echo_test(choice: ModeChoice) -> Served {
     assert!(d.rx_frames > 100 && d.tx_frames > 100, "{d:?}");
     assert_eq!(d.rx_invalid, 0, "{d:?}");
     assert_eq!(d.tx_dropped + d.tx_oversize, 0, "{d:?}");
+    assert_eq!(d.kernel.rx_dropped + d.kernel.tx_invalid_descs, 0, "{d:?}");
     served
 }
 
@@ -299,9 +340,14 @@ fn echo_over_veth_native_copy_mode() {
         eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
         return;
     }
-    let served = echo_test(ModeChoice::Auto);
+    let served = echo_test(Setup::plain(ModeChoice::Auto));
     assert_eq!(served.mode, AttachMode::Native, "veth has native XDP");
     assert!(!served.zero_copy, "veth has no zero-copy");
+    assert!(!served.multi_buffer);
+    assert_eq!(served.frags, Frags::No);
+    assert_eq!((served.device.rx_chained, served.device.tx_chained), (0, 0));
+    assert_eq!(served.busy.map(|b| b.prefer), Some(false));
+    assert_eq!(served.device.busy_polls, 0);
 }
 
 #[test]
@@ -310,8 +356,185 @@ fn echo_over_veth_generic_mode() {
         eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
         return;
     }
-    let served = echo_test(ModeChoice::Generic);
+    let served = echo_test(Setup::plain(ModeChoice::Generic));
     assert_eq!(served.mode, AttachMode::Generic);
+}
+
+/// Frames of MTU 9000 in 2048-byte UMEM frames: every full-sized segment arrives as a chain
+/// of six buffers and leaves as a chain of five, in both directions of the echo.
+fn jumbo_echo(choice: ModeChoice) -> Served {
+    let served = echo_test(Setup {
+        mtu: 9000,
+        config: XdpConfig {
+            frame_size: 2048,
+            frame_count: 4096,
+            ring_size: 2048,
+            zero_copy: ZeroCopy::Auto,
+        },
+        ..Setup::plain(choice)
+    });
+    let d = served.device;
+    assert!(served.multi_buffer, "bound with XDP_USE_SG");
+    assert_eq!(served.frags, Frags::Yes);
+    assert!(d.rx_chained > 20 && d.tx_chained > 20, "{d:?}");
+    served
+}
+
+#[test]
+fn jumbo_frames_are_chained_both_ways_native() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    let served = jumbo_echo(ModeChoice::Auto);
+    assert_eq!(
+        served.mode,
+        AttachMode::Native,
+        "a frags program is taken at MTU 9000"
+    );
+}
+
+#[test]
+fn jumbo_frames_are_chained_both_ways_generic() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    let served = jumbo_echo(ModeChoice::Generic);
+    assert_eq!(served.mode, AttachMode::Generic);
+}
+
+#[test]
+fn the_single_buffer_path_takes_no_chains() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    // MTU 3000 in the default 4096-byte frames: one buffer per frame, as before.
+    let served = echo_test(Setup {
+        mtu: 3000,
+        ..Setup::plain(ModeChoice::Auto)
+    });
+    assert!(!served.multi_buffer);
+    assert_eq!(
+        served.frags,
+        Frags::Yes,
+        "the program is ready for any frame size"
+    );
+    assert_eq!((served.device.rx_chained, served.device.tx_chained), (0, 0));
+}
+
+/// Preferred busy polling on veth: the kernel takes the three options, reads them back as
+/// set, and the device serves with them, calling recvfrom on every empty rx ring.
+#[test]
+fn busy_poll_options_are_set_and_serve_on_veth() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    let served = echo_test(Setup {
+        busy_poll: Some(BusyPoll { budget: 32 }),
+        ..Setup::plain(ModeChoice::Auto)
+    });
+    let busy = served.busy.expect("options read back");
+    assert!(busy.prefer, "{busy:?}");
+    assert_eq!(busy.usecs, BusyPoll::USECS);
+    // This kernel takes SO_BUSY_POLL_BUDGET but cannot report it; where it can, it says 32.
+    assert!(matches!(busy.budget, None | Some(32)), "{busy:?}");
+    let d = served.device;
+    assert!(d.busy_polls > 0, "{d:?}");
+    eprintln!("busy polling on veth: NAPI id {:?}", served.napi_id);
+}
+
+/// Gives up (or takes back) `CAP_NET_ADMIN` in the calling thread's effective set.
+fn set_net_admin(on: bool) {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    const CAP_NET_ADMIN: u32 = 12;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget(2) with a valid header and room for the two data words of version 3.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    assert_eq!(rc, 0, "capget: {}", std::io::Error::last_os_error());
+    if on {
+        data[0].effective |= 1 << CAP_NET_ADMIN;
+    } else {
+        data[0].effective &= !(1 << CAP_NET_ADMIN);
+    }
+    // SAFETY: capset(2) on the calling thread (pid 0) with the data just read, one bit changed.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+    assert_eq!(rc, 0, "capset: {}", std::io::Error::last_os_error());
+}
+
+/// The fallback: a kernel that refuses busy polling (here: the thread gave up CAP_NET_ADMIN,
+/// which preferred busy polling needs) leaves the socket as it was, options off, and the
+/// device serving without it.
+#[test]
+fn refused_busy_poll_options_are_undone() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    let pair = VethPair::new(1);
+    pair.server(|| {
+        let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, STEER).unwrap();
+        let mut device = XdpDevice::bind(&program, 0, &XdpConfig::default()).unwrap();
+        let off = BusyPollOptions {
+            prefer: false,
+            usecs: 0,
+            budget: device.busy_poll_options().unwrap().budget,
+        };
+        assert_eq!(device.busy_poll_options().unwrap(), off);
+        set_net_admin(false);
+        let refused = device.set_busy_poll(BusyPoll::default());
+        set_net_admin(true);
+        let e = refused.expect_err("refused without CAP_NET_ADMIN");
+        assert!(
+            matches!(
+                e,
+                XdpError::Sys {
+                    op: XdpOp::BusyPoll | XdpOp::PreferBusyPoll,
+                    errno: libc::EPERM,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        eprintln!("refused: {e}");
+        assert!(e.to_string().contains("BUSY_POLL"), "{e}");
+        assert_eq!(device.busy_poll(), None);
+        assert_eq!(device.busy_poll_options().unwrap(), off, "undone");
+        // A budget of 0 is refused before the kernel is asked.
+        assert!(matches!(
+            device.set_busy_poll(BusyPoll { budget: 0 }),
+            Err(XdpError::Sys {
+                op: XdpOp::BusyPollBudget,
+                errno: libc::EINVAL,
+                ..
+            })
+        ));
+        assert_eq!(device.busy_poll_options().unwrap(), off);
+        device
+            .set_busy_poll(BusyPoll::default())
+            .expect("allowed again");
+        assert_eq!(device.busy_poll(), Some(BusyPoll::default()));
+    })
+    .join()
+    .expect("server thread");
 }
 
 #[test]
@@ -365,6 +588,7 @@ fn a_stale_program_is_replaced_and_a_foreign_one_refused() {
         let other = bpf::load_named(
             &bpf::steering_program(map.as_raw_fd(), &STEER),
             "other_prog",
+            bpf::Frags::No,
         )
         .unwrap();
         let ifindex = crate::sys::if_index(&IfName::new(SERVER_IFACE).unwrap()).unwrap();
@@ -536,6 +760,15 @@ fn configs_are_checked() {
         ..ok
     };
     assert!(small.max_mtu() >= 1500);
+    // Above one frame: multi-buffer, up to MAX_TX_SPAN frames per transmitted frame.
+    assert!(!small.multi_buffer(1774) && small.multi_buffer(1775));
+    assert_eq!((small.rx_span(1774), small.tx_span(1774)), (1, 1));
+    assert_eq!((small.rx_span(9000), small.tx_span(9000)), (6, 5));
+    assert_eq!(small.max_mtu_multi_buffer(), 16 * 2048 - 18);
+    assert!(ok.max_mtu_multi_buffer() >= 9216);
+    assert_eq!(frags_for(1500), Frags::No);
+    assert_eq!(frags_for(1774), Frags::No);
+    assert_eq!(frags_for(1775), Frags::Yes);
 }
 
 #[test]
@@ -554,6 +787,14 @@ fn the_receive_half_holds_two_frames_per_connection() {
     let many = XdpConfig::for_link(10_064, 1500);
     assert_eq!((many.frame_count, many.ring_size), (65_536, 32_768));
     assert!(many.frame_count as usize / 2 >= 2 * 10_064 + RX_BATCH);
+    // MTU 9000: 4096-byte frames, and a packet takes up to three of them.
+    let jumbo = XdpConfig::for_link(1024, 9000);
+    assert_eq!((jumbo.rx_span(9000), jumbo.tx_span(9000)), (3, 3));
+    assert_eq!(
+        (jumbo.frame_size, jumbo.frame_count, jumbo.ring_size),
+        (4096, 16_384, 8192)
+    );
+    assert!(jumbo.frame_count as usize / 2 >= 3 * (2 * 1024 + RX_BATCH));
     let most = XdpConfig::for_link(1 << 20, 9000);
     assert_eq!(
         (most.frame_size, most.frame_count, most.ring_size),

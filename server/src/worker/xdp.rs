@@ -10,13 +10,19 @@
 //! The program is detached when this function returns, also on errors after the attach
 //! (drop order: the socket, then the program). A SIGKILLed run leaves its program attached;
 //! the next start replaces it (see `netstack::xdp::XdpProgram::attach`).
+//!
+//! What the sockets ended up with — copy or zero-copy, busy polling on, off or refused by the
+//! kernel (then memspin serves without it), single- or multi-buffer frames — is reported in
+//! the ready line ([`XdpReady::modes`]) and under `memspin_xdp_*` in `stats settings`.
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
 use netstack::smoltcp::time::Instant;
-use netstack::xdp::{AttachMode, Attached, ModeChoice, Steer, XdpConfig, XdpDevice, XdpProgram};
+use netstack::xdp::{
+    AttachMode, Attached, BusyPoll, ModeChoice, Steer, XdpConfig, XdpDevice, XdpProgram,
+};
 use netstack::{Admission, ConnTable, TableConfig};
 
 use super::tap::{cidr, table_config};
@@ -39,21 +45,108 @@ pub struct XdpWorkerConfig {
     pub conn_limit: usize,
     /// Close connections idle this long (`--idle-timeout`); `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// Preferred busy polling on every socket, if asked for.
+    pub busy_poll: Option<BusyPoll>,
+}
+
+/// Whether the sockets busy-poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusyPollState {
+    /// Not asked for.
+    Off,
+    /// On every socket.
+    On(BusyPoll),
+    /// Asked for and refused by the kernel (the error); every socket polls without it.
+    Refused(String),
 }
 
 /// What the ready line reports about the attach.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct XdpReady {
     /// Where the program runs.
     pub mode: AttachMode,
     /// True in zero-copy mode, false in copy mode.
     pub zero_copy: bool,
+    /// Busy polling on the sockets.
+    pub busy_poll: BusyPollState,
+    /// True if the sockets take multi-buffer frames (the MTU does not fit a UMEM frame).
+    pub multi_buffer: bool,
+    /// The interface MTU.
+    pub mtu: u32,
+    /// Bytes per UMEM frame.
+    pub frame_size: u32,
     /// The program's id.
     pub prog_id: u32,
     /// A stale memspin program this start replaced.
     pub replaced: Option<Attached>,
     /// The MAC address served (the interface's).
     pub mac: [u8; 6],
+}
+
+impl XdpReady {
+    /// The modes in use, as the ready line says them: attach mode, copy or zero-copy,
+    /// busy polling, single- or multi-buffer frames.
+    pub fn modes(&self) -> String {
+        let copy = if self.zero_copy { "zero-copy" } else { "copy" };
+        let busy = match &self.busy_poll {
+            BusyPollState::Off => "busy-poll off".to_string(),
+            BusyPollState::On(b) => format!("busy-poll on (budget {})", b.budget),
+            BusyPollState::Refused(e) => format!("busy-poll refused ({e}), polling without it"),
+        };
+        let buffers = if self.multi_buffer {
+            format!(
+                "multi-buffer (MTU {} over {}-byte frames)",
+                self.mtu, self.frame_size
+            )
+        } else {
+            format!(
+                "single-buffer (MTU {} in {}-byte frames)",
+                self.mtu, self.frame_size
+            )
+        };
+        format!(
+            "{} mode, {copy} mode, {busy}, {buffers}",
+            self.mode.as_str()
+        )
+    }
+
+    /// The `memspin_xdp_*` lines of `stats settings`.
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
+        let mut lines = vec![
+            ("memspin_net", "xdp".to_string()),
+            ("memspin_xdp_attach_mode", self.mode.as_str().to_string()),
+            ("memspin_xdp_zero_copy", yes_no(self.zero_copy)),
+        ];
+        match &self.busy_poll {
+            BusyPollState::Off => lines.push(("memspin_xdp_busy_poll", "off".to_string())),
+            BusyPollState::On(b) => {
+                lines.push(("memspin_xdp_busy_poll", "on".to_string()));
+                lines.push(("memspin_xdp_busy_poll_budget", b.budget.to_string()));
+            }
+            BusyPollState::Refused(_) => {
+                lines.push(("memspin_xdp_busy_poll", "refused".to_string()));
+            }
+        }
+        lines.push(("memspin_xdp_multi_buffer", yes_no(self.multi_buffer)));
+        lines.push(("memspin_xdp_frame_size", self.frame_size.to_string()));
+        lines
+    }
+}
+
+/// Turns busy polling on for every device; if the kernel refuses it on one, turns it off
+/// on all and says why.
+fn start_busy_poll(devices: &mut [XdpDevice], busy: Option<BusyPoll>) -> BusyPollState {
+    let Some(busy) = busy else {
+        return BusyPollState::Off;
+    };
+    for i in 0..devices.len() {
+        if let Err(e) = devices[i].set_busy_poll(busy) {
+            devices[..i].iter_mut().for_each(XdpDevice::clear_busy_poll);
+            return BusyPollState::Refused(e.to_string());
+        }
+    }
+    BusyPollState::On(busy)
 }
 
 /// Serves over AF_XDP until the plan's stop flag is set: one socket on queue i for worker i;
@@ -83,16 +176,24 @@ pub fn run(
                 .map_err(|e| format!("queue {queue}: {e}"))
         })
         .collect::<Result<Vec<_>, String>>();
-    let devices = match devices {
+    let mut devices = match devices {
         Ok(devices) => devices,
         Err(e) => {
             let _ = program.detach();
             return Err(e);
         }
     };
+    let busy_poll = start_busy_poll(&mut devices, config.busy_poll);
+    if let BusyPollState::Refused(e) = &busy_poll {
+        eprintln!("memspin: --xdp-busy-poll on refused by the kernel ({e}); serving without it");
+    }
     let ready = XdpReady {
         mode: program.mode(),
         zero_copy: devices.iter().all(XdpDevice::zero_copy),
+        busy_poll,
+        multi_buffer: devices.iter().any(XdpDevice::multi_buffer),
+        mtu: program.mtu(),
+        frame_size: devices.first().map_or(0, XdpDevice::frame_size),
         prog_id: program.prog_id(),
         replaced: program.replaced(),
         mac: program.mac(),
@@ -103,6 +204,7 @@ pub fn run(
         config.conn_limit,
         config.idle_timeout,
     );
+    crate::stats::set_path_settings(ready.settings());
     let served = spawn(
         plan,
         devices,
@@ -147,9 +249,21 @@ impl Queue for XdpDevice {
     }
 
     fn report(&mut self) -> String {
+        let busy = match self.busy_poll() {
+            None => "busy-poll off".to_string(),
+            Some(b) => format!(
+                "busy-poll on (budget {}, NAPI id {})",
+                b.budget,
+                self.napi_id()
+                    .map_or("none: nothing to poll".to_string(), |id| id.to_string())
+            ),
+        };
         match self.read_kernel_stats() {
-            Ok(_) => format!("{:?}", self.stats()),
-            Err(e) => format!("{:?} (kernel counters unavailable: {e})", self.stats()),
+            Ok(_) => format!("{:?}, {busy}", self.stats()),
+            Err(e) => format!(
+                "{:?}, {busy} (kernel counters unavailable: {e})",
+                self.stats()
+            ),
         }
     }
 }

@@ -45,7 +45,14 @@ impl Veth {
     /// The pair with `queues` receive and transmit queues on each end.
     #[track_caller]
     pub fn with_queues(queues: usize) -> Veth {
+        Veth::with_mtu(queues, 1500)
+    }
+
+    /// The pair with `queues` queues and an MTU of `mtu` on each end.
+    #[track_caller]
+    pub fn with_mtu(queues: usize, mtu: u32) -> Veth {
         let queues = queues.to_string();
+        let mtu = mtu.to_string();
         let veth = Veth {
             client: Netns::new(),
             server: Netns::new(),
@@ -57,6 +64,8 @@ impl Veth {
             "type", "veth", "peer", "name", SERVER_IFACE, "numtxqueues", &queues, "numrxqueues",
             &queues, "netns", s,
         ]);
+        run("ip", &["-n", c, "link", "set", CLIENT_IFACE, "mtu", &mtu]);
+        run("ip", &["-n", s, "link", "set", SERVER_IFACE, "mtu", &mtu]);
         run(
             "ip",
             &["-n", c, "addr", "add", "10.78.0.1/24", "dev", CLIENT_IFACE],
