@@ -33,6 +33,7 @@ mod run;
 pub mod sweep;
 pub mod sys;
 pub mod timeouts;
+pub mod tstamp;
 pub mod verify;
 pub mod worker;
 pub mod workload;
