@@ -61,9 +61,12 @@ pub struct Config {
     pub timeout: Duration,
     /// Open loop: a request sent later than this after its intended time counts as late.
     pub late_threshold: Duration,
-    /// Open loop: busy-poll this long before each arrival instead of sleeping, for send times
-    /// accurate to a microsecond (timed sleeps wake tens of µs late); zero always sleeps.
+    /// Busy-poll this long before each arrival instead of sleeping, for send times accurate to
+    /// a microsecond (timed sleeps wake tens of µs late), when nothing else keeps the thread
+    /// polling; zero sleeps up to the arrival.
     pub spin: Duration,
+    /// What a thread does while it waits for replies.
+    pub idle: Idle,
     /// Print a progress line every second (to stderr).
     pub progress: bool,
 }
@@ -94,7 +97,30 @@ impl Default for Config {
             timeout: Duration::from_secs(1),
             late_threshold: Duration::from_millis(1),
             spin: Duration::from_micros(50),
+            idle: Idle::Spin,
             progress: true,
+        }
+    }
+}
+
+/// What a worker thread does while requests are in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Idle {
+    /// Busy-poll while any request is in flight (a reply is read the moment it arrives); sleep
+    /// only with nothing in flight, until `spin` before the next arrival.
+    Spin,
+    /// Sleep in epoll until a reply or the `spin` window before the next arrival: saves a
+    /// core, and every reply waits for the thread's wake-up.
+    Sleep,
+}
+
+impl Idle {
+    /// The name used on the command line and in the JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Idle::Spin => "spin",
+            Idle::Sleep => "sleep",
         }
     }
 }
@@ -293,6 +319,8 @@ pub struct ConfigEcho {
     pub late_threshold_us: f64,
     /// Busy-poll window before each arrival, µs.
     pub spin_us: f64,
+    /// `spin` or `sleep`.
+    pub idle: Idle,
 }
 
 impl From<&Config> for ConfigEcho {
@@ -319,6 +347,7 @@ impl From<&Config> for ConfigEcho {
             timeout_ms: c.timeout.as_secs_f64() * 1e3,
             late_threshold_us: c.late_threshold.as_secs_f64() * 1e6,
             spin_us: c.spin.as_secs_f64() * 1e6,
+            idle: c.idle,
         }
     }
 }

@@ -11,6 +11,9 @@
 //!   send) and corrected latency (from the intended send) → merged bucket-wise → report
 //! ```
 //!
+//! While requests are in flight a thread busy-polls (`--idle spin`), so a reply is read as it
+//! arrives and no wake-up lands in the measured time.
+//!
 //! In open loop (`--rate`) a request that cannot go out on time keeps its intended send time,
 //! so queueing in the generator or on a stalled server shows up in the corrected latency; the
 //! send lag, late and never-sent requests are counted, and the arrival gaps are checked with a

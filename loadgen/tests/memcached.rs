@@ -16,7 +16,7 @@ use loadgen::arrival::ArrivalKind;
 use loadgen::client::Protocol;
 use loadgen::histogram::{OpKind, Percentiles};
 use loadgen::workload::KeyDist;
-use loadgen::{Config, RunError, run};
+use loadgen::{Config, Report, RunError, run};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -35,6 +35,12 @@ struct Memcached {
 impl Memcached {
     #[track_caller]
     fn start() -> Memcached {
+        Memcached::start_on(None)
+    }
+
+    /// memcached with every thread on `cpu` when given.
+    #[track_caller]
+    fn start_on(cpu: Option<usize>) -> Memcached {
         let bin = std::env::var_os("MEMCACHED")
             .map_or_else(|| PathBuf::from("/usr/bin/memcached"), PathBuf::from);
         assert!(
@@ -63,6 +69,21 @@ impl Memcached {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             cmd.args(["-u", "root"]);
+        }
+        if let Some(cpu) = cpu {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec the closure only calls sched_setaffinity on a set
+            // built on its own stack (async-signal-safe, no allocation).
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let child = cmd
             .stdin(Stdio::null())
@@ -417,4 +438,109 @@ fn five_hundred_connections_get_every_reply() {
     assert!(r.completed() > 5_000, "{}", r.table());
     assert_eq!(r.errors.total(), 0, "{}", r.table());
     assert_eq!(r.completed(), r.sent, "{}", r.table());
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Two different cores for memcached and the generator (the first and the last this process
+/// may use, as the benchmark scripts do): a busy-polling generator must not share its core with
+/// the server, or each waits for the other's time slice. `None` on a single core.
+fn two_cores() -> Option<(usize, usize)> {
+    let cores = core_affinity::get_core_ids()?;
+    let (first, last) = (cores.first()?.id, cores.last()?.id);
+    (first != last).then_some((first, last))
+}
+
+/// The regression of issue "memspin-loadgen must not add its own wake-up to the latency it
+/// reports": at one request in flight the generator used to sleep in epoll while the reply was
+/// on its way, and its wake-up (25–30 µs on the development VM) landed in every sample: an open
+/// loop at 5,000/s reported a service p50 of 63–66 µs where busy-polling before every arrival
+/// (`--spin-us` larger than the gaps) gave 35–36 µs, and the closed loop 57 µs.
+///
+/// Here, against the same memcached: the default open loop's service p50 is within 15 % of
+/// that busy-polling reference, and the default closed loop no more than 15 % above it (a
+/// closed loop keeps memcached busy, so it may well be faster).
+///
+/// The machine is shared: runs alternate, medians over five rounds are compared, a run in
+/// which the generator got too little CPU to send 1,000 requests in its second is repeated
+/// (the comparison needs its samples, not its throughput), and the whole comparison is tried
+/// up to three times within three minutes.
+#[test]
+fn default_mode_service_time_matches_the_busy_polling_reference() {
+    let _g = serial();
+    let cores = two_cores();
+    let mc = Memcached::start_on(cores.map(|c| c.0));
+    let base = Config {
+        cpus: cores.map(|c| vec![c.1]),
+        connections: 1,
+        pipeline: 1,
+        duration: Duration::from_millis(1_000),
+        warmup: Duration::from_millis(300),
+        ..config(&mc)
+    };
+    let open = Config {
+        rate: Some(5_000.0),
+        ..base.clone()
+    };
+    let reference = Config {
+        spin: Duration::from_millis(20),
+        ..open.clone()
+    };
+    let runs: [(&str, &Config); 3] = [
+        ("reference", &reference),
+        ("default open", &open),
+        ("default closed", &base),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut tries = Vec::new();
+    for attempt in 1..=3 {
+        let mut p50 = vec![Vec::new(); runs.len()];
+        let mut repeated = 0;
+        for round in 0..5 {
+            for k in 0..runs.len() {
+                // Rotate the order so drift in the machine's load favours no one.
+                let k = (k + round) % runs.len();
+                let (name, cfg) = runs[k];
+                let r: Report = loop {
+                    let r = run(cfg).unwrap();
+                    if r.completed() >= 1_000 || Instant::now() > deadline {
+                        break r;
+                    }
+                    repeated += 1;
+                };
+                let service = Percentiles::of(&r.service.all());
+                assert!(service.count > 0, "{name}\n{}", r.table());
+                p50[k].push(service.p50);
+            }
+        }
+        let p50: Vec<f64> = p50.into_iter().map(median).collect();
+        let ratio = |k: usize| p50[k] / p50[0];
+        let show = |v: &[f64]| -> String {
+            let parts: Vec<String> = runs
+                .iter()
+                .zip(v)
+                .map(|((n, _), x)| format!("{n} {x:.1}"))
+                .collect();
+            parts.join(", ")
+        };
+        let summary = format!(
+            "attempt {attempt}: service p50 medians (µs): {}; {repeated} runs repeated",
+            show(&p50)
+        );
+        eprintln!("{summary}");
+        if (ratio(1) - 1.0).abs() <= 0.15 && ratio(2) <= 1.15 {
+            return;
+        }
+        tries.push(summary);
+        if Instant::now() > deadline {
+            break;
+        }
+    }
+    panic!(
+        "the default mode is not within 15 % of the busy-polling reference:\n{}",
+        tries.join("\n")
+    );
 }
