@@ -20,6 +20,7 @@ use crate::output;
 use crate::report::Report;
 use crate::run::run_with_stop;
 use crate::sweep::{sweep, sweep_table};
+use crate::tstamp::Timestamps;
 use crate::workload::KeyDist;
 
 /// A `--cpus` list.
@@ -55,6 +56,17 @@ pub enum IdleArg {
     Spin,
     /// Sleep in epoll until a reply arrives.
     Sleep,
+}
+
+/// Timestamp sources on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TimestampsArg {
+    /// Kernel software transmit and receive stamps.
+    Software,
+    /// The NIC's stamps (software where the interface has none).
+    Hardware,
+    /// The generator's own clock readings.
+    None,
 }
 
 /// Open-loop memcached load generator with HDR latency histograms. Without --rate it runs a
@@ -142,6 +154,9 @@ pub struct Args {
     /// While requests are in flight: `spin` busy-polls (replies are read as they arrive), `sleep` sleeps in epoll (saves a core; each reply waits for the thread's wake-up).
     #[arg(long, value_enum, default_value_t = IdleArg::Spin)]
     pub idle: IdleArg,
+    /// Send and reply times: kernel `software` timestamps, the NIC's `hardware` ones (software where the interface has none), or `none` (the generator's own clock).
+    #[arg(long, value_enum, default_value_t = TimestampsArg::Software)]
+    pub timestamps: TimestampsArg,
     /// Write the JSON summary here (schema in loadgen/README.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -210,6 +225,11 @@ impl Args {
             idle: match self.idle {
                 IdleArg::Spin => Idle::Spin,
                 IdleArg::Sleep => Idle::Sleep,
+            },
+            timestamps: match self.timestamps {
+                TimestampsArg::Software => Timestamps::Software,
+                TimestampsArg::Hardware => Timestamps::Hardware,
+                TimestampsArg::None => Timestamps::None,
             },
             progress: !self.quiet,
         })
@@ -482,7 +502,7 @@ mod tests {
             .filter(|l| !matches!(*l, "help" | "version"))
             .map(str::to_string)
             .collect();
-        assert!(flags.contains("idle"));
+        assert!(flags.contains("idle") && flags.contains("timestamps"));
         let undocumented: Vec<_> = flags.difference(&documented).collect();
         let unknown: Vec<_> = documented.difference(&flags).collect();
         assert!(undocumented.is_empty(), "not in README: {undocumented:?}");
@@ -529,6 +549,8 @@ mod tests {
             "0-1",
             "--idle",
             "sleep",
+            "--timestamps",
+            "hardware",
         ])
         .unwrap();
         let c = args.config().unwrap();
@@ -546,14 +568,14 @@ mod tests {
         assert!(c.prefill && c.verify);
         assert_eq!(c.seed, 7);
         assert_eq!(c.cpus, Some(vec![0, 1]));
-        assert_eq!(c.idle, Idle::Sleep);
+        assert_eq!((c.idle, c.timestamps), (Idle::Sleep, Timestamps::Hardware));
         assert_eq!(c.check(), Ok(()));
-        // Default: busy-poll while requests are in flight.
+        // Defaults: busy-poll while requests are in flight, software timestamps.
         let d = Args::try_parse_from(["memspin-loadgen"])
             .unwrap()
             .config()
             .unwrap();
-        assert_eq!(d.idle, Idle::Spin);
+        assert_eq!((d.idle, d.timestamps), (Idle::Spin, Timestamps::Software));
         assert_eq!(
             d,
             Config {

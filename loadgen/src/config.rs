@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::arrival::ArrivalKind;
 use crate::client::Protocol;
+use crate::tstamp::Timestamps;
 use crate::verify;
 use crate::workload::{KeyDist, Keyspace, KeyspaceError, Mix, MixError};
 
@@ -67,6 +68,8 @@ pub struct Config {
     pub spin: Duration,
     /// What a thread does while it waits for replies.
     pub idle: Idle,
+    /// Kernel timestamps for send and reply times.
+    pub timestamps: Timestamps,
     /// Print a progress line every second (to stderr).
     pub progress: bool,
 }
@@ -98,6 +101,7 @@ impl Default for Config {
             late_threshold: Duration::from_millis(1),
             spin: Duration::from_micros(50),
             idle: Idle::Spin,
+            timestamps: Timestamps::Software,
             progress: true,
         }
     }
@@ -321,6 +325,8 @@ pub struct ConfigEcho {
     pub spin_us: f64,
     /// `spin` or `sleep`.
     pub idle: Idle,
+    /// Kernel timestamps asked for: `software`, `hardware` or `none`.
+    pub timestamps: Timestamps,
 }
 
 impl From<&Config> for ConfigEcho {
@@ -348,6 +354,7 @@ impl From<&Config> for ConfigEcho {
             late_threshold_us: c.late_threshold.as_secs_f64() * 1e6,
             spin_us: c.spin.as_secs_f64() * 1e6,
             idle: c.idle,
+            timestamps: c.timestamps,
         }
     }
 }

@@ -12,7 +12,9 @@
 //! ```
 //!
 //! While requests are in flight a thread busy-polls (`--idle spin`), so a reply is read as it
-//! arrives and no wake-up lands in the measured time.
+//! arrives; send and reply times are the kernel's timestamps where the socket gives them
+//! ([`tstamp`]), so the service time excludes the generator's own scheduling, and the delay
+//! between a reply's arrival and its handling is reported on its own (the generator delay).
 //!
 //! In open loop (`--rate`) a request that cannot go out on time keeps its intended send time,
 //! so queueing in the generator or on a stalled server shows up in the corrected latency; the
