@@ -75,6 +75,11 @@ pub struct Report {
     pub rx_kernel: u64,
     /// Connections on which `SO_TIMESTAMPING` could not be set.
     pub stamp_failures: u64,
+    /// Thread time in the window the worker threads were runnable but waited for a CPU.
+    pub cpu_wait: Duration,
+    /// `--idle spin`: thread time in the window spent sleeping instead of spinning because the
+    /// thread's core was shared.
+    pub spin_paused: Duration,
     /// Replies per op kind, in `OpKind::ALL` order.
     pub counts: [u64; 4],
     /// Error counters.
@@ -134,6 +139,8 @@ impl Report {
             tx_kernel: 0,
             rx_kernel: 0,
             stamp_failures: 0,
+            cpu_wait: Duration::ZERO,
+            spin_paused: Duration::ZERO,
             counts: [0; 4],
             errors: ErrorCounts::default(),
             verify: VerifyCounts::default(),
@@ -169,6 +176,8 @@ impl Report {
             r.tx_kernel += t.tx_kernel;
             r.rx_kernel += t.rx_kernel;
             r.stamp_failures += t.stamp_failures;
+            r.cpu_wait += Duration::from_nanos(t.cpu_wait_ns);
+            r.spin_paused += Duration::from_nanos(t.spin_paused_ns);
             for (a, b) in r.counts.iter_mut().zip(t.counts) {
                 *a += b;
             }
@@ -300,6 +309,17 @@ impl Report {
                 self.stamp_failures
             ));
         }
+        if !self.spin_paused.is_zero() {
+            let per_thread = |d: Duration| {
+                let share = d.as_secs_f64() / c.threads.max(1) as f64;
+                (100.0 * share / self.window.as_secs_f64().max(1e-9)).min(100.0)
+            };
+            w.push(format!(
+                "the generator's threads waited for their CPU {:.0} % of the window: their cores are shared (another busy process, or the server itself), so for {:.0} % of it they slept while replies were due instead of busy-polling against it, and replies waited for their wake-up (see the generator delay); give the generator cores of its own",
+                per_thread(self.cpu_wait),
+                per_thread(self.spin_paused)
+            ));
+        }
         let delay = Percentiles::of(&self.generator_delay);
         let service_p50 = Percentiles::of(&self.service.all()).p50;
         if delay.count > 0 && delay.p50 > GENERATOR_DELAY_SHARE * service_p50 {
@@ -408,6 +428,10 @@ impl Report {
                 service: lat(&self.service),
                 corrected: self.corrected.as_ref().map(lat),
                 generator_delay: Percentiles::of(&self.generator_delay),
+            },
+            generator: GeneratorJson {
+                cpu_wait_s: self.cpu_wait.as_secs_f64(),
+                spin_paused_s: self.spin_paused.as_secs_f64(),
             },
             timestamps: TimestampsJson {
                 source: self.timestamps.source,
@@ -602,6 +626,8 @@ pub struct Summary {
     pub errors: ErrorSummary,
     /// Latency percentiles, µs.
     pub latency_us: Latencies,
+    /// How the generator's threads fared on their cores.
+    pub generator: GeneratorJson,
     /// The kernel timestamps used.
     pub timestamps: TimestampsJson,
     /// Open-loop details; null in closed loop.
@@ -661,6 +687,16 @@ pub struct Latencies {
     pub corrected: Option<OpLatencies>,
     /// From a reply's kernel receive stamp to the generator handling it.
     pub generator_delay: Percentiles,
+}
+
+/// How the generator's threads fared on their cores.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GeneratorJson {
+    /// Thread seconds in the window the threads were runnable but waited for a CPU.
+    pub cpu_wait_s: f64,
+    /// Thread seconds in the window spent sleeping instead of busy-polling because a thread's
+    /// core was shared (`--idle spin`).
+    pub spin_paused_s: f64,
 }
 
 /// Which kernel timestamps the times came from.
@@ -758,6 +794,7 @@ mod tests {
                 }
                 s.tx_kernel = 1_000;
                 s.rx_kernel = 1_000;
+                s.cpu_wait_ns = 1_000_000;
                 s.errors.timeout = if open { t } else { 0 };
                 s.verify.checked = 600;
                 s.scheduled = 1_000;
@@ -1071,5 +1108,24 @@ mod tests {
         assert_eq!(v["timestamps"]["source"], "none");
         assert!(v["timestamps"]["note"].is_null());
         assert_eq!(v["latency_us"]["generator_delay"]["count"], 0);
+    }
+
+    #[test]
+    fn a_shared_core_is_reported() {
+        let mut t = threads(false);
+        t[0].spin_paused_ns = 500_000_000;
+        t[0].cpu_wait_ns = 799_000_000;
+        let r = Report::from_threads(&config(false), t, None, stamps());
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        // 0.8 s and 0.5 s of a 2 s window, over two threads.
+        assert!(
+            r.warnings[0].starts_with("the generator's threads waited for their CPU 20 %")
+                && r.warnings[0].contains("for 12 % of it"),
+            "{:?}",
+            r.warnings
+        );
+        let v = serde_json::to_value(r.summary()).unwrap();
+        assert_eq!(v["generator"]["cpu_wait_s"], 0.8);
+        assert_eq!(v["generator"]["spin_paused_s"], 0.5);
     }
 }

@@ -235,6 +235,41 @@ pub fn connect_result(stream: &TcpStream) -> io::Result<()> {
     }
 }
 
+/// The calling thread's scheduler statistics (`/proc/thread-self/schedstat`), kept open and
+/// re-read in place.
+#[derive(Debug)]
+pub struct SchedStat {
+    file: std::fs::File,
+}
+
+impl SchedStat {
+    /// Opens the calling thread's statistics; `None` where the kernel keeps none
+    /// (`CONFIG_SCHED_INFO`).
+    pub fn open() -> Option<SchedStat> {
+        let s = SchedStat {
+            file: std::fs::File::open("/proc/thread-self/schedstat").ok()?,
+        };
+        s.run_delay_ns().map(|_| s)
+    }
+
+    /// Nanoseconds the thread has spent runnable but waiting for a CPU, so far.
+    pub fn run_delay_ns(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        parse_run_delay(std::str::from_utf8(&buf[..n]).ok()?)
+    }
+}
+
+/// The second field of a `schedstat` line (`run_ns run_delay_ns timeslices`).
+pub fn parse_run_delay(line: &str) -> Option<u64> {
+    let mut fields = line.split_ascii_whitespace();
+    fields.next()?.parse::<u64>().ok()?;
+    let delay = fields.next()?.parse().ok()?;
+    fields.next()?.parse::<u64>().ok()?;
+    Some(delay)
+}
+
 /// Sets this thread's timer slack to 1 ns so timed waits wake when asked (the default slack is
 /// 50 µs). Best effort.
 pub fn tighten_timer_slack() {
@@ -723,6 +758,19 @@ mod tests {
         assert!(took >= Duration::from_micros(1_000), "{took:?}");
         // Generous bound: a loaded 2-vCPU VM still finishes 10 × 200 µs well under 1 s.
         assert!(took < Duration::from_secs(1), "{took:?}");
+    }
+
+    #[test]
+    fn schedstat_gives_the_run_delay() {
+        assert_eq!(parse_run_delay("123 456 7\n"), Some(456));
+        assert_eq!(parse_run_delay("123 456"), None);
+        assert_eq!(parse_run_delay("x 456 7"), None);
+        assert_eq!(parse_run_delay(""), None);
+        // This kernel keeps them; the delay never decreases.
+        let s = SchedStat::open().expect("/proc/thread-self/schedstat");
+        let a = s.run_delay_ns().unwrap();
+        std::thread::yield_now();
+        assert!(s.run_delay_ns().unwrap() >= a);
     }
 
     #[test]

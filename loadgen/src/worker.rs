@@ -16,6 +16,12 @@
 //! `--idle sleep` sleeps whenever it waits (except that window). With kernel timestamps the
 //! service time excludes the wake-up either way; the generator delay shows it.
 //!
+//! Spinning only pays on a core of one's own. A thread whose core is shared (another busy
+//! thread, or the server under test itself, which then waits for the generator's time slice to
+//! end before it can answer) spends much of its time runnable but waiting for the CPU;
+//! [`SpinGuard`] notices that from the thread's run delay (`/proc/thread-self/schedstat`) and
+//! has it sleep whenever it waits, up to each arrival too, for a while.
+//!
 //! The loop's cost grows with the requests sent, not with the connections held: sockets are
 //! watched edge-triggered (the kernel reports a socket again only when something new arrives),
 //! timeouts come from a [`TimeoutQueue`] of deadlines in send order, and only connections that
@@ -65,6 +71,12 @@ const SETTLE_BATCH: usize = 8;
 /// ... or once the oldest reply has waited this long (housekeeping); a reply whose stamp has not
 /// come by then is recorded with the generator's own send time.
 const STAMP_WAIT_NS: u64 = 5_000_000;
+/// Spinning pauses when the thread waited this long for its CPU ...
+const SHARED_WAIT_NS: u64 = 2_000_000;
+/// ... within this window (a tenth of it) ...
+const SHARED_WINDOW_NS: u64 = 20_000_000;
+/// ... for this long; then it spins again (and pauses again if its core is still shared).
+const SPIN_PAUSE_NS: u64 = 100_000_000;
 /// How long start-up waits for every connection.
 const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -103,6 +115,45 @@ fn realtime_ns() -> u64 {
 impl Default for Clock {
     fn default() -> Self {
         Clock::new()
+    }
+}
+
+/// Decides whether a `--idle spin` thread may spin, from how long it waits for its CPU: a
+/// thread that waited [`SHARED_WAIT_NS`] within [`SHARED_WINDOW_NS`] shares its core, and sleeps
+/// while it waits for replies for [`SPIN_PAUSE_NS`]. Time and the run delay are passed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpinGuard {
+    window_start_ns: u64,
+    window_start_delay_ns: u64,
+    paused_until_ns: u64,
+}
+
+impl SpinGuard {
+    /// A guard that allows spinning, counting from `now_ns` and the run delay `delay_ns`.
+    pub fn new(now_ns: u64, delay_ns: u64) -> SpinGuard {
+        SpinGuard {
+            window_start_ns: now_ns,
+            window_start_delay_ns: delay_ns,
+            paused_until_ns: 0,
+        }
+    }
+
+    /// Takes a reading of the thread's run delay (`delay_ns`, a running total) at `now_ns`.
+    pub fn observe(&mut self, now_ns: u64, delay_ns: u64) {
+        let waited = delay_ns.saturating_sub(self.window_start_delay_ns);
+        let shared = waited >= SHARED_WAIT_NS;
+        if shared {
+            self.paused_until_ns = now_ns + SPIN_PAUSE_NS;
+        }
+        if shared || now_ns.saturating_sub(self.window_start_ns) >= SHARED_WINDOW_NS {
+            self.window_start_ns = now_ns;
+            self.window_start_delay_ns = delay_ns;
+        }
+    }
+
+    /// Whether the thread may spin at `now_ns`.
+    pub fn may_spin(&self, now_ns: u64) -> bool {
+        now_ns >= self.paused_until_ns
     }
 }
 
@@ -160,6 +211,11 @@ pub struct ThreadStats {
     pub rx_kernel: u64,
     /// Connections on which `SO_TIMESTAMPING` could not be set.
     pub stamp_failures: u64,
+    /// Time in the window the thread was runnable but waited for its CPU, ns.
+    pub cpu_wait_ns: u64,
+    /// `--idle spin`: time in the window the thread slept instead of spinning, because its core
+    /// was shared (see [`SpinGuard`]), ns.
+    pub spin_paused_ns: u64,
     /// Replies per [`OpKind`] (index order of `OpKind::ALL`).
     pub counts: [u64; 4],
     /// Errors.
@@ -205,6 +261,8 @@ impl ThreadStats {
             tx_kernel: 0,
             rx_kernel: 0,
             stamp_failures: 0,
+            cpu_wait_ns: 0,
+            spin_paused_ns: 0,
             counts: [0; 4],
             errors: ErrorCounts::default(),
             verify: VerifyCounts::default(),
@@ -314,6 +372,12 @@ struct Worker {
     ready_events: Vec<(u64, u32)>,
     // Kernel timestamps.
     idle: Idle,
+    spin_guard: SpinGuard,
+    /// This thread's scheduler statistics, where the kernel keeps them.
+    sched: Option<sys::SchedStat>,
+    /// Run delay and time at the last housekeeping pass.
+    last_delay_ns: u64,
+    last_housekeeping_ns: u64,
     stamp_clock: StampClock,
     errqueue: ErrQueue,
     control: Vec<u8>,
@@ -485,6 +549,10 @@ impl Worker {
             next_housekeeping_ns: 0,
             ready_events: Vec::new(),
             idle: cfg.idle,
+            spin_guard: SpinGuard::new(0, 0),
+            sched: None,
+            last_delay_ns: 0,
+            last_housekeeping_ns: 0,
             stamp_clock: StampClock::new(),
             errqueue: ErrQueue::new(),
             control: vec![0; tstamp::CONTROL_LEN],
@@ -1091,6 +1159,16 @@ impl Worker {
     /// Looks at the deadlines that passed and at the connections that are not ready, never at
     /// every connection.
     fn housekeeping(&mut self, now: u64) {
+        if let Some(delay) = self.sched.as_ref().and_then(sys::SchedStat::run_delay_ns) {
+            if self.counting(now) && !self.ended {
+                self.stats.cpu_wait_ns += delay.saturating_sub(self.last_delay_ns);
+                if self.idle == Idle::Spin && !self.spin_guard.may_spin(now) {
+                    self.stats.spin_paused_ns += now.saturating_sub(self.last_housekeeping_ns);
+                }
+            }
+            self.spin_guard.observe(now, delay);
+            (self.last_delay_ns, self.last_housekeeping_ns) = (delay, now);
+        }
         if self.shared.stamps != Timestamps::None {
             self.read_stamp_clock();
             self.settle_waiting(now, false);
@@ -1239,6 +1317,15 @@ impl Worker {
         while self.shared.clock.now_ns() < start_ns {
             std::hint::spin_loop();
         }
+        // Opened here: thread-self names the thread that opens it.
+        self.sched = sys::SchedStat::open();
+        self.last_delay_ns = self
+            .sched
+            .as_ref()
+            .and_then(sys::SchedStat::run_delay_ns)
+            .unwrap_or(0);
+        self.last_housekeeping_ns = self.shared.clock.now_ns();
+        self.spin_guard = SpinGuard::new(self.last_housekeeping_ns, self.last_delay_ns);
         let now = self.shared.clock.now_ns();
         for i in 0..self.conns.len() {
             self.refill(i, now);
@@ -1272,17 +1359,20 @@ impl Worker {
             if self.ended && (self.in_flight == 0 || now >= self.drain_deadline) {
                 break;
             }
+            // A thread whose core turned out to be shared does not spin at all for a while.
+            let paused = self.idle == Idle::Spin && !self.spin_guard.may_spin(now);
             let mut deadline = self.next_tick_ns.min(self.next_housekeeping_ns);
             if !self.ended {
                 deadline = deadline.min(self.t_end);
                 if let Some(s) = &self.schedule {
                     // Sleep until shortly before the next arrival, then busy-poll up to it.
-                    deadline = deadline.min(s.peek_ns().saturating_sub(spin_ns));
+                    let window = if paused { 0 } else { spin_ns };
+                    deadline = deadline.min(s.peek_ns().saturating_sub(window));
                 }
             } else {
                 deadline = deadline.min(self.drain_deadline);
             }
-            if self.idle == Idle::Spin && self.in_flight > 0 {
+            if self.idle == Idle::Spin && self.in_flight > 0 && !paused {
                 // A reply is due: poll without sleeping, so that no wake-up delays it.
                 deadline = now;
             }
@@ -1326,6 +1416,35 @@ fn prefill_share(index: usize, connections: usize, keys: u64) -> (u64, u64, u64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spinning_pauses_while_the_thread_waits_for_its_cpu() {
+        const MS: u64 = 1_000_000;
+        const US: u64 = 1_000;
+        let mut g = SpinGuard::new(0, 0);
+        // A core of its own: microseconds of waiting now and then (a kernel worker).
+        for t in 1..=50 {
+            g.observe(t * 2 * MS, t * 20 * US);
+            assert!(g.may_spin(t * 2 * MS), "{t}");
+        }
+        // Two milliseconds of waiting within 20 ms: the core is shared.
+        let (t0, d0) = (100 * MS, MS);
+        g.observe(t0, d0);
+        g.observe(t0 + 2 * MS, d0 + MS);
+        assert!(g.may_spin(t0 + 2 * MS));
+        g.observe(t0 + 4 * MS, d0 + 2 * MS);
+        assert!(!g.may_spin(t0 + 4 * MS));
+        assert!(!g.may_spin(t0 + 4 * MS + SPIN_PAUSE_NS - 1));
+        // Sleeping while it waits, it hardly waits for the CPU: spinning resumes after the
+        // pause ...
+        g.observe(t0 + 50 * MS, d0 + 2 * MS + 10 * US);
+        let t1 = t0 + 4 * MS + SPIN_PAUSE_NS;
+        assert!(g.may_spin(t1));
+        // ... and pauses again as soon as the core turns out to be shared still.
+        g.observe(t1, d0 + 2 * MS + 20 * US);
+        g.observe(t1 + 2 * MS, d0 + 4 * MS + 20 * US);
+        assert!(!g.may_spin(t1 + 2 * MS));
+    }
 
     #[test]
     fn prefill_shares_cover_every_key_once() {
