@@ -112,7 +112,8 @@ impl Default for Config {
 #[serde(rename_all = "snake_case")]
 pub enum Idle {
     /// Busy-poll while any request is in flight (a reply is read the moment it arrives); sleep
-    /// only with nothing in flight, until `spin` before the next arrival.
+    /// only with nothing in flight, until `spin` before the next arrival, or for a while when
+    /// the thread's core turns out to be shared.
     Spin,
     /// Sleep in epoll until a reply or the `spin` window before the next arrival: saves a
     /// core, and every reply waits for the thread's wake-up.

@@ -3,7 +3,7 @@
 //! or library is needed.
 //!
 //! ```text
-//! Report ─▶ write_json (Summary, schema memspin-loadgen/1)
+//! Report ─▶ write_json (Summary, schema memspin-loadgen/2)
 //!        ─▶ write_hgrm (PREFIX-{corrected|service}-{all|get_hit|...}.hgrm, PREFIX-send_lag.hgrm,
 //!                       PREFIX-generator_delay.hgrm)
 //!        ─▶ plot_percentiles (latency by percentile, log scales) ; plot_sweep (latency vs rate)

@@ -597,7 +597,7 @@ pub enum Mode {
     Open,
 }
 
-/// The JSON summary of one run (schema `memspin-loadgen/1`, documented in `loadgen/README.md`).
+/// The JSON summary of one run (schema `memspin-loadgen/2`, documented in `loadgen/README.md`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
     /// Always [`SCHEMA`].

@@ -39,8 +39,7 @@ use hdrhistogram::Histogram;
 
 use crate::arrival::Schedule;
 use crate::client::{Codec, DecodeError, Expect, Reply};
-use crate::config::Config;
-use crate::config::Idle;
+use crate::config::{Config, Idle};
 use crate::conn::{Answered, Conn, ConnState, FlushOutcome, InFlight, ReadOutcome, RxTime};
 use crate::histogram::{LatencySet, OpKind, new_histogram};
 use crate::sys::{self, EDGE, ERROR, ERRQUEUE_BATCH, Epoll, ErrQueue, HANGUP, READABLE, WRITABLE};
@@ -105,6 +104,12 @@ impl Clock {
     }
 }
 
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
 /// The wall clock (`CLOCK_REALTIME`, which software timestamps read), ns since the Unix epoch.
 fn realtime_ns() -> u64 {
     std::time::SystemTime::now()
@@ -112,15 +117,9 @@ fn realtime_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-impl Default for Clock {
-    fn default() -> Self {
-        Clock::new()
-    }
-}
-
 /// Decides whether a `--idle spin` thread may spin, from how long it waits for its CPU: a
 /// thread that waited [`SHARED_WAIT_NS`] within [`SHARED_WINDOW_NS`] shares its core, and sleeps
-/// while it waits for replies for [`SPIN_PAUSE_NS`]. Time and the run delay are passed in.
+/// whenever it waits for [`SPIN_PAUSE_NS`]. Time and the run delay are passed in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpinGuard {
     window_start_ns: u64,
@@ -370,7 +369,7 @@ struct Worker {
     interval_errors: u64,
     next_housekeeping_ns: u64,
     ready_events: Vec<(u64, u32)>,
-    // Kernel timestamps.
+    // Waiting.
     idle: Idle,
     spin_guard: SpinGuard,
     /// This thread's scheduler statistics, where the kernel keeps them.
@@ -378,6 +377,7 @@ struct Worker {
     /// Run delay and time at the last housekeeping pass.
     last_delay_ns: u64,
     last_housekeeping_ns: u64,
+    // Kernel timestamps.
     stamp_clock: StampClock,
     errqueue: ErrQueue,
     control: Vec<u8>,
