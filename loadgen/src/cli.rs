@@ -15,11 +15,12 @@ use clap::{Parser, ValueEnum};
 
 use crate::arrival::ArrivalKind;
 use crate::client::Protocol;
-use crate::config::Config;
+use crate::config::{Config, Idle};
 use crate::output;
 use crate::report::Report;
 use crate::run::run_with_stop;
 use crate::sweep::{sweep, sweep_table};
+use crate::tstamp::Timestamps;
 use crate::workload::KeyDist;
 
 /// A `--cpus` list.
@@ -46,6 +47,26 @@ pub enum ArrivalArg {
     Poisson,
     /// Evenly spaced arrivals.
     Uniform,
+}
+
+/// Idle policies on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IdleArg {
+    /// Busy-poll while requests are in flight.
+    Spin,
+    /// Sleep in epoll until a reply arrives.
+    Sleep,
+}
+
+/// Timestamp sources on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TimestampsArg {
+    /// Kernel software transmit and receive stamps.
+    Software,
+    /// The NIC's stamps (software where the interface has none).
+    Hardware,
+    /// The generator's own clock readings.
+    None,
 }
 
 /// Open-loop memcached load generator with HDR latency histograms. Without --rate it runs a
@@ -127,9 +148,15 @@ pub struct Args {
     /// Open loop: a request sent more than this after its intended time counts as late.
     #[arg(long, value_name = "US", default_value_t = 1000)]
     pub late_us: u64,
-    /// Open loop: busy-poll this many µs before each arrival instead of sleeping (0: always sleep).
+    /// Open loop: busy-poll this many µs before each arrival instead of sleeping, when nothing is in flight (0: sleep up to the arrival).
     #[arg(long, value_name = "US", default_value_t = 50)]
     pub spin_us: u64,
+    /// While requests are in flight: `spin` busy-polls (replies are read as they arrive), `sleep` sleeps in epoll (saves a core; each reply waits for the thread's wake-up).
+    #[arg(long, value_enum, default_value_t = IdleArg::Spin)]
+    pub idle: IdleArg,
+    /// Send and reply times: kernel `software` timestamps, the NIC's `hardware` ones (software where the interface has none), or `none` (the generator's own clock).
+    #[arg(long, value_enum, default_value_t = TimestampsArg::Software)]
+    pub timestamps: TimestampsArg,
     /// Write the JSON summary here (schema in loadgen/README.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -195,6 +222,15 @@ impl Args {
             timeout: Duration::from_millis(self.timeout_ms),
             late_threshold: Duration::from_micros(self.late_us),
             spin: Duration::from_micros(self.spin_us),
+            idle: match self.idle {
+                IdleArg::Spin => Idle::Spin,
+                IdleArg::Sleep => Idle::Sleep,
+            },
+            timestamps: match self.timestamps {
+                TimestampsArg::Software => Timestamps::Software,
+                TimestampsArg::Hardware => Timestamps::Hardware,
+                TimestampsArg::None => Timestamps::None,
+            },
             progress: !self.quiet,
         })
     }
@@ -442,6 +478,37 @@ mod tests {
         cmd.debug_assert();
     }
 
+    /// Every long flag is in the README's options table, and the table names no flag that does
+    /// not exist.
+    #[test]
+    fn readme_options_table_matches_the_flags() {
+        const README: &str = include_str!("../README.md");
+        let start = README.find("## Options").expect("an Options section");
+        let table = &README[start..];
+        let table = &table[..table[3..].find("\n## ").map_or(table.len(), |e| e + 3)];
+        let mut documented = std::collections::BTreeSet::new();
+        for line in table.lines().filter(|l| l.starts_with("| `")) {
+            let first = line.split('|').nth(1).unwrap_or_default();
+            for word in first.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+                if let Some(name) = word.strip_prefix("--") {
+                    documented.insert(name.to_string());
+                }
+            }
+        }
+        let cmd = Args::command();
+        let flags: std::collections::BTreeSet<String> = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|l| !matches!(*l, "help" | "version"))
+            .map(str::to_string)
+            .collect();
+        assert!(flags.contains("idle") && flags.contains("timestamps"));
+        let undocumented: Vec<_> = flags.difference(&documented).collect();
+        let unknown: Vec<_> = documented.difference(&flags).collect();
+        assert!(undocumented.is_empty(), "not in README: {undocumented:?}");
+        assert!(unknown.is_empty(), "in README, not a flag: {unknown:?}");
+    }
+
     #[test]
     fn arguments_become_a_config() {
         let args = Args::try_parse_from([
@@ -480,6 +547,10 @@ mod tests {
             "7",
             "--cpus",
             "0-1",
+            "--idle",
+            "sleep",
+            "--timestamps",
+            "hardware",
         ])
         .unwrap();
         let c = args.config().unwrap();
@@ -497,7 +568,21 @@ mod tests {
         assert!(c.prefill && c.verify);
         assert_eq!(c.seed, 7);
         assert_eq!(c.cpus, Some(vec![0, 1]));
+        assert_eq!((c.idle, c.timestamps), (Idle::Sleep, Timestamps::Hardware));
         assert_eq!(c.check(), Ok(()));
+        // Defaults: busy-poll while requests are in flight, software timestamps.
+        let d = Args::try_parse_from(["memspin-loadgen"])
+            .unwrap()
+            .config()
+            .unwrap();
+        assert_eq!((d.idle, d.timestamps), (Idle::Spin, Timestamps::Software));
+        assert_eq!(
+            d,
+            Config {
+                servers: d.servers.clone(),
+                ..Config::default()
+            }
+        );
         // meta is not offered until servers speak it.
         assert!(Args::try_parse_from(["memspin-loadgen", "--protocol", "meta"]).is_err());
         assert!(

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::arrival::ArrivalKind;
 use crate::client::Protocol;
+use crate::tstamp::Timestamps;
 use crate::verify;
 use crate::workload::{KeyDist, Keyspace, KeyspaceError, Mix, MixError};
 
@@ -61,9 +62,14 @@ pub struct Config {
     pub timeout: Duration,
     /// Open loop: a request sent later than this after its intended time counts as late.
     pub late_threshold: Duration,
-    /// Open loop: busy-poll this long before each arrival instead of sleeping, for send times
-    /// accurate to a microsecond (timed sleeps wake tens of µs late); zero always sleeps.
+    /// Busy-poll this long before each arrival instead of sleeping, for send times accurate to
+    /// a microsecond (timed sleeps wake tens of µs late), when nothing else keeps the thread
+    /// polling; zero sleeps up to the arrival.
     pub spin: Duration,
+    /// What a thread does while it waits for replies.
+    pub idle: Idle,
+    /// Kernel timestamps for send and reply times.
+    pub timestamps: Timestamps,
     /// Print a progress line every second (to stderr).
     pub progress: bool,
 }
@@ -94,7 +100,32 @@ impl Default for Config {
             timeout: Duration::from_secs(1),
             late_threshold: Duration::from_millis(1),
             spin: Duration::from_micros(50),
+            idle: Idle::Spin,
+            timestamps: Timestamps::Software,
             progress: true,
+        }
+    }
+}
+
+/// What a worker thread does while requests are in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Idle {
+    /// Busy-poll while any request is in flight (a reply is read the moment it arrives); sleep
+    /// only with nothing in flight, until `spin` before the next arrival, or for a while when
+    /// the thread's core turns out to be shared.
+    Spin,
+    /// Sleep in epoll until a reply or the `spin` window before the next arrival: saves a
+    /// core, and every reply waits for the thread's wake-up.
+    Sleep,
+}
+
+impl Idle {
+    /// The name used on the command line and in the JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Idle::Spin => "spin",
+            Idle::Sleep => "sleep",
         }
     }
 }
@@ -293,6 +324,10 @@ pub struct ConfigEcho {
     pub late_threshold_us: f64,
     /// Busy-poll window before each arrival, µs.
     pub spin_us: f64,
+    /// `spin` or `sleep`.
+    pub idle: Idle,
+    /// Kernel timestamps asked for: `software`, `hardware` or `none`.
+    pub timestamps: Timestamps,
 }
 
 impl From<&Config> for ConfigEcho {
@@ -319,6 +354,8 @@ impl From<&Config> for ConfigEcho {
             timeout_ms: c.timeout.as_secs_f64() * 1e3,
             late_threshold_us: c.late_threshold.as_secs_f64() * 1e6,
             spin_us: c.spin.as_secs_f64() * 1e6,
+            idle: c.idle,
+            timestamps: c.timestamps,
         }
     }
 }

@@ -3,13 +3,26 @@
 //! owns.
 //!
 //! ```text
-//! encode → out ─write()─▶ socket ─read()─▶ inb → decode against inflight.front()
+//! encode → out ─write()─▶ socket ─read()/recvmsg()─▶ inb → decode against inflight.front()
+//!                           └─ error queue: transmit stamps ─▶ inflight (by stream offset)
 //! ```
+//!
+//! With kernel timestamps on (see [`crate::tstamp`]), every request remembers where it ends in
+//! the byte stream; a transmit stamp names the offset of the last byte of one `write()`, and
+//! stamps every request that ends at or before it and has none yet: first the answered ones
+//! waiting for their stamp (`awaiting`), then those in flight. The error queue is read in
+//! batches rather than once per stamp (about five stamps per system call at 32 connections with
+//! one request in flight each), so a reply may be decoded before its request's stamp is read;
+//! it then waits in `awaiting`, in order, until the worker settles it.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 
+use crate::histogram::OpKind;
+use crate::sys;
+use crate::tstamp::{self, Stamps};
 use crate::verify::KeyState;
 use crate::workload::{Command, Ownership, Picker};
 
@@ -29,10 +42,38 @@ pub struct InFlight {
     pub opaque: u32,
     /// When the request was due (open loop) or sent (closed loop), run-clock ns.
     pub intended_ns: u64,
-    /// When it was handed to the socket, run-clock ns.
+    /// When it was encoded for the socket (the generator's clock), run-clock ns.
     pub sent_ns: u64,
     /// Whether it belongs to the measurement window.
     pub measured: bool,
+    /// Stream offset just past its last byte (bytes since the socket's first).
+    pub end_offset: u64,
+    /// Software transmit stamp, run-clock ns.
+    pub tx_kernel_ns: Option<u64>,
+    /// Hardware transmit stamp, the NIC's clock in ns.
+    pub tx_hw_ns: Option<u64>,
+}
+
+/// When a reply arrived and was handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxTime {
+    /// When the generator read it, run-clock ns.
+    pub handled_ns: u64,
+    /// Kernel software receive stamp, run-clock ns.
+    pub kernel_ns: Option<u64>,
+    /// Hardware receive stamp, the NIC's clock in ns.
+    pub hw_ns: Option<u64>,
+}
+
+/// A reply decoded before its request's transmit stamp was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answered {
+    /// What the reply was.
+    pub kind: OpKind,
+    /// The request, stamped once its transmit stamp is read.
+    pub request: InFlight,
+    /// When the reply came.
+    pub rx: RxTime,
 }
 
 /// Where a connection is in its life.
@@ -52,8 +93,8 @@ pub enum ConnState {
 /// What a read found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadOutcome {
-    /// This many new bytes are in the buffer.
-    Data(usize),
+    /// This many new bytes are in the buffer, with the kernel's receive stamps of the read.
+    Data(usize, Stamps),
     /// Nothing to read right now.
     WouldBlock,
     /// The server closed the connection.
@@ -112,6 +153,16 @@ pub struct Conn {
     pub unready_listed: bool,
     /// Prefill: how many of the owned keys have been sent.
     pub prefill_sent: u64,
+    /// Whether the socket has `SO_TIMESTAMPING` on.
+    pub stamped: bool,
+    /// Bytes handed to the socket since it opened.
+    pub bytes_written: u64,
+    /// Replies waiting for their request's transmit stamp, oldest first.
+    pub awaiting: VecDeque<Answered>,
+    /// Whether the connection is on its worker's list of connections with replies awaiting.
+    pub unsettled: bool,
+    /// Error-queue notifications since the queue was last read.
+    pub errqueue_events: u32,
 }
 
 impl Conn {
@@ -144,7 +195,74 @@ impl Conn {
             dirty: false,
             unready_listed: false,
             prefill_sent: 0,
+            stamped: false,
+            bytes_written: 0,
+            awaiting: VecDeque::new(),
+            unsettled: false,
+            errqueue_events: 0,
         }
+    }
+
+    /// Stream offset just past the last encoded byte: where a request encoded now ends.
+    #[inline]
+    pub fn encoded_end(&self) -> u64 {
+        self.bytes_written + (self.out.len() - self.out_pos) as u64
+    }
+
+    /// Turns kernel timestamps on (`flags` from [`tstamp::Timestamps::socket_flags`]); call
+    /// once connected, before the first byte is written, so stream offsets count from 0.
+    ///
+    /// # Errors
+    /// The `setsockopt` error; the connection then runs without stamps.
+    pub fn enable_stamps(&mut self, flags: u32) -> io::Result<()> {
+        let Some(stream) = self.stream.as_ref() else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        debug_assert_eq!(
+            self.bytes_written, 0,
+            "stamps enabled after the first write"
+        );
+        sys::set_timestamping(stream.as_raw_fd(), flags)?;
+        self.stamped = true;
+        Ok(())
+    }
+
+    /// Applies a transmit stamp with `OPT_ID` key `key` (software stamp already on the run
+    /// clock, hardware stamp raw) to the requests it covers, answered or in flight; returns how
+    /// many.
+    pub fn apply_tx_stamp(
+        &mut self,
+        key: u32,
+        software_ns: Option<u64>,
+        hw_ns: Option<u64>,
+    ) -> usize {
+        let Some(last) = tstamp::unwrap_key(key, self.bytes_written) else {
+            return 0;
+        };
+        let mut applied = 0;
+        let requests = self.awaiting.iter_mut().map(|a| &mut a.request);
+        for r in requests.chain(self.inflight.iter_mut()) {
+            if r.end_offset > last + 1 {
+                break;
+            }
+            if r.tx_kernel_ns.is_none() && r.tx_hw_ns.is_none() {
+                r.tx_kernel_ns = software_ns;
+                r.tx_hw_ns = hw_ns;
+                applied += 1;
+            }
+        }
+        applied
+    }
+
+    /// Reads the socket's error queue (transmit stamps) into `q`; returns how many messages.
+    ///
+    /// # Errors
+    /// The read error; a missing socket is `NotConnected`.
+    pub fn read_errqueue(&mut self, q: &mut sys::ErrQueue) -> io::Result<usize> {
+        let Some(stream) = self.stream.as_ref() else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        q.recv(stream.as_raw_fd())
     }
 
     /// The version window of owned key `key`.
@@ -186,7 +304,10 @@ impl Conn {
         while self.out_pos < self.out.len() {
             match stream.write(&self.out[self.out_pos..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.out_pos += n,
+                Ok(n) => {
+                    self.out_pos += n;
+                    self.bytes_written += n as u64;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     return Ok(FlushOutcome::Blocked);
                 }
@@ -207,11 +328,12 @@ impl Conn {
     }
 
     /// Reads once into the buffer, making room first (compacting, or growing when one reply
-    /// fills it).
+    /// fills it). With stamps on, reads with `recvmsg` and returns the receive stamps found in
+    /// `control` (at least [`tstamp::CONTROL_LEN`] bytes).
     ///
     /// # Errors
     /// The read error (reset); a missing socket is `NotConnected`.
-    pub fn read_some(&mut self) -> io::Result<ReadOutcome> {
+    pub fn read_some(&mut self, control: &mut [u8]) -> io::Result<ReadOutcome> {
         if self.in_start == self.in_end {
             self.in_start = 0;
             self.in_end = 0;
@@ -231,11 +353,19 @@ impl Conn {
         };
         let mut stream = stream;
         loop {
-            match stream.read(&mut self.inb[self.in_end..]) {
-                Ok(0) => return Ok(ReadOutcome::Closed),
-                Ok(n) => {
+            let res = if self.stamped {
+                sys::recv_with_control(stream.as_raw_fd(), &mut self.inb[self.in_end..], control)
+                    .map(|(n, clen)| (n, tstamp::parse_control(&control[..clen]).stamps))
+            } else {
+                stream
+                    .read(&mut self.inb[self.in_end..])
+                    .map(|n| (n, Stamps::default()))
+            };
+            match res {
+                Ok((0, _)) => return Ok(ReadOutcome::Closed),
+                Ok((n, stamps)) => {
                     self.in_end += n;
-                    return Ok(ReadOutcome::Data(n));
+                    return Ok(ReadOutcome::Data(n, stamps));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     return Ok(ReadOutcome::WouldBlock);
@@ -247,13 +377,19 @@ impl Conn {
     }
 
     /// Drops the socket and every buffered byte; returns the requests that were in flight.
+    /// Replies still awaiting their stamps must have been settled first.
     pub fn close(&mut self) -> VecDeque<InFlight> {
+        debug_assert!(self.awaiting.is_empty(), "replies closed unrecorded");
+        self.awaiting.clear();
+        self.errqueue_events = 0;
         self.stream = None;
         self.out.clear();
         self.out_pos = 0;
         self.in_start = 0;
         self.in_end = 0;
         self.write_interest = false;
+        self.stamped = false;
+        self.bytes_written = 0;
         std::mem::take(&mut self.inflight)
     }
 }
@@ -290,13 +426,14 @@ mod tests {
         let (mut server, _) = listener.accept().unwrap();
         client.set_nonblocking(true).unwrap();
         c.stream = Some(client);
-        assert_eq!(c.read_some().unwrap(), ReadOutcome::WouldBlock);
+        let mut control = [0u8; tstamp::CONTROL_LEN];
+        assert_eq!(c.read_some(&mut control).unwrap(), ReadOutcome::WouldBlock);
         let big = vec![7u8; READ_CHUNK * 3];
         server.write_all(&big).unwrap();
         let mut got = 0;
         while got < big.len() {
-            match c.read_some().unwrap() {
-                ReadOutcome::Data(n) => got += n,
+            match c.read_some(&mut control).unwrap() {
+                ReadOutcome::Data(n, _) => got += n,
                 ReadOutcome::WouldBlock => std::thread::yield_now(),
                 ReadOutcome::Closed => panic!("closed"),
             }
@@ -310,7 +447,7 @@ mod tests {
         server.write_all(&vec![9u8; len_before / 2]).unwrap();
         drop(server);
         loop {
-            match c.read_some().unwrap() {
+            match c.read_some(&mut control).unwrap() {
                 ReadOutcome::Closed => break,
                 _ => std::thread::yield_now(),
             }
@@ -320,5 +457,136 @@ mod tests {
         assert_eq!(c.inb.len(), len_before);
         assert!(c.close().is_empty());
         assert!(c.stream.is_none());
+    }
+
+    fn request(end_offset: u64) -> InFlight {
+        InFlight {
+            command: Command::Get,
+            key: 0,
+            version: 0,
+            opaque: end_offset as u32,
+            intended_ns: 0,
+            sent_ns: 0,
+            measured: true,
+            end_offset,
+            tx_kernel_ns: None,
+            tx_hw_ns: None,
+        }
+    }
+
+    #[test]
+    fn a_transmit_stamp_covers_every_unstamped_request_up_to_its_byte() {
+        let mut c = conn("127.0.0.1:1".parse().unwrap());
+        // Requests of 24 bytes; the first two went out in one write (key 47), the third in the
+        // next (key 71), the fourth is still being written.
+        for end in [24, 48, 72, 96] {
+            c.inflight.push_back(request(end));
+        }
+        c.bytes_written = 80;
+        assert_eq!(c.apply_tx_stamp(47, Some(1_000), None), 2);
+        assert_eq!(c.apply_tx_stamp(71, Some(2_000), None), 1);
+        let tx: Vec<_> = c.inflight.iter().map(|r| r.tx_kernel_ns).collect();
+        assert_eq!(tx, [Some(1_000), Some(1_000), Some(2_000), None]);
+        // A stamp repeated (a retransmission) changes nothing.
+        assert_eq!(c.apply_tx_stamp(47, Some(9_000), None), 0);
+        assert_eq!(c.inflight[0].tx_kernel_ns, Some(1_000));
+        // A lost stamp: the later one stamps the earlier request too.
+        c.bytes_written = 96;
+        c.inflight.pop_front();
+        c.inflight.push_back(request(120));
+        c.bytes_written = 120;
+        assert_eq!(c.apply_tx_stamp(119, None, Some(77)), 2);
+        assert_eq!(c.inflight[2].tx_hw_ns, Some(77));
+        assert_eq!(c.inflight[3].tx_hw_ns, Some(77));
+        // Answered requests awaiting their stamp come first in the stream and are stamped too.
+        let answered = c.inflight.pop_front().unwrap();
+        c.awaiting.push_back(Answered {
+            kind: OpKind::GetHit,
+            request: InFlight {
+                tx_kernel_ns: None,
+                ..answered
+            },
+            rx: RxTime {
+                handled_ns: 0,
+                kernel_ns: None,
+                hw_ns: None,
+            },
+        });
+        c.inflight.push_back(request(144));
+        c.bytes_written = 144;
+        assert_eq!(c.apply_tx_stamp(143, Some(5_000), None), 2);
+        assert_eq!(c.awaiting[0].request.tx_kernel_ns, Some(5_000));
+        assert_eq!(c.inflight.back().unwrap().tx_kernel_ns, Some(5_000));
+        // Nothing written: no offset to match.
+        let mut fresh = conn("127.0.0.1:1".parse().unwrap());
+        fresh.inflight.push_back(request(24));
+        assert_eq!(fresh.apply_tx_stamp(23, Some(1), None), 0);
+    }
+
+    /// The kernel's part: on loopback a write produces a software transmit stamp keyed by its
+    /// last byte, and a read carries a software receive stamp.
+    #[test]
+    fn loopback_gives_transmit_and_receive_stamps() {
+        use crate::tstamp::Timestamps;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut c = conn(addr);
+        let client = TcpStream::connect(addr).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        client.set_nonblocking(true).unwrap();
+        c.stream = Some(client);
+        c.enable_stamps(Timestamps::Software.socket_flags().unwrap())
+            .unwrap();
+        assert!(c.stamped);
+        for end in [10, 30] {
+            c.inflight.push_back(request(end));
+        }
+        c.out.extend_from_slice(&[b'a'; 10]);
+        assert_eq!(c.encoded_end(), 10);
+        assert_eq!(c.flush().unwrap(), FlushOutcome::Done);
+        c.out.extend_from_slice(&[b'b'; 20]);
+        assert_eq!(c.encoded_end(), 30);
+        assert_eq!(c.flush().unwrap(), FlushOutcome::Done);
+        assert_eq!(c.bytes_written, 30);
+        let mut q = sys::ErrQueue::new();
+        let mut keys = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while keys.len() < 2 && std::time::Instant::now() < deadline {
+            let n = c.read_errqueue(&mut q).unwrap();
+            for k in 0..n {
+                let ctl = tstamp::parse_control(q.control(k));
+                assert!(ctl.stamps.software_ns.is_some(), "{ctl:?}");
+                keys.push(ctl.tx_key.unwrap());
+                c.apply_tx_stamp(ctl.tx_key.unwrap(), ctl.stamps.software_ns, None);
+            }
+        }
+        assert_eq!(keys, [9, 29]);
+        assert!(c.inflight.iter().all(|r| r.tx_kernel_ns.is_some()));
+        let mut got = [0u8; 30];
+        server.read_exact(&mut got).unwrap();
+        // The kernel turns receive stamping on for the whole stack from a work queue after
+        // the first socket asks for it, so the first packets may come unstamped.
+        let mut control = [0u8; tstamp::CONTROL_LEN];
+        let mut stamps = Stamps::default();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while stamps.software_ns.is_none() && std::time::Instant::now() < deadline {
+            server.write_all(b"reply").unwrap();
+            stamps = loop {
+                match c.read_some(&mut control).unwrap() {
+                    ReadOutcome::Data(_, stamps) => break stamps,
+                    ReadOutcome::WouldBlock => std::thread::yield_now(),
+                    ReadOutcome::Closed => panic!("closed"),
+                }
+            };
+        }
+        let rx = stamps.software_ns.expect("software receive stamp");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        assert!(rx <= now && now - rx < 10_000_000_000, "{rx} vs {now}");
+        // Closing forgets the stream.
+        c.close();
+        assert!(!c.stamped && c.bytes_written == 0);
     }
 }

@@ -11,6 +11,11 @@
 //!   send) and corrected latency (from the intended send) → merged bucket-wise → report
 //! ```
 //!
+//! While requests are in flight a thread busy-polls (`--idle spin`), so a reply is read as it
+//! arrives; send and reply times are the kernel's timestamps where the socket gives them
+//! ([`tstamp`]), so the service time excludes the generator's own scheduling, and the delay
+//! between a reply's arrival and its handling is reported on its own (the generator delay).
+//!
 //! In open loop (`--rate`) a request that cannot go out on time keeps its intended send time,
 //! so queueing in the generator or on a stalled server shows up in the corrected latency; the
 //! send lag, late and never-sent requests are counted, and the arrival gaps are checked with a
@@ -33,6 +38,7 @@ mod run;
 pub mod sweep;
 pub mod sys;
 pub mod timeouts;
+pub mod tstamp;
 pub mod verify;
 pub mod worker;
 pub mod workload;

@@ -3,8 +3,9 @@
 //! or library is needed.
 //!
 //! ```text
-//! Report ─▶ write_json (Summary, schema memspin-loadgen/1)
-//!        ─▶ write_hgrm (PREFIX-{corrected|service}-{all|get_hit|...}.hgrm, PREFIX-send_lag.hgrm)
+//! Report ─▶ write_json (Summary, schema memspin-loadgen/2)
+//!        ─▶ write_hgrm (PREFIX-{corrected|service}-{all|get_hit|...}.hgrm, PREFIX-send_lag.hgrm,
+//!                       PREFIX-generator_delay.hgrm)
 //!        ─▶ plot_percentiles (latency by percentile, log scales) ; plot_sweep (latency vs rate)
 //! ```
 
@@ -69,7 +70,8 @@ pub fn write_sweep_json(path: &Path, reports: &[Report]) -> io::Result<()> {
 }
 
 /// Writes one `.hgrm` file per non-empty histogram of `report`: `PREFIX-corrected-all.hgrm`,
-/// `PREFIX-service-get_hit.hgrm`, ..., `PREFIX-send_lag.hgrm`; values in milliseconds.
+/// `PREFIX-service-get_hit.hgrm`, ..., `PREFIX-send_lag.hgrm`, `PREFIX-generator_delay.hgrm`;
+/// values in milliseconds.
 /// Returns the paths written.
 ///
 /// # Errors
@@ -99,6 +101,7 @@ pub fn write_hgrm(prefix: &str, report: &Report) -> io::Result<Vec<PathBuf>> {
     if report.config.rate.is_some() {
         put("send_lag".to_string(), &report.send_lag)?;
     }
+    put("generator_delay".to_string(), &report.generator_delay)?;
     Ok(written)
 }
 

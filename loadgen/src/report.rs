@@ -13,16 +13,44 @@ use serde::Serialize;
 
 use crate::arrival::{ArrivalKind, GapCheck};
 use crate::client::Protocol;
+use crate::config::Idle;
 use crate::config::{Config, ConfigEcho};
 use crate::histogram::{LatencySet, OpKind, Percentiles, new_histogram};
+use crate::tstamp::Timestamps;
 use crate::verify::VerifyCounts;
 use crate::worker::{ErrorCounts, ThreadStats};
 
-/// Version tag of the JSON summary; bumped when a documented field changes meaning.
-pub const SCHEMA: &str = "memspin-loadgen/1";
+/// Version tag of the JSON summary; bumped when a documented field changes meaning (2: send
+/// and reply times are kernel timestamps where the socket gives them).
+pub const SCHEMA: &str = "memspin-loadgen/2";
 
 /// Achieved/target rate below which the open-loop rate check fails.
 pub const RATE_TOLERANCE: f64 = 0.02;
+
+/// Generator delay p50 above this share of the service time p50 is reported as suspect.
+pub const GENERATOR_DELAY_SHARE: f64 = 0.10;
+
+/// Share of replies with kernel stamps below which the report says the rest fell back.
+pub const STAMP_COVERAGE: f64 = 0.99;
+
+/// The kernel timestamps a run used, as decided before it started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StampSummary {
+    /// What the sockets were set up for.
+    pub source: Timestamps,
+    /// Why that differs from what was asked for, or `None`.
+    pub note: Option<String>,
+}
+
+impl StampSummary {
+    /// Exactly what `config` asked for, with no note.
+    pub fn as_asked(config: &Config) -> StampSummary {
+        StampSummary {
+            source: config.timestamps,
+            note: None,
+        }
+    }
+}
 
 /// Everything a run measured, merged over threads.
 #[derive(Debug, Clone)]
@@ -37,6 +65,21 @@ pub struct Report {
     pub send_lag: Histogram<u64>,
     /// Open loop: the generator's own share of the send lag, ns.
     pub generator_lag: Histogram<u64>,
+    /// From a reply's kernel receive stamp to the generator handling it, ns.
+    pub generator_delay: Histogram<u64>,
+    /// The kernel timestamps used.
+    pub timestamps: StampSummary,
+    /// Measured replies whose send time was a kernel transmit stamp.
+    pub tx_kernel: u64,
+    /// Measured replies whose reply time was a kernel receive stamp.
+    pub rx_kernel: u64,
+    /// Connections on which `SO_TIMESTAMPING` could not be set.
+    pub stamp_failures: u64,
+    /// Thread time in the window the worker threads were runnable but waited for a CPU.
+    pub cpu_wait: Duration,
+    /// `--idle spin`: thread time in the window spent sleeping instead of spinning because the
+    /// thread's core was shared.
+    pub spin_paused: Duration,
     /// Replies per op kind, in `OpKind::ALL` order.
     pub counts: [u64; 4],
     /// Error counters.
@@ -82,6 +125,7 @@ impl Report {
         config: &Config,
         threads: Vec<ThreadStats>,
         prefill_seconds: Option<f64>,
+        timestamps: StampSummary,
     ) -> Report {
         let open = config.is_open_loop();
         let mut r = Report {
@@ -90,6 +134,13 @@ impl Report {
             corrected: open.then(LatencySet::new),
             send_lag: new_histogram(),
             generator_lag: new_histogram(),
+            generator_delay: new_histogram(),
+            timestamps,
+            tx_kernel: 0,
+            rx_kernel: 0,
+            stamp_failures: 0,
+            cpu_wait: Duration::ZERO,
+            spin_paused: Duration::ZERO,
             counts: [0; 4],
             errors: ErrorCounts::default(),
             verify: VerifyCounts::default(),
@@ -119,6 +170,14 @@ impl Report {
             }
             r.send_lag.add(&t.send_lag).expect("same bounds");
             r.generator_lag.add(&t.generator_lag).expect("same bounds");
+            r.generator_delay
+                .add(&t.generator_delay)
+                .expect("same bounds");
+            r.tx_kernel += t.tx_kernel;
+            r.rx_kernel += t.rx_kernel;
+            r.stamp_failures += t.stamp_failures;
+            r.cpu_wait += Duration::from_nanos(t.cpu_wait_ns);
+            r.spin_paused += Duration::from_nanos(t.spin_paused_ns);
             for (a, b) in r.counts.iter_mut().zip(t.counts) {
                 *a += b;
             }
@@ -231,6 +290,51 @@ impl Report {
                 ));
             }
         }
+        if let Some(note) = &self.timestamps.note {
+            w.push(note.clone());
+        }
+        let replies = self.completed();
+        if self.timestamps.source != Timestamps::None && replies >= 100 {
+            let share = |n: u64| n as f64 / replies as f64;
+            if share(self.tx_kernel) < STAMP_COVERAGE || share(self.rx_kernel) < STAMP_COVERAGE {
+                w.push(format!(
+                    "kernel {} timestamps on only {} of {replies} sends and {} of {replies} replies: the others use the generator's own clock readings (the device may not stamp every packet)",
+                    self.timestamps.source, self.tx_kernel, self.rx_kernel
+                ));
+            }
+        }
+        if self.stamp_failures > 0 {
+            w.push(format!(
+                "SO_TIMESTAMPING could not be set on {} connection(s): their times are the generator's own clock readings",
+                self.stamp_failures
+            ));
+        }
+        if !self.spin_paused.is_zero() {
+            let per_thread = |d: Duration| {
+                let share = d.as_secs_f64() / c.threads.max(1) as f64;
+                (100.0 * share / self.window.as_secs_f64().max(1e-9)).min(100.0)
+            };
+            w.push(format!(
+                "the generator's threads waited for their CPU {:.0} % of the window: their cores are shared (another busy process, or the server itself), so for {:.0} % of it they slept while replies were due instead of busy-polling against it, and replies waited for their wake-up (see the generator delay); give the generator cores of its own",
+                per_thread(self.cpu_wait),
+                per_thread(self.spin_paused)
+            ));
+        }
+        let delay = Percentiles::of(&self.generator_delay);
+        let service_p50 = Percentiles::of(&self.service.all()).p50;
+        if delay.count > 0 && delay.p50 > GENERATOR_DELAY_SHARE * service_p50 {
+            let why = match c.idle {
+                Idle::Sleep => "it sleeps while replies are due (--idle sleep)",
+                Idle::Spin => {
+                    "its core is shared, or it has more replies than it reads in time (add --threads)"
+                }
+            };
+            w.push(format!(
+                "GENERATOR DELAY: replies waited {:.1} µs (p50) between their arrival in the kernel and the generator reading them, more than {:.0} % of the service time p50 ({service_p50:.1} µs): {why}. The service times exclude it (kernel timestamps), but each next request goes out that much later",
+                delay.p50,
+                GENERATOR_DELAY_SHARE * 100.0,
+            ));
+        }
         if self.errors.total() > 0 {
             let e = &self.errors;
             w.push(format!(
@@ -323,6 +427,18 @@ impl Report {
             latency_us: Latencies {
                 service: lat(&self.service),
                 corrected: self.corrected.as_ref().map(lat),
+                generator_delay: Percentiles::of(&self.generator_delay),
+            },
+            generator: GeneratorJson {
+                cpu_wait_s: self.cpu_wait.as_secs_f64(),
+                spin_paused_s: self.spin_paused.as_secs_f64(),
+            },
+            timestamps: TimestampsJson {
+                source: self.timestamps.source,
+                note: self.timestamps.note.clone(),
+                replies: self.completed(),
+                tx_kernel: self.tx_kernel,
+                rx_kernel: self.rx_kernel,
             },
             open_loop,
             verify: c.verify.then_some(self.verify),
@@ -379,6 +495,9 @@ impl Report {
             rows("corrected", corrected);
         }
         rows("service", &self.service);
+        if !self.generator_delay.is_empty() {
+            row(&mut out, "generator delay", &self.generator_delay);
+        }
         if c.rate.is_some() {
             row(&mut out, "send lag", &self.send_lag);
             let _ = writeln!(
@@ -417,6 +536,15 @@ impl Report {
                 }
             }
         }
+        let _ = writeln!(
+            out,
+            "timestamps: {} (kernel transmit stamps on {} of {} replies, receive stamps on {}); idle {}",
+            self.timestamps.source,
+            self.tx_kernel,
+            self.completed(),
+            self.rx_kernel,
+            c.idle.name()
+        );
         let e = &self.errors;
         let _ = writeln!(
             out,
@@ -469,7 +597,7 @@ pub enum Mode {
     Open,
 }
 
-/// The JSON summary of one run (schema `memspin-loadgen/1`, documented in `loadgen/README.md`).
+/// The JSON summary of one run (schema `memspin-loadgen/2`, documented in `loadgen/README.md`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
     /// Always [`SCHEMA`].
@@ -498,6 +626,10 @@ pub struct Summary {
     pub errors: ErrorSummary,
     /// Latency percentiles, µs.
     pub latency_us: Latencies,
+    /// How the generator's threads fared on their cores.
+    pub generator: GeneratorJson,
+    /// The kernel timestamps used.
+    pub timestamps: TimestampsJson,
     /// Open-loop details; null in closed loop.
     pub open_loop: Option<OpenLoop>,
     /// Verification counters; null without `--verify`.
@@ -553,6 +685,33 @@ pub struct Latencies {
     pub service: OpLatencies,
     /// From the intended send time to the reply; null in closed loop.
     pub corrected: Option<OpLatencies>,
+    /// From a reply's kernel receive stamp to the generator handling it.
+    pub generator_delay: Percentiles,
+}
+
+/// How the generator's threads fared on their cores.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GeneratorJson {
+    /// Thread seconds in the window the threads were runnable but waited for a CPU.
+    pub cpu_wait_s: f64,
+    /// Thread seconds in the window spent sleeping instead of busy-polling because a thread's
+    /// core was shared (`--idle spin`).
+    pub spin_paused_s: f64,
+}
+
+/// Which kernel timestamps the times came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TimestampsJson {
+    /// `software`, `hardware` or `none`.
+    pub source: Timestamps,
+    /// Why the source differs from `config.timestamps`, or null.
+    pub note: Option<String>,
+    /// Measured replies.
+    pub replies: u64,
+    /// Of those, sent at a kernel transmit stamp.
+    pub tx_kernel: u64,
+    /// Of those, received at a kernel receive stamp.
+    pub rx_kernel: u64,
 }
 
 /// Open-loop schedule keeping.
@@ -630,7 +789,12 @@ mod tests {
                         s.generator_lag.record(500 + i).unwrap();
                     }
                     s.counts[kind.index()] += 1;
+                    // 0.5-1.5 µs: well under 10 % of the ~25 µs service time.
+                    s.generator_delay.record(500 + i).unwrap();
                 }
+                s.tx_kernel = 1_000;
+                s.rx_kernel = 1_000;
+                s.cpu_wait_ns = 1_000_000;
                 s.errors.timeout = if open { t } else { 0 };
                 s.verify.checked = 600;
                 s.scheduled = 1_000;
@@ -647,6 +811,13 @@ mod tests {
                 s
             })
             .collect()
+    }
+
+    fn stamps() -> StampSummary {
+        StampSummary {
+            source: Timestamps::Software,
+            note: None,
+        }
     }
 
     fn config(open: bool) -> Config {
@@ -712,7 +883,12 @@ mod tests {
     }
 
     fn json(open: bool) -> Value {
-        let r = Report::from_threads(&config(open), threads(open), open.then_some(0.25));
+        let r = Report::from_threads(
+            &config(open),
+            threads(open),
+            open.then_some(0.25),
+            StampSummary::as_asked(&config(open)),
+        );
         let text = serde_json::to_string_pretty(&r.summary()).unwrap();
         serde_json::from_str(&text).unwrap()
     }
@@ -794,7 +970,7 @@ mod tests {
 
     #[test]
     fn table_lists_both_latencies_and_the_warnings() {
-        let r = Report::from_threads(&config(true), threads(true), None);
+        let r = Report::from_threads(&config(true), threads(true), None, stamps());
         let t = r.table();
         assert!(t.contains("open loop at 1000/s (poisson)"), "{t}");
         assert!(t.contains("corrected all"), "{t}");
@@ -809,7 +985,7 @@ mod tests {
         for col in ["p50", "p90", "p99", "p99.9", "p99.99", "max"] {
             assert!(header.contains(col), "{header}");
         }
-        let closed = Report::from_threads(&config(false), threads(false), None).table();
+        let closed = Report::from_threads(&config(false), threads(false), None, stamps()).table();
         assert!(
             !closed.contains("corrected") && !closed.contains("WARNING: RATE"),
             "{closed}"
@@ -825,7 +1001,7 @@ mod tests {
             s.generator_lag = new_histogram();
             s.generator_lag.record(5_000_000).unwrap();
         }
-        let r = Report::from_threads(&config(true), t, None);
+        let r = Report::from_threads(&config(true), t, None, stamps());
         assert!(
             r.warnings.iter().any(|w| w.starts_with("RATE NOT REACHED")),
             "{:?}",
@@ -846,5 +1022,110 @@ mod tests {
             r.warnings
         );
         assert!(!r.summary().open_loop.unwrap().rate_ok);
+    }
+
+    #[test]
+    fn generator_delay_over_a_tenth_of_the_service_time_is_loud() {
+        // threads(): service p50 about 25 µs, generator delay about 1 µs: quiet.
+        let quiet = Report::from_threads(&config(false), threads(false), None, stamps());
+        assert!(quiet.warnings.is_empty(), "{:?}", quiet.warnings);
+        assert!(
+            quiet.table().contains("generator delay"),
+            "{}",
+            quiet.table()
+        );
+        // 3 µs: above 10 % of 25 µs.
+        let mut t = threads(false);
+        for s in &mut t {
+            s.generator_delay = new_histogram();
+            for _ in 0..1_000 {
+                s.generator_delay.record(3_000).unwrap();
+            }
+        }
+        let loud = Report::from_threads(&config(false), t, None, stamps());
+        assert_eq!(loud.warnings.len(), 1, "{:?}", loud.warnings);
+        assert!(
+            loud.warnings[0].starts_with("GENERATOR DELAY: replies waited 3.0 µs (p50)")
+                && loud.warnings[0].contains("(25.0 µs)"),
+            "{:?}",
+            loud.warnings
+        );
+        let v = serde_json::to_value(loud.summary()).unwrap();
+        assert_eq!(v["latency_us"]["generator_delay"]["count"], 2_000);
+        let p50 = v["latency_us"]["generator_delay"]["p50"].as_f64().unwrap();
+        assert!((p50 - 3.0).abs() < 0.01, "{p50}");
+    }
+
+    #[test]
+    fn timestamps_source_note_and_coverage_are_reported() {
+        let fallback = StampSummary {
+            source: Timestamps::Software,
+            note: Some("hardware timestamps unavailable: lo has no hardware stamping".into()),
+        };
+        let mut t = threads(false);
+        // Two sends in a hundred without their transmit stamp.
+        t[0].tx_kernel = 960;
+        let r = Report::from_threads(&config(false), t, None, fallback);
+        let v = serde_json::to_value(r.summary()).unwrap();
+        assert_eq!(v["config"]["timestamps"], "software");
+        assert_eq!(v["config"]["idle"], "spin");
+        assert_eq!(v["timestamps"]["source"], "software");
+        assert_eq!(
+            v["timestamps"]["note"],
+            "hardware timestamps unavailable: lo has no hardware stamping"
+        );
+        assert_eq!(v["timestamps"]["replies"], 2_000);
+        assert_eq!(v["timestamps"]["tx_kernel"], 1_960);
+        assert_eq!(v["timestamps"]["rx_kernel"], 2_000);
+        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+        assert!(r.warnings[0].contains("lo has no hardware stamping"));
+        assert!(
+            r.warnings[1].contains("on only 1960 of 2000 sends"),
+            "{:?}",
+            r.warnings
+        );
+        assert!(
+            r.table().contains(
+                "timestamps: software (kernel transmit stamps on 1960 of 2000 replies, receive stamps on 2000); idle spin"
+            ),
+            "{}",
+            r.table()
+        );
+        // Without kernel stamps nothing is expected of them.
+        let mut t = threads(false);
+        for s in &mut t {
+            (s.tx_kernel, s.rx_kernel) = (0, 0);
+            s.generator_delay = new_histogram();
+        }
+        let none = StampSummary {
+            source: Timestamps::None,
+            note: None,
+        };
+        let r = Report::from_threads(&config(false), t, None, none);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        assert!(!r.table().contains("generator delay"), "{}", r.table());
+        let v = serde_json::to_value(r.summary()).unwrap();
+        assert_eq!(v["timestamps"]["source"], "none");
+        assert!(v["timestamps"]["note"].is_null());
+        assert_eq!(v["latency_us"]["generator_delay"]["count"], 0);
+    }
+
+    #[test]
+    fn a_shared_core_is_reported() {
+        let mut t = threads(false);
+        t[0].spin_paused_ns = 500_000_000;
+        t[0].cpu_wait_ns = 799_000_000;
+        let r = Report::from_threads(&config(false), t, None, stamps());
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        // 0.8 s and 0.5 s of a 2 s window, over two threads.
+        assert!(
+            r.warnings[0].starts_with("the generator's threads waited for their CPU 20 %")
+                && r.warnings[0].contains("for 12 % of it"),
+            "{:?}",
+            r.warnings
+        );
+        let v = serde_json::to_value(r.summary()).unwrap();
+        assert_eq!(v["generator"]["cpu_wait_s"], 0.8);
+        assert_eq!(v["generator"]["spin_paused_s"], 0.5);
     }
 }

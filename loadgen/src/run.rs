@@ -1,5 +1,7 @@
-//! Starting a run: build the keyspace, start and pin the workers, step them through connect,
-//! prefill and start together, print progress once a second, and merge what they measured.
+//! Starting a run: build the keyspace, decide the kernel timestamps (enabling the NIC's for
+//! `--timestamps hardware`, put back afterwards), start and pin the workers, step them through
+//! connect, prefill and start together, print progress once a second, and merge what they
+//! measured.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,7 +16,8 @@ use hdrhistogram::Histogram;
 use crate::client::Codec;
 use crate::config::{Config, ConfigError, MAX_VALUE_SIZE};
 use crate::histogram::{Percentiles, new_histogram};
-use crate::report::Report;
+use crate::report::{Report, StampSummary};
+use crate::tstamp::StampPlan;
 use crate::worker::{Clock, Shared, TICK_NS, Tick, worker_main};
 use crate::workload::{Keyspace, value_pattern};
 
@@ -81,12 +84,27 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
     };
     let threads = config.threads;
     let cores = pick_cores(config);
+    // Kept until the workers are done: dropping it restores the NICs' stamping settings.
+    let stamps = StampPlan::new(config.timestamps, &config.servers);
+    if config.progress {
+        if let Some(note) = &stamps.note {
+            eprintln!("memspin-loadgen: {note}");
+        }
+        let enabled = stamps.enabled_interfaces();
+        if !enabled.is_empty() {
+            eprintln!(
+                "memspin-loadgen: hardware timestamping on for {} until the run ends",
+                enabled.join(", ")
+            );
+        }
+    }
     let shared = Arc::new(Shared {
         config: config.clone(),
         keyspace,
         codec: Codec::new(config.protocol, MAX_VALUE_SIZE.max(config.value_max)),
         pattern,
         clock: Clock::new(),
+        stamps: stamps.source,
         stop,
         barrier: Barrier::new(threads + 1),
         abort: AtomicBool::new(false),
@@ -143,7 +161,17 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
     if panicked {
         return Err(RunError::WorkerPanicked);
     }
-    Ok(Report::from_threads(config, stats, prefill_seconds))
+    let stamp_summary = StampSummary {
+        source: stamps.source,
+        note: stamps.note.clone(),
+    };
+    drop(stamps);
+    Ok(Report::from_threads(
+        config,
+        stats,
+        prefill_seconds,
+        stamp_summary,
+    ))
 }
 
 /// The core of each thread: `--cpus`, or the cores this process may run on; `None` without

@@ -90,6 +90,7 @@ mod tests {
     use super::*;
     use crate::histogram::OpKind;
     use crate::output::plot_sweep;
+    use crate::report::StampSummary;
     use crate::worker::ThreadStats;
 
     /// A report of an open-loop run at `rate` that sent `sent` requests in 1 s with corrected
@@ -107,7 +108,7 @@ mod tests {
             duration: Duration::from_secs(1),
             ..Config::default()
         };
-        Report::from_threads(&cfg, vec![t], None)
+        Report::from_threads(&cfg, vec![t], None, StampSummary::as_asked(&cfg))
     }
 
     #[test]

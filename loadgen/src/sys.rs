@@ -1,10 +1,11 @@
 //! Thin wrappers over the Linux calls the event loop needs: epoll with a nanosecond timeout,
-//! non-blocking TCP connect, and timer slack.
+//! non-blocking TCP connect, timer slack, and kernel timestamps (`SO_TIMESTAMPING`, `recvmsg`
+//! with control messages, the error queue, the interface's hardware stamping).
 //!
 //! Every `unsafe` block is a single libc call on values this module owns.
 
 use std::io;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -15,6 +16,9 @@ pub const READABLE: u32 = libc::EPOLLIN as u32;
 pub const WRITABLE: u32 = libc::EPOLLOUT as u32;
 /// Hang-up or error condition.
 pub const HANGUP: u32 = (libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) as u32;
+/// The error part of [`HANGUP`]: a socket error, or (with `SO_TIMESTAMPING`) transmit stamps
+/// waiting on the error queue.
+pub const ERROR: u32 = libc::EPOLLERR as u32;
 /// Added to an interest: edge-triggered, reported once per change (new bytes, new room, hang-up)
 /// instead of on every wait while the condition holds. The reader must then read until a read
 /// comes back short (or `WouldBlock`), or it is not told about the bytes it left.
@@ -231,12 +235,415 @@ pub fn connect_result(stream: &TcpStream) -> io::Result<()> {
     }
 }
 
+/// The calling thread's scheduler statistics (`/proc/thread-self/schedstat`), kept open and
+/// re-read in place.
+#[derive(Debug)]
+pub struct SchedStat {
+    file: std::fs::File,
+}
+
+impl SchedStat {
+    /// Opens the calling thread's statistics; `None` where the kernel keeps none
+    /// (`CONFIG_SCHED_INFO`).
+    pub fn open() -> Option<SchedStat> {
+        let s = SchedStat {
+            file: std::fs::File::open("/proc/thread-self/schedstat").ok()?,
+        };
+        s.run_delay_ns().map(|_| s)
+    }
+
+    /// Nanoseconds the thread has spent runnable but waiting for a CPU, so far.
+    pub fn run_delay_ns(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        parse_run_delay(std::str::from_utf8(&buf[..n]).ok()?)
+    }
+}
+
+/// The second field of a `schedstat` line (`run_ns run_delay_ns timeslices`).
+pub fn parse_run_delay(line: &str) -> Option<u64> {
+    let mut fields = line.split_ascii_whitespace();
+    fields.next()?.parse::<u64>().ok()?;
+    let delay = fields.next()?.parse().ok()?;
+    fields.next()?.parse::<u64>().ok()?;
+    Some(delay)
+}
+
 /// Sets this thread's timer slack to 1 ns so timed waits wake when asked (the default slack is
 /// 50 µs). Best effort.
 pub fn tighten_timer_slack() {
     // SAFETY: PR_SET_TIMERSLACK takes an integer argument and no pointers.
     unsafe {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+// ---- kernel timestamps ------------------------------------------------------------------
+
+fn setsockopt_u32(fd: RawFd, level: libc::c_int, name: libc::c_int, v: u32) -> io::Result<()> {
+    // SAFETY: `v` lives across the call and the length passed is its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const u32).cast(),
+            size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Sets `SO_TIMESTAMPING` to `flags` on a connected socket (`SOF_TIMESTAMPING_OPT_ID` is
+/// refused before the connection exists).
+///
+/// # Errors
+/// The `setsockopt` error.
+pub fn set_timestamping(fd: RawFd, flags: u32) -> io::Result<()> {
+    setsockopt_u32(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, flags)
+}
+
+/// Whether this kernel takes `SO_TIMESTAMPING` for `mode` (tried on a UDP socket, without the
+/// flags that need a connection).
+///
+/// # Errors
+/// The `socket` or `setsockopt` error.
+pub fn probe_timestamping(mode: crate::tstamp::Timestamps) -> io::Result<()> {
+    let Some(flags) = mode.socket_flags() else {
+        return Ok(());
+    };
+    let socket = UdpSocket::bind("127.0.0.1:0")?;
+    set_timestamping(socket.as_raw_fd(), flags & !libc::SOF_TIMESTAMPING_OPT_ID)
+}
+
+/// `msg_controllen` as a length (`size_t` with glibc, `socklen_t` with musl).
+fn controllen<T: TryInto<usize>>(v: T) -> usize {
+    v.try_into().unwrap_or(0)
+}
+
+/// `recvmsg` into `buf` with the control messages into `control`; returns the bytes read and
+/// the length of the control area the kernel filled (0 when it had none).
+///
+/// # Errors
+/// The `recvmsg` error (`WouldBlock` on a non-blocking socket with nothing to read).
+pub fn recv_with_control(
+    fd: RawFd,
+    buf: &mut [u8],
+    control: &mut [u8],
+) -> io::Result<(usize, usize)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = control.len() as _;
+    // SAFETY: `msg` points at `iov` and `control`, which outlive the call and have the lengths
+    // given; the kernel writes within them.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((
+        n as usize,
+        controllen(msg.msg_controllen).min(control.len()),
+    ))
+}
+
+/// Error-queue messages read per system call.
+pub const ERRQUEUE_BATCH: usize = 16;
+
+/// Control buffers for reading a socket's error queue in batches.
+#[derive(Debug)]
+pub struct ErrQueue {
+    control: Vec<u8>,
+    lens: [usize; ERRQUEUE_BATCH],
+}
+
+impl Default for ErrQueue {
+    fn default() -> Self {
+        ErrQueue::new()
+    }
+}
+
+impl ErrQueue {
+    /// Buffers for [`ERRQUEUE_BATCH`] messages.
+    pub fn new() -> ErrQueue {
+        ErrQueue {
+            control: vec![0; ERRQUEUE_BATCH * crate::tstamp::CONTROL_LEN],
+            lens: [0; ERRQUEUE_BATCH],
+        }
+    }
+
+    /// Reads up to [`ERRQUEUE_BATCH`] messages from `fd`'s error queue without waiting
+    /// (`recvmmsg` with `MSG_ERRQUEUE`); returns how many. Their control areas are
+    /// [`ErrQueue::control`]`(0..n)`.
+    ///
+    /// # Errors
+    /// The `recvmmsg` error; an empty queue is `Ok(0)`.
+    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        const LEN: usize = crate::tstamp::CONTROL_LEN;
+        // SAFETY: an all-zero mmsghdr is valid (no iovecs, no name, no control).
+        let mut hdrs: [libc::mmsghdr; ERRQUEUE_BATCH] = unsafe { std::mem::zeroed() };
+        for (k, h) in hdrs.iter_mut().enumerate() {
+            h.msg_hdr.msg_control = self.control[k * LEN..].as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = LEN as _;
+        }
+        // SAFETY: every header points at its own LEN bytes of `self.control`, alive and not
+        // otherwise borrowed during the call; no iovecs (the stamps come without payload).
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                hdrs.as_mut_ptr(),
+                ERRQUEUE_BATCH as libc::c_uint,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
+        }
+        let n = n as usize;
+        for (len, h) in self.lens.iter_mut().zip(&hdrs).take(n) {
+            *len = controllen(h.msg_hdr.msg_controllen).min(LEN);
+        }
+        Ok(n)
+    }
+
+    /// The control area of message `k` of the last [`ErrQueue::recv`].
+    pub fn control(&self, k: usize) -> &[u8] {
+        const LEN: usize = crate::tstamp::CONTROL_LEN;
+        &self.control[k * LEN..k * LEN + self.lens[k]]
+    }
+}
+
+/// The name of the interface a connection to `server` leaves through: the interface holding
+/// the local address the kernel picks for it (found with a connected UDP socket, which sends
+/// nothing).
+///
+/// # Errors
+/// No route, or no interface with that address.
+pub fn route_interface(server: &SocketAddr) -> io::Result<String> {
+    let bind = match server {
+        SocketAddr::V4(_) => "0.0.0.0:0",
+        SocketAddr::V6(_) => "[::]:0",
+    };
+    let probe = UdpSocket::bind(bind)?;
+    probe.connect(server)?;
+    let local = probe.local_addr()?.ip();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list that is freed below.
+    if unsafe { libc::getifaddrs(&mut head) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null ifa_addr points at a sockaddr whose family says its layout.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        let ip: Option<std::net::IpAddr> = match family {
+            libc::AF_INET => {
+                // SAFETY: AF_INET addresses are sockaddr_in.
+                let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
+                Some(std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()).into())
+            }
+            libc::AF_INET6 => {
+                // SAFETY: AF_INET6 addresses are sockaddr_in6.
+                let sin6 = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
+                Some(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr).into())
+            }
+            _ => None,
+        };
+        if ip == Some(local) {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+            found = Some(name.to_string_lossy().into_owned());
+            break;
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once; no reference into it remains.
+    unsafe { libc::freeifaddrs(head) };
+    found.ok_or_else(|| io::Error::other(format!("no interface holds {local}")))
+}
+
+/// An interface's timestamping capabilities (`ETHTOOL_GET_TS_INFO`, as `ethtool -T` shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TsInfo {
+    /// `SOF_TIMESTAMPING_*` flags the interface supports.
+    pub so_timestamping: u32,
+    /// Its PTP hardware clock, -1 for none.
+    pub phc_index: i32,
+    /// Bit `1 << HWTSTAMP_TX_*` per transmit mode offered.
+    pub tx_types: u32,
+    /// Bit `1 << HWTSTAMP_FILTER_*` per receive filter offered.
+    pub rx_filters: u32,
+}
+
+/// `struct ethtool_ts_info`.
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolTsInfo {
+    cmd: u32,
+    so_timestamping: u32,
+    phc_index: i32,
+    tx_types: u32,
+    tx_reserved: [u32; 3],
+    rx_filters: u32,
+    rx_reserved: [u32; 3],
+}
+
+const ETHTOOL_GET_TS_INFO: u32 = 0x41;
+
+/// An `ifreq` naming `iface`, its data pointer set to `data`.
+fn ifreq(iface: &str, data: *mut libc::c_void) -> io::Result<libc::ifreq> {
+    let bytes = iface.as_bytes();
+    // SAFETY: an all-zero ifreq is valid (empty name, null pointer).
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    if bytes.len() >= ifr.ifr_name.len() || bytes.contains(&0) {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    for (d, &b) in ifr.ifr_name.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = data.cast();
+    Ok(ifr)
+}
+
+/// `ioctl(request)` with `ifr` on a throwaway datagram socket.
+fn interface_ioctl(request: libc::c_ulong, ifr: &mut libc::ifreq) -> io::Result<()> {
+    let socket = UdpSocket::bind("0.0.0.0:0")?;
+    // SAFETY: `ifr` and whatever its data pointer names outlive the call; the request's
+    // argument is a struct ifreq.
+    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), request as _, ifr as *mut libc::ifreq) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The timestamping capabilities of `iface`.
+///
+/// # Errors
+/// The `SIOCETHTOOL` error (no such interface, ...).
+pub fn ts_info(iface: &str) -> io::Result<TsInfo> {
+    let mut info = EthtoolTsInfo {
+        cmd: ETHTOOL_GET_TS_INFO,
+        ..EthtoolTsInfo::default()
+    };
+    let mut ifr = ifreq(iface, (&mut info as *mut EthtoolTsInfo).cast())?;
+    interface_ioctl(libc::SIOCETHTOOL, &mut ifr)?;
+    Ok(TsInfo {
+        so_timestamping: info.so_timestamping,
+        phc_index: info.phc_index,
+        tx_types: info.tx_types,
+        rx_filters: info.rx_filters,
+    })
+}
+
+fn hwtstamp(
+    iface: &str,
+    request: libc::c_ulong,
+    cfg: &mut libc::hwtstamp_config,
+) -> io::Result<()> {
+    let mut ifr = ifreq(iface, (cfg as *mut libc::hwtstamp_config).cast())?;
+    interface_ioctl(request, &mut ifr)
+}
+
+/// Hardware stamping turned on for one interface (`SIOCSHWTSTAMP`: every transmitted packet,
+/// every received one); the previous setting is put back on drop.
+#[derive(Debug)]
+pub struct HwStampGuard {
+    iface: String,
+    previous: Option<(i32, i32, i32)>,
+}
+
+impl HwStampGuard {
+    /// Turns on transmit stamping and the all-packets receive filter on `iface`, unless they
+    /// are on already. Needs `CAP_NET_ADMIN`.
+    ///
+    /// # Errors
+    /// The `SIOCSHWTSTAMP` error, or a driver that did not take the all-packets filter.
+    pub fn enable(iface: &str) -> io::Result<HwStampGuard> {
+        let mut old = libc::hwtstamp_config {
+            flags: 0,
+            tx_type: 0,
+            rx_filter: 0,
+        };
+        // Drivers without SIOCGHWTSTAMP: assume off.
+        let known = hwtstamp(iface, libc::SIOCGHWTSTAMP, &mut old).is_ok();
+        let on = |c: &libc::hwtstamp_config| {
+            c.tx_type == libc::HWTSTAMP_TX_ON as i32
+                && c.rx_filter == libc::HWTSTAMP_FILTER_ALL as i32
+        };
+        if known && on(&old) {
+            return Ok(HwStampGuard {
+                iface: iface.to_string(),
+                previous: None,
+            });
+        }
+        let mut cfg = libc::hwtstamp_config {
+            flags: 0,
+            tx_type: libc::HWTSTAMP_TX_ON as i32,
+            rx_filter: libc::HWTSTAMP_FILTER_ALL as i32,
+        };
+        hwtstamp(iface, libc::SIOCSHWTSTAMP, &mut cfg)?;
+        let guard = HwStampGuard {
+            iface: iface.to_string(),
+            previous: Some(if known {
+                (old.flags, old.tx_type, old.rx_filter)
+            } else {
+                (
+                    0,
+                    libc::HWTSTAMP_TX_OFF as i32,
+                    libc::HWTSTAMP_FILTER_NONE as i32,
+                )
+            }),
+        };
+        if !on(&cfg) {
+            // The driver answers with what it set; anything narrower misses the replies.
+            return Err(io::Error::other(format!(
+                "the driver set tx_type {} rx_filter {}",
+                cfg.tx_type, cfg.rx_filter
+            )));
+        }
+        Ok(guard)
+    }
+
+    /// The interface.
+    pub fn interface(&self) -> &str {
+        &self.iface
+    }
+}
+
+impl Drop for HwStampGuard {
+    fn drop(&mut self) {
+        if let Some((flags, tx_type, rx_filter)) = self.previous {
+            let mut cfg = libc::hwtstamp_config {
+                flags,
+                tx_type,
+                rx_filter,
+            };
+            let _ = hwtstamp(&self.iface, libc::SIOCSHWTSTAMP, &mut cfg);
+        }
     }
 }
 
@@ -351,5 +758,37 @@ mod tests {
         assert!(took >= Duration::from_micros(1_000), "{took:?}");
         // Generous bound: a loaded 2-vCPU VM still finishes 10 × 200 µs well under 1 s.
         assert!(took < Duration::from_secs(1), "{took:?}");
+    }
+
+    #[test]
+    fn schedstat_gives_the_run_delay() {
+        assert_eq!(parse_run_delay("123 456 7\n"), Some(456));
+        assert_eq!(parse_run_delay("123 456"), None);
+        assert_eq!(parse_run_delay("x 456 7"), None);
+        assert_eq!(parse_run_delay(""), None);
+        // This kernel keeps them; the delay never decreases.
+        let s = SchedStat::open().expect("/proc/thread-self/schedstat");
+        let a = s.run_delay_ns().unwrap();
+        std::thread::yield_now();
+        assert!(s.run_delay_ns().unwrap() >= a);
+    }
+
+    #[test]
+    fn loopback_routes_through_lo_which_stamps_in_software_only() {
+        assert_eq!(
+            route_interface(&"127.0.0.1:11211".parse().unwrap()).unwrap(),
+            "lo"
+        );
+        let info = ts_info("lo").unwrap();
+        assert_ne!(info.so_timestamping & libc::SOF_TIMESTAMPING_RX_SOFTWARE, 0);
+        assert_ne!(info.so_timestamping & libc::SOF_TIMESTAMPING_TX_SOFTWARE, 0);
+        assert_eq!(
+            info.so_timestamping & libc::SOF_TIMESTAMPING_RAW_HARDWARE,
+            0
+        );
+        assert!(ts_info("no-such-if0").is_err());
+        assert!(ts_info("a-name-far-too-long-for-ifreq").is_err());
+        // Loopback has no hardware stamping to turn on.
+        assert!(HwStampGuard::enable("lo").is_err());
     }
 }

@@ -4,8 +4,23 @@
 //!
 //! ```text
 //! Schedule ─due─▶ backlog ─free slot─▶ Conn.out ─write─▶ server
-//! server ─read─▶ Conn.inb ─decode─▶ reply ─▶ LatencySet (service, corrected), verify, counters
+//!                                  error queue ─TX stamp─▶ Conn.inflight (send time)
+//! server ─recvmsg (RX stamp)─▶ Conn.inb ─decode─▶ reply ─▶ LatencySet (service, corrected),
+//!   generator delay (handled − RX stamp), verify, counters
 //! ```
+//!
+//! **Waiting.** A thread that sleeps in `epoll_wait` while a reply is on its way adds its own
+//! wake-up (25–30 µs on a virtual machine) to the time it takes to notice the reply. Under
+//! `--idle spin` (the default) a thread with any request in flight polls without sleeping; with
+//! nothing in flight it sleeps until `--spin-us` before its next arrival, then polls up to it.
+//! `--idle sleep` sleeps whenever it waits (except that window). With kernel timestamps the
+//! service time excludes the wake-up either way; the generator delay shows it.
+//!
+//! Spinning only pays on a core of one's own. A thread whose core is shared (another busy
+//! thread, or the server under test itself, which then waits for the generator's time slice to
+//! end before it can answer) spends much of its time runnable but waiting for the CPU;
+//! [`SpinGuard`] notices that from the thread's run delay (`/proc/thread-self/schedstat`) and
+//! has it sleep whenever it waits, up to each arrival too, for a while.
 //!
 //! The loop's cost grows with the requests sent, not with the connections held: sockets are
 //! watched edge-triggered (the kernel reports a socket again only when something new arrives),
@@ -24,11 +39,12 @@ use hdrhistogram::Histogram;
 
 use crate::arrival::Schedule;
 use crate::client::{Codec, DecodeError, Expect, Reply};
-use crate::config::Config;
-use crate::conn::{Conn, ConnState, FlushOutcome, InFlight, ReadOutcome};
+use crate::config::{Config, Idle};
+use crate::conn::{Answered, Conn, ConnState, FlushOutcome, InFlight, ReadOutcome, RxTime};
 use crate::histogram::{LatencySet, OpKind, new_histogram};
-use crate::sys::{self, EDGE, Epoll, HANGUP, READABLE, WRITABLE};
+use crate::sys::{self, EDGE, ERROR, ERRQUEUE_BATCH, Epoll, ErrQueue, HANGUP, READABLE, WRITABLE};
 use crate::timeouts::TimeoutQueue;
+use crate::tstamp::{self, StampClock, Timestamps};
 use crate::verify::{self, VerifyCounts};
 use crate::workload::{Command, Keyspace, Ownership, Picker, derive_seed};
 
@@ -48,6 +64,18 @@ const PREFILL_DEPTH: usize = 32;
 /// First reconnect delay; it doubles per failure up to [`MAX_BACKOFF_NS`].
 const BACKOFF_NS: u64 = 10_000_000;
 const MAX_BACKOFF_NS: u64 = 1_000_000_000;
+/// Transmit stamps are read from a connection's error queue once this many replies await them
+/// or this many notifications came (each read takes up to `ERRQUEUE_BATCH`).
+const SETTLE_BATCH: usize = 8;
+/// ... or once the oldest reply has waited this long (housekeeping); a reply whose stamp has not
+/// come by then is recorded with the generator's own send time.
+const STAMP_WAIT_NS: u64 = 5_000_000;
+/// Spinning pauses when the thread waited this long for its CPU ...
+const SHARED_WAIT_NS: u64 = 2_000_000;
+/// ... within this window (a tenth of it) ...
+const SHARED_WINDOW_NS: u64 = 20_000_000;
+/// ... for this long; then it spins again (and pauses again if its core is still shared).
+const SPIN_PAUSE_NS: u64 = 100_000_000;
 /// How long start-up waits for every connection.
 const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -79,6 +107,52 @@ impl Clock {
 impl Default for Clock {
     fn default() -> Self {
         Clock::new()
+    }
+}
+
+/// The wall clock (`CLOCK_REALTIME`, which software timestamps read), ns since the Unix epoch.
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Decides whether a `--idle spin` thread may spin, from how long it waits for its CPU: a
+/// thread that waited [`SHARED_WAIT_NS`] within [`SHARED_WINDOW_NS`] shares its core, and sleeps
+/// whenever it waits for [`SPIN_PAUSE_NS`]. Time and the run delay are passed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpinGuard {
+    window_start_ns: u64,
+    window_start_delay_ns: u64,
+    paused_until_ns: u64,
+}
+
+impl SpinGuard {
+    /// A guard that allows spinning, counting from `now_ns` and the run delay `delay_ns`.
+    pub fn new(now_ns: u64, delay_ns: u64) -> SpinGuard {
+        SpinGuard {
+            window_start_ns: now_ns,
+            window_start_delay_ns: delay_ns,
+            paused_until_ns: 0,
+        }
+    }
+
+    /// Takes a reading of the thread's run delay (`delay_ns`, a running total) at `now_ns`.
+    pub fn observe(&mut self, now_ns: u64, delay_ns: u64) {
+        let waited = delay_ns.saturating_sub(self.window_start_delay_ns);
+        let shared = waited >= SHARED_WAIT_NS;
+        if shared {
+            self.paused_until_ns = now_ns + SPIN_PAUSE_NS;
+        }
+        if shared || now_ns.saturating_sub(self.window_start_ns) >= SHARED_WINDOW_NS {
+            self.window_start_ns = now_ns;
+            self.window_start_delay_ns = delay_ns;
+        }
+    }
+
+    /// Whether the thread may spin at `now_ns`.
+    pub fn may_spin(&self, now_ns: u64) -> bool {
+        now_ns >= self.paused_until_ns
     }
 }
 
@@ -128,6 +202,19 @@ pub struct ThreadStats {
     /// Open loop: send lag of requests sent in the loop iteration where they fell due (the
     /// generator's own delay, not waiting for a connection).
     pub generator_lag: Histogram<u64>,
+    /// From a reply's kernel receive stamp to the generator handling it, ns.
+    pub generator_delay: Histogram<u64>,
+    /// Measured replies whose send time was a kernel transmit stamp.
+    pub tx_kernel: u64,
+    /// Measured replies whose reply time was a kernel receive stamp.
+    pub rx_kernel: u64,
+    /// Connections on which `SO_TIMESTAMPING` could not be set.
+    pub stamp_failures: u64,
+    /// Time in the window the thread was runnable but waited for its CPU, ns.
+    pub cpu_wait_ns: u64,
+    /// `--idle spin`: time in the window the thread slept instead of spinning, because its core
+    /// was shared (see [`SpinGuard`]), ns.
+    pub spin_paused_ns: u64,
     /// Replies per [`OpKind`] (index order of `OpKind::ALL`).
     pub counts: [u64; 4],
     /// Errors.
@@ -169,6 +256,12 @@ impl ThreadStats {
             corrected: LatencySet::new(),
             send_lag: new_histogram(),
             generator_lag: new_histogram(),
+            generator_delay: new_histogram(),
+            tx_kernel: 0,
+            rx_kernel: 0,
+            stamp_failures: 0,
+            cpu_wait_ns: 0,
+            spin_paused_ns: 0,
             counts: [0; 4],
             errors: ErrorCounts::default(),
             verify: VerifyCounts::default(),
@@ -209,6 +302,8 @@ pub(crate) struct Shared {
     pub codec: Codec,
     pub pattern: Vec<u8>,
     pub clock: Clock,
+    /// The kernel timestamps sockets are set up for.
+    pub stamps: Timestamps,
     pub stop: Arc<AtomicBool>,
     pub barrier: Barrier,
     pub abort: AtomicBool,
@@ -251,6 +346,8 @@ struct Worker {
     /// Connections that failed and are connecting or down, each once (`Conn::unready_listed`);
     /// some may have become ready since, housekeeping drops those.
     unready: Vec<usize>,
+    /// Connections with replies awaiting their transmit stamps, each once (`Conn::unsettled`).
+    unsettled: Vec<usize>,
     scratch: Vec<u8>,
     // Run window, run-clock ns.
     t0: u64,
@@ -272,6 +369,18 @@ struct Worker {
     interval_errors: u64,
     next_housekeeping_ns: u64,
     ready_events: Vec<(u64, u32)>,
+    // Waiting.
+    idle: Idle,
+    spin_guard: SpinGuard,
+    /// This thread's scheduler statistics, where the kernel keeps them.
+    sched: Option<sys::SchedStat>,
+    /// Run delay and time at the last housekeeping pass.
+    last_delay_ns: u64,
+    last_housekeeping_ns: u64,
+    // Kernel timestamps.
+    stamp_clock: StampClock,
+    errqueue: ErrQueue,
+    control: Vec<u8>,
 }
 
 /// Runs worker `id` to completion: connect, (prefill), run, and return what it measured.
@@ -303,6 +412,7 @@ pub(crate) fn worker_main(
         return ThreadStats::new();
     };
     w.stats.pin_failed = pin_failed;
+    w.read_stamp_clock();
     if shared.config.prefill {
         w.prefill();
     }
@@ -311,6 +421,46 @@ pub(crate) fn worker_main(
     let start_ns = shared.start_ns.load(Ordering::SeqCst);
     w.run(start_ns);
     w.stats
+}
+
+/// Records one reply's latencies: the service time (a hardware pair on the NIC's clock;
+/// otherwise the kernel's software stamps on the run clock, with the generator's own readings
+/// where one is missing), the corrected latency (open loop), the generator delay and the stamp
+/// counts for a measured reply; the progress histogram for every one.
+fn record_reply(
+    stats: &mut ThreadStats,
+    interval: &mut Histogram<u64>,
+    (open_loop, hardware): (bool, bool),
+    kind: OpKind,
+    req: &InFlight,
+    rx: &RxTime,
+) {
+    // The reply's time on the run clock: its kernel arrival when stamped.
+    let reply_ns = rx.kernel_ns.unwrap_or(rx.handled_ns);
+    let service = match (rx.hw_ns, req.tx_hw_ns) {
+        (Some(r), Some(t)) => r.saturating_sub(t),
+        _ => reply_ns.saturating_sub(req.tx_kernel_ns.unwrap_or(req.sent_ns)),
+    };
+    let corrected = reply_ns.saturating_sub(req.intended_ns);
+    if req.measured {
+        if hardware {
+            stats.tx_kernel += u64::from(req.tx_hw_ns.is_some());
+            stats.rx_kernel += u64::from(rx.hw_ns.is_some());
+        } else {
+            stats.tx_kernel += u64::from(req.tx_kernel_ns.is_some());
+            stats.rx_kernel += u64::from(rx.kernel_ns.is_some());
+        }
+        if let Some(k) = rx.kernel_ns {
+            stats
+                .generator_delay
+                .saturating_record(rx.handled_ns.saturating_sub(k).max(1));
+        }
+        stats.service.record(kind, service);
+        if open_loop {
+            stats.corrected.record(kind, corrected);
+        }
+    }
+    interval.saturating_record(if open_loop { corrected } else { service }.max(1));
 }
 
 fn record_connect_error(shared: &Shared, addr: SocketAddr, kind: std::io::ErrorKind) {
@@ -380,6 +530,7 @@ impl Worker {
             dirty: Vec::new(),
             timeouts: TimeoutQueue::new(),
             unready: Vec::new(),
+            unsettled: Vec::new(),
             t0: 0,
             t_end: u64::MAX,
             ended: false,
@@ -397,8 +548,24 @@ impl Worker {
             interval_errors: 0,
             next_housekeeping_ns: 0,
             ready_events: Vec::new(),
+            idle: cfg.idle,
+            spin_guard: SpinGuard::new(0, 0),
+            sched: None,
+            last_delay_ns: 0,
+            last_housekeeping_ns: 0,
+            stamp_clock: StampClock::new(),
+            errqueue: ErrQueue::new(),
+            control: vec![0; tstamp::CONTROL_LEN],
             shared,
         })
+    }
+
+    /// Reads the wall clock against the run clock (see [`StampClock`]).
+    fn read_stamp_clock(&mut self) {
+        let before = self.shared.clock.now_ns();
+        let real = realtime_ns();
+        let after = self.shared.clock.now_ns();
+        self.stamp_clock.update(before, real, after);
     }
 
     fn depth(&self) -> usize {
@@ -468,6 +635,11 @@ impl Worker {
     }
 
     fn became_ready(&mut self, i: usize, now: u64) {
+        if let Some(flags) = self.shared.stamps.socket_flags()
+            && self.conns[i].enable_stamps(flags).is_err()
+        {
+            self.stats.stamp_failures += 1;
+        }
         let c = &mut self.conns[i];
         c.state = ConnState::Ready;
         c.failures = 0;
@@ -485,6 +657,7 @@ impl Worker {
 
     /// Closes connection `i` after `why`; its in-flight requests are lost, never retried.
     fn fail(&mut self, i: usize, why: Failure, now: u64) {
+        self.settle(i, now, true);
         let counting = self.counting(now);
         let depth = self.depth();
         let verify = self.shared.config.verify;
@@ -569,6 +742,7 @@ impl Worker {
         }
         let measured =
             self.phase == Phase::Run && intended_ns >= self.t0 && intended_ns < self.t_end;
+        let end_offset = c.encoded_end();
         c.inflight.push_back(InFlight {
             command,
             key,
@@ -577,6 +751,9 @@ impl Worker {
             intended_ns,
             sent_ns: now,
             measured,
+            end_offset,
+            tx_kernel_ns: None,
+            tx_hw_ns: None,
         });
         self.timeouts
             .push(now.saturating_add(timeout_ns), i, opaque);
@@ -726,6 +903,20 @@ impl Worker {
                 }
             }
             ConnState::Ready => {
+                let mut events = events;
+                if events & ERROR != 0 && self.conns[i].stamped {
+                    // Transmit stamps on the error queue, read in batches. (A reset or a
+                    // failed connection also reports a hang-up, which is read below.)
+                    events &= !ERROR;
+                    let c = &mut self.conns[i];
+                    c.errqueue_events = c.errqueue_events.saturating_add(1);
+                    if c.errqueue_events as usize >= SETTLE_BATCH
+                        || c.awaiting.len() >= SETTLE_BATCH
+                    {
+                        let now = self.shared.clock.now_ns();
+                        self.settle(i, now, false);
+                    }
+                }
                 if events & WRITABLE != 0 && self.conns[i].write_interest {
                     let c = &mut self.conns[i];
                     match c.flush() {
@@ -756,15 +947,22 @@ impl Worker {
     /// the end). A shorter read took everything there was; what arrives later is a new event.
     fn on_readable(&mut self, i: usize, hangup: bool) {
         loop {
-            let outcome = self.conns[i].read_some();
+            let outcome = self.conns[i].read_some(&mut self.control);
             let rx_ns = self.shared.clock.now_ns();
-            match outcome {
-                Ok(ReadOutcome::Data(_)) => {}
+            let stamps = match outcome {
+                Ok(ReadOutcome::Data(_, stamps)) => stamps,
                 Ok(ReadOutcome::WouldBlock) => return,
                 Ok(ReadOutcome::Closed) | Err(_) => return self.fail(i, Failure::Reset, rx_ns),
-            }
+            };
+            let rx = RxTime {
+                handled_ns: rx_ns,
+                kernel_ns: stamps
+                    .software_ns
+                    .and_then(|t| self.stamp_clock.to_run_ns(t)),
+                hw_ns: stamps.hardware_ns,
+            };
             let more = hangup || self.conns[i].buffer_full();
-            if let Err(()) = self.decode_replies(i, rx_ns) {
+            if let Err(()) = self.decode_replies(i, rx) {
                 return self.fail(i, Failure::Protocol, rx_ns);
             }
             self.refill(i, rx_ns);
@@ -774,13 +972,91 @@ impl Worker {
         }
     }
 
-    /// Decodes every complete reply on connection `i`, received at `rx_ns`.
-    fn decode_replies(&mut self, i: usize, rx_ns: u64) -> Result<(), ()> {
+    /// Reads connection `i`'s error queue, then records the replies now stamped, oldest first,
+    /// and those that waited [`STAMP_WAIT_NS`] (all of them when `force`) with the generator's
+    /// own send time.
+    fn settle(&mut self, i: usize, now: u64, force: bool) {
+        if self.conns[i].stamped {
+            self.drain_tx_stamps(i);
+        }
+        self.conns[i].errqueue_events = 0;
+        let (open_loop, hardware) = (self.open_loop, self.shared.stamps == Timestamps::Hardware);
+        while let Some(a) = self.conns[i].awaiting.front() {
+            let stamped = a.request.tx_kernel_ns.is_some() || a.request.tx_hw_ns.is_some();
+            if !(stamped || force || now.saturating_sub(a.rx.handled_ns) >= STAMP_WAIT_NS) {
+                break;
+            }
+            let a = self.conns[i].awaiting.pop_front().expect("front checked");
+            record_reply(
+                &mut self.stats,
+                &mut self.interval,
+                (open_loop, hardware),
+                a.kind,
+                &a.request,
+                &a.rx,
+            );
+        }
+    }
+
+    /// Settles every connection whose oldest reply has waited [`STAMP_WAIT_NS`] for its stamp
+    /// (all of them when `force`).
+    fn settle_waiting(&mut self, now: u64, force: bool) {
+        let mut k = 0;
+        while k < self.unsettled.len() {
+            let i = self.unsettled[k];
+            if force
+                || self.conns[i]
+                    .awaiting
+                    .front()
+                    .is_some_and(|a| now.saturating_sub(a.rx.handled_ns) >= STAMP_WAIT_NS)
+            {
+                self.settle(i, now, force);
+            }
+            if self.conns[i].awaiting.is_empty() {
+                self.conns[i].unsettled = false;
+                self.unsettled.swap_remove(k);
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// Reads connection `i`'s error queue and stamps the requests its transmit stamps cover;
+    /// returns the messages read.
+    fn drain_tx_stamps(&mut self, i: usize) -> usize {
+        let mut total = 0;
+        loop {
+            let Ok(n) = self.conns[i].read_errqueue(&mut self.errqueue) else {
+                return total;
+            };
+            for k in 0..n {
+                let ctl = tstamp::parse_control(self.errqueue.control(k));
+                let software = ctl
+                    .stamps
+                    .software_ns
+                    .and_then(|t| self.stamp_clock.to_run_ns(t));
+                let hardware = ctl.stamps.hardware_ns;
+                if let Some(key) = ctl.tx_key
+                    && (software.is_some() || hardware.is_some())
+                {
+                    self.conns[i].apply_tx_stamp(key, software, hardware);
+                }
+            }
+            total += n;
+            if n < ERRQUEUE_BATCH {
+                return total;
+            }
+        }
+    }
+
+    /// Decodes every complete reply on connection `i`, received at `rx`.
+    fn decode_replies(&mut self, i: usize, rx: RxTime) -> Result<(), ()> {
         let sh = &*self.shared;
         let verify = sh.config.verify;
         let open_loop = self.open_loop;
         let prefill = self.phase == Phase::Prefill;
         let ready = self.conns[i].state == ConnState::Ready;
+        let hardware = sh.stamps == Timestamps::Hardware;
         let Conn {
             inb,
             in_start,
@@ -788,6 +1064,8 @@ impl Worker {
             inflight,
             key_states,
             ownership,
+            stamped,
+            awaiting,
             ..
         } = &mut self.conns[i];
         while let Some(front) = inflight.front().copied() {
@@ -826,20 +1104,29 @@ impl Worker {
                     self.stats.prefill_errors += 1;
                 }
             } else {
-                let service = rx_ns.saturating_sub(front.sent_ns);
-                let corrected = rx_ns.saturating_sub(front.intended_ns);
                 if front.measured {
-                    self.stats.service.record(kind, service);
-                    if open_loop {
-                        self.stats.corrected.record(kind, corrected);
-                    }
                     self.stats.counts[kind.index()] += 1;
                     if reply == Reply::ServerError {
                         self.stats.errors.server += 1;
                     }
                 }
-                self.interval
-                    .saturating_record(if open_loop { corrected } else { service }.max(1));
+                if *stamped && front.tx_kernel_ns.is_none() && front.tx_hw_ns.is_none() {
+                    // Its transmit stamp has not been read yet: record it once it has.
+                    awaiting.push_back(Answered {
+                        kind,
+                        request: front,
+                        rx,
+                    });
+                } else {
+                    record_reply(
+                        &mut self.stats,
+                        &mut self.interval,
+                        (open_loop, hardware),
+                        kind,
+                        &front,
+                        &rx,
+                    );
+                }
                 self.interval_completed += 1;
                 if reply == Reply::ServerError {
                     self.interval_errors += 1;
@@ -852,7 +1139,13 @@ impl Worker {
                 self.ready_free += 1;
             }
         }
-        if inflight.is_empty() && *in_start < *in_end {
+        let bytes_left = inflight.is_empty() && *in_start < *in_end;
+        let c = &mut self.conns[i];
+        if !c.awaiting.is_empty() && !c.unsettled {
+            c.unsettled = true;
+            self.unsettled.push(i);
+        }
+        if bytes_left {
             // Bytes nobody asked for.
             return Err(());
         }
@@ -866,6 +1159,20 @@ impl Worker {
     /// Looks at the deadlines that passed and at the connections that are not ready, never at
     /// every connection.
     fn housekeeping(&mut self, now: u64) {
+        if let Some(delay) = self.sched.as_ref().and_then(sys::SchedStat::run_delay_ns) {
+            if self.counting(now) && !self.ended {
+                self.stats.cpu_wait_ns += delay.saturating_sub(self.last_delay_ns);
+                if self.idle == Idle::Spin && !self.spin_guard.may_spin(now) {
+                    self.stats.spin_paused_ns += now.saturating_sub(self.last_housekeeping_ns);
+                }
+            }
+            self.spin_guard.observe(now, delay);
+            (self.last_delay_ns, self.last_housekeeping_ns) = (delay, now);
+        }
+        if self.shared.stamps != Timestamps::None {
+            self.read_stamp_clock();
+            self.settle_waiting(now, false);
+        }
         let timeout_ns = self.shared.config.timeout.as_nanos() as u64;
         while let Some(i) = {
             let conns = &self.conns;
@@ -1010,6 +1317,15 @@ impl Worker {
         while self.shared.clock.now_ns() < start_ns {
             std::hint::spin_loop();
         }
+        // Opened here: thread-self names the thread that opens it.
+        self.sched = sys::SchedStat::open();
+        self.last_delay_ns = self
+            .sched
+            .as_ref()
+            .and_then(sys::SchedStat::run_delay_ns)
+            .unwrap_or(0);
+        self.last_housekeeping_ns = self.shared.clock.now_ns();
+        self.spin_guard = SpinGuard::new(self.last_housekeeping_ns, self.last_delay_ns);
         let now = self.shared.clock.now_ns();
         for i in 0..self.conns.len() {
             self.refill(i, now);
@@ -1043,19 +1359,27 @@ impl Worker {
             if self.ended && (self.in_flight == 0 || now >= self.drain_deadline) {
                 break;
             }
+            // A thread whose core turned out to be shared does not spin at all for a while.
+            let paused = self.idle == Idle::Spin && !self.spin_guard.may_spin(now);
             let mut deadline = self.next_tick_ns.min(self.next_housekeeping_ns);
             if !self.ended {
                 deadline = deadline.min(self.t_end);
                 if let Some(s) = &self.schedule {
                     // Sleep until shortly before the next arrival, then busy-poll up to it.
-                    deadline = deadline.min(s.peek_ns().saturating_sub(spin_ns));
+                    let window = if paused { 0 } else { spin_ns };
+                    deadline = deadline.min(s.peek_ns().saturating_sub(window));
                 }
             } else {
                 deadline = deadline.min(self.drain_deadline);
             }
+            if self.idle == Idle::Spin && self.in_flight > 0 && !paused {
+                // A reply is due: poll without sleeping, so that no wake-up delays it.
+                deadline = now;
+            }
             self.poll(now, deadline);
         }
         let now = self.shared.clock.now_ns();
+        self.settle_waiting(now, true);
         // Whatever is still in flight after the drain has timed out.
         for i in 0..self.conns.len() {
             if !self.conns[i].inflight.is_empty() {
@@ -1092,6 +1416,35 @@ fn prefill_share(index: usize, connections: usize, keys: u64) -> (u64, u64, u64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spinning_pauses_while_the_thread_waits_for_its_cpu() {
+        const MS: u64 = 1_000_000;
+        const US: u64 = 1_000;
+        let mut g = SpinGuard::new(0, 0);
+        // A core of its own: microseconds of waiting now and then (a kernel worker).
+        for t in 1..=50 {
+            g.observe(t * 2 * MS, t * 20 * US);
+            assert!(g.may_spin(t * 2 * MS), "{t}");
+        }
+        // Two milliseconds of waiting within 20 ms: the core is shared.
+        let (t0, d0) = (100 * MS, MS);
+        g.observe(t0, d0);
+        g.observe(t0 + 2 * MS, d0 + MS);
+        assert!(g.may_spin(t0 + 2 * MS));
+        g.observe(t0 + 4 * MS, d0 + 2 * MS);
+        assert!(!g.may_spin(t0 + 4 * MS));
+        assert!(!g.may_spin(t0 + 4 * MS + SPIN_PAUSE_NS - 1));
+        // Sleeping while it waits, it hardly waits for the CPU: spinning resumes after the
+        // pause ...
+        g.observe(t0 + 50 * MS, d0 + 2 * MS + 10 * US);
+        let t1 = t0 + 4 * MS + SPIN_PAUSE_NS;
+        assert!(g.may_spin(t1));
+        // ... and pauses again as soon as the core turns out to be shared still.
+        g.observe(t1, d0 + 2 * MS + 20 * US);
+        g.observe(t1 + 2 * MS, d0 + 4 * MS + 20 * US);
+        assert!(!g.may_spin(t1 + 2 * MS));
+    }
 
     #[test]
     fn prefill_shares_cover_every_key_once() {

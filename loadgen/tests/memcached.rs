@@ -3,7 +3,12 @@
 //! Each test starts its own `memcached -U 0 -t 1 -p PORT` on a free port and kills it when the
 //! test ends, panics included. The binary is `/usr/bin/memcached` (or `$MEMCACHED`); when it is
 //! missing the tests fail, they do not skip. Tests take a lock so they never overlap: they
-//! measure time on a 2-core machine.
+//! measure time on a 2-core machine that other work shares. The tests of what the generator
+//! measures at one request in flight pin memcached and the busy-polling generator (the default)
+//! to different cores, as the benchmark scripts do; the others check behaviour (errors,
+//! verification, rates, stalls) and let the generator sleep while it waits (`--idle sleep`, the
+//! README's advice for shared cores), so that other busy processes on the machine do not starve
+//! it of its core.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -14,9 +19,11 @@ use std::time::{Duration, Instant};
 
 use loadgen::arrival::ArrivalKind;
 use loadgen::client::Protocol;
+use loadgen::config::Idle;
 use loadgen::histogram::{OpKind, Percentiles};
+use loadgen::tstamp::Timestamps;
 use loadgen::workload::KeyDist;
-use loadgen::{Config, RunError, run};
+use loadgen::{Config, Report, RunError, run};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -35,6 +42,12 @@ struct Memcached {
 impl Memcached {
     #[track_caller]
     fn start() -> Memcached {
+        Memcached::start_on(None)
+    }
+
+    /// memcached with every thread on `cpu` when given.
+    #[track_caller]
+    fn start_on(cpu: Option<usize>) -> Memcached {
         let bin = std::env::var_os("MEMCACHED")
             .map_or_else(|| PathBuf::from("/usr/bin/memcached"), PathBuf::from);
         assert!(
@@ -63,6 +76,21 @@ impl Memcached {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             cmd.args(["-u", "root"]);
+        }
+        if let Some(cpu) = cpu {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec the closure only calls sched_setaffinity on a set
+            // built on its own stack (async-signal-safe, no allocation).
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let child = cmd
             .stdin(Stdio::null())
@@ -111,9 +139,11 @@ impl Drop for Memcached {
     }
 }
 
+/// One generator thread that sleeps while it waits.
 fn config(mc: &Memcached) -> Config {
     Config {
         servers: vec![mc.addr],
+        idle: Idle::Sleep,
         connections: 4,
         threads: 1,
         duration: Duration::from_secs(2),
@@ -165,7 +195,14 @@ fn closed_loop_with_verify_has_no_mismatches_or_errors() {
             r.corrected.is_none(),
             "closed loop reports service time only"
         );
-        assert!(r.warnings.is_empty(), "{protocol:?}: {:?}", r.warnings);
+        // The generator delay holds the wake-up of a sleeping generator, so its check fires
+        // here (it has tests of its own); nothing else may.
+        let suspect: Vec<&String> = r
+            .warnings
+            .iter()
+            .filter(|w| !w.starts_with("GENERATOR DELAY"))
+            .collect();
+        assert!(suspect.is_empty(), "{protocol:?}: {suspect:?}");
     }
 }
 
@@ -417,4 +454,203 @@ fn five_hundred_connections_get_every_reply() {
     assert!(r.completed() > 5_000, "{}", r.table());
     assert_eq!(r.errors.total(), 0, "{}", r.table());
     assert_eq!(r.completed(), r.sent, "{}", r.table());
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Two different cores for memcached and the generator (the first and the last this process
+/// may use, as the benchmark scripts do): a busy-polling generator must not share its core with
+/// the server, or each waits for the other's time slice. `None` on a single core.
+fn two_cores() -> Option<(usize, usize)> {
+    let cores = core_affinity::get_core_ids()?;
+    let (first, last) = (cores.first()?.id, cores.last()?.id);
+    (first != last).then_some((first, last))
+}
+
+/// The regression of issue "memspin-loadgen must not add its own wake-up to the latency it
+/// reports": at one request in flight the generator used to sleep in epoll while the reply was
+/// on its way, and its wake-up (25–30 µs on the development VM) landed in every sample: an open
+/// loop at 5,000/s reported a service p50 of 63–66 µs where busy-polling before every arrival
+/// (`--spin-us` larger than the gaps) gave 35–36 µs, and the closed loop 57 µs.
+///
+/// Here, against the same memcached: the default open loop's service p50 is within 15 % of
+/// that busy-polling reference, and the default closed loop no more than 15 % above it (a
+/// closed loop keeps memcached busy, so it may well be faster). `--idle sleep`, which still
+/// sleeps while the reply is on its way, stays within 25 % above it because its times are
+/// kernel timestamps (its wake-up alone is about as long as the whole service time, so without
+/// them it would be near 100 % above; its idle core makes it noisier, hence the looser bound);
+/// the wake-up is in its generator delay instead (printed, not compared: on a shared machine
+/// the default mode sleeps too, see `SpinGuard`). Every reply has a generator delay.
+///
+/// The machine is shared: runs alternate, medians over five rounds are compared, a run in
+/// which the generator got too little CPU to send 1,000 requests in its second is repeated
+/// (the comparison needs its samples, not its throughput), and the whole comparison is tried
+/// up to three times within three minutes.
+#[test]
+fn default_mode_service_time_matches_the_busy_polling_reference() {
+    let _g = serial();
+    let cores = two_cores();
+    let mc = Memcached::start_on(cores.map(|c| c.0));
+    let base = Config {
+        cpus: cores.map(|c| vec![c.1]),
+        idle: Idle::Spin,
+        connections: 1,
+        pipeline: 1,
+        duration: Duration::from_millis(1_000),
+        warmup: Duration::from_millis(300),
+        ..config(&mc)
+    };
+    let open = Config {
+        rate: Some(5_000.0),
+        ..base.clone()
+    };
+    let reference = Config {
+        spin: Duration::from_millis(20),
+        ..open.clone()
+    };
+    let sleep = Config {
+        idle: Idle::Sleep,
+        ..open.clone()
+    };
+    assert_eq!(
+        (open.idle, open.timestamps),
+        (Config::default().idle, Config::default().timestamps)
+    );
+    let runs: [(&str, &Config); 4] = [
+        ("reference", &reference),
+        ("default open", &open),
+        ("default closed", &base),
+        ("sleep", &sleep),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut tries = Vec::new();
+    for attempt in 1..=3 {
+        let mut p50 = vec![Vec::new(); runs.len()];
+        let mut delay_p50 = vec![Vec::new(); runs.len()];
+        let mut repeated = 0;
+        for round in 0..5 {
+            for k in 0..runs.len() {
+                // Rotate the order so drift in the machine's load favours no one.
+                let k = (k + round) % runs.len();
+                let (name, cfg) = runs[k];
+                let r: Report = loop {
+                    let r = run(cfg).unwrap();
+                    if r.completed() >= 1_000 || Instant::now() > deadline {
+                        break r;
+                    }
+                    repeated += 1;
+                };
+                let service = Percentiles::of(&r.service.all());
+                let delay = Percentiles::of(&r.generator_delay);
+                assert!(service.count > 0, "{name}\n{}", r.table());
+                assert_eq!(delay.count, service.count, "{name}\n{}", r.table());
+                p50[k].push(service.p50);
+                delay_p50[k].push(delay.p50);
+            }
+        }
+        let p50: Vec<f64> = p50.into_iter().map(median).collect();
+        let delay: Vec<f64> = delay_p50.into_iter().map(median).collect();
+        let ratio = |k: usize| p50[k] / p50[0];
+        let show = |v: &[f64]| -> String {
+            let parts: Vec<String> = runs
+                .iter()
+                .zip(v)
+                .map(|((n, _), x)| format!("{n} {x:.1}"))
+                .collect();
+            parts.join(", ")
+        };
+        let summary = format!(
+            "attempt {attempt}: service p50 medians (µs): {}; generator delay p50 medians (µs): {}; {repeated} runs repeated",
+            show(&p50),
+            show(&delay)
+        );
+        eprintln!("{summary}");
+        if (ratio(1) - 1.0).abs() <= 0.15 && ratio(2) <= 1.15 && ratio(3) <= 1.25 {
+            return;
+        }
+        tries.push(summary);
+        if Instant::now() > deadline {
+            break;
+        }
+    }
+    panic!(
+        "the default mode is not within 15 % of the busy-polling reference:\n{}",
+        tries.join("\n")
+    );
+}
+
+#[test]
+fn the_timestamp_source_is_in_the_json() {
+    let _g = serial();
+    let cores = two_cores();
+    let mc = Memcached::start_on(cores.map(|c| c.0));
+    let dir = std::env::temp_dir().join(format!("loadgen-stamps-{}", std::process::id()));
+    let json = |cfg: &Config, name: &str| -> (Report, serde_json::Value) {
+        let r = run(cfg).unwrap();
+        let path = dir.join(format!("{name}.json"));
+        loadgen::output::write_json(&path, &r).unwrap();
+        let v = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        (r, v)
+    };
+    // The defaults (busy-polling, software stamps), the generator away from memcached.
+    let base = Config {
+        cpus: cores.map(|c| vec![c.1]),
+        idle: Idle::Spin,
+        duration: Duration::from_millis(500),
+        warmup: Duration::from_millis(200),
+        ..config(&mc)
+    };
+    assert_eq!(base.timestamps, Config::default().timestamps);
+
+    // Software (the default): every send and every reply stamped by the kernel.
+    let (r, v) = json(&base, "software");
+    assert_eq!(v["config"]["timestamps"], "software");
+    assert_eq!(v["timestamps"]["source"], "software");
+    assert!(v["timestamps"]["note"].is_null());
+    let replies = v["timestamps"]["replies"].as_u64().unwrap();
+    assert!(replies > 100 && replies == r.completed(), "{}", r.table());
+    assert_eq!(v["timestamps"]["tx_kernel"], replies, "{}", r.table());
+    assert_eq!(v["timestamps"]["rx_kernel"], replies, "{}", r.table());
+    assert_eq!(
+        v["latency_us"]["generator_delay"]["count"],
+        replies,
+        "{}",
+        r.table()
+    );
+
+    // Hardware on loopback: there is none; the run says so and uses software stamps.
+    let (r, v) = json(
+        &Config {
+            timestamps: Timestamps::Hardware,
+            ..base.clone()
+        },
+        "hardware",
+    );
+    assert_eq!(v["config"]["timestamps"], "hardware");
+    assert_eq!(v["timestamps"]["source"], "software");
+    let note = v["timestamps"]["note"].as_str().unwrap();
+    assert!(
+        note.contains("lo has no hardware stamping") && note.contains("software-receive"),
+        "{note}"
+    );
+    assert!(r.warnings.iter().any(|w| w == note), "{:?}", r.warnings);
+    assert_eq!(v["timestamps"]["tx_kernel"], v["timestamps"]["replies"]);
+
+    // None: the generator's own clock, no generator delay to show.
+    let (r, v) = json(
+        &Config {
+            timestamps: Timestamps::None,
+            ..base.clone()
+        },
+        "none",
+    );
+    assert_eq!(v["timestamps"]["source"], "none");
+    assert_eq!(v["timestamps"]["tx_kernel"], 0);
+    assert_eq!(v["timestamps"]["rx_kernel"], 0);
+    assert_eq!(v["latency_us"]["generator_delay"]["count"], 0);
+    assert!(r.completed() > 100, "{}", r.table());
+    let _ = std::fs::remove_dir_all(&dir);
 }
