@@ -875,6 +875,9 @@ pub fn check_loadgen_verify(
             verify: true,
             progress: false,
             seed: round,
+            // A correctness run: sleep between replies rather than spin on a CPU that a
+            // memspin worker of these tests may be pinned to.
+            idle: loadgen::config::Idle::Sleep,
             ..loadgen::Config::default()
         };
         let report = loadgen::run(&config).expect("loadgen run");
