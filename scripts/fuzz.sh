@@ -16,7 +16,8 @@
 #
 # Crashes (a panic: a failed check, or a panic in the code under test) are written to
 # target/fuzz/artifacts/TARGET/; the script then exits non-zero and names them. FUZZ_JOBS=N
-# runs N fuzzing processes per target (default 1: the machine may be shared).
+# runs N fuzzing processes per target (default 1: the machine may be shared); FUZZ_KEEP_GOING=1
+# goes on after a crash (libFuzzer's fork mode), to collect every failing input of a long run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -96,7 +97,12 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$artifacts"
   step "fuzz $t for ${duration}s (corpus $work, seeds fuzz/corpus/$t)"
   parallel=()
-  [ "${FUZZ_JOBS:-1}" -gt 1 ] && parallel=(-fork="$FUZZ_JOBS")
+  if [ "${FUZZ_KEEP_GOING:-0}" = 1 ]; then
+    parallel=(-fork="${FUZZ_JOBS:-1}" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
+  elif [ "${FUZZ_JOBS:-1}" -gt 1 ]; then
+    parallel=(-fork="$FUZZ_JOBS")
+  fi
+  found_before=$(find "$artifacts" -type f | wc -l)
   status=0
   "$BIN_DIR/$t" -max_total_time="$duration" -max_len="${MAX_LEN[$t]}" -timeout=20 \
     -rss_limit_mb=4096 "${parallel[@]}" -artifact_prefix="$artifacts/" -print_final_stats=1 \
@@ -105,6 +111,8 @@ for t in "${targets[@]}"; do
   last=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   summary+=("$(printf '%-7s %12s runs  %s' "$t" "${runs:-?}" "${last#* }")")
+  # In keep-going mode libFuzzer exits 0 after crashes: count what it wrote instead.
+  if [ "$(find "$artifacts" -type f | wc -l)" -gt "$found_before" ]; then status=1; fi
   if [ "$status" -ne 0 ]; then
     failed+=("$t")
     grep -E 'panicked at|ERROR: libFuzzer|Test unit written' "$log" | head -n 8 >&2 || true

@@ -51,8 +51,10 @@ use crate::pipeline;
 const NOW: u64 = 1_700_000_000;
 /// The connection's name for replies from the other worker.
 const TOKEN: u128 = 7;
-/// Heap the engines may use beyond the stores, the bytes that arrived and the replies written.
-const HEAP_SLACK_BYTES: isize = 256 * 1024;
+/// Heap the engines may use beyond the stores, the bytes that arrived and the replies written:
+/// room for what a connection may hold whatever it sends (its output up to the high-water mark,
+/// its forwarded requests and their replies), but not for a length it only announces.
+const HEAP_SLACK_BYTES: isize = 1 << 20;
 /// Socket ring sizes (in-place reader) or read sizes (buffered reader) to choose from.
 const WINDOWS: [usize; 8] = [1, 7, 24, 64, 512, 1500, 16 * 1024, 64 * 1024];
 /// Rounds without which a schedule must end (it always does; this turns a bug into a panic).
@@ -301,8 +303,11 @@ impl<'p> Sim<'p> {
         }
     }
 
-    /// Counters that only grow: the schedule ends once a forced round moves none of them.
-    fn progress(&self) -> [u64; 6] {
+    /// Counters that only grow: the schedule ends once a forced round moves none of them. The
+    /// engine's own count of keys read and touched shows a multi-key request that goes on
+    /// across calls without consuming or writing anything (misses).
+    fn progress(&self) -> [u64; 8] {
+        let counters = self.home.counters();
         [
             self.sent as u64,
             self.taken as u64,
@@ -310,6 +315,8 @@ impl<'p> Sim<'p> {
             self.received.len() as u64,
             self.served as u64,
             self.delivered as u64,
+            counters.cmd_get,
+            counters.cmd_touch,
         ]
     }
 
@@ -415,10 +422,12 @@ impl<'p> Sim<'p> {
     fn work(&mut self) {
         match self.options.reader {
             ReaderKind::Buffered { read } => {
-                let n = self
-                    .rng
-                    .up_to(read.min(self.socket.len()).max(1))
-                    .min(self.socket.len());
+                let n = if read == usize::MAX {
+                    self.socket.len()
+                } else {
+                    self.rng.up_to(read.min(self.socket.len()).max(1))
+                }
+                .min(self.socket.len());
                 let (front, back) = self.socket.as_slices();
                 let split = n.min(front.len());
                 self.conn.input.extend(&front[..split]);
