@@ -422,6 +422,12 @@ impl<'p> Sim<'p> {
     fn work(&mut self) {
         match self.options.reader {
             ReaderKind::Buffered { read } => {
+                // A few bytes at a time for short pipelines; the long ones would take too long.
+                let read = if self.pipeline.len() > 4096 {
+                    read.max(64)
+                } else {
+                    read
+                };
                 let n = if read == usize::MAX {
                     self.socket.len()
                 } else {
