@@ -110,6 +110,8 @@ for t in "${targets[@]}"; do
   # The last status line ("#N DONE cov: ... ft: ... corp: ...") and the final statistics.
   last=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+  # Fork mode prints no final statistics; its status lines start with the runs so far.
+  [ -n "$runs" ] || runs=$(sed -n 's/^#\([0-9]*\).*/\1/p' <<<"$last")
   summary+=("$(printf '%-7s %12s runs  %s' "$t" "${runs:-?}" "${last#* }")")
   # In keep-going mode libFuzzer exits 0 after crashes: count what it wrote instead.
   if [ "$(find "$artifacts" -type f ! -name 'slow-unit-*' | wc -l)" -gt "$found_before" ]; then
