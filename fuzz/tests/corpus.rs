@@ -1,11 +1,6 @@
 //! Replays the checked-in corpus (`fuzz/corpus/<target>/`) through every target's checks, so
 //! `cargo test` runs each seed and each reproducer of a bug the fuzzer found, without
 //! libFuzzer or instrumentation.
-//!
-//! `fuzz/corpus/engine-open/` holds inputs that still fail the engine target's checks, each
-//! named for its open bug; they are kept out of the seeds (libFuzzer would stop on them) and
-//! replayed here as expected failures. When a fix lands the replay says so: move the file to
-//! `fuzz/corpus/engine/`.
 
 use std::path::{Path, PathBuf};
 
@@ -58,17 +53,4 @@ fn meta_corpus() {
 #[test]
 fn engine_corpus() {
     replay("engine", fuzz::engine::check);
-}
-
-#[test]
-fn open_engine_bugs_still_reproduce() {
-    for file in corpus("engine-open") {
-        let data = std::fs::read(&file).expect("corpus file");
-        let result = std::panic::catch_unwind(|| fuzz::engine::check(&data));
-        assert!(
-            result.is_err(),
-            "{} passes now: move it to fuzz/corpus/engine/",
-            file.display()
-        );
-    }
 }

@@ -329,7 +329,9 @@ impl<S: Default> KernelTable<S> {
     /// be served again. A connection the application closes is removed after `f` returns.
     ///
     /// Readiness is edge-triggered: `f` reads until `WouldBlock`, or calls
-    /// [`KernelConn::serve_again`] when it stops early (for example under output backpressure).
+    /// [`KernelConn::serve_again`] when it stops early with work left (its turn used up, so
+    /// that one busy connection cannot starve the others): such a connection is served once
+    /// per call, in turn with the connections that became ready meanwhile.
     pub fn serve(&mut self, mut f: impl FnMut(&mut KernelConn<'_, S>)) {
         let mut list = std::mem::take(&mut self.ready_list);
         for &index in &list {
@@ -556,6 +558,60 @@ mod tests {
             "the refused connection is closed"
         );
         drop(kept);
+    }
+
+    /// A connection that always has work left (it asks to be served again) gets one turn per
+    /// `serve`, and another that becomes ready meanwhile gets its turn in the next one: no
+    /// connection is drained at the others' expense.
+    #[test]
+    fn a_connection_served_again_takes_turns_with_the_others() {
+        let mut table = KernelTable::<u32>::bind(loopback_any_port(), 4).unwrap();
+        let addr = table.local_addr().unwrap();
+        let mut busy = TcpStream::connect(addr).unwrap();
+        busy.write_all(b"x").unwrap();
+        let mut busy_id = None;
+        for _ in 0..1000 {
+            table.poll(Some(Duration::from_millis(5))).unwrap();
+            table.serve(|conn| {
+                busy_id = Some(conn.id());
+                conn.serve_again();
+            });
+            if busy_id.is_some() {
+                break;
+            }
+        }
+        let busy_id = busy_id.expect("served");
+        let mut other = TcpStream::connect(addr).unwrap();
+        other.write_all(b"y").unwrap();
+        let mut turns: Vec<KernelConnId> = Vec::new();
+        for _ in 0..1000 {
+            table.poll(Some(Duration::from_millis(1))).unwrap();
+            assert!(
+                table.has_ready(),
+                "the busy connection keeps the table from sleeping"
+            );
+            let mut pass = Vec::new();
+            table.serve(|conn| {
+                pass.push(conn.id());
+                *conn.state += 1;
+                if conn.id() == busy_id {
+                    conn.serve_again();
+                }
+            });
+            assert_eq!(
+                pass.iter().filter(|&&id| id == busy_id).count(),
+                1,
+                "one turn per pass"
+            );
+            turns.extend(pass);
+            if turns.iter().any(|&id| id != busy_id) {
+                break;
+            }
+        }
+        assert!(
+            turns.iter().any(|&id| id != busy_id),
+            "the other got its turn"
+        );
     }
 
     #[test]

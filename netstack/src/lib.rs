@@ -18,7 +18,7 @@
 //! ```
 //!
 //! - [`tap`]: [`tap::TapDevice`], one queue fd of a (multi-queue) TAP device.
-//! - [`xdp`]: [`xdp::XdpProgram`], the redirect program on an interface, and
+//! - [`xdp`]: [`xdp::XdpProgram`], the steering program on an interface, and
 //!   [`xdp::XdpDevice`], one AF_XDP socket per (interface, queue).
 //! - [`link`]: [`link::configure`] the kernel side (address, MTU, IPv6 off, up).
 //! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface.

@@ -7,19 +7,32 @@
 //! The smoltcp paths parse straight out of the socket's receive buffer and only copy into
 //! [`InputBuf`] when a frame is incomplete there (it wraps around the ring, or is larger than the
 //! ring); the kernel path reads into [`InputBuf`]. Replies are appended to `out` and sent as the
-//! socket takes them; above [`OUT_HIGH_WATER_BYTES`] no more frames run until the client reads.
+//! socket takes them; at [`OUT_HIGH_WATER_BYTES`] no more requests (or keys of a multi-key
+//! `get`) run until the client reads.
+//!
+//! What a connection holds is bounded, whatever its client sends or announces:
+//! - input: the buffered part of one request that is still arriving, at most a value of `-I`
+//!   with its header or line, or a `get` line of `MAX_MULTIGET_LINE_LEN`; a read asks for at
+//!   most [`READ_AT_ONCE_BYTES`] of room, so the buffer stays within what arrived plus that,
+//!   and a refused body is skipped as it streams through, never buffered;
+//! - output: [`OUT_HIGH_WATER_BYTES`] plus one reply, plus for each other worker
+//!   [`FORWARD_REPLY_CREDIT_BYTES`] of replies and one more (`engine/forward.rs`).
 //!
 //! With several workers, a request for a key another worker owns leaves a hole in `out` where
 //! its reply belongs: only the bytes before the first hole are sent, and
 //! [`ClientConn::deliver`] splices a reply into its hole when it comes back, so replies leave
-//! in request order whichever worker produced them.
+//! in request order whichever worker produced them. As those bytes are sent, their credit goes
+//! back to the worker that produced them ([`ClientConn::settle`]).
 
 use crate::engine::{
-    self, Delivery, Engine, MAX_FORWARDS_IN_FLIGHT, OUT_HIGH_WATER_BYTES, Outcome, Session,
+    self, Delivery, Engine, FORWARD_REPLY_CREDIT_BYTES, OUT_HIGH_WATER_BYTES, Outcome, Session,
+    Stop,
 };
 
-/// Smallest free space offered to a socket read.
+/// Smallest free space offered to a socket read, and how much an empty buffer may grow at once.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
+/// The most room one read asks for ([`InputBuf::read_space`]).
+pub const READ_AT_ONCE_BYTES: usize = 64 * 1024;
 /// Buffers grown past this are given back once drained, so an idle connection that once moved
 /// a 1 MiB value does not keep holding it.
 const KEEP_CAPACITY_BYTES: usize = 64 * 1024;
@@ -60,6 +73,16 @@ impl InputBuf {
         }
     }
 
+    /// Free space for a read of up to `hint` more bytes (at least one), growing the buffer by
+    /// at most [`READ_AT_ONCE_BYTES`], and by no more than it already holds once that is past a
+    /// 16 KiB read chunk: the buffer stays within what arrived plus 64 KiB (and within twice
+    /// what arrived plus a chunk), whatever a frame announced. Fill it, then call
+    /// [`filled`](Self::filled).
+    pub fn read_space(&mut self, hint: usize) -> &mut [u8] {
+        let most = self.len().clamp(READ_CHUNK_BYTES, READ_AT_ONCE_BYTES);
+        self.spare(hint.clamp(1, most))
+    }
+
     /// Free space at the end with room for at least `min` more bytes (the buffered bytes are
     /// moved to the front first when that makes room). Fill it, then call [`filled`](Self::filled).
     pub fn spare(&mut self, min: usize) -> &mut [u8] {
@@ -87,7 +110,7 @@ impl InputBuf {
 }
 
 /// A client connection's protocol state and buffers.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ClientConn {
     /// The engine's per-connection state.
     pub session: Session,
@@ -98,6 +121,24 @@ pub struct ClientConn {
     out_sent: usize,
     /// Bytes the engine needs before the buffered input can make progress (0: unknown).
     pub needed: usize,
+    /// Why the engine stopped last time.
+    pub stop: Stop,
+    /// Listed by the packet path to be served again on its next loop.
+    pub again: bool,
+}
+
+impl Default for ClientConn {
+    fn default() -> ClientConn {
+        ClientConn {
+            session: Session::default(),
+            input: InputBuf::default(),
+            out: Vec::new(),
+            out_sent: 0,
+            needed: 0,
+            stop: Stop::Input,
+            again: false,
+        }
+    }
 }
 
 impl ClientConn {
@@ -108,9 +149,16 @@ impl ClientConn {
         &self.out[self.out_sent..end]
     }
 
-    /// Marks `n` reply bytes as sent.
+    /// Reply bytes held, sent or not, before compaction (for bounds checks and tests).
+    pub fn output_backlog(&self) -> usize {
+        self.out.len() - self.out_sent
+    }
+
+    /// Marks `n` reply bytes as sent; the credit of other workers' replies among them becomes
+    /// due (hand it back with [`settle`](Self::settle)).
     pub fn sent(&mut self, n: usize) {
         self.out_sent += n;
+        self.session.holes.sent_through(self.out_sent);
         if self.out_sent >= self.out.len() && self.session.forwards_in_flight() == 0 {
             self.out.clear();
             self.out_sent = 0;
@@ -120,12 +168,23 @@ impl ClientConn {
         }
     }
 
-    /// True when the engine may run more frames (the output backlog is below the high water,
-    /// and not too many requests wait on other workers).
+    /// Hands back to other workers the credit of their replies that were sent.
+    pub fn settle(&mut self, engine: &mut Engine) {
+        engine.return_credit(&mut self.session);
+    }
+
+    /// True when the engine may run more requests: the output backlog is below the high water,
+    /// other workers can take more of this connection's requests, and it is not closing. (Its
+    /// turn and full queues to other workers are the engine's to say, in [`Outcome::stop`].)
     pub fn may_execute(&self) -> bool {
-        self.out.len() - self.out_sent < OUT_HIGH_WATER_BYTES
-            && self.session.forwards_in_flight() < MAX_FORWARDS_IN_FLIGHT
+        self.output_backlog() < OUT_HIGH_WATER_BYTES
+            && !self.session.forwards_full()
             && !self.session.is_closing()
+    }
+
+    /// True when the last execution stopped for want of input: read before executing again.
+    pub fn wants_input(&self) -> bool {
+        self.stop == Stop::Input
     }
 
     /// True once the connection should be closed: it is closing, no reply is still expected
@@ -169,11 +228,11 @@ impl ClientConn {
             engine::render_gathered(&mut rendered, &gather);
             bytes = &rendered;
         }
-        let at = hole.at;
-        self.out.splice(at..at, bytes.iter().copied());
+        let Some(hole) = holes.fill(index, bytes.len()) else {
+            return;
+        };
+        self.out.splice(hole.at..hole.at, bytes.iter().copied());
         engine.count_written(bytes.len());
-        holes.shift_after(index, bytes.len());
-        holes.pending.remove(index);
         if delivery.close {
             self.session.close();
         }
@@ -185,6 +244,7 @@ impl ClientConn {
         self.compact_output();
         let outcome = engine.execute(&mut self.session, bytes, &mut self.out, now);
         self.needed = outcome.needed;
+        self.stop = outcome.stop;
         outcome
     }
 
@@ -194,6 +254,7 @@ impl ClientConn {
         let outcome = engine.execute(&mut self.session, self.input.data(), &mut self.out, now);
         self.input.consume(outcome.consumed);
         self.needed = outcome.needed;
+        self.stop = outcome.stop;
         outcome
     }
 
@@ -206,6 +267,14 @@ impl ClientConn {
             self.out_sent = 0;
         }
     }
+}
+
+/// The most output one connection may hold with `workers` workers and items of up to
+/// `max_item_size` bytes: the high-water mark and one reply, and for every other worker its
+/// reply credit and one reply. (A reply is at most the item and a header or line of 512 bytes.)
+pub const fn output_bound_bytes(workers: usize, max_item_size: usize) -> usize {
+    let reply = max_item_size + 512;
+    OUT_HIGH_WATER_BYTES + reply + workers.saturating_sub(1) * (FORWARD_REPLY_CREDIT_BYTES + reply)
 }
 
 #[cfg(test)]
@@ -225,6 +294,64 @@ mod tests {
         assert_eq!(input.data(), b"world!!!");
         input.consume(8);
         assert!(input.is_empty());
+    }
+
+    #[test]
+    fn reads_grow_the_buffer_with_what_arrived_not_with_what_was_announced() {
+        let mut input = InputBuf::default();
+        // A frame announcing 4 GiB: the first read is one chunk.
+        assert_eq!(input.read_space(u32::MAX as usize).len(), READ_CHUNK_BYTES);
+        let mut arrived = 0;
+        // Each read at most doubles the buffer, and adds at most 64 KiB.
+        for _ in 0..20 {
+            let n = input.read_space(1 << 30).len();
+            assert!(n <= READ_AT_ONCE_BYTES);
+            arrived += n;
+            input.filled(n);
+            assert!(
+                input.buf.len()
+                    <= (2 * arrived + READ_CHUNK_BYTES).min(arrived + READ_AT_ONCE_BYTES),
+                "{} bytes for {arrived} arrived",
+                input.buf.len()
+            );
+        }
+        // A small hint is a small read, but never an empty one.
+        let mut small = InputBuf::default();
+        assert!(!small.read_space(0).is_empty());
+    }
+
+    #[test]
+    fn refused_bodies_stream_through_a_chunk_sized_buffer() {
+        use crate::engine::{Engine, EngineConfig, VERSION};
+        let mut engine = Engine::new(EngineConfig {
+            shard: store::ShardConfig {
+                memory_limit_bytes: 1 << 20,
+                max_item_size: 1 << 20,
+            },
+            version: VERSION,
+            started_unix_secs: 0,
+            threads: 1,
+            worker: 0,
+            conn_limit: 1,
+        });
+        let mut conn = ClientConn::default();
+        // An unknown opcode with a 4 GiB body, read as the kernel path reads.
+        let mut header = [0u8; 24];
+        header[0] = 0x80;
+        header[1] = 0xfe;
+        header[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+        conn.input.extend(&header);
+        conn.execute_buffered(&mut engine, 0);
+        for _ in 0..100 {
+            let spare = conn.input.read_space(conn.needed);
+            spare.fill(0x55);
+            let n = spare.len();
+            conn.input.filled(n);
+            conn.execute_buffered(&mut engine, 0);
+            assert!(conn.input.is_empty(), "skipped as it arrives");
+            assert!(conn.input.buf.len() <= KEEP_CAPACITY_BYTES);
+        }
+        assert_eq!(conn.stop, Stop::Input);
     }
 
     #[test]

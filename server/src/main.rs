@@ -24,7 +24,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
-    let stop = worker::stop_on_signals().map_err(|e| format!("installing signal handlers: {e}"))?;
+    let stop = worker::stop_on_signals()?;
     let workers = usize::from(args.threads);
     let cpus = worker::cpus_for(workers, args.cpus.as_ref().map(|c| c.0.as_slice()))?;
     let memory = args.memory_limit_mb.saturating_mul(1 << 20);

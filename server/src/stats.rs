@@ -30,6 +30,9 @@ pub struct Counters {
     pub bytes_read: u64,
     /// Bytes the engine produced for clients.
     pub bytes_written: u64,
+    /// Times a connection used up its turn with work left and was served again after the
+    /// others (memcached's `conn_yields`, for its `-R` limit).
+    pub conn_yields: u64,
 }
 
 impl Counters {
@@ -42,6 +45,7 @@ impl Counters {
         self.protocol_errors += other.protocol_errors;
         self.bytes_read += other.bytes_read;
         self.bytes_written += other.bytes_written;
+        self.conn_yields += other.conn_yields;
     }
 }
 
@@ -139,6 +143,7 @@ pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&st
     emit("bytes_written", &c.bytes_written);
     emit("limit_maxbytes", &snapshot.limit_maxbytes);
     emit("threads", &snapshot.threads);
+    emit("conn_yields", &c.conn_yields);
     emit("bytes", &s.bytes);
     emit("curr_items", &s.curr_items);
     emit("total_items", &s.total_items);
@@ -153,6 +158,7 @@ pub fn settings(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
     emit("maxbytes", &snapshot.limit_maxbytes);
     emit("maxconns", &snapshot.conn_limit);
     emit("num_threads", &snapshot.threads);
+    emit("reqs_per_event", &crate::engine::TURN_REQUESTS);
     emit("item_size_max", &snapshot.item_size_max);
     emit("evictions", &"on");
     emit("cas_enabled", &"yes");

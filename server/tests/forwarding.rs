@@ -3,8 +3,8 @@
 //! same order, whatever arrives in which order and in which fragments.
 
 use proptest::prelude::*;
-use server::conn::ClientConn;
-use server::engine::{Batch, Engine, EngineConfig, VERSION, owner_of};
+use server::conn::{ClientConn, output_bound_bytes};
+use server::engine::{Batch, Engine, EngineConfig, Replies, VERSION, owner_of};
 
 const NOW: u64 = 1_700_000_000;
 
@@ -43,48 +43,45 @@ fn alone(chunks: &[&[u8]]) -> Vec<u8> {
 }
 
 /// The same connection on worker 0 of two. Forwarded batches are served by worker 1; its
-/// replies come back in the order `reverse` picks (batches delivered newest first when set,
-/// to exercise holes filled out of order).
+/// replies come back in the order `reverse` picks (messages and replies newest first when set,
+/// to exercise holes filled out of order). The client reads everything at once.
 fn forwarded(chunks: &[&[u8]], reverse: bool) -> Vec<u8> {
+    forwarded_read_by(chunks, reverse, usize::MAX).replies
+}
+
+/// What a connection's client got, and what the connection held at most meanwhile.
+struct Run {
+    replies: Vec<u8>,
+    /// The most the connection's output and the owner's undelivered replies held at once.
+    most_held: usize,
+    /// The most entries parked on the owner, waiting for the connection's credit, at once.
+    most_parked: usize,
+}
+
+/// [`forwarded`] with a client that reads at most `read_per_round` bytes per round.
+fn forwarded_read_by(chunks: &[&[u8]], reverse: bool, read_per_round: usize) -> Run {
     let mut home = engine(2, 0);
     let mut owner = engine(2, 1);
     let mut conn = ClientConn::default();
     conn.session.set_token(7);
-    let mut replies = Vec::new();
-    let drain = |conn: &mut ClientConn, replies: &mut Vec<u8>| {
-        let out = conn.pending_output().to_vec();
-        conn.sent(out.len());
-        replies.extend_from_slice(&out);
-        !out.is_empty()
+    let mut run = Run {
+        replies: Vec::new(),
+        most_held: 0,
+        most_parked: 0,
     };
     for chunk in chunks {
         conn.input.extend(chunk);
         loop {
-            conn.execute_buffered(&mut home, NOW);
-            let mut batches: Vec<Batch> = Vec::new();
-            home.take_forwards(|dest, batch| {
-                assert_eq!(dest, 1);
-                batches.push(batch);
-            });
-            if reverse {
-                batches.reverse();
-            }
-            let forwarded_any = !batches.is_empty();
-            for batch in batches {
-                let answers = owner.serve_forwarded(batch, NOW);
-                let order: Vec<usize> = if reverse {
-                    (0..answers.len()).rev().collect()
-                } else {
-                    (0..answers.len()).collect()
-                };
-                for index in order {
-                    assert_eq!(answers.token(index), Some(7));
-                    conn.deliver(&mut home, answers.get(index).unwrap());
-                }
-                owner.recycle(answers);
-            }
-            let sent = drain(&mut conn, &mut replies);
-            if !sent && !forwarded_any {
+            let consumed = conn.execute_buffered(&mut home, NOW).consumed;
+            let (exchanged, in_transit) = exchange(&mut home, &mut owner, &mut conn, reverse);
+            run.most_held = run.most_held.max(conn.output_backlog() + in_transit);
+            run.most_parked = run.most_parked.max(owner.lane_figures().1);
+            let out = conn.pending_output();
+            let n = out.len().min(read_per_round);
+            run.replies.extend_from_slice(&out[..n]);
+            conn.sent(n);
+            conn.settle(&mut home);
+            if consumed == 0 && !exchanged && n == 0 {
                 break;
             }
         }
@@ -93,7 +90,56 @@ fn forwarded(chunks: &[&[u8]], reverse: bool) -> Vec<u8> {
             "every forwarded request was answered"
         );
     }
-    replies
+    assert_eq!(
+        owner.lane_figures(),
+        (0, 0),
+        "every lane gave its credit back"
+    );
+    run
+}
+
+/// One round between the two workers: the home's batches to the owner, the owner's replies
+/// delivered. Returns whether anything moved, and the reply bytes that were in transit.
+fn exchange(
+    home: &mut Engine,
+    owner: &mut Engine,
+    conn: &mut ClientConn,
+    reverse: bool,
+) -> (bool, usize) {
+    let mut batches: Vec<Batch> = Vec::new();
+    home.take_forwards(|dest, batch| {
+        assert_eq!(dest, 1);
+        batches.push(batch);
+        Ok(())
+    });
+    let moved = !batches.is_empty();
+    for batch in batches {
+        owner.serve_forwarded(0, batch, NOW);
+    }
+    let mut messages: Vec<Replies> = Vec::new();
+    owner.take_replies(|dest, replies| {
+        assert_eq!(dest, 0);
+        messages.push(replies);
+        Ok(())
+    });
+    let in_transit = messages.iter().map(Replies::bytes_len).sum();
+    if reverse {
+        messages.reverse();
+    }
+    let moved = moved || !messages.is_empty();
+    for answers in messages {
+        let order: Vec<usize> = if reverse {
+            (0..answers.len()).rev().collect()
+        } else {
+            (0..answers.len()).collect()
+        };
+        for index in order {
+            assert_eq!(answers.token(index), Some(7));
+            conn.deliver(home, answers.get(index).unwrap());
+        }
+        home.recycle(answers);
+    }
+    (moved, in_transit)
 }
 
 /// Keys of both owners.
@@ -267,6 +313,168 @@ fn stats_sum_every_worker() {
     assert!(reply.ends_with("END\r\n"));
 }
 
+/// A value of `len` bytes that says which key and size it is.
+fn value_for(key: &str, len: usize) -> Vec<u8> {
+    key.bytes()
+        .chain(b"=".iter().copied())
+        .cycle()
+        .take(len)
+        .collect()
+}
+
+/// Text and meta reads of large values on both workers: a multi-key `get` mixing owners, single
+/// gets, `mg`s, then `mn`.
+fn big_text_script(len: usize) -> Vec<u8> {
+    let (l, r) = keys();
+    let mut s = Vec::new();
+    for k in l.iter().chain(r.iter()) {
+        s.extend_from_slice(format!("set {k} 3 0 {len}\r\n").as_bytes());
+        s.extend(value_for(k, len));
+        s.extend_from_slice(b"\r\n");
+    }
+    for _ in 0..2 {
+        let line = format!(
+            "get {} {} {} {} {} missing {} {}\r\n",
+            l[0], r[0], r[1], l[1], r[2], r[3], l[2]
+        );
+        s.extend_from_slice(line.as_bytes());
+        for k in [&r[0], &l[0], &r[1], &r[1]] {
+            s.extend_from_slice(format!("mg {k} v s\r\nget {k}\r\n").as_bytes());
+        }
+    }
+    s.extend_from_slice(b"mn\r\n");
+    s
+}
+
+/// Binary reads of large values on both workers: runs of GETKQ (hits answer, misses are
+/// silent), GETs, a NOOP at the end of each run.
+fn big_binary_script(len: usize) -> Vec<u8> {
+    let (l, r) = keys();
+    let set_extras = [0u8, 0, 0, 9, 0, 0, 0, 0];
+    let mut s = Vec::new();
+    for k in l.iter().chain(r.iter()) {
+        s.extend(binary_request(
+            0x11,
+            k.as_bytes(),
+            &set_extras,
+            &value_for(k, len),
+            1,
+        ));
+    }
+    for run in 0..3u32 {
+        for (i, k) in r
+            .iter()
+            .chain(["missing".to_string()].iter())
+            .chain(l.iter())
+            .enumerate()
+        {
+            s.extend(binary_request(
+                0x0d,
+                k.as_bytes(),
+                &[],
+                &[],
+                run * 100 + i as u32,
+            ));
+        }
+        s.extend(binary_request(0x00, r[0].as_bytes(), &[], &[], run));
+        s.extend(binary_request(0x0a, b"", &[], &[], run));
+    }
+    s
+}
+
+/// Values large enough that the connection's credit with its owner and its output high water
+/// both bind, read by clients of every speed: every reply arrives, in order, as one worker
+/// gives them; replies wait on their owner while the client is slow; and the connection never
+/// holds more than its documented bound.
+#[test]
+fn slow_readers_get_every_reply_in_order_within_the_bound() {
+    let bound = output_bound_bytes(2, 1 << 20);
+    for (script, binary) in [
+        (big_text_script(150_000), false),
+        (big_binary_script(150_000), true),
+    ] {
+        let mask = |b: Vec<u8>| if binary { mask_cas(b) } else { b };
+        let expected = mask(alone(&[&script]));
+        for read in [1500, 64 * 1024, usize::MAX] {
+            for reverse in [false, true] {
+                let run = forwarded_read_by(&[&script], reverse, read);
+                assert!(
+                    mask(run.replies) == expected,
+                    "binary {binary}, read {read}, reverse {reverse}"
+                );
+                assert!(
+                    run.most_held <= bound,
+                    "held {} > bound {bound} (binary {binary}, read {read})",
+                    run.most_held
+                );
+                if read == 1500 {
+                    assert!(run.most_parked > 0, "the credit bound (binary {binary})");
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Random pipelines of stores and reads over both workers' keys, values up to 300 KB, any
+    /// fragmentation, any reader speed, replies in any order across messages: the replies are
+    /// exactly one worker's, and the connection holds no more than its bound.
+    #[test]
+    fn random_pipelines_with_large_values_match_one_worker(
+        ops in proptest::collection::vec((0u8..6, 0usize..8, 0usize..4), 1..40),
+        cut in 1usize..5000,
+        read in prop_oneof![Just(usize::MAX), 1000usize..100_000],
+        reverse in any::<bool>(),
+    ) {
+        let (l, r) = keys();
+        let all: Vec<&String> = l.iter().chain(r.iter()).collect();
+        let sizes = [10usize, 1000, 100_000, 300_000];
+        let mut script = Vec::new();
+        for &(kind, key, size) in &ops {
+            let k = all[key];
+            match kind {
+                0 => {
+                    let value = value_for(k, sizes[size]);
+                    let line = format!("set {k} {size} 0 {}\r\n", value.len());
+                    script.extend_from_slice(line.as_bytes());
+                    script.extend(value);
+                    script.extend_from_slice(b"\r\n");
+                }
+                1 => script.extend_from_slice(format!("get {k}\r\n").as_bytes()),
+                2 => {
+                    let line = format!("gets {k} {} {k}\r\n", all[(key + 3) % 8]);
+                    script.extend_from_slice(line.as_bytes());
+                }
+                3 => script.extend_from_slice(format!("mg {k} v f k\r\n").as_bytes()),
+                4 => script.extend_from_slice(format!("delete {k} noreply\r\n").as_bytes()),
+                _ => script.extend_from_slice(b"mn\r\n"),
+            }
+        }
+        let chunks: Vec<&[u8]> = script.chunks(cut).collect();
+        // `gets` shows CAS values, which are per shard: compare with them blanked.
+        let blank_cas = |bytes: Vec<u8>| -> String {
+            String::from_utf8_lossy(&bytes)
+                .split("\r\n")
+                .map(|line| match line.strip_prefix("VALUE ") {
+                    Some(rest) if rest.split(' ').count() == 4 => {
+                        let mut words: Vec<&str> = line.split(' ').collect();
+                        words.pop();
+                        words.join(" ")
+                    }
+                    _ => line.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\r\n")
+        };
+        let expected = blank_cas(alone(&[&script]));
+        let run = forwarded_read_by(&chunks, reverse, read);
+        prop_assert!(run.most_held <= output_bound_bytes(2, 1 << 20));
+        prop_assert_eq!(blank_cas(run.replies), expected);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -292,4 +500,92 @@ proptest! {
             prop_assert_eq!(got, expected);
         }
     }
+}
+
+/// Credit for forwarded replies goes back once their bytes are sent: with the connection's next
+/// request to that owner, on its own once a quarter of the credit is due, and all of it once the
+/// connection is idle (the owner then forgets the lane).
+#[test]
+fn credit_goes_back_with_the_next_request_at_a_quarter_or_when_idle() {
+    let (_, r) = keys();
+    let mut home = engine(2, 0);
+    let mut owner = engine(2, 1);
+    let mut setup = ClientConn::default();
+    for (k, len) in [(&r[0], 10_000), (&r[1], 10_000), (&r[2], 70_000)] {
+        let mut set = format!("set {k} 0 0 {len}\r\n").into_bytes();
+        set.extend(value_for(k, len));
+        set.extend_from_slice(b"\r\n");
+        setup.input.extend(&set);
+        setup.execute_buffered(&mut owner, NOW);
+    }
+    let mut conn = ClientConn::default();
+    conn.session.set_token(9);
+    // Runs what the connection holds; forwards it; the owner answers; returns the answers.
+    let round = |home: &mut Engine, owner: &mut Engine, conn: &mut ClientConn| {
+        conn.execute_buffered(home, NOW);
+        let mut batches = Vec::new();
+        home.take_forwards(|_, batch| {
+            batches.push(batch);
+            Ok(())
+        });
+        for batch in batches {
+            owner.serve_forwarded(0, batch, NOW);
+        }
+        let mut answers = Vec::new();
+        owner.take_replies(|_, replies| {
+            answers.push(replies);
+            Ok(())
+        });
+        answers
+    };
+    let send_all = |conn: &mut ClientConn, home: &mut Engine| {
+        let n = conn.pending_output().len();
+        conn.sent(n);
+        conn.settle(home);
+        n
+    };
+    conn.input
+        .extend(format!("get {}\r\nget {}\r\n", r[0], r[1]).as_bytes());
+    let answers = round(&mut home, &mut owner, &mut conn);
+    assert_eq!((answers.len(), answers[0].len()), (1, 2));
+    // The first reply is delivered and sent; the second is still out.
+    conn.deliver(&mut home, answers[0].get(0).unwrap());
+    assert!(send_all(&mut conn, &mut home) > 10_000);
+    assert!(!home.has_forwards(), "10 KB due, a hole open: kept for now");
+    // The next request to that owner carries it.
+    conn.input.extend(format!("get {}\r\n", r[0]).as_bytes());
+    conn.execute_buffered(&mut home, NOW);
+    let mut entries = Vec::new();
+    home.take_forwards(|_, batch| {
+        entries.push((batch.len(), batch.requests()));
+        owner.serve_forwarded(0, batch, NOW);
+        Ok(())
+    });
+    assert_eq!(entries, [(2, 1)], "one credit entry ahead of one request");
+    let mut later = Vec::new();
+    owner.take_replies(|_, replies| {
+        later.push(replies);
+        Ok(())
+    });
+    conn.deliver(&mut home, answers[0].get(1).unwrap());
+    for answer in &later {
+        for i in 0..answer.len() {
+            conn.deliver(&mut home, answer.get(i).unwrap());
+        }
+    }
+    // Idle: everything goes back, and the owner forgets the connection.
+    send_all(&mut conn, &mut home);
+    assert!(home.has_forwards());
+    round(&mut home, &mut owner, &mut conn);
+    assert_eq!(owner.lane_figures(), (0, 0));
+    // A quarter of the credit due goes back at once, holes open or not.
+    conn.input
+        .extend(format!("get {}\r\nget {}\r\n", r[2], r[1]).as_bytes());
+    let answers = round(&mut home, &mut owner, &mut conn);
+    conn.deliver(&mut home, answers[0].get(0).unwrap());
+    assert!(send_all(&mut conn, &mut home) > 70_000);
+    assert!(
+        home.has_forwards(),
+        "70 KB due: handed back without waiting"
+    );
 }

@@ -2,117 +2,23 @@
 //! the client end (10.78.0.1/24, transmit checksum offload off) in one, the end memspin
 //! attaches its XDP program and AF_XDP socket to in the other — runs memspin serving
 //! 10.78.0.2 in the second and clients in the first, and removes both namespaces (and so
-//! the pair) afterwards, also on failure. Needs root, as CI has.
+//! the pair) afterwards, also on failure. Needs root, as CI has. One test also gives
+//! memspin's end a kernel address (10.78.0.3) to show the host keeps its own traffic.
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::Stdio;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use protocol::binary::Status;
+use support::veth::{SERVER, SERVER_IFACE, Veth, run};
 use support::{
-    Client, Netns, Server, check_binary_safe_values_and_limit, check_many_connections,
+    Client, check_binary_safe_values_and_limit, check_many_connections,
     check_two_workers_under_load, memccapable, raise_fd_limit,
 };
-
-const SERVER: &str = "10.78.0.2:11211";
-const CLIENT_IFACE: &str = "msx0";
-const SERVER_IFACE: &str = "msx1";
-
-/// Two namespaces and the veth pair between them.
-struct Veth {
-    client: Netns,
-    server: Netns,
-}
-
-#[track_caller]
-fn run(program: &str, args: &[&str]) {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Veth {
-    #[track_caller]
-    fn new() -> Veth {
-        Veth::with_queues(1)
-    }
-
-    /// The pair with `queues` receive and transmit queues on each end.
-    #[track_caller]
-    fn with_queues(queues: usize) -> Veth {
-        let queues = queues.to_string();
-        let veth = Veth {
-            client: Netns::new(),
-            server: Netns::new(),
-        };
-        let (c, s) = (veth.client.name.as_str(), veth.server.name.as_str());
-        #[rustfmt::skip]
-        run("ip", &[
-            "-n", c, "link", "add", CLIENT_IFACE, "numtxqueues", &queues, "numrxqueues", &queues,
-            "type", "veth", "peer", "name", SERVER_IFACE, "numtxqueues", &queues, "numrxqueues",
-            &queues, "netns", s,
-        ]);
-        run(
-            "ip",
-            &["-n", c, "addr", "add", "10.78.0.1/24", "dev", CLIENT_IFACE],
-        );
-        run("ip", &["-n", c, "link", "set", CLIENT_IFACE, "up"]);
-        run("ip", &["-n", s, "link", "set", SERVER_IFACE, "up"]);
-        // The client kernel would otherwise leave TCP checksums to "hardware"
-        // (CHECKSUM_PARTIAL); memspin verifies every checksum and would drop those frames.
-        #[rustfmt::skip]
-        run("ip", &["netns", "exec", c, "ethtool", "-K", CLIENT_IFACE, "tx", "off"]);
-        veth
-    }
-
-    fn server_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-        let mut args = vec![
-            "--net",
-            "xdp",
-            "--iface",
-            SERVER_IFACE,
-            "--ip",
-            "10.78.0.2/24",
-            "--idle",
-            "park",
-        ];
-        args.extend_from_slice(extra);
-        args
-    }
-
-    #[track_caller]
-    fn start(&self, extra: &[&str]) -> Server {
-        Server::start(
-            Some(&self.server),
-            &Self::server_args(extra),
-            Some(SERVER.parse().unwrap()),
-        )
-    }
-
-    /// `ip link show` of memspin's end.
-    fn server_link(&self) -> String {
-        let out = Command::new("ip")
-            .args(["-n", &self.server.name, "link", "show", SERVER_IFACE])
-            .output()
-            .expect("ip link show");
-        assert!(out.status.success());
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn has_xdp(&self) -> bool {
-        // `ip link` prints `xdp` (native) or `xdpgeneric` with the program id.
-        self.server_link().contains(" xdp")
-    }
-}
 
 #[test]
 fn memccapable_binary_passes_all_27() {
@@ -295,4 +201,171 @@ fn two_workers_on_two_queues_verify_under_load() {
     veth.client.enter();
     check_two_workers_under_load(&mut server);
     assert!(!veth.has_xdp(), "the program is detached");
+}
+
+/// One ICMP echo to `dst` over a raw socket (what `ping -c 1` sends); returns the round
+/// trip, or the error after `timeout`.
+fn icmp_echo(dst: Ipv4Addr, seq: u16, timeout: Duration) -> std::io::Result<Duration> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: socket(2) with constant arguments; checked before use.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_ICMP,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 100_000,
+    };
+    // SAFETY: `tv` outlives the call and its size is passed.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            size_of::<libc::timeval>() as libc::socklen_t,
+        );
+    }
+    let id = std::process::id() as u16;
+    let mut echo = [0u8; 16];
+    echo[0] = 8; // echo request
+    echo[4..6].copy_from_slice(&id.to_be_bytes());
+    echo[6..8].copy_from_slice(&seq.to_be_bytes());
+    echo[8..].copy_from_slice(b"memspin!");
+    let sum = echo
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    echo[2..4].copy_from_slice(&(!((sum & 0xffff) + (sum >> 16)) as u16).to_be_bytes());
+    let to = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(dst.octets()),
+        },
+        sin_zero: [0; 8],
+    };
+    let start = Instant::now();
+    // SAFETY: `echo` and `to` outlive the call; their sizes are passed.
+    let sent = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            echo.as_ptr().cast(),
+            echo.len(),
+            0,
+            (&to as *const libc::sockaddr_in).cast(),
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if sent < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut buf = [0u8; 1500];
+    while start.elapsed() < timeout {
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 20 {
+            continue;
+        }
+        // A raw socket sees the IPv4 header too, and every ICMP message of the namespace.
+        let icmp = &buf[usize::from(buf[0] & 0x0f) * 4..n as usize];
+        if buf[12..16] == dst.octets()
+            && icmp.len() >= 8
+            && icmp[0] == 0
+            && icmp[4..8] == echo[4..8]
+        {
+            return Ok(start.elapsed());
+        }
+    }
+    Err(std::io::ErrorKind::TimedOut.into())
+}
+
+/// The program takes only memspin's frames: with memspin attached and serving 10.78.0.2, the
+/// kernel on the same interface (10.78.0.3) still answers ARP and ping, accepts connections
+/// on its own listener, and refuses memspin's port at its own address. The old program sent
+/// every frame to memspin, so the kernel never saw the ARP request for 10.78.0.3.
+#[test]
+fn the_host_keeps_its_own_traffic_while_memspin_serves() {
+    const HOST: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 3);
+    let veth = Veth::new();
+    run(
+        "ip",
+        &[
+            "-n",
+            &veth.server.name,
+            "addr",
+            "add",
+            "10.78.0.3/24",
+            "dev",
+            SERVER_IFACE,
+        ],
+    );
+    let (bound, listening) = mpsc::channel();
+    let server_ns = std::fs::File::open(format!("/var/run/netns/{}", veth.server.name))
+        .expect("memspin's namespace");
+    // The host's own service on another port: echoes what each connection sends.
+    let kernel_service = std::thread::spawn(move || {
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns(2) on an open namespace descriptor; it moves only this thread.
+        let rc = unsafe { libc::setns(server_ns.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+        let listener = TcpListener::bind((HOST, 2222)).expect("bind 10.78.0.3:2222");
+        bound.send(()).unwrap();
+        for _ in 0..3 {
+            let (mut stream, _) = listener.accept().expect("accept");
+            let mut buf = [0u8; 64];
+            let n = stream.read(&mut buf).expect("read");
+            stream.write_all(&buf[..n]).expect("write");
+        }
+    });
+    listening
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the kernel listener");
+    let mut server = veth.start(&[]);
+    assert!(veth.has_xdp(), "{}", veth.server_link());
+    veth.client.enter();
+    let mut memspin = Client::connect(server.addr);
+    for round in 0..3u16 {
+        let key = format!("k{round}");
+        assert_eq!(
+            memspin.set(key.as_bytes(), b"v", 0).unwrap().status,
+            Status::NoError
+        );
+        let rtt = icmp_echo(HOST, round, Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("ping 10.78.0.3 (round {round}): {e}"));
+        eprintln!("ping 10.78.0.3: {rtt:?}");
+        let mut kernel =
+            TcpStream::connect_timeout(&SocketAddr::from((HOST, 2222)), Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("connect to the host's listener (round {round}): {e}"));
+        kernel
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        kernel.write_all(b"hello host").unwrap();
+        let mut back = [0u8; 10];
+        kernel.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"hello host");
+        assert_eq!(memspin.get(key.as_bytes()).unwrap().value, b"v");
+    }
+    // memspin's port at the host's address is the kernel's: no listener there, so a reset.
+    let refused =
+        TcpStream::connect_timeout(&SocketAddr::from((HOST, 11211)), Duration::from_secs(5));
+    assert_eq!(
+        refused.map(drop).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionRefused)
+    );
+    kernel_service
+        .join()
+        .expect("the kernel listener served three connections");
+    let (status, stderr) = server.stop();
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "stderr:\n{stderr}");
+    assert!(!veth.has_xdp(), "{}", veth.server_link());
 }

@@ -1,28 +1,96 @@
-//! The `bpf(2)` calls the AF_XDP path needs, and the redirect program, hand-assembled.
+//! The `bpf(2)` calls the AF_XDP path needs, and the steering program, hand-assembled.
 //!
-//! No clang, libbpf or ELF loader: the program is five instructions (six 8-byte slots,
-//! because loading a 64-bit map reference takes two), written out here byte for byte:
+//! No clang, libbpf or ELF loader: the program is written with the small assembler in
+//! `asm.rs` (labels, jump offsets resolved at the end) and loaded with `BPF_PROG_LOAD`.
+//! It takes only memspin's traffic and leaves everything else to the kernel:
+//!
+//! - IPv4 TCP to [`Steer::ipv4`] and [`Steer::tcp_port`] (any IPv4 options, IHL 5 to 15;
+//!   the first fragment of a packet, later fragments carry no port),
+//! - ARP (IPv4 over Ethernet) whose target protocol address is [`Steer::ipv4`]: requests
+//!   for our address and replies to ours,
+//!
+//! go to the queue's AF_XDP socket; every other frame (the host's own ARP, SSH, ICMP, UDP,
+//! IPv6, other ports and addresses, 802.1Q-tagged frames, frames too short for the headers
+//! they announce) gets `XDP_PASS`. Registers: r2 = `data`, r3 = `data_end`, r9 = the queue;
+//! every packet load comes after a check against `data_end` that covers it, as the verifier
+//! requires. A loaded field holds the wire's bytes in native order, so each constant is
+//! compared in that form (`wire_u16`, `wire_u32`), with 32-bit jumps (`w5` below).
 //!
 //! ```text
-//! r2 = *(u32 *)(r1 + 16)      ; ctx->rx_queue_index (struct xdp_md)
-//! r1 = map_fd ll              ; BPF_LD_IMM64 with BPF_PSEUDO_MAP_FD: the XSKMAP
-//! r3 = XDP_PASS               ; flags: the action when the map slot is empty
-//! call bpf_redirect_map       ; helper 51
-//! exit                        ; r0 = XDP_REDIRECT, or XDP_PASS
+//!         r9 = *(u32 *)(r1 + 16)      ; ctx->rx_queue_index (struct xdp_md)
+//!         r2 = *(u32 *)(r1 + 0)       ; ctx->data
+//!         r3 = *(u32 *)(r1 + 4)       ; ctx->data_end
+//!         r5 = r2
+//!         r5 += 14
+//!         if r5 > r3 goto pass        ; no whole Ethernet header
+//!         r5 = *(u16 *)(r2 + 12)      ; EtherType
+//!         if w5 == ETH_P_ARP goto arp
+//!         if w5 == ETH_P_IP goto ipv4
+//!         goto pass                   ; IPv6, VLAN tags, everything else
+//! arp:    r5 = r2
+//!         r5 += 42
+//!         if r5 > r3 goto pass        ; Ethernet + 28 bytes of ARP for IPv4
+//!         r5 = *(u32 *)(r2 + 14)      ; hardware type, protocol type
+//!         if w5 != 1, 0x0800 goto pass
+//!         r5 = *(u16 *)(r2 + 18)      ; address lengths
+//!         if w5 != 6, 4 goto pass
+//!         r5 = *(u32 *)(r2 + 38)      ; target protocol address
+//!         if w5 != IP goto pass
+//!         goto redirect
+//! ipv4:   r5 = r2
+//!         r5 += 34
+//!         if r5 > r3 goto pass        ; Ethernet + the 20 fixed bytes of IPv4
+//!         r5 = *(u8 *)(r2 + 14)       ; version, IHL
+//!         r4 = r5
+//!         r4 &= 0xf0
+//!         if w4 != 0x40 goto pass     ; version 4
+//!         r5 &= 0x0f                  ; IHL, in 32-bit words
+//!         if w5 < 5 goto pass
+//!         r4 = *(u8 *)(r2 + 23)       ; protocol
+//!         if w4 != IPPROTO_TCP goto pass
+//!         r4 = *(u32 *)(r2 + 30)      ; destination address
+//!         if w4 != IP goto pass
+//!         r4 = *(u16 *)(r2 + 20)      ; flags, fragment offset
+//!         if w4 & 0x1fff goto pass    ; a later fragment: no TCP header
+//!         r5 <<= 2                    ; IPv4 header length, 20 to 60 bytes
+//!         r6 = r2
+//!         r6 += r5                    ; the TCP header is at r6 + 14
+//!         r4 = r6
+//!         r4 += 18
+//!         if r4 > r3 goto pass        ; through the TCP destination port
+//!         r4 = *(u16 *)(r6 + 16)      ; TCP destination port
+//!         if w4 != PORT goto pass
+//!         goto redirect
+//! redirect:
+//!         r2 = r9
+//!         r1 = map_fd ll              ; BPF_LD_IMM64 with BPF_PSEUDO_MAP_FD: the XSKMAP
+//!         r3 = XDP_PASS               ; flags: the action when the map slot is empty
+//!         call bpf_redirect_map       ; helper 51
+//!         exit                        ; r0 = XDP_REDIRECT, or XDP_PASS
+//! pass:   r0 = XDP_PASS
+//!         exit
 //! ```
+//!
+//! [`steering_program`] builds it as a dispatch on the EtherType followed by one section per
+//! case, each ending in a jump to `redirect` or `pass`; a new case (IPv6 and neighbour
+//! discovery for our address) is one more dispatch entry and one more section.
 //!
 //! Since Linux 5.3 the low bits of `bpf_redirect_map`'s flags are the action to return when
 //! the key has no entry, so a queue without a bound socket (and a program left behind by a
 //! killed run, whose sockets are gone) passes frames to the kernel stack instead of
-//! dropping them.
+//! dropping them. `BPF_JMP32` needs Linux 5.1.
 //!
 //! The helper is not GPL-only; the program is loaded with the license string
 //! `"Dual MIT/GPL"`, which the kernel counts as GPL-compatible, so a future helper change
 //! would not refuse it.
 
+use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+use super::asm::{Asm, Cond, Label, R0, R1, R2, R3, R4, R5, R6, R9, Size, wire_u16, wire_u32};
 use crate::sys;
+
+pub use super::asm::Insn;
 
 /// The name the program is loaded under; a program of this name on an interface was left
 /// by memspin (see [`super::XdpProgram::attach`]).
@@ -35,6 +103,7 @@ pub const LICENSE: &core::ffi::CStr = c"Dual MIT/GPL";
 const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
+const BPF_PROG_TEST_RUN: libc::c_int = 10;
 const BPF_PROG_GET_FD_BY_ID: libc::c_int = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 
@@ -46,74 +115,139 @@ const PROG_TYPE_XDP: u32 = 6;
 const FUNC_REDIRECT_MAP: i32 = 51;
 /// `XDP_PASS`.
 pub const XDP_PASS: i32 = 2;
-/// `BPF_PSEUDO_MAP_FD`: the src register of an `LD_IMM64` whose immediate is a map fd.
-const PSEUDO_MAP_FD: u8 = 1;
+/// `XDP_REDIRECT`.
+pub const XDP_REDIRECT: i32 = 4;
 
-/// One eBPF instruction (`struct bpf_insn`): opcode, dst (low nibble) and src (high nibble)
-/// registers, offset, immediate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
-pub struct Insn {
-    /// Opcode (class | size/op | mode/source).
-    pub code: u8,
-    /// `dst | src << 4`.
-    pub regs: u8,
-    /// Signed offset.
-    pub off: i16,
-    /// Signed immediate.
-    pub imm: i32,
-}
-
-const _: () = assert!(core::mem::size_of::<Insn>() == 8);
-
-impl Insn {
-    const fn new(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-        Insn {
-            code,
-            regs: dst | (src << 4),
-            off,
-            imm,
-        }
-    }
-
-    /// The 8 bytes the kernel reads (little-endian on every Linux target we build for).
-    pub fn to_bytes(self) -> [u8; 8] {
-        let mut b = [0u8; 8];
-        b[0] = self.code;
-        b[1] = self.regs;
-        b[2..4].copy_from_slice(&self.off.to_ne_bytes());
-        b[4..8].copy_from_slice(&self.imm.to_ne_bytes());
-        b
-    }
-}
-
-// Opcode parts (include/uapi/linux/bpf_common.h, bpf.h).
-const BPF_LD: u8 = 0x00;
-const BPF_LDX: u8 = 0x01;
-const BPF_ALU64: u8 = 0x07;
-const BPF_JMP: u8 = 0x05;
-const BPF_W: u8 = 0x00;
-const BPF_DW: u8 = 0x18;
-const BPF_IMM: u8 = 0x00;
-const BPF_MEM: u8 = 0x60;
-const BPF_MOV: u8 = 0xb0;
-const BPF_K: u8 = 0x00;
-const BPF_CALL: u8 = 0x80;
-const BPF_EXIT: u8 = 0x90;
-
-/// Offset of `rx_queue_index` in `struct xdp_md`.
+/// Offsets in `struct xdp_md`.
+const XDP_MD_DATA: i16 = 0;
+const XDP_MD_DATA_END: i16 = 4;
 const XDP_MD_RX_QUEUE_INDEX: i16 = 16;
 
-/// The redirect program for the XSKMAP `map_fd` (see the module docs).
-pub fn redirect_program(map_fd: RawFd) -> [Insn; 6] {
-    [
-        Insn::new(BPF_LDX | BPF_W | BPF_MEM, 2, 1, XDP_MD_RX_QUEUE_INDEX, 0),
-        Insn::new(BPF_LD | BPF_DW | BPF_IMM, 1, PSEUDO_MAP_FD, 0, map_fd),
-        Insn::new(0, 0, 0, 0, 0),
-        Insn::new(BPF_ALU64 | BPF_MOV | BPF_K, 3, 0, 0, XDP_PASS),
-        Insn::new(BPF_JMP | BPF_CALL, 0, 0, 0, FUNC_REDIRECT_MAP),
-        Insn::new(BPF_JMP | BPF_EXIT, 0, 0, 0, 0),
-    ]
+/// Frame layout (untagged Ethernet).
+const ETH_HLEN: i32 = 14;
+const ETH_TYPE: i16 = 12;
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_ARP: u16 = 0x0806;
+/// ARP for IPv4 over Ethernet: 28 bytes after the Ethernet header.
+const ARP_LEN: i32 = 28;
+const ARP_HTYPE_PTYPE: i16 = 14;
+const ARP_HLEN_PLEN: i16 = 18;
+const ARP_TPA: i16 = 38;
+/// The fixed IPv4 header.
+const IPV4_MIN_LEN: i32 = 20;
+const IPV4_VERSION_IHL: i16 = 14;
+const IPV4_FRAG: i16 = 20;
+const IPV4_PROTOCOL: i16 = 23;
+const IPV4_DST: i16 = 30;
+/// The fragment offset's 13 bits of the flags/offset field.
+const IPV4_FRAG_OFFSET: u16 = 0x1fff;
+const IPPROTO_TCP: u32 = 6;
+/// The TCP destination port, from the start of the TCP header.
+const TCP_DST_PORT: i16 = 2;
+
+/// What the program steers to the AF_XDP sockets; every other frame goes to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steer {
+    /// The server's IPv4 address (`--ip`): TCP to it and ARP for it.
+    pub ipv4: Ipv4Addr,
+    /// The server's TCP port (`-p`).
+    pub tcp_port: u16,
+}
+
+/// Where each section of the program ends.
+#[derive(Debug, Clone, Copy)]
+struct Exits {
+    /// Hand the frame to the queue's socket.
+    redirect: Label,
+    /// Give the frame to the kernel.
+    pass: Label,
+}
+
+/// The steering program for the XSKMAP `map_fd` (see the module docs for the listing).
+pub fn steering_program(map_fd: RawFd, steer: &Steer) -> Vec<Insn> {
+    let mut asm = Asm::new();
+    let exits = Exits {
+        redirect: asm.label(),
+        pass: asm.label(),
+    };
+    asm.load(Size::W, R9, R1, XDP_MD_RX_QUEUE_INDEX);
+    asm.load(Size::W, R2, R1, XDP_MD_DATA);
+    asm.load(Size::W, R3, R1, XDP_MD_DATA_END);
+    need(&mut asm, ETH_HLEN, exits.pass);
+    asm.load(Size::H, R5, R2, ETH_TYPE);
+
+    // The dispatch: one entry per EtherType we take, then its section.
+    let arp = asm.label();
+    let ipv4 = asm.label();
+    asm.jmp32_imm(Cond::Eq, R5, wire_u16(ETH_P_ARP), arp);
+    asm.jmp32_imm(Cond::Eq, R5, wire_u16(ETH_P_IP), ipv4);
+    asm.ja(exits.pass);
+
+    asm.bind(arp);
+    arp_for(&mut asm, steer.ipv4, exits);
+    asm.bind(ipv4);
+    ipv4_tcp_to(&mut asm, steer.ipv4, steer.tcp_port, exits);
+
+    asm.bind(exits.redirect);
+    asm.mov(R2, R9);
+    asm.load_map_fd(R1, map_fd);
+    asm.mov_imm(R3, XDP_PASS);
+    asm.call(FUNC_REDIRECT_MAP);
+    asm.exit();
+    asm.bind(exits.pass);
+    asm.mov_imm(R0, XDP_PASS);
+    asm.exit();
+    // Every label above is bound before `finish`, and the program is a few dozen
+    // instructions: the assembler cannot refuse it.
+    asm.finish().expect("the steering program's jumps resolve")
+}
+
+/// `if data + len > data_end goto short` (r5 is scratch).
+fn need(asm: &mut Asm, len: i32, short: Label) {
+    asm.mov(R5, R2);
+    asm.add_imm(R5, len);
+    asm.jmp(Cond::Gt, R5, R3, short);
+}
+
+/// ARP for IPv4 over Ethernet whose target protocol address is `ip` → redirect.
+fn arp_for(asm: &mut Asm, ip: Ipv4Addr, to: Exits) {
+    need(asm, ETH_HLEN + ARP_LEN, to.pass);
+    asm.load(Size::W, R5, R2, ARP_HTYPE_PTYPE);
+    asm.jmp32_imm(Cond::Ne, R5, wire_u32([0, 1, 0x08, 0x00]), to.pass);
+    asm.load(Size::H, R5, R2, ARP_HLEN_PLEN);
+    asm.jmp32_imm(Cond::Ne, R5, wire_u16(0x0604), to.pass);
+    asm.load(Size::W, R5, R2, ARP_TPA);
+    asm.jmp32_imm(Cond::Ne, R5, wire_u32(ip.octets()), to.pass);
+    asm.ja(to.redirect);
+}
+
+/// IPv4 TCP to `ip`:`port`, any header length → redirect.
+fn ipv4_tcp_to(asm: &mut Asm, ip: Ipv4Addr, port: u16, to: Exits) {
+    need(asm, ETH_HLEN + IPV4_MIN_LEN, to.pass);
+    asm.load(Size::B, R5, R2, IPV4_VERSION_IHL);
+    asm.mov(R4, R5);
+    asm.and_imm(R4, 0xf0);
+    asm.jmp32_imm(Cond::Ne, R4, 0x40, to.pass);
+    asm.and_imm(R5, 0x0f);
+    asm.jmp32_imm(Cond::Lt, R5, 5, to.pass);
+    asm.load(Size::B, R4, R2, IPV4_PROTOCOL);
+    asm.jmp32_imm(Cond::Ne, R4, IPPROTO_TCP, to.pass);
+    asm.load(Size::W, R4, R2, IPV4_DST);
+    asm.jmp32_imm(Cond::Ne, R4, wire_u32(ip.octets()), to.pass);
+    asm.load(Size::H, R4, R2, IPV4_FRAG);
+    asm.jmp32_imm(Cond::Set, R4, wire_u16(IPV4_FRAG_OFFSET), to.pass);
+    // r6 = data + header length: the TCP header starts at r6 + 14. The verifier knows the
+    // added length lies in 0..=60 (a 4-bit field times 4) and checks the loads below
+    // against the bound that follows.
+    asm.lsh_imm(R5, 2);
+    asm.mov(R6, R2);
+    asm.add(R6, R5);
+    asm.mov(R4, R6);
+    asm.add_imm(R4, ETH_HLEN + i32::from(TCP_DST_PORT) + 2);
+    asm.jmp(Cond::Gt, R4, R3, to.pass);
+    asm.load(Size::H, R4, R6, ETH_HLEN as i16 + TCP_DST_PORT);
+    asm.jmp32_imm(Cond::Ne, R4, wire_u16(port), to.pass);
+    asm.ja(to.redirect);
 }
 
 /// `union bpf_attr`, as the zero-padded bytes of the part a command uses. 8-aligned for
@@ -280,27 +414,133 @@ pub fn prog_info(fd: BorrowedFd<'_>) -> Result<ProgInfo, i32> {
     })
 }
 
+/// Runs the program behind `prog` once on a copy of `frame` (`BPF_PROG_TEST_RUN`, as if it
+/// arrived on queue 0 of the namespace's loopback device) and returns its action
+/// (`XDP_PASS`, `XDP_REDIRECT`, ...). Nothing is redirected or sent.
+///
+/// # Errors
+/// `errno` (`EINVAL` for a frame shorter than an Ethernet header or longer than a page
+/// allows, `EPERM` without privilege).
+pub fn test_run(prog: BorrowedFd<'_>, frame: &[u8]) -> Result<u32, i32> {
+    let len = u32::try_from(frame.len()).map_err(|_| libc::E2BIG)?;
+    // struct { prog_fd, retval, data_size_in, data_size_out, data_in (u64), data_out (u64),
+    //          repeat, duration, ... }
+    let mut attr = Attr::new()
+        .u32(0, prog.as_raw_fd() as u32)
+        .u32(8, len)
+        .u64(16, frame.as_ptr() as u64)
+        .u32(32, 1);
+    bpf(BPF_PROG_TEST_RUN, &mut attr)?;
+    Ok(u32::from_ne_bytes([
+        attr.0[4], attr.0[5], attr.0[6], attr.0[7],
+    ]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
 
-    // The bytes libbpf's old xsk.c loaded (post-5.3 variant), with map fd 7.
-    static EXPECTED: [[u8; 8]; 6] = [
-        [0x61, 0x12, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00],
-        [0x18, 0x11, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00],
-        [0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00],
-        [0xb7, 0x03, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00],
-        [0x85, 0x00, 0x00, 0x00, 0x33, 0x00, 0x00, 0x00],
-        [0x95, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00],
-    ];
+    const STEER: Steer = Steer {
+        ipv4: Ipv4Addr::new(10, 78, 0, 200),
+        tcp_port: 11211,
+    };
 
+    /// Where a jump at `at` lands.
+    fn target(program: &[Insn], at: usize) -> usize {
+        (at as isize + 1 + isize::from(program[at].off)) as usize
+    }
+
+    // The tail after the filter: the redirect libbpf's old xsk.c loaded (post-5.3 variant,
+    // with the queue index from r9), map fd 7, then the pass exit.
+    #[cfg(target_endian = "little")]
     #[test]
-    fn program_bytes() {
-        let program = redirect_program(7);
-        for (i, (insn, want)) in program.iter().zip(EXPECTED.iter()).enumerate() {
-            assert_eq!(&insn.to_bytes(), want, "instruction {i}");
+    fn the_redirect_and_pass_exits_are_byte_exact() {
+        static TAIL: [[u8; 8]; 8] = [
+            [0xbf, 0x92, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00],
+            [0x18, 0x11, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00],
+            [0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00],
+            [0xb7, 0x03, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00],
+            [0x85, 0x00, 0x00, 0x00, 0x33, 0x00, 0x00, 0x00],
+            [0x95, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00],
+            [0xb7, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00],
+            [0x95, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00],
+        ];
+        let program = steering_program(7, &STEER);
+        let tail = &program[program.len() - TAIL.len()..];
+        for (i, (insn, want)) in tail.iter().zip(TAIL.iter()).enumerate() {
+            assert_eq!(&insn.to_bytes(), want, "tail instruction {i}");
         }
+        // The prologue: r9 = queue, r2 = data, r3 = data_end.
+        assert_eq!(program[0].to_bytes(), [0x61, 0x19, 16, 0, 0, 0, 0, 0]);
+        assert_eq!(program[1].to_bytes(), [0x61, 0x12, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(program[2].to_bytes(), [0x61, 0x13, 4, 0, 0, 0, 0, 0]);
+    }
+
+    // Every jump lands inside the program, on an instruction (never on the second slot of
+    // the map load), and every path ends in `exit`: the last instruction is one, and the
+    // only fall-through into the pass exit is from the redirect's `exit`.
+    #[test]
+    fn every_jump_lands_on_an_instruction() {
+        let program = steering_program(7, &STEER);
+        assert_eq!(program.len(), 52, "the listing in the module docs");
+        let map_load = program.iter().position(|i| i.code == 0x18).unwrap();
+        let mut jumps = 0;
+        for at in 0..program.len() {
+            if program[at].is_jump() {
+                jumps += 1;
+                let to = target(&program, at);
+                assert!(to < program.len(), "jump {at} leaves the program");
+                assert_ne!(to, map_load + 1, "jump {at} into the map load");
+                assert!(
+                    to > at,
+                    "jump {at} goes backwards (the verifier refuses loops)"
+                );
+            }
+        }
+        assert_eq!(jumps, 18);
+        assert_eq!(program.last().unwrap().code, 0x95);
+    }
+
+    // The jumps that leave a section go to the two exits, and the constants compared are
+    // the wire bytes of the address, the port and the EtherTypes.
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn sections_compare_the_wire_values_and_end_at_the_exits() {
+        let program = steering_program(7, &STEER);
+        let pass = program.len() - 2;
+        let redirect = program.len() - 8;
+        let imms_compared: Vec<u32> = program
+            .iter()
+            .filter(|i| i.code & 0x07 == 0x06)
+            .map(|i| i.imm as u32)
+            .collect();
+        for want in [
+            0x0608,      // ETH_P_ARP
+            0x0008,      // ETH_P_IP
+            0xc800_4e0a, // 10.78.0.200 (ARP target and IPv4 destination)
+            0xcb2b,      // port 11211
+            0x0040,      // version 4
+            6,           // IPPROTO_TCP
+            0xff1f,      // fragment offset bits
+        ] {
+            assert!(
+                imms_compared.contains(&want),
+                "{want:#x} in {imms_compared:x?}"
+            );
+        }
+        assert_eq!(
+            imms_compared.iter().filter(|&&i| i == 0xc800_4e0a).count(),
+            2
+        );
+        let to_redirect = (0..program.len())
+            .filter(|&at| program[at].is_jump() && target(&program, at) == redirect)
+            .count();
+        assert_eq!(to_redirect, 2, "one per section (ARP, IPv4 TCP)");
+        let to_pass = (0..program.len())
+            .filter(|&at| program[at].is_jump() && target(&program, at) == pass)
+            .count();
+        assert_eq!(to_pass, 14, "every failed check");
     }
 
     #[test]
@@ -335,6 +575,8 @@ mod tests {
     }
 
     // Loads the program for real: the verifier accepts it and the kernel reports our name.
+    // (What it steers is tested with a bound socket in `xdp::tests`: with an empty map every
+    // frame passes, which this checks for frames of every length.)
     #[test]
     fn the_verifier_accepts_the_program() {
         if !privileged() {
@@ -342,7 +584,16 @@ mod tests {
             return;
         }
         let map = create_xskmap(4).expect("XSKMAP");
-        let prog = load_xdp_program(&redirect_program(map.as_raw_fd())).expect("load");
+        let prog = load_xdp_program(&steering_program(map.as_raw_fd(), &STEER)).expect("load");
+        let frame = [0u8; 80];
+        for len in 14..=frame.len() {
+            assert_eq!(
+                test_run(prog.as_fd(), &frame[..len]),
+                Ok(XDP_PASS as u32),
+                "{len} bytes"
+            );
+        }
+        assert_eq!(test_run(prog.as_fd(), &frame[..13]), Err(libc::EINVAL));
         let info = prog_info(prog.as_fd()).expect("info");
         assert!(info.is_ours(), "{info:?}");
         let again = prog_fd_by_id(info.id).expect("fd by id");

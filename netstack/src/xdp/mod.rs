@@ -1,17 +1,20 @@
-//! The AF_XDP packet path: an XDP program that steers every frame of an interface queue to
-//! an AF_XDP socket, and a smoltcp [`Device`](smoltcp::phy::Device) per (interface, queue)
+//! The AF_XDP packet path: an XDP program that steers memspin's frames (TCP to its address
+//! and port, ARP for its address) from an interface queue to an AF_XDP socket and leaves the
+//! rest to the kernel, and a smoltcp [`Device`](smoltcp::phy::Device) per (interface, queue)
 //! over that socket's rings.
 //!
 //! ```text
-//! NIC / veth queue i ─▶ XDP program: bpf_redirect_map(xskmap, rx_queue_index, XDP_PASS)
+//! NIC / veth queue i ─▶ XDP program: ours? ── no ──▶ XDP_PASS (the kernel's stack)
+//!                          └─ yes ─▶ bpf_redirect_map(xskmap, rx_queue_index, XDP_PASS)
 //!     xskmap[i] = socket of XdpDevice(queue i) ─▶ rx ring ─▶ RxToken (&[u8] in the UMEM)
 //!     fill ring ◀─ frames returned after every rx batch
 //! TxToken::consume ─▶ free UMEM frame ─▶ tx ring ─▶ sendto() kick ─▶ queue i
 //!     completion ring ─▶ frame free again (only if this side sent it)
 //! ```
 //!
-//! - [`XdpProgram::attach`] loads the five-instruction redirect program ([`bpf`]) with an
-//!   XSKMAP of one slot per receive queue, and attaches it over rtnetlink, natively
+//! - [`XdpProgram::attach`] loads the steering program ([`bpf`], hand-assembled with the
+//!   small assembler in `asm`) for a [`Steer`] (address and port) with an XSKMAP of one
+//!   slot per receive queue, and attaches it over rtnetlink, natively
 //!   (driver mode) where the driver supports it, else in generic (skb) mode. A program of
 //!   our name left behind by a killed run is replaced; anyone else's is refused. Dropping
 //!   the value detaches it, and only if it is still ours (`XDP_FLAGS_REPLACE`).
@@ -19,6 +22,9 @@
 //!   and four rings (the `ring` module), zero-copy if the driver allows it, else copy mode (veth has
 //!   no zero-copy), always with `XDP_USE_NEED_WAKEUP`, and puts the socket in the map.
 //!   One device per queue, so one worker per queue can own one each.
+//! - [`detach_all`] detaches every program this process attached and still holds, for an
+//!   exit that cannot wait for the values to drop (a worker that does not stop): an
+//!   attached program outlives the process, unlike its sockets and a TAP device.
 //!
 //! Checksums: nothing in AF_XDP says whether a frame's checksum was checked or left for
 //! offload, so the device reports smoltcp's default capabilities (`Checksum::Both`):
@@ -27,6 +33,7 @@
 //! sends frames that fail that check: turn transmit checksum offload off on the peer
 //! (`ethtool -K PEER tx off`), as the tests and `scripts/xdp-veth.sh` do.
 
+mod asm;
 pub mod bpf;
 mod device;
 mod netlink;
@@ -34,9 +41,11 @@ pub(crate) mod ring;
 
 use core::fmt;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::Mutex;
 
 use crate::sys::{self, IfName, InvalidIfName};
 
+pub use bpf::Steer;
 pub use device::{
     KernelStats, RX_BATCH, TX_KICK_BATCH, XdpConfig, XdpDevice, XdpRxToken, XdpStats, XdpTxToken,
     ZeroCopy,
@@ -217,9 +226,10 @@ impl From<InvalidIfName> for XdpError {
     }
 }
 
-/// The redirect program and its XSKMAP, attached to one interface; detached on drop.
+/// The steering program and its XSKMAP, attached to one interface; detached on drop.
 pub struct XdpProgram {
     name: IfName,
+    steer: Steer,
     ifindex: u32,
     mode: AttachMode,
     prog_id: u32,
@@ -228,6 +238,8 @@ pub struct XdpProgram {
     mac: [u8; 6],
     rx_queues: u32,
     attached: bool,
+    /// Recorded for [`detach_all`] (a duplicate fd could be made).
+    held: bool,
     map: OwnedFd,
     prog: OwnedFd,
 }
@@ -237,12 +249,68 @@ impl fmt::Debug for XdpProgram {
         f.debug_struct("XdpProgram")
             .field("name", &self.name)
             .field("ifindex", &self.ifindex)
+            .field("steer", &self.steer)
             .field("mode", &self.mode)
             .field("prog_id", &self.prog_id)
             .field("replaced", &self.replaced)
             .field("rx_queues", &self.rx_queues)
             .finish_non_exhaustive()
     }
+}
+
+/// A program attached by this process and not detached yet: what [`detach_all`] needs.
+#[derive(Debug)]
+struct Held {
+    /// The network namespace it was attached in ([`netns_id`]): an ifindex means nothing
+    /// elsewhere.
+    netns: Option<u64>,
+    ifindex: u32,
+    mode: AttachMode,
+    prog_id: u32,
+    /// A duplicate of the program's fd, the expected program of the detach.
+    prog: OwnedFd,
+}
+
+/// Every program this process holds attached.
+static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+
+fn held() -> std::sync::MutexGuard<'static, Vec<Held>> {
+    // A panic while the list was held leaves it consistent (push and retain).
+    HELD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The calling thread's network namespace, as the inode of its `ns/net` file.
+fn netns_id() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net")
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// Detaches every program this process attached in the calling thread's network namespace
+/// and has not detached, each only if it is still the one attached (`XDP_FLAGS_REPLACE`).
+/// For an exit that skips destructors (a worker that would not stop): the [`XdpProgram`]
+/// values are left to the exit, and their own detach then finds nothing to do. Returns how
+/// many were detached.
+pub fn detach_all() -> usize {
+    let here = netns_id();
+    let mut held = held();
+    let mut detached = 0;
+    held.retain(|program| {
+        if program.netns != here {
+            return true;
+        }
+        let result = netlink::set_xdp(
+            program.ifindex,
+            -1,
+            program.mode.flag(),
+            Some(program.prog.as_raw_fd()),
+        );
+        detached += usize::from(result.is_ok());
+        false
+    });
+    detached
 }
 
 /// Resolves `iface` in the calling thread's network namespace.
@@ -269,8 +337,8 @@ pub fn attached(iface: &str) -> Result<Option<Attached>, XdpError> {
 }
 
 impl XdpProgram {
-    /// Loads the redirect program with an XSKMAP of one slot per receive queue of `iface`
-    /// and attaches it, trying the modes `choice` allows (native first).
+    /// Loads the steering program for `steer` with an XSKMAP of one slot per receive queue
+    /// of `iface` and attaches it, trying the modes `choice` allows (native first).
     ///
     /// A program already on the interface is inspected: if it is memspin's (by its name,
     /// [`bpf::PROG_NAME`]), left by a run that was killed before it could detach, it is
@@ -282,13 +350,13 @@ impl XdpProgram {
     /// [`XdpError::ForeignProgram`] if someone else's program is attached;
     /// [`XdpError::Sys`] naming the failed step (`EPERM` without `CAP_NET_ADMIN` and
     /// `CAP_BPF`, the native mode's error when only native was allowed).
-    pub fn attach(iface: &str, choice: ModeChoice) -> Result<XdpProgram, XdpError> {
+    pub fn attach(iface: &str, choice: ModeChoice, steer: Steer) -> Result<XdpProgram, XdpError> {
         let (name, ifindex) = lookup(iface)?;
         let fail = |op, errno| XdpError::Sys { name, op, errno };
         let link = netlink::get_link(ifindex).map_err(|e| fail(XdpOp::GetLink, e))?;
         let rx_queues = link.rx_queues.max(1);
         let map = bpf::create_xskmap(rx_queues).map_err(|e| fail(XdpOp::MapCreate, e))?;
-        let prog = bpf::load_xdp_program(&bpf::redirect_program(map.as_raw_fd()))
+        let prog = bpf::load_xdp_program(&bpf::steering_program(map.as_raw_fd(), &steer))
             .map_err(|e| fail(XdpOp::ProgLoad, e))?;
         let prog_id = bpf::prog_info(prog.as_fd())
             .map_err(|e| fail(XdpOp::ProgInfo, e))?
@@ -351,8 +419,20 @@ impl XdpProgram {
             };
             match result {
                 Ok(()) => {
+                    let held_dup = prog.try_clone().ok();
+                    let is_held = held_dup.is_some();
+                    if let Some(dup) = held_dup {
+                        held().push(Held {
+                            netns: netns_id(),
+                            ifindex,
+                            mode,
+                            prog_id,
+                            prog: dup,
+                        });
+                    }
                     return Ok(XdpProgram {
                         name,
+                        steer,
                         ifindex,
                         mode,
                         prog_id,
@@ -361,6 +441,7 @@ impl XdpProgram {
                         mac: link.mac.unwrap_or([0; 6]),
                         rx_queues,
                         attached: true,
+                        held: is_held,
                         map,
                         prog,
                     });
@@ -380,6 +461,11 @@ impl XdpProgram {
     /// The interface name.
     pub fn name(&self) -> IfName {
         self.name
+    }
+
+    /// What the program steers to the sockets.
+    pub fn steer(&self) -> Steer {
+        self.steer
     }
 
     /// The interface index.
@@ -423,6 +509,12 @@ impl XdpProgram {
         self.map.as_fd()
     }
 
+    /// The loaded program.
+    #[cfg(test)]
+    pub(crate) fn prog(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.prog.as_fd()
+    }
+
     /// Detaches the program now (also done on drop, where errors are ignored).
     ///
     /// Only this program is removed (`XDP_FLAGS_REPLACE` with it as the expected one);
@@ -439,6 +531,15 @@ impl XdpProgram {
             return Ok(());
         }
         self.attached = false;
+        if self.held {
+            let mut held = held();
+            let len = held.len();
+            held.retain(|p| p.prog_id != self.prog_id);
+            if held.len() == len {
+                // detach_all() took it already.
+                return Ok(());
+            }
+        }
         match netlink::set_xdp(
             self.ifindex,
             -1,

@@ -23,6 +23,11 @@ use crate::{Poll, Wait};
 const SERVER_IFACE: &str = "msx1";
 const CLIENT_IFACE: &str = "msx0";
 const PORT: u16 = 11211;
+/// What the programs in these tests steer: the server end's address and port.
+const STEER: Steer = Steer {
+    ipv4: std::net::Ipv4Addr::new(10, 78, 0, 2),
+    tcp_port: PORT,
+};
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -177,7 +182,7 @@ struct Served {
 
 /// Attaches with `choice`, binds queue 0 and serves echo until `stop` (30 s at most).
 fn serve_echo(choice: ModeChoice, stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> Served {
-    let program = XdpProgram::attach(SERVER_IFACE, choice).expect("attach");
+    let program = XdpProgram::attach(SERVER_IFACE, choice, STEER).expect("attach");
     let mut device = XdpDevice::bind(&program, 0, &XdpConfig::default()).expect("bind");
     let start = std::time::Instant::now();
     let now = || Instant::from_micros(start.elapsed().as_micros() as i64);
@@ -318,14 +323,14 @@ fn a_stale_program_is_replaced_and_a_foreign_one_refused() {
     let pair = VethPair::new(1);
     pair.server(|| {
         // A run killed in native mode: its program stays attached.
-        let killed = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto).unwrap();
+        let killed = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, STEER).unwrap();
         let stale_id = killed.prog_id();
         std::mem::forget(killed);
         assert_eq!(
             attached(SERVER_IFACE).unwrap().map(|a| a.prog_id),
             Some(stale_id)
         );
-        let next = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto).unwrap();
+        let next = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, STEER).unwrap();
         assert_eq!(
             next.replaced(),
             Some(Attached {
@@ -340,10 +345,10 @@ fn a_stale_program_is_replaced_and_a_foreign_one_refused() {
         );
         // Killed in generic mode, restarted in auto: detached, then attached natively.
         drop(next);
-        let killed = XdpProgram::attach(SERVER_IFACE, ModeChoice::Generic).unwrap();
+        let killed = XdpProgram::attach(SERVER_IFACE, ModeChoice::Generic, STEER).unwrap();
         let stale_id = killed.prog_id();
         std::mem::forget(killed);
-        let next = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto).unwrap();
+        let next = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, STEER).unwrap();
         assert_eq!(
             next.replaced(),
             Some(Attached {
@@ -357,7 +362,11 @@ fn a_stale_program_is_replaced_and_a_foreign_one_refused() {
 
         // Someone else's program is left alone.
         let map = bpf::create_xskmap(1).unwrap();
-        let other = bpf::load_named(&bpf::redirect_program(map.as_raw_fd()), "other_prog").unwrap();
+        let other = bpf::load_named(
+            &bpf::steering_program(map.as_raw_fd(), &STEER),
+            "other_prog",
+        )
+        .unwrap();
         let ifindex = crate::sys::if_index(&IfName::new(SERVER_IFACE).unwrap()).unwrap();
         netlink::set_xdp(
             ifindex,
@@ -366,7 +375,7 @@ fn a_stale_program_is_replaced_and_a_foreign_one_refused() {
             None,
         )
         .unwrap();
-        let refused = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto).unwrap_err();
+        let refused = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, STEER).unwrap_err();
         assert!(
             matches!(
                 refused,
@@ -391,6 +400,35 @@ fn a_stale_program_is_replaced_and_a_foreign_one_refused() {
     .expect("server thread");
 }
 
+/// The exit that cannot wait for destructors: detach_all removes what this process attached,
+/// and the value's own detach then has nothing left to do.
+#[test]
+fn detach_all_removes_what_this_process_attached() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    let pair = VethPair::new(1);
+    pair.server(|| {
+        let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Generic, STEER).unwrap();
+        assert!(attached(SERVER_IFACE).unwrap().is_some());
+        // Only this namespace's programs: the tests running beside this one keep theirs.
+        assert_eq!(detach_all(), 1);
+        assert_eq!(attached(SERVER_IFACE).unwrap(), None);
+        // Attached again by someone else meanwhile: the stale value must not remove it.
+        let next = XdpProgram::attach(SERVER_IFACE, ModeChoice::Generic, STEER).unwrap();
+        program.detach().expect("nothing left to detach");
+        assert_eq!(
+            attached(SERVER_IFACE).unwrap().map(|a| a.prog_id),
+            Some(next.prog_id())
+        );
+        drop(next);
+        assert_eq!(attached(SERVER_IFACE).unwrap(), None);
+    })
+    .join()
+    .expect("server thread");
+}
+
 #[test]
 fn two_queues_bind_two_sockets() {
     if !is_root() {
@@ -399,7 +437,7 @@ fn two_queues_bind_two_sockets() {
     }
     let pair = VethPair::new(2);
     pair.server(|| {
-        let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto).unwrap();
+        let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, STEER).unwrap();
         assert_eq!(program.rx_queues(), 2);
         let config = XdpConfig {
             frame_size: 2048,
@@ -529,11 +567,237 @@ fn the_receive_half_holds_two_frames_per_connection() {
 #[test]
 fn missing_interfaces_and_bad_names_are_typed() {
     assert!(matches!(
-        XdpProgram::attach("no-such-xdp0", ModeChoice::Auto),
+        XdpProgram::attach("no-such-xdp0", ModeChoice::Auto, STEER),
         Err(XdpError::NotFound { .. })
     ));
     assert!(matches!(
         attached("bad name"),
         Err(XdpError::InvalidName(_))
     ));
+}
+
+// Frames for the steering program, built byte by byte (checksums are left zero: the program
+// reads none, and nothing here reaches a stack).
+
+const OURS: [u8; 4] = [10, 78, 0, 2];
+const OTHER: [u8; 4] = [10, 78, 0, 3];
+const CLIENT: [u8; 4] = [10, 78, 0, 1];
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_ARP: u16 = 0x0806;
+const ETH_P_IPV6: u16 = 0x86dd;
+const ETH_P_8021Q: u16 = 0x8100;
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+const ICMP: u8 = 1;
+
+fn ethernet(ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0xff; 6];
+    frame.extend_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+    frame.extend_from_slice(&ethertype.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// ARP for IPv4 over Ethernet (`oper` 1 request, 2 reply) with target address `tpa`.
+fn arp(oper: u16, tpa: [u8; 4]) -> Vec<u8> {
+    let mut arp = vec![0, 1, 0x08, 0x00, 6, 4];
+    arp.extend_from_slice(&oper.to_be_bytes());
+    arp.extend_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+    arp.extend_from_slice(&CLIENT);
+    arp.extend_from_slice(&[0; 6]);
+    arp.extend_from_slice(&tpa);
+    arp
+}
+
+/// An IPv4 packet with `options` (a multiple of 4 bytes) and flags/fragment offset `frag`.
+fn ipv4(protocol: u8, dst: [u8; 4], options: &[u8], frag: u16, payload: &[u8]) -> Vec<u8> {
+    assert_eq!(options.len() % 4, 0);
+    let header_len = 20 + options.len();
+    let mut ip = vec![0x40 | (header_len / 4) as u8, 0];
+    ip.extend_from_slice(&((header_len + payload.len()) as u16).to_be_bytes());
+    ip.extend_from_slice(&[0x12, 0x34]);
+    ip.extend_from_slice(&frag.to_be_bytes());
+    ip.extend_from_slice(&[64, protocol, 0, 0]);
+    ip.extend_from_slice(&CLIENT);
+    ip.extend_from_slice(&dst);
+    ip.extend_from_slice(options);
+    ip.extend_from_slice(payload);
+    ip
+}
+
+/// A TCP SYN to `dst_port`.
+fn tcp(dst_port: u16) -> Vec<u8> {
+    let mut tcp = 40000u16.to_be_bytes().to_vec();
+    tcp.extend_from_slice(&dst_port.to_be_bytes());
+    tcp.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+    tcp
+}
+
+fn tcp_to(dst: [u8; 4], port: u16, options: &[u8]) -> Vec<u8> {
+    ethernet(ETH_P_IP, &ipv4(TCP, dst, options, 0, &tcp(port)))
+}
+
+const REDIRECT: u32 = bpf::XDP_REDIRECT as u32;
+const PASS: u32 = bpf::XDP_PASS as u32;
+
+/// The loaded program, run by the kernel (`BPF_PROG_TEST_RUN`) with a socket bound in its
+/// map's slot 0, so a steered frame returns `XDP_REDIRECT` and any other `XDP_PASS`.
+#[test]
+fn the_program_steers_only_our_tcp_and_arp() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    let pair = VethPair::new(1);
+    pair.server(|| {
+        let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, STEER).unwrap();
+        assert_eq!(program.steer(), STEER);
+        let config = XdpConfig {
+            frame_size: 2048,
+            frame_count: 256,
+            ring_size: 128,
+            zero_copy: ZeroCopy::Auto,
+        };
+        let _socket = XdpDevice::bind(&program, 0, &config).expect("queue 0");
+        let run = |frame: &[u8]| bpf::test_run(program.prog(), frame).expect("BPF_PROG_TEST_RUN");
+
+        let options_4 = [1, 1, 1, 0]; // NOP, NOP, NOP, end of options
+        let options_40 = [1u8; 40]; // IHL 15
+        // Options whose bytes 2..4 read 11211: a program that took the port at the fixed
+        // offset of a 20-byte header would see "our port" in a packet to port 22.
+        let decoy = [0, 0, 0x2b, 0xcb];
+        let cases: Vec<(&str, Vec<u8>, u32)> = vec![
+            (
+                "ARP request for our address",
+                ethernet(ETH_P_ARP, &arp(1, OURS)),
+                REDIRECT,
+            ),
+            (
+                "ARP reply to us",
+                ethernet(ETH_P_ARP, &arp(2, OURS)),
+                REDIRECT,
+            ),
+            (
+                "ARP request for another address",
+                ethernet(ETH_P_ARP, &arp(1, OTHER)),
+                PASS,
+            ),
+            (
+                "ARP for a 16-byte protocol address",
+                {
+                    let mut a = arp(1, OURS);
+                    a[5] = 16;
+                    ethernet(ETH_P_ARP, &a)
+                },
+                PASS,
+            ),
+            (
+                "ARP over another hardware type",
+                {
+                    let mut a = arp(1, OURS);
+                    a[1] = 6;
+                    ethernet(ETH_P_ARP, &a)
+                },
+                PASS,
+            ),
+            (
+                "TCP to our address and port",
+                tcp_to(OURS, PORT, &[]),
+                REDIRECT,
+            ),
+            (
+                "TCP with 4 bytes of IPv4 options",
+                tcp_to(OURS, PORT, &options_4),
+                REDIRECT,
+            ),
+            (
+                "TCP with 40 bytes of IPv4 options",
+                tcp_to(OURS, PORT, &options_40),
+                REDIRECT,
+            ),
+            (
+                "TCP to port 22 behind options that read 11211",
+                tcp_to(OURS, 22, &decoy),
+                PASS,
+            ),
+            ("TCP to another port", tcp_to(OURS, 22, &[]), PASS),
+            ("TCP to another address", tcp_to(OTHER, PORT, &[]), PASS),
+            (
+                "a first fragment (more fragments set)",
+                ethernet(ETH_P_IP, &ipv4(TCP, OURS, &[], 0x2000, &tcp(PORT))),
+                REDIRECT,
+            ),
+            (
+                "a later fragment",
+                ethernet(ETH_P_IP, &ipv4(TCP, OURS, &[], 0x0001, &tcp(PORT))),
+                PASS,
+            ),
+            (
+                "UDP to our address and port",
+                ethernet(
+                    ETH_P_IP,
+                    &ipv4(UDP, OURS, &[], 0, &[0x9c, 0x40, 0x2b, 0xcb, 0, 8, 0, 0]),
+                ),
+                PASS,
+            ),
+            (
+                "ICMP echo to our address",
+                ethernet(
+                    ETH_P_IP,
+                    &ipv4(ICMP, OURS, &[], 0, &[8, 0, 0, 0, 0, 1, 0, 1]),
+                ),
+                PASS,
+            ),
+            (
+                "IPv4 EtherType, version 6",
+                {
+                    let mut f = tcp_to(OURS, PORT, &[]);
+                    f[14] = 0x65;
+                    f
+                },
+                PASS,
+            ),
+            (
+                "IHL below 5",
+                {
+                    let mut f = tcp_to(OURS, PORT, &[]);
+                    f[14] = 0x44;
+                    f
+                },
+                PASS,
+            ),
+            ("IPv6", ethernet(ETH_P_IPV6, &[0x60; 60]), PASS),
+            (
+                "802.1Q-tagged TCP to us",
+                {
+                    let mut tagged = vec![0, 1];
+                    tagged.extend_from_slice(&ETH_P_IP.to_be_bytes());
+                    tagged.extend_from_slice(&ipv4(TCP, OURS, &[], 0, &tcp(PORT)));
+                    ethernet(ETH_P_8021Q, &tagged)
+                },
+                PASS,
+            ),
+        ];
+        for (what, frame, want) in &cases {
+            assert_eq!(run(frame), *want, "{what}");
+        }
+
+        // Truncated: a frame is steered only once it holds every byte the program reads
+        // (through the ARP target address; through the TCP destination port), never before.
+        for (what, frame, needed) in [
+            ("ARP", ethernet(ETH_P_ARP, &arp(1, OURS)), 14 + 28),
+            ("TCP", tcp_to(OURS, PORT, &[]), 14 + 20 + 4),
+            ("TCP, IHL 6", tcp_to(OURS, PORT, &options_4), 14 + 24 + 4),
+            ("TCP, IHL 15", tcp_to(OURS, PORT, &options_40), 14 + 60 + 4),
+        ] {
+            for len in 14..=frame.len() {
+                let want = if len >= needed { REDIRECT } else { PASS };
+                assert_eq!(run(&frame[..len]), want, "{what} cut to {len} bytes");
+            }
+        }
+        // The kernel refuses to run a program on less than an Ethernet header.
+        assert_eq!(bpf::test_run(program.prog(), &[0; 13]), Err(libc::EINVAL));
+    })
+    .join()
+    .expect("server thread");
 }

@@ -53,6 +53,11 @@ pub const MAX_KEY_LEN: usize = 250;
 /// `try_read_command_ascii` limit), unless the line is a `get`/`gets`.
 pub const MAX_LINE_LEN: usize = 2048;
 
-/// Longest `get`/`gets` line. memcached lets multi-key reads grow without bound; memspin
-/// accepts 1 MiB, about 4,000 keys of 250 bytes, and closes the connection beyond that.
+/// Longest `get`/`gets` line. memcached lets multi-key reads grow without bound (it moves the
+/// line into a growing buffer); memspin buffers the line whole before its first key runs, so it
+/// keeps a limit: 1 MiB, about 4,000 keys of 250 bytes or 24,000 of 40, more than client
+/// libraries put on one line, and no more than a value of the default `-I` already takes. What
+/// the line asks for does not matter: a server answers it key by key as the client reads, so
+/// its output stays bounded however many keys (or copies of one key) the line names. Beyond
+/// the limit the connection is answered `CLIENT_ERROR line too long` and closed.
 pub const MAX_MULTIGET_LINE_LEN: usize = 1 << 20;

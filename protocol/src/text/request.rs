@@ -113,6 +113,23 @@ pub struct Keys<'a> {
     tokens: Tokens<'a>,
 }
 
+impl<'a> Keys<'a> {
+    /// The keys in `text` (space-separated, as on a retrieval line after its command and
+    /// exptime), trusted to be valid: for resuming a line whose keys [`Request::parse`] has
+    /// already checked.
+    pub const fn new_unchecked(text: &'a [u8]) -> Keys<'a> {
+        Keys {
+            tokens: Tokens::new(text),
+        }
+    }
+
+    /// The part of the line not iterated yet (possibly starting with spaces); its length tells
+    /// where in the line the next key starts.
+    pub const fn remainder(&self) -> &'a [u8] {
+        self.tokens.remainder()
+    }
+}
+
 impl<'a> Iterator for Keys<'a> {
     type Item = &'a [u8];
 

@@ -10,7 +10,7 @@ use protocol::binary::{
 use store::{Delta, StoreError, StoreMode};
 
 use super::forward::{Gather, Op, StatsRender};
-use super::{Engine, Protocol, Session, Step};
+use super::{Engine, Protocol, Session, Step, Stop};
 use crate::stats::{self, Snapshot};
 
 /// What the caller does after one frame.
@@ -36,8 +36,13 @@ pub(super) fn step(
             if keyed(request.opcode)
                 && let Some(owner) = engine.remote_owner(request.key)
             {
-                engine.forward(session, owner, Protocol::Binary, &buf[..len], out);
-                return Step::Done(len);
+                return match engine.forward(session, owner, Protocol::Binary, &buf[..len], out) {
+                    Ok(()) => Step::Done(len),
+                    Err(stop) => Step::Stop(stop),
+                };
+            }
+            if matches!(request.opcode, Opcode::Flush | Opcode::Stat) && !engine.may_fan_out() {
+                return Step::Stop(Stop::Blocked);
             }
             if let Flow::Close = dispatch(engine, session, &request, out, now) {
                 session.closing = true;

@@ -1,38 +1,96 @@
-//! Cross-core forwarding: requests for keys another worker's shard owns, and the replies that
-//! come back.
+//! Cross-core forwarding: requests for keys another worker's shard owns, the replies that come
+//! back, and the flow control that bounds both in bytes.
 //!
 //! ```text
-//! worker A: engine finds key k owned by B ─▶ Outbox[B] (one Batch per destination per loop)
-//!           hole in the connection's output at the request's place
-//! worker B: Engine::serve_forwarded(Batch) ─▶ the same protocol step, on B's shard ─▶ Replies
-//! worker A: ClientConn::deliver(reply) fills the hole; output leaves in request order
+//! home worker H (holds the connection)                owner worker W (holds the key)
+//!   engine: key k owned by W ─▶ Outbox[W] ──Batch──▶ serve_forwarded: the connection's lane
+//!   hole in the output where the reply belongs           credit left? execute : park, in order
+//!   ClientConn::deliver fills the hole ◀──Replies─── replies, charged to the lane's credit
+//!   reply bytes sent to the socket ──Credit(bytes)──▶ lane credit back: parked entries resume
 //! ```
 //!
-//! A key's owner is `hash(key) mod workers`, with a fixed, seeded hash ([`owner_of`]), so every
-//! worker (and a client that wants to steer its connections) computes the same owner. A
-//! forwarded request carries its raw bytes and is executed on the owner by the very protocol
-//! step that would have executed it locally, so nothing of the protocol is duplicated: a text
-//! multi-key `get` is split into one single-key request per remote key, whose `END` the owner
-//! leaves off. `flush_all` and `stats` go to every other worker: the flush is answered once all
-//! have flushed, and `stats` sums every worker's figures.
+//! **Owners.** A key's owner is `hash(key) mod workers`, with a fixed, seeded hash
+//! ([`owner_of`]), so every worker (and a client that wants to steer its connections) computes
+//! the same owner. A forwarded request carries its raw bytes and is executed on the owner by the
+//! very protocol step that would have executed it locally, so nothing of the protocol is
+//! duplicated: a text multi-key `get` is split into one single-key request per remote key,
+//! whose `END` the owner leaves off. `flush_all` and `stats` go to every other worker: the flush
+//! is answered once all have flushed, and `stats` sums every worker's figures.
 //!
-//! Each connection's output is one buffer with holes: bytes before the first hole may be sent,
-//! a reply is spliced into its hole when it arrives (in any order across workers), and later
-//! local replies wait behind the hole. At most [`MAX_FORWARDS_IN_FLIGHT`] holes per connection
-//! are open; above that the connection stops executing until replies arrive.
+//! **Order.** Each connection's output is one buffer with holes ([`Holes`]): bytes before the
+//! first hole may be sent, a reply is spliced into its hole when it arrives (in any order across
+//! workers), and later local replies wait behind the hole, so replies leave in request order.
+//! Entries for one owner travel in one FIFO queue and the owner executes one connection's
+//! entries in the order they were sent, parked or not, so a later request never executes on
+//! its owner before an earlier one of the same connection.
+//!
+//! **Bytes, both ways.** The home counts each connection's forwarded request bytes until their
+//! replies arrive and stops executing the connection above
+//! [`FORWARD_REQUEST_HIGH_WATER_BYTES`] (or [`MAX_FORWARDS_IN_FLIGHT`] open holes), as it stops
+//! above the output high-water mark. Replies are bounded by credit: for every (connection,
+//! owner) pair the owner keeps a lane ([`Lanes`]) that starts with
+//! [`FORWARD_REPLY_CREDIT_BYTES`] of credit; each reply it produces is charged to it (at least
+//! [`MIN_REPLY_CHARGE_BYTES`], so the bookkeeping per reply stays a fraction of the credit), and
+//! once the credit is spent the connection's later entries are parked on the owner, in order,
+//! bytes and all. The home hands credit back ([`Op::Credit`]) only when the reply's bytes have
+//! left for the socket, so a client that never reads holds at most one credit plus one reply
+//! per owner, wherever those bytes are (owner, queue, or the connection's output). Credit
+//! becomes due byte-exact, per reply, as the bytes before the first hole are sent, and goes back
+//! with the connection's next request to that owner, or on its own once a quarter of the credit
+//! is due or the connection is idle. The owner of the first hole, if it parked the entry that
+//! hole waits for, spent all its credit on replies that come before it: once the client reads
+//! them, all of it is due and goes back, so holes cannot wait on each other. A connection that
+//! goes away (dropped by its table, however it ended) tells every owner it forwarded to
+//! ([`Op::Release`]), which drops its lane and whatever is parked. Charging each forward its
+//! worst case instead (a reply of `-I` for every GET) would bound the same bytes but allow one
+//! forwarded GET in flight per connection, and pipelined small values would crawl; credit
+//! charges what replies really are, and only a connection whose client stops reading waits.
+//!
+//! **Queues.** The queues between workers are bounded (`worker/mesh.rs`); no worker ever waits
+//! on another. A batch a full queue refused stays in the sender's [`Outbox`] (marked held), and
+//! every connection that would forward to that worker stops ([`Stop::Blocked`]) and is served
+//! again on a later loop; only control entries (credit, release) are still added to a held
+//! batch. Replies a full queue refused stay in the owner, which takes no new requests until
+//! they are handed back; replies are always taken, so the two directions cannot wait on each
+//! other.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use protocol::text::{GetCommand, StatsGroup};
 
-use super::Protocol;
+use super::{Engine, Protocol, Session, Stop};
 use crate::stats::Snapshot;
 
-/// Forwarded requests a connection may have waiting for replies before it stops executing.
+/// Open holes (forwarded requests awaiting replies) a connection may have before it stops
+/// executing until replies arrive.
 pub const MAX_FORWARDS_IN_FLIGHT: usize = 1024;
 
-/// Batches kept for reuse per engine, so steady forwarding does not allocate.
+/// Forwarded request bytes a connection may have awaiting replies before it stops executing
+/// (one more request, up to `-I` plus its header, may go over).
+pub const FORWARD_REQUEST_HIGH_WATER_BYTES: usize = 256 * 1024;
+
+/// Reply bytes an owner may produce for one connection before the connection has sent them
+/// (one more reply, up to `-I` plus its header, may go over); past it the connection's entries
+/// wait on the owner.
+pub const FORWARD_REPLY_CREDIT_BYTES: usize = 256 * 1024;
+
+/// The least a reply with any bytes is charged against the credit.
+pub const MIN_REPLY_CHARGE_BYTES: usize = 64;
+
+/// Credit due to an owner that the home hands back on its own, without waiting for the
+/// connection's next request to that owner (a quarter of the credit: one control entry per
+/// 64 KiB of replies at most).
+pub const CREDIT_RETURN_BYTES: usize = FORWARD_REPLY_CREDIT_BYTES / 4;
+
+/// Batches and reply messages kept for reuse per engine, so steady forwarding does not allocate.
 const SPARE_BATCHES: usize = 32;
+
+/// Buffers larger than this are not kept for reuse: a batch that once carried a 1 MiB value
+/// does not hold the megabyte.
+const SPARE_KEEP_BYTES: usize = 64 * 1024;
 
 /// The seed of the owner hash; fixed so that every worker and every client agree.
 pub const OWNER_HASH_SEED: u64 = 0x6d65_6d73_7069_6e21;
@@ -82,6 +140,18 @@ pub(crate) enum Op {
     Snapshot,
     /// Flush this worker's shard (`flush_all` with this delay, as of `now`).
     Flush { delay: i64, now: u64 },
+    /// Control: this many bytes of the connection's replies were sent; its lane gets the
+    /// credit back. No reply.
+    Credit(usize),
+    /// Control: the connection is gone; its lane and what is parked in it are dropped. No reply.
+    Release,
+}
+
+impl Op {
+    /// Control entries carry no request and get no reply.
+    fn is_control(self) -> bool {
+        matches!(self, Op::Credit(_) | Op::Release)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -101,14 +171,24 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// Requests in the batch.
+    /// Entries in the batch (requests and control entries).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
-    /// True when the batch holds no request.
+    /// True when the batch holds no entry.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Requests in the batch (entries that get a reply).
+    pub fn requests(&self) -> usize {
+        self.entries.iter().filter(|e| !e.op.is_control()).count()
+    }
+
+    /// Bytes of forwarded requests the batch carries.
+    pub fn request_bytes(&self) -> usize {
+        self.bytes.len()
     }
 
     pub(crate) fn clear(&mut self) {
@@ -135,7 +215,7 @@ pub(crate) struct ReplyEntry {
     pub payload: Payload,
 }
 
-/// The owner's replies to one [`Batch`].
+/// Replies an owner sends back to one worker in one message.
 #[derive(Debug, Default)]
 pub struct Replies {
     pub(crate) entries: Vec<ReplyEntry>,
@@ -151,6 +231,11 @@ impl Replies {
     /// True when the message holds no reply.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Reply bytes the message carries.
+    pub fn bytes_len(&self) -> usize {
+        self.bytes.len()
     }
 
     /// The connection the reply at `index` is for, for the packet path to look up.
@@ -215,9 +300,19 @@ pub(crate) struct Gather {
     pub render: StatsRender,
 }
 
+/// What `len` reply bytes cost against a lane's credit: nothing for an empty reply, else at
+/// least [`MIN_REPLY_CHARGE_BYTES`]. Owner and home compute it alike.
+pub(crate) fn reply_charge(len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        len.max(MIN_REPLY_CHARGE_BYTES)
+    }
+}
+
 /// A hole in a connection's output: replies still to come for one request.
-#[derive(Debug, Clone)]
-pub(crate) struct Pending {
+#[derive(Debug)]
+pub(crate) struct Hole {
     pub seq: u64,
     /// Where the reply goes in the connection's output buffer.
     pub at: usize,
@@ -225,28 +320,119 @@ pub(crate) struct Pending {
     pub awaiting: usize,
     /// For `stats`: the figures gathered so far.
     pub gather: Option<Box<Gather>>,
+    /// The worker executing the request; `None` for a fan-out (charged nothing).
+    pub owner: Option<usize>,
+    /// Bytes of the forwarded request, counted until its reply arrives.
+    pub request_len: usize,
 }
 
-/// The forwarding state of one connection, kept in its [`Session`](super::Session).
-#[derive(Debug, Default, Clone)]
+/// Reply bytes from one owner in the output, not sent yet: their credit goes back once they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Unsent {
+    /// Where the bytes end in the output buffer.
+    end: usize,
+    owner: usize,
+    charge: usize,
+}
+
+/// Connections that went away while owners may keep state for them, for the engine to tell
+/// those owners. Shared by the engine and the sessions that forwarded (a table drops a session
+/// wherever the connection ends, without the engine).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Departures(Arc<DepartureList>);
+
+#[derive(Debug, Default)]
+struct DepartureList {
+    /// (connection, owner) pairs to tell.
+    list: Mutex<Vec<(Token, usize)>>,
+    /// Set while `list` may hold entries: the engine looks at it every loop without locking.
+    waiting: AtomicBool,
+}
+
+impl Departures {
+    fn push(&self, token: Token, owners: &[usize]) {
+        if let Ok(mut list) = self.0.list.lock() {
+            list.extend(owners.iter().map(|&owner| (token, owner)));
+            self.0.waiting.store(true, Ordering::Release);
+        }
+    }
+
+    fn waiting(&self) -> bool {
+        self.0.waiting.load(Ordering::Acquire)
+    }
+
+    fn take(&self, mut f: impl FnMut(Token, usize)) {
+        if !self.waiting() {
+            return;
+        }
+        let taken = match self.0.list.lock() {
+            Ok(mut list) => {
+                self.0.waiting.store(false, Ordering::Release);
+                std::mem::take(&mut *list)
+            }
+            Err(_) => return,
+        };
+        for (token, owner) in taken {
+            f(token, owner);
+        }
+    }
+}
+
+/// The forwarding state of one connection, kept in its [`Session`](super::Session): the holes
+/// in its output, the forwarded request bytes awaiting replies, and the reply bytes whose
+/// credit is to go back to their owners.
+#[derive(Debug, Default)]
 pub(crate) struct Holes {
     pub token: Token,
-    pub next_seq: u64,
-    pub pending: VecDeque<Pending>,
+    next_seq: u64,
+    /// Unfilled holes, in output order.
+    pub pending: VecDeque<Hole>,
+    /// Filled replies not yet sent, in output order.
+    unsent: VecDeque<Unsent>,
+    /// Request bytes of the unfilled holes.
+    request_bytes: usize,
+    /// Credit to hand back: (owner, bytes) of replies that were sent.
+    credit_due: Vec<(usize, usize)>,
+    /// Every owner this connection forwarded to: told when it goes.
+    owners: Vec<usize>,
+    departures: Option<Departures>,
 }
 
 impl Holes {
-    /// Opens a hole at `at` expecting `awaiting` replies; returns its sequence number.
-    pub fn open(&mut self, at: usize, awaiting: usize, gather: Option<Box<Gather>>) -> u64 {
+    /// Opens a hole at `at` expecting `awaiting` replies from `owner` (`None`: every other
+    /// worker) for a request of `request_len` bytes; returns its sequence number.
+    pub fn open(
+        &mut self,
+        at: usize,
+        awaiting: usize,
+        gather: Option<Box<Gather>>,
+        owner: Option<usize>,
+        request_len: usize,
+    ) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.pending.push_back(Pending {
+        if let Some(owner) = owner
+            && !self.owners.contains(&owner)
+        {
+            self.owners.push(owner);
+        }
+        self.request_bytes += request_len;
+        self.pending.push_back(Hole {
             seq,
             at,
             awaiting,
             gather,
+            owner,
+            request_len,
         });
         seq
+    }
+
+    /// True when no more may be forwarded until replies arrive: too many holes, or too many
+    /// request bytes awaiting replies.
+    pub fn full(&self) -> bool {
+        self.pending.len() >= MAX_FORWARDS_IN_FLIGHT
+            || self.request_bytes >= FORWARD_REQUEST_HIGH_WATER_BYTES
     }
 
     /// The end of the sendable output: the first hole, or `len`.
@@ -254,17 +440,14 @@ impl Holes {
         self.pending.front().map_or(len, |p| p.at)
     }
 
-    /// Output bytes before every hole were dropped from the front of the buffer.
+    /// Output bytes before every hole and every unsent reply were dropped from the front of
+    /// the buffer.
     pub fn shift_back(&mut self, dropped: usize) {
         for hole in &mut self.pending {
             hole.at -= dropped;
         }
-    }
-
-    /// `len` bytes were inserted for the hole at `index`: every later hole moves.
-    pub fn shift_after(&mut self, index: usize, len: usize) {
-        for hole in self.pending.iter_mut().skip(index + 1) {
-            hole.at += len;
+        for unsent in &mut self.unsent {
+            unsent.end -= dropped;
         }
     }
 
@@ -273,27 +456,271 @@ impl Holes {
         // Holes are opened in sequence order and replies mostly arrive in it.
         self.pending.iter().position(|p| p.seq == seq)
     }
+
+    /// Removes the hole at `index`, whose `len` reply bytes are being put at its place: every
+    /// later hole and unsent reply moves by `len`, and the bytes are recorded as unsent, their
+    /// credit due once sent. Returns the hole.
+    pub fn fill(&mut self, index: usize, len: usize) -> Option<Hole> {
+        let hole = self.pending.remove(index)?;
+        let at = hole.at;
+        for later in self.pending.iter_mut().skip(index) {
+            later.at += len;
+        }
+        for unsent in self.unsent.iter_mut().rev() {
+            if unsent.end <= at {
+                break;
+            }
+            unsent.end += len;
+        }
+        self.request_bytes -= hole.request_len;
+        if let Some(owner) = hole.owner
+            && len > 0
+        {
+            let index = self.unsent.partition_point(|u| u.end <= at);
+            self.unsent.insert(
+                index,
+                Unsent {
+                    end: at + len,
+                    owner,
+                    charge: reply_charge(len),
+                },
+            );
+        }
+        Some(hole)
+    }
+
+    /// The output before `sent_end` has been sent: credit of the replies in it becomes due.
+    pub fn sent_through(&mut self, sent_end: usize) {
+        while let Some(&front) = self.unsent.front() {
+            if front.end > sent_end {
+                break;
+            }
+            self.unsent.pop_front();
+            match self.credit_due.iter_mut().find(|(o, _)| *o == front.owner) {
+                Some((_, bytes)) => *bytes += front.charge,
+                None => self.credit_due.push((front.owner, front.charge)),
+            }
+        }
+    }
+
+    /// True when sent replies' credit waits to be handed back.
+    pub fn credit_is_due(&self) -> bool {
+        !self.credit_due.is_empty()
+    }
+
+    /// Hands `f` each owner's credit that became due, once.
+    #[cfg(test)]
+    pub fn take_credit_due(&mut self, f: impl FnMut(usize, usize)) {
+        self.take_credit_due_if(|_, _| true, f);
+    }
+
+    /// Hands `f` the credit due to the owners `which(owner, bytes)` picks, once; keeps the rest.
+    pub fn take_credit_due_if(
+        &mut self,
+        mut which: impl FnMut(usize, usize) -> bool,
+        mut f: impl FnMut(usize, usize),
+    ) {
+        self.credit_due.retain(|&(owner, bytes)| {
+            if which(owner, bytes) {
+                f(owner, bytes);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// True when nothing of this connection waits on another worker or to be sent: no hole,
+    /// no reply from another worker unsent.
+    fn idle(&self) -> bool {
+        self.pending.is_empty() && self.unsent.is_empty()
+    }
+
+    /// Records where to report this connection's end.
+    fn attach(&mut self, departures: &Departures) {
+        if self.departures.is_none() {
+            self.departures = Some(departures.clone());
+        }
+    }
 }
 
-/// Per-destination batches of one engine, and spare batches for reuse.
+impl Drop for Holes {
+    fn drop(&mut self) {
+        if let Some(departures) = &self.departures
+            && !self.owners.is_empty()
+        {
+            departures.push(self.token, &self.owners);
+        }
+    }
+}
+
+/// A forwarded entry waiting on its owner for credit.
+#[derive(Debug)]
+struct Parked {
+    seq: u64,
+    op: Op,
+    bytes: Vec<u8>,
+}
+
+/// On an owner, one connection's flow control: the reply credit left, and its entries parked
+/// (in order) while there is none.
+#[derive(Debug)]
+struct Lane {
+    credit: isize,
+    parked: VecDeque<Parked>,
+}
+
+/// An owner's lanes, by (home worker, connection). A lane exists only while some of its
+/// credit is out or entries are parked.
+#[derive(Debug, Default)]
+pub(crate) struct Lanes {
+    map: HashMap<(usize, Token), Lane, BuildHasherDefault<LaneHasher>>,
+}
+
+/// A multiply-xor hash for lane keys (worker index, packed connection id): they come from
+/// this process, not from clients, so they need no defence against chosen collisions.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct LaneHasher(u64);
+
+impl Hasher for LaneHasher {
+    fn finish(&self) -> u64 {
+        let h = self.0;
+        (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (h >> 32)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(23) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        self.write_u64(n as u64);
+        self.write_u64((n >> 64) as u64);
+    }
+}
+
+impl Lanes {
+    /// Whether an entry for this connection must be parked behind earlier ones, or for credit.
+    fn must_park(&self, home: usize, token: Token) -> bool {
+        self.map
+            .get(&(home, token))
+            .is_some_and(|lane| lane.credit <= 0 || !lane.parked.is_empty())
+    }
+
+    fn park(&mut self, home: usize, token: Token, parked: Parked) {
+        self.map
+            .entry((home, token))
+            .or_insert_with(Lane::fresh)
+            .parked
+            .push_back(parked);
+    }
+
+    /// Charges `charge` bytes of reply to the connection's lane.
+    fn charge(&mut self, home: usize, token: Token, charge: usize) {
+        if charge > 0 {
+            self.map
+                .entry((home, token))
+                .or_insert_with(Lane::fresh)
+                .credit -= charge as isize;
+        }
+    }
+
+    /// Gives `bytes` of credit back to the connection's lane, and forgets the lane if that
+    /// leaves it holding nothing. Returns whether parked entries may run now.
+    fn credit(&mut self, home: usize, token: Token, bytes: usize) -> bool {
+        let Some(lane) = self.map.get_mut(&(home, token)) else {
+            return false;
+        };
+        lane.credit += bytes as isize;
+        if lane.parked.is_empty() {
+            if lane.is_idle() {
+                self.map.remove(&(home, token));
+            }
+            return false;
+        }
+        lane.credit > 0
+    }
+
+    /// The next parked entry that may run now (the lane has credit), if any.
+    fn next_runnable(&mut self, home: usize, token: Token) -> Option<Parked> {
+        let lane = self.map.get_mut(&(home, token))?;
+        if lane.credit <= 0 {
+            return None;
+        }
+        lane.parked.pop_front()
+    }
+
+    /// Forgets the lane once it holds nothing: all credit back, nothing parked.
+    fn tidy(&mut self, home: usize, token: Token) {
+        if self.map.get(&(home, token)).is_some_and(Lane::is_idle) {
+            self.map.remove(&(home, token));
+        }
+    }
+
+    fn release(&mut self, home: usize, token: Token) {
+        self.map.remove(&(home, token));
+    }
+
+    /// Lanes held now and entries parked in them.
+    pub fn figures(&self) -> (usize, usize) {
+        (
+            self.map.len(),
+            self.map.values().map(|lane| lane.parked.len()).sum(),
+        )
+    }
+}
+
+impl Lane {
+    fn fresh() -> Lane {
+        Lane {
+            credit: FORWARD_REPLY_CREDIT_BYTES as isize,
+            parked: VecDeque::new(),
+        }
+    }
+
+    /// All credit back and nothing parked: the lane can go.
+    fn is_idle(&self) -> bool {
+        self.credit >= FORWARD_REPLY_CREDIT_BYTES as isize && self.parked.is_empty()
+    }
+}
+
+/// Per-destination batches and replies of one engine, whether a full queue refused them, the
+/// owner's lanes, and spare buffers for reuse.
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
     pub batches: Vec<Batch>,
-    pub spare_batches: Vec<Batch>,
-    pub spare_replies: Vec<Replies>,
+    /// Per destination: its queue refused the batch, which waits here.
+    held: Vec<bool>,
+    replies: Vec<Replies>,
+    replies_held: Vec<bool>,
+    spare_batches: Vec<Batch>,
+    spare_replies: Vec<Replies>,
+    departures: Departures,
+    lanes: Lanes,
 }
 
 impl Outbox {
     pub fn new(workers: usize) -> Outbox {
         Outbox {
             batches: (0..workers).map(|_| Batch::default()).collect(),
-            spare_batches: Vec::new(),
-            spare_replies: Vec::new(),
+            held: vec![false; workers],
+            replies: (0..workers).map(|_| Replies::default()).collect(),
+            replies_held: vec![false; workers],
+            ..Outbox::default()
         }
     }
 
     /// Appends one entry for `dest`, its bytes written by `write`.
-    pub fn push(
+    fn push(
         &mut self,
         dest: usize,
         token: Token,
@@ -313,18 +740,304 @@ impl Outbox {
         });
     }
 
-    pub fn recycle_batch(&mut self, mut batch: Batch) {
-        if self.spare_batches.len() < SPARE_BATCHES {
+    fn recycle_batch(&mut self, mut batch: Batch) {
+        if self.spare_batches.len() < SPARE_BATCHES && batch.bytes.capacity() <= SPARE_KEEP_BYTES {
             batch.clear();
             self.spare_batches.push(batch);
         }
     }
 
-    pub fn recycle_replies(&mut self, mut replies: Replies) {
-        if self.spare_replies.len() < SPARE_BATCHES {
+    fn recycle_replies(&mut self, mut replies: Replies) {
+        if self.spare_replies.len() < SPARE_BATCHES && replies.bytes.capacity() <= SPARE_KEEP_BYTES
+        {
             replies.clear();
             self.spare_replies.push(replies);
         }
+    }
+}
+
+/// Everything an engine does with other workers, home side and owner side.
+impl Engine {
+    /// Whether requests may be forwarded to `owner` now (its queue took the last batch).
+    fn may_forward_to(&self, owner: usize) -> bool {
+        !self.outbox.held[owner]
+    }
+
+    /// Whether a request may go to every other worker now (no queue holds a batch back).
+    pub(super) fn may_fan_out(&self) -> bool {
+        self.config.threads <= 1 || !self.outbox.held.iter().any(|&held| held)
+    }
+
+    /// Sends `request` (one complete request of `protocol`) to `owner` and leaves a hole for
+    /// its reply at the end of `out`.
+    ///
+    /// # Errors
+    /// [`Stop::Blocked`] (nothing sent) while `owner`'s queue refuses batches.
+    pub(super) fn forward(
+        &mut self,
+        session: &mut Session,
+        owner: usize,
+        protocol: Protocol,
+        request: &[u8],
+        out: &[u8],
+    ) -> Result<(), Stop> {
+        self.forward_entry(
+            session,
+            owner,
+            Op::Execute(protocol),
+            request.len(),
+            out,
+            |bytes| bytes.extend_from_slice(request),
+        )
+    }
+
+    /// Sends a text retrieval of one key to `owner`, leaving a hole for its `VALUE` block.
+    ///
+    /// # Errors
+    /// [`Stop::Blocked`] (nothing sent) while `owner`'s queue refuses batches.
+    pub(super) fn forward_text_get(
+        &mut self,
+        session: &mut Session,
+        owner: usize,
+        get: (GetCommand, i64),
+        key: &[u8],
+        out: &[u8],
+    ) -> Result<(), Stop> {
+        // The line is about as long as the key and its command.
+        let len = key.len() + 16;
+        self.forward_entry(session, owner, Op::TextGetKey, len, out, |bytes| {
+            write_text_get(bytes, get.0, get.1, key)
+        })
+    }
+
+    fn forward_entry(
+        &mut self,
+        session: &mut Session,
+        owner: usize,
+        op: Op,
+        request_len: usize,
+        out: &[u8],
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), Stop> {
+        if !self.may_forward_to(owner) {
+            return Err(Stop::Blocked);
+        }
+        let holes = &mut session.holes;
+        holes.attach(&self.outbox.departures);
+        // Credit this connection owes `owner` travels with the request, ahead of it.
+        let (token, outbox) = (holes.token, &mut self.outbox);
+        holes.take_credit_due_if(
+            |to, _| to == owner,
+            |to, bytes| outbox.push(to, token, 0, Op::Credit(bytes), |_| ()),
+        );
+        let seq = holes.open(out.len(), 1, None, Some(owner), request_len);
+        self.outbox.push(owner, token, seq, op, write);
+        Ok(())
+    }
+
+    /// Sends `op` to every other worker and leaves one hole at the end of `out` that fills once
+    /// all have answered. False (and nothing sent) when this is the only worker. Check
+    /// [`Engine::may_fan_out`] first.
+    pub(super) fn fan_out(
+        &mut self,
+        session: &mut Session,
+        op: Op,
+        gather: Option<Box<Gather>>,
+        out: &[u8],
+    ) -> bool {
+        let workers = self.config.threads;
+        if workers <= 1 {
+            return false;
+        }
+        let holes = &mut session.holes;
+        holes.attach(&self.outbox.departures);
+        let seq = holes.open(out.len(), workers - 1, gather, None, 0);
+        for dest in (0..workers).filter(|&w| w != self.config.worker) {
+            if !holes.owners.contains(&dest) {
+                holes.owners.push(dest);
+            }
+            self.outbox.push(dest, holes.token, seq, op, |_| ());
+        }
+        true
+    }
+
+    /// Hands back the credit of the connection's replies that were sent (entries for their
+    /// owners, sent with the next batches, held or not): an owner's share once it reaches
+    /// [`CREDIT_RETURN_BYTES`], everything once the connection has nothing out or unsent (so
+    /// owners forget its lanes); smaller amounts otherwise travel with the connection's next
+    /// request to that owner. An owner that parked this connection's entries spent its whole
+    /// credit on replies that precede them, so once those are sent what is due is past the
+    /// threshold and goes back.
+    pub fn return_credit(&mut self, session: &mut Session) {
+        let holes = &mut session.holes;
+        if !holes.credit_is_due() {
+            return;
+        }
+        let token = holes.token;
+        let idle = holes.idle();
+        let outbox = &mut self.outbox;
+        holes.take_credit_due_if(
+            |_, bytes| idle || bytes >= CREDIT_RETURN_BYTES,
+            |owner, bytes| outbox.push(owner, token, 0, Op::Credit(bytes), |_| ()),
+        );
+    }
+
+    /// Offers every non-empty outgoing batch to `send(destination worker, batch)`, after adding
+    /// a release for every connection that went away. A batch `send` gives back (its queue is
+    /// full) stays here, and connections stop forwarding to that worker until it is taken.
+    /// Returns whether any batch was taken.
+    pub fn take_forwards(
+        &mut self,
+        mut send: impl FnMut(usize, Batch) -> Result<(), Batch>,
+    ) -> bool {
+        let outbox = &mut self.outbox;
+        let departures = outbox.departures.clone();
+        departures.take(|token, owner| outbox.push(owner, token, 0, Op::Release, |_| ()));
+        let mut taken = false;
+        for dest in 0..outbox.batches.len() {
+            if outbox.batches[dest].is_empty() {
+                continue;
+            }
+            let fresh = outbox.spare_batches.pop().unwrap_or_default();
+            let batch = std::mem::replace(&mut outbox.batches[dest], fresh);
+            match send(dest, batch) {
+                Ok(()) => {
+                    outbox.held[dest] = false;
+                    taken = true;
+                }
+                Err(batch) => {
+                    let fresh = std::mem::replace(&mut outbox.batches[dest], batch);
+                    outbox.spare_batches.push(fresh);
+                    outbox.held[dest] = true;
+                }
+            }
+        }
+        taken
+    }
+
+    /// True when forwarded requests or control entries wait to be handed out by
+    /// [`Engine::take_forwards`].
+    pub fn has_forwards(&self) -> bool {
+        self.outbox.batches.iter().any(|b| !b.is_empty()) || self.outbox.departures.waiting()
+    }
+
+    /// Offers the replies produced for each worker to `send(worker, replies)`; replies `send`
+    /// gives back (a full queue) stay here, and [`Engine::replies_held`] says so. Returns
+    /// whether any were taken.
+    pub fn take_replies(
+        &mut self,
+        mut send: impl FnMut(usize, Replies) -> Result<(), Replies>,
+    ) -> bool {
+        let outbox = &mut self.outbox;
+        let mut taken = false;
+        for dest in 0..outbox.replies.len() {
+            if outbox.replies[dest].is_empty() {
+                outbox.replies_held[dest] = false;
+                continue;
+            }
+            let fresh = outbox.spare_replies.pop().unwrap_or_default();
+            let replies = std::mem::replace(&mut outbox.replies[dest], fresh);
+            match send(dest, replies) {
+                Ok(()) => {
+                    outbox.replies_held[dest] = false;
+                    taken = true;
+                }
+                Err(replies) => {
+                    let fresh = std::mem::replace(&mut outbox.replies[dest], replies);
+                    outbox.spare_replies.push(fresh);
+                    outbox.replies_held[dest] = true;
+                }
+            }
+        }
+        taken
+    }
+
+    /// True when replies for other workers wait here (produced, or refused by a full queue).
+    pub fn has_replies(&self) -> bool {
+        self.outbox.replies.iter().any(|r| !r.is_empty())
+    }
+
+    /// True while a full queue refused a batch or replies that wait here to be offered again
+    /// (the worker should not sleep meanwhile: nothing would wake it when the queue drains).
+    pub fn holds_refused(&self) -> bool {
+        self.outbox
+            .held
+            .iter()
+            .chain(&self.outbox.replies_held)
+            .any(|&held| held)
+    }
+
+    /// True while replies a full queue refused wait here: take no new requests meanwhile.
+    pub fn replies_held(&self) -> bool {
+        self.outbox.replies_held.iter().any(|&held| held)
+    }
+
+    /// Executes the entries worker `from` forwarded here (keys this shard owns), each
+    /// connection's in order while its lane has credit, parking the rest; applies credit and
+    /// releases. Replies accumulate for [`Engine::take_replies`]. Byte counters stay with the
+    /// worker that holds the connection.
+    pub fn serve_forwarded(&mut self, from: usize, batch: Batch, now: u64) {
+        for entry in &batch.entries {
+            let (token, seq, op) = (entry.token, entry.seq, entry.op);
+            match op {
+                Op::Credit(bytes) => {
+                    if self.outbox.lanes.credit(from, token, bytes) {
+                        self.resume_lane(from, token, now);
+                    }
+                }
+                Op::Release => self.outbox.lanes.release(from, token),
+                _ => {
+                    let request = &batch.bytes[entry.start..entry.start + entry.len];
+                    if self.outbox.lanes.must_park(from, token) {
+                        let parked = Parked {
+                            seq,
+                            op,
+                            bytes: request.to_vec(),
+                        };
+                        self.outbox.lanes.park(from, token, parked);
+                    } else {
+                        self.run_forwarded_entry(from, token, seq, op, request, now);
+                    }
+                }
+            }
+        }
+        self.outbox.recycle_batch(batch);
+    }
+
+    /// Runs a connection's parked entries while its lane has credit, then forgets the lane if
+    /// it holds nothing.
+    fn resume_lane(&mut self, from: usize, token: Token, now: u64) {
+        while let Some(parked) = self.outbox.lanes.next_runnable(from, token) {
+            self.run_forwarded_entry(from, token, parked.seq, parked.op, &parked.bytes, now);
+        }
+        self.outbox.lanes.tidy(from, token);
+    }
+
+    /// Executes one entry for worker `from`, appends the reply to its replies and charges the
+    /// connection's lane.
+    fn run_forwarded_entry(
+        &mut self,
+        from: usize,
+        token: Token,
+        seq: u64,
+        op: Op,
+        request: &[u8],
+        now: u64,
+    ) {
+        let mut replies = std::mem::take(&mut self.outbox.replies[from]);
+        let len = self.execute_forwarded(token, seq, op, request, &mut replies, now);
+        self.outbox.replies[from] = replies;
+        self.outbox.lanes.charge(from, token, reply_charge(len));
+    }
+
+    /// Takes back a [`Replies`] message once its replies are delivered, for reuse.
+    pub fn recycle(&mut self, replies: Replies) {
+        self.outbox.recycle_replies(replies);
+    }
+
+    /// Lanes this engine keeps for other workers' connections, and entries parked in them.
+    pub fn lane_figures(&self) -> (usize, usize) {
+        self.outbox.lanes.figures()
     }
 }
 
@@ -390,25 +1103,170 @@ mod tests {
         assert_eq!(unique.len(), hashes.len());
     }
 
+    /// Fills hole `seq` of `holes` with `len` bytes in an output `out`, as a delivery does.
+    #[track_caller]
+    fn fill(holes: &mut Holes, out: &mut Vec<u8>, seq: u64, byte: u8, len: usize) {
+        let index = holes.find(seq).expect("an open hole");
+        let hole = holes.fill(index, len).unwrap();
+        out.splice(hole.at..hole.at, std::iter::repeat_n(byte, len));
+    }
+
     #[test]
-    fn holes_shift_in_order() {
+    fn holes_fill_in_any_order_and_keep_request_order() {
         let mut holes = Holes::default();
-        let a = holes.open(10, 1, None);
-        let b = holes.open(10, 1, None);
-        let c = holes.open(20, 1, None);
-        assert_eq!(holes.sendable_end(30), 10);
-        let ib = holes.find(b).unwrap();
-        holes.shift_after(ib, 5);
-        holes.pending.remove(ib);
-        assert_eq!(
-            holes.pending[0].at, 10,
-            "a hole before the filled one stays"
+        let mut out = b"L0".to_vec();
+        let a = holes.open(out.len(), 1, None, Some(1), 10);
+        let b = holes.open(out.len(), 1, None, Some(2), 20);
+        out.extend_from_slice(b"L1");
+        let c = holes.open(out.len(), 1, None, Some(1), 30);
+        assert_eq!(holes.request_bytes, 60);
+        assert_eq!(holes.sendable_end(out.len()), 2);
+        // Out of order: c, then b, then a.
+        fill(&mut holes, &mut out, c, b'c', 3);
+        fill(&mut holes, &mut out, b, b'b', 2);
+        assert_eq!(holes.sendable_end(out.len()), 2, "a still blocks");
+        assert_eq!(holes.request_bytes, 10);
+        fill(&mut holes, &mut out, a, b'a', 1);
+        assert_eq!(out, b"L0abbL1ccc");
+        assert_eq!(holes.sendable_end(out.len()), out.len());
+        // Unsent replies in output order, each ending where its bytes end.
+        let ends: Vec<(usize, usize)> = holes.unsent.iter().map(|u| (u.end, u.owner)).collect();
+        assert_eq!(ends, [(3, 1), (5, 2), (10, 1)]);
+    }
+
+    #[test]
+    fn credit_is_due_only_once_the_bytes_are_sent() {
+        let mut holes = Holes::default();
+        let mut out = Vec::new();
+        let a = holes.open(0, 1, None, Some(1), 10);
+        let b = holes.open(0, 1, None, Some(2), 10);
+        let empty = holes.open(0, 1, None, Some(2), 10);
+        fill(&mut holes, &mut out, a, b'a', 100);
+        fill(&mut holes, &mut out, b, b'b', 10);
+        fill(&mut holes, &mut out, empty, b'e', 0);
+        let due = |holes: &mut Holes| {
+            let mut due = Vec::new();
+            holes.take_credit_due(|owner, bytes| due.push((owner, bytes)));
+            due
+        };
+        holes.sent_through(99);
+        assert!(!holes.credit_is_due(), "part of a reply sent: nothing due");
+        holes.sent_through(100);
+        assert_eq!(due(&mut holes), [(1, 100)]);
+        assert!(due(&mut holes).is_empty(), "taken once");
+        // A short reply is charged the minimum; an empty one nothing.
+        holes.sent_through(110);
+        assert_eq!(due(&mut holes), [(2, MIN_REPLY_CHARGE_BYTES)]);
+        assert!(holes.unsent.is_empty());
+    }
+
+    #[test]
+    fn compaction_moves_holes_and_unsent_replies_alike() {
+        let mut holes = Holes::default();
+        let mut out = b"0123456789".to_vec();
+        let a = holes.open(10, 1, None, Some(1), 1);
+        let b = holes.open(10, 1, None, Some(1), 1);
+        fill(&mut holes, &mut out, a, b'a', 5);
+        // 12 bytes sent and dropped from the front (part of a's reply among them).
+        holes.sent_through(12);
+        holes.shift_back(12);
+        out.drain(..12);
+        assert_eq!(holes.pending[0].at, 3);
+        assert_eq!(holes.unsent[0].end, 3);
+        fill(&mut holes, &mut out, b, b'b', 2);
+        assert_eq!(out, b"aaabb");
+        holes.sent_through(5);
+        let mut due = 0;
+        holes.take_credit_due(|_, bytes| due += bytes);
+        assert_eq!(due, 2 * MIN_REPLY_CHARGE_BYTES);
+    }
+
+    #[test]
+    fn limits_count_holes_and_request_bytes() {
+        let mut holes = Holes::default();
+        let big = holes.open(0, 1, None, Some(1), FORWARD_REQUEST_HIGH_WATER_BYTES - 1);
+        assert!(!holes.full());
+        let one = holes.open(0, 1, None, Some(1), 1);
+        assert!(holes.full(), "request bytes at the high water");
+        holes.fill(holes.find(big).unwrap(), 0);
+        holes.fill(holes.find(one).unwrap(), 0);
+        assert!(!holes.full());
+        for _ in 0..MAX_FORWARDS_IN_FLIGHT {
+            assert!(!holes.full());
+            holes.open(0, 1, None, Some(1), 0);
+        }
+        assert!(holes.full(), "holes at the limit");
+    }
+
+    #[test]
+    fn a_connection_that_forwarded_reports_its_end_to_every_owner() {
+        let departures = Departures::default();
+        let mut holes = Holes::default();
+        holes.token = 42;
+        holes.attach(&departures);
+        holes.open(0, 1, None, Some(3), 1);
+        holes.open(0, 1, None, Some(1), 1);
+        holes.open(0, 1, None, Some(3), 1);
+        drop(holes);
+        let mut gone = Vec::new();
+        departures.take(|token, owner| gone.push((token, owner)));
+        assert_eq!(gone, [(42, 3), (42, 1)]);
+        // A session that never forwarded reports nothing.
+        let mut quiet = Holes::default();
+        quiet.attach(&departures);
+        drop(quiet);
+        departures.take(|_, _| panic!("nothing to report"));
+    }
+
+    #[test]
+    fn lanes_park_in_order_without_credit_and_resume_with_it() {
+        let mut lanes = Lanes::default();
+        assert!(!lanes.must_park(0, 7), "no lane: run");
+        lanes.charge(0, 7, FORWARD_REPLY_CREDIT_BYTES - 1);
+        assert!(!lanes.must_park(0, 7), "one byte of credit left");
+        lanes.charge(0, 7, 1000);
+        assert!(lanes.must_park(0, 7), "credit spent");
+        assert!(!lanes.must_park(1, 7), "lanes are per home worker");
+        for seq in 0..3 {
+            let parked = Parked {
+                seq,
+                op: Op::TextGetKey,
+                bytes: vec![],
+            };
+            lanes.park(0, 7, parked);
+        }
+        assert_eq!(lanes.figures(), (1, 3));
+        assert!(lanes.next_runnable(0, 7).is_none(), "no credit yet");
+        lanes.credit(0, 7, 999);
+        assert!(
+            lanes.next_runnable(0, 7).is_none(),
+            "back to zero: still none"
         );
-        assert_eq!(holes.pending[1].at, 25);
-        holes.shift_back(10);
-        assert_eq!(holes.pending[0].at, 0);
-        assert_eq!(holes.find(a), Some(0));
-        assert_eq!(holes.find(c), Some(1));
+        lanes.credit(0, 7, 1);
+        assert_eq!(lanes.next_runnable(0, 7).map(|p| p.seq), Some(0));
+        assert!(
+            lanes.must_park(0, 7),
+            "later entries wait behind parked ones"
+        );
+        assert_eq!(lanes.next_runnable(0, 7).map(|p| p.seq), Some(1));
+        lanes.charge(0, 7, 500);
+        assert!(
+            lanes.next_runnable(0, 7).is_none(),
+            "the charge spent the credit"
+        );
+        lanes.tidy(0, 7);
+        assert_eq!(lanes.figures(), (1, 1), "kept while anything is out");
+        lanes.credit(0, 7, FORWARD_REPLY_CREDIT_BYTES + 499);
+        assert_eq!(lanes.next_runnable(0, 7).map(|p| p.seq), Some(2));
+        lanes.tidy(0, 7);
+        assert_eq!(
+            lanes.figures(),
+            (0, 0),
+            "all credit back, nothing parked: gone"
+        );
+        lanes.charge(0, 9, 10);
+        lanes.release(0, 9);
+        assert_eq!(lanes.figures(), (0, 0));
     }
 
     #[test]

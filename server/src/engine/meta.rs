@@ -78,8 +78,10 @@ pub(super) fn execute(
             _ => Some(line_len),
         };
         if let Some(len) = len {
-            engine.forward(session, owner, Protocol::Text, &buf[..len], out);
-            return Step::Done(len);
+            return match engine.forward(session, owner, Protocol::Text, &buf[..len], out) {
+                Ok(()) => Step::Done(len),
+                Err(stop) => Step::Stop(stop),
+            };
         }
     }
     match request.command {

@@ -9,6 +9,13 @@
 //! executes every complete request, in order, and reports how many input bytes it consumed, so
 //! a caller can parse straight out of a receive buffer and keep the unconsumed tail.
 //!
+//! Nothing a client sends makes a connection hold more than a bounded amount: execution stops
+//! ([`Stop`]) when the output backlog reaches [`OUT_HIGH_WATER_BYTES`] (checked before every
+//! request and every key of a multi-key `get`, which then continues from that key on the next
+//! call), when too much waits on other workers (`forward.rs`), when the connection's turn of
+//! [`TURN_REQUESTS`] is used up (so one client cannot delay the others), and a refused body is
+//! skipped as it arrives rather than buffered.
+//!
 //! A connection's protocol is decided by its first byte and kept in its [`Session`]: 0x80 (the
 //! binary request magic) is the binary protocol (`binary.rs`), anything else the text protocol,
 //! whose lines may also be meta commands (`text.rs`, `meta.rs`). All three call the same store
@@ -22,16 +29,29 @@ mod text;
 
 pub(crate) use forward::DeliveryPayload;
 pub use forward::{
-    Batch, Delivery, MAX_FORWARDS_IN_FLIGHT, OWNER_HASH_SEED, Replies, Token, owner_hash, owner_of,
+    Batch, CREDIT_RETURN_BYTES, Delivery, FORWARD_REPLY_CREDIT_BYTES,
+    FORWARD_REQUEST_HIGH_WATER_BYTES, MAX_FORWARDS_IN_FLIGHT, MIN_REPLY_CHARGE_BYTES,
+    OWNER_HASH_SEED, Replies, Token, owner_hash, owner_of,
 };
 
 use store::{ItemView, NewCas, Shard, ShardConfig, StoreError, StoreMode};
 
 use crate::stats::{Counters, ServerInfo, Snapshot};
 
-/// Output backlog above which the engine stops executing frames until the caller has sent some
-/// of it: a pipeline of GETs for large values must not grow one connection's buffer without end.
+/// Output backlog above which the engine stops executing until the caller has sent some of it:
+/// checked before every request and before every key of a multi-key `get`, so one connection's
+/// output holds at most this plus one reply (of up to `-I` and its header), plus what other
+/// workers may still send it ([`FORWARD_REPLY_CREDIT_BYTES`] and one reply each).
 pub const OUT_HIGH_WATER_BYTES: usize = 256 * 1024;
+
+/// Requests (and keys of a multi-key `get`) one connection may execute per turn, so that a
+/// client pipelining as fast as it can does not delay the others: the packet path gives each
+/// connection with work one turn per loop ([`Session::begin_turn`]).
+pub const TURN_REQUESTS: usize = 64;
+
+/// The read hint while a refused body is skipped: any bytes make progress, and the caller's
+/// buffer never grows for a body it will not keep.
+const SKIP_READ_HINT_BYTES: usize = 64 * 1024;
 
 /// Limits and identity fixed at start-up.
 #[derive(Debug, Clone)]
@@ -72,6 +92,31 @@ pub(crate) enum Step {
     Done(usize),
     /// Not all here yet: read this many more bytes, consume nothing.
     Wait(usize),
+    /// Stopped before the request was done (a multi-key `get` part-way, its place kept in the
+    /// session) or before it started: consume nothing, try again once `Stop` is over.
+    Stop(Stop),
+}
+
+/// Why [`Engine::execute`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The input ran out, or holds only part of a request ([`Outcome::needed`] says how much
+    /// more helps): read more.
+    Input,
+    /// The output backlog reached [`OUT_HIGH_WATER_BYTES`]: send some of it first.
+    Output,
+    /// Too many forwarded requests, or request bytes, await replies from other workers
+    /// ([`MAX_FORWARDS_IN_FLIGHT`], [`FORWARD_REQUEST_HIGH_WATER_BYTES`]): their delivery
+    /// continues.
+    Forwards,
+    /// The queue to another worker this connection must forward to is full: serve the
+    /// connection again on a later loop.
+    Blocked,
+    /// The connection's turn is used up ([`TURN_REQUESTS`]): serve it again on a later loop,
+    /// after the others.
+    Turn,
+    /// The connection is closing: nothing more is executed.
+    Closing,
 }
 
 /// The protocol a connection speaks, decided by its first byte.
@@ -95,7 +140,7 @@ impl Protocol {
 }
 
 /// One connection's protocol state, kept by the packet path next to its socket.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug)]
 pub struct Session {
     /// The connection's protocol, once its first byte has arrived.
     protocol: Option<Protocol>,
@@ -106,8 +151,37 @@ pub struct Session {
     /// Text protocol: bytes at the start of the pending input known to hold no newline, so a
     /// long line arriving in pieces is searched once.
     line_scanned: usize,
+    /// Text protocol: a multi-key retrieval stopped part-way; its line stays at the front of
+    /// the input until its last key is done.
+    get_resume: Option<GetResume>,
+    /// Requests (and keys) this connection may still execute in its current turn.
+    turn_left: usize,
     /// Requests forwarded to other workers whose replies are still to come.
     pub(crate) holes: forward::Holes,
+}
+
+/// Where a multi-key retrieval stopped: its line's length, and where in the line's text its
+/// next key starts (the keys were checked when the line was first parsed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GetResume {
+    pub command: protocol::text::GetCommand,
+    pub exptime: i64,
+    pub line_len: usize,
+    pub next_key_at: usize,
+}
+
+impl Default for Session {
+    fn default() -> Session {
+        Session {
+            protocol: None,
+            skip_bytes: 0,
+            closing: false,
+            line_scanned: 0,
+            get_resume: None,
+            turn_left: usize::MAX,
+            holes: forward::Holes::default(),
+        }
+    }
 }
 
 impl Session {
@@ -131,9 +205,25 @@ impl Session {
         self.holes.token = token;
     }
 
+    /// Starts a turn: at most `requests` requests (and keys of multi-key reads) execute until
+    /// the next turn. A session starts with no limit.
+    pub fn begin_turn(&mut self, requests: usize) {
+        self.turn_left = requests;
+    }
+
     /// Forwarded requests still waiting for their replies.
     pub fn forwards_in_flight(&self) -> usize {
         self.holes.pending.len()
+    }
+
+    /// True when no more may be forwarded until replies arrive.
+    pub fn forwards_full(&self) -> bool {
+        self.holes.full()
+    }
+
+    /// True while a multi-key retrieval is stopped part-way.
+    pub fn mid_request(&self) -> bool {
+        self.get_resume.is_some()
     }
 
     /// A session of `protocol` for one forwarded request.
@@ -143,6 +233,11 @@ impl Session {
             ..Session::default()
         }
     }
+
+    /// Counts one request (or key) against the turn.
+    fn spend_turn(&mut self) {
+        self.turn_left = self.turn_left.saturating_sub(1);
+    }
 }
 
 /// What one call to [`Engine::execute`] did.
@@ -151,12 +246,16 @@ pub struct Outcome {
     /// Input bytes consumed; the caller drops them and keeps the rest.
     pub consumed: usize,
     /// Bytes still needed to make progress past the consumed prefix (0 when execution stopped
-    /// for another reason: no input left, output backlog, or closing). Exact for a binary frame
-    /// and a text data block; for a text line whose newline has not arrived it is the room left
-    /// before the line limit (at most 16 KiB), so a caller reads whatever has arrived.
+    /// for another reason than [`Stop::Input`], or no request has started). Exact for a binary
+    /// frame and a text data block; for a text line whose newline has not arrived it is the
+    /// room left before the line limit (at most 16 KiB), and while a refused body is skipped at
+    /// most 64 KiB, so a caller reads whatever has arrived. A caller's buffer should grow with
+    /// what arrives, not with this figure (a frame may announce 4 GiB and never send it).
     pub needed: usize,
     /// Close the connection once `out` has been sent.
     pub close: bool,
+    /// Why execution stopped.
+    pub stop: Stop,
 }
 
 /// Per-core request executor: this core's store shard plus its command counters.
@@ -183,8 +282,10 @@ impl Engine {
     /// Executes every complete frame at the start of `input`, appending replies to `out`.
     ///
     /// `now` is the unix time in seconds read by the caller's clock. Execution stops at an
-    /// incomplete frame, when `out` holds more than [`OUT_HIGH_WATER_BYTES`], or when the
-    /// connection must close.
+    /// incomplete frame, when `out` holds [`OUT_HIGH_WATER_BYTES`] or more, when too much waits
+    /// on other workers, when the session's turn is used up, or when the connection must close;
+    /// [`Outcome::stop`] says which. A multi-key `get` may stop part-way: its line is then not
+    /// consumed, and the next call with the same input continues with its next key.
     pub fn execute(
         &mut self,
         session: &mut Session,
@@ -201,6 +302,11 @@ impl Engine {
                         consumed: 0,
                         needed: 0,
                         close: session.closing,
+                        stop: if session.closing {
+                            Stop::Closing
+                        } else {
+                            Stop::Input
+                        },
                     };
                 }
             },
@@ -216,9 +322,10 @@ impl Engine {
     }
 
     /// The loop every protocol shares: skips the body of a refused request as it arrives,
-    /// stops once the connection is closing, when the output backlog is over
-    /// [`OUT_HIGH_WATER_BYTES`] or when the input runs out, and counts bytes in and out. `step`
-    /// handles the one request at the front of the input.
+    /// stops once the connection is closing, when the output backlog reaches
+    /// [`OUT_HIGH_WATER_BYTES`], when forwarding must wait, when the turn is used up or when the
+    /// input runs out, and counts bytes in and out. `step` handles the one request at the front
+    /// of the input.
     fn run_requests(
         &mut self,
         session: &mut Session,
@@ -228,13 +335,15 @@ impl Engine {
     ) -> Outcome {
         let out_start = out.len();
         let mut pos = 0;
+        let stopped = |pos: usize, stop: Stop| Outcome {
+            consumed: pos,
+            needed: 0,
+            close: stop == Stop::Closing,
+            stop,
+        };
         let outcome = loop {
             if session.closing {
-                break Outcome {
-                    consumed: pos,
-                    needed: 0,
-                    close: true,
-                };
+                break stopped(pos, Stop::Closing);
             }
             if session.skip_bytes > 0 {
                 let available = (input.len() - pos) as u64;
@@ -242,34 +351,44 @@ impl Engine {
                 pos += n as usize;
                 session.skip_bytes -= n;
                 if session.skip_bytes > 0 {
+                    let needed = session.skip_bytes.min(SKIP_READ_HINT_BYTES as u64) as usize;
                     break Outcome {
-                        consumed: pos,
-                        needed: usize::try_from(session.skip_bytes).unwrap_or(usize::MAX),
-                        close: false,
+                        needed,
+                        ..stopped(pos, Stop::Input)
                     };
                 }
+                // The end of a refused body counts as a request against the turn.
+                session.spend_turn();
             }
-            if out.len() >= OUT_HIGH_WATER_BYTES
-                || pos == input.len()
-                || session.holes.pending.len() >= MAX_FORWARDS_IN_FLIGHT
-            {
-                break Outcome {
-                    consumed: pos,
-                    needed: 0,
-                    close: false,
-                };
+            if pos == input.len() {
+                break stopped(pos, Stop::Input);
+            }
+            if out.len() >= OUT_HIGH_WATER_BYTES {
+                break stopped(pos, Stop::Output);
+            }
+            if session.holes.full() {
+                break stopped(pos, Stop::Forwards);
+            }
+            if session.turn_left == 0 {
+                break stopped(pos, Stop::Turn);
             }
             match step(self, session, &input[pos..], out) {
-                Step::Done(len) => pos += len,
+                Step::Done(len) => {
+                    pos += len;
+                    session.spend_turn();
+                }
                 Step::Wait(needed) => {
                     break Outcome {
-                        consumed: pos,
                         needed,
-                        close: false,
+                        ..stopped(pos, Stop::Input)
                     };
                 }
+                Step::Stop(stop) => break stopped(pos, stop),
             }
         };
+        if outcome.stop == Stop::Turn {
+            self.counters.conn_yields += 1;
+        }
         self.counters.bytes_read += outcome.consumed as u64;
         self.counters.bytes_written += (out.len() - out_start) as u64;
         outcome
@@ -285,139 +404,58 @@ impl Engine {
         (owner != self.config.worker).then_some(owner)
     }
 
-    /// Sends `request` (one complete request of `protocol`) to `owner` and leaves a hole for
-    /// its reply at the end of `out`.
-    fn forward(
+    /// Executes one entry another worker forwarded here, appending its reply (for `token`'s
+    /// request `seq`) to `replies`; returns the reply's length in bytes.
+    fn execute_forwarded(
         &mut self,
-        session: &mut Session,
-        owner: usize,
-        protocol: Protocol,
-        request: &[u8],
-        out: &[u8],
-    ) {
-        let seq = session.holes.open(out.len(), 1, None);
-        self.outbox.push(
-            owner,
-            session.holes.token,
-            seq,
-            forward::Op::Execute(protocol),
-            |bytes| bytes.extend_from_slice(request),
-        );
-    }
-
-    /// Sends a text retrieval of one key to `owner`, leaving a hole for its `VALUE` block.
-    fn forward_text_get(
-        &mut self,
-        session: &mut Session,
-        owner: usize,
-        get: (protocol::text::GetCommand, i64),
-        key: &[u8],
-        out: &[u8],
-    ) {
-        let seq = session.holes.open(out.len(), 1, None);
-        self.outbox.push(
-            owner,
-            session.holes.token,
-            seq,
-            forward::Op::TextGetKey,
-            |bytes| forward::write_text_get(bytes, get.0, get.1, key),
-        );
-    }
-
-    /// Sends `op` to every other worker and leaves one hole at the end of `out` that fills once
-    /// all have answered. False (and nothing sent) when this is the only worker.
-    fn fan_out(
-        &mut self,
-        session: &mut Session,
+        token: Token,
+        seq: u64,
         op: forward::Op,
-        gather: Option<Box<forward::Gather>>,
-        out: &[u8],
-    ) -> bool {
-        let workers = self.config.threads;
-        if workers <= 1 {
-            return false;
-        }
-        let seq = session.holes.open(out.len(), workers - 1, gather);
-        for dest in (0..workers).filter(|&w| w != self.config.worker) {
-            self.outbox.push(dest, session.holes.token, seq, op, |_| ());
-        }
-        true
-    }
-
-    /// Hands every non-empty outgoing batch to `send(destination worker, batch)`.
-    pub fn take_forwards(&mut self, mut send: impl FnMut(usize, Batch)) {
-        let forward::Outbox {
-            batches,
-            spare_batches,
-            ..
-        } = &mut self.outbox;
-        for (dest, batch) in batches.iter_mut().enumerate() {
-            if !batch.is_empty() {
-                let fresh = spare_batches.pop().unwrap_or_default();
-                send(dest, std::mem::replace(batch, fresh));
+        request: &[u8],
+        replies: &mut Replies,
+        now: u64,
+    ) -> usize {
+        let start = replies.bytes.len();
+        let mut close = false;
+        let payload = match op {
+            forward::Op::Execute(_) | forward::Op::TextGetKey => {
+                let protocol = protocol_of(op);
+                let mut session = Session::for_protocol(protocol);
+                let out = &mut replies.bytes;
+                // A forwarded request is complete (the sender parsed it), so the step
+                // executes all of it.
+                let _ = match protocol {
+                    Protocol::Binary => binary::step(self, &mut session, request, out, now),
+                    Protocol::Text => text::step(self, &mut session, request, out, now),
+                };
+                if op == forward::Op::TextGetKey && out[start..].ends_with(b"END\r\n") {
+                    out.truncate(out.len() - 5);
+                }
+                close = session.closing;
+                forward::Payload::Bytes {
+                    start,
+                    len: replies.bytes.len() - start,
+                }
             }
-        }
-    }
-
-    /// True when forwarded requests wait to be handed out by [`Engine::take_forwards`].
-    pub fn has_forwards(&self) -> bool {
-        self.outbox.batches.iter().any(|b| !b.is_empty())
-    }
-
-    /// Executes requests other workers forwarded here (keys this shard owns) and returns the
-    /// replies, in the batch's order. Byte counters stay with the worker that holds the
-    /// connection.
-    pub fn serve_forwarded(&mut self, batch: Batch, now: u64) -> Replies {
-        let mut replies = self.outbox.spare_replies.pop().unwrap_or_default();
-        for entry in &batch.entries {
-            let request = &batch.bytes[entry.start..entry.start + entry.len];
-            let start = replies.bytes.len();
-            let mut close = false;
-            let payload = match entry.op {
-                forward::Op::Execute(_) | forward::Op::TextGetKey => {
-                    let protocol = protocol_of(entry.op);
-                    let mut session = Session::for_protocol(protocol);
-                    let out = &mut replies.bytes;
-                    // A forwarded request is complete (the sender parsed it), so the step
-                    // executes all of it.
-                    let _ = match protocol {
-                        Protocol::Binary => binary::step(self, &mut session, request, out, now),
-                        Protocol::Text => text::step(self, &mut session, request, out, now),
-                    };
-                    if entry.op == forward::Op::TextGetKey && out[start..].ends_with(b"END\r\n") {
-                        out.truncate(out.len() - 5);
-                    }
-                    close = session.closing;
-                    forward::Payload::Bytes {
-                        start,
-                        len: replies.bytes.len() - start,
-                    }
-                }
-                forward::Op::Snapshot => forward::Payload::Snapshot(Box::new(self.snapshot())),
-                forward::Op::Flush { delay, now } => {
-                    self.shard.flush_all(delay, now);
-                    forward::Payload::Bytes { start, len: 0 }
-                }
-            };
-            replies.entries.push(forward::ReplyEntry {
-                token: entry.token,
-                seq: entry.seq,
-                close,
-                payload,
-            });
-        }
-        self.outbox.recycle_batch(batch);
-        replies
+            forward::Op::Snapshot => forward::Payload::Snapshot(Box::new(self.snapshot())),
+            forward::Op::Flush { delay, now } => {
+                self.shard.flush_all(delay, now);
+                forward::Payload::Bytes { start, len: 0 }
+            }
+            forward::Op::Credit(_) | forward::Op::Release => return 0,
+        };
+        replies.entries.push(forward::ReplyEntry {
+            token,
+            seq,
+            close,
+            payload,
+        });
+        replies.bytes.len() - start
     }
 
     /// Counts reply bytes that reached a connection from another worker.
     pub(crate) fn count_written(&mut self, len: usize) {
         self.counters.bytes_written += len as u64;
-    }
-
-    /// Takes back a [`Replies`] message once its replies are delivered, for reuse.
-    pub fn recycle(&mut self, replies: Replies) {
-        self.outbox.recycle_replies(replies);
     }
 
     /// A read: looks `key` up, counting `cmd_get`.

@@ -918,3 +918,55 @@ fn memory_budget_holds_through_the_engine() {
     let newest = format!("key:{}", n - 1);
     assert_eq!(one(&mut e, get(newest.as_bytes())).value, value);
 }
+
+/// Runs `input` to the end through one session, the output sent away after every call, and
+/// returns the replies, how many calls it took, and the most output held after a call.
+fn run_to_end(e: &mut Engine, input: &[u8]) -> (Vec<u8>, usize, usize) {
+    let mut session = Session::default();
+    let (mut out, mut sent, mut calls, mut most) = (Vec::new(), Vec::new(), 0, 0);
+    let mut pos = 0;
+    while pos < input.len() {
+        let outcome = e.execute(&mut session, &input[pos..], &mut out, NOW);
+        assert!(outcome.consumed > 0 || !out.is_empty(), "progress");
+        pos += outcome.consumed;
+        calls += 1;
+        most = most.max(out.len());
+        sent.append(&mut out);
+    }
+    (sent, calls, most)
+}
+
+#[test]
+fn getq_and_getkq_runs_stop_between_requests_and_resume() {
+    let mut e = engine();
+    let extras = set_extras(0, 0);
+    let value = vec![7u8; 100 * 1024];
+    one(&mut e, set(b"v", &value, &extras));
+    let mut input = Vec::new();
+    for i in 0..12u32 {
+        let quiet = Req {
+            opcode: if i % 2 == 0 {
+                Opcode::Get
+            } else {
+                Opcode::GetK
+            },
+            quiet: true,
+            opaque: i,
+            key: if i % 3 == 0 { b"missing" } else { b"v" },
+            ..REQ
+        };
+        input.extend(quiet.bytes());
+    }
+    input.extend(REQ.bytes());
+    let (sent, calls, most) = run_to_end(&mut e, &input);
+    assert!(
+        calls >= 3,
+        "the run stopped at the high water ({calls} calls)"
+    );
+    assert!(most < OUT_HIGH_WATER_BYTES + value.len() + 64);
+    let replies = parse_replies(&sent);
+    let opaques: Vec<u32> = replies.iter().map(|r| r.opaque).collect();
+    // Hits answer, misses are silent, the NOOP ends the run: all in request order.
+    assert_eq!(opaques, [1, 2, 4, 5, 7, 8, 10, 11, 0]);
+    assert!(replies[..8].iter().all(|r| r.value == value));
+}

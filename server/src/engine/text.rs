@@ -4,15 +4,22 @@
 //! errors included, as memcached's `out_string` does. A storage command whose value can never
 //! fit is answered `SERVER_ERROR object too large for cache` from its line alone and its data
 //! block is skipped as it arrives, never buffered.
+//!
+//! A multi-key retrieval checks the output backlog, the forwarding limits and the turn before
+//! every key, and stops part-way when one says so: the session keeps where the line's next key
+//! starts ([`GetResume`]), the line stays unconsumed at the front of the input (so it may sit in
+//! a socket's receive buffer, move, or arrive in pieces meanwhile), and the next call continues
+//! with that key; the line is consumed with its last key and `END`. Its output is byte for byte
+//! what one uninterrupted execution writes.
 
 use protocol::text::{
-    ArithmeticCommand, Close, DataError, ErrorReply, Get, ParseError, Request, Response,
+    ArithmeticCommand, Close, DataError, ErrorReply, Keys, Line, ParseError, Request, Response,
     StatsGroup, Store, StoreCommand, data_block,
 };
 use store::{Delta, StoreError, StoreMode};
 
 use super::forward::{Gather, Op, StatsRender};
-use super::{Engine, Protocol, Session, Step};
+use super::{Engine, GetResume, OUT_HIGH_WATER_BYTES, Protocol, Session, Step, Stop};
 use crate::stats::{self, Snapshot};
 
 /// Executes (or refuses) the request line at the front of `buf`, with its data block.
@@ -23,6 +30,9 @@ pub(super) fn step(
     out: &mut Vec<u8>,
     now: u64,
 ) -> Step {
+    if let Some(resume) = session.get_resume {
+        return resume_get(engine, session, resume, buf, out, now);
+    }
     match Request::parse(buf, session.line_scanned) {
         Ok((request, line_len)) => {
             session.line_scanned = 0;
@@ -76,11 +86,29 @@ fn dispatch(
     if let Some(key) = single_key(&request)
         && let Some(owner) = engine.remote_owner(key)
     {
-        engine.forward(session, owner, Protocol::Text, &buf[..line_len], out);
-        return Step::Done(line_len);
+        return match engine.forward(session, owner, Protocol::Text, &buf[..line_len], out) {
+            Ok(()) => Step::Done(line_len),
+            Err(stop) => Step::Stop(stop),
+        };
+    }
+    if matches!(request, Request::FlushAll { .. } | Request::Stats(_)) && !engine.may_fan_out() {
+        return Step::Stop(Stop::Blocked);
     }
     match request {
-        Request::Get(get) => execute_get(engine, session, get, out, now),
+        Request::Get(get) => {
+            // The line's text (without its newline), to say where in it a key starts.
+            let text_len = match Line::parse(&buf[..line_len], line_len - 1) {
+                Ok(line) => line.text.len(),
+                Err(_) => line_len,
+            };
+            let resume = GetResume {
+                command: get.command,
+                exptime: get.exptime,
+                line_len,
+                next_key_at: text_len - get.keys.remainder().len(),
+            };
+            return execute_get(engine, session, resume, get.keys, text_len, out, now);
+        }
         Request::Store(store) => {
             return execute_store(engine, session, store, buf, line_len, out, now);
         }
@@ -149,23 +177,80 @@ fn single_key<'a>(request: &Request<'a>) -> Option<&'a [u8]> {
     }
 }
 
+/// Continues a multi-key retrieval stopped part-way, whose line is at the front of `buf`.
+fn resume_get(
+    engine: &mut Engine,
+    session: &mut Session,
+    resume: GetResume,
+    buf: &[u8],
+    out: &mut Vec<u8>,
+    now: u64,
+) -> Step {
+    if buf.len() < resume.line_len {
+        // The line is there but not contiguous yet (a receive ring wrapped): read it whole.
+        return Step::Wait(resume.line_len - buf.len());
+    }
+    // The newline is the line's last byte, so this finds it at once.
+    let Ok(line) = Line::parse(&buf[..resume.line_len], resume.line_len - 1) else {
+        // Not the line that stopped (cannot happen: input is only ever consumed from the
+        // front); start over with whatever is there.
+        session.get_resume = None;
+        return Step::Wait(0);
+    };
+    let rest = line.text.get(resume.next_key_at..).unwrap_or_default();
+    let keys = Keys::new_unchecked(rest);
+    execute_get(engine, session, resume, keys, line.text.len(), out, now)
+}
+
 /// get/gets/gat/gats: a `VALUE` block per hit, then `END`. Keys other workers own are
-/// forwarded one by one; their blocks take their place in the reply.
+/// forwarded one by one; their blocks take their place in the reply. `keys` are the keys from
+/// `resume.next_key_at` on, in a line whose text is `text_len` bytes. Before each key but the first
+/// of this call (the caller checked before calling) the output backlog, the forwarding limits
+/// and the turn are checked, and the retrieval stops there (its place kept in `resume`) when
+/// one says so; so every call makes progress unless a queue to another worker is full.
 fn execute_get(
     engine: &mut Engine,
     session: &mut Session,
-    get: Get<'_>,
+    mut resume: GetResume,
+    mut keys: Keys<'_>,
+    text_len: usize,
     out: &mut Vec<u8>,
     now: u64,
-) {
-    let with_cas = get.command.returns_cas();
-    for key in get.keys {
+) -> Step {
+    let command = resume.command;
+    let with_cas = command.returns_cas();
+    let mut first = true;
+    loop {
+        let at = text_len - keys.remainder().len();
+        let stop = if first {
+            None
+        } else if out.len() >= OUT_HIGH_WATER_BYTES {
+            Some(Stop::Output)
+        } else if session.holes.full() {
+            Some(Stop::Forwards)
+        } else if session.turn_left == 0 {
+            Some(Stop::Turn)
+        } else {
+            None
+        };
+        let key = match (stop, keys.next()) {
+            (_, None) => break,
+            (Some(stop), Some(_)) => return pause_get(session, &mut resume, at, stop),
+            (None, Some(key)) => key,
+        };
+        first = false;
         if let Some(owner) = engine.remote_owner(key) {
-            engine.forward_text_get(session, owner, (get.command, get.exptime), key, out);
+            if let Err(stop) =
+                engine.forward_text_get(session, owner, (command, resume.exptime), key, out)
+            {
+                return pause_get(session, &mut resume, at, stop);
+            }
+            session.spend_turn();
             continue;
         }
-        let item = if get.command.touches() {
-            engine.touch(key, get.exptime, now)
+        session.spend_turn();
+        let item = if command.touches() {
+            engine.touch(key, resume.exptime, now)
         } else {
             engine.get(key, now)
         };
@@ -180,6 +265,17 @@ fn execute_get(
         }
     }
     Response::End.emit_into(out);
+    session.get_resume = None;
+    session.line_scanned = 0;
+    Step::Done(resume.line_len)
+}
+
+/// Stops a retrieval before the key at `at` in its line's text; nothing of the line is
+/// consumed.
+fn pause_get(session: &mut Session, resume: &mut GetResume, at: usize, stop: Stop) -> Step {
+    resume.next_key_at = at;
+    session.get_resume = Some(*resume);
+    Step::Stop(stop)
 }
 
 /// set/add/replace/append/prepend/cas: waits for the data block, unless the value can never
@@ -214,8 +310,10 @@ fn execute_store(
     };
     let consumed = line_len + store.bytes + 2;
     if let Some(owner) = engine.remote_owner(store.key) {
-        engine.forward(session, owner, Protocol::Text, &buf[..consumed], out);
-        return Step::Done(consumed);
+        return match engine.forward(session, owner, Protocol::Text, &buf[..consumed], out) {
+            Ok(()) => Step::Done(consumed),
+            Err(stop) => Step::Stop(stop),
+        };
     }
     let (mode, cas) = match store.command {
         StoreCommand::Set => (StoreMode::Set, 0),

@@ -10,7 +10,7 @@ use netstack::kernel::{KernelConn, KernelConnId, KernelTable};
 use super::mesh::Mesh;
 use super::{IdleState, LoopClock, Plan, spawn, stopping};
 use crate::conn::ClientConn;
-use crate::engine::{Engine, Replies};
+use crate::engine::{Engine, Replies, Stop, TURN_REQUESTS};
 
 /// Serves `addr` on kernel sockets until the plan's stop flag is set, one listener per worker;
 /// calls `on_ready` with the bound address once every worker serves.
@@ -80,6 +80,7 @@ fn serve(
             deliver(table, engine, replies, now)
         }) > 0;
         progress |= mesh.send_forwards(engine);
+        progress |= engine.holds_refused();
         let stats = table.stats();
         let info = engine.info_mut();
         info.curr_connections = stats.active;
@@ -110,13 +111,21 @@ fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &R
     }
 }
 
-/// Reads, executes and writes for one ready connection until the socket would block.
+/// Gives one ready connection a turn: writes its replies, executes what it has buffered, and
+/// reads more when the engine needs it, until the socket would block, it must wait (output
+/// backlog, replies from other workers), or its turn is used up ([`TURN_REQUESTS`] requests,
+/// [`TURN_READ_BYTES`] read); then, if it still has work, the table serves it again on its next
+/// pass, after the others.
 fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: u64) {
     let token = conn.id().pack();
     let (client, stream) = conn.parts();
     client.session.set_token(token);
+    client.session.begin_turn(TURN_REQUESTS);
     let result = (|| -> io::Result<Drive> {
         use std::io::{Read, Write};
+        // Why the engine stopped in this turn (`None`: it has not run since the last read).
+        let mut last: Option<Stop> = None;
+        let mut read = 0;
         loop {
             while !client.pending_output().is_empty() {
                 match stream.write(client.pending_output()) {
@@ -127,25 +136,35 @@ fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: u64) {
                     Err(e) => return Err(e),
                 }
             }
+            client.settle(engine);
             if client.finished() {
                 return Ok(Drive::Close);
             }
             if !client.may_execute() {
                 return Ok(Drive::Wait);
             }
-            if !client.input.is_empty() {
-                let before = client.input.len();
-                let outcome = client.execute_buffered(engine, now);
-                if outcome.consumed > 0 || client.input.len() != before || outcome.close {
-                    continue;
-                }
+            if matches!(last, Some(Stop::Turn | Stop::Blocked)) {
+                return Ok(Drive::Again);
             }
-            let spare = client.input.spare(client.needed.max(1));
+            // What is buffered runs first, unless the engine just said it needs more.
+            if !client.input.is_empty() && last != Some(Stop::Input) {
+                last = Some(client.execute_buffered(engine, now).stop);
+                continue;
+            }
+            if read >= TURN_READ_BYTES {
+                return Ok(Drive::Again);
+            }
+            // The buffer grows with what arrives, never with what a request announces.
+            let spare = client.input.read_space(client.needed);
             match stream.read(spare) {
                 // The peer closed its side: finish what it sent (replies may still be due
                 // from other workers), then close.
                 Ok(0) => client.session.close(),
-                Ok(n) => client.input.filled(n),
+                Ok(n) => {
+                    client.input.filled(n);
+                    read += n;
+                    last = None;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Drive::Wait),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -157,11 +176,16 @@ fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: u64) {
     // whose delivery drives it again.
     match result {
         Ok(Drive::Wait) => {}
+        Ok(Drive::Again) => conn.serve_again(),
         Ok(Drive::Close) | Err(_) => conn.close(),
     }
 }
 
+/// Bytes one connection may read per turn.
+const TURN_READ_BYTES: usize = 256 * 1024;
+
 enum Drive {
     Wait,
+    Again,
     Close,
 }

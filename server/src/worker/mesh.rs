@@ -1,41 +1,39 @@
 //! The queues between worker cores: forwarded requests one way, their replies the other.
 //!
 //! ```text
-//! worker A ──Requests{from: A, Batch}──▶ worker B's inbox    (crossbeam channel, one per worker)
-//! worker A ◀──────────Replies────────── worker B
+//! worker A ──(A, Batch)──▶ worker B's request queue    (bounded crossbeam channels, one per
+//! worker A ◀──Replies───── worker B                     worker and direction)
 //! ```
 //!
-//! Each loop iteration a worker hands every non-empty outgoing batch to its destination (one
-//! message per destination, however many requests it holds), then drains its own inbox:
-//! requests are executed against its shard and answered in one message, replies are delivered
-//! to their connections. A worker that parks (the `park` idle policy) says so in a flag and
-//! sleeps on its queue's descriptor and its eventfd; a sender that finds the flag set writes
-//! the eventfd, so a parked worker wakes for forwarded work as it does for frames.
+//! Each loop iteration a worker offers every non-empty outgoing batch to its destination (one
+//! message per destination, however many requests it holds), then drains its own queues:
+//! replies are delivered to their connections, requests are executed against its shard and
+//! answered in one message per batch. A worker that parks (the `park` idle policy) says so in
+//! a flag and sleeps on its queue's descriptor and its eventfd; a sender that finds the flag
+//! set writes the eventfd, so a parked worker wakes for forwarded work as it does for frames.
+//!
+//! Every queue holds at most [`QUEUE_MESSAGES`] messages, and no worker ever waits on another:
+//! sends are `try_send`. A batch a full queue refuses stays in the sender's engine, whose
+//! connections stop forwarding to that worker until it is taken (`engine/forward.rs`): the
+//! push-back lands on the clients' connections, not on the other worker. Replies a full queue
+//! refuses stay in the owner, which takes no new requests until they are handed back. Replies
+//! are always taken (delivering one only splices it into its connection's output, bounded by
+//! the connection's credit), so the two directions cannot wait on each other.
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering, fence};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::engine::{Batch, Engine, Replies};
 
-/// Messages handled per loop iteration, so a flood from other cores cannot starve the queue.
-const MESSAGES_PER_ITERATION: usize = 64;
+/// Messages one worker's queue (of requests, or of replies) holds at most.
+pub const QUEUE_MESSAGES: usize = 64;
 
-/// What one worker sends another.
-#[derive(Debug)]
-pub enum Message {
-    /// Requests for keys the receiver owns, from worker `from`.
-    Requests {
-        /// The sender, who gets the replies.
-        from: usize,
-        /// The requests.
-        batch: Batch,
-    },
-    /// Replies to requests the receiver forwarded.
-    Replies(Replies),
-}
+/// Messages of each kind handled per loop iteration, so a flood from other cores cannot
+/// starve the worker's own queue.
+const MESSAGES_PER_ITERATION: usize = 64;
 
 /// What every worker can see of one worker.
 #[derive(Debug)]
@@ -59,14 +57,20 @@ pub struct MeshStats {
     pub replies_in: u64,
     /// Wake-ups written to parked workers.
     pub wakeups: u64,
+    /// Times a full queue refused a batch (kept and offered again on the next loop).
+    pub batches_refused: u64,
+    /// Times a full queue refused a reply message (kept and offered again).
+    pub replies_refused: u64,
 }
 
 /// One worker's end of the mesh.
 #[derive(Debug)]
 pub struct Mesh {
     me: usize,
-    senders: Vec<Sender<Message>>,
-    inbox: Receiver<Message>,
+    requests_to: Vec<Sender<(usize, Batch)>>,
+    replies_to: Vec<Sender<Replies>>,
+    requests_in: Receiver<(usize, Batch)>,
+    replies_in: Receiver<Replies>,
     peers: Arc<[Peer]>,
     /// Between `park` and `unpark`.
     parking: bool,
@@ -78,13 +82,20 @@ pub struct Mesh {
 /// # Errors
 /// When an eventfd cannot be created.
 pub fn build(workers: usize) -> Result<Vec<Mesh>, String> {
-    let mut senders = Vec::with_capacity(workers);
-    let mut receivers = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        let (tx, rx) = crossbeam_channel::unbounded();
-        senders.push(tx);
-        receivers.push(rx);
-    }
+    build_with_capacity(workers, QUEUE_MESSAGES)
+}
+
+/// [`build`] with queues of `capacity` messages (tests use tiny ones).
+///
+/// # Errors
+/// When an eventfd cannot be created.
+pub fn build_with_capacity(workers: usize, capacity: usize) -> Result<Vec<Mesh>, String> {
+    let (requests_to, requests_in): (Vec<_>, Vec<_>) = (0..workers)
+        .map(|_| crossbeam_channel::bounded(capacity))
+        .unzip();
+    let (replies_to, replies_in): (Vec<_>, Vec<_>) = (0..workers)
+        .map(|_| crossbeam_channel::bounded(capacity))
+        .unzip();
     let peers: Arc<[Peer]> = (0..workers)
         .map(|_| {
             Ok(Peer {
@@ -94,13 +105,16 @@ pub fn build(workers: usize) -> Result<Vec<Mesh>, String> {
         })
         .collect::<Result<Vec<_>, String>>()?
         .into();
-    Ok(receivers
+    Ok(requests_in
         .into_iter()
+        .zip(replies_in)
         .enumerate()
-        .map(|(me, inbox)| Mesh {
+        .map(|(me, (requests_in, replies_in))| Mesh {
             me,
-            senders: senders.clone(),
-            inbox,
+            requests_to: requests_to.clone(),
+            replies_to: replies_to.clone(),
+            requests_in,
+            replies_in,
             peers: Arc::clone(&peers),
             parking: false,
             stats: MeshStats::default(),
@@ -126,7 +140,7 @@ impl Mesh {
 
     /// Workers in the mesh.
     pub fn workers(&self) -> usize {
-        self.senders.len()
+        self.requests_to.len()
     }
 
     /// Counters so far.
@@ -142,54 +156,89 @@ impl Mesh {
         })
     }
 
-    /// Sends every batch of requests the engine forwarded since the last call. Returns
-    /// whether anything was sent.
+    /// Offers every batch of requests the engine forwarded (and every batch a full queue
+    /// refused before) to its destination's queue. Returns whether any was taken.
     pub fn send_forwards(&mut self, engine: &mut Engine) -> bool {
         if !engine.has_forwards() {
             return false;
         }
         let me = self.me;
         engine.take_forwards(|dest, batch| {
-            self.stats.batches_out += 1;
-            self.stats.requests_out += batch.len() as u64;
-            // A send fails only once the receiver is gone, i.e. the server is stopping.
-            let _ = self.senders[dest].send(Message::Requests { from: me, batch });
-            self.wake(dest);
-        });
-        true
+            let requests = batch.requests() as u64;
+            match self.requests_to[dest].try_send((me, batch)) {
+                Ok(()) => {
+                    self.stats.batches_out += 1;
+                    self.stats.requests_out += requests;
+                    self.wake(dest);
+                    Ok(())
+                }
+                Err(TrySendError::Full((_, batch))) => {
+                    self.stats.batches_refused += 1;
+                    Err(batch)
+                }
+                // The receiver is gone only once the server is stopping.
+                Err(TrySendError::Disconnected(_)) => Ok(()),
+            }
+        })
     }
 
-    /// Handles up to [`MESSAGES_PER_ITERATION`] messages from the inbox: executes requests
-    /// and sends their replies, and hands replies to `deliver` (which puts them in their
-    /// connections) before recycling them. Returns how many messages were handled.
+    /// Offers the replies the engine produced for other workers to their queues. Returns
+    /// whether any were taken.
+    fn send_replies(&mut self, engine: &mut Engine) -> bool {
+        engine.take_replies(
+            |dest, replies| match self.replies_to[dest].try_send(replies) {
+                Ok(()) => {
+                    self.wake(dest);
+                    Ok(())
+                }
+                Err(TrySendError::Full(replies)) => {
+                    self.stats.replies_refused += 1;
+                    Err(replies)
+                }
+                Err(TrySendError::Disconnected(_)) => Ok(()),
+            },
+        )
+    }
+
+    /// Handles, while every reply can be handed back, up to 64 request messages, executing them
+    /// and sending their replies; then up to 64 reply messages, handing each to `deliver` (which
+    /// puts them in their connections) before recycling it. Replies are taken whatever else
+    /// happens. (Delivering late in the loop, right before egress, lets replies that arrive
+    /// together leave in the same segments.) Returns how many messages were handled.
     pub fn receive(
         &mut self,
         engine: &mut Engine,
         now: u64,
         mut deliver: impl FnMut(&mut Engine, &Replies),
     ) -> usize {
+        if engine.has_replies() {
+            self.send_replies(engine);
+        }
+        let mut requests = 0;
+        while requests < MESSAGES_PER_ITERATION && !self.requests_in.is_empty() {
+            if engine.replies_held() {
+                // A worker that cannot hand back replies takes no new requests.
+                break;
+            }
+            let Ok((from, batch)) = self.requests_in.try_recv() else {
+                break;
+            };
+            requests += 1;
+            self.stats.requests_in += batch.requests() as u64;
+            engine.serve_forwarded(from, batch, now);
+            self.send_replies(engine);
+        }
         let mut handled = 0;
-        while handled < MESSAGES_PER_ITERATION {
-            let message = match self.inbox.try_recv() {
-                Ok(message) => message,
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+        while handled < MESSAGES_PER_ITERATION && !self.replies_in.is_empty() {
+            let Ok(replies) = self.replies_in.try_recv() else {
+                break;
             };
             handled += 1;
-            match message {
-                Message::Requests { from, batch } => {
-                    self.stats.requests_in += batch.len() as u64;
-                    let replies = engine.serve_forwarded(batch, now);
-                    let _ = self.senders[from].send(Message::Replies(replies));
-                    self.wake(from);
-                }
-                Message::Replies(replies) => {
-                    self.stats.replies_in += replies.len() as u64;
-                    deliver(engine, &replies);
-                    engine.recycle(replies);
-                }
-            }
+            self.stats.replies_in += replies.len() as u64;
+            deliver(engine, &replies);
+            engine.recycle(replies);
         }
-        handled
+        handled + requests
     }
 
     /// Announces that this worker is about to sleep. Returns false if a message arrived in
@@ -203,7 +252,7 @@ impl Mesh {
         // Pairs with the fence in `wake`: either the sender sees the flag, or this sees the
         // message.
         fence(Ordering::SeqCst);
-        self.inbox.is_empty()
+        self.requests_in.is_empty() && self.replies_in.is_empty()
     }
 
     /// Back from sleep (or from deciding not to): clears the flag and drains the eventfd. Free
@@ -250,6 +299,136 @@ impl Mesh {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conn::ClientConn;
+    use crate::engine::{EngineConfig, Stop, VERSION, owner_of};
+
+    const NOW: u64 = 1_700_000_000;
+
+    fn engine(worker: usize) -> Engine {
+        Engine::new(EngineConfig {
+            shard: store::ShardConfig {
+                memory_limit_bytes: 16 << 20,
+                max_item_size: 1 << 20,
+            },
+            version: VERSION,
+            started_unix_secs: NOW,
+            threads: 2,
+            worker,
+            conn_limit: 16,
+        })
+    }
+
+    /// A key worker `owner` of two owns.
+    fn key_of(owner: usize, n: usize) -> String {
+        (0..)
+            .map(|i| format!("key:{n}:{i}"))
+            .find(|k| owner_of(k.as_bytes(), 2) == owner)
+            .unwrap()
+    }
+
+    /// A connection on worker 0 with `request` buffered, executed once.
+    fn conn_with(token: u128, home: &mut Engine, request: &str) -> (ClientConn, Stop) {
+        let mut conn = ClientConn::default();
+        conn.session.set_token(token);
+        conn.input.extend(request.as_bytes());
+        let stop = conn.execute_buffered(home, NOW).stop;
+        (conn, stop)
+    }
+
+    #[test]
+    fn a_full_queue_keeps_the_batch_and_stops_the_connections_that_feed_it() {
+        let mut meshes = build_with_capacity(2, 1).unwrap();
+        let (mut mb, mut ma) = (meshes.pop().unwrap(), meshes.pop().unwrap());
+        let (mut a, mut b) = (engine(0), engine(1));
+        let remote = key_of(1, 0);
+        let local = key_of(0, 0);
+        let (mut c1, _) = conn_with(1, &mut a, &format!("set {remote} 0 0 2\r\nv1\r\n"));
+        assert!(ma.send_forwards(&mut a), "the queue takes the first batch");
+        let (mut c2, _) = conn_with(2, &mut a, &format!("get {remote}\r\n"));
+        assert!(!ma.send_forwards(&mut a), "a full queue refuses the second");
+        assert_eq!(ma.stats().batches_refused, 1);
+        // The batch stays here: connections that would feed it stop, the others go on.
+        let get = format!("get {remote}\r\n");
+        let (mut c3, stop) = conn_with(3, &mut a, &get);
+        assert_eq!(
+            (stop, c3.input.len()),
+            (Stop::Blocked, get.len()),
+            "nothing consumed"
+        );
+        let (c4, stop) = conn_with(4, &mut a, &format!("get {local}\r\n"));
+        assert_eq!(stop, Stop::Input);
+        assert_eq!(c4.pending_output(), b"END\r\n");
+        // The owner takes the first batch; the held one goes on the next offer.
+        assert_eq!(
+            mb.receive(&mut b, NOW, |_, _| panic!("no replies for b")),
+            1
+        );
+        assert!(ma.send_forwards(&mut a));
+        assert_eq!(c3.execute_buffered(&mut a, NOW).stop, Stop::Input);
+        assert!(
+            !ma.send_forwards(&mut a),
+            "the queue holds the second batch again"
+        );
+        // Every reply comes back to its connection, in order.
+        let mut conns = [&mut c1, &mut c2, &mut c3];
+        let mut delivered = 0;
+        for _ in 0..10 {
+            ma.send_forwards(&mut a);
+            mb.receive(&mut b, NOW, |_, _| {});
+            ma.receive(&mut a, NOW, |a, replies| {
+                for i in 0..replies.len() {
+                    let token = replies.token(i).unwrap() as usize;
+                    conns[token - 1].deliver(a, replies.get(i).unwrap());
+                    delivered += 1;
+                }
+            });
+        }
+        assert_eq!(delivered, 3);
+        assert!(!a.holds_refused() && !b.holds_refused());
+        assert_eq!(c1.pending_output(), b"STORED\r\n");
+        let value = format!("VALUE {remote} 0 2\r\nv1\r\nEND\r\n");
+        assert_eq!(c2.pending_output(), value.as_bytes());
+        assert_eq!(c3.pending_output(), value.as_bytes());
+    }
+
+    #[test]
+    fn an_owner_that_cannot_hand_back_replies_takes_no_new_requests() {
+        let mut meshes = build_with_capacity(2, 1).unwrap();
+        let (mut mb, mut ma) = (meshes.pop().unwrap(), meshes.pop().unwrap());
+        let (mut a, mut b) = (engine(0), engine(1));
+        let remote = key_of(1, 1);
+        let mut conns = Vec::new();
+        for token in 0..3 {
+            let (conn, _) = conn_with(token, &mut a, &format!("get {remote}\r\n"));
+            conns.push(conn);
+            assert!(ma.send_forwards(&mut a));
+            // b executes and answers; the second answer finds a's reply queue full.
+            assert_eq!(mb.receive(&mut b, NOW, |_, _| {}), usize::from(token < 2));
+        }
+        assert_eq!(mb.stats().replies_refused, 2, "refused, and refused again");
+        assert!(b.replies_held());
+        assert_eq!(
+            mb.stats().requests_in,
+            2,
+            "the third request waits in the queue"
+        );
+        // a takes its replies: b hands back the held ones and takes the third request.
+        let mut delivered = 0;
+        ma.receive(&mut a, NOW, |_, replies| delivered += replies.len());
+        assert_eq!(mb.receive(&mut b, NOW, |_, _| {}), 1);
+        assert_eq!(
+            mb.stats().replies_refused,
+            3,
+            "its answer waits behind the second"
+        );
+        assert!(b.replies_held());
+        for _ in 0..3 {
+            ma.receive(&mut a, NOW, |_, replies| delivered += replies.len());
+            mb.receive(&mut b, NOW, |_, _| {});
+        }
+        assert_eq!(delivered, 3);
+        assert_eq!(mb.stats().requests_in, 3);
+    }
 
     #[test]
     fn a_parked_worker_is_woken_through_its_eventfd() {

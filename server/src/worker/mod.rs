@@ -10,8 +10,19 @@
 //! ```
 //!
 //! [`spawn`] starts the workers of any packet path, waits until all are ready, and sums their
-//! figures when they stop.
+//! figures when they stop. It also supervises them: a worker that panics or fails stops all
+//! the others (the stop flag is process-wide), and a stop that is not complete within
+//! [`STOP_GRACE`] ends the process without the workers still running.
+//!
+//! ```text
+//! SIGINT/SIGTERM ─┐
+//! worker fails ───┴▶ stop flag ─▶ every worker: next loop iteration sees it, returns
+//!                      supervisor: all done ─▶ reports, spawn returns (drops release TAP/XDP)
+//!                                  500 ms and not all done ─▶ detach XDP, exit(1)
+//! ```
 
+#[cfg(debug_assertions)]
+pub mod failpoint;
 pub mod kernel;
 pub mod mesh;
 pub mod tap;
@@ -27,7 +38,7 @@ use netstack::{Conn, ConnId, ConnTable, Poll};
 
 use crate::cli::Idle;
 use crate::conn::ClientConn;
-use crate::engine::{Engine, EngineConfig, Replies};
+use crate::engine::{Engine, EngineConfig, Replies, Stop, TURN_REQUESTS};
 use crate::stats::{self, Snapshot};
 use mesh::Mesh;
 
@@ -159,20 +170,27 @@ impl IdleState {
     }
 }
 
-/// A stop flag set by SIGINT and SIGTERM.
+/// A stop flag set by SIGINT and SIGTERM. In a debug build, also arms the failpoint named
+/// in `MEMSPIN_FAILPOINT` (see `failpoint`).
 ///
 /// # Errors
-/// When the handlers cannot be installed.
-pub fn stop_on_signals() -> std::io::Result<Arc<AtomicBool>> {
+/// When the handlers cannot be installed, or the failpoint is malformed.
+pub fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| format!("installing signal handlers: {e}"))?;
     }
+    #[cfg(debug_assertions)]
+    failpoint::install()?;
     Ok(stop)
 }
 
-/// True once a stop was requested.
+/// True once a stop was requested. Every worker calls it once per loop iteration (in a debug
+/// build, the failpoints fire here).
 pub fn stopping(stop: &AtomicBool) -> bool {
+    #[cfg(debug_assertions)]
+    failpoint::check();
     stop.load(Ordering::Relaxed)
 }
 
@@ -233,10 +251,57 @@ impl Plan<'_> {
 /// function to call once it serves. It returns lines for the exit report.
 pub type WorkerResult = Result<Vec<String>, String>;
 
+/// How long the workers have to stop once a stop is requested (a signal, or a worker that
+/// failed) before the process exits without them (see [`spawn`]). A worker looks at the stop
+/// flag once per loop iteration and a parked one sleeps at most [`PARK_MAX`].
+pub const STOP_GRACE: Duration = Duration::from_millis(500);
+/// How often the supervising thread looks at the stop flag and the workers' messages while
+/// they serve.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(10);
+/// How often it looks for workers that ended once a stop was requested.
+const STOP_POLL: Duration = Duration::from_millis(1);
+
+/// What a worker thread tells the supervising thread.
+enum Event {
+    /// Worker i serves.
+    Ready,
+    /// Worker i's thread is about to end (returned, failed or panicked).
+    Done(usize),
+}
+
+/// What a worker that stopped cleanly hands back: its report lines and figures.
+type Stopped = (Vec<String>, Snapshot, mesh::MeshStats);
+
+/// What the supervisor saw.
+enum Supervised {
+    /// Every worker thread ended.
+    AllDone,
+    /// These workers were still running [`STOP_GRACE`] after the stop request.
+    Stuck(Vec<usize>),
+}
+
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
 /// Runs one worker per queue of `queues`, each pinned to its CPU with its own engine and mesh
-/// endpoint, until the stop flag is set; calls `on_ready` once every worker is ready. A
-/// worker that fails stops the others. Writes each worker's report and the summed final
-/// statistics to stderr.
+/// endpoint, until the stop flag is set; calls `on_ready` once every worker is ready. Writes
+/// each worker's report and the summed final statistics to stderr.
+///
+/// A worker that fails — returns an error or panics (the panic is caught at the thread's top
+/// and its message kept) — sets the stop flag, so every other worker stops at its next loop
+/// iteration, and `spawn` returns that failure once all have stopped; the caller's resources
+/// (the TAP queues, the XDP program) are then released as usual by their drops.
+///
+/// A stop must complete within [`STOP_GRACE`]: a worker still running then (stuck in one
+/// long operation) is not waited for. The workers that stopped are reported, every XDP program
+/// this process attached is detached ([`netstack::xdp::detach_all`]; TAP devices and sockets
+/// go with the process), and the process exits with status 1 naming the stuck workers.
 ///
 /// # Errors
 /// The first worker's failure, prefixed with its index.
@@ -255,9 +320,10 @@ pub fn spawn<Q: Send>(
         ));
     }
     let meshes = mesh::build(workers)?;
-    let (events, ready_events) = crossbeam_channel::unbounded::<Result<usize, String>>();
-    let results = std::thread::scope(|scope| {
+    let (events, inbox) = crossbeam_channel::unbounded::<Event>();
+    let mut results = std::thread::scope(|scope| {
         let mut handles = Vec::with_capacity(workers);
+        let mut start_error = None;
         for (index, (queue, mut mesh)) in queues.into_iter().zip(meshes).enumerate() {
             let worker_events = events.clone();
             let work = &work;
@@ -270,63 +336,76 @@ pub fn spawn<Q: Send>(
             let handle = std::thread::Builder::new()
                 .name(format!("memspin-w{index}"))
                 .spawn_scoped(scope, move || {
-                    let result = pin(Some(cpu)).and_then(|_| {
-                        let mut engine = Engine::new(config);
-                        let ready = || {
-                            let _ = worker_events.send(Ok(index));
-                        };
-                        let lines = work(queue, &mut engine, &mut mesh, &ready)?;
-                        Ok((lines, engine.snapshot(), *mesh.stats()))
+                    #[cfg(debug_assertions)]
+                    failpoint::set_worker(index);
+                    let run = std::panic::AssertUnwindSafe(|| {
+                        pin(Some(cpu)).and_then(|_| {
+                            let mut engine = Engine::new(config);
+                            let ready = || {
+                                let _ = worker_events.send(Event::Ready);
+                            };
+                            let lines = work(queue, &mut engine, &mut mesh, &ready)?;
+                            Ok((lines, engine.snapshot(), *mesh.stats()))
+                        })
                     });
-                    if let Err(e) = &result {
+                    // The panic hook has printed the message and where; keep it for the
+                    // exit status too.
+                    let result = std::panic::catch_unwind(run).unwrap_or_else(|payload| {
+                        Err(format!("panicked: {}", panic_message(payload.as_ref())))
+                    });
+                    if result.is_err() {
                         stop.store(true, Ordering::SeqCst);
-                        let _ = worker_events.send(Err(format!("worker {index}: {e}")));
                     }
+                    let _ = worker_events.send(Event::Done(index));
                     result
                 })
                 .map_err(|e| format!("starting worker {index}: {e}"));
             match handle {
-                Ok(handle) => handles.push(handle),
+                Ok(handle) => handles.push(Some(handle)),
                 Err(e) => {
                     plan.stop.store(true, Ordering::SeqCst);
-                    let _ = events.send(Err(e));
+                    start_error = Some(e);
                     break;
                 }
             }
         }
         drop(events);
-        let mut ready = 0;
-        let mut failure = None;
-        while ready < workers {
-            match ready_events.recv() {
-                Ok(Ok(_)) => ready += 1,
-                Ok(Err(e)) => {
-                    failure = Some(e);
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        if failure.is_none() && ready == workers {
-            on_ready();
-        } else {
-            plan.stop.store(true, Ordering::SeqCst);
-        }
-        let results: Vec<_> = handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("worker panicked".to_string()))
+        let started = handles.len();
+        let supervised = supervise(plan.stop, started, workers, &inbox, on_ready);
+        let mut results: Vec<Option<Result<Stopped, String>>> = handles
+            .iter_mut()
+            .map(|slot| {
+                let handle = slot.take_if(|h| h.is_finished())?;
+                Some(
+                    handle
+                        .join()
+                        .unwrap_or_else(|_| Err("worker panicked".to_string())),
+                )
             })
             .collect();
-        (failure, results)
+        if let Supervised::Stuck(stuck) = supervised {
+            abandon(plan, &results, &stuck);
+        }
+        // Every thread said it is done; join the ones that were not finished a moment ago.
+        for (slot, result) in handles.iter_mut().zip(results.iter_mut()) {
+            if let Some(handle) = slot.take() {
+                *result = Some(
+                    handle
+                        .join()
+                        .unwrap_or_else(|_| Err("worker panicked".to_string())),
+                );
+            }
+        }
+        if let Some(e) = start_error {
+            results.push(Some(Err(e)));
+        }
+        results
     });
-    let (failure, results) = results;
     let mut total: Option<Snapshot> = None;
-    let mut first_error = failure;
-    for (index, result) in results.into_iter().enumerate() {
-        match result {
-            Ok((lines, snapshot, mesh_stats)) => {
+    let mut first_error = None;
+    for (index, result) in results.iter_mut().enumerate() {
+        match result.take() {
+            Some(Ok((lines, snapshot, mesh_stats))) => {
                 for line in lines {
                     eprintln!("memspin: worker {index}: {line}");
                 }
@@ -338,15 +417,109 @@ pub fn spawn<Q: Send>(
                     None => total = Some(snapshot),
                 }
             }
-            Err(e) => {
+            Some(Err(e)) if index < workers => {
                 first_error.get_or_insert_with(|| format!("worker {index}: {e}"));
             }
+            Some(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            None => {}
         }
     }
     if let Some(total) = total {
         report_final(&total);
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Waits for the workers: counts them ready (then calls `on_ready`, unless a stop came
+/// first), and returns once every started thread is done, or [`STOP_GRACE`] after a stop
+/// request with the workers still running.
+fn supervise(
+    stop: &AtomicBool,
+    started: usize,
+    workers: usize,
+    inbox: &crossbeam_channel::Receiver<Event>,
+    on_ready: impl FnOnce(),
+) -> Supervised {
+    let mut on_ready = Some(on_ready);
+    let mut ready = 0;
+    let mut done = vec![false; started];
+    let mut stop_at: Option<Instant> = None;
+    while done.iter().any(|d| !d) {
+        if stop_at.is_none() && stopping(stop) {
+            stop_at = Some(Instant::now());
+        }
+        // Events first; then, with nothing to do, a plain sleep: a channel's timed receive
+        // spins and yields before it blocks, which costs a contended CPU dearly 100 times
+        // a second.
+        match inbox.try_recv() {
+            Ok(Event::Ready) => {
+                ready += 1;
+                if ready == workers
+                    && !stopping(stop)
+                    && let Some(on_ready) = on_ready.take()
+                {
+                    on_ready();
+                }
+            }
+            Ok(Event::Done(index)) => done[index] = true,
+            Err(crossbeam_channel::TryRecvError::Empty) => {
+                if let Some(at) = stop_at {
+                    if at.elapsed() >= STOP_GRACE {
+                        let stuck = (0..started).filter(|&i| !done[i]).collect();
+                        return Supervised::Stuck(stuck);
+                    }
+                    std::thread::sleep(STOP_GRACE.saturating_sub(at.elapsed()).min(STOP_POLL));
+                } else {
+                    std::thread::sleep(SUPERVISE_EVERY);
+                }
+            }
+            // Every worker thread has ended (their senders are gone).
+            Err(crossbeam_channel::TryRecvError::Disconnected) => break,
+        }
+    }
+    Supervised::AllDone
+}
+
+/// The exit for workers that did not stop within [`STOP_GRACE`]: reports the workers that
+/// did, detaches this process's XDP programs (TAP devices and sockets close with the
+/// process) and exits with status 1. Destructors of the running threads' values do not run.
+fn abandon(plan: &Plan<'_>, results: &[Option<Result<Stopped, String>>], stuck: &[usize]) -> ! {
+    let mut total: Option<Snapshot> = None;
+    for (index, result) in results.iter().enumerate() {
+        match result {
+            Some(Ok((lines, snapshot, _))) => {
+                for line in lines {
+                    eprintln!("memspin: worker {index}: {line}");
+                }
+                match total.as_mut() {
+                    Some(total) => total.merge(snapshot),
+                    None => total = Some(snapshot.clone()),
+                }
+            }
+            Some(Err(e)) => eprintln!("memspin: worker {index}: {e}"),
+            None => {}
+        }
+    }
+    if let Some(total) = total {
+        report_final(&total);
+    }
+    netstack::xdp::detach_all();
+    let list: Vec<String> = stuck.iter().map(ToString::to_string).collect();
+    eprintln!(
+        "memspin: worker {} did not stop within {} ms of the stop request; exiting without {} \
+         (their figures are missing above{})",
+        list.join(", "),
+        STOP_GRACE.as_millis(),
+        if stuck.len() == 1 { "it" } else { "them" },
+        if stopping(plan.stop) {
+            ""
+        } else {
+            "; no stop was requested"
+        },
+    );
+    std::process::exit(1);
 }
 
 /// Raises the open-file limit so `conn_limit` clients fit (as memcached does for `-c`).
@@ -398,9 +571,11 @@ pub trait Queue: Device {
 }
 
 /// Serves connections over a smoltcp `device` until `stop` is set: ingress, serve every
-/// connection with work through the engine, exchange forwarded requests and replies with the
-/// other workers, egress, flush; with `Idle::Park`, waits on the device and the mesh's wake-up
-/// descriptor (never past the table's next timer) after the spin budget.
+/// connection with work through the engine (one turn each, [`TURN_REQUESTS`] requests at most;
+/// a connection with work left is served again on the next loop, after the others), exchange
+/// forwarded requests and replies with the other workers, egress, flush; with `Idle::Park`,
+/// waits on the device and the mesh's wake-up descriptor (never past the table's next timer)
+/// after the spin budget.
 ///
 /// # Errors
 /// When the device cannot wait.
@@ -414,19 +589,31 @@ pub fn serve_smoltcp<D: Queue>(
 ) -> Result<(), String> {
     let mut idle_state = IdleState::new(idle);
     let clock = LoopClock::new();
+    let mut again = Again::default();
     while !stopping(stop) {
         let tick = clock.tick();
+        let now = tick.unix_secs;
         let ingress = table.poll_ingress(tick.net, device, INGRESS_BUDGET);
-        let served = table.serve(|conn| drive(conn, engine, tick.unix_secs));
+        let mut served = table.serve(|conn| drive(conn, engine, now, &mut again));
+        served += again.serve_turns(|id, again| {
+            table.with_conn(id, |conn| {
+                conn.state.again = false;
+                drive(conn, engine, now, again)
+            })
+        });
         let mut meshed = mesh.send_forwards(engine);
-        meshed |= mesh.receive(engine, tick.unix_secs, |engine, replies| {
-            deliver(table, engine, replies, tick.unix_secs)
+        meshed |= mesh.receive(engine, now, |engine, replies| {
+            deliver(table, engine, replies, now, &mut again)
         }) > 0;
         meshed |= mesh.send_forwards(engine);
         let egress = table.poll_egress(tick.net, device);
         device.flush();
-        let progress =
-            ingress == Poll::Progress || served > 0 || meshed || egress == Poll::Progress;
+        let progress = ingress == Poll::Progress
+            || served > 0
+            || meshed
+            || egress == Poll::Progress
+            || again.pending()
+            || engine.holds_refused();
 
         let stats = table.stats();
         let info = engine.info_mut();
@@ -448,10 +635,52 @@ pub fn serve_smoltcp<D: Queue>(
     Ok(())
 }
 
+/// Connections to serve again on the next loop: their turn ended with work left (more
+/// requests, or a full queue to another worker). Each is listed once (`ClientConn::again`).
+#[derive(Debug, Default)]
+struct Again {
+    next: Vec<ConnId>,
+    spare: Vec<ConnId>,
+}
+
+impl Again {
+    /// Lists the connection of `client` for another turn, unless it is listed already.
+    fn push(&mut self, id: ConnId, client: &mut ClientConn) {
+        if !client.again {
+            client.again = true;
+            self.next.push(id);
+        }
+    }
+
+    /// Gives each listed connection its turn through `serve` (which clears its flag; it may list
+    /// it again); returns how many were still open.
+    fn serve_turns(&mut self, mut serve: impl FnMut(ConnId, &mut Again) -> Option<()>) -> usize {
+        let mut list = std::mem::replace(&mut self.next, std::mem::take(&mut self.spare));
+        let mut served = 0;
+        for &id in &list {
+            served += usize::from(serve(id, self).is_some());
+        }
+        list.clear();
+        self.spare = list;
+        served
+    }
+
+    /// True when connections wait for another turn (do not park).
+    fn pending(&self) -> bool {
+        !self.next.is_empty()
+    }
+}
+
 /// Puts other workers' replies into their connections and drives each connection once after
 /// its last reply in the message (sending what is now in order, and executing what it held
-/// back while too many requests were out).
-fn deliver(table: &mut ConnTable<ClientConn>, engine: &mut Engine, replies: &Replies, now: u64) {
+/// back while too much was out).
+fn deliver(
+    table: &mut ConnTable<ClientConn>,
+    engine: &mut Engine,
+    replies: &Replies,
+    now: u64,
+    again: &mut Again,
+) {
     for index in 0..replies.len() {
         let Some(token) = replies.token(index) else {
             continue;
@@ -462,20 +691,25 @@ fn deliver(table: &mut ConnTable<ClientConn>, engine: &mut Engine, replies: &Rep
                 conn.state.deliver(engine, delivery);
             }
             if last_for_conn {
-                drive(conn, engine, now);
+                drive(conn, engine, now, again);
             }
         });
     }
 }
 
-/// Moves one connection's bytes: replies out first, then frames in — parsed in place from the
-/// socket's receive buffer, or assembled in the connection's input buffer when a frame is split
-/// across the ring's end or larger than the ring.
-fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
-    let token = conn.id().pack();
+/// Gives one connection a turn: replies out first, then requests in — parsed in place from the
+/// socket's receive buffer, or assembled in the connection's input buffer when a request is
+/// split across the ring's end or larger than the ring — until it needs more input, must wait
+/// (output backlog, replies from other workers, send space), or its turn is used up; then it
+/// is listed in `again` when it still has work.
+fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64, again: &mut Again) {
+    let id = conn.id();
     let client = &mut *conn.state;
-    client.session.set_token(token);
+    client.session.set_token(id.pack());
+    client.session.begin_turn(TURN_REQUESTS);
     let io = &mut conn.io;
+    // Why the engine stopped in this turn (`None`: it has not run yet).
+    let mut last: Option<Stop> = None;
     loop {
         while !client.pending_output().is_empty() {
             match io.send_slice(client.pending_output()) {
@@ -487,19 +721,35 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
                 }
             }
         }
+        client.settle(engine);
         if client.finished() {
             io.close();
             return;
         }
         if !client.may_execute() {
-            // Backlog or closing with replies still queued: wait for send space.
-            io.want_write();
+            // Output backlog, replies awaited from other workers, or closing with replies
+            // still queued: send space or a delivery brings the connection back.
+            if !client.pending_output().is_empty() {
+                io.want_write();
+            }
             return;
+        }
+        if matches!(last, Some(Stop::Turn | Stop::Blocked)) {
+            if !client.pending_output().is_empty() {
+                io.want_write();
+            }
+            again.push(id, client);
+            return;
+        }
+        // What is buffered runs first, unless the engine just said it needs more.
+        if !client.input.is_empty() && last != Some(Stop::Input) {
+            last = Some(client.execute_buffered(engine, now).stop);
+            continue;
         }
         let queued = io.recv_queue();
         if queued == 0 {
             if !io.may_recv() {
-                // The peer closed its side and everything it sent was executed.
+                // The peer closed its side and everything it sent that can run has run.
                 client.session.close();
                 continue;
             }
@@ -509,10 +759,12 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
             return;
         }
         if client.input.is_empty() {
+            let mut stop = Stop::Input;
             let moved = io.recv(|buf| {
                 let outcome = client.execute_in_place(engine, buf, now);
-                if outcome.consumed < buf.len() && !outcome.close && client.may_execute() {
-                    // The next frame is incomplete in this contiguous slice: assemble it.
+                stop = outcome.stop;
+                if outcome.stop == Stop::Input && outcome.consumed < buf.len() {
+                    // The next request is incomplete in this contiguous slice: assemble it.
                     client.input.extend(&buf[outcome.consumed..]);
                     (buf.len(), ())
                 } else {
@@ -523,9 +775,10 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
                 io.abort();
                 return;
             }
+            last = Some(stop);
         } else {
-            // Top up exactly what the pending frame needs, so the connection returns to
-            // in-place parsing as soon as the frame is complete.
+            // Top up exactly what the pending request needs, so the connection returns to
+            // in-place parsing as soon as it is complete.
             let want = client.needed.max(1).min(queued);
             let spare = client.input.spare(want);
             match io.recv_slice(&mut spare[..want]) {
@@ -535,7 +788,134 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64) {
                     return;
                 }
             }
-            client.execute_buffered(engine, now);
+            last = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(stop: &AtomicBool, workers: usize) -> Plan<'_> {
+        Plan {
+            cpus: cpus_for(workers, None).unwrap(),
+            engine: EngineConfig {
+                shard: store::ShardConfig {
+                    memory_limit_bytes: 1 << 20,
+                    max_item_size: 1 << 16,
+                },
+                version: crate::engine::VERSION,
+                started_unix_secs: 0,
+                threads: workers,
+                worker: 0,
+                conn_limit: 16,
+            },
+            stop,
+            idle: Idle::Park,
+        }
+    }
+
+    /// Serves (here: yields) until the stop flag is set, as a worker loop does.
+    fn serve_until_stop(stop: &AtomicBool) -> WorkerResult {
+        while !stopping(stop) {
+            std::thread::yield_now();
+        }
+        Ok(vec!["stopped".to_string()])
+    }
+
+    // Before: a panicking worker was noticed only when joined; the other served on and
+    // `spawn` never returned.
+    #[test]
+    fn a_worker_that_panics_while_serving_stops_the_others() {
+        let stop = AtomicBool::new(false);
+        let plan = plan(&stop, 2);
+        let ready_called = AtomicBool::new(false);
+        let result = spawn(
+            &plan,
+            vec![0, 1],
+            |queue, _engine, _mesh, ready| {
+                ready();
+                if queue == 1 {
+                    // Wait until both served, so this is a failure while serving.
+                    while !ready_called.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                    panic!("boom {}", queue);
+                }
+                serve_until_stop(plan.stop)
+            },
+            || ready_called.store(true, Ordering::SeqCst),
+        );
+        assert_eq!(result, Err("worker 1: panicked: boom 1".to_string()));
+        assert!(stopping(&stop));
+    }
+
+    // Before: the supervisor waited for every worker's ready message, which a worker that
+    // panicked while starting never sent.
+    #[test]
+    fn a_worker_that_panics_before_it_serves_ends_the_start() {
+        let stop = AtomicBool::new(false);
+        let plan = plan(&stop, 2);
+        let ready_called = AtomicBool::new(false);
+        let result = spawn(
+            &plan,
+            vec![0, 1],
+            |queue, _engine, _mesh, ready| {
+                if queue == 0 {
+                    panic!("cannot start");
+                }
+                ready();
+                serve_until_stop(plan.stop)
+            },
+            || ready_called.store(true, Ordering::SeqCst),
+        );
+        assert_eq!(result, Err("worker 0: panicked: cannot start".to_string()));
+        assert!(!ready_called.load(Ordering::SeqCst), "never ready");
+    }
+
+    #[test]
+    fn a_worker_error_stops_the_others_and_is_returned() {
+        let stop = AtomicBool::new(false);
+        let plan = plan(&stop, 2);
+        let result = spawn(
+            &plan,
+            vec![0, 1],
+            |queue, _engine, _mesh, ready| {
+                ready();
+                if queue == 0 {
+                    return Err("device gone".to_string());
+                }
+                serve_until_stop(plan.stop)
+            },
+            || {},
+        );
+        assert_eq!(result, Err("worker 0: device gone".to_string()));
+    }
+
+    #[test]
+    fn a_requested_stop_ends_every_worker_cleanly() {
+        let stop = AtomicBool::new(false);
+        let plan = plan(&stop, 2);
+        let result = spawn(
+            &plan,
+            vec![0, 1],
+            |_queue, _engine, _mesh, ready| {
+                ready();
+                serve_until_stop(plan.stop)
+            },
+            || plan.stop.store(true, Ordering::SeqCst),
+        );
+        assert_eq!(result, Ok(()));
+    }
+
+    #[test]
+    fn panic_messages_are_kept() {
+        let caught = std::panic::catch_unwind(|| panic!("static text")).unwrap_err();
+        assert_eq!(panic_message(caught.as_ref()), "static text");
+        let caught = std::panic::catch_unwind(|| panic!("formatted {}", 7)).unwrap_err();
+        assert_eq!(panic_message(caught.as_ref()), "formatted 7");
+        let caught = std::panic::catch_unwind(|| std::panic::panic_any(7u8)).unwrap_err();
+        assert_eq!(panic_message(caught.as_ref()), "(no message)");
     }
 }

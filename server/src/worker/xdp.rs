@@ -1,9 +1,10 @@
-//! The AF_XDP path (`--net xdp --iface NAME`): the redirect program on an existing
-//! interface, one AF_XDP socket per worker (worker i on queue i), and the same smoltcp loop as
-//! the TAP path.
+//! The AF_XDP path (`--net xdp --iface NAME`): the steering program on an existing
+//! interface (TCP to `--ip`:`-p` and ARP for `--ip` to memspin, the rest to the kernel), one
+//! AF_XDP socket per worker (worker i on queue i), and the same smoltcp loop as the TAP path.
 //!
 //! ```text
 //! interface queue i ─XDP redirect (XSKMAP[i])─▶ XdpDevice i ─▶ ConnTable i (core i's smoltcp) ─▶ engine i
+//!                   └─XDP_PASS (everything else)─▶ the kernel's stack
 //! ```
 //!
 //! The program is detached when this function returns, also on errors after the attach
@@ -14,7 +15,7 @@ use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use netstack::smoltcp::time::Instant;
-use netstack::xdp::{AttachMode, Attached, ModeChoice, XdpConfig, XdpDevice, XdpProgram};
+use netstack::xdp::{AttachMode, Attached, ModeChoice, Steer, XdpConfig, XdpDevice, XdpProgram};
 use netstack::{ConnTable, TableConfig};
 
 use super::tap::cidr;
@@ -63,7 +64,12 @@ pub fn run(
     plan: &Plan<'_>,
     on_ready: impl FnOnce(&XdpReady),
 ) -> Result<(), String> {
-    let program = XdpProgram::attach(&config.iface, config.mode).map_err(|e| e.to_string())?;
+    let steer = Steer {
+        ipv4: config.ip.addr,
+        tcp_port: config.port,
+    };
+    let program =
+        XdpProgram::attach(&config.iface, config.mode, steer).map_err(|e| e.to_string())?;
     let workers = plan.workers();
     let conn_limit = config.conn_limit.div_ceil(workers);
     let devices = (0..workers as u32)

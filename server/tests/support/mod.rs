@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod hostile;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -11,6 +13,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use protocol::binary::{Opcode, RequestRepr, ResponseRepr, Status, StoreExtras};
+
+pub mod veth;
 
 /// A network namespace created for one test and deleted when dropped (also on panic).
 pub struct Netns {
@@ -148,6 +152,11 @@ impl Server {
             server.addr = listening.parse().expect("a socket address");
         }
         server
+    }
+
+    /// The server's process id (inside a namespace too: `ip netns exec` execs memspin).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Sends SIGTERM and waits (10 s at most, then SIGKILL); returns the exit status and stderr.

@@ -645,3 +645,37 @@ fn every_truncation_consumes_nothing_and_asks_for_more() {
         }
     }
 }
+
+#[test]
+fn a_meta_pipeline_stops_between_requests_and_resumes() {
+    let mut e = engine();
+    let value = "m".repeat(100 * 1024);
+    ok(&mut e, &format!("ms big {} T0\r\n{value}\r\n", value.len()));
+    let mut input = String::new();
+    let mut expected = String::new();
+    for i in 0..10 {
+        if i % 4 == 3 {
+            input.push_str("mg missing v q\r\n");
+        } else {
+            input.push_str(&format!("mg big v O{i}\r\n"));
+            expected.push_str(&format!("VA {} O{i}\r\n{value}\r\n", value.len()));
+        }
+    }
+    input.push_str("mn\r\n");
+    expected.push_str("MN\r\n");
+    let mut session = Session::default();
+    let (mut out, mut sent, mut calls) = (Vec::new(), Vec::new(), 0);
+    let mut pos = 0;
+    while pos < input.len() {
+        let outcome = e.execute(&mut session, &input.as_bytes()[pos..], &mut out, NOW);
+        if outcome.consumed < input.len() - pos {
+            assert_eq!(outcome.stop, Stop::Output);
+        }
+        assert!(out.len() < OUT_HIGH_WATER_BYTES + value.len() + 64);
+        pos += outcome.consumed;
+        calls += 1;
+        sent.append(&mut out);
+    }
+    assert!(calls >= 3, "stopped at the high water ({calls} calls)");
+    assert!(String::from_utf8(sent).unwrap() == expected);
+}

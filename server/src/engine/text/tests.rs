@@ -675,3 +675,165 @@ fn output_backlog_stops_execution_until_sent() {
     );
     assert_eq!(outcome.consumed + rest.consumed, input.len());
 }
+
+/// Feeds `input` in `piece`-byte pieces as a receive buffer would (the consumed prefix dropped),
+/// and after every call sends the output away as a reading client would, at most `read` bytes
+/// per call; returns everything sent. Asserts the output never holds more than the high water
+/// plus one reply of `largest` bytes, and that the input is consumed whole.
+#[track_caller]
+fn feed_and_read(
+    e: &mut Engine,
+    input: &[u8],
+    piece: usize,
+    read: usize,
+    largest: usize,
+) -> Vec<u8> {
+    let mut session = Session::default();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut out = Vec::new();
+    let mut sent = Vec::new();
+    let mut chunks = input.chunks(piece);
+    loop {
+        let outcome = e.execute(&mut session, &pending, &mut out, NOW);
+        pending.drain(..outcome.consumed);
+        assert!(!outcome.close);
+        assert!(
+            out.len() <= OUT_HIGH_WATER_BYTES + largest + 100,
+            "output grew to {} bytes",
+            out.len()
+        );
+        let n = out.len().min(read);
+        sent.extend(out.drain(..n));
+        if outcome.stop == Stop::Input {
+            match chunks.next() {
+                Some(chunk) => pending.extend_from_slice(chunk),
+                None if out.is_empty() => break,
+                None => {}
+            }
+        }
+    }
+    assert!(pending.is_empty(), "piece {piece}");
+    assert!(!session.mid_request());
+    sent
+}
+
+/// Stores `count` values of `len` bytes (`big:0`, `big:1`, ...); returns them.
+fn big_values(e: &mut Engine, count: usize, len: usize) -> Vec<String> {
+    (0..count)
+        .map(|i| {
+            let value: String = (0..len)
+                .map(|j| (b'a' + ((i + j) % 26) as u8) as char)
+                .collect();
+            ok(e, &format!("set big:{i} {i} 0 {len}\r\n{value}\r\n"));
+            value
+        })
+        .collect()
+}
+
+#[test]
+fn a_multi_get_stops_at_the_high_water_and_resumes_byte_exact() {
+    // Each value is over a third of the high water: the line cannot be answered in one call.
+    let len = OUT_HIGH_WATER_BYTES / 3 + 1000;
+    let order = [0usize, 1, 9, 2, 0, 2, 9, 1, 1, 0];
+    let mut line = String::from("get");
+    let mut expected = String::new();
+    let mut e = engine();
+    let values = big_values(&mut e, 3, len);
+    ok(&mut e, "set small 5 0 2\r\nhi\r\n");
+    for &i in &order {
+        if i == 9 {
+            line.push_str(" small missing");
+            expected.push_str("VALUE small 5 2\r\nhi\r\n");
+        } else {
+            line.push_str(&format!(" big:{i}"));
+            expected.push_str(&format!("VALUE big:{i} {i} {len}\r\n{}\r\n", values[i]));
+        }
+    }
+    line.push_str("\r\n");
+    expected.push_str("END\r\n");
+    // A request after the line runs once the line is done.
+    let input = format!("{line}mn\r\n");
+    expected.push_str("MN\r\n");
+    let pieces = PIECES.iter().copied().chain([7, 4096, input.len()]);
+    for piece in pieces {
+        for read in [1000, 64 * 1024, usize::MAX] {
+            let sent = feed_and_read(&mut e, input.as_bytes(), piece, read, len);
+            assert!(sent == expected.as_bytes(), "piece {piece}, read {read}");
+        }
+    }
+}
+
+#[test]
+fn a_stopped_multi_get_keeps_its_line_and_continues_with_its_next_key() {
+    // One value fills the output to the high water: one key per call.
+    let len = OUT_HIGH_WATER_BYTES;
+    let mut e = engine();
+    let values = big_values(&mut e, 2, len);
+    let line = b"gats 100 big:0 big:1 big:0 big:1\r\n";
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let first = e.execute(&mut session, line, &mut out, NOW);
+    assert_eq!((first.consumed, first.stop), (0, Stop::Output));
+    assert!(session.mid_request());
+    let header = |i: usize| format!("VALUE big:{i} {i} {len} ");
+    assert!(out.starts_with(header(0).as_bytes()));
+    let done = out.len();
+    // The ring wrapped: only part of the line is contiguous. Nothing runs, the rest is asked for.
+    let mut more = Vec::new();
+    let partial = e.execute(&mut session, &line[..10], &mut more, NOW);
+    assert_eq!((partial.consumed, partial.needed), (0, line.len() - 10));
+    assert_eq!(partial.stop, Stop::Input);
+    assert!(more.is_empty());
+    out.clear();
+    let second = e.execute(&mut session, line, &mut out, NOW);
+    assert_eq!(second.consumed, 0, "still part-way");
+    assert!(out.starts_with(header(1).as_bytes()));
+    out.clear();
+    let mut rounds = 0;
+    loop {
+        let outcome = e.execute(&mut session, line, &mut out, NOW);
+        out.clear();
+        rounds += 1;
+        if outcome.consumed == line.len() {
+            break;
+        }
+        assert!(rounds < 10);
+    }
+    assert_eq!(rounds, 2, "one key per call, the last with END");
+    assert!(!session.mid_request());
+    assert!(done > 0 && values.len() == 2);
+    // Every key was touched once, whatever the stops: four touches.
+    assert_eq!(e.counters().cmd_touch, 4);
+}
+
+#[test]
+fn a_multi_get_shares_the_turn_key_by_key() {
+    let mut e = engine();
+    for i in 0..10 {
+        ok(&mut e, &format!("set k{i} 0 0 1\r\n{i}\r\n"));
+    }
+    let line = "get k0 k1 k2 k3 k4 k5 k6 k7 k8 k9\r\nversion\r\n";
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let mut turns = 0;
+    let mut consumed = 0;
+    while consumed < line.len() {
+        session.begin_turn(3);
+        let outcome = e.execute(&mut session, &line.as_bytes()[consumed..], &mut out, NOW);
+        consumed += outcome.consumed;
+        turns += 1;
+        if consumed < line.len() {
+            assert_eq!(outcome.stop, Stop::Turn, "turn {turns}");
+        }
+        assert!(turns <= 5);
+    }
+    assert_eq!(turns, 4, "ten keys and a line, three at a time");
+    let expected: String = (0..10)
+        .map(|i| format!("VALUE k{i} 0 1\r\n{i}\r\n"))
+        .collect();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.starts_with(&format!("{expected}END\r\nVERSION ")),
+        "{out}"
+    );
+}
