@@ -27,7 +27,7 @@ use smoltcp::time::Instant;
 use smoltcp::wire::Ipv4Address;
 
 use crate::neighbor::{
-    ARP_FRAME_LEN, BROADCAST_MAC, ETHERNET_HEADER_LEN, NeighborCache, emit_arp, emit_ethernet_ipv4,
+    ARP_FRAME_LEN, ArpOut, ETHERNET_HEADER_LEN, NeighborCache, emit_arp, emit_ethernet_ipv4,
 };
 
 /// Where the connections with a slot in the polled bucket are.
@@ -80,7 +80,15 @@ impl<P: PeerMacs + ?Sized> Framing<'_, P> {
                 self.unresolved += 1;
                 if frame.len() >= ARP_FRAME_LEN {
                     // Zeroes the packet too: its bytes must not go out as broadcast padding.
-                    emit_arp(frame, self.own_mac, self.own_ip, BROADCAST_MAC, dst);
+                    emit_arp(
+                        frame,
+                        self.own_mac,
+                        self.own_ip,
+                        ArpOut::Request {
+                            target: dst,
+                            to_mac: None,
+                        },
+                    );
                 } else {
                     emit_ethernet_ipv4(frame, self.own_mac, self.own_mac);
                 }
@@ -377,6 +385,7 @@ impl<D: Device> Device for Egress<'_, '_, D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::neighbor::BROADCAST_MAC;
     use smoltcp::wire::{EthernetFrame, EthernetProtocol};
 
     const OWN_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x02];

@@ -864,7 +864,15 @@ impl<S: Default> ConnTable<S> {
         if input.is_request {
             let own_mac = self.config.mac;
             tx.consume(ARP_FRAME_LEN, |buf| {
-                neighbor::emit_arp(buf, own_mac, own_ip, input.sender_mac, input.sender_ip);
+                neighbor::emit_arp(
+                    buf,
+                    own_mac,
+                    own_ip,
+                    neighbor::ArpOut::Reply {
+                        to_ip: input.sender_ip,
+                        to_mac: input.sender_mac,
+                    },
+                );
             });
             self.stats.frames_out += 1;
         }
