@@ -161,7 +161,8 @@ pub fn run(
     on_ready: impl FnOnce(&XdpReady),
 ) -> Result<(), String> {
     let steer = Steer {
-        ipv4: config.ip.addr,
+        ipv4: Some(config.ip.addr),
+        ipv6: None,
         tcp_port: config.port,
     };
     let program =
