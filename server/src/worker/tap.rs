@@ -81,6 +81,7 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
         &config.iface,
         &LinkConfig {
             host_ip: config.host_ip.map(cidr),
+            host_ipv6: None,
             mtu: None,
             tx_queue_len: Some(tx_queue_len(config.conn_limit)),
         },
