@@ -11,17 +11,20 @@
 //! store never reads a clock.
 //!
 //! ```
-//! use store::{Delta, Shard, ShardConfig, StoreError, StoreMode};
+//! use store::{Arith, Delta, Shard, ShardConfig, StoreError, StoreMode, Write};
 //!
 //! let now = 1_700_000_000; // unix seconds, from the caller's clock
 //! let mut shard = Shard::new(ShardConfig { memory_limit_bytes: 64 << 20, max_item_size: 1 << 20 });
-//! let cas = shard.store(StoreMode::Set, b"greeting", b"hello", 0, 10, 0, now)?;
+//! let hello = Write { exptime: 10, ..Write::new(StoreMode::Set, b"greeting", b"hello") };
+//! let cas = shard.store(hello, now)?;
 //! assert_eq!(shard.get(b"greeting", now).map(|v| v.value), Some(&b"hello"[..]));
 //! // A stale CAS is refused; the current one is accepted.
-//! assert_eq!(shard.store(StoreMode::Set, b"greeting", b"hi", 0, 0, cas + 1, now), Err(StoreError::Exists));
-//! shard.store(StoreMode::Set, b"greeting", b"hi", 0, 0, cas, now)?;
-//! assert_eq!(shard.incr_decr(b"hits", 1, Delta::Incr, Some((100, 0)), 0, now)?.0, 100);
-//! assert_eq!(shard.incr_decr(b"hits", 1, Delta::Incr, None, 0, now)?.0, 101);
+//! let hi = Write::new(StoreMode::Set, b"greeting", b"hi");
+//! assert_eq!(shard.store(Write { cas: cas + 1, ..hi }, now), Err(StoreError::Exists));
+//! shard.store(Write { cas, ..hi }, now)?;
+//! let hit = Arith::new(b"hits", Delta::Incr, 1);
+//! assert_eq!(shard.incr_decr(Arith { create: Some((100, 0)), ..hit }, now)?.0, 100);
+//! assert_eq!(shard.incr_decr(hit, now)?.0, 101);
 //! // Ten seconds later the first value would have expired; the second never does.
 //! assert!(shard.get(b"greeting", now + 10).is_some());
 //! # Ok::<(), StoreError>(())
@@ -108,7 +111,7 @@ mod stats;
 pub use error::StoreError;
 pub use expiry::{Expiry, REALTIME_MAXDELTA};
 pub use item::{MAX_KEY_LEN, item_size, malloc_chunk};
-pub use shard::{Delta, ItemView, NewCas, Shard, ShardConfig, StoreMode};
+pub use shard::{Arith, Delta, ItemView, NewCas, Shard, ShardConfig, StoreMode, Write};
 pub use stats::ShardStats;
 
 #[cfg(test)]

@@ -57,6 +57,79 @@ pub enum NewCas {
     Given(u64),
 }
 
+/// One store request (protocol.txt, "Storage commands"): what to write under which key, on
+/// what conditions, for [`Shard::store`].
+///
+/// Start from [`Write::new`] and set what differs:
+/// `Write { flags: 5, exptime: 60, ..Write::new(StoreMode::Set, b"k", b"v") }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Write<'a> {
+    /// How an existing key is treated.
+    pub mode: StoreMode,
+    /// The key (1 to 250 bytes).
+    pub key: &'a [u8],
+    /// The value, or the bytes appended or prepended.
+    pub value: &'a [u8],
+    /// The client's opaque flags (`Append`/`Prepend` keep the item's).
+    pub flags: u32,
+    /// The client's expiration time, memcached's rules (`Append`/`Prepend` keep the item's).
+    pub exptime: i64,
+    /// Non-zero: a compare-and-swap against the live item's CAS.
+    pub cas: u64,
+    /// Where the stored item's CAS comes from.
+    pub new_cas: NewCas,
+}
+
+impl<'a> Write<'a> {
+    /// A plain store in `mode`: flags 0, never expires, no compare, the counter's next CAS.
+    pub const fn new(mode: StoreMode, key: &'a [u8], value: &'a [u8]) -> Write<'a> {
+        Write {
+            mode,
+            key,
+            value,
+            flags: 0,
+            exptime: 0,
+            cas: 0,
+            new_cas: NewCas::Next,
+        }
+    }
+}
+
+/// One `incr`/`decr` request (protocol.txt, "Increment/Decrement"), for [`Shard::incr_decr`].
+///
+/// Start from [`Arith::new`] and set what differs:
+/// `Arith { create: Some((0, 0)), ..Arith::new(b"hits", Delta::Incr, 1) }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arith<'a> {
+    /// The key (1 to 250 bytes).
+    pub key: &'a [u8],
+    /// Add or subtract.
+    pub direction: Delta,
+    /// The amount.
+    pub delta: u64,
+    /// On a missing key: store this initial value with this expiration time (the binary
+    /// protocol's counters); `None` fails with [`StoreError::NotFound`].
+    pub create: Option<(u64, i64)>,
+    /// Non-zero: the live item's CAS must be this.
+    pub cas: u64,
+    /// Where the item's new CAS comes from.
+    pub new_cas: NewCas,
+}
+
+impl<'a> Arith<'a> {
+    /// `direction` by `delta` on `key`: no creation, no compare, the counter's next CAS.
+    pub const fn new(key: &'a [u8], direction: Delta, delta: u64) -> Arith<'a> {
+        Arith {
+            key,
+            direction,
+            delta,
+            create: None,
+            cas: 0,
+            new_cas: NewCas::Next,
+        }
+    }
+}
+
 /// A borrowed view of a live item, valid until the next call on the shard.
 #[derive(Debug, Clone, Copy)]
 pub struct ItemView<'a> {
@@ -370,14 +443,15 @@ impl Shard {
         }
     }
 
-    /// Stores `value` under `key` per `mode`; returns the item's new CAS.
+    /// Stores `write.value` under `write.key` per `write.mode`; returns the item's new CAS
+    /// (from `write.new_cas`).
     ///
-    /// `exptime` is the raw client value: 0 = never, 1..=30 days relative, above that an
+    /// `write.exptime` is the raw client value: 0 = never, 1..=30 days relative, above that an
     /// absolute unix time; negative or an absolute time `<= now` is already expired (the
     /// store succeeds, removes any old item and keeps nothing). `Append`/`Prepend` ignore
     /// `flags` and `exptime` and keep the item's.
     ///
-    /// `cas != 0` makes it a compare-and-swap, for every mode: counts `cas_hits`,
+    /// `write.cas != 0` makes it a compare-and-swap, for every mode: counts `cas_hits`,
     /// `cas_misses` or `cas_badval`.
     ///
     /// # Errors
@@ -391,38 +465,16 @@ impl Shard {
     /// - [`StoreError::OutOfMemory`]: the item does not fit in the budget even alone.
     ///
     /// On any error nothing changes, except that a dead item under the key is reclaimed.
-    #[allow(clippy::too_many_arguments)]
-    pub fn store(
-        &mut self,
-        mode: StoreMode,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-        cas: u64,
-        now: u64,
-    ) -> Result<u64, StoreError> {
-        self.store_with(mode, key, value, flags, exptime, cas, NewCas::Next, now)
-    }
-
-    /// [`Shard::store`], with the stored item's CAS taken from `new_cas` (meta protocol
-    /// `ms ... E<token>`); returns that CAS.
-    ///
-    /// # Errors
-    ///
-    /// As [`Shard::store`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn store_with(
-        &mut self,
-        mode: StoreMode,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-        cas: u64,
-        new_cas: NewCas,
-        now: u64,
-    ) -> Result<u64, StoreError> {
+    pub fn store(&mut self, write: Write<'_>, now: u64) -> Result<u64, StoreError> {
+        let Write {
+            mode,
+            key,
+            value,
+            flags,
+            exptime,
+            cas,
+            new_cas,
+        } = write;
         self.advance(now);
         check_key(key)?;
         let extends = matches!(mode, StoreMode::Append | StoreMode::Prepend);
@@ -515,7 +567,8 @@ impl Shard {
         Ok(())
     }
 
-    /// memcached's 64-bit unsigned decimal `incr`/`decr`; returns `(new value, new CAS)`.
+    /// memcached's 64-bit unsigned decimal `incr`/`decr`; returns `(new value, new CAS)`, the
+    /// CAS taken from `arith.new_cas`.
     ///
     /// `incr` wraps at 2^64, `decr` stops at 0. The value is rewritten as plain decimal
     /// (memcached pads a shorter result with spaces; this store does not). Flags and expiry
@@ -530,35 +583,15 @@ impl Shard {
     /// - [`StoreError::NonNumeric`]: the value is not ASCII digits whose value fits a `u64`.
     /// - [`StoreError::KeyTooLong`], [`StoreError::TooLarge`], [`StoreError::OutOfMemory`]
     ///   as for [`Shard::store`].
-    pub fn incr_decr(
-        &mut self,
-        key: &[u8],
-        delta: u64,
-        direction: Delta,
-        create: Option<(u64, i64)>,
-        cas: u64,
-        now: u64,
-    ) -> Result<(u64, u64), StoreError> {
-        self.incr_decr_with(key, delta, direction, create, cas, NewCas::Next, now)
-    }
-
-    /// [`Shard::incr_decr`], with the item's new CAS taken from `new_cas` (meta protocol
-    /// `ma ... E<token>`); returns `(new value, that CAS)`.
-    ///
-    /// # Errors
-    ///
-    /// As [`Shard::incr_decr`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn incr_decr_with(
-        &mut self,
-        key: &[u8],
-        delta: u64,
-        direction: Delta,
-        create: Option<(u64, i64)>,
-        cas: u64,
-        new_cas: NewCas,
-        now: u64,
-    ) -> Result<(u64, u64), StoreError> {
+    pub fn incr_decr(&mut self, arith: Arith<'_>, now: u64) -> Result<(u64, u64), StoreError> {
+        let Arith {
+            key,
+            delta,
+            direction,
+            create,
+            cas,
+            new_cas,
+        } = arith;
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);

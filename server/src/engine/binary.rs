@@ -7,7 +7,7 @@ use protocol::binary::{
     CounterExtras, ExpirationExtras, FlagsExtras, HEADER_LEN, Invalid, Opcode, ParseError,
     RequestHeader, RequestRepr, ResponseRepr, Status, StoreExtras, VerbosityExtras,
 };
-use store::{Delta, StoreError, StoreMode};
+use store::{Arith, Delta, StoreError, StoreMode, Write};
 
 use super::forward::{Gather, Op, StatsRender};
 use super::{Engine, Protocol, Session, Step, Stop};
@@ -166,12 +166,12 @@ fn dispatch(
                 }
             };
             let result = engine.store(
-                mode,
-                request.key,
-                request.value,
-                flags,
-                exptime,
-                request.cas,
+                Write {
+                    flags,
+                    exptime,
+                    cas: request.cas,
+                    ..Write::new(mode, request.key, request.value)
+                },
                 now,
             );
             match result {
@@ -205,11 +205,11 @@ fn dispatch(
             let create = (extras.expiration != u32::MAX)
                 .then_some((extras.initial, i64::from(extras.expiration)));
             let result = engine.shard.incr_decr(
-                request.key,
-                extras.delta,
-                direction,
-                create,
-                request.cas,
+                Arith {
+                    create,
+                    cas: request.cas,
+                    ..Arith::new(request.key, direction, extras.delta)
+                },
                 now,
             );
             match result {

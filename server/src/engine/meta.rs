@@ -31,7 +31,7 @@ use protocol::meta::{
     ArithmeticMode, Command, DebugLine, Flags, ReplyLine, Request, SetMode, Status,
 };
 use protocol::text::{DataError, ErrorReply, MAX_KEY_LEN, data_block};
-use store::{Delta, Expiry, ItemView, NewCas, StoreError, StoreMode};
+use store::{Arith, Delta, Expiry, ItemView, NewCas, StoreError, StoreMode, Write};
 
 use super::text::cas_matching_nothing;
 use super::{Engine, Protocol, Session, Step};
@@ -144,7 +144,14 @@ fn get(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, no
             let created = flags.vivify_ttl.is_some_and(|ttl| {
                 engine
                     .shard
-                    .store_with(StoreMode::Add, key, b"", 0, ttl, 0, new_cas(flags), now)
+                    .store(
+                        Write {
+                            exptime: ttl,
+                            new_cas: new_cas(flags),
+                            ..Write::new(StoreMode::Add, key, b"")
+                        },
+                        now,
+                    )
                     .is_ok()
             });
             match created.then(|| engine.shard.peek(key, now)).flatten() {
@@ -307,27 +314,26 @@ fn set(
         exptime = i64::from(item.exptime);
         stale = Some(item.win_sent);
     }
-    let mut result = engine.store_with(
-        mode,
-        key,
-        data,
-        client_flags,
-        exptime,
-        compare,
-        new_cas,
+    let mut result = engine.store(
+        Write {
+            flags: client_flags,
+            exptime,
+            cas: compare,
+            new_cas,
+            ..Write::new(mode, key, data)
+        },
         now,
     );
     if let (Err(StoreError::NotStored), Some(ttl)) = (result, flags.vivify_ttl)
         && matches!(mode, StoreMode::Append | StoreMode::Prepend)
     {
-        result = engine.shard.store_with(
-            StoreMode::Add,
-            key,
-            data,
-            client_flags,
-            ttl,
-            0,
-            new_cas,
+        result = engine.shard.store(
+            Write {
+                flags: client_flags,
+                exptime: ttl,
+                new_cas,
+                ..Write::new(StoreMode::Add, key, data)
+            },
             now,
         );
     }
@@ -433,10 +439,15 @@ fn arithmetic(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<
         .vivify_ttl
         .map(|ttl| (flags.initial.unwrap_or(0), ttl));
     let cas = flags.compare_cas.unwrap_or(0);
-    let result =
-        engine
-            .shard
-            .incr_decr_with(key, delta, direction, create, cas, new_cas(flags), now);
+    let result = engine.shard.incr_decr(
+        Arith {
+            create,
+            cas,
+            new_cas: new_cas(flags),
+            ..Arith::new(key, direction, delta)
+        },
+        now,
+    );
     let (value, cas) = match result {
         Ok(done) => done,
         Err(StoreError::NotFound) | Err(StoreError::Exists) => {

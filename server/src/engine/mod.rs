@@ -34,7 +34,7 @@ pub use forward::{
     OWNER_HASH_SEED, Replies, Token, owner_hash, owner_of,
 };
 
-use store::{ItemView, NewCas, Shard, ShardConfig, StoreError, StoreMode};
+use store::{ItemView, Shard, ShardConfig, StoreError, Write};
 
 use crate::stats::{Counters, ServerInfo, Snapshot};
 
@@ -470,37 +470,10 @@ impl Engine {
         self.shard.touch(key, exptime, now)
     }
 
-    /// A store in any mode, counting `cmd_set`; `cas != 0` compares first.
-    #[allow(clippy::too_many_arguments)]
-    fn store(
-        &mut self,
-        mode: StoreMode,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-        cas: u64,
-        now: u64,
-    ) -> Result<u64, StoreError> {
-        self.store_with(mode, key, value, flags, exptime, cas, NewCas::Next, now)
-    }
-
-    /// [`Engine::store`] with the new item's CAS from `new_cas` (meta `E`).
-    #[allow(clippy::too_many_arguments)]
-    fn store_with(
-        &mut self,
-        mode: StoreMode,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-        cas: u64,
-        new_cas: NewCas,
-        now: u64,
-    ) -> Result<u64, StoreError> {
+    /// A store in any mode, counting `cmd_set`.
+    fn store(&mut self, write: Write<'_>, now: u64) -> Result<u64, StoreError> {
         self.counters.cmd_set += 1;
-        self.shard
-            .store_with(mode, key, value, flags, exptime, cas, new_cas, now)
+        self.shard.store(write, now)
     }
 
     /// A store refused before its value was read because it can never fit: counted in

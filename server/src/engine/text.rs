@@ -16,7 +16,7 @@ use protocol::text::{
     ArithmeticCommand, Close, DataError, ErrorReply, Keys, Line, ParseError, Request, Response,
     StatsGroup, Store, StoreCommand, data_block,
 };
-use store::{Delta, StoreError, StoreMode};
+use store::{Arith, Delta, StoreError, StoreMode, Write};
 
 use super::forward::{Gather, Op, StatsRender};
 use super::{Engine, GetResume, OUT_HIGH_WATER_BYTES, Protocol, Session, Step, Stop};
@@ -129,7 +129,10 @@ fn dispatch(
                 ArithmeticCommand::Incr => Delta::Incr,
                 ArithmeticCommand::Decr => Delta::Decr,
             };
-            let response = match engine.shard.incr_decr(key, delta, direction, None, 0, now) {
+            let response = match engine
+                .shard
+                .incr_decr(Arith::new(key, direction, delta), now)
+            {
                 Ok((value, _cas)) => Response::Number(value),
                 Err(StoreError::NotFound) => Response::NotFound,
                 Err(StoreError::NonNumeric) => Response::Error(ErrorReply::NonNumeric),
@@ -328,7 +331,15 @@ fn execute_store(
         StoreCommand::Cas => (StoreMode::Set, store.cas),
     };
     let extends = matches!(mode, StoreMode::Append | StoreMode::Prepend);
-    let response = match engine.store(mode, store.key, data, store.flags, store.exptime, cas, now) {
+    let response = match engine.store(
+        Write {
+            flags: store.flags,
+            exptime: store.exptime,
+            cas,
+            ..Write::new(mode, store.key, data)
+        },
+        now,
+    ) {
         Ok(_) => Response::Stored,
         // memcached answers NOT_STORED when an append or prepend would outgrow the item limit.
         Err(StoreError::TooLarge) if extends => Response::NotStored,
