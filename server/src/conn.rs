@@ -24,6 +24,8 @@
 //! in request order whichever worker produced them. As those bytes are sent, their credit goes
 //! back to the worker that produced them ([`ClientConn::settle`]).
 
+use store::Now;
+
 use crate::engine::{
     Delivery, Engine, FORWARD_REPLY_CREDIT_BYTES, OUT_HIGH_WATER_BYTES, Outcome, Session, Stop,
 };
@@ -208,7 +210,12 @@ impl ClientConn {
 
     /// Runs the engine over `bytes` (a slice of the socket's receive buffer, parsed in place)
     /// and returns how many it consumed.
-    pub fn execute_in_place(&mut self, engine: &mut Engine, bytes: &[u8], now: u64) -> Outcome {
+    pub fn execute_in_place(
+        &mut self,
+        engine: &mut Engine,
+        bytes: &[u8],
+        now: impl Into<Now>,
+    ) -> Outcome {
         self.compact_output();
         let outcome = engine.execute(&mut self.session, bytes, &mut self.out, now);
         self.needed = outcome.needed;
@@ -217,7 +224,7 @@ impl ClientConn {
     }
 
     /// Runs the engine over the buffered input and drops what it consumed.
-    pub fn execute_buffered(&mut self, engine: &mut Engine, now: u64) -> Outcome {
+    pub fn execute_buffered(&mut self, engine: &mut Engine, now: impl Into<Now>) -> Outcome {
         self.compact_output();
         let outcome = engine.execute(&mut self.session, self.input.data(), &mut self.out, now);
         self.input.consume(outcome.consumed);

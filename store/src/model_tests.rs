@@ -271,10 +271,13 @@ impl Model {
             key,
             value,
             flags,
-            exptime,
+            ttl,
             cas,
             ..
         } = write;
+        let Ttl::Exptime(exptime) = ttl else {
+            panic!("the model follows memcached's exptime only");
+        };
         if !key_ok(key) {
             return Err(StoreError::KeyTooLong);
         }
@@ -382,7 +385,7 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 let want = model.store(
                     Write {
                         flags: *flags,
-                        exptime,
+                        ttl: Ttl::Exptime(exptime),
                         cas,
                         ..Write::new(*mode, key, value)
                     },
@@ -391,7 +394,7 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 let got = shard.store(
                     Write {
                         flags: *flags,
-                        exptime,
+                        ttl: Ttl::Exptime(exptime),
                         cas,
                         new_cas: *new_cas,
                         ..Write::new(*mode, key, value)
@@ -428,7 +431,12 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                     it.dead_at = resolve(exptime, now).unwrap_or(Some(now));
                     it.last_access = now;
                 }
-                prop_assert_eq!(view(shard.touch(key, exptime, now)), want, "{:?}", op);
+                prop_assert_eq!(
+                    view(shard.touch(key, Ttl::Exptime(exptime), now)),
+                    want,
+                    "{:?}",
+                    op
+                );
             }
             Op::Delete(key, cas) => {
                 let key = &keys[*key];

@@ -1,5 +1,6 @@
 //! Behaviour of [`Shard`](crate::Shard) through its public API, with an injected `now`.
 
+use crate::item::GENERATION_MASK;
 use crate::*;
 
 const NOW: u64 = 1_700_000_000;
@@ -21,7 +22,7 @@ fn set(s: &mut Shard, key: &[u8], value: &[u8], exptime: i64, now: u64) -> u64 {
     let cas = s
         .store(
             Write {
-                exptime,
+                ttl: Ttl::Exptime(exptime),
                 ..Write::new(StoreMode::Set, key, value)
             },
             now,
@@ -100,7 +101,7 @@ fn set_overwrites_value_flags_and_expiry() {
         .store(
             Write {
                 flags: 1,
-                exptime: 10,
+                ttl: Ttl::Exptime(10),
                 ..Write::new(StoreMode::Set, b"k", b"one")
             },
             NOW,
@@ -173,7 +174,7 @@ fn key_length_limits() {
             Err(StoreError::KeyTooLong)
         );
         assert!(s.get(bad, NOW).is_none());
-        assert!(s.touch(bad, 0, NOW).is_none());
+        assert!(s.touch(bad, Ttl::Exptime(0), NOW).is_none());
     }
     assert_eq!(s.stats().get_misses, 2);
     assert_eq!(s.stats().touch_misses, 2);
@@ -235,7 +236,7 @@ fn append_prepend_keep_flags_and_expiry() {
         .store(
             Write {
                 flags: 42,
-                exptime: 100,
+                ttl: Ttl::Exptime(100),
                 ..Write::new(StoreMode::Set, b"k", b"mid")
             },
             NOW,
@@ -254,7 +255,7 @@ fn append_prepend_keep_flags_and_expiry() {
         .store(
             Write {
                 flags: 8,
-                exptime: 5000,
+                ttl: Ttl::Exptime(5000),
                 ..Write::new(StoreMode::Prepend, b"k", b"start-")
             },
             NOW,
@@ -294,7 +295,7 @@ fn store_with_expired_exptime_removes_the_old_item() {
     let c = s
         .store(
             Write {
-                exptime: -1,
+                ttl: Ttl::Exptime(-1),
                 ..Write::new(StoreMode::Set, b"k", b"w")
             },
             NOW,
@@ -307,7 +308,7 @@ fn store_with_expired_exptime_removes_the_old_item() {
     // Add with an expired time succeeds too and keeps nothing.
     s.store(
         Write {
-            exptime: NOW as i64,
+            ttl: Ttl::Exptime(NOW as i64),
             ..Write::new(StoreMode::Add, b"k", b"w")
         },
         NOW,
@@ -517,7 +518,7 @@ fn every_modification_gets_a_new_increasing_cas() {
     check(
         s.store(
             Write {
-                exptime: -1,
+                ttl: Ttl::Exptime(-1),
                 ..Write::new(StoreMode::Set, b"gone", b"1")
             },
             NOW,
@@ -526,7 +527,7 @@ fn every_modification_gets_a_new_increasing_cas() {
     );
     // A touch changes only the expiry and keeps the CAS, as memcached does.
     let (_, _, ca) = get(&mut s, b"a", NOW).unwrap();
-    assert_eq!(s.touch(b"a", 100, NOW).unwrap().cas, ca);
+    assert_eq!(s.touch(b"a", Ttl::Exptime(100), NOW).unwrap().cas, ca);
     // A failed store does not change the item's CAS.
     let _ = s.store(Write::new(StoreMode::Add, b"a", b"x"), NOW);
     assert_eq!(get(&mut s, b"a", NOW).unwrap().2, ca);
@@ -570,7 +571,7 @@ fn exptime_thirty_days_plus_one_is_absolute() {
     let c = s
         .store(
             Write {
-                exptime: REALTIME_MAXDELTA + 1,
+                ttl: Ttl::Exptime(REALTIME_MAXDELTA + 1),
                 ..Write::new(StoreMode::Set, b"k", b"v")
             },
             NOW,
@@ -621,7 +622,7 @@ fn expired_unfetched_counts_items_never_read() {
 fn touch_moves_expiry_later() {
     let mut s = shard();
     let c = set(&mut s, b"k", b"v", 10, NOW);
-    let t = s.touch(b"k", 100, NOW + 5).unwrap();
+    let t = s.touch(b"k", Ttl::Exptime(100), NOW + 5).unwrap();
     assert_eq!((t.value, t.cas), (&b"v"[..], c), "touch keeps the CAS");
     assert!(get(&mut s, b"k", NOW + 104).is_some());
     assert_eq!(get(&mut s, b"k", NOW + 105), None);
@@ -631,12 +632,12 @@ fn touch_moves_expiry_later() {
 fn touch_moves_expiry_earlier_and_to_never() {
     let mut s = shard();
     set(&mut s, b"k", b"v", 0, NOW);
-    assert!(s.touch(b"k", 2, NOW).is_some());
+    assert!(s.touch(b"k", Ttl::Exptime(2), NOW).is_some());
     assert!(get(&mut s, b"k", NOW + 1).is_some());
     assert_eq!(get(&mut s, b"k", NOW + 2), None);
 
     set(&mut s, b"k", b"v", 2, NOW);
-    assert!(s.touch(b"k", 0, NOW).is_some());
+    assert!(s.touch(b"k", Ttl::Exptime(0), NOW).is_some());
     assert!(get(&mut s, b"k", NOW + 10 * DAY as u64).is_some());
 }
 
@@ -645,7 +646,8 @@ fn touch_with_expired_time_returns_once_then_hides() {
     let mut s = shard();
     set(&mut s, b"k", b"v", 0, NOW);
     assert_eq!(
-        s.touch(b"k", -1, NOW).map(|v| v.value.to_vec()),
+        s.touch(b"k", Ttl::Exptime(-1), NOW)
+            .map(|v| v.value.to_vec()),
         Some(b"v".to_vec())
     );
     assert_eq!(get(&mut s, b"k", NOW), None);
@@ -655,12 +657,15 @@ fn touch_with_expired_time_returns_once_then_hides() {
 #[test]
 fn touch_misses() {
     let mut s = shard();
-    assert!(s.touch(b"k", 10, NOW).is_none());
+    assert!(s.touch(b"k", Ttl::Exptime(10), NOW).is_none());
     set(&mut s, b"k", b"v", 1, NOW);
-    assert!(s.touch(b"k", 10, NOW + 1).is_none(), "expired is a miss");
+    assert!(
+        s.touch(b"k", Ttl::Exptime(10), NOW + 1).is_none(),
+        "expired is a miss"
+    );
     assert_eq!((s.stats().touch_hits, s.stats().touch_misses), (0, 2));
     set(&mut s, b"k", b"v", 0, NOW);
-    assert!(s.touch(b"k", 10, NOW).is_some());
+    assert!(s.touch(b"k", Ttl::Exptime(10), NOW).is_some());
     assert_eq!(s.stats().touch_hits, 1);
 }
 
@@ -673,7 +678,7 @@ fn incr_and_decr() {
         .store(
             Write {
                 flags: 77,
-                exptime: 100,
+                ttl: Ttl::Exptime(100),
                 ..Write::new(StoreMode::Set, b"n", b"10")
             },
             NOW,
@@ -1340,10 +1345,10 @@ fn views_report_expiry_and_whether_fetched_before() {
     assert!(!first.fetched, "not fetched before this get");
     assert!(s.get(b"k", NOW).unwrap().fetched);
     assert_eq!(s.get(b"forever", NOW).unwrap().exptime, 0);
-    let touched = s.touch(b"forever", 30, NOW).unwrap();
+    let touched = s.touch(b"forever", Ttl::Exptime(30), NOW).unwrap();
     assert_eq!(touched.exptime, (NOW + 30) as u32);
     assert!(touched.fetched, "the get before counts");
-    let fresh = s.touch(b"k", 0, NOW).unwrap();
+    let fresh = s.touch(b"k", Ttl::Exptime(0), NOW).unwrap();
     assert_eq!(fresh.exptime, 0);
     assert!(!fresh.stale && !fresh.win_sent);
 }
@@ -1462,7 +1467,7 @@ fn a_given_cas_is_stored_as_is_and_leaves_the_counter_alone() {
     assert_eq!(
         s.store(
             Write {
-                exptime: -1,
+                ttl: Ttl::Exptime(-1),
                 new_cas: NewCas::Given(43),
                 ..Write::new(StoreMode::Set, b"c", b"x")
             },
@@ -1672,7 +1677,7 @@ fn flush_all_delayed_ignores_client_cas_values() {
         NOW + 7,
     )
     .unwrap();
-    s.touch(b"mid", 0, NOW + 8).unwrap();
+    s.touch(b"mid", Ttl::Exptime(0), NOW + 8).unwrap();
     set_cas(&mut s, b"late", b"3", 0, NOW + 10);
     for key in [&b"early"[..], b"mid", b"mid-plain", b"n"] {
         assert_eq!(get(&mut s, key, NOW + 10), None, "{key:?}");
@@ -1688,8 +1693,8 @@ fn flush_generations_wrap_without_resurrecting_anything() {
     set(&mut s, b"old", b"1", 0, NOW);
     s.flush_all(0, NOW);
     // `old` is dead but unclaimed, stamped with generation 0. Skip ahead to the last
-    // generation before the count wraps back to 0 (as 2^27 - 2 flushes would).
-    s.skip_to_generation((1 << 27) - 1);
+    // generation before the count wraps back to 0 (as 2^17 - 2 flushes would).
+    s.skip_to_generation(GENERATION_MASK);
     set_cas(&mut s, b"recent", b"2", 5, NOW);
     assert!(get(&mut s, b"recent", NOW).is_some());
     assert_eq!(s.stats().reclaimed, 0);
@@ -1711,7 +1716,7 @@ fn flush_generations_wrap_without_resurrecting_anything() {
 #[test]
 fn delayed_flush_can_wrap_the_generation_too() {
     let mut s = shard();
-    s.skip_to_generation((1 << 27) - 1);
+    s.skip_to_generation(GENERATION_MASK);
     set(&mut s, b"a", b"1", 0, NOW);
     s.flush_all(5, NOW);
     assert!(get(&mut s, b"a", NOW + 4).is_some());
@@ -1742,7 +1747,7 @@ fn last_access_follows_stores_fetches_and_touches() {
     let seen = s.get(b"k", NOW + 5).unwrap();
     assert_eq!((seen.last_access, seen.idle_secs(NOW + 5)), (t(0), 5));
     assert_eq!(access(&mut s, b"k", NOW + 5), (t(5), 0));
-    let seen = s.touch(b"k", 100, NOW + 7).unwrap();
+    let seen = s.touch(b"k", Ttl::Exptime(100), NOW + 7).unwrap();
     assert_eq!(seen.last_access, t(5));
     assert_eq!(access(&mut s, b"k", NOW + 8), (t(7), 1));
     // Modifications count as an access: in-place incr, reallocating incr, append, set.
@@ -1788,7 +1793,130 @@ fn last_access_of_created_and_touched_counters() {
     .unwrap();
     assert_eq!(access(&mut s, b"n", NOW + 2).0, (NOW + 2) as u32);
     // A touch that expires the item still reports it once, with the access before.
-    let seen = s.touch(b"n", -1, NOW + 4).unwrap();
+    let seen = s.touch(b"n", Ttl::Exptime(-1), NOW + 4).unwrap();
     assert_eq!(seen.idle_secs(NOW + 4), 2);
     assert!(s.peek(b"n", NOW + 4).is_none());
+}
+
+// ---- milliseconds (Redis expiry) ----
+
+const NOW_MS: u64 = NOW * 1000;
+
+#[track_caller]
+fn set_at_ms(s: &mut Shard, key: &[u8], value: &[u8], ttl: Ttl, now: Now) -> u64 {
+    let cas = s
+        .store(
+            Write {
+                ttl,
+                ..Write::new(StoreMode::Set, key, value)
+            },
+            now,
+        )
+        .unwrap();
+    s.check_invariants();
+    cas
+}
+
+#[test]
+fn millisecond_expiry_is_honoured_to_the_millisecond() {
+    let mut s = shard();
+    let start = Now::from_millis(NOW_MS + 250);
+    let at = start.millis() + 100;
+    set_at_ms(&mut s, b"k", b"v", Ttl::AtMillis(at), start);
+    let view = s.get(b"k", Now::from_millis(at - 1)).unwrap();
+    assert_eq!(view.expiry_ms, at);
+    assert_eq!(
+        u64::from(view.exptime),
+        at / 1000,
+        "the second, rounded down"
+    );
+    assert!(s.get(b"k", Now::from_millis(at)).is_none());
+    assert_eq!(s.stats().get_expired, 1);
+    assert!(s.is_empty(), "reclaimed on access");
+    s.check_invariants();
+}
+
+#[test]
+fn a_millisecond_not_after_now_stores_nothing_and_removes_the_old_item() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS + 10);
+    set(&mut s, b"k", b"old", 0, NOW);
+    set_at_ms(&mut s, b"k", b"new", Ttl::AtMillis(now.millis()), now);
+    assert!(s.get(b"k", now).is_none());
+    assert!(s.is_empty());
+    set_at_ms(&mut s, b"k", b"new", Ttl::AtMillis(0), now);
+    assert!(s.is_empty());
+}
+
+#[test]
+fn keep_keeps_a_live_items_expiry_and_gives_a_new_one_none() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS);
+    let at = NOW_MS + 5_432;
+    set_at_ms(&mut s, b"k", b"v", Ttl::AtMillis(at), now);
+    set_at_ms(&mut s, b"k", b"w", Ttl::Keep, now);
+    let view = s.get(b"k", now).unwrap();
+    assert_eq!((view.value, view.expiry_ms), (&b"w"[..], at));
+    assert!(s.get(b"k", Now::from_millis(at)).is_none());
+    set_at_ms(&mut s, b"fresh", b"v", Ttl::Keep, now);
+    assert_eq!(s.get(b"fresh", now).unwrap().expiry_ms, 0, "never");
+    // A touch with Keep changes nothing but the access.
+    set_at_ms(&mut s, b"t", b"v", Ttl::AtMillis(at), now);
+    assert_eq!(s.touch(b"t", Ttl::Keep, now).unwrap().expiry_ms, at);
+    assert_eq!(s.peek(b"t", now).unwrap().expiry_ms, at);
+}
+
+#[test]
+fn touch_sets_and_clears_millisecond_expiry() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS + 999);
+    set(&mut s, b"k", b"v", 0, NOW);
+    let at = now.millis() + 1;
+    s.touch(b"k", Ttl::AtMillis(at), now).unwrap();
+    assert_eq!(s.peek(b"k", now).unwrap().expiry_ms, at);
+    s.touch(b"k", Ttl::Exptime(0), now).unwrap();
+    assert_eq!(s.peek(b"k", now).unwrap().expiry_ms, 0);
+    assert!(s.get(b"k", Now::from_millis(at + 100_000)).is_some());
+    s.touch(b"k", Ttl::AtMillis(at), now).unwrap();
+    assert!(s.get(b"k", Now::from_millis(at)).is_none());
+    s.check_invariants();
+}
+
+#[test]
+fn memcached_seconds_stay_whole_seconds_with_a_millisecond_clock() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS + 900);
+    set_at_ms(&mut s, b"k", b"v", Ttl::Exptime(1), now);
+    assert_eq!(s.peek(b"k", now).unwrap().expiry_ms, (NOW + 1) * 1000);
+    assert!(s.get(b"k", Now::from_millis(NOW_MS + 1999)).is_none());
+    set_at_ms(&mut s, b"k", b"v", Ttl::Exptime(1), now);
+    assert!(s.get(b"k", Now::from_millis(NOW_MS + 999)).is_some());
+    assert!(s.get(b"k", Now::from_secs(NOW + 1)).is_none());
+}
+
+#[test]
+fn delayed_flush_with_a_millisecond_clock_comes_at_its_second() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS + 500);
+    set(&mut s, b"a", b"1", 0, NOW);
+    s.flush_all(2, now);
+    assert!(s.get(b"a", Now::from_millis(NOW_MS + 1999)).is_some());
+    assert!(s.get(b"a", Now::from_secs(NOW + 2)).is_none());
+}
+
+#[test]
+fn expiry_milliseconds_and_the_flush_generation_stay_apart() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS);
+    let at = NOW_MS + 10_999;
+    s.skip_to_generation(GENERATION_MASK);
+    set_at_ms(&mut s, b"k", b"v", Ttl::AtMillis(at), now);
+    assert_eq!(s.peek(b"k", now).unwrap().expiry_ms, at);
+    // The wrap of the count reclaims it; a new item after it keeps its milliseconds.
+    s.flush_all(0, now);
+    assert!(s.is_empty());
+    set_at_ms(&mut s, b"k", b"v", Ttl::AtMillis(at), now);
+    assert_eq!(s.peek(b"k", now).unwrap().expiry_ms, at);
+    assert!(s.get(b"k", Now::from_millis(at - 1)).is_some());
+    s.check_invariants();
 }

@@ -7,7 +7,7 @@ use protocol::binary::{
     CounterExtras, ExpirationExtras, FlagsExtras, HEADER_LEN, Invalid, Opcode, ParseError,
     RequestHeader, RequestRepr, ResponseRepr, Status, StoreExtras, VerbosityExtras,
 };
-use store::{Arith, Delta, StoreError, StoreMode, Write};
+use store::{Arith, Delta, Now, StoreError, StoreMode, Ttl, Write};
 
 use super::forward::{Gather, Part};
 use super::session::{Cx, FanOut, Step, Stop};
@@ -142,7 +142,7 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
             };
             let exptime = i64::from(extras.expiration);
             let with_key = request.opcode == Opcode::GatK;
-            match cx.core.touch(request.key, exptime, now) {
+            match cx.core.touch(request.key, Ttl::Exptime(exptime), now) {
                 Some(item) if request.opcode == Opcode::Touch => {
                     write_item(out, request, false, item.flags, &[], item.cas)
                 }
@@ -169,7 +169,7 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
             let result = cx.core.store(
                 Write {
                     flags,
-                    exptime,
+                    ttl: Ttl::Exptime(exptime),
                     cas: request.cas,
                     ..Write::new(mode, request.key, request.value)
                 },
@@ -402,7 +402,7 @@ struct StatsGather {
     opaque: u32,
     /// The general figures, else the settings.
     general: bool,
-    now: u64,
+    now: Now,
 }
 
 impl Gather for StatsGather {
@@ -431,7 +431,7 @@ fn render_stats(
     quiet: bool,
     opaque: u32,
     general: bool,
-    now: u64,
+    now: Now,
     snapshot: &Snapshot,
 ) {
     let mut value = String::new();
@@ -449,7 +449,7 @@ fn render_stats(
         );
     };
     if general {
-        stats::general(snapshot, now, &mut line);
+        stats::general(snapshot, now.secs(), &mut line);
     } else {
         stats::settings(snapshot, &mut line);
     }

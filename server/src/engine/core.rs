@@ -11,7 +11,7 @@
 //! protocol a client speaks, and a new statistic is added in one place. The store's own
 //! counters (hits, misses, evictions) are counted by the store.
 
-use store::{Arith, ItemView, NewCas, Shard, StoreError, Write};
+use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, Ttl, Write};
 
 use super::EngineConfig;
 use crate::stats::{Counters, ServerInfo, Snapshot};
@@ -36,41 +36,41 @@ impl Core {
     }
 
     /// A read: looks `key` up (a hit is marked fetched), counting `cmd_get`.
-    pub fn get(&mut self, key: &[u8], now: u64) -> Option<ItemView<'_>> {
+    pub fn get(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
         self.counters.cmd_get += 1;
         self.shard.get(key, now)
     }
 
     /// A read that leaves the item as it is (no fetched mark, no clock bump; meta `u`):
     /// counts `cmd_get`, not the store's hits and misses.
-    pub fn get_unbumped(&mut self, key: &[u8], now: u64) -> Option<ItemView<'_>> {
+    pub fn get_unbumped(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
         self.counters.cmd_get += 1;
         self.shard.peek(key, now)
     }
 
     /// Looks at an item for the engine's own decisions (compare rules, sizes, metadata):
     /// nothing is counted or marked.
-    pub fn peek(&mut self, key: &[u8], now: u64) -> Option<ItemView<'_>> {
+    pub fn peek(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
         self.shard.peek(key, now)
     }
 
     /// A touch (or get-and-touch): new expiry for a held key, counting `cmd_touch`.
-    pub fn touch(&mut self, key: &[u8], exptime: i64, now: u64) -> Option<ItemView<'_>> {
+    pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
         self.counters.cmd_touch += 1;
-        self.shard.touch(key, exptime, now)
+        self.shard.touch(key, ttl, now)
     }
 
     /// A new expiry set as part of another command (meta `ma` with `T`): the store counts it
     /// as a touch, `cmd_touch` does not.
-    pub fn retouch(&mut self, key: &[u8], exptime: i64, now: u64) {
-        self.shard.touch(key, exptime, now);
+    pub fn retouch(&mut self, key: &[u8], ttl: Ttl, now: Now) {
+        self.shard.touch(key, ttl, now);
     }
 
     /// A store in any mode, counting `cmd_set`.
     ///
     /// # Errors
     /// As [`Shard::store`].
-    pub fn store(&mut self, write: Write<'_>, now: u64) -> Result<u64, StoreError> {
+    pub fn store(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
         self.counters.cmd_set += 1;
         self.shard.store(write, now)
     }
@@ -80,7 +80,7 @@ impl Core {
     ///
     /// # Errors
     /// As [`Shard::store`].
-    pub fn vivify(&mut self, write: Write<'_>, now: u64) -> Result<u64, StoreError> {
+    pub fn vivify(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
         self.shard.store(write, now)
     }
 
@@ -99,7 +99,7 @@ impl Core {
     ///
     /// # Errors
     /// As [`Shard::delete`].
-    pub fn delete(&mut self, key: &[u8], cas: u64, now: u64) -> Result<(), StoreError> {
+    pub fn delete(&mut self, key: &[u8], cas: u64, now: Now) -> Result<(), StoreError> {
         self.shard.delete(key, cas, now)
     }
 
@@ -113,13 +113,13 @@ impl Core {
         cas: u64,
         exptime: Option<i64>,
         new_cas: NewCas,
-        now: u64,
+        now: Now,
     ) -> Result<u64, StoreError> {
         self.shard.invalidate_with(key, cas, exptime, new_cas, now)
     }
 
     /// Records that a client holds the item's recache token (meta `W`).
-    pub fn claim_win(&mut self, key: &[u8], now: u64) {
+    pub fn claim_win(&mut self, key: &[u8], now: Now) {
         self.shard.claim_win(key, now);
     }
 
@@ -127,7 +127,7 @@ impl Core {
     ///
     /// # Errors
     /// As [`Shard::incr_decr`].
-    pub fn arith(&mut self, arith: Arith<'_>, now: u64) -> Result<(u64, u64), StoreError> {
+    pub fn arith(&mut self, arith: Arith<'_>, now: Now) -> Result<(u64, u64), StoreError> {
         self.shard.incr_decr(arith, now)
     }
 
@@ -136,7 +136,7 @@ impl Core {
     /// the answers are memcached's (NOT_FOUND when missing, EXISTS when held), any non-zero
     /// value but the held item's CAS is taken; clients may give items any CAS (meta `E`), so no
     /// fixed value would do.
-    pub fn cas_matching_nothing(&mut self, key: &[u8], now: u64) -> u64 {
+    pub fn cas_matching_nothing(&mut self, key: &[u8], now: Now) -> u64 {
         match self.shard.peek(key, now) {
             Some(item) if item.cas == 1 => 2,
             _ => 1,
@@ -145,13 +145,13 @@ impl Core {
 
     /// flush_all on this worker's shard, counting `cmd_flush` (other workers flush theirs with
     /// [`Core::flush_for_another`]).
-    pub fn flush_all(&mut self, delay: i64, now: u64) {
+    pub fn flush_all(&mut self, delay: i64, now: Now) {
         self.counters.cmd_flush += 1;
         self.shard.flush_all(delay, now);
     }
 
     /// This worker's share of a flush_all another worker received (counted there).
-    pub fn flush_for_another(&mut self, delay: i64, now: u64) {
+    pub fn flush_for_another(&mut self, delay: i64, now: Now) {
         self.shard.flush_all(delay, now);
     }
 
@@ -191,7 +191,7 @@ impl Core {
     }
 
     /// Reclaims up to `max_items` expired items.
-    pub fn sweep_expired(&mut self, max_items: usize, now: u64) -> usize {
+    pub fn sweep_expired(&mut self, max_items: usize, now: Now) -> usize {
         self.shard.sweep_expired(max_items, now)
     }
 

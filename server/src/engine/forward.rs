@@ -63,6 +63,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use store::Now;
+
 use crate::stats::Snapshot;
 
 /// Open holes (forwarded requests awaiting replies) a connection may have before it stops
@@ -144,7 +146,7 @@ pub(crate) enum Op {
     /// Reply with this worker's statistics.
     Snapshot,
     /// Flush this worker's shard (`flush_all` with this delay, as of `now`).
-    Flush { delay: i64, now: u64 },
+    Flush { delay: i64, now: Now },
     /// Control: this many bytes of the connection's replies were sent; its lane gets the
     /// credit back. No reply.
     Credit(usize),

@@ -35,7 +35,7 @@ mod forward;
 mod session;
 mod text;
 
-use store::ShardConfig;
+use store::{Now, ShardConfig};
 
 use self::core::Core;
 use self::forward::{Answer, Forwarder, Op};
@@ -100,7 +100,7 @@ impl Engine {
 
     /// Executes every complete request at the start of `input`, appending replies to `out`.
     ///
-    /// `now` is the unix time in seconds read by the caller's clock. Execution stops at an
+    /// `now` is the caller's clock reading (a [`Now`], or unix seconds as a `u64`). Execution stops at an
     /// incomplete request, when `out` holds [`OUT_HIGH_WATER_BYTES`] or more, when too much
     /// waits on other workers, when the session's turn is used up, or when the connection must
     /// close; [`Outcome::stop`] says which. A multi-key request may stop part-way: it is then
@@ -110,8 +110,9 @@ impl Engine {
         session: &mut Session,
         input: &[u8],
         out: &mut Vec<u8>,
-        now: u64,
+        now: impl Into<Now>,
     ) -> Outcome {
+        let now = now.into();
         let protocol = match session.protocol {
             Some(protocol) => protocol,
             None => match input.first() {
@@ -146,7 +147,7 @@ impl Engine {
         session: &mut Session,
         input: &[u8],
         out: &mut Vec<u8>,
-        now: u64,
+        now: Now,
         step: fn(&mut Cx<'_>, &[u8], &mut Vec<u8>) -> Step,
     ) -> Outcome {
         let out_start = out.len();
@@ -217,7 +218,7 @@ impl Engine {
         op: Op,
         request: &[u8],
         out: &mut Vec<u8>,
-        now: u64,
+        now: Now,
     ) -> Answer {
         match op {
             Op::Execute(form) => {
@@ -247,7 +248,8 @@ impl Engine {
     /// connection's in order while its lane has credit, parking the rest; applies credit and
     /// releases. Replies accumulate for [`Engine::take_replies`]. Byte counters stay with the
     /// worker that holds the connection.
-    pub fn serve_forwarded(&mut self, from: usize, batch: Batch, now: u64) {
+    pub fn serve_forwarded(&mut self, from: usize, batch: Batch, now: impl Into<Now>) {
+        let now = now.into();
         let core = &mut self.core;
         self.forward.serve(from, batch, |op, request, out| {
             Engine::run_forwarded(core, op, request, out, now)
@@ -326,8 +328,8 @@ impl Engine {
     }
 
     /// Reclaims up to `max_items` expired items; for the worker's idle moments.
-    pub fn sweep_expired(&mut self, max_items: usize, now: u64) -> usize {
-        self.core.sweep_expired(max_items, now)
+    pub fn sweep_expired(&mut self, max_items: usize, now: impl Into<Now>) -> usize {
+        self.core.sweep_expired(max_items, now.into())
     }
 
     /// The command counters of this engine.

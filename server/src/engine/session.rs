@@ -12,6 +12,8 @@
 //! keeps the few figures adapters need between calls in protocol-free form (how far a line was
 //! scanned, where a multi-part request resumes).
 
+use store::Now;
+
 use super::core::Core;
 use super::forward::{self, Form, Forwarder, Gather, Holes, Op, Part};
 
@@ -241,8 +243,8 @@ pub(crate) struct Cx<'a> {
     pub core: &'a mut Core,
     /// The connection's state.
     pub session: &'a mut Session,
-    /// Unix seconds, from the caller's clock.
-    pub now: u64,
+    /// The caller's clock.
+    pub now: Now,
     forward: Option<&'a mut Forwarder>,
 }
 
@@ -252,7 +254,7 @@ impl<'a> Cx<'a> {
         core: &'a mut Core,
         forward: &'a mut Forwarder,
         session: &'a mut Session,
-        now: u64,
+        now: Now,
     ) -> Cx<'a> {
         Cx {
             core,
@@ -263,7 +265,7 @@ impl<'a> Cx<'a> {
     }
 
     /// A context for a request another worker forwarded: everything runs here.
-    pub fn local(core: &'a mut Core, session: &'a mut Session, now: u64) -> Cx<'a> {
+    pub fn local(core: &'a mut Core, session: &'a mut Session, now: Now) -> Cx<'a> {
         Cx {
             core,
             session,

@@ -18,7 +18,7 @@ use protocol::text::{
     ArithmeticCommand, Close, DataError, ErrorReply, GetCommand, Keys, Line, ParseError, Request,
     Response, StatsGroup, Store, StoreCommand, data_block,
 };
-use store::{Arith, Delta, StoreError, StoreMode, Write};
+use store::{Arith, Delta, Now, StoreError, StoreMode, Ttl, Write};
 
 use super::forward::{Gather, Part};
 use super::session::{Cx, FanOut, Resume, Step, Stop};
@@ -159,7 +159,7 @@ fn dispatch(
             exptime,
             noreply,
         } => {
-            let response = match cx.core.touch(key, exptime, now) {
+            let response = match cx.core.touch(key, Ttl::Exptime(exptime), now) {
                 Some(_) => Response::Touched,
                 None => Response::NotFound,
             };
@@ -272,7 +272,7 @@ fn execute_get(
         }
         cx.session.spend_turn();
         let item = if command.touches() {
-            cx.core.touch(key, exptime, cx.now)
+            cx.core.touch(key, Ttl::Exptime(exptime), cx.now)
         } else {
             cx.core.get(key, cx.now)
         };
@@ -371,7 +371,7 @@ fn execute_store(
     let response = match cx.core.store(
         Write {
             flags: store.flags,
-            exptime: store.exptime,
+            ttl: Ttl::Exptime(store.exptime),
             cas,
             ..Write::new(mode, store.key, data)
         },
@@ -422,7 +422,7 @@ fn write_stats(cx: &mut Cx<'_>, group: StatsGroup, out: &mut Vec<u8>) {
 struct StatsGather {
     snapshot: Option<Snapshot>,
     group: StatsGroup,
-    now: u64,
+    now: Now,
 }
 
 impl Gather for StatsGather {
@@ -443,7 +443,7 @@ impl Gather for StatsGather {
 }
 
 /// The text `stats` reply for `snapshot`.
-fn render_stats(out: &mut Vec<u8>, group: StatsGroup, now: u64, snapshot: &Snapshot) {
+fn render_stats(out: &mut Vec<u8>, group: StatsGroup, now: Now, snapshot: &Snapshot) {
     let mut value = String::new();
     let mut line = |name: &str, v: &dyn std::fmt::Display| {
         use std::fmt::Write as _;
@@ -456,7 +456,7 @@ fn render_stats(out: &mut Vec<u8>, group: StatsGroup, now: u64, snapshot: &Snaps
         .emit_into(out);
     };
     match group {
-        StatsGroup::General => stats::general(snapshot, now, &mut line),
+        StatsGroup::General => stats::general(snapshot, now.secs(), &mut line),
         StatsGroup::Settings => stats::settings(snapshot, &mut line),
         StatsGroup::Items => stats::items(snapshot, &mut line),
         StatsGroup::Slabs => stats::slabs(snapshot, &mut line),

@@ -31,7 +31,7 @@ use protocol::meta::{
     ArithmeticMode, Command, DebugLine, Flags, ReplyLine, Request, SetMode, Status,
 };
 use protocol::text::{DataError, ErrorReply, MAX_KEY_LEN, data_block};
-use store::{Arith, Delta, Expiry, ItemView, NewCas, StoreError, StoreMode, Write};
+use store::{Arith, Delta, Expiry, ItemView, NewCas, Now, StoreError, StoreMode, Ttl, Write};
 
 use super::part;
 use crate::engine::session::{Cx, Step};
@@ -97,11 +97,11 @@ pub(super) fn execute(
 }
 
 /// Seconds an item has left: -1 for none, as `t` and `me` report it.
-fn ttl(exptime: u32, now: u64) -> i64 {
+fn ttl(exptime: u32, now: Now) -> i64 {
     if exptime == 0 {
         -1
     } else {
-        i64::from(exptime) - i64::try_from(now).unwrap_or(i64::MAX)
+        i64::from(exptime) - i64::try_from(now.secs()).unwrap_or(i64::MAX)
     }
 }
 
@@ -127,9 +127,9 @@ fn echo(line: &mut ReplyLine<'_>, flags: &Flags<'_>, key: &[u8]) {
 
 /// `mg`: the item's value and metadata; `T` touches, `N` creates on a miss, `R`/`N`/stale
 /// items hand out the recache token (`W`), which later readers see as taken (`Z`).
-fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
+fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
     let found = if let Some(ttl) = flags.ttl {
-        cx.core.touch(key, ttl, now)
+        cx.core.touch(key, Ttl::Exptime(ttl), now)
     } else if flags.no_bump {
         cx.core.get_unbumped(key, now)
     } else {
@@ -143,7 +143,7 @@ fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u
                 cx.core
                     .vivify(
                         Write {
-                            exptime: ttl,
+                            ttl: Ttl::Exptime(ttl),
                             new_cas: new_cas(flags),
                             ..Write::new(StoreMode::Add, key, b"")
                         },
@@ -177,7 +177,7 @@ fn write_hit(
     flags: &Flags<'_>,
     item: &ItemView<'_>,
     created: bool,
-    now: u64,
+    now: Now,
 ) -> bool {
     // `C` with `v`: the value only if it changed.
     let send_value = flags.return_value && flags.compare_cas != Some(item.cas);
@@ -187,7 +187,7 @@ fn write_hit(
         && !created
         && item.exptime != 0
         && let Expiry::At(at) = Expiry::resolve(recache, now)
-        && u64::from(item.exptime) < at
+        && item.expiry_ms < at
     {
         won = true;
     }
@@ -254,7 +254,7 @@ fn set(
     buf: &[u8],
     line_len: usize,
     out: &mut Vec<u8>,
-    now: u64,
+    now: Now,
 ) -> Step {
     let flags = &request.flags;
     let datalen = request.datalen;
@@ -282,12 +282,12 @@ fn set(
         SetMode::Prepend => StoreMode::Prepend,
     };
     let client_flags = flags.client_flags.unwrap_or(0);
-    let mut exptime = flags.ttl.unwrap_or(0);
+    let mut ttl = Ttl::Exptime(flags.ttl.unwrap_or(0));
     let mut compare = match (mode, flags.compare_cas) {
         // memcached: add ignores a CAS; append/prepend compare a non-zero one.
         (StoreMode::Add, _) | (_, None) => 0,
         (StoreMode::Append | StoreMode::Prepend, Some(cas)) => cas,
-        // Set/replace compare any CAS, 0 included (see `text::cas_matching_nothing`).
+        // Set/replace compare any CAS, 0 included (see `Core::cas_matching_nothing`).
         (_, Some(0)) => cx.core.cas_matching_nothing(key, now),
         (_, Some(cas)) => cas,
     };
@@ -307,13 +307,13 @@ fn set(
         && cas < item.cas
     {
         compare = item.cas;
-        exptime = i64::from(item.exptime);
+        ttl = Ttl::Keep;
         stale = Some(item.win_sent);
     }
     let mut result = cx.core.store(
         Write {
             flags: client_flags,
-            exptime,
+            ttl,
             cas: compare,
             new_cas,
             ..Write::new(mode, key, data)
@@ -326,7 +326,7 @@ fn set(
         result = cx.core.vivify(
             Write {
                 flags: client_flags,
-                exptime: ttl,
+                ttl: Ttl::Exptime(ttl),
                 new_cas,
                 ..Write::new(StoreMode::Add, key, data)
             },
@@ -388,7 +388,7 @@ fn set(
 }
 
 /// `md`: delete, or with `I` mark stale (and with `T` set a new TTL); `C` must match.
-fn delete(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
+fn delete(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
     // memcached compares any `C`, 0 included (an item whose CAS is 0 matches it); the store
     // reads 0 as "no compare".
     let cas = match flags.compare_cas {
@@ -422,7 +422,7 @@ fn delete(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now
 }
 
 /// `ma`: incr/decr by `D` (default 1); `N` creates a missing key with `J` (default 0).
-fn arithmetic(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
+fn arithmetic(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
     let direction = match flags.arithmetic_mode().unwrap_or(ArithmeticMode::Incr) {
         ArithmeticMode::Incr => Delta::Incr,
         ArithmeticMode::Decr => Delta::Decr,
@@ -468,7 +468,7 @@ fn arithmetic(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>,
         }
     };
     if let Some(ttl) = flags.ttl {
-        cx.core.retouch(key, ttl, now);
+        cx.core.retouch(key, Ttl::Exptime(ttl), now);
     }
     if flags.quiet {
         return;
@@ -507,7 +507,7 @@ fn arithmetic(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>,
 }
 
 /// `me`: the item's metadata as memcached's debug line, or `EN`.
-fn debug(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
+fn debug(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
     match cx.core.peek(key, now) {
         Some(item) => DebugLine {
             key,

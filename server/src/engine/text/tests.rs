@@ -845,3 +845,19 @@ fn gets_are_forwarded_as_single_key_lines() {
     super::write_get_line(&mut out, protocol::text::GetCommand::Get, 0, b"k2");
     assert_eq!(out, b"gats -1 k1\r\nget k2\r\n");
 }
+
+#[test]
+fn exptimes_stay_whole_seconds_with_a_millisecond_clock() {
+    // memcached's clock counts whole seconds: `1` set 0.9 s into a second ends 0.1 s later.
+    let mut e = engine();
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let at = |ms: u64| store::Now::from_millis(NOW * 1000 + ms);
+    e.execute(&mut session, b"set k 0 1 1\r\nv\r\n", &mut out, at(900));
+    out.clear();
+    e.execute(&mut session, b"get k\r\n", &mut out, at(999));
+    assert_eq!(out, b"VALUE k 0 1\r\nv\r\nEND\r\n");
+    out.clear();
+    e.execute(&mut session, b"get k\r\n", &mut out, at(1000));
+    assert_eq!(out, b"END\r\n");
+}
