@@ -7,10 +7,12 @@
 //! - [`IpEgress`] forwards `transmit` to the real device.
 //! - Both wrap every transmit token in a [`FramedTx`], which asks the device for 14 more
 //!   bytes, lets smoltcp write the IP packet behind them, and then writes the Ethernet
-//!   header whose destination [`Framing`] picks (see `neighbor.rs`): the connection's own
-//!   MAC, the MAC of the frame being answered, the neighbour cache, or else the frame
-//!   becomes an ARP request for the packet's destination and the packet is dropped (as
-//!   smoltcp's own Ethernet path does; TCP sends it again).
+//!   header whose destination [`Framing`] picks (see `neighbor/mod.rs`): on the link, the
+//!   connection's own MAC, the MAC of the frame being answered, the neighbour cache; off
+//!   the link, the gateway's MAC (then those of the connection and of the frame being
+//!   answered); or else the frame becomes an ARP request or a neighbour solicitation for
+//!   the next hop and the packet is dropped (as smoltcp's own Ethernet path does; TCP sends
+//!   it again).
 //!
 //! Per frame that costs a read of the IP header (version, protocol, destination, port)
 //! and a short scan of one bucket's slots, against smoltcp's scan of its neighbour map:
@@ -24,31 +26,35 @@
 
 use smoltcp::phy::{Device, DeviceCapabilities, PacketMeta, RxToken, TxToken};
 use smoltcp::time::Instant;
-use smoltcp::wire::Ipv4Address;
+use smoltcp::wire::{IpAddress, Ipv4Address, Ipv6Address};
 
 use crate::neighbor::{
-    ARP_FRAME_LEN, ArpOut, ETHERNET_HEADER_LEN, NeighborCache, emit_arp, emit_ethernet_ipv4,
+    ARP_FRAME_LEN, ArpOut, ETHERNET_HEADER_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6, Gateways,
+    LinkAddrs, NDP_FRAME_LEN, NdpOut, NeighborCache, emit_arp, emit_ethernet, emit_ethernet_ipv4,
+    emit_ndp,
 };
 
 /// Where the connections with a slot in the polled bucket are.
 pub(crate) trait PeerMacs {
     /// The MAC of the connection to `addr:port`, if it has a slot here.
-    fn peer_mac(&self, addr: Ipv4Address, port: u16) -> Option<[u8; 6]>;
+    fn peer_mac(&self, addr: IpAddress, port: u16) -> Option<[u8; 6]>;
 }
 
 /// No connection (the control set).
 pub(crate) struct NoPeers;
 
 impl PeerMacs for NoPeers {
-    fn peer_mac(&self, _: Ipv4Address, _: u16) -> Option<[u8; 6]> {
+    fn peer_mac(&self, _: IpAddress, _: u16) -> Option<[u8; 6]> {
         None
     }
 }
 
 /// Picks each sent frame's destination MAC and writes its Ethernet header; counts frames.
 pub(crate) struct Framing<'a, P: PeerMacs + ?Sized> {
-    pub(crate) own_mac: [u8; 6],
-    pub(crate) own_ip: Ipv4Address,
+    /// Our MAC and addresses.
+    pub(crate) own: &'a LinkAddrs,
+    /// The next hop for destinations off the link.
+    pub(crate) gateways: &'a Gateways,
     /// The connections of the bucket being polled.
     pub(crate) peers: &'a P,
     /// While answering a received frame: its source MAC.
@@ -56,7 +62,7 @@ pub(crate) struct Framing<'a, P: PeerMacs + ?Sized> {
     pub(crate) neighbors: &'a mut NeighborCache,
     /// Frames sent.
     pub(crate) sent: u64,
-    /// Frames that became ARP requests because their destination was unknown.
+    /// Frames whose next hop's MAC was unknown (sent as a request, or addressed to us).
     pub(crate) unresolved: u64,
 }
 
@@ -64,60 +70,111 @@ impl<P: PeerMacs + ?Sized> Framing<'_, P> {
     /// Writes the Ethernet header of `frame`, whose IP packet starts at byte 14.
     fn frame(&mut self, frame: &mut [u8]) {
         let packet = &frame[ETHERNET_HEADER_LEN..];
-        let Some(dst) = ipv4_dst(packet) else {
-            // smoltcp sends only IPv4 here; anything else is addressed to ourselves, which
+        let Some(dst) = ip_dst(packet) else {
+            // smoltcp sends only IP here; anything else is addressed to ourselves, which
             // every receiver drops.
-            emit_ethernet_ipv4(frame, self.own_mac, self.own_mac);
+            emit_ethernet_ipv4(frame, self.own.mac, self.own.mac);
             return;
         };
-        let mac = tcp_dst_port(packet)
-            .and_then(|port| self.peers.peer_mac(dst, port))
-            .or(self.reply_to)
-            .or_else(|| self.neighbors.lookup(dst));
-        match mac {
-            Some(mac) => emit_ethernet_ipv4(frame, self.own_mac, mac),
-            None => {
+        let ethertype = match dst {
+            IpAddress::Ipv4(_) => ETHERTYPE_IPV4,
+            IpAddress::Ipv6(_) => ETHERTYPE_IPV6,
+        };
+        let connection = tcp_dst_port(packet).and_then(|port| self.peers.peer_mac(dst, port));
+        let (next_hop, mac) = if self.own.on_link(dst) {
+            let mac = connection
+                .or(self.reply_to)
+                .or_else(|| self.neighbors.lookup(dst));
+            (Some(dst), mac)
+        } else {
+            match self.gateways.route(dst) {
+                Some((gateway, mac)) => (Some(gateway), mac.or(connection).or(self.reply_to)),
+                // No route: smoltcp sends such a packet only in answer to a received frame.
+                None => (None, connection.or(self.reply_to)),
+            }
+        };
+        match (mac, next_hop) {
+            (Some(mac), _) => emit_ethernet(frame, self.own.mac, mac, ethertype),
+            (None, next_hop) => {
                 self.unresolved += 1;
-                if frame.len() >= ARP_FRAME_LEN {
-                    // Zeroes the packet too: its bytes must not go out as broadcast padding.
-                    emit_arp(
-                        frame,
-                        self.own_mac,
-                        self.own_ip,
-                        ArpOut::Request {
-                            target: dst,
-                            to_mac: None,
-                        },
-                    );
-                } else {
-                    emit_ethernet_ipv4(frame, self.own_mac, self.own_mac);
-                }
+                self.request(frame, next_hop, ethertype);
+            }
+        }
+    }
+
+    /// Turns `frame` into a request for `next_hop` (ARP, or a solicitation to its
+    /// solicited-node group) if it is long enough, else into a frame addressed to
+    /// ourselves; either way no byte of the packet leaves.
+    fn request(&self, frame: &mut [u8], next_hop: Option<IpAddress>, ethertype: u16) {
+        match (next_hop, self.own.ipv4, self.own.ipv6) {
+            (Some(IpAddress::Ipv4(target)), Some(own), _) if frame.len() >= ARP_FRAME_LEN => {
+                // Zeroes the packet too: its bytes must not go out as broadcast padding.
+                emit_arp(
+                    frame,
+                    self.own.mac,
+                    own.address(),
+                    ArpOut::Request {
+                        target,
+                        to_mac: None,
+                    },
+                );
+            }
+            (Some(IpAddress::Ipv6(target)), _, Some(own)) if frame.len() >= NDP_FRAME_LEN => {
+                emit_ndp(
+                    frame,
+                    self.own.mac,
+                    own.address(),
+                    NdpOut::Solicit {
+                        target,
+                        to_mac: None,
+                    },
+                );
+            }
+            _ => {
+                frame[ETHERNET_HEADER_LEN..].fill(0);
+                emit_ethernet(frame, self.own.mac, self.own.mac, ethertype);
             }
         }
     }
 }
 
-/// The destination of an IPv4 packet.
-fn ipv4_dst(packet: &[u8]) -> Option<Ipv4Address> {
-    if packet.len() < 20 || packet[0] >> 4 != 4 {
-        return None;
+/// Length of the IPv6 header.
+const IPV6_HEADER_LEN: usize = 40;
+
+/// The destination of an IPv4 or IPv6 packet.
+fn ip_dst(packet: &[u8]) -> Option<IpAddress> {
+    match packet.first()? >> 4 {
+        4 if packet.len() >= 20 => Some(IpAddress::Ipv4(Ipv4Address::new(
+            packet[16], packet[17], packet[18], packet[19],
+        ))),
+        6 if packet.len() >= IPV6_HEADER_LEN => {
+            let mut octets = [0u8; 16];
+            octets.copy_from_slice(&packet[24..40]);
+            Some(IpAddress::Ipv6(Ipv6Address::from(octets)))
+        }
+        _ => None,
     }
-    Some(Ipv4Address::new(
-        packet[16], packet[17], packet[18], packet[19],
-    ))
 }
 
-/// The destination port of an unfragmented IPv4 TCP segment.
+/// The destination port of an unfragmented IPv4 TCP segment, or of an IPv6 TCP segment
+/// without extension headers (smoltcp sends none).
 fn tcp_dst_port(packet: &[u8]) -> Option<u16> {
-    if packet.len() < 20 {
-        return None;
+    let port_at = |offset: usize| {
+        let bytes = packet.get(offset + 2..offset + 4)?;
+        Some(u16::from_be_bytes([bytes[0], bytes[1]]))
+    };
+    match packet.first()? >> 4 {
+        4 if packet.len() >= 20 => {
+            let ihl = usize::from(packet[0] & 0x0f) * 4;
+            let fragment = u16::from_be_bytes([packet[6], packet[7]]) & 0x3fff != 0;
+            if packet[9] != 6 || fragment {
+                return None;
+            }
+            port_at(ihl)
+        }
+        6 if packet.len() >= IPV6_HEADER_LEN && packet[6] == 6 => port_at(IPV6_HEADER_LEN),
+        _ => None,
     }
-    let ihl = usize::from(packet[0] & 0x0f) * 4;
-    let fragment = u16::from_be_bytes([packet[6], packet[7]]) & 0x3fff != 0;
-    if packet[9] != 6 || fragment || packet.len() < ihl + 4 {
-        return None;
-    }
-    Some(u16::from_be_bytes([packet[ihl + 2], packet[ihl + 3]]))
 }
 
 /// A transmit token that puts an Ethernet header in front of smoltcp's IP packet.
@@ -385,38 +442,75 @@ impl<D: Device> Device for Egress<'_, '_, D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::neighbor::BROADCAST_MAC;
-    use smoltcp::wire::{EthernetFrame, EthernetProtocol};
+    use crate::neighbor::{BROADCAST_MAC, ndp_input};
+    use smoltcp::time::Instant;
+    use smoltcp::wire::{EthernetFrame, EthernetProtocol, Ipv4Cidr, Ipv6Cidr};
 
     const OWN_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x02];
     const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x01];
     const CACHED_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x07];
     const REPLY_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x09];
+    const GATEWAY_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0xfe];
 
-    struct OnePeer;
+    fn v6(text: &str) -> Ipv6Address {
+        text.parse().unwrap()
+    }
 
-    impl PeerMacs for OnePeer {
-        fn peer_mac(&self, addr: Ipv4Address, port: u16) -> Option<[u8; 6]> {
-            (addr == Ipv4Address::new(10, 77, 0, 1) && port == 40000).then_some(PEER_MAC)
+    fn own() -> LinkAddrs {
+        LinkAddrs {
+            mac: OWN_MAC,
+            ipv4: Some(Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 2), 24)),
+            ipv6: Some(Ipv6Cidr::new(v6("fd77::2"), 64)),
+        }
+    }
+
+    /// The connection from 10.77.0.1:40000, from [fd77::1]:40000 and from the off-link
+    /// 10.79.0.2:40000.
+    struct Peers;
+
+    impl PeerMacs for Peers {
+        fn peer_mac(&self, addr: IpAddress, port: u16) -> Option<[u8; 6]> {
+            let ours = [
+                IpAddress::v4(10, 77, 0, 1),
+                IpAddress::Ipv6(v6("fd77::1")),
+                IpAddress::v4(10, 79, 0, 2),
+            ];
+            (ours.contains(&addr) && port == 40000).then_some(PEER_MAC)
         }
     }
 
     /// The IP packet of the captured SYN (see `demux`), with its destination and ports
-    /// swapped to look like our reply to 10.77.0.`last`:`port`.
-    fn reply_packet(last: u8, port: u16) -> Vec<u8> {
+    /// swapped to look like our reply to `dst`:`port`.
+    fn reply_packet(dst: [u8; 4], port: u16) -> Vec<u8> {
         let mut packet = crate::demux::tests::SYN_FRAME[14..].to_vec();
         packet[12..16].copy_from_slice(&[10, 77, 0, 2]);
-        packet[16..20].copy_from_slice(&[10, 77, 0, last]);
+        packet[16..20].copy_from_slice(&dst);
         packet[20..22].copy_from_slice(&11211u16.to_be_bytes());
         packet[22..24].copy_from_slice(&port.to_be_bytes());
         packet
     }
 
-    fn frame_for(packet: &[u8], reply_to: Option<[u8; 6]>, cache: &mut NeighborCache) -> Vec<u8> {
+    /// The same over IPv6, from the captured IPv6 SYN.
+    fn reply6_packet(dst: &str, port: u16) -> Vec<u8> {
+        let mut packet = crate::demux::tests::SYN6_FRAME[14..].to_vec();
+        packet[8..24].copy_from_slice(&v6("fd77::2").octets());
+        packet[24..40].copy_from_slice(&v6(dst).octets());
+        packet[40..42].copy_from_slice(&11211u16.to_be_bytes());
+        packet[42..44].copy_from_slice(&port.to_be_bytes());
+        packet
+    }
+
+    fn frame_with(
+        packet: &[u8],
+        reply_to: Option<[u8; 6]>,
+        cache: &mut NeighborCache,
+        gateways: &Gateways,
+    ) -> (Vec<u8>, u64) {
+        let own = own();
         let mut framing = Framing {
-            own_mac: OWN_MAC,
-            own_ip: Ipv4Address::new(10, 77, 0, 2),
-            peers: &OnePeer,
+            own: &own,
+            gateways,
+            peers: &Peers,
             reply_to,
             neighbors: cache,
             sent: 0,
@@ -425,7 +519,11 @@ mod tests {
         let mut frame = vec![0xa5u8; packet.len() + ETHERNET_HEADER_LEN];
         frame[ETHERNET_HEADER_LEN..].copy_from_slice(packet);
         framing.frame(&mut frame);
-        frame
+        (frame, framing.unresolved)
+    }
+
+    fn frame_for(packet: &[u8], reply_to: Option<[u8; 6]>, cache: &mut NeighborCache) -> Vec<u8> {
+        frame_with(packet, reply_to, cache, &Gateways::default()).0
     }
 
     #[test]
@@ -433,23 +531,32 @@ mod tests {
         let mut cache = NeighborCache::new(4);
         cache.learn(Ipv4Address::new(10, 77, 0, 1), CACHED_MAC);
         cache.learn(Ipv4Address::new(10, 77, 0, 3), CACHED_MAC);
-        let conn = reply_packet(1, 40000);
-        for reply_to in [None, Some(REPLY_MAC)] {
-            let frame = frame_for(&conn, reply_to, &mut cache);
-            assert_eq!(&frame[0..6], &PEER_MAC, "the connection's own MAC");
-            assert_eq!(&frame[6..12], &OWN_MAC);
-            assert_eq!(&frame[12..14], &[0x08, 0x00]);
-            assert_eq!(&frame[14..], &conn[..], "the packet is untouched");
+        cache.learn(v6("fd77::1"), CACHED_MAC);
+        for (conn, ethertype) in [
+            (reply_packet([10, 77, 0, 1], 40000), [0x08, 0x00]),
+            (reply6_packet("fd77::1", 40000), [0x86, 0xdd]),
+        ] {
+            for reply_to in [None, Some(REPLY_MAC)] {
+                let frame = frame_for(&conn, reply_to, &mut cache);
+                assert_eq!(&frame[0..6], &PEER_MAC, "the connection's own MAC");
+                assert_eq!(&frame[6..12], &OWN_MAC);
+                assert_eq!(&frame[12..14], &ethertype);
+                assert_eq!(&frame[14..], &conn[..], "the packet is untouched");
+            }
         }
         // Another port of the same host: no slot.
-        let other = reply_packet(1, 40001);
+        for other in [
+            reply_packet([10, 77, 0, 1], 40001),
+            reply6_packet("fd77::1", 40001),
+        ] {
+            assert_eq!(
+                &frame_for(&other, Some(REPLY_MAC), &mut cache)[0..6],
+                &REPLY_MAC
+            );
+            assert_eq!(&frame_for(&other, None, &mut cache)[0..6], &CACHED_MAC);
+        }
         assert_eq!(
-            &frame_for(&other, Some(REPLY_MAC), &mut cache)[0..6],
-            &REPLY_MAC
-        );
-        assert_eq!(&frame_for(&other, None, &mut cache)[0..6], &CACHED_MAC);
-        assert_eq!(
-            &frame_for(&reply_packet(3, 1), None, &mut cache)[0..6],
+            &frame_for(&reply_packet([10, 77, 0, 3], 1), None, &mut cache)[0..6],
             &CACHED_MAC
         );
     }
@@ -457,7 +564,7 @@ mod tests {
     #[test]
     fn an_unknown_destination_gets_an_arp_request_and_the_data_never_leaves() {
         let mut cache = NeighborCache::new(4);
-        let packet = reply_packet(5, 40000);
+        let packet = reply_packet([10, 77, 0, 5], 40000);
         let frame = frame_for(&packet, None, &mut cache);
         let eth = EthernetFrame::new_checked(&frame[..]).unwrap();
         assert_eq!(eth.dst_addr().0, BROADCAST_MAC);
@@ -473,8 +580,102 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_ipv6_neighbour_gets_a_solicitation_or_nothing() {
+        let mut cache = NeighborCache::new(4);
+        // A SYN-ACK-sized packet (94 bytes of frame) has room for a solicitation.
+        let packet = reply6_packet("fd77::5", 40000);
+        let (frame, unresolved) = frame_with(&packet, None, &mut cache, &Gateways::default());
+        assert_eq!(unresolved, 1);
+        assert_eq!(
+            &frame[0..6],
+            &[0x33, 0x33, 0xff, 0, 0, 5],
+            "fd77::5's group"
+        );
+        // fd77::5 reads it as a solicitation for it from us.
+        let target = Ipv6Cidr::new(v6("fd77::5"), 64);
+        let input = ndp_input(&frame[..NDP_FRAME_LEN], PEER_MAC, target).unwrap();
+        assert_eq!(input.learn, Some((v6("fd77::2"), OWN_MAC)));
+        assert!(frame[NDP_FRAME_LEN..].iter().all(|&b| b == 0));
+        // A bare ACK (74 bytes) has not: it goes to our own MAC, zeroed.
+        let mut ack = packet[..60].to_vec();
+        ack[4..6].copy_from_slice(&20u16.to_be_bytes());
+        let (frame, unresolved) = frame_with(&ack, None, &mut cache, &Gateways::default());
+        assert_eq!(unresolved, 1);
+        assert_eq!(&frame[0..6], &OWN_MAC);
+        assert!(frame[ETHERNET_HEADER_LEN..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn off_the_link_frames_go_to_the_gateway() {
+        let mut cache = NeighborCache::new(4);
+        let gateway4 = Ipv4Address::new(10, 77, 0, 1);
+        let gateway6 = v6("fe80::1");
+        let gateways = Gateways::new(Some(gateway4), Some(gateway6));
+        // A cached MAC for the off-link host itself is never used.
+        cache.learn(Ipv4Address::new(10, 79, 0, 9), CACHED_MAC);
+        let off4 = reply_packet([10, 79, 0, 9], 5);
+        let conn4 = reply_packet([10, 79, 0, 2], 40000);
+        let off6 = reply6_packet("fd79::9", 5);
+        // Unresolved: the connection's or the answered frame's MAC...
+        for (packet, reply_to, want) in [
+            (&conn4, None, PEER_MAC),
+            (&conn4, Some(REPLY_MAC), PEER_MAC),
+            (&off4, Some(REPLY_MAC), REPLY_MAC),
+            (&off6, Some(REPLY_MAC), REPLY_MAC),
+        ] {
+            let (frame, unresolved) = frame_with(packet, reply_to, &mut cache, &gateways);
+            assert_eq!((&frame[0..6], unresolved), (&want[..], 0));
+        }
+        // ...else a request for the gateway, not for the destination.
+        let (frame, _) = frame_with(&off4, None, &mut cache, &gateways);
+        assert_eq!(&frame[0..6], &BROADCAST_MAC);
+        assert_eq!(&frame[38..42], &gateway4.octets(), "who has the gateway");
+        let (frame, _) = frame_with(&off6, None, &mut cache, &gateways);
+        assert_eq!(
+            &frame[0..6],
+            &[0x33, 0x33, 0xff, 0, 0, 1],
+            "fe80::1's group"
+        );
+        assert_eq!(
+            &frame[62..78],
+            &gateway6.octets(),
+            "the solicitation's target"
+        );
+        // Resolved: the gateway's MAC first, for every off-link packet.
+        gateways.confirm(gateway4.into(), GATEWAY_MAC, Instant::ZERO);
+        gateways.confirm(gateway6.into(), GATEWAY_MAC, Instant::ZERO);
+        for packet in [&off4, &conn4, &off6] {
+            for reply_to in [None, Some(REPLY_MAC)] {
+                let (frame, unresolved) = frame_with(packet, reply_to, &mut cache, &gateways);
+                assert_eq!((&frame[0..6], unresolved), (&GATEWAY_MAC[..], 0));
+                assert_eq!(&frame[14..], &packet[..]);
+            }
+        }
+        // On the link, the gateway is not involved.
+        let on_link = reply_packet([10, 77, 0, 1], 40000);
+        assert_eq!(
+            &frame_with(&on_link, None, &mut cache, &gateways).0[0..6],
+            &PEER_MAC
+        );
+    }
+
+    #[test]
+    fn without_a_route_only_answers_leave() {
+        let mut cache = NeighborCache::new(4);
+        let off = reply_packet([10, 79, 0, 9], 5);
+        assert_eq!(
+            &frame_for(&off, Some(REPLY_MAC), &mut cache)[0..6],
+            &REPLY_MAC
+        );
+        let (frame, unresolved) = frame_with(&off, None, &mut cache, &Gateways::default());
+        assert_eq!(unresolved, 1);
+        assert_eq!(&frame[0..6], &OWN_MAC, "no ARP for a host off the link");
+        assert!(frame[14..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
     fn ports_are_read_only_from_unfragmented_tcp() {
-        let packet = reply_packet(1, 40000);
+        let packet = reply_packet([10, 77, 0, 1], 40000);
         assert_eq!(tcp_dst_port(&packet), Some(40000));
         let mut udp = packet.clone();
         udp[9] = 17;
@@ -483,9 +684,17 @@ mod tests {
         fragment[6] = 0x20;
         assert_eq!(tcp_dst_port(&fragment), None);
         assert_eq!(tcp_dst_port(&packet[..23]), None);
-        assert_eq!(ipv4_dst(&packet[..19]), None);
-        let mut v6 = packet;
-        v6[0] = 0x60;
-        assert_eq!(ipv4_dst(&v6), None);
+        assert_eq!(ip_dst(&packet[..19]), None);
+        let mut v6_version = packet;
+        v6_version[0] = 0x60;
+        assert_eq!(ip_dst(&v6_version[..39]), None);
+        let packet6 = reply6_packet("fd77::1", 40000);
+        assert_eq!(tcp_dst_port(&packet6), Some(40000));
+        assert_eq!(ip_dst(&packet6), Some(IpAddress::Ipv6(v6("fd77::1"))));
+        assert_eq!(tcp_dst_port(&packet6[..43]), None);
+        let mut icmp6 = packet6;
+        icmp6[6] = 58;
+        assert_eq!(tcp_dst_port(&icmp6), None);
+        assert_eq!(ip_dst(&[]), None);
     }
 }
