@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use netstack::xdp::{BusyPoll, ModeChoice};
-use server::cli::{Args, HostIp, Net, XdpBusyPoll, XdpMode};
+use server::cli::{Args, LinkAddrs, Net, XdpBusyPoll, XdpMode};
 use server::engine::{EngineConfig, VERSION};
 use server::worker::tap::TapConfig;
 use server::worker::xdp::XdpWorkerConfig;
@@ -63,13 +63,10 @@ fn run(args: &Args) -> Result<(), String> {
             .map_err(|e| format!("kernel sockets on {addr}: {e}"))
         }
         Net::Tap => {
+            let addrs = args.link_addrs()?;
             let config = TapConfig {
                 iface: args.iface.clone(),
-                ip: args.ip,
-                host_ip: match args.host_ip {
-                    HostIp::None => None,
-                    HostIp::Addr(cidr) => Some(cidr),
-                },
+                addrs,
                 port: args.port,
                 conn_limit: args.conn_limit,
                 idle_timeout: args.idle_timeout(),
@@ -81,13 +78,17 @@ fn run(args: &Args) -> Result<(), String> {
                     format!("{workers} queues")
                 };
                 println!(
-                    "memspin ready: net tap, device {} ({queues}), listening on {}:{}, {placement}, idle {:?}",
-                    args.iface, args.ip.addr, args.port, args.idle
+                    "memspin ready: net tap, device {} ({queues}), listening on {}{}, {placement}, idle {:?}",
+                    args.iface,
+                    listening(&addrs, args.port),
+                    routes(&addrs),
+                    args.idle
                 );
             })
             .map_err(|e| format!("tap {}: {e}", args.iface))
         }
         Net::Xdp => {
+            let addrs = args.link_addrs()?;
             let config = XdpWorkerConfig {
                 iface: args.iface.clone(),
                 mode: match args.xdp_mode {
@@ -95,7 +96,7 @@ fn run(args: &Args) -> Result<(), String> {
                     XdpMode::Native => ModeChoice::Native,
                     XdpMode::Generic => ModeChoice::Generic,
                 },
-                ip: args.ip,
+                addrs,
                 port: args.port,
                 conn_limit: args.conn_limit,
                 idle_timeout: args.idle_timeout(),
@@ -122,16 +123,35 @@ fn run(args: &Args) -> Result<(), String> {
                 };
                 println!(
                     "memspin ready: net xdp, interface {} {queues}, {}, program id {}{replaced}, \
-                     listening on {}:{} (MAC {mac}), {placement}, idle {:?}",
+                     listening on {} (MAC {mac}){}, {placement}, idle {:?}",
                     args.iface,
                     ready.modes(),
                     ready.prog_id,
-                    args.ip.addr,
-                    args.port,
+                    listening(&addrs, args.port),
+                    routes(&addrs),
                     args.idle
                 );
             })
             .map_err(|e| format!("xdp {}: {e}", args.iface))
         }
+    }
+}
+
+/// Where a bypass path listens, for the ready line: `10.77.0.2:11211 and [fd77::2]:11211`.
+fn listening(addrs: &LinkAddrs, port: u16) -> String {
+    let served: Vec<String> = addrs
+        .served()
+        .map(|cidr| SocketAddr::new(cidr.addr, port).to_string())
+        .collect();
+    served.join(" and ")
+}
+
+/// The gateways, for the ready line: `, gateway 10.77.0.1` (nothing without one).
+fn routes(addrs: &LinkAddrs) -> String {
+    let gateways: Vec<String> = addrs.gateways().map(|g| g.to_string()).collect();
+    match gateways.len() {
+        0 => String::new(),
+        1 => format!(", gateway {}", gateways[0]),
+        _ => format!(", gateways {}", gateways.join(" and ")),
     }
 }

@@ -245,7 +245,12 @@ impl TableConfig {
             .next_power_of_two()
     }
 
-    fn check(&self) -> Result<(), TableError> {
+    /// Checks that a table can run with this configuration (what [`ConnTable::new`]
+    /// checks first).
+    ///
+    /// # Errors
+    /// The [`TableError`] the table would refuse it with.
+    pub fn check(&self) -> Result<(), TableError> {
         if self.port == 0 {
             return Err(TableError::ZeroPort);
         }

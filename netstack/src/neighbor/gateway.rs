@@ -188,6 +188,31 @@ impl Gateways {
     }
 }
 
+/// One line for reports: each gateway, its MAC or `unresolved`, and the probes sent.
+impl core::fmt::Display for Gateways {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mut first = true;
+        for gateway in self.all() {
+            if !first {
+                write!(f, ", ")?;
+            }
+            first = false;
+            write!(f, "{} ", gateway.ip)?;
+            match gateway.mac() {
+                Some(mac) => {
+                    let mac = mac.map(|b| format!("{b:02x}")).join(":");
+                    write!(f, "at {mac}")?;
+                }
+                None => write!(f, "unresolved")?,
+            }
+        }
+        if first {
+            write!(f, "none")?;
+        }
+        write!(f, " ({} probes)", self.probes_sent())
+    }
+}
+
 impl Gateway {
     fn new(ip: IpAddress) -> Gateway {
         Gateway {
@@ -453,6 +478,22 @@ mod tests {
             handles.into_iter().map(|h| h.join().unwrap()).sum()
         });
         assert_eq!(sent, 1, "every worker saw the same due time");
+    }
+
+    #[test]
+    fn the_report_line() {
+        let gateways = Gateways::new(Some(GW4), Some(v6("fd77::1")));
+        assert_eq!(
+            gateways.to_string(),
+            "10.77.0.1 unresolved, fd77::1 unresolved (0 probes)"
+        );
+        probes(&gateways, 0);
+        gateways.confirm(GW4.into(), MAC, at(1));
+        assert_eq!(
+            gateways.to_string(),
+            "10.77.0.1 at 02:00:00:00:00:01, fd77::1 unresolved (2 probes)"
+        );
+        assert_eq!(Gateways::default().to_string(), "none (0 probes)");
     }
 
     #[test]

@@ -23,11 +23,11 @@ use netstack::smoltcp::time::Instant;
 use netstack::xdp::{
     AttachMode, Attached, BusyPoll, ModeChoice, Steer, XdpConfig, XdpDevice, XdpProgram,
 };
-use netstack::{Admission, ConnTable, TableConfig};
+use netstack::{Admission, ConnTable};
 
-use super::tap::{cidr, table_config};
+use super::tap::table_config;
 use super::{Plan, Queue, serve_smoltcp, spawn};
-use crate::cli::Cidr;
+use crate::cli::LinkAddrs;
 use crate::conn::ClientConn;
 
 /// Where and how the XDP worker serves.
@@ -37,8 +37,8 @@ pub struct XdpWorkerConfig {
     pub iface: String,
     /// Attach modes allowed.
     pub mode: ModeChoice,
-    /// The server's own address on the link.
-    pub ip: Cidr,
+    /// The server's own addresses on the link and the gateways (`host_*` are unused).
+    pub addrs: LinkAddrs,
     /// TCP port.
     pub port: u16,
     /// Most concurrent connections, over all workers (one shared limit).
@@ -160,11 +160,27 @@ pub fn run(
     plan: &Plan<'_>,
     on_ready: impl FnOnce(&XdpReady),
 ) -> Result<(), String> {
+    let addrs = &config.addrs;
+    let address = |cidr: Option<crate::cli::Cidr>| cidr.map(|c| c.addr);
     let steer = Steer {
-        ipv4: Some(config.ip.addr),
-        ipv6: None,
+        ipv4: match address(addrs.ipv4) {
+            Some(std::net::IpAddr::V4(ip)) => Some(ip),
+            _ => None,
+        },
+        ipv6: match address(addrs.ipv6) {
+            Some(std::net::IpAddr::V6(ip)) => Some(ip),
+            _ => None,
+        },
         tcp_port: config.port,
     };
+    // Checked before the program is attached; the MAC is the interface's, known after.
+    table_config(
+        [0x02, 0, 0, 0, 0, 1],
+        addrs,
+        config.port,
+        config.conn_limit,
+        config.idle_timeout,
+    )?;
     let program =
         XdpProgram::attach(&config.iface, config.mode, steer).map_err(|e| e.to_string())?;
     let workers = plan.workers();
@@ -200,19 +216,30 @@ pub fn run(
         mac: program.mac(),
     };
     let admission = Arc::new(Admission::new(config.conn_limit));
-    let table_config = table_config(
-        TableConfig::new(program.mac(), cidr(config.ip), config.port),
+    let table_config = match table_config(
+        program.mac(),
+        addrs,
+        config.port,
         config.conn_limit,
         config.idle_timeout,
-    );
+    ) {
+        Ok(table_config) => table_config,
+        Err(e) => {
+            drop(devices);
+            let _ = program.detach();
+            return Err(e);
+        }
+    };
+    let gateways = Arc::new(table_config.gateways());
     crate::stats::set_path_settings(ready.settings());
     let served = spawn(
         plan,
         devices,
         |mut device, engine, mesh, ready| {
-            let mut table = ConnTable::<ClientConn>::with_admission(
+            let mut table = ConnTable::<ClientConn>::with_shared(
                 table_config,
                 Arc::clone(&admission),
+                Arc::clone(&gateways),
                 &mut device,
                 Instant::now(),
             )
@@ -227,6 +254,7 @@ pub fn run(
                     device.report()
                 ),
                 format!("connection table: {:?}", table.stats()),
+                format!("gateways: {}", table.gateways()),
             ];
             served.map(|()| lines)
         },
