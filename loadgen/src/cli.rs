@@ -591,6 +591,7 @@ mod tests {
         for name in [
             "server",
             "protocol",
+            "distribution",
             "connections",
             "threads",
             "pipeline",
