@@ -159,7 +159,11 @@ fn config(mc: &Memcached) -> Config {
 fn closed_loop_with_verify_has_no_mismatches_or_errors() {
     let _g = serial();
     let mc = Memcached::start();
-    for (protocol, threads) in [(Protocol::Binary, 2), (Protocol::Text, 1)] {
+    for (protocol, threads) in [
+        (Protocol::Binary, 2),
+        (Protocol::Text, 1),
+        (Protocol::Meta, 1),
+    ] {
         let cfg = Config {
             protocol,
             threads,
