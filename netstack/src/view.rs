@@ -9,10 +9,10 @@
 //!   bytes, lets smoltcp write the IP packet behind them, and then writes the Ethernet
 //!   header whose destination [`Framing`] picks (see `neighbor/mod.rs`): on the link, the
 //!   connection's own MAC, the MAC of the frame being answered, the neighbour cache; off
-//!   the link, the gateway's MAC (then those of the connection and of the frame being
-//!   answered); or else the frame becomes an ARP request or a neighbour solicitation for
-//!   the next hop and the packet is dropped (as smoltcp's own Ethernet path does; TCP sends
-//!   it again).
+//!   the link, the gateway's MAC (the SYN's during a handshake; then those of the
+//!   connection and of the frame being answered); or else the frame becomes an ARP request
+//!   or a neighbour solicitation for the next hop and the packet is dropped (as smoltcp's
+//!   own Ethernet path does; TCP sends it again).
 //!
 //! Per frame that costs a read of the IP header (version, protocol, destination, port)
 //! and a short scan of one bucket's slots, against smoltcp's scan of its neighbour map:
@@ -36,15 +36,24 @@ use crate::neighbor::{
 
 /// Where the connections with a slot in the polled bucket are.
 pub(crate) trait PeerMacs {
-    /// The MAC of the connection to `addr:port`, if it has a slot here.
-    fn peer_mac(&self, addr: IpAddress, port: u16) -> Option<[u8; 6]>;
+    /// The connection to `addr:port`, if it has a slot here.
+    fn peer_mac(&self, addr: IpAddress, port: u16) -> Option<PeerMac>;
+}
+
+/// What framing needs of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerMac {
+    /// The MAC its SYN came from.
+    pub(crate) mac: [u8; 6],
+    /// Its handshake is in progress (the SYN-ACK goes back the way the SYN came).
+    pub(crate) handshake: bool,
 }
 
 /// No connection (the control set).
 pub(crate) struct NoPeers;
 
 impl PeerMacs for NoPeers {
-    fn peer_mac(&self, _: IpAddress, _: u16) -> Option<[u8; 6]> {
+    fn peer_mac(&self, _: IpAddress, _: u16) -> Option<PeerMac> {
         None
     }
 }
@@ -83,13 +92,22 @@ impl<P: PeerMacs + ?Sized> Framing<'_, P> {
         let connection = tcp_dst_port(packet).and_then(|port| self.peers.peer_mac(dst, port));
         let (next_hop, mac) = if self.own.on_link(dst) {
             let mac = connection
+                .map(|c| c.mac)
                 .or(self.reply_to)
                 .or_else(|| self.neighbors.lookup(dst));
             (Some(dst), mac)
         } else {
+            // A handshake's frames go back the way the SYN came (through a router that
+            // replaced the gateway's MAC, the handshake can complete and tell the gateways);
+            // an open connection's go to the gateway.
+            let handshake = connection.filter(|c| c.handshake).map(|c| c.mac);
+            let connection = connection.map(|c| c.mac);
             match self.gateways.route(dst) {
-                Some((gateway, mac)) => (Some(gateway), mac.or(connection).or(self.reply_to)),
-                // No route: smoltcp sends such a packet only in answer to a received frame.
+                Some((gateway, mac)) => (
+                    Some(gateway),
+                    handshake.or(mac).or(connection).or(self.reply_to),
+                ),
+                // No route: the MAC the connection's SYN, or the frame answered, came from.
                 None => (None, connection.or(self.reply_to)),
             }
         };
@@ -469,13 +487,16 @@ mod tests {
     struct Peers;
 
     impl PeerMacs for Peers {
-        fn peer_mac(&self, addr: IpAddress, port: u16) -> Option<[u8; 6]> {
+        fn peer_mac(&self, addr: IpAddress, port: u16) -> Option<PeerMac> {
             let ours = [
                 IpAddress::v4(10, 77, 0, 1),
                 IpAddress::Ipv6(v6("fd77::1")),
                 IpAddress::v4(10, 79, 0, 2),
             ];
-            (ours.contains(&addr) && port == 40000).then_some(PEER_MAC)
+            (ours.contains(&addr) && port == 40000).then_some(PeerMac {
+                mac: PEER_MAC,
+                handshake: false,
+            })
         }
     }
 
@@ -651,6 +672,30 @@ mod tests {
                 assert_eq!(&frame[14..], &packet[..]);
             }
         }
+        // A handshake's frames go back the way its SYN came, resolved gateway or not.
+        struct Handshaking;
+        impl PeerMacs for Handshaking {
+            fn peer_mac(&self, _: IpAddress, _: u16) -> Option<PeerMac> {
+                Some(PeerMac {
+                    mac: PEER_MAC,
+                    handshake: true,
+                })
+            }
+        }
+        let own = own();
+        let mut framing = Framing {
+            own: &own,
+            gateways: &gateways,
+            peers: &Handshaking,
+            reply_to: Some(REPLY_MAC),
+            neighbors: &mut cache,
+            sent: 0,
+            unresolved: 0,
+        };
+        let mut frame = vec![0u8; conn4.len() + ETHERNET_HEADER_LEN];
+        frame[ETHERNET_HEADER_LEN..].copy_from_slice(&conn4);
+        framing.frame(&mut frame);
+        assert_eq!(&frame[0..6], &PEER_MAC);
         // On the link, the gateway is not involved.
         let on_link = reply_packet([10, 77, 0, 1], 40000);
         assert_eq!(

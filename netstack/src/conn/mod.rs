@@ -108,7 +108,7 @@ use crate::neighbor::{
     NdpIgnored, NdpOut, NeighborCache,
 };
 use crate::timer::{DeadlineHeap, TimerSlot, TimerSlots};
-use crate::view::{CapsOnly, Framing, IpEgress, IpFrame, NoPeers, PeerMacs};
+use crate::view::{CapsOnly, Framing, IpEgress, IpFrame, NoPeers, PeerMac, PeerMacs};
 use backlog::{Backlog, BacklogSlots, Links, SlotAddr, slot_addr, split_addr};
 use lifetime::{Expiry, Lifetime, Stage};
 
@@ -536,11 +536,15 @@ impl<S> Slot<S> {
 }
 
 impl<S> PeerMacs for [Slot<S>] {
-    fn peer_mac(&self, addr: IpAddress, port: u16) -> Option<[u8; 6]> {
+    fn peer_mac(&self, addr: IpAddress, port: u16) -> Option<PeerMac> {
         self.iter().find_map(|slot| {
             slot.peer
                 .filter(|peer| peer.addr == addr && peer.port == port)
-                .map(|peer| peer.mac)
+                .map(|peer| PeerMac {
+                    mac: peer.mac,
+                    // Armed for the SYN, or in the SYN backlog.
+                    handshake: matches!(slot.phase, Phase::Free | Phase::Handshake),
+                })
         })
     }
 }
@@ -1295,7 +1299,8 @@ impl<S: Default> ConnTable<S> {
     }
 
     /// A handshake completed: admit the connection under `conn_limit` (or reset it) and
-    /// teach the neighbour cache the peer's MAC, which the handshake proved.
+    /// teach the neighbour cache the peer's MAC, which the handshake proved (or, for a peer
+    /// off the link, tell the gateways which MAC it came through).
     fn establish(&mut self, bucket_index: usize, index: usize) {
         let now = self.now;
         self.backlog
@@ -1319,10 +1324,12 @@ impl<S: Default> ConnTable<S> {
         slot.seen_recv = 0;
         slot.want_write = false;
         slot.life = Lifetime::start(now);
-        if let Some(peer) = slot.peer
-            && self.addrs.on_link(peer.addr)
-        {
-            self.neighbors.learn(peer.addr, peer.mac);
+        if let Some(peer) = slot.peer {
+            if self.addrs.on_link(peer.addr) {
+                self.neighbors.learn(peer.addr, peer.mac);
+            } else {
+                self.gateways.handshake_via(peer.addr, peer.mac, now);
+            }
         }
         self.stats.in_use += 1;
         self.stats.accepted += 1;

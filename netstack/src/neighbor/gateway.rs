@@ -26,10 +26,21 @@
 //!                   REACHABLE again; none, and the MAC is forgotten: UNRESOLVED at once.
 //! ```
 //!
-//! So a live gateway costs one probe per [`GATEWAY_REACHABLE`], a dead one at most
-//! [`GATEWAY_PROBES`] frames per `GATEWAY_PROBES × GATEWAY_PROBE_INTERVAL +
-//! GATEWAY_RETRY_PAUSE` (3 per 8 s), and a gateway that changed its MAC (a replaced router)
-//! is followed within one refresh (or at once, if it announces itself with ARP to us).
+//! **Handshakes** ([`Gateways::handshake_via`]). Every connection from a host off the link
+//! says which MAC its SYN came through. The gateway's own MAC confirms it (so a gateway in
+//! use is not probed); a MAC the gateway does not have, seen for the first time, makes the
+//! gateway SUSPECT: it is probed at once with a broadcast request (IPv4) or a solicitation
+//! to its group, as a round of STALE. A replaced router (a new MAC behind the same address)
+//! is thus followed as soon as its first connection completes, and the connections still
+//! open go with it; a second router in front of memspin (traffic arriving through another
+//! MAC than the gateway's, as with asymmetric routing) costs one probe, not one per
+//! connection: a MAC is suspected once until another one is seen.
+//!
+//! So a live gateway costs one probe per [`GATEWAY_REACHABLE`] without new connections
+//! through it, a dead one at most [`GATEWAY_PROBES`] frames per `GATEWAY_PROBES ×
+//! GATEWAY_PROBE_INTERVAL + GATEWAY_RETRY_PAUSE` (3 per 8 s), and a gateway that changed its
+//! MAC is followed at its next connection, or within one refresh (or at once, if it
+//! announces itself with ARP or NDP to us).
 //!
 //! **Cost on the data path.** A frame to an off-link host reads the MAC with one relaxed
 //! atomic load (the line is written only when a confirmation arrives); an egress pass
@@ -97,6 +108,10 @@ struct Resolve {
     confirmed: Option<Instant>,
     /// Probes sent in the current round.
     probes: u32,
+    /// A handshake came through another MAC: the next round asks everyone.
+    suspect: bool,
+    /// The last MAC other than the gateway's that a handshake came through.
+    other_mac: Option<[u8; 6]>,
 }
 
 impl Gateways {
@@ -156,10 +171,38 @@ impl Gateways {
         let mut state = lock(&gateway.state);
         state.confirmed = Some(now);
         state.probes = 0;
+        state.suspect = false;
         gateway
             .due
             .store((now + GATEWAY_REACHABLE).total_micros(), Ordering::Relaxed);
         true
+    }
+
+    /// A handshake with `peer`, a host off the link, completed; its SYN came through
+    /// `mac`. The gateway's MAC confirms the gateway of `peer`'s family; a MAC not seen
+    /// before makes it suspect (see the module docs). Cheap when `mac` is the gateway's: one
+    /// atomic load, then [`confirm`](Self::confirm)'s lock.
+    pub fn handshake_via(&self, peer: IpAddress, mac: [u8; 6], now: Instant) {
+        let Some(gateway) = self.of(peer) else {
+            return;
+        };
+        match gateway.mac() {
+            Some(known) if known == mac => {
+                self.confirm(gateway.ip, mac, now);
+            }
+            // Unresolved: a round is running or pausing, and will find it.
+            None => {}
+            Some(_) => {
+                let mut state = lock(&gateway.state);
+                if state.other_mac == Some(mac) {
+                    return;
+                }
+                state.other_mac = Some(mac);
+                state.suspect = true;
+                state.probes = 0;
+                gateway.set_due(now);
+            }
+        }
     }
 
     /// Advances each gateway's schedule to `now` and calls `send` for each probe due.
@@ -243,7 +286,7 @@ impl Gateway {
             return None;
         }
         let mac = self.mac();
-        if let (Some(_), Some(confirmed)) = (mac, state.confirmed)
+        if let (Some(_), Some(confirmed), false) = (mac, state.confirmed, state.suspect)
             && now < confirmed + GATEWAY_REACHABLE
         {
             // REACHABLE: nothing to do until the confirmation ages.
@@ -255,7 +298,9 @@ impl Gateway {
             self.set_due(now + GATEWAY_PROBE_INTERVAL);
             self.probes_sent.fetch_add(1, Ordering::Relaxed);
             let to_mac = match self.ip {
-                IpAddress::Ipv4(_) => mac,
+                IpAddress::Ipv4(_) if !state.suspect => mac,
+                // Suspect: the gateway may have another MAC now; ask everyone.
+                IpAddress::Ipv4(_) => None,
                 // An advertisement answering a unicast solicitation need not carry the
                 // gateway's link-layer address (Linux leaves it out): ask the group.
                 IpAddress::Ipv6(_) => None,
@@ -267,6 +312,7 @@ impl Gateway {
         }
         // A round went unanswered.
         state.probes = 0;
+        state.suspect = false;
         if mac.is_some() {
             // STALE and silent: forget the MAC and ask everyone at once.
             self.mac.store(0, Ordering::Relaxed);
@@ -478,6 +524,48 @@ mod tests {
             handles.into_iter().map(|h| h.join().unwrap()).sum()
         });
         assert_eq!(sent, 1, "every worker saw the same due time");
+    }
+
+    #[test]
+    fn handshakes_confirm_the_gateway_or_make_it_suspect_once() {
+        let gateways = Gateways::new(Some(GW4), None);
+        let client = Ipv4Address::new(10, 79, 0, 2).into();
+        assert_eq!(probes(&gateways, 0).len(), 1);
+        // Unresolved: a handshake through any MAC changes nothing.
+        gateways.handshake_via(client, MAC, at(10));
+        assert_eq!(gateways.mac(GW4.into()), None);
+        gateways.confirm(GW4.into(), MAC, at(20));
+        // Through the gateway's MAC: confirmed, no refresh at 30 s.
+        gateways.handshake_via(client, MAC, at(25_000));
+        assert_eq!(probes(&gateways, 30_020), vec![]);
+        assert_eq!(gateways.next_due(), Some(at(25_000) + GATEWAY_REACHABLE));
+        // Through a new MAC (a replaced router): a broadcast request at once, the old MAC
+        // in use until the answer.
+        gateways.handshake_via(client, NEW_MAC, at(40_000));
+        assert_eq!(probes(&gateways, 40_000), vec![broadcast4()]);
+        assert_eq!(gateways.mac(GW4.into()), Some(MAC));
+        gateways.confirm(GW4.into(), NEW_MAC, at(40_001));
+        assert_eq!(gateways.mac(GW4.into()), Some(NEW_MAC));
+        // A second router (the old MAC, still forwarding to us): suspected once...
+        gateways.handshake_via(client, MAC, at(41_000));
+        assert_eq!(probes(&gateways, 41_000), vec![broadcast4()]);
+        gateways.confirm(GW4.into(), NEW_MAC, at(41_001));
+        // ...not again for every connection through it.
+        for ms in (42_000..60_000).step_by(100) {
+            gateways.handshake_via(client, MAC, at(ms));
+            assert_eq!(probes(&gateways, ms), vec![], "{ms}");
+        }
+        // A suspect gateway that does not answer is forgotten like a stale one.
+        let gateways = Gateways::new(Some(GW4), None);
+        gateways.confirm(GW4.into(), MAC, at(0));
+        gateways.handshake_via(client, NEW_MAC, at(1000));
+        for ms in [1000, 2000, 3000] {
+            assert_eq!(probes(&gateways, ms), vec![broadcast4()], "{ms}");
+        }
+        assert_eq!(probes(&gateways, 4000), vec![broadcast4()]);
+        assert_eq!(gateways.mac(GW4.into()), None);
+        // Another family's gateway is not involved.
+        gateways.handshake_via(v6("fd79::2").into(), NEW_MAC, at(5000));
     }
 
     #[test]

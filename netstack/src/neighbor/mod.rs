@@ -14,7 +14,8 @@
 //!        ├▶ a reply to a received frame (RST, ICMP)? ─▶ that frame's source MAC
 //!        ├▶ NeighborCache::lookup(dst) ─hit─▶ that MAC
 //!        └▶ miss: the frame becomes a request for dst (ARP, or an NDP solicitation)
-//!   no:  the gateway's MAC, if resolved (Gateways, shared by the workers) ─▶ that MAC
+//!   no:  TCP from a connection still in its handshake? ─yes─▶ the MAC its SYN came from
+//!        ├▶ the gateway's MAC, if resolved (Gateways, shared by the workers) ─▶ that MAC
 //!        ├▶ else a connection's SYN MAC, or the received frame's source MAC
 //!        └▶ else the frame becomes a request for the gateway
 //! ```
@@ -35,9 +36,12 @@
 //!
 //! Here a connection's frames go to the MAC of the SYN that opened it (that SYN passed
 //! smoltcp's checks, and its MAC serves that connection only), so replies never wait for a
-//! resolution and no frame can redirect another connection. Off the link they go to the
-//! gateway's MAC, as the host's own routing would send them (with one router that is the
-//! MAC the SYN came from anyway). The cache covers the frames that belong to no connection
+//! resolution and no frame can redirect another connection. Off the link, an open
+//! connection's frames go to the gateway's MAC, as the host's own routing would send them
+//! (with one router that is the MAC the SYN came from anyway), so they follow a router that
+//! is replaced or fails over to another MAC; a handshake's go back the way its SYN came, so
+//! a connection through a new router completes, and its completion tells the gateway
+//! resolver (`gateway.rs`) to look again. The cache covers the frames that belong to no connection
 //! and answer no frame. It learns only from frames that prove the mapping:
 //! - ARP ([`arp`]): a request for our address, or a reply to our address and MAC, whose
 //!   sender is a unicast address of our subnet (not ours), sent from the MAC it claims;

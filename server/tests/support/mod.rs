@@ -5,6 +5,8 @@
 
 pub mod abuse;
 pub mod hostile;
+pub mod ping;
+pub mod routed;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

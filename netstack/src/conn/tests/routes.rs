@@ -263,6 +263,103 @@ fn a_client_behind_the_gateway_is_served() {
 
 const BROADCAST_MAC_BYTES: [u8; 6] = [0xff; 6];
 
+/// A router replaced by one with another MAC (same address): the first connection through
+/// the new MAC completes (its SYN-ACK goes back the way the SYN came) and makes memspin ask
+/// at once, and the connections already open follow the answer. (Before the gateway, each
+/// connection's replies went to the MAC its SYN came from, so an open connection kept
+/// sending to a router that was gone.)
+#[test]
+fn a_replaced_router_is_followed_at_its_next_connection() {
+    const NEW_ROUTER_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0xfc];
+    let gateway = IpAddress::v4(10, 77, 0, 1);
+    let mut wire = Wire::new(routed());
+    wire.step(Duration::ZERO);
+    wire.inject(&gateway_answer(gateway, GATEWAY_MAC));
+    // An open connection through the gateway.
+    let old = IpAddress::v4(10, 79, 0, 2);
+    wire.inject(&tcp_segment(
+        GATEWAY_MAC,
+        old,
+        TcpControl::Syn,
+        1000,
+        None,
+        &[],
+    ));
+    let (_, old_seq, _, _) = wire
+        .step(Duration::from_micros(50))
+        .iter()
+        .find_map(|f| tcp_of(f))
+        .expect("SYN-ACK");
+    let old_ack = old_seq.wrapping_add(1);
+    wire.inject(&tcp_segment(
+        GATEWAY_MAC,
+        old,
+        TcpControl::None,
+        1001,
+        Some(old_ack),
+        &[],
+    ));
+    wire.step(Duration::from_micros(50));
+    assert_eq!(wire.table.stats().accepted, 1);
+    // The router is replaced; a new client's connection arrives through the new MAC.
+    let new = IpAddress::v4(10, 79, 0, 3);
+    wire.inject(&tcp_segment(
+        NEW_ROUTER_MAC,
+        new,
+        TcpControl::Syn,
+        5000,
+        None,
+        &[],
+    ));
+    let (mac, new_seq, _, _) = wire
+        .step(Duration::from_micros(50))
+        .iter()
+        .find_map(|f| tcp_of(f))
+        .expect("SYN-ACK");
+    assert_eq!(
+        mac, NEW_ROUTER_MAC,
+        "a SYN-ACK goes back the way the SYN came"
+    );
+    wire.inject(&tcp_segment(
+        NEW_ROUTER_MAC,
+        new,
+        TcpControl::None,
+        5001,
+        Some(new_seq.wrapping_add(1)),
+        &[],
+    ));
+    let frames = wire.step(Duration::from_micros(50));
+    let asked: Vec<_> = frames
+        .iter()
+        .filter(|f| f[12..14] == [0x08, 0x06])
+        .collect();
+    assert_eq!(asked.len(), 1, "{frames:02x?}");
+    assert_eq!(&asked[0][0..6], &BROADCAST_MAC_BYTES, "asked everyone");
+    assert_eq!(&asked[0][38..42], &[10, 77, 0, 1]);
+    wire.inject(&gateway_answer(gateway, NEW_ROUTER_MAC));
+    // The old connection's next reply goes to the new router.
+    wire.inject(&tcp_segment(
+        NEW_ROUTER_MAC,
+        old,
+        TcpControl::Psh,
+        1001,
+        Some(old_ack),
+        b"still here",
+    ));
+    let frames = wire.step(Duration::from_micros(50));
+    let reply = frames
+        .iter()
+        .filter_map(|f| tcp_of(f))
+        .find(|(_, _, _, payload)| payload == b"still here")
+        .unwrap_or_else(|| panic!("no echo: {frames:02x?}"));
+    assert_eq!(reply.0, NEW_ROUTER_MAC);
+    assert_eq!(
+        reply.1, old_ack,
+        "the reply's sequence: the first byte after the SYN"
+    );
+    assert_eq!(wire.table.gateways().mac(gateway), Some(NEW_ROUTER_MAC));
+}
+
 /// The gateway is probed again (unicast, IPv4) once its confirmation is 30 s old, and the
 /// table's delay for a parked worker never sleeps past that.
 #[test]

@@ -1,0 +1,112 @@
+//! Clients behind a router, for real: three network namespaces (memspin's, a router with
+//! kernel forwarding, a client in another subnet of each family; see
+//! `support/routed.rs`), memspin given `--gateway 10.77.0.1 --gateway fd77::1`, over TAP
+//! and over AF_XDP. From the client: `memccapable`, ping and `memspin-loadgen --verify`, over
+//! IPv4 and IPv6; memspin must have resolved the router's MAC itself. Everything is removed
+//! afterwards, also on failure. Needs root, as CI has.
+
+mod support;
+
+use std::net::{IpAddr, TcpStream};
+use std::time::Duration;
+
+use loadgen::client::Protocol;
+use support::routed::{GATEWAY4, GATEWAY6, Path, Routed, server4, server6};
+use support::{Server, check_loadgen_verify, check_two_workers_under_load, memccapable, ping};
+
+/// The `gateways: ...` lines of a stopped server's report: every worker's must show both
+/// gateways resolved to `mac`.
+#[track_caller]
+fn assert_gateways_resolved(stderr: &str, mac: &str, workers: usize) {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("gateways: "))
+        .collect();
+    assert_eq!(lines.len(), workers, "{stderr}");
+    for line in lines {
+        for gateway in [GATEWAY4, GATEWAY6] {
+            assert!(line.contains(&format!("{gateway} at {mac}")), "{line}");
+        }
+    }
+}
+
+/// Both families from the client's subnet: memccapable (binary), one ping each, and loadgen
+/// runs with `--verify`; then a clean exit with the router's MAC resolved.
+fn clients_behind_a_router(path: Path) {
+    let routed = Routed::new(path);
+    let mut server = routed.start(&[]);
+    for part in [
+        "listening on 10.77.0.2:11211 and [fd77::2]:11211",
+        "gateways 10.77.0.1 and fd77::1",
+    ] {
+        assert!(server.ready_line.contains(part), "{}", server.ready_line);
+    }
+    for addr in [server4(), server6()] {
+        memccapable(Some(&routed.client), addr, "-b");
+    }
+    routed.client.enter();
+    for (seq, addr) in [server4(), server6()].into_iter().enumerate() {
+        let rtt = ping::echo(addr.ip(), seq as u16, Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("ping {}: {e}", addr.ip()));
+        eprintln!("ping {} through the router: {rtt:?}", addr.ip());
+    }
+    for addr in [server4(), server6()] {
+        let ops = check_loadgen_verify(addr, Protocol::Binary, 16, 20_000);
+        eprintln!("{addr}: {ops} verified operations");
+    }
+    let (status, stderr) = server.stop();
+    assert!(status.is_some_and(|s| s.success()), "{stderr}");
+    assert_gateways_resolved(&stderr, &routed.router_mac(), 1);
+}
+
+#[test]
+fn clients_behind_a_router_over_tap() {
+    clients_behind_a_router(Path::Tap { queues: 1 });
+}
+
+#[test]
+fn clients_behind_a_router_over_xdp() {
+    clients_behind_a_router(Path::Xdp { queues: 1 });
+}
+
+/// Two workers on a multi-queue TAP device behind the router: whichever queue the router's
+/// answers to memspin's probes arrive on, both workers send to its MAC (they share it), and
+/// the usual two-worker load with `--verify` passes from the client's subnet.
+#[test]
+fn two_workers_serve_clients_behind_a_router() {
+    let routed = Routed::new(Path::Tap { queues: 2 });
+    let mut server = routed.start(&["-t", "2"]);
+    memccapable(Some(&routed.client), server6(), "-b");
+    routed.client.enter();
+    check_loadgen_verify(server6(), Protocol::Binary, 16, 10_000);
+    let stderr = check_two_workers_under_load(&mut server);
+    assert_gateways_resolved(&stderr, &routed.router_mac(), 2);
+}
+
+/// What the gateway is for: without `--gateway` the same client's connections get no
+/// SYN-ACK (smoltcp has no route back). Its echo requests are still answered, to the MAC
+/// they came from, as every reply to a received frame is.
+#[test]
+fn without_a_gateway_clients_behind_a_router_get_no_answer() {
+    let routed = Routed::new(Path::Xdp { queues: 1 });
+    let args: Vec<&str> = routed
+        .server_args(&[])
+        .into_iter()
+        .filter(|&a| a != "--gateway" && a != GATEWAY4 && a != GATEWAY6)
+        .collect();
+    let server = Server::start(Some(&routed.server), &args, Some(server4()));
+    assert!(
+        !server.ready_line.contains("gateway"),
+        "{}",
+        server.ready_line
+    );
+    routed.client.enter();
+    for addr in [server4(), server6()] {
+        assert!(
+            TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err(),
+            "{addr} answered without a route back"
+        );
+        let ip: IpAddr = addr.ip();
+        assert!(ping::echo(ip, 9, Duration::from_secs(3)).is_ok(), "{ip}");
+    }
+}
