@@ -7,12 +7,15 @@
 
 mod support;
 
-use std::net::{IpAddr, TcpStream};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use loadgen::client::Protocol;
+use protocol::binary::Status;
 use support::routed::{GATEWAY4, GATEWAY6, Path, Routed, server4, server6};
-use support::{Server, check_loadgen_verify, check_two_workers_under_load, memccapable, ping};
+use support::{
+    Client, Server, check_loadgen_verify, check_two_workers_under_load, memccapable, ping,
+};
 
 /// The `gateways: ...` lines of a stopped server's report: every worker's must show both
 /// gateways resolved to `mac`.
@@ -83,11 +86,65 @@ fn two_workers_serve_clients_behind_a_router() {
     assert_gateways_resolved(&stderr, &routed.router_mac(), 2);
 }
 
-/// What the gateway is for: without `--gateway` the same client's connections get no
-/// SYN-ACK (smoltcp has no route back). Its echo requests are still answered, to the MAC
-/// they came from, as every reply to a received frame is.
+/// Replaces the router's MAC on memspin's link: a router swapped for another with the same
+/// address. Linux then flushes its neighbour entries on that link and asks for memspin's
+/// address again from the new MAC, which confirms the gateway there; with `quiet`, the new
+/// router is given memspin's MAC statically instead (as a router with a pre-filled or long
+/// lived entry would have it) and sends memspin nothing of its own.
+fn replace_router_mac(routed: &Routed, server: &Server, quiet: bool) {
+    let r = routed.router.name.as_str();
+    #[rustfmt::skip]
+    support::veth::run("ip", &["-n", r, "link", "set", "msr0", "address", "02:77:00:00:00:99"]);
+    if quiet {
+        let mac = server
+            .ready_line
+            .split("(MAC ")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .expect("the ready line's MAC");
+        for addr in ["10.77.0.2", "fd77::2"] {
+            #[rustfmt::skip]
+            support::veth::run("ip", &[
+                "-n", r, "neigh", "replace", addr, "lladdr", mac, "dev", "msr0", "nud", "permanent",
+            ]);
+        }
+    }
+}
+
+/// A connection open while the router is replaced: its replies go to the new router, found
+/// by the new router's ARP request for memspin or, when it sends none, by the first
+/// connection through it (its SYN-ACK goes back the way the SYN came, and its completion
+/// makes memspin ask for the gateway again).
 #[test]
-fn without_a_gateway_clients_behind_a_router_get_no_answer() {
+fn open_connections_follow_a_replaced_router() {
+    for quiet in [false, true] {
+        let routed = Routed::new(Path::Xdp { queues: 1 });
+        let server = routed.start(&[]);
+        let client = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    routed.client.enter();
+                    let mut open = Client::connect(server.addr);
+                    assert_eq!(open.set(b"k", b"v", 0).unwrap().status, Status::NoError);
+                    replace_router_mac(&routed, &server, quiet);
+                    let mut new = Client::connect(server.addr);
+                    assert_eq!(new.set(b"k2", b"v2", 0).unwrap().status, Status::NoError);
+                    open.get(b"k").map(|reply| reply.value)
+                })
+                .join()
+        });
+        let value = client
+            .expect("the client thread")
+            .unwrap_or_else(|e| panic!("quiet {quiet}: the open connection: {e}"));
+        assert_eq!(value, b"v");
+    }
+}
+
+/// Without `--gateway` a client behind the router is served too, each connection through
+/// the MAC its SYN came from, and echo requests are answered to the frame's source; but a
+/// connection open while the router is replaced is answered into the void.
+#[test]
+fn without_a_gateway_connections_stay_with_the_router_they_came_through() {
     let routed = Routed::new(Path::Xdp { queues: 1 });
     let args: Vec<&str> = routed
         .server_args(&[])
@@ -101,12 +158,23 @@ fn without_a_gateway_clients_behind_a_router_get_no_answer() {
         server.ready_line
     );
     routed.client.enter();
-    for addr in [server4(), server6()] {
-        assert!(
-            TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err(),
-            "{addr} answered without a route back"
-        );
+    for (seq, addr) in [server4(), server6()].into_iter().enumerate() {
+        let mut client = Client::connect(addr);
+        assert_eq!(client.set(b"k", b"v", 0).unwrap().status, Status::NoError);
         let ip: IpAddr = addr.ip();
-        assert!(ping::echo(ip, 9, Duration::from_secs(3)).is_ok(), "{ip}");
+        assert!(
+            ping::echo(ip, seq as u16, Duration::from_secs(3)).is_ok(),
+            "{ip}"
+        );
     }
+    let mut open = Client::connect(server.addr);
+    assert_eq!(open.set(b"k", b"v", 0).unwrap().status, Status::NoError);
+    replace_router_mac(&routed, &server, false);
+    let mut new = Client::connect(server.addr);
+    assert_eq!(new.set(b"k2", b"v2", 0).unwrap().status, Status::NoError);
+    open.set_read_timeout(Duration::from_secs(3));
+    assert!(
+        open.get(b"k").is_err(),
+        "answered through a router that is gone"
+    );
 }

@@ -233,6 +233,11 @@ impl Client {
         }
     }
 
+    /// Replaces the 10 s read timeout.
+    pub fn set_read_timeout(&mut self, timeout: Duration) {
+        self.stream.set_read_timeout(Some(timeout)).unwrap();
+    }
+
     /// Sends one request.
     pub fn send(&mut self, request: &RequestRepr<'_>) -> std::io::Result<()> {
         let mut bytes = Vec::with_capacity(request.buffer_len());
