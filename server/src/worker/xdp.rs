@@ -1,6 +1,8 @@
 //! The AF_XDP path (`--net xdp --iface NAME`): the steering program on an existing
-//! interface (TCP to `--ip`:`-p` and ARP for `--ip` to memspin, the rest to the kernel), one
-//! AF_XDP socket per worker (worker i on queue i), and the same smoltcp loop as the TAP path.
+//! interface (TCP to `--ip`:`-p`, echo requests to `--ip`, ARP and neighbour discovery for
+//! `--ip`, of either family, to memspin; the rest to the kernel), one AF_XDP socket per
+//! worker (worker i on queue i), and the same smoltcp loop as the TAP path, the workers
+//! sharing one record of the gateways (`--gateway`).
 //!
 //! ```text
 //! interface queue i ─XDP redirect (XSKMAP[i])─▶ XdpDevice i ─▶ ConnTable i (core i's smoltcp) ─▶ engine i
