@@ -78,7 +78,7 @@
 //!   (the table's clocks replace it).
 //!
 //! Memory is about `(conn_limit + syn_backlog) × (rx_buffer_bytes + tx_buffer_bytes)` at
-//! peak, plus about 100 bytes per bucket and 40 per neighbour.
+//! peak, plus about 100 bytes per bucket and 60 per neighbour (`neighbor/mod.rs`).
 
 mod backlog;
 mod lifetime;
