@@ -11,13 +11,14 @@
 //!
 //! ```text
 //! frame ─▶ Ethernet: to our MAC, broadcast or our solicited-node group?
-//!          ├▶ ARP, IPv6 neighbour discovery ─▶ neighbor.rs (answer, learn, gateway)
+//!          ├▶ ARP, IPv6 neighbour discovery ─▶ neighbor/ (answer, learn, confirm the gateway)
 //!          └▶ demux::TcpFrame ──TCP to our address and port──▶ bucket hash(src ip, src port) ─┐
 //!                            └─anything else (ICMP, other ports)─▶ control set ─────────────┤
 //!                      Interface::poll_ingress_single(the IP packet, that set) [Medium::Ip] ┘
 //! app: serve() ─ called per connection with new data / freed send space / peer close
 //! poll_egress() ─ Interface::poll_egress for dirty buckets + buckets whose timer is due;
 //!                 view.rs puts each IP packet in an Ethernet frame to its connection's MAC
+//!                 (off the link: the gateway's); then the gateway probes due, if any
 //! ```
 //!
 //! The mechanisms, each in its own module where it is more than a few lines:
@@ -63,7 +64,7 @@
 //!   its buffers, and the next SYN in any bucket takes it from there; after warm-up,
 //!   accepting a connection allocates nothing (except what `S::default()` allocates).
 //!   Sockets are created on demand, so at most `conn_limit + syn_backlog + 1` exist.
-//! - **Neighbours** (`neighbor.rs`, `view.rs`). smoltcp runs with `Medium::Ip`; the table
+//! - **Neighbours** (`neighbor/`, `view.rs`). smoltcp runs with `Medium::Ip`; the table
 //!   answers ARP and neighbour solicitations itself, and every frame of a connection on
 //!   the link goes to the MAC its SYN came from, so a reply never waits for address
 //!   resolution, however many client hosts there are. The neighbour cache for other
