@@ -12,22 +12,22 @@ use std::time::Duration;
 
 use loadgen::client::Protocol;
 use protocol::binary::Status;
-use support::routed::{GATEWAY4, GATEWAY6, Path, Routed, server4, server6};
+use support::routed::{GATEWAY4, GATEWAY6, GATEWAY6_LINK_LOCAL, Path, Routed, server4, server6};
 use support::{
     Client, Server, check_loadgen_verify, check_two_workers_under_load, memccapable, ping,
 };
 
-/// The `gateways: ...` lines of a stopped server's report: every worker's must show both
-/// gateways resolved to `mac`.
+/// The `gateways: ...` lines of a stopped server's report: every worker's must show the
+/// gateways (IPv4's and `gateway6`) resolved to `mac`.
 #[track_caller]
-fn assert_gateways_resolved(stderr: &str, mac: &str, workers: usize) {
+fn assert_gateways_resolved(stderr: &str, mac: &str, gateway6: &str, workers: usize) {
     let lines: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains("gateways: "))
         .collect();
     assert_eq!(lines.len(), workers, "{stderr}");
     for line in lines {
-        for gateway in [GATEWAY4, GATEWAY6] {
+        for gateway in [GATEWAY4, gateway6] {
             assert!(line.contains(&format!("{gateway} at {mac}")), "{line}");
         }
     }
@@ -59,7 +59,7 @@ fn clients_behind_a_router(path: Path) {
     }
     let (status, stderr) = server.stop();
     assert!(status.is_some_and(|s| s.success()), "{stderr}");
-    assert_gateways_resolved(&stderr, &routed.router_mac(), 1);
+    assert_gateways_resolved(&stderr, &routed.router_mac(), GATEWAY6, 1);
 }
 
 #[test]
@@ -72,18 +72,30 @@ fn clients_behind_a_router_over_xdp() {
     clients_behind_a_router(Path::Xdp { queues: 1 });
 }
 
-/// Two workers on a multi-queue TAP device behind the router: whichever queue the router's
-/// answers to memspin's probes arrive on, both workers send to its MAC (they share it), and
-/// the usual two-worker load with `--verify` passes from the client's subnet.
+/// Two workers on a multi-queue TAP device behind the router, its IPv6 gateway given as the
+/// router's link-local address: whichever queue the router's answers to memspin's probes
+/// arrive on, both workers send to its MAC (they share it), and the usual two-worker load
+/// with `--verify` passes from the client's subnet.
 #[test]
 fn two_workers_serve_clients_behind_a_router() {
     let routed = Routed::new(Path::Tap { queues: 2 });
-    let mut server = routed.start(&["-t", "2"]);
+    let args: Vec<&str> = routed
+        .server_args(&["-t", "2"])
+        .into_iter()
+        .map(|a| {
+            if a == GATEWAY6 {
+                GATEWAY6_LINK_LOCAL
+            } else {
+                a
+            }
+        })
+        .collect();
+    let mut server = Server::start(Some(&routed.server), &args, Some(server4()));
     memccapable(Some(&routed.client), server6(), "-b");
     routed.client.enter();
     check_loadgen_verify(server6(), Protocol::Binary, 16, 10_000);
     let stderr = check_two_workers_under_load(&mut server);
-    assert_gateways_resolved(&stderr, &routed.router_mac(), 2);
+    assert_gateways_resolved(&stderr, &routed.router_mac(), GATEWAY6_LINK_LOCAL, 2);
 }
 
 /// Replaces the router's MAC on memspin's link: a router swapped for another with the same

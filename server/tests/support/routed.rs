@@ -5,6 +5,7 @@
 //!  memspin's namespace            router's namespace                 client's namespace
 //!  ┌──────────────────────┐      ┌─────────────────────────────┐     ┌──────────────────┐
 //!  │ memspin 10.77.0.2/24 │      │ msr0 10.77.0.1/24 fd77::1/64│     │ msc1 10.79.0.2/24│
+//!  │                      │      │      fe80::1                │     │                  │
 //!  │         fd77::2/64   │ veth │      (forwarding on)        │veth │      fd79::2/64  │
 //!  │  xdp: on msr1 ───────┼──────┼─ msr0          msc0 ────────┼─────┼─ msc1            │
 //!  │  tap: ms0 ─ br0 ─ msr1│     │ msc0 10.79.0.1/24 fd79::1/64│     │ default via .1/::1│
@@ -31,6 +32,8 @@ pub const SERVER6: &str = "[fd77::2]:11211";
 pub const GATEWAY4: &str = "10.77.0.1";
 /// The router's IPv6 address on memspin's link.
 pub const GATEWAY6: &str = "fd77::1";
+/// The router's link-local address on memspin's link (also a valid `--gateway`).
+pub const GATEWAY6_LINK_LOCAL: &str = "fe80::1";
 /// The client's addresses.
 pub const CLIENT4: &str = "10.79.0.2";
 /// The client's IPv6 address.
@@ -108,6 +111,7 @@ impl Routed {
         for (ns, dev, addr) in [
             (r, ROUTER_SIDE, "10.77.0.1/24"),
             (r, ROUTER_SIDE, "fd77::1/64"),
+            (r, ROUTER_SIDE, "fe80::1/64"),
             (r, "msc0", "10.79.0.1/24"),
             (r, "msc0", "fd79::1/64"),
             (c, "msc1", "10.79.0.2/24"),
