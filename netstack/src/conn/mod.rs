@@ -71,10 +71,11 @@
 //!   frames learns only from validated ARP and NDP and from completed handshakes.
 //! - **Routes.** With a gateway ([`TableConfig::gateway4`], [`TableConfig::gateway6`]),
 //!   smoltcp's interface has a default route for that family, and frames to hosts off the
-//!   link go to the gateway's MAC, which one [`Gateways`] shared by every table of the
-//!   process resolves and refreshes: [`ConnTable::poll_egress`] sends the probes it asks
-//!   for (`neighbor/gateway.rs`). Without one, hosts off the link get no answer but a
-//!   reset or an ICMP reply to the frame they sent.
+//!   link (but a handshake's) go to the gateway's MAC, which one [`Gateways`] shared by
+//!   every table of the process resolves and refreshes: [`ConnTable::poll_egress`] sends
+//!   the probes it asks for, and completed handshakes tell it which MAC they came through
+//!   (`neighbor/gateway.rs`). Without one, a host off the link is answered through the MAC
+//!   its frames came from.
 //! - **Sockets.** Nagle off, delayed ACK off, keep-alive off, smoltcp's own `timeout` off
 //!   (the table's clocks replace it).
 //!
