@@ -1,5 +1,7 @@
 use super::*;
 
+mod recovery;
+
 #[test]
 fn conn_ids_pack_and_unpack() {
     let id = ConnId {
@@ -587,16 +589,21 @@ fn a_lost_reply_is_retransmitted_from_the_bucket_timer() {
         1,
         "the echo was sent, and is now lost"
     );
+    // Loss recovery's probe timer (`recovery.rs`), one PTO out: the floor plus twice the
+    // handshake's round trip.
     let delay = net
         .table
         .poll_delay(net.now)
         .expect("a retransmission timer is armed");
     assert!(
-        delay >= Duration::from_millis(900) && delay <= Duration::from_secs(1),
+        delay >= DEFAULT_RTO_MIN && delay <= DEFAULT_RTO_MIN + Duration::from_micros(500),
         "{delay}"
     );
     let sent = net.table.stats().frames_out;
-    net.now += delay;
+    net.now += delay - Duration::from_micros(1);
+    net.server_step(echo);
+    assert_eq!(net.table.stats().frames_out, sent, "not before it is due");
+    net.now += Duration::from_micros(1);
     net.server_step(echo);
     assert_eq!(
         net.table.stats().frames_out,

@@ -1,0 +1,651 @@
+//! Loss recovery over the in-memory link: chosen frames are dropped, and the data must
+//! arrive byte for byte within the configured time.
+
+use super::super::recovery::refresh_ack;
+use super::*;
+use crate::demux::flags;
+use core::cell::Cell;
+
+/// The segment in a frame, if it is TCP.
+fn seg_of(frame: &[u8]) -> Option<SegmentRepr> {
+    TcpFrame::new_checked(frame)
+        .ok()
+        .and_then(|tcp| SegmentRepr::parse(&tcp).ok())
+}
+
+fn has_data(frame: &[u8]) -> bool {
+    seg_of(frame).is_some_and(|s| s.payload_len > 0)
+}
+
+fn has_flag(frame: &[u8], flag: u8) -> bool {
+    seg_of(frame).is_some_and(|s| s.flags & flag != 0)
+}
+
+fn pure_ack(frame: &[u8]) -> bool {
+    seg_of(frame).is_some_and(|s| s.segment_len() == 0 && s.flags & flags::RST == 0)
+}
+
+/// What crosses the link in one step may be lost: `down` decides for each frame the server
+/// sent, `up` for each frame the client sent.
+struct Loss<D, U> {
+    down: D,
+    up: U,
+}
+
+fn no_loss() -> Loss<impl FnMut(&[u8]) -> bool, impl FnMut(&[u8]) -> bool> {
+    Loss {
+        down: |_: &[u8]| false,
+        up: |_: &[u8]| false,
+    }
+}
+
+impl Net {
+    /// 4 KiB buffers, loss recovery with floor `rto_min`.
+    fn with_rto_min(rto_min: Option<Duration>) -> Net {
+        Net::with(1, |config| {
+            config.conn_limit = 8;
+            config.rto_min = rto_min;
+        })
+    }
+
+    /// One step of `STEP`: frames from the client reach the server (unless lost), the
+    /// server runs (echoing; closing first after echoing "quit\n"), its frames reach the
+    /// client (unless lost), the client runs.
+    fn lossy_step<D, U>(&mut self, loss: &mut Loss<D, U>)
+    where
+        D: FnMut(&[u8]) -> bool,
+        U: FnMut(&[u8]) -> bool,
+    {
+        self.now += STEP;
+        self.server.drop_pending(&mut loss.up);
+        self.server_step(echo_then_quit);
+        self.client.drop_pending(&mut loss.down);
+        self.swarm.poll(self.now, &mut self.client);
+    }
+
+    /// Steps with `loss` until `done`, for at most `limit`; returns the time it took.
+    #[track_caller]
+    fn lossy_until<D, U>(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        loss: &mut Loss<D, U>,
+        mut done: impl FnMut(&mut Net) -> bool,
+    ) -> Duration
+    where
+        D: FnMut(&[u8]) -> bool,
+        U: FnMut(&[u8]) -> bool,
+    {
+        let start = self.now;
+        while !done(self) {
+            assert!(
+                self.now - start <= limit,
+                "not within {limit}: {what}; stats {:?}",
+                self.table.stats()
+            );
+            self.lossy_step(loss);
+        }
+        self.now - start
+    }
+
+    /// An established connection (number 0) with a few round trips behind it, so it has
+    /// an RTT sample.
+    fn warm() -> Net {
+        let mut net = Net::with_rto_min(Some(DEFAULT_RTO_MIN));
+        net.connect();
+        net.run_until("established", |net| net.table.stats().active == 1);
+        for _ in 0..4 {
+            net.echo_round(b"warm-up");
+        }
+        net
+    }
+
+    /// Sends `data` on connection 0 and reads back its echo, without loss.
+    #[track_caller]
+    fn echo_round(&mut self, data: &[u8]) {
+        self.swarm.socket(0).send_slice(data).unwrap();
+        self.lossy_until("echoed", Duration::from_millis(10), &mut no_loss(), |net| {
+            net.swarm.socket_ref(0).recv_queue() == data.len()
+        });
+        assert_eq!(self.received(0), data);
+        self.lossy_until(
+            "acknowledged",
+            Duration::from_millis(10),
+            &mut no_loss(),
+            |net| net.server_copies() == 0,
+        );
+    }
+
+    /// Everything connection `conn` has received so far.
+    fn received(&mut self, conn: usize) -> Vec<u8> {
+        let mut data = vec![0u8; self.swarm.socket_ref(conn).recv_queue()];
+        let n = self.swarm.socket(conn).recv_slice(&mut data).unwrap();
+        data.truncate(n);
+        data
+    }
+
+    fn recovery(&self) -> RecoveryStats {
+        self.table.stats().recovery
+    }
+
+    /// The server's connection 0 still waits for acknowledgments.
+    fn server_copies(&self) -> usize {
+        self.table
+            .buckets
+            .iter()
+            .flat_map(|b| &b.slots)
+            .map(|s| s.flight.copies())
+            .sum()
+    }
+
+    /// Connection 0's next sequence number (all the server sent).
+    fn server_snd_max(&self) -> u32 {
+        self.table
+            .buckets
+            .iter()
+            .flat_map(|b| &b.slots)
+            .find(|s| s.phase == Phase::Open)
+            .map(|s| s.flight.snd_max())
+            .unwrap()
+    }
+
+    fn server_min_rtt(&self) -> Duration {
+        let rtt = self
+            .table
+            .buckets
+            .iter()
+            .flat_map(|b| &b.slots)
+            .map(|s| s.flight.min_rtt_us())
+            .max()
+            .unwrap_or(0);
+        Duration::from_micros(u64::from(rtt))
+    }
+}
+
+/// The link's step: one 50 µs poll of each side (a round trip is one or two steps).
+const STEP: Duration = Duration::from_micros(50);
+
+/// The probe timeout the table should use now: 2·RTT + `rto_min`.
+fn pto(net: &Net, rto_min: Duration) -> Duration {
+    rto_min + net.server_min_rtt() * 2
+}
+
+/// `data` of `len` bytes that shows any misplaced byte.
+fn pattern(len: usize, salt: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
+        .collect()
+}
+
+#[test]
+fn the_only_reply_of_an_idle_connection_is_probed_after_one_pto() {
+    for rto_min in [DEFAULT_RTO_MIN, Duration::from_millis(5)] {
+        let mut net = Net::with_rto_min(Some(rto_min));
+        net.connect();
+        net.run_until("established", |net| net.table.stats().active == 1);
+        for _ in 0..4 {
+            net.echo_round(b"warm-up");
+        }
+        let timeout = pto(&net, rto_min);
+        net.swarm.socket(0).send_slice(b"ping").unwrap();
+        let lost = Cell::new(0);
+        let mut loss = Loss {
+            down: |frame: &[u8]| {
+                let drop = lost.get() == 0 && has_data(frame);
+                lost.set(lost.get() + usize::from(drop));
+                drop
+            },
+            up: |_: &[u8]| false,
+        };
+        let took = net.lossy_until(
+            "the reply arrives after its loss",
+            Duration::from_secs(2),
+            &mut loss,
+            |net| net.swarm.socket_ref(0).recv_queue() == 4,
+        );
+        assert_eq!(lost.get(), 1);
+        assert_eq!(net.received(0), b"ping");
+        // The request takes a step to arrive, the probe one more to come back.
+        assert!(took >= rto_min, "{took} is faster than the floor {rto_min}");
+        assert!(
+            took <= timeout + STEP * 3,
+            "{took}, the PTO is {timeout} (rto_min {rto_min})"
+        );
+        let stats = net.recovery();
+        assert_eq!(
+            (stats.probes, stats.smoltcp_retransmits),
+            (1, 0),
+            "{stats:?}"
+        );
+        // The probe's outcome is settled by the next acknowledgment.
+        net.echo_round(b"after");
+        let stats = net.recovery();
+        assert_eq!((stats.recovered, stats.spurious), (1, 0), "{stats:?}");
+        assert_eq!(net.server_copies(), 0);
+    }
+}
+
+#[test]
+fn one_of_several_segments_is_resent_when_sack_shows_it_missing() {
+    let mut net = Net::warm();
+    // Three segments (1460 + 1460 + 1080 bytes) in one write of the echo.
+    let request = pattern(4000, 7);
+    net.swarm.socket(0).send_slice(&request).unwrap();
+    let mut data_frames = 0;
+    let mut loss = Loss {
+        down: |frame: &[u8]| {
+            if !has_data(frame) {
+                return false;
+            }
+            data_frames += 1;
+            data_frames == 2
+        },
+        up: |_: &[u8]| false,
+    };
+    let took = net.lossy_until(
+        "all of the echo",
+        Duration::from_secs(2),
+        &mut loss,
+        |net| net.swarm.socket_ref(0).recv_queue() == request.len(),
+    );
+    assert_eq!(net.received(0), request);
+    let stats = net.recovery();
+    assert_eq!(
+        (stats.sack_resends, stats.probes, stats.smoltcp_retransmits),
+        (1, 0, 0),
+        "{stats:?}"
+    );
+    assert!(
+        took < DEFAULT_RTO_MIN,
+        "{took}: a SACK re-send needs no timer"
+    );
+    net.echo_round(b"after");
+    assert_eq!(net.recovery().recovered, 1);
+}
+
+#[test]
+fn the_last_of_several_segments_is_probed_after_one_pto() {
+    let mut net = Net::warm();
+    let timeout = pto(&net, DEFAULT_RTO_MIN);
+    let request = pattern(4000, 9);
+    net.swarm.socket(0).send_slice(&request).unwrap();
+    let mut data_frames = 0;
+    let mut loss = Loss {
+        down: |frame: &[u8]| {
+            if !has_data(frame) {
+                return false;
+            }
+            data_frames += 1;
+            data_frames == 3
+        },
+        up: |_: &[u8]| false,
+    };
+    let took = net.lossy_until(
+        "all of the echo",
+        Duration::from_secs(2),
+        &mut loss,
+        |net| net.swarm.socket_ref(0).recv_queue() == request.len(),
+    );
+    assert_eq!(net.received(0), request);
+    assert!(took <= timeout + STEP * 3, "{took}, the PTO is {timeout}");
+    let stats = net.recovery();
+    assert_eq!(
+        (stats.probes, stats.sack_resends, stats.smoltcp_retransmits),
+        (1, 0, 0),
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn a_lost_ack_from_the_client_costs_one_probe_and_no_duplicate_data() {
+    let mut net = Net::warm();
+    let timeout = pto(&net, DEFAULT_RTO_MIN);
+    net.swarm.socket(0).send_slice(b"ping").unwrap();
+    let lost = Cell::new(0);
+    let mut loss = Loss {
+        down: |_: &[u8]| false,
+        up: |frame: &[u8]| {
+            // The client's ACK of the echo (the first pure ACK it sends).
+            let drop = lost.get() == 0 && pure_ack(frame);
+            lost.set(lost.get() + usize::from(drop));
+            drop
+        },
+    };
+    let took = net.lossy_until(
+        "the server has its acknowledgment",
+        Duration::from_secs(2),
+        &mut loss,
+        |net| net.swarm.socket_ref(0).recv_queue() == 4 && net.server_copies() == 0,
+    );
+    assert_eq!(lost.get(), 1);
+    assert!(took <= timeout + STEP * 4, "{took}, the PTO is {timeout}");
+    assert_eq!(
+        net.received(0),
+        b"ping",
+        "the probe's duplicate was dropped"
+    );
+    let stats = net.recovery();
+    assert_eq!(
+        (stats.probes, stats.smoltcp_retransmits),
+        (1, 0),
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn a_lost_syn_ack_is_sent_again_after_one_pto() {
+    let mut net = Net::with_rto_min(Some(DEFAULT_RTO_MIN));
+    net.connect();
+    let mut syn_acks = 0;
+    let mut loss = Loss {
+        down: |frame: &[u8]| {
+            let syn_ack = has_flag(frame, flags::SYN);
+            syn_acks += usize::from(syn_ack);
+            syn_ack && syn_acks == 1
+        },
+        up: |_: &[u8]| false,
+    };
+    let took = net.lossy_until("established", Duration::from_secs(2), &mut loss, |net| {
+        net.table.stats().active == 1
+    });
+    assert_eq!(syn_acks, 2);
+    // No RTT is known yet: the PTO is the floor. The SYN takes a step, and the client's
+    // ACK one more.
+    assert!(
+        took >= DEFAULT_RTO_MIN && took <= DEFAULT_RTO_MIN + STEP * 4,
+        "{took}"
+    );
+    assert_eq!(net.recovery().probes, 1);
+    net.echo_round(b"hello");
+}
+
+#[test]
+fn a_syn_ack_is_probed_twice_at_most() {
+    let mut net = Net::with_rto_min(Some(DEFAULT_RTO_MIN));
+    net.connect();
+    let syn_acks = Cell::new(0);
+    let mut loss = Loss {
+        down: |frame: &[u8]| {
+            let syn_ack = has_flag(frame, flags::SYN);
+            syn_acks.set(syn_acks.get() + usize::from(syn_ack));
+            syn_ack
+        },
+        up: |_: &[u8]| false,
+    };
+    let start = net.now;
+    net.lossy_until("0.9 s", Duration::from_secs(1), &mut loss, |net| {
+        net.now - start >= Duration::from_millis(900)
+    });
+    assert_eq!(
+        net.recovery().probes,
+        u64::from(MAX_HANDSHAKE_PROBES),
+        "then smoltcp's own timer, at one second"
+    );
+    assert_eq!(syn_acks.get(), 1 + usize::from(MAX_HANDSHAKE_PROBES));
+}
+
+#[test]
+fn the_client_ack_that_completes_the_handshake_may_be_lost() {
+    let mut net = Net::with_rto_min(Some(DEFAULT_RTO_MIN));
+    net.connect();
+    let lost = Cell::new(0);
+    let mut loss = Loss {
+        down: |_: &[u8]| false,
+        up: |frame: &[u8]| {
+            let drop = lost.get() == 0 && pure_ack(frame);
+            lost.set(lost.get() + usize::from(drop));
+            drop
+        },
+    };
+    // The client says nothing more: only a probe of the SYN-ACK brings another ACK.
+    let took = net.lossy_until("established", Duration::from_secs(2), &mut loss, |net| {
+        net.table.stats().active == 1
+    });
+    assert_eq!(lost.get(), 1);
+    assert_eq!(net.state(0), tcp::State::Established);
+    assert!(took <= DEFAULT_RTO_MIN + STEP * 4, "{took}");
+    net.echo_round(b"hello");
+}
+
+#[test]
+fn a_lost_fin_from_the_server_is_sent_again_after_one_pto() {
+    // The server closes first (FIN with the echo of "quit\n"), and when the client closes
+    // first (a FIN of its own in LAST-ACK).
+    for server_first in [true, false] {
+        let mut net = Net::warm();
+        let timeout = pto(&net, DEFAULT_RTO_MIN);
+        if server_first {
+            net.swarm.socket(0).send_slice(b"quit\n").unwrap();
+        } else {
+            net.swarm.socket(0).close();
+        }
+        let lost = Cell::new(0);
+        let mut loss = Loss {
+            down: |frame: &[u8]| {
+                let drop = lost.get() == 0 && has_flag(frame, flags::FIN);
+                lost.set(lost.get() + usize::from(drop));
+                drop
+            },
+            up: |_: &[u8]| false,
+        };
+        let start = net.now;
+        net.lossy_until(
+            "the FIN is lost",
+            Duration::from_millis(1),
+            &mut loss,
+            |_| lost.get() == 1,
+        );
+        let took = (net.now - start)
+            + net.lossy_until(
+                "the client has the server's FIN",
+                Duration::from_secs(2),
+                &mut loss,
+                |net| {
+                    matches!(
+                        net.state(0),
+                        tcp::State::CloseWait | tcp::State::TimeWait | tcp::State::Closed
+                    )
+                },
+            );
+        assert!(took <= timeout + STEP * 3, "{took}, the PTO is {timeout}");
+        if server_first {
+            assert_eq!(net.received(0), b"quit\n");
+            net.swarm.socket(0).close();
+        }
+        net.lossy_until("closed", Duration::from_millis(10), &mut loss, |net| {
+            net.table.stats().in_use == 0
+        });
+        assert_eq!(net.recovery().probes, 1);
+    }
+}
+
+#[test]
+fn a_lost_fin_from_the_client_is_answered_at_once_when_it_comes_again() {
+    let mut net = Net::warm();
+    net.swarm.socket(0).close();
+    let lost = Cell::new(0);
+    let mut loss = Loss {
+        down: |_: &[u8]| false,
+        up: |frame: &[u8]| {
+            let drop = lost.get() == 0 && has_flag(frame, flags::FIN);
+            lost.set(lost.get() + usize::from(drop));
+            drop
+        },
+    };
+    net.lossy_step(&mut loss);
+    net.lossy_step(&mut loss);
+    assert_eq!(lost.get(), 1);
+    assert_eq!(net.state(0), tcp::State::FinWait1);
+    // Repairing its FIN is the client's business (here smoltcp's one-second timer);
+    // the server answers the FIN, and closes, as soon as it comes.
+    net.now += Duration::from_millis(1100);
+    net.swarm.poll_all(net.now, &mut net.client);
+    net.lossy_step(&mut loss);
+    net.lossy_step(&mut loss);
+    assert!(
+        matches!(net.state(0), tcp::State::TimeWait | tcp::State::Closed),
+        "{}",
+        net.state(0)
+    );
+    net.lossy_until("closed", Duration::from_millis(10), &mut loss, |net| {
+        net.table.stats().in_use == 0
+    });
+    assert_eq!(net.recovery().probes, 0, "nothing of the server's was lost");
+}
+
+#[test]
+fn out_of_order_and_duplicate_data_from_the_client_get_an_ack_at_once() {
+    let mut net = Net::warm();
+    let request = pattern(4000, 3);
+    net.swarm.socket(0).send_slice(&request).unwrap();
+    // The client's three segments: the first is lost, the second kept for later.
+    net.swarm.poll(net.now, &mut net.client);
+    let mut frames = Vec::new();
+    net.server.drop_pending(|frame| {
+        if has_data(frame) {
+            frames.push(frame.to_vec());
+        }
+        frames.len() == 1 && has_data(frame)
+    });
+    assert_eq!(frames.len(), 3);
+    let first = seg_of(&frames[0]).unwrap();
+    net.now += STEP;
+    net.server_step(echo);
+    let acks: Vec<SegmentRepr> = net
+        .take_server_frames()
+        .iter()
+        .filter_map(|f| seg_of(f))
+        .collect();
+    assert_eq!(acks.len(), 2, "one ACK per segment out of order: {acks:?}");
+    for ack in &acks {
+        assert_eq!(ack.ack_number, Some(first.seq_number), "a duplicate ACK");
+        assert_eq!(ack.payload_len, 0);
+        assert_eq!(ack.sack_len, 1, "with a SACK block");
+        assert_eq!(ack.sack[0].0, first.seq_number + first.payload_len as u32);
+    }
+    // The first segment arrives at last; the whole request is echoed.
+    net.inject(&frames[0]);
+    net.lossy_until("echoed", Duration::from_millis(10), &mut no_loss(), |net| {
+        net.swarm.socket_ref(0).recv_queue() == request.len()
+    });
+    assert_eq!(net.received(0), request);
+    // A duplicate of data the server already has, as a client sends it again (with its
+    // newest acknowledgment; smoltcp drops a segment whose ACK is older than what it
+    // already has): acknowledged at once.
+    let mut duplicate = frames[1].clone();
+    let window = seg_of(&duplicate).unwrap().window_len;
+    refresh_ack(&mut duplicate, net.server_snd_max(), window);
+    net.inject(&duplicate);
+    net.now += STEP;
+    net.server_step(echo);
+    let acks: Vec<SegmentRepr> = net
+        .take_server_frames()
+        .iter()
+        .filter_map(|f| seg_of(f))
+        .collect();
+    assert_eq!(acks.len(), 1, "{acks:?}");
+    assert_eq!(
+        acks[0].ack_number,
+        Some(first.seq_number.wrapping_add(request.len() as u32))
+    );
+}
+
+#[test]
+fn failed_probes_back_off_and_never_come_faster_than_the_floor() {
+    let mut net = Net::warm();
+    let rtt = net.server_min_rtt();
+    net.swarm.socket(0).send_slice(b"ping").unwrap();
+    let mut dead = Loss {
+        down: |_: &[u8]| true,
+        up: |_: &[u8]| false,
+    };
+    let start = net.now;
+    let mut times = Vec::new();
+    net.lossy_until("0.9 s", Duration::from_secs(1), &mut dead, |net| {
+        if net.recovery().probes as usize > times.len() {
+            times.push(net.now - start);
+        }
+        net.now - start >= Duration::from_millis(900)
+    });
+    assert_eq!(times.len(), usize::from(MAX_PROBES), "{times:?}");
+    // Probe k goes out 2^k PTOs after the one before it (give or take a step; the
+    // request itself takes one).
+    let pto = DEFAULT_RTO_MIN + rtt * 2;
+    let mut previous = Duration::ZERO;
+    for (k, &at) in times.iter().enumerate() {
+        let gap = at - previous;
+        assert!(gap >= DEFAULT_RTO_MIN, "probe {k} after {gap}");
+        let expected = pto * (1 << k);
+        assert!(
+            gap + STEP * 3 >= expected && gap <= expected + STEP * 3,
+            "probe {k} after {gap}, expected {expected}: {times:?}"
+        );
+        previous = at;
+    }
+    assert_eq!(net.recovery().smoltcp_retransmits, 0);
+    // Then smoltcp's own timer, at one second, once the link works again.
+    net.lossy_until(
+        "delivered by smoltcp",
+        Duration::from_millis(400),
+        &mut no_loss(),
+        |net| net.swarm.socket_ref(0).recv_queue() == 4,
+    );
+    assert_eq!(net.received(0), b"ping");
+    assert_eq!(net.recovery().smoltcp_retransmits, 1);
+    // An acknowledgment ends the episode.
+    net.echo_round(b"again");
+    assert_eq!(net.server_copies(), 0);
+}
+
+#[test]
+fn steady_request_response_without_loss_sends_no_probe() {
+    let mut net = Net::warm();
+    for round in 0..500 {
+        let request = pattern(1 + round % 3000, round as u8);
+        net.echo_round(&request);
+        assert_eq!(net.recovery().probes, 0, "round {round} at {}", net.now);
+        if round % 50 == 0 {
+            // Idle for longer than a PTO: the client acknowledged, nothing is probed.
+            let until = net.now + Duration::from_millis(5);
+            net.lossy_until("idle", Duration::from_millis(6), &mut no_loss(), |net| {
+                net.now >= until
+            });
+        }
+    }
+    let stats = net.recovery();
+    assert_eq!(stats, RecoveryStats::default(), "{stats:?}");
+    assert_eq!(net.server_copies(), 0);
+    assert_eq!(net.table.poll_delay(net.now), None, "no timer left running");
+}
+
+#[test]
+fn with_recovery_off_a_lost_reply_waits_for_smoltcp() {
+    let mut net = Net::with_rto_min(None);
+    net.connect();
+    net.run_until("established", |net| net.table.stats().active == 1);
+    net.swarm.socket(0).send_slice(b"ping").unwrap();
+    let lost = Cell::new(0);
+    let mut loss = Loss {
+        down: |frame: &[u8]| {
+            let drop = lost.get() == 0 && has_data(frame);
+            lost.set(lost.get() + usize::from(drop));
+            drop
+        },
+        up: |_: &[u8]| false,
+    };
+    let took = net.lossy_until(
+        "the reply arrives after its loss",
+        Duration::from_secs(2),
+        &mut loss,
+        |net| net.swarm.socket_ref(0).recv_queue() == 4,
+    );
+    assert!(took >= Duration::from_millis(999), "{took}");
+    assert_eq!(net.received(0), b"ping");
+    let stats = net.recovery();
+    assert_eq!(
+        (stats.probes, stats.smoltcp_retransmits),
+        (0, 1),
+        "{stats:?}"
+    );
+    assert_eq!(net.server_copies(), 0, "no copies are kept");
+}
