@@ -73,6 +73,7 @@ fn run(args: &Args) -> Result<(), String> {
                 port: args.port,
                 conn_limit: args.conn_limit,
                 idle_timeout: args.idle_timeout(),
+                rto_min: args.rto_min.0,
             };
             worker::tap::run(&config, &plan, || {
                 let queues = if workers == 1 {
@@ -99,6 +100,7 @@ fn run(args: &Args) -> Result<(), String> {
                 port: args.port,
                 conn_limit: args.conn_limit,
                 idle_timeout: args.idle_timeout(),
+                rto_min: args.rto_min.0,
                 busy_poll: match args.xdp_busy_poll {
                     XdpBusyPoll::Off => None,
                     XdpBusyPoll::On => Some(BusyPoll {
