@@ -722,6 +722,12 @@ impl Flight {
         self.snd_max
     }
 
+    /// The peer SACKs (for tests).
+    #[cfg(test)]
+    pub(crate) fn sack_ok(&self) -> bool {
+        self.sack_ok
+    }
+
     /// The connection's minimum RTT in µs (for tests).
     #[cfg(test)]
     pub(crate) fn min_rtt_us(&self) -> u32 {
