@@ -148,6 +148,7 @@ impl std::fmt::Display for RtoMin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {
             None => write!(f, "off"),
+            Some(d) if d.as_micros() % 1000 == 0 => write!(f, "{}ms", d.as_millis()),
             Some(d) => write!(f, "{}us", d.as_micros()),
         }
     }
@@ -365,6 +366,8 @@ mod tests {
             assert!(floor(bad).is_err(), "{bad}");
         }
         assert_eq!(us(1500).to_string(), "1500us");
+        assert_eq!(us(2000).to_string(), "2ms");
+        assert_eq!(RtoMin(None).to_string(), "off");
         assert_eq!("1500us".parse::<RtoMin>().unwrap(), us(1500));
     }
 

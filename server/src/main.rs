@@ -82,8 +82,8 @@ fn run(args: &Args) -> Result<(), String> {
                     format!("{workers} queues")
                 };
                 println!(
-                    "memspin ready: net tap, device {} ({queues}), listening on {}:{}, {placement}, idle {:?}",
-                    args.iface, args.ip.addr, args.port, args.idle
+                    "memspin ready: net tap, device {} ({queues}), listening on {}:{}, {placement}, idle {:?}, rto-min {}",
+                    args.iface, args.ip.addr, args.port, args.idle, args.rto_min
                 );
             })
             .map_err(|e| format!("tap {}: {e}", args.iface))
@@ -124,13 +124,14 @@ fn run(args: &Args) -> Result<(), String> {
                 };
                 println!(
                     "memspin ready: net xdp, interface {} {queues}, {}, program id {}{replaced}, \
-                     listening on {}:{} (MAC {mac}), {placement}, idle {:?}",
+                     listening on {}:{} (MAC {mac}), {placement}, idle {:?}, rto-min {}",
                     args.iface,
                     ready.modes(),
                     ready.prog_id,
                     args.ip.addr,
                     args.port,
-                    args.idle
+                    args.idle,
+                    args.rto_min
                 );
             })
             .map_err(|e| format!("xdp {}: {e}", args.iface))
