@@ -295,7 +295,10 @@ impl SegmentRepr {
             match kind {
                 field::OPT_SACK_PERMITTED => self.sack_permitted = true,
                 field::OPT_SACK => {
-                    for block in body.chunks_exact(8).take(MAX_SACK_BLOCKS) {
+                    // 40 bytes of options hold four blocks at most, however many SACK
+                    // options carry them; more are not read.
+                    let room = MAX_SACK_BLOCKS - self.sack_len;
+                    for block in body.chunks_exact(8).take(room) {
                         self.sack[self.sack_len] = (read_u32(&block[..4]), read_u32(&block[4..]));
                         self.sack_len += 1;
                     }
@@ -548,6 +551,19 @@ pub(crate) mod tests {
         assert_eq!(padded.len(), 60);
         let seg = SegmentRepr::parse(&TcpFrame::new_checked(&padded[..]).unwrap()).unwrap();
         assert_eq!((seg.payload_len, seg.sack_len), (0, 0));
+    }
+
+    #[test]
+    fn blocks_of_several_sack_options_are_all_read() {
+        let mut options = Vec::new();
+        for (l, r) in [(10u32, 20u32), (30, 40), (50, 60), (70, 80)] {
+            options.extend_from_slice(&[5, 10]);
+            options.extend_from_slice(&l.to_be_bytes());
+            options.extend_from_slice(&r.to_be_bytes());
+        }
+        let bytes = ack_frame(&options, &[], 0);
+        let seg = SegmentRepr::parse(&TcpFrame::new_checked(&bytes[..]).unwrap()).unwrap();
+        assert_eq!(seg.sack_blocks(), &[(10, 20), (30, 40), (50, 60), (70, 80)]);
     }
 
     #[test]
