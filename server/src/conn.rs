@@ -24,9 +24,10 @@
 //! in request order whichever worker produced them. As those bytes are sent, their credit goes
 //! back to the worker that produced them ([`ClientConn::settle`]).
 
+use store::Now;
+
 use crate::engine::{
-    self, Delivery, Engine, FORWARD_REPLY_CREDIT_BYTES, OUT_HIGH_WATER_BYTES, Outcome, Session,
-    Stop,
+    Delivery, Engine, FORWARD_REPLY_CREDIT_BYTES, OUT_HIGH_WATER_BYTES, Outcome, Session, Stop,
 };
 
 /// Smallest free space offered to a socket read, and how much an empty buffer may grow at once.
@@ -204,43 +205,17 @@ impl ClientConn {
     /// that went to every worker completes with its last reply). A reply whose request is not
     /// pending here is ignored.
     pub fn deliver(&mut self, engine: &mut Engine, delivery: Delivery<'_>) {
-        let holes = &mut self.session.holes;
-        let Some(index) = holes.find(delivery.seq) else {
-            return;
-        };
-        let hole = &mut holes.pending[index];
-        hole.awaiting = hole.awaiting.saturating_sub(1);
-        let mut bytes: &[u8] = &[];
-        let mut rendered = Vec::new();
-        match delivery.payload {
-            engine::DeliveryPayload::Bytes(reply) if hole.gather.is_none() => bytes = reply,
-            engine::DeliveryPayload::Bytes(_) => {}
-            engine::DeliveryPayload::Snapshot(snapshot) => {
-                if let Some(gather) = hole.gather.as_mut() {
-                    gather.snapshot.merge(snapshot);
-                }
-            }
-        }
-        if hole.awaiting > 0 {
-            return;
-        }
-        if let Some(gather) = hole.gather.take() {
-            engine::render_gathered(&mut rendered, &gather);
-            bytes = &rendered;
-        }
-        let Some(hole) = holes.fill(index, bytes.len()) else {
-            return;
-        };
-        self.out.splice(hole.at..hole.at, bytes.iter().copied());
-        engine.count_written(bytes.len());
-        if delivery.close {
-            self.session.close();
-        }
+        engine.deliver(&mut self.session, &mut self.out, delivery);
     }
 
     /// Runs the engine over `bytes` (a slice of the socket's receive buffer, parsed in place)
     /// and returns how many it consumed.
-    pub fn execute_in_place(&mut self, engine: &mut Engine, bytes: &[u8], now: u64) -> Outcome {
+    pub fn execute_in_place(
+        &mut self,
+        engine: &mut Engine,
+        bytes: &[u8],
+        now: impl Into<Now>,
+    ) -> Outcome {
         self.compact_output();
         let outcome = engine.execute(&mut self.session, bytes, &mut self.out, now);
         self.needed = outcome.needed;
@@ -249,7 +224,7 @@ impl ClientConn {
     }
 
     /// Runs the engine over the buffered input and drops what it consumed.
-    pub fn execute_buffered(&mut self, engine: &mut Engine, now: u64) -> Outcome {
+    pub fn execute_buffered(&mut self, engine: &mut Engine, now: impl Into<Now>) -> Outcome {
         self.compact_output();
         let outcome = engine.execute(&mut self.session, self.input.data(), &mut self.out, now);
         self.input.consume(outcome.consumed);

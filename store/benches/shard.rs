@@ -8,7 +8,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use store::{Shard, ShardConfig, StoreMode};
+use store::{Shard, ShardConfig, StoreMode, Write};
 
 const NOW: u64 = 1_700_000_000;
 /// Cache-resident keyspace.
@@ -46,7 +46,7 @@ fn bench(c: &mut Criterion) {
     // GET hit: every key present, visited in a fixed pseudo-random order.
     let mut s = shard(256 << 20);
     for k in &keys {
-        s.store(StoreMode::Set, k, &value, 0, 0, 0, NOW).unwrap();
+        s.store(Write::new(StoreMode::Set, k, &value), NOW).unwrap();
     }
     let mut i = 0usize;
     group.bench_function("get_hit/key16/value32", |b| {
@@ -71,7 +71,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("set/key16/value32", |b| {
         b.iter(|| {
             i = (i + 7919) % KEYS;
-            black_box(s.store(StoreMode::Set, black_box(&keys[i]), &value, 0, 0, 0, NOW))
+            black_box(s.store(Write::new(StoreMode::Set, black_box(&keys[i]), &value), NOW))
         })
     });
     drop(s);
@@ -80,7 +80,7 @@ fn bench(c: &mut Criterion) {
     let cold = self::keys(COLD_KEYS);
     let mut s = shard(1 << 30);
     for k in &cold {
-        s.store(StoreMode::Set, k, &value, 0, 0, 0, NOW).unwrap();
+        s.store(Write::new(StoreMode::Set, k, &value), NOW).unwrap();
     }
     let mut i = 0usize;
     group.bench_function("get_hit_cold/key16/value32", |b| {
@@ -97,7 +97,7 @@ fn bench(c: &mut Criterion) {
     let many = self::keys(1_000_000);
     let mut s = shard(4 << 20);
     for k in &many[..200_000] {
-        s.store(StoreMode::Set, k, &value, 0, 0, 0, NOW).unwrap();
+        s.store(Write::new(StoreMode::Set, k, &value), NOW).unwrap();
     }
     assert!(
         s.stats().evictions > 0,
@@ -107,7 +107,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("set_evicting/key16/value32", |b| {
         b.iter(|| {
             i = (i + 1) % many.len();
-            black_box(s.store(StoreMode::Set, black_box(&many[i]), &value, 0, 0, 0, NOW))
+            black_box(s.store(Write::new(StoreMode::Set, black_box(&many[i]), &value), NOW))
         })
     });
     group.finish();

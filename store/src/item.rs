@@ -4,7 +4,7 @@
 //! block); the heap block holds `[cas: u64][key_len: u8][key][value]`. See the crate docs for
 //! why.
 
-use crate::expiry;
+use crate::expiry::{self, Deadline, Now};
 
 /// Longest key memcached accepts, in bytes.
 pub const MAX_KEY_LEN: usize = 250;
@@ -58,11 +58,15 @@ const FETCHED: u32 = 1 << 2;
 const STALE: u32 = 1 << 3;
 /// Meta protocol: a client has been handed the item's recache token (the `W` flag).
 const WIN_SENT: u32 = 1 << 4;
+/// The milliseconds of a sub-second expiry (0..=999; 0 for memcached's whole seconds).
+const SUB_MS_SHIFT: u32 = 5;
+const SUB_MS_MASK: u32 = 0x3ff << SUB_MS_SHIFT;
 /// The bits below the flush generation.
-const LOW_BITS: u32 = CLOCK_MASK | FETCHED | STALE | WIN_SENT;
-/// The flush generation occupies the bits above the counter and the flag bits.
-const GENERATION_SHIFT: u32 = 5;
-/// Flush generations count modulo 2^27 (see `Shard::flush_all` for the wrap).
+const LOW_BITS: u32 = CLOCK_MASK | FETCHED | STALE | WIN_SENT | SUB_MS_MASK;
+/// The flush generation occupies the bits above the counter, the flag bits and the expiry's
+/// milliseconds.
+const GENERATION_SHIFT: u32 = 15;
+/// Flush generations count modulo 2^17 (see `Shard::flush_all` for the wrap).
 pub(crate) const GENERATION_MASK: u32 = u32::MAX >> GENERATION_SHIFT;
 
 /// One item as it sits in a hash-table bucket: 32 bytes, two to a cache line.
@@ -74,14 +78,16 @@ pub(crate) const GENERATION_MASK: u32 = u32::MAX >> GENERATION_SHIFT;
 pub(crate) struct Item {
     /// `[cas: u64 little-endian][key_len: u8][key][value]`, allocated once on insert.
     data: Box<[u8]>,
-    /// 0 = never, else the first unix second at which the item is dead (see `expiry`).
+    /// 0 = never, else the unix second in which the item dies (see `expiry`); the
+    /// milliseconds into that second are in `meta`.
     exptime: u32,
     /// The client's opaque flags.
     flags: u32,
     /// The unix second of the last store, fetch or touch (clamped to `u32`, like `exptime`).
     last_access: u32,
-    /// `generation << 5 | WIN_SENT | STALE | FETCHED | clock counter`; the item was stored
-    /// in flush generation `generation` and is flushed once the shard's generation moves on.
+    /// `generation << 15 | expiry milliseconds << 5 | WIN_SENT | STALE | FETCHED | clock
+    /// counter`; the item was stored in flush generation `generation` and is flushed once the
+    /// shard's generation moves on.
     meta: u32,
 }
 
@@ -101,7 +107,7 @@ impl Item {
         key: &[u8],
         value_parts: [&[u8]; 2],
         flags: u32,
-        exptime: u32,
+        deadline: Deadline,
         cas: u64,
     ) -> Item {
         debug_assert!(!key.is_empty() && key.len() <= MAX_KEY_LEN);
@@ -112,13 +118,15 @@ impl Item {
         data.extend_from_slice(key);
         data.extend_from_slice(value_parts[0]);
         data.extend_from_slice(value_parts[1]);
-        Item {
+        let mut item = Item {
             data: data.into_boxed_slice(),
-            exptime,
+            exptime: 0,
             flags,
             last_access: 0,
             meta: 1,
-        }
+        };
+        item.set_deadline(deadline);
+        item
     }
 
     #[inline]
@@ -168,14 +176,26 @@ impl Item {
         self.flags
     }
 
+    /// The unix second of the item's expiry (0: never).
     #[inline]
     pub(crate) fn exptime(&self) -> u32 {
         self.exptime
     }
 
+    /// When the item dies.
     #[inline]
-    pub(crate) fn set_exptime(&mut self, exptime: u32) {
-        self.exptime = exptime;
+    pub(crate) fn deadline(&self) -> Deadline {
+        Deadline {
+            secs: self.exptime,
+            sub_ms: ((self.meta & SUB_MS_MASK) >> SUB_MS_SHIFT) as u16,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn set_deadline(&mut self, deadline: Deadline) {
+        debug_assert!(deadline.sub_ms < 1000);
+        self.exptime = deadline.secs;
+        self.meta = (self.meta & !SUB_MS_MASK) | (u32::from(deadline.sub_ms) << SUB_MS_SHIFT);
     }
 
     /// The unix second of the last store, fetch or touch.
@@ -192,10 +212,10 @@ impl Item {
 
     /// Stamps an item entering the table: the shard's flush generation and the time.
     #[inline]
-    pub(crate) fn stamp(&mut self, generation: u32, now: u64) {
+    pub(crate) fn stamp(&mut self, generation: u32, now: Now) {
         debug_assert!(generation <= GENERATION_MASK);
         self.meta = (generation << GENERATION_SHIFT) | (self.meta & LOW_BITS);
-        self.last_access = expiry::clamp_u32(now);
+        self.last_access = expiry::clamp_u32(now.secs());
     }
 
     /// The clock counter (0..=3).
@@ -242,7 +262,7 @@ impl Item {
     /// Records a client fetch at `now`: marks the item fetched, raises its clock counter and
     /// sets its last access.
     #[inline]
-    pub(crate) fn mark_fetched(&mut self, now: u64) {
+    pub(crate) fn mark_fetched(&mut self, now: Now) {
         if self.meta & CLOCK_MASK != CLOCK_MASK {
             self.meta += 1;
         }
@@ -252,17 +272,17 @@ impl Item {
 
     /// Sets the last access to `now` (a modification in place).
     #[inline]
-    pub(crate) fn mark_accessed(&mut self, now: u64) {
-        self.last_access = expiry::clamp_u32(now);
+    pub(crate) fn mark_accessed(&mut self, now: Now) {
+        self.last_access = expiry::clamp_u32(now.secs());
     }
 
     /// Flushed wins over expired, as in memcached's `do_item_get`. `generation` is the
     /// shard's current flush generation: an item stored in any other one was flushed.
     #[inline]
-    pub(crate) fn liveness(&self, now: u64, generation: u32) -> Liveness {
+    pub(crate) fn liveness(&self, now: Now, generation: u32) -> Liveness {
         if self.generation() != generation {
             Liveness::Flushed
-        } else if expiry::is_expired(self.exptime, now) {
+        } else if self.deadline().passed(now) {
             Liveness::Expired
         } else {
             Liveness::Live
@@ -308,6 +328,11 @@ mod tests {
     use super::*;
     use core::mem::size_of;
 
+    /// A whole-second deadline.
+    fn secs(secs: u32) -> Deadline {
+        Deadline { secs, sub_ms: 0 }
+    }
+
     #[test]
     fn item_is_32_bytes() {
         // Two buckets per cache line; a bigger item would raise the table's cost per slot.
@@ -344,7 +369,7 @@ mod tests {
                     s >= k + v + 17 && s <= k + v + 9 + 8 + 15 + 16,
                     "{k} {v} {s}"
                 );
-                let it = Item::new(&vec![b'k'; k], [&vec![b'v'; v], b""], 0, 0, 1);
+                let it = Item::new(&vec![b'k'; k], [&vec![b'v'; v], b""], 0, secs(0), 1);
                 assert_eq!(it.size(), s, "the block is what item_size charges");
             }
         }
@@ -352,7 +377,7 @@ mod tests {
 
     #[test]
     fn item_accessors() {
-        let mut it = Item::new(b"key", [b"val", b"ue"], 7, 99, 42);
+        let mut it = Item::new(b"key", [b"val", b"ue"], 7, secs(99), 42);
         assert_eq!(it.key(), b"key");
         assert_eq!(it.value(), b"value");
         assert_eq!(it.flags(), 7);
@@ -367,7 +392,7 @@ mod tests {
         it.age();
         assert_eq!(it.clock(), 0, "saturates at 0");
         for t in 0..5 {
-            it.mark_fetched(1000 + t);
+            it.mark_fetched(Now::from_secs(1000 + t));
         }
         assert_eq!(it.clock(), 3, "saturates at 3");
         assert!(it.fetched());
@@ -380,34 +405,34 @@ mod tests {
         it.value_mut().copy_from_slice(b"VALUE");
         assert_eq!(it.value(), b"VALUE");
         assert_eq!(it.key(), b"key", "the value rewrite leaves the key");
-        it.mark_accessed(2000);
+        it.mark_accessed(Now::from_secs(2000));
         assert_eq!(it.last_access(), 2000);
-        it.mark_accessed(u64::MAX);
+        it.mark_accessed(Now::from_secs(u64::MAX));
         assert_eq!(it.last_access(), u32::MAX, "clamped like an expiry");
-        let big = Item::new(&[b'k'; MAX_KEY_LEN], [b"", b""], 0, 0, u64::MAX);
+        let big = Item::new(&[b'k'; MAX_KEY_LEN], [b"", b""], 0, secs(0), u64::MAX);
         assert_eq!(big.key().len(), MAX_KEY_LEN);
         assert_eq!(big.value(), b"");
         assert_eq!(big.cas(), u64::MAX, "any client-chosen CAS fits");
         assert!(!big.stale() && !big.win_sent());
-        let zero = Item::new(b"z", [b"", b""], 0, 0, 0);
+        let zero = Item::new(b"z", [b"", b""], 0, secs(0), 0);
         assert_eq!(zero.cas(), 0);
     }
 
     #[test]
     fn stamp_sets_generation_and_access_and_keeps_the_bits() {
-        let mut it = Item::new(b"k", [b"v", b""], 0, 0, 7);
-        it.mark_fetched(5);
+        let mut it = Item::new(b"k", [b"v", b""], 0, secs(0), 7);
+        it.mark_fetched(Now::from_secs(5));
         it.mark_win_sent();
-        it.stamp(GENERATION_MASK, 1_700_000_000);
+        it.stamp(GENERATION_MASK, Now::from_secs(1_700_000_000));
         assert_eq!(it.generation(), GENERATION_MASK);
         assert_eq!(it.last_access(), 1_700_000_000);
         assert!(it.fetched() && it.win_sent() && !it.stale());
         assert_eq!(it.clock(), 2);
-        it.stamp(3, 9);
+        it.stamp(3, Now::from_secs(9));
         assert_eq!((it.generation(), it.last_access()), (3, 9));
         for _ in 0..4 {
             it.age();
-            it.mark_fetched(10);
+            it.mark_fetched(Now::from_secs(10));
         }
         assert_eq!(
             it.generation(),
@@ -419,8 +444,8 @@ mod tests {
 
     #[test]
     fn stale_and_win_bits_survive_cas_changes_and_stay_apart() {
-        let mut it = Item::new(b"k", [b"v", b""], 0, 0, 7);
-        it.mark_fetched(1);
+        let mut it = Item::new(b"k", [b"v", b""], 0, secs(0), 7);
+        it.mark_fetched(Now::from_secs(1));
         it.mark_win_sent();
         assert!(it.win_sent() && !it.stale());
         it.set_cas(8);
@@ -441,19 +466,23 @@ mod tests {
 
     #[test]
     fn liveness_order() {
-        let mut it = Item::new(b"k", [b"v", b""], 0, 100, 5);
-        it.stamp(4, 0);
-        assert_eq!(it.liveness(99, 4), Liveness::Live);
-        assert_eq!(it.liveness(100, 4), Liveness::Expired);
-        assert_eq!(it.liveness(100, 5), Liveness::Flushed);
-        assert_eq!(it.liveness(99, 5), Liveness::Flushed);
+        let mut it = Item::new(b"k", [b"v", b""], 0, secs(100), 5);
+        it.stamp(4, Now::from_secs(0));
+        assert_eq!(it.liveness(Now::from_secs(99), 4), Liveness::Live);
+        assert_eq!(it.liveness(Now::from_secs(100), 4), Liveness::Expired);
+        assert_eq!(it.liveness(Now::from_secs(100), 5), Liveness::Flushed);
+        assert_eq!(it.liveness(Now::from_secs(99), 5), Liveness::Flushed);
         assert_eq!(
-            it.liveness(99, 3),
+            it.liveness(Now::from_secs(99), 3),
             Liveness::Flushed,
             "any other generation"
         );
         it.set_cas(0);
-        assert_eq!(it.liveness(99, 4), Liveness::Live, "the CAS plays no part");
+        assert_eq!(
+            it.liveness(Now::from_secs(99), 4),
+            Liveness::Live,
+            "the CAS plays no part"
+        );
     }
 
     #[test]

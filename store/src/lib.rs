@@ -7,21 +7,24 @@
 //! The store never sees protocol types: the server's engine translates requests into calls
 //! on [`Shard`] and results ([`ItemView`], [`StoreError`]) back into replies. A `Shard` is
 //! single-threaded by contract (no locks, no atomics; `Send`, moved to its core once).
-//! Time is always an argument (`now`, unix seconds from the caller's injected clock); the
-//! store never reads a clock.
+//! Time is always an argument (`now`, a [`Now`] from the caller's injected clock: unix time to
+//! the millisecond, or whole unix seconds as a `u64`); the store never reads a clock.
 //!
 //! ```
-//! use store::{Delta, Shard, ShardConfig, StoreError, StoreMode};
+//! use store::{Arith, Delta, Shard, ShardConfig, StoreError, StoreMode, Ttl, Write};
 //!
 //! let now = 1_700_000_000; // unix seconds, from the caller's clock
 //! let mut shard = Shard::new(ShardConfig { memory_limit_bytes: 64 << 20, max_item_size: 1 << 20 });
-//! let cas = shard.store(StoreMode::Set, b"greeting", b"hello", 0, 10, 0, now)?;
+//! let hello = Write { ttl: Ttl::Exptime(10), ..Write::new(StoreMode::Set, b"greeting", b"hello") };
+//! let cas = shard.store(hello, now)?;
 //! assert_eq!(shard.get(b"greeting", now).map(|v| v.value), Some(&b"hello"[..]));
 //! // A stale CAS is refused; the current one is accepted.
-//! assert_eq!(shard.store(StoreMode::Set, b"greeting", b"hi", 0, 0, cas + 1, now), Err(StoreError::Exists));
-//! shard.store(StoreMode::Set, b"greeting", b"hi", 0, 0, cas, now)?;
-//! assert_eq!(shard.incr_decr(b"hits", 1, Delta::Incr, Some((100, 0)), 0, now)?.0, 100);
-//! assert_eq!(shard.incr_decr(b"hits", 1, Delta::Incr, None, 0, now)?.0, 101);
+//! let hi = Write::new(StoreMode::Set, b"greeting", b"hi");
+//! assert_eq!(shard.store(Write { cas: cas + 1, ..hi }, now), Err(StoreError::Exists));
+//! shard.store(Write { cas, ..hi }, now)?;
+//! let hit = Arith::new(b"hits", Delta::Incr, 1);
+//! assert_eq!(shard.incr_decr(Arith { create: Some((100, 0)), ..hit }, now)?.0, 100);
+//! assert_eq!(shard.incr_decr(hit, now)?.0, 101);
 //! // Ten seconds later the first value would have expired; the second never does.
 //! assert!(shard.get(b"greeting", now + 10).is_some());
 //! # Ok::<(), StoreError>(())
@@ -30,9 +33,10 @@
 //! # Memory layout
 //!
 //! The table is a hashbrown [`HashTable`](hashbrown::HashTable) of 32-byte items (two per
-//! cache line): a `Box<[u8]>` holding `[cas: u64][key_len: u8][key][value]`; `u32` expiry,
-//! flags and last-access second; and one `u32` packing the flush generation (27 bits) with a
-//! fetched bit, the meta protocol's stale and recache-token bits and a 2-bit clock counter.
+//! cache line): a `Box<[u8]>` holding `[cas: u64][key_len: u8][key][value]`; `u32` expiry
+//! second, flags and last-access second; and one `u32` packing the flush generation (17 bits)
+//! with the expiry's milliseconds (10 bits), a fetched bit, the meta protocol's stale and
+//! recache-token bits and a 2-bit clock counter.
 //! Key and value are copied once, into that one heap block, when an item is stored; a GET hit
 //! walks control bytes → bucket → block and allocates nothing.
 //!
@@ -86,7 +90,10 @@
 //! # Expiry, flush and CAS
 //!
 //! memcached's rules ([`Expiry`]): 0 never, up to [`REALTIME_MAXDELTA`] relative, above it
-//! absolute, negative or past absolute already expired. Dead items are found lazily (any
+//! absolute, negative or past absolute already expired; or a unix millisecond, as Redis
+//! clients give it ([`Ttl::AtMillis`]), honoured to the millisecond (an item keeps its expiry
+//! as a second and the milliseconds into it, so memcached's whole seconds cost nothing more).
+//! Dead items are found lazily (any
 //! access is a miss and reclaims them), by [`Shard::sweep_expired`] from an idle loop, and
 //! by the clock hand. Every modification takes a new CAS from a per-shard counter, or the
 //! one a client chose ([`NewCas`]). Flushing does not look at CAS values: the shard counts
@@ -106,9 +113,9 @@ mod shard;
 mod stats;
 
 pub use error::StoreError;
-pub use expiry::{Expiry, REALTIME_MAXDELTA};
+pub use expiry::{Expiry, Now, REALTIME_MAXDELTA, Ttl};
 pub use item::{MAX_KEY_LEN, item_size, malloc_chunk};
-pub use shard::{Delta, ItemView, NewCas, Shard, ShardConfig, StoreMode};
+pub use shard::{Arith, Delta, ItemView, NewCas, Shard, ShardConfig, StoreMode, Write};
 pub use stats::ShardStats;
 
 #[cfg(test)]

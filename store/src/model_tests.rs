@@ -264,17 +264,20 @@ impl Model {
         cas
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn store(
-        &mut self,
-        mode: StoreMode,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-        cas: u64,
-        now: u64,
-    ) -> Result<(), StoreError> {
+    /// The model's store; `write.new_cas` is checked by the caller ([`Model::take_cas`]).
+    fn store(&mut self, write: Write<'_>, now: u64) -> Result<(), StoreError> {
+        let Write {
+            mode,
+            key,
+            value,
+            flags,
+            ttl,
+            cas,
+            ..
+        } = write;
+        let Ttl::Exptime(exptime) = ttl else {
+            panic!("the model follows memcached's exptime only");
+        };
         if !key_ok(key) {
             return Err(StoreError::KeyTooLong);
         }
@@ -379,8 +382,25 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 let key = &keys[*key];
                 let cas = model.cas_value(*cas, key, now);
                 let exptime = exp.at(now);
-                let want = model.store(*mode, key, value, *flags, exptime, cas, now);
-                let got = shard.store_with(*mode, key, value, *flags, exptime, cas, *new_cas, now);
+                let want = model.store(
+                    Write {
+                        flags: *flags,
+                        ttl: Ttl::Exptime(exptime),
+                        cas,
+                        ..Write::new(*mode, key, value)
+                    },
+                    now,
+                );
+                let got = shard.store(
+                    Write {
+                        flags: *flags,
+                        ttl: Ttl::Exptime(exptime),
+                        cas,
+                        new_cas: *new_cas,
+                        ..Write::new(*mode, key, value)
+                    },
+                    now,
+                );
                 match (got, want) {
                     (Ok(c), Ok(())) => {
                         let c = model.take_cas(c, *new_cas);
@@ -411,7 +431,12 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                     it.dead_at = resolve(exptime, now).unwrap_or(Some(now));
                     it.last_access = now;
                 }
-                prop_assert_eq!(view(shard.touch(key, exptime, now)), want, "{:?}", op);
+                prop_assert_eq!(
+                    view(shard.touch(key, Ttl::Exptime(exptime), now)),
+                    want,
+                    "{:?}",
+                    op
+                );
             }
             Op::Delete(key, cas) => {
                 let key = &keys[*key];
@@ -441,7 +466,15 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 let key = &keys[*key];
                 let cas = model.cas_value(*cas, key, now);
                 let create = create.map(|(initial, exp)| (initial, exp.at(now)));
-                let got = shard.incr_decr_with(key, *delta, *direction, create, cas, *new_cas, now);
+                let got = shard.incr_decr(
+                    Arith {
+                        create,
+                        cas,
+                        new_cas: *new_cas,
+                        ..Arith::new(key, *direction, *delta)
+                    },
+                    now,
+                );
                 let want: Result<u64, StoreError> = if !key_ok(key) {
                     Err(StoreError::KeyTooLong)
                 } else {
@@ -571,7 +604,7 @@ fn run_evicting(ops: &[(u8, usize, usize)]) -> Result<(), TestCaseError> {
         match kind % 4 {
             0 => {
                 shard
-                    .store(StoreMode::Set, &key, &value, 0, 0, 0, START)
+                    .store(Write::new(StoreMode::Set, &key, &value), START)
                     .map_err(|e| TestCaseError::fail(format!("set: {e}")))?;
                 model.insert(key, value);
             }
@@ -581,7 +614,7 @@ fn run_evicting(ops: &[(u8, usize, usize)]) -> Result<(), TestCaseError> {
                     model.remove(&key);
                 }
             },
-            2 => match shard.store(StoreMode::Append, &key, &value, 0, 0, 0, START) {
+            2 => match shard.store(Write::new(StoreMode::Append, &key, &value), START) {
                 Ok(_) => {
                     let old = model.get_mut(&key);
                     prop_assert!(old.is_some(), "append to an item the model lacks");

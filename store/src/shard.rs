@@ -7,7 +7,7 @@ use hashbrown::hash_table::OccupiedEntry;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::error::StoreError;
-use crate::expiry::Expiry;
+use crate::expiry::{Deadline, Expiry, Now, Ttl};
 use crate::item::{self, GENERATION_MASK, Item, Liveness, MAX_KEY_LEN};
 use crate::stats::ShardStats;
 
@@ -57,6 +57,79 @@ pub enum NewCas {
     Given(u64),
 }
 
+/// One store request (protocol.txt, "Storage commands"): what to write under which key, on
+/// what conditions, for [`Shard::store`].
+///
+/// Start from [`Write::new`] and set what differs:
+/// `Write { flags: 5, ttl: Ttl::Exptime(60), ..Write::new(StoreMode::Set, b"k", b"v") }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Write<'a> {
+    /// How an existing key is treated.
+    pub mode: StoreMode,
+    /// The key (1 to 250 bytes).
+    pub key: &'a [u8],
+    /// The value, or the bytes appended or prepended.
+    pub value: &'a [u8],
+    /// The client's opaque flags (`Append`/`Prepend` keep the item's).
+    pub flags: u32,
+    /// How long the item lives (`Append`/`Prepend` keep the item's expiry).
+    pub ttl: Ttl,
+    /// Non-zero: a compare-and-swap against the live item's CAS.
+    pub cas: u64,
+    /// Where the stored item's CAS comes from.
+    pub new_cas: NewCas,
+}
+
+impl<'a> Write<'a> {
+    /// A plain store in `mode`: flags 0, never expires, no compare, the counter's next CAS.
+    pub const fn new(mode: StoreMode, key: &'a [u8], value: &'a [u8]) -> Write<'a> {
+        Write {
+            mode,
+            key,
+            value,
+            flags: 0,
+            ttl: Ttl::Exptime(0),
+            cas: 0,
+            new_cas: NewCas::Next,
+        }
+    }
+}
+
+/// One `incr`/`decr` request (protocol.txt, "Increment/Decrement"), for [`Shard::incr_decr`].
+///
+/// Start from [`Arith::new`] and set what differs:
+/// `Arith { create: Some((0, 0)), ..Arith::new(b"hits", Delta::Incr, 1) }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arith<'a> {
+    /// The key (1 to 250 bytes).
+    pub key: &'a [u8],
+    /// Add or subtract.
+    pub direction: Delta,
+    /// The amount.
+    pub delta: u64,
+    /// On a missing key: store this initial value with this expiration time (the binary
+    /// protocol's counters); `None` fails with [`StoreError::NotFound`].
+    pub create: Option<(u64, i64)>,
+    /// Non-zero: the live item's CAS must be this.
+    pub cas: u64,
+    /// Where the item's new CAS comes from.
+    pub new_cas: NewCas,
+}
+
+impl<'a> Arith<'a> {
+    /// `direction` by `delta` on `key`: no creation, no compare, the counter's next CAS.
+    pub const fn new(key: &'a [u8], direction: Delta, delta: u64) -> Arith<'a> {
+        Arith {
+            key,
+            direction,
+            delta,
+            create: None,
+            cas: 0,
+            new_cas: NewCas::Next,
+        }
+    }
+}
+
 /// A borrowed view of a live item, valid until the next call on the shard.
 #[derive(Debug, Clone, Copy)]
 pub struct ItemView<'a> {
@@ -66,8 +139,11 @@ pub struct ItemView<'a> {
     pub flags: u32,
     /// The item's CAS unique.
     pub cas: u64,
-    /// When the item expires: 0 = never, else the unix second from which it is dead.
+    /// When the item expires: 0 = never, else the unix second in which it dies (its expiry
+    /// rounded down to the second; [`ItemView::expiry_ms`] has the millisecond).
     pub exptime: u32,
+    /// When the item expires: 0 = never, else the unix millisecond from which it is dead.
+    pub expiry_ms: u64,
     /// The unix second of the item's last store, fetch or touch before this call (clamped to
     /// `u32`); see [`ItemView::idle_secs`].
     pub last_access: u32,
@@ -82,8 +158,10 @@ pub struct ItemView<'a> {
 impl ItemView<'_> {
     /// Seconds since the item's last access as of `now` (0 if the clock went back): the meta
     /// protocol's `l` flag and `me`'s `la`.
-    pub fn idle_secs(&self, now: u64) -> u64 {
-        now.saturating_sub(u64::from(self.last_access))
+    pub fn idle_secs(&self, now: impl Into<Now>) -> u64 {
+        now.into()
+            .secs()
+            .saturating_sub(u64::from(self.last_access))
     }
 }
 
@@ -124,7 +202,7 @@ pub struct Shard {
     /// The last CAS the counter handed out.
     last_cas: u64,
     /// The flush generation: items stored in any other one were flushed. Counts `flush_all`s
-    /// (applied ones) modulo 2^27.
+    /// (applied ones) modulo 2^17.
     generation: u32,
     /// A delayed `flush_all` takes effect at this unix time.
     pending_flush_at: Option<u64>,
@@ -193,7 +271,8 @@ impl Shard {
     ///
     /// Counts `get_hits`, or `get_misses` plus `get_expired`/`get_flushed` for a dead item
     /// (which is reclaimed on the spot).
-    pub fn get(&mut self, key: &[u8], now: u64) -> Option<ItemView<'_>> {
+    pub fn get(&mut self, key: &[u8], now: impl Into<Now>) -> Option<ItemView<'_>> {
+        let now = now.into();
         self.advance(now);
         if check_key(key).is_err() {
             self.stats.get_misses += 1;
@@ -236,14 +315,15 @@ impl Shard {
         }
     }
 
-    /// TOUCH / GAT: gives a live item a new expiry (`exptime` as in [`Shard::store`]) and
+    /// TOUCH / GAT: gives a live item a new expiry (`ttl` as in [`Shard::store`]) and
     /// returns it, marked fetched and accessed as [`Shard::get`] does (the view reports the item
     /// as it was before). The CAS is kept, as memcached does. Counts
     /// `touch_hits`/`touch_misses`.
     ///
-    /// An `exptime` that is already expired still returns the item this once; it is
+    /// A `ttl` that is already expired still returns the item this once; it is
     /// invisible from then on.
-    pub fn touch(&mut self, key: &[u8], exptime: i64, now: u64) -> Option<ItemView<'_>> {
+    pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: impl Into<Now>) -> Option<ItemView<'_>> {
+        let now = now.into();
         self.advance(now);
         if check_key(key).is_err() {
             self.stats.touch_misses += 1;
@@ -263,7 +343,7 @@ impl Shard {
             Ok(entry) => {
                 self.stats.touch_hits += 1;
                 let item = entry.into_mut();
-                item.set_exptime(Expiry::resolve(exptime, now).encode(now));
+                item.set_deadline(deadline_for(ttl, item.deadline(), now));
                 let (fetched, last_access) = (item.fetched(), item.last_access());
                 item.mark_fetched(now);
                 Some(ItemView {
@@ -282,7 +362,8 @@ impl Shard {
     /// Looks a key up without touching it: no fetched mark, no clock bump, no access time, no
     /// counters (a dead item found is still reclaimed). For the meta protocol's `u` flag and
     /// `me`.
-    pub fn peek(&mut self, key: &[u8], now: u64) -> Option<ItemView<'_>> {
+    pub fn peek(&mut self, key: &[u8], now: impl Into<Now>) -> Option<ItemView<'_>> {
+        let now = now.into();
         self.advance(now);
         check_key(key).ok()?;
         let hash = self.hasher.hash_one(key);
@@ -303,7 +384,7 @@ impl Shard {
         key: &[u8],
         cas: u64,
         exptime: Option<i64>,
-        now: u64,
+        now: impl Into<Now>,
     ) -> Result<u64, StoreError> {
         self.invalidate_with(key, cas, exptime, NewCas::Next, now)
     }
@@ -320,8 +401,9 @@ impl Shard {
         cas: u64,
         exptime: Option<i64>,
         new_cas: NewCas,
-        now: u64,
+        now: impl Into<Now>,
     ) -> Result<u64, StoreError> {
+        let now = now.into();
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
@@ -344,7 +426,7 @@ impl Shard {
         item.mark_stale();
         item.set_cas(new_cas);
         if let Some(exptime) = exptime {
-            item.set_exptime(Expiry::resolve(exptime, now).encode(now));
+            item.set_deadline(Expiry::resolve(exptime, now).encode(now));
         }
         Ok(new_cas)
     }
@@ -352,7 +434,8 @@ impl Shard {
     /// Meta protocol: records that a client was handed the recache token of a live item (the
     /// `W` flag), so later readers are told another client has it (`Z`). Returns whether the
     /// item was there.
-    pub fn claim_win(&mut self, key: &[u8], now: u64) -> bool {
+    pub fn claim_win(&mut self, key: &[u8], now: impl Into<Now>) -> bool {
+        let now = now.into();
         self.advance(now);
         if check_key(key).is_err() {
             return false;
@@ -370,14 +453,16 @@ impl Shard {
         }
     }
 
-    /// Stores `value` under `key` per `mode`; returns the item's new CAS.
+    /// Stores `write.value` under `write.key` per `write.mode`; returns the item's new CAS
+    /// (from `write.new_cas`).
     ///
-    /// `exptime` is the raw client value: 0 = never, 1..=30 days relative, above that an
-    /// absolute unix time; negative or an absolute time `<= now` is already expired (the
-    /// store succeeds, removes any old item and keeps nothing). `Append`/`Prepend` ignore
-    /// `flags` and `exptime` and keep the item's.
+    /// `write.ttl` is the client's: memcached's exptime (0 = never, 1..=30 days relative, above
+    /// that an absolute unix time), a unix millisecond, or the live item's expiry kept. One that
+    /// is already expired (a negative exptime, a time `<= now`) stores nothing: the store
+    /// succeeds, removes any old item and keeps nothing. `Append`/`Prepend` ignore `flags` and
+    /// `ttl` and keep the item's.
     ///
-    /// `cas != 0` makes it a compare-and-swap, for every mode: counts `cas_hits`,
+    /// `write.cas != 0` makes it a compare-and-swap, for every mode: counts `cas_hits`,
     /// `cas_misses` or `cas_badval`.
     ///
     /// # Errors
@@ -391,38 +476,17 @@ impl Shard {
     /// - [`StoreError::OutOfMemory`]: the item does not fit in the budget even alone.
     ///
     /// On any error nothing changes, except that a dead item under the key is reclaimed.
-    #[allow(clippy::too_many_arguments)]
-    pub fn store(
-        &mut self,
-        mode: StoreMode,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-        cas: u64,
-        now: u64,
-    ) -> Result<u64, StoreError> {
-        self.store_with(mode, key, value, flags, exptime, cas, NewCas::Next, now)
-    }
-
-    /// [`Shard::store`], with the stored item's CAS taken from `new_cas` (meta protocol
-    /// `ms ... E<token>`); returns that CAS.
-    ///
-    /// # Errors
-    ///
-    /// As [`Shard::store`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn store_with(
-        &mut self,
-        mode: StoreMode,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-        cas: u64,
-        new_cas: NewCas,
-        now: u64,
-    ) -> Result<u64, StoreError> {
+    pub fn store(&mut self, write: Write<'_>, now: impl Into<Now>) -> Result<u64, StoreError> {
+        let now = now.into();
+        let Write {
+            mode,
+            key,
+            value,
+            flags,
+            ttl,
+            cas,
+            new_cas,
+        } = write;
         self.advance(now);
         check_key(key)?;
         let extends = matches!(mode, StoreMode::Append | StoreMode::Prepend);
@@ -438,13 +502,13 @@ impl Shard {
             if mode != StoreMode::Set && mode != StoreMode::Add {
                 return Err(StoreError::NotStored);
             }
-            let expiry = Expiry::resolve(exptime, now);
+            let deadline = deadline_for(ttl, Deadline::NEVER, now);
             let new_cas = self.take_cas(new_cas);
-            if expiry == Expiry::Expired {
+            if deadline.passed(now) {
                 self.stats.total_items += 1;
                 return Ok(new_cas);
             }
-            let item = Item::new(key, [value, b""], flags, expiry.encode(now), new_cas);
+            let item = Item::new(key, [value, b""], flags, deadline, new_cas);
             self.put(hash, None, item, now)?;
             return Ok(new_cas);
         };
@@ -466,10 +530,10 @@ impl Shard {
             } else {
                 [value, old_value]
             };
-            Item::new(key, parts, old.flags(), old.exptime(), 0)
+            Item::new(key, parts, old.flags(), old.deadline(), 0)
         } else {
-            let expiry = Expiry::resolve(exptime, now);
-            if expiry == Expiry::Expired {
+            let deadline = deadline_for(ttl, old.deadline(), now);
+            if deadline.passed(now) {
                 self.remove_at(index, Removal::Client);
                 if cas != 0 {
                     self.stats.cas_hits += 1;
@@ -477,7 +541,7 @@ impl Shard {
                 self.stats.total_items += 1;
                 return Ok(self.take_cas(new_cas));
             }
-            Item::new(key, [value, b""], flags, expiry.encode(now), 0)
+            Item::new(key, [value, b""], flags, deadline, 0)
         };
         let new_cas = self.take_cas(new_cas);
         item.set_cas(new_cas);
@@ -494,7 +558,8 @@ impl Shard {
     ///
     /// [`StoreError::NotFound`] (counts `delete_misses`), [`StoreError::Exists`] on a CAS
     /// mismatch, [`StoreError::KeyTooLong`] for an empty or over-long key.
-    pub fn delete(&mut self, key: &[u8], cas: u64, now: u64) -> Result<(), StoreError> {
+    pub fn delete(&mut self, key: &[u8], cas: u64, now: impl Into<Now>) -> Result<(), StoreError> {
+        let now = now.into();
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
@@ -515,7 +580,8 @@ impl Shard {
         Ok(())
     }
 
-    /// memcached's 64-bit unsigned decimal `incr`/`decr`; returns `(new value, new CAS)`.
+    /// memcached's 64-bit unsigned decimal `incr`/`decr`; returns `(new value, new CAS)`, the
+    /// CAS taken from `arith.new_cas`.
     ///
     /// `incr` wraps at 2^64, `decr` stops at 0. The value is rewritten as plain decimal
     /// (memcached pads a shorter result with spaces; this store does not). Flags and expiry
@@ -532,33 +598,18 @@ impl Shard {
     ///   as for [`Shard::store`].
     pub fn incr_decr(
         &mut self,
-        key: &[u8],
-        delta: u64,
-        direction: Delta,
-        create: Option<(u64, i64)>,
-        cas: u64,
-        now: u64,
+        arith: Arith<'_>,
+        now: impl Into<Now>,
     ) -> Result<(u64, u64), StoreError> {
-        self.incr_decr_with(key, delta, direction, create, cas, NewCas::Next, now)
-    }
-
-    /// [`Shard::incr_decr`], with the item's new CAS taken from `new_cas` (meta protocol
-    /// `ma ... E<token>`); returns `(new value, that CAS)`.
-    ///
-    /// # Errors
-    ///
-    /// As [`Shard::incr_decr`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn incr_decr_with(
-        &mut self,
-        key: &[u8],
-        delta: u64,
-        direction: Delta,
-        create: Option<(u64, i64)>,
-        cas: u64,
-        new_cas: NewCas,
-        now: u64,
-    ) -> Result<(u64, u64), StoreError> {
+        let now = now.into();
+        let Arith {
+            key,
+            delta,
+            direction,
+            create,
+            cas,
+            new_cas,
+        } = arith;
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
@@ -607,7 +658,7 @@ impl Shard {
             return Ok((next, new_cas));
         }
         self.check_size(key.len(), text.len())?;
-        let mut item = Item::new(key, [text, b""], old.flags(), old.exptime(), 0);
+        let mut item = Item::new(key, [text, b""], old.flags(), old.deadline(), 0);
         let new_cas = self.take_cas(new_cas);
         item.set_cas(new_cas);
         self.put(hash, Some(index), item, now)?;
@@ -622,12 +673,13 @@ impl Shard {
     /// Takes O(1): the shard moves to its next flush generation, which makes every item
     /// stored in an earlier one dead (whatever its CAS, client-chosen ones included); they are
     /// reclaimed lazily (on access, by the sweep, by the clock hand). Generations count
-    /// modulo 2^27: the flush that wraps the count reclaims every item at once (all are dead
-    /// then), so no item can outlive a flush and return 2^27 flushes later.
-    pub fn flush_all(&mut self, delay: i64, now: u64) {
+    /// modulo 2^17: the flush that wraps the count reclaims every item at once (all are dead
+    /// then), so no item can outlive a flush and return 2^17 flushes later.
+    pub fn flush_all(&mut self, delay: i64, now: impl Into<Now>) {
+        let now = now.into();
         self.advance(now);
         match Expiry::resolve(delay, now) {
-            Expiry::At(at) if at > now => self.pending_flush_at = Some(at),
+            Expiry::At(at) if at > now.millis() => self.pending_flush_at = Some(at),
             _ => self.apply_flush(),
         }
     }
@@ -637,7 +689,8 @@ impl Shard {
     /// Examines at most `max_items` items, continuing where the previous call stopped,
     /// and walks at most one revolution of the table per call. Returns how many it
     /// reclaimed.
-    pub fn sweep_expired(&mut self, max_items: usize, now: u64) -> usize {
+    pub fn sweep_expired(&mut self, max_items: usize, now: impl Into<Now>) -> usize {
+        let now = now.into();
         self.advance(now);
         let buckets = self.table.num_buckets();
         if self.table.is_empty() || buckets == 0 {
@@ -691,7 +744,7 @@ impl Shard {
     }
 
     /// Jumps the flush generation forward, as `generation - current` immediate flushes
-    /// that reclaimed nothing would (tests only: 2^27 real flushes take too long).
+    /// that reclaimed nothing would (tests only: 2^17 real flushes take too long).
     #[cfg(test)]
     pub(crate) fn skip_to_generation(&mut self, generation: u32) {
         assert!(self.generation < generation && generation <= GENERATION_MASK);
@@ -715,9 +768,9 @@ impl Shard {
     /// Applies a delayed flush whose time has come. Called first by every operation, so
     /// items stored by this call (at `now >= at`) survive it.
     #[inline]
-    fn advance(&mut self, now: u64) {
+    fn advance(&mut self, now: Now) {
         if let Some(at) = self.pending_flush_at
-            && now >= at
+            && now.millis() >= at
         {
             self.apply_flush();
         }
@@ -725,7 +778,7 @@ impl Shard {
 
     /// Flushes now: moves to the next flush generation. On a wrap of the count, items of
     /// the generation now reused may still wait to be reclaimed; every item is dead at this
-    /// point, so all are reclaimed at once (O(n), once per 2^27 flushes).
+    /// point, so all are reclaimed at once (O(n), once per 2^17 flushes).
     fn apply_flush(&mut self) {
         self.pending_flush_at = None;
         self.generation = (self.generation + 1) & GENERATION_MASK;
@@ -772,7 +825,7 @@ impl Shard {
 
     /// Finds the live item under `key` and returns its bucket index; a dead item found is
     /// reclaimed.
-    fn lookup(&mut self, hash: u64, key: &[u8], now: u64) -> Result<usize, Miss> {
+    fn lookup(&mut self, hash: u64, key: &[u8], now: Now) -> Result<usize, Miss> {
         let found = find_live(
             &mut self.table,
             &mut self.stats,
@@ -803,7 +856,7 @@ impl Shard {
         hash: u64,
         existing: Option<usize>,
         mut item: Item,
-        now: u64,
+        now: Now,
     ) -> Result<(), StoreError> {
         item.stamp(self.generation, now);
         let size = item.size();
@@ -840,7 +893,7 @@ impl Shard {
 
     /// Evicts until an item of `size` bytes fits in the budget next to the current table,
     /// and (while the table cannot grow) until a slot is free under `item_cap`.
-    fn make_room(&mut self, size: usize, now: u64) -> Result<(), StoreError> {
+    fn make_room(&mut self, size: usize, now: Now) -> Result<(), StoreError> {
         let limit = self.config.memory_limit_bytes as u64;
         while self.stats.bytes + self.table_bytes as u64 + size as u64 > limit
             || self.table.len() >= self.item_cap
@@ -861,7 +914,7 @@ impl Shard {
     /// 3. else the table keeps its size: evict down to 7/8 of its capacity, cap live items
     ///    there until the next growth, and rebuild it without tombstones (O(n), at most once
     ///    per capacity/8 inserts; the old and new tables coexist for the duration).
-    fn reserve_slot(&mut self, size: usize, now: u64) -> Result<(), StoreError> {
+    fn reserve_slot(&mut self, size: usize, now: Now) -> Result<(), StoreError> {
         if self.table.len() < self.table.capacity() {
             return Ok(());
         }
@@ -920,7 +973,7 @@ impl Shard {
     /// Advances the clock hand to the next victim and removes it: a dead (expired or
     /// flushed) item is reclaimed, an item with a non-zero counter is aged and passed over,
     /// one at zero is evicted. Returns false only if the table is empty.
-    fn evict_one(&mut self, now: u64) -> bool {
+    fn evict_one(&mut self, now: Now) -> bool {
         let buckets = self.table.num_buckets();
         if self.table.is_empty() || buckets == 0 {
             return false;
@@ -986,7 +1039,7 @@ fn find_live<'t>(
     generation: u32,
     hash: u64,
     key: &[u8],
-    now: u64,
+    now: Now,
 ) -> Result<OccupiedEntry<'t, Item>, Miss> {
     let Ok(entry) = table.find_entry(hash, |it| it.key() == key) else {
         return Err(Miss::Absent);
@@ -1019,6 +1072,16 @@ const fn full_capacity(buckets: usize) -> usize {
     }
 }
 
+/// The deadline `ttl` gives an item whose current deadline is `kept` ([`Deadline::NEVER`] for
+/// a new one); an expired one has passed at `now`.
+fn deadline_for(ttl: Ttl, kept: Deadline, now: Now) -> Deadline {
+    match ttl {
+        Ttl::Exptime(exptime) => Expiry::resolve(exptime, now).encode(now),
+        Ttl::AtMillis(at) => Expiry::at_millis(at, now).encode(now),
+        Ttl::Keep => kept,
+    }
+}
+
 #[inline]
 fn check_key(key: &[u8]) -> Result<(), StoreError> {
     if key.is_empty() || key.len() > MAX_KEY_LEN {
@@ -1035,6 +1098,7 @@ fn view(item: &Item) -> ItemView<'_> {
         flags: item.flags(),
         cas: item.cas(),
         exptime: item.exptime(),
+        expiry_ms: item.deadline().millis(),
         last_access: item.last_access(),
         fetched: item.fetched(),
         stale: item.stale(),

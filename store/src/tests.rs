@@ -1,5 +1,6 @@
 //! Behaviour of [`Shard`](crate::Shard) through its public API, with an injected `now`.
 
+use crate::item::GENERATION_MASK;
 use crate::*;
 
 const NOW: u64 = 1_700_000_000;
@@ -19,7 +20,13 @@ fn shard_with(memory_limit_bytes: usize, max_item_size: usize) -> Shard {
 #[track_caller]
 fn set(s: &mut Shard, key: &[u8], value: &[u8], exptime: i64, now: u64) -> u64 {
     let cas = s
-        .store(StoreMode::Set, key, value, 0, exptime, 0, now)
+        .store(
+            Write {
+                ttl: Ttl::Exptime(exptime),
+                ..Write::new(StoreMode::Set, key, value)
+            },
+            now,
+        )
         .unwrap();
     s.check_invariants();
     cas
@@ -60,7 +67,15 @@ fn new_shard_is_empty() {
 #[test]
 fn set_then_get() {
     let mut s = shard();
-    let cas = s.store(StoreMode::Set, b"k", b"v", 5, 0, 0, NOW).unwrap();
+    let cas = s
+        .store(
+            Write {
+                flags: 5,
+                ..Write::new(StoreMode::Set, b"k", b"v")
+            },
+            NOW,
+        )
+        .unwrap();
     assert_ne!(cas, 0);
     assert_eq!(get(&mut s, b"k", NOW), Some((b"v".to_vec(), 5, cas)));
     assert_eq!(s.len(), 1);
@@ -83,10 +98,23 @@ fn get_miss_counts() {
 fn set_overwrites_value_flags_and_expiry() {
     let mut s = shard();
     let c1 = s
-        .store(StoreMode::Set, b"k", b"one", 1, 10, 0, NOW)
+        .store(
+            Write {
+                flags: 1,
+                ttl: Ttl::Exptime(10),
+                ..Write::new(StoreMode::Set, b"k", b"one")
+            },
+            NOW,
+        )
         .unwrap();
     let c2 = s
-        .store(StoreMode::Set, b"k", b"two!", 2, 0, 0, NOW)
+        .store(
+            Write {
+                flags: 2,
+                ..Write::new(StoreMode::Set, b"k", b"two!")
+            },
+            NOW,
+        )
         .unwrap();
     assert!(c2 > c1);
     assert_eq!(
@@ -130,17 +158,23 @@ fn key_length_limits() {
             StoreMode::Prepend,
         ] {
             assert_eq!(
-                s.store(mode, bad, b"v", 0, 0, 0, NOW),
+                s.store(Write::new(mode, bad, b"v"), NOW),
                 Err(StoreError::KeyTooLong)
             );
         }
         assert_eq!(s.delete(bad, 0, NOW), Err(StoreError::KeyTooLong));
         assert_eq!(
-            s.incr_decr(bad, 1, Delta::Incr, Some((0, 0)), 0, NOW),
+            s.incr_decr(
+                Arith {
+                    create: Some((0, 0)),
+                    ..Arith::new(bad, Delta::Incr, 1)
+                },
+                NOW
+            ),
             Err(StoreError::KeyTooLong)
         );
         assert!(s.get(bad, NOW).is_none());
-        assert!(s.touch(bad, 0, NOW).is_none());
+        assert!(s.touch(bad, Ttl::Exptime(0), NOW).is_none());
     }
     assert_eq!(s.stats().get_misses, 2);
     assert_eq!(s.stats().touch_misses, 2);
@@ -153,9 +187,11 @@ fn key_length_limits() {
 #[test]
 fn add_only_when_missing() {
     let mut s = shard();
-    let c = s.store(StoreMode::Add, b"k", b"a", 0, 0, 0, NOW).unwrap();
+    let c = s
+        .store(Write::new(StoreMode::Add, b"k", b"a"), NOW)
+        .unwrap();
     assert_eq!(
-        s.store(StoreMode::Add, b"k", b"b", 0, 0, 0, NOW),
+        s.store(Write::new(StoreMode::Add, b"k", b"b"), NOW),
         Err(StoreError::NotStored)
     );
     assert_eq!(get(&mut s, b"k", NOW), Some((b"a".to_vec(), 0, c)));
@@ -166,7 +202,7 @@ fn add_over_an_expired_item_stores() {
     let mut s = shard();
     set(&mut s, b"k", b"old", 1, NOW);
     let c = s
-        .store(StoreMode::Add, b"k", b"new", 0, 0, 0, NOW + 1)
+        .store(Write::new(StoreMode::Add, b"k", b"new"), NOW + 1)
         .unwrap();
     assert_eq!(get(&mut s, b"k", NOW + 1), Some((b"new".to_vec(), 0, c)));
     assert_eq!(s.stats().reclaimed, 1);
@@ -176,13 +212,19 @@ fn add_over_an_expired_item_stores() {
 fn replace_only_when_live() {
     let mut s = shard();
     assert_eq!(
-        s.store(StoreMode::Replace, b"k", b"x", 0, 0, 0, NOW),
+        s.store(Write::new(StoreMode::Replace, b"k", b"x"), NOW),
         Err(StoreError::NotStored)
     );
     assert!(s.is_empty());
     set(&mut s, b"k", b"a", 0, NOW);
     let c = s
-        .store(StoreMode::Replace, b"k", b"b", 9, 0, 0, NOW)
+        .store(
+            Write {
+                flags: 9,
+                ..Write::new(StoreMode::Replace, b"k", b"b")
+            },
+            NOW,
+        )
         .unwrap();
     assert_eq!(get(&mut s, b"k", NOW), Some((b"b".to_vec(), 9, c)));
 }
@@ -191,13 +233,33 @@ fn replace_only_when_live() {
 fn append_prepend_keep_flags_and_expiry() {
     let mut s = shard();
     let c0 = s
-        .store(StoreMode::Set, b"k", b"mid", 42, 100, 0, NOW)
+        .store(
+            Write {
+                flags: 42,
+                ttl: Ttl::Exptime(100),
+                ..Write::new(StoreMode::Set, b"k", b"mid")
+            },
+            NOW,
+        )
         .unwrap();
     let c1 = s
-        .store(StoreMode::Append, b"k", b"-end", 7, 0, 0, NOW)
+        .store(
+            Write {
+                flags: 7,
+                ..Write::new(StoreMode::Append, b"k", b"-end")
+            },
+            NOW,
+        )
         .unwrap();
     let c2 = s
-        .store(StoreMode::Prepend, b"k", b"start-", 8, 5000, 0, NOW)
+        .store(
+            Write {
+                flags: 8,
+                ttl: Ttl::Exptime(5000),
+                ..Write::new(StoreMode::Prepend, b"k", b"start-")
+            },
+            NOW,
+        )
         .unwrap();
     assert!(c0 < c1 && c1 < c2);
     assert_eq!(
@@ -214,13 +276,13 @@ fn append_prepend_need_a_live_item() {
     let mut s = shard();
     for mode in [StoreMode::Append, StoreMode::Prepend] {
         assert_eq!(
-            s.store(mode, b"k", b"x", 0, 0, 0, NOW),
+            s.store(Write::new(mode, b"k", b"x"), NOW),
             Err(StoreError::NotStored)
         );
     }
     set(&mut s, b"k", b"v", 1, NOW);
     assert_eq!(
-        s.store(StoreMode::Append, b"k", b"x", 0, 0, 0, NOW + 1),
+        s.store(Write::new(StoreMode::Append, b"k", b"x"), NOW + 1),
         Err(StoreError::NotStored)
     );
     assert!(s.is_empty());
@@ -230,14 +292,28 @@ fn append_prepend_need_a_live_item() {
 fn store_with_expired_exptime_removes_the_old_item() {
     let mut s = shard();
     set(&mut s, b"k", b"v", 0, NOW);
-    let c = s.store(StoreMode::Set, b"k", b"w", 0, -1, 0, NOW).unwrap();
+    let c = s
+        .store(
+            Write {
+                ttl: Ttl::Exptime(-1),
+                ..Write::new(StoreMode::Set, b"k", b"w")
+            },
+            NOW,
+        )
+        .unwrap();
     assert!(c > 0);
     assert_eq!(get(&mut s, b"k", NOW), None);
     assert!(s.is_empty());
     assert_eq!(s.stats().bytes, 0);
     // Add with an expired time succeeds too and keeps nothing.
-    s.store(StoreMode::Add, b"k", b"w", 0, NOW as i64, 0, NOW)
-        .unwrap();
+    s.store(
+        Write {
+            ttl: Ttl::Exptime(NOW as i64),
+            ..Write::new(StoreMode::Add, b"k", b"w")
+        },
+        NOW,
+    )
+    .unwrap();
     assert!(s.is_empty());
 }
 
@@ -285,15 +361,36 @@ fn cas_flow() {
     // Someone else writes in between.
     let c2 = set(&mut s, b"k", b"other", 0, NOW);
     assert_eq!(
-        s.store(StoreMode::Set, b"k", b"v2", 0, 0, seen, NOW),
+        s.store(
+            Write {
+                cas: seen,
+                ..Write::new(StoreMode::Set, b"k", b"v2")
+            },
+            NOW
+        ),
         Err(StoreError::Exists)
     );
     assert_eq!(value(&mut s, b"k", NOW), Some(b"other".to_vec()));
-    let c3 = s.store(StoreMode::Set, b"k", b"v2", 3, 0, c2, NOW).unwrap();
+    let c3 = s
+        .store(
+            Write {
+                flags: 3,
+                cas: c2,
+                ..Write::new(StoreMode::Set, b"k", b"v2")
+            },
+            NOW,
+        )
+        .unwrap();
     assert!(c3 > c2);
     assert_eq!(get(&mut s, b"k", NOW), Some((b"v2".to_vec(), 3, c3)));
     assert_eq!(
-        s.store(StoreMode::Set, b"missing", b"x", 0, 0, c3, NOW),
+        s.store(
+            Write {
+                cas: c3,
+                ..Write::new(StoreMode::Set, b"missing", b"x")
+            },
+            NOW
+        ),
         Err(StoreError::NotFound)
     );
     let st = s.stats();
@@ -305,7 +402,13 @@ fn cas_on_expired_item_is_not_found() {
     let mut s = shard();
     let c = set(&mut s, b"k", b"v", 5, NOW);
     assert_eq!(
-        s.store(StoreMode::Set, b"k", b"w", 0, 0, c, NOW + 5),
+        s.store(
+            Write {
+                cas: c,
+                ..Write::new(StoreMode::Set, b"k", b"w")
+            },
+            NOW + 5
+        ),
         Err(StoreError::NotFound)
     );
     assert_eq!(s.stats().cas_misses, 1);
@@ -317,24 +420,48 @@ fn cas_applies_to_every_mode() {
     let c = set(&mut s, b"k", b"v", 0, NOW);
     for mode in [StoreMode::Replace, StoreMode::Append, StoreMode::Prepend] {
         assert_eq!(
-            s.store(mode, b"k", b"x", 0, 0, c + 100, NOW),
+            s.store(
+                Write {
+                    cas: c + 100,
+                    ..Write::new(mode, b"k", b"x")
+                },
+                NOW
+            ),
             Err(StoreError::Exists),
             "{mode:?}"
         );
         assert_eq!(
-            s.store(mode, b"nope", b"x", 0, 0, c, NOW),
+            s.store(
+                Write {
+                    cas: c,
+                    ..Write::new(mode, b"nope", b"x")
+                },
+                NOW
+            ),
             Err(StoreError::NotFound),
             "{mode:?}"
         );
     }
     // Add on a live key is NotStored whatever the CAS.
     assert_eq!(
-        s.store(StoreMode::Add, b"k", b"x", 0, 0, c, NOW),
+        s.store(
+            Write {
+                cas: c,
+                ..Write::new(StoreMode::Add, b"k", b"x")
+            },
+            NOW
+        ),
         Err(StoreError::NotStored)
     );
     assert_eq!(value(&mut s, b"k", NOW), Some(b"v".to_vec()));
     let c2 = s
-        .store(StoreMode::Append, b"k", b"+", 0, 0, c, NOW)
+        .store(
+            Write {
+                cas: c,
+                ..Write::new(StoreMode::Append, b"k", b"+")
+            },
+            NOW,
+        )
         .unwrap();
     assert_eq!(get(&mut s, b"k", NOW), Some((b"v+".to_vec(), 0, c2)));
 }
@@ -351,34 +478,58 @@ fn every_modification_gets_a_new_increasing_cas() {
     check(set(&mut s, b"b", b"1", 0, NOW));
     check(set(&mut s, b"a", b"2", 0, NOW));
     check(
-        s.store(StoreMode::Append, b"a", b"0", 0, 0, 0, NOW)
+        s.store(Write::new(StoreMode::Append, b"a", b"0"), NOW)
             .unwrap(),
     );
     check(
-        s.store(StoreMode::Prepend, b"a", b"0", 0, 0, 0, NOW)
+        s.store(Write::new(StoreMode::Prepend, b"a", b"0"), NOW)
             .unwrap(),
     );
     check(
-        s.store(StoreMode::Replace, b"a", b"9", 0, 0, 0, NOW)
+        s.store(Write::new(StoreMode::Replace, b"a", b"9"), NOW)
             .unwrap(),
     );
-    check(s.incr_decr(b"a", 1, Delta::Incr, None, 0, NOW).unwrap().1);
-    check(s.incr_decr(b"a", 5, Delta::Incr, None, 0, NOW).unwrap().1);
     check(
-        s.incr_decr(b"z", 1, Delta::Incr, Some((3, 0)), 0, NOW)
+        s.incr_decr(Arith::new(b"a", Delta::Incr, 1), NOW)
             .unwrap()
             .1,
     );
-    check(s.incr_decr(b"a", 0, Delta::Decr, None, 0, NOW).unwrap().1);
     check(
-        s.store(StoreMode::Set, b"gone", b"1", 0, -1, 0, NOW)
-            .unwrap(),
+        s.incr_decr(Arith::new(b"a", Delta::Incr, 5), NOW)
+            .unwrap()
+            .1,
+    );
+    check(
+        s.incr_decr(
+            Arith {
+                create: Some((3, 0)),
+                ..Arith::new(b"z", Delta::Incr, 1)
+            },
+            NOW,
+        )
+        .unwrap()
+        .1,
+    );
+    check(
+        s.incr_decr(Arith::new(b"a", Delta::Decr, 0), NOW)
+            .unwrap()
+            .1,
+    );
+    check(
+        s.store(
+            Write {
+                ttl: Ttl::Exptime(-1),
+                ..Write::new(StoreMode::Set, b"gone", b"1")
+            },
+            NOW,
+        )
+        .unwrap(),
     );
     // A touch changes only the expiry and keeps the CAS, as memcached does.
     let (_, _, ca) = get(&mut s, b"a", NOW).unwrap();
-    assert_eq!(s.touch(b"a", 100, NOW).unwrap().cas, ca);
+    assert_eq!(s.touch(b"a", Ttl::Exptime(100), NOW).unwrap().cas, ca);
     // A failed store does not change the item's CAS.
-    let _ = s.store(StoreMode::Add, b"a", b"x", 0, 0, 0, NOW);
+    let _ = s.store(Write::new(StoreMode::Add, b"a", b"x"), NOW);
     assert_eq!(get(&mut s, b"a", NOW).unwrap().2, ca);
 }
 
@@ -418,7 +569,13 @@ fn exptime_thirty_days_plus_one_is_absolute() {
     let mut s = shard();
     // 2592001 as a unix time is in January 1970: already past.
     let c = s
-        .store(StoreMode::Set, b"k", b"v", 0, REALTIME_MAXDELTA + 1, 0, NOW)
+        .store(
+            Write {
+                ttl: Ttl::Exptime(REALTIME_MAXDELTA + 1),
+                ..Write::new(StoreMode::Set, b"k", b"v")
+            },
+            NOW,
+        )
         .unwrap();
     assert!(c > 0);
     assert_eq!(get(&mut s, b"k", NOW), None);
@@ -465,7 +622,7 @@ fn expired_unfetched_counts_items_never_read() {
 fn touch_moves_expiry_later() {
     let mut s = shard();
     let c = set(&mut s, b"k", b"v", 10, NOW);
-    let t = s.touch(b"k", 100, NOW + 5).unwrap();
+    let t = s.touch(b"k", Ttl::Exptime(100), NOW + 5).unwrap();
     assert_eq!((t.value, t.cas), (&b"v"[..], c), "touch keeps the CAS");
     assert!(get(&mut s, b"k", NOW + 104).is_some());
     assert_eq!(get(&mut s, b"k", NOW + 105), None);
@@ -475,12 +632,12 @@ fn touch_moves_expiry_later() {
 fn touch_moves_expiry_earlier_and_to_never() {
     let mut s = shard();
     set(&mut s, b"k", b"v", 0, NOW);
-    assert!(s.touch(b"k", 2, NOW).is_some());
+    assert!(s.touch(b"k", Ttl::Exptime(2), NOW).is_some());
     assert!(get(&mut s, b"k", NOW + 1).is_some());
     assert_eq!(get(&mut s, b"k", NOW + 2), None);
 
     set(&mut s, b"k", b"v", 2, NOW);
-    assert!(s.touch(b"k", 0, NOW).is_some());
+    assert!(s.touch(b"k", Ttl::Exptime(0), NOW).is_some());
     assert!(get(&mut s, b"k", NOW + 10 * DAY as u64).is_some());
 }
 
@@ -489,7 +646,8 @@ fn touch_with_expired_time_returns_once_then_hides() {
     let mut s = shard();
     set(&mut s, b"k", b"v", 0, NOW);
     assert_eq!(
-        s.touch(b"k", -1, NOW).map(|v| v.value.to_vec()),
+        s.touch(b"k", Ttl::Exptime(-1), NOW)
+            .map(|v| v.value.to_vec()),
         Some(b"v".to_vec())
     );
     assert_eq!(get(&mut s, b"k", NOW), None);
@@ -499,12 +657,15 @@ fn touch_with_expired_time_returns_once_then_hides() {
 #[test]
 fn touch_misses() {
     let mut s = shard();
-    assert!(s.touch(b"k", 10, NOW).is_none());
+    assert!(s.touch(b"k", Ttl::Exptime(10), NOW).is_none());
     set(&mut s, b"k", b"v", 1, NOW);
-    assert!(s.touch(b"k", 10, NOW + 1).is_none(), "expired is a miss");
+    assert!(
+        s.touch(b"k", Ttl::Exptime(10), NOW + 1).is_none(),
+        "expired is a miss"
+    );
     assert_eq!((s.stats().touch_hits, s.stats().touch_misses), (0, 2));
     set(&mut s, b"k", b"v", 0, NOW);
-    assert!(s.touch(b"k", 10, NOW).is_some());
+    assert!(s.touch(b"k", Ttl::Exptime(10), NOW).is_some());
     assert_eq!(s.stats().touch_hits, 1);
 }
 
@@ -514,17 +675,26 @@ fn touch_misses() {
 fn incr_and_decr() {
     let mut s = shard();
     let c0 = s
-        .store(StoreMode::Set, b"n", b"10", 77, 100, 0, NOW)
+        .store(
+            Write {
+                flags: 77,
+                ttl: Ttl::Exptime(100),
+                ..Write::new(StoreMode::Set, b"n", b"10")
+            },
+            NOW,
+        )
         .unwrap();
-    let (v, c1) = s.incr_decr(b"n", 5, Delta::Incr, None, 0, NOW).unwrap();
+    let (v, c1) = s.incr_decr(Arith::new(b"n", Delta::Incr, 5), NOW).unwrap();
     assert_eq!(v, 15);
     assert!(c1 > c0);
     assert_eq!(get(&mut s, b"n", NOW), Some((b"15".to_vec(), 77, c1)));
-    let (v, c2) = s.incr_decr(b"n", 6, Delta::Decr, None, 0, NOW).unwrap();
+    let (v, c2) = s.incr_decr(Arith::new(b"n", Delta::Decr, 6), NOW).unwrap();
     assert_eq!(v, 9);
     // No memcached-style space padding: the value is exactly the digits.
     assert_eq!(get(&mut s, b"n", NOW), Some((b"9".to_vec(), 77, c2)));
-    let (v, _) = s.incr_decr(b"n", 991, Delta::Incr, None, 0, NOW).unwrap();
+    let (v, _) = s
+        .incr_decr(Arith::new(b"n", Delta::Incr, 991), NOW)
+        .unwrap();
     assert_eq!(v, 1000);
     assert_eq!(value(&mut s, b"n", NOW), Some(b"1000".to_vec()));
     // Expiry is kept.
@@ -538,17 +708,21 @@ fn incr_wraps_at_2_pow_64() {
     let mut s = shard();
     set(&mut s, b"n", b"18446744073709551615", 0, NOW);
     assert_eq!(
-        s.incr_decr(b"n", 1, Delta::Incr, None, 0, NOW).unwrap().0,
+        s.incr_decr(Arith::new(b"n", Delta::Incr, 1), NOW)
+            .unwrap()
+            .0,
         0
     );
     assert_eq!(value(&mut s, b"n", NOW), Some(b"0".to_vec()));
     set(&mut s, b"n", b"18446744073709551610", 0, NOW);
     assert_eq!(
-        s.incr_decr(b"n", 10, Delta::Incr, None, 0, NOW).unwrap().0,
+        s.incr_decr(Arith::new(b"n", Delta::Incr, 10), NOW)
+            .unwrap()
+            .0,
         4
     );
     assert_eq!(
-        s.incr_decr(b"n", u64::MAX, Delta::Incr, None, 0, NOW)
+        s.incr_decr(Arith::new(b"n", Delta::Incr, u64::MAX), NOW)
             .unwrap()
             .0,
         3
@@ -560,11 +734,13 @@ fn decr_stops_at_zero() {
     let mut s = shard();
     set(&mut s, b"n", b"5", 0, NOW);
     assert_eq!(
-        s.incr_decr(b"n", 6, Delta::Decr, None, 0, NOW).unwrap().0,
+        s.incr_decr(Arith::new(b"n", Delta::Decr, 6), NOW)
+            .unwrap()
+            .0,
         0
     );
     assert_eq!(
-        s.incr_decr(b"n", u64::MAX, Delta::Decr, None, 0, NOW)
+        s.incr_decr(Arith::new(b"n", Delta::Decr, u64::MAX), NOW)
             .unwrap()
             .0,
         0
@@ -577,12 +753,16 @@ fn incr_twenty_digits_max() {
     let mut s = shard();
     set(&mut s, b"n", b"00000000000000000001", 0, NOW);
     assert_eq!(
-        s.incr_decr(b"n", 1, Delta::Incr, None, 0, NOW).unwrap().0,
+        s.incr_decr(Arith::new(b"n", Delta::Incr, 1), NOW)
+            .unwrap()
+            .0,
         2
     );
     set(&mut s, b"n", b"18446744073709551614", 0, NOW);
     assert_eq!(
-        s.incr_decr(b"n", 1, Delta::Incr, None, 0, NOW).unwrap().0,
+        s.incr_decr(Arith::new(b"n", Delta::Incr, 1), NOW)
+            .unwrap()
+            .0,
         u64::MAX
     );
     assert_eq!(
@@ -593,7 +773,9 @@ fn incr_twenty_digits_max() {
     // as non-numeric; memcached's strtoull reads it.
     set(&mut s, b"n", b"010000000000000000000", 0, NOW);
     assert_eq!(
-        s.incr_decr(b"n", 0, Delta::Decr, None, 0, NOW).unwrap().0,
+        s.incr_decr(Arith::new(b"n", Delta::Decr, 0), NOW)
+            .unwrap()
+            .0,
         10_000_000_000_000_000_000
     );
 }
@@ -616,7 +798,13 @@ fn incr_non_numeric() {
         set(&mut s, b"n", bad, 0, NOW);
         for d in [Delta::Incr, Delta::Decr] {
             assert_eq!(
-                s.incr_decr(b"n", 1, d, Some((7, 0)), 0, NOW),
+                s.incr_decr(
+                    Arith {
+                        create: Some((7, 0)),
+                        ..Arith::new(b"n", d, 1)
+                    },
+                    NOW
+                ),
                 Err(StoreError::NonNumeric),
                 "{:?}",
                 String::from_utf8_lossy(bad)
@@ -631,11 +819,11 @@ fn incr_non_numeric() {
 fn incr_missing_key() {
     let mut s = shard();
     assert_eq!(
-        s.incr_decr(b"n", 1, Delta::Incr, None, 0, NOW),
+        s.incr_decr(Arith::new(b"n", Delta::Incr, 1), NOW),
         Err(StoreError::NotFound)
     );
     assert_eq!(
-        s.incr_decr(b"n", 1, Delta::Decr, None, 0, NOW),
+        s.incr_decr(Arith::new(b"n", Delta::Decr, 1), NOW),
         Err(StoreError::NotFound)
     );
     assert_eq!((s.stats().incr_misses, s.stats().decr_misses), (1, 1));
@@ -646,13 +834,25 @@ fn incr_missing_key() {
 fn incr_create_with_initial() {
     let mut s = shard();
     let (v, c) = s
-        .incr_decr(b"n", 5, Delta::Incr, Some((42, 100)), 0, NOW)
+        .incr_decr(
+            Arith {
+                create: Some((42, 100)),
+                ..Arith::new(b"n", Delta::Incr, 5)
+            },
+            NOW,
+        )
         .unwrap();
     assert_eq!(v, 42, "the initial value is stored as is, not incremented");
     assert_eq!(get(&mut s, b"n", NOW), Some((b"42".to_vec(), 0, c)));
     assert_eq!(get(&mut s, b"n", NOW + 100), None, "with the given expiry");
     let (v, _) = s
-        .incr_decr(b"d", 5, Delta::Decr, Some((u64::MAX, 0)), 0, NOW)
+        .incr_decr(
+            Arith {
+                create: Some((u64::MAX, 0)),
+                ..Arith::new(b"d", Delta::Decr, 5)
+            },
+            NOW,
+        )
         .unwrap();
     assert_eq!(v, u64::MAX);
     assert_eq!(
@@ -660,7 +860,13 @@ fn incr_create_with_initial() {
         Some(b"18446744073709551615".to_vec())
     );
     let (v, _) = s
-        .incr_decr(b"d", 5, Delta::Decr, Some((0, 0)), 0, NOW)
+        .incr_decr(
+            Arith {
+                create: Some((0, 0)),
+                ..Arith::new(b"d", Delta::Decr, 5)
+            },
+            NOW,
+        )
         .unwrap();
     assert_eq!(
         v,
@@ -676,17 +882,45 @@ fn incr_with_cas() {
     let mut s = shard();
     let c = set(&mut s, b"n", b"1", 0, NOW);
     assert_eq!(
-        s.incr_decr(b"n", 1, Delta::Incr, None, c + 1, NOW),
+        s.incr_decr(
+            Arith {
+                cas: c + 1,
+                ..Arith::new(b"n", Delta::Incr, 1)
+            },
+            NOW
+        ),
         Err(StoreError::Exists)
     );
-    let (v, c2) = s.incr_decr(b"n", 1, Delta::Incr, None, c, NOW).unwrap();
+    let (v, c2) = s
+        .incr_decr(
+            Arith {
+                cas: c,
+                ..Arith::new(b"n", Delta::Incr, 1)
+            },
+            NOW,
+        )
+        .unwrap();
     assert_eq!(v, 2);
     assert_eq!(
-        s.incr_decr(b"n", 1, Delta::Incr, None, c, NOW),
+        s.incr_decr(
+            Arith {
+                cas: c,
+                ..Arith::new(b"n", Delta::Incr, 1)
+            },
+            NOW
+        ),
         Err(StoreError::Exists)
     );
     assert_eq!(
-        s.incr_decr(b"n", 1, Delta::Incr, None, c2, NOW).unwrap().0,
+        s.incr_decr(
+            Arith {
+                cas: c2,
+                ..Arith::new(b"n", Delta::Incr, 1)
+            },
+            NOW
+        )
+        .unwrap()
+        .0,
         3
     );
 }
@@ -706,10 +940,10 @@ fn flush_all_now() {
     assert!(get(&mut s, b"c", NOW).is_some());
     // Add over a flushed key works; replace does not.
     assert_eq!(
-        s.store(StoreMode::Replace, b"b", b"x", 0, 0, 0, NOW),
+        s.store(Write::new(StoreMode::Replace, b"b", b"x"), NOW),
         Err(StoreError::NotStored)
     );
-    assert!(s.store(StoreMode::Add, b"b", b"x", 0, 0, 0, NOW).is_ok());
+    assert!(s.store(Write::new(StoreMode::Add, b"b", b"x"), NOW).is_ok());
     assert_eq!(s.stats().reclaimed, 2);
     s.check_invariants();
 }
@@ -832,21 +1066,21 @@ fn too_large_stores_nothing_and_keeps_the_old_value() {
     let fits = (0..max).rev().find(|&v| item_size(1, v) <= max).unwrap();
     set(&mut s, b"k", &vec![b'a'; fits], 0, NOW);
     assert_eq!(
-        s.store(StoreMode::Set, b"k", &vec![b'b'; fits + 1], 0, 0, 0, NOW),
+        s.store(Write::new(StoreMode::Set, b"k", &vec![b'b'; fits + 1]), NOW),
         Err(StoreError::TooLarge)
     );
     assert_eq!(value(&mut s, b"k", NOW), Some(vec![b'a'; fits]));
     assert_eq!(
-        s.store(StoreMode::Append, b"k", b"x", 0, 0, 0, NOW),
+        s.store(Write::new(StoreMode::Append, b"k", b"x"), NOW),
         Err(StoreError::TooLarge)
     );
     assert_eq!(
-        s.store(StoreMode::Prepend, b"k", b"x", 0, 0, 0, NOW),
+        s.store(Write::new(StoreMode::Prepend, b"k", b"x"), NOW),
         Err(StoreError::TooLarge)
     );
     assert_eq!(value(&mut s, b"k", NOW), Some(vec![b'a'; fits]));
     assert_eq!(
-        s.store(StoreMode::Add, b"new", &vec![b'b'; max], 0, 0, 0, NOW),
+        s.store(Write::new(StoreMode::Add, b"new", &vec![b'b'; max]), NOW),
         Err(StoreError::TooLarge)
     );
     assert_eq!(get(&mut s, b"new", NOW), None);
@@ -858,7 +1092,7 @@ fn too_large_stores_nothing_and_keeps_the_old_value() {
 fn too_large_wins_over_mode_errors() {
     let mut s = shard_with(1 << 20, 100);
     assert_eq!(
-        s.store(StoreMode::Replace, b"k", &[0; 200], 0, 0, 0, NOW),
+        s.store(Write::new(StoreMode::Replace, b"k", &[0; 200]), NOW),
         Err(StoreError::TooLarge)
     );
 }
@@ -871,11 +1105,11 @@ fn item_bigger_than_the_budget_is_out_of_memory_and_evicts_nothing() {
     }
     let before = s.stats().clone();
     assert_eq!(
-        s.store(StoreMode::Set, b"big", &[0; 64 * 1024], 0, 0, 0, NOW),
+        s.store(Write::new(StoreMode::Set, b"big", &[0; 64 * 1024]), NOW),
         Err(StoreError::OutOfMemory)
     );
     assert_eq!(
-        s.store(StoreMode::Set, b"k0", &[0; 64 * 1024], 0, 0, 0, NOW),
+        s.store(Write::new(StoreMode::Set, b"k0", &[0; 64 * 1024]), NOW),
         Err(StoreError::OutOfMemory)
     );
     assert_eq!(s.stats(), &before);
@@ -887,11 +1121,17 @@ fn item_bigger_than_the_budget_is_out_of_memory_and_evicts_nothing() {
 fn zero_budget_stores_nothing() {
     let mut s = shard_with(0, 1 << 20);
     assert_eq!(
-        s.store(StoreMode::Set, b"k", b"v", 0, 0, 0, NOW),
+        s.store(Write::new(StoreMode::Set, b"k", b"v"), NOW),
         Err(StoreError::OutOfMemory)
     );
     assert_eq!(
-        s.incr_decr(b"k", 1, Delta::Incr, Some((1, 0)), 0, NOW),
+        s.incr_decr(
+            Arith {
+                create: Some((1, 0)),
+                ..Arith::new(b"k", Delta::Incr, 1)
+            },
+            NOW
+        ),
         Err(StoreError::OutOfMemory)
     );
     assert!(s.is_empty());
@@ -909,7 +1149,7 @@ fn writing_twice_the_budget_stays_within_it() {
     let writes = 2 * BUDGET / 1024;
     for i in 0..writes {
         let key = format!("key:{i:08}");
-        s.store(StoreMode::Set, key.as_bytes(), &value, 0, 0, 0, NOW)
+        s.store(Write::new(StoreMode::Set, key.as_bytes(), &value), NOW)
             .unwrap();
         assert!(s.stats().heap_bytes <= BUDGET as u64);
         assert!(s.stats().bytes <= BUDGET as u64);
@@ -1014,7 +1254,7 @@ fn overwrite_under_a_full_budget() {
     s.check_invariants();
     // Appending past the budget evicts others, never the item being grown.
     for _ in 0..10 {
-        s.store(StoreMode::Append, b"k1", &[b'a'; 5000], 0, 0, 0, NOW)
+        s.store(Write::new(StoreMode::Append, b"k1", &[b'a'; 5000]), NOW)
             .unwrap();
         s.check_invariants();
         assert!(get(&mut s, b"k1", NOW).is_some());
@@ -1027,7 +1267,7 @@ fn table_growth_is_charged_exactly() {
     let mut last_buckets = 0;
     let mut growths = 0;
     for i in 0..100_000u32 {
-        s.store(StoreMode::Set, &i.to_le_bytes(), b"v", 0, 0, 0, NOW)
+        s.store(Write::new(StoreMode::Set, &i.to_le_bytes(), b"v"), NOW)
             .unwrap();
         if s.num_buckets() != last_buckets {
             // check_invariants compares the charged table bytes to the allocation.
@@ -1047,7 +1287,7 @@ fn small_items_when_the_table_cannot_grow() {
     for budget in [40_000usize, 100_000, 300_000, 1 << 20] {
         let mut s = shard_with(budget, 1 << 20);
         for i in 0..60_000u32 {
-            s.store(StoreMode::Set, &i.to_le_bytes(), b"v", 0, 0, 0, NOW)
+            s.store(Write::new(StoreMode::Set, &i.to_le_bytes(), b"v"), NOW)
                 .unwrap();
             if i % 1999 == 0 {
                 s.check_invariants();
@@ -1076,16 +1316,11 @@ fn churn_with_deletes_keeps_accounting() {
                 let _ = s.delete(&key, 0, NOW);
             }
             1 => {
-                let _ = s.store(StoreMode::Append, &key, b"++", 0, 0, 0, NOW);
+                let _ = s.store(Write::new(StoreMode::Append, &key, b"++"), NOW);
             }
             _ => {
                 s.store(
-                    StoreMode::Set,
-                    &key,
-                    &vec![b'v'; (i % 200) as usize],
-                    0,
-                    0,
-                    0,
+                    Write::new(StoreMode::Set, &key, &vec![b'v'; (i % 200) as usize]),
                     NOW,
                 )
                 .unwrap();
@@ -1110,10 +1345,10 @@ fn views_report_expiry_and_whether_fetched_before() {
     assert!(!first.fetched, "not fetched before this get");
     assert!(s.get(b"k", NOW).unwrap().fetched);
     assert_eq!(s.get(b"forever", NOW).unwrap().exptime, 0);
-    let touched = s.touch(b"forever", 30, NOW).unwrap();
+    let touched = s.touch(b"forever", Ttl::Exptime(30), NOW).unwrap();
     assert_eq!(touched.exptime, (NOW + 30) as u32);
     assert!(touched.fetched, "the get before counts");
-    let fresh = s.touch(b"k", 0, NOW).unwrap();
+    let fresh = s.touch(b"k", Ttl::Exptime(0), NOW).unwrap();
     assert_eq!(fresh.exptime, 0);
     assert!(!fresh.stale && !fresh.win_sent);
 }
@@ -1179,7 +1414,7 @@ fn flags_survive_an_in_place_incr() {
     s.claim_win(b"n", NOW);
     s.invalidate(b"n", 0, None, NOW).unwrap();
     s.claim_win(b"n", NOW);
-    s.incr_decr(b"n", 5, Delta::Incr, None, 0, NOW).unwrap();
+    s.incr_decr(Arith::new(b"n", Delta::Incr, 5), NOW).unwrap();
     let item = s.peek(b"n", NOW).unwrap();
     assert_eq!(item.value, b"15");
     assert!(item.stale && item.win_sent);
@@ -1190,14 +1425,11 @@ fn flags_survive_an_in_place_incr() {
 #[track_caller]
 fn set_cas(s: &mut Shard, key: &[u8], value: &[u8], new_cas: u64, now: u64) -> u64 {
     let cas = s
-        .store_with(
-            StoreMode::Set,
-            key,
-            value,
-            0,
-            0,
-            0,
-            NewCas::Given(new_cas),
+        .store(
+            Write {
+                new_cas: NewCas::Given(new_cas),
+                ..Write::new(StoreMode::Set, key, value)
+            },
             now,
         )
         .unwrap();
@@ -1221,19 +1453,38 @@ fn a_given_cas_is_stored_as_is_and_leaves_the_counter_alone() {
     // Every mode, and the already-expired store, answer the given CAS.
     for mode in [StoreMode::Replace, StoreMode::Append, StoreMode::Prepend] {
         assert_eq!(
-            s.store_with(mode, b"c", b"x", 0, 0, 0, NewCas::Given(42), NOW),
+            s.store(
+                Write {
+                    new_cas: NewCas::Given(42),
+                    ..Write::new(mode, b"c", b"x")
+                },
+                NOW
+            ),
             Ok(42)
         );
         assert_eq!(s.peek(b"c", NOW).unwrap().cas, 42);
     }
     assert_eq!(
-        s.store_with(StoreMode::Set, b"c", b"x", 0, -1, 0, NewCas::Given(43), NOW),
+        s.store(
+            Write {
+                ttl: Ttl::Exptime(-1),
+                new_cas: NewCas::Given(43),
+                ..Write::new(StoreMode::Set, b"c", b"x")
+            },
+            NOW
+        ),
         Ok(43)
     );
     assert!(s.peek(b"c", NOW).is_none());
     // Errors take nothing.
     assert_eq!(
-        s.store_with(StoreMode::Add, b"a", b"x", 0, 0, 0, NewCas::Given(44), NOW),
+        s.store(
+            Write {
+                new_cas: NewCas::Given(44),
+                ..Write::new(StoreMode::Add, b"a", b"x")
+            },
+            NOW
+        ),
         Err(StoreError::NotStored)
     );
     assert_eq!(s.peek(b"a", NOW).unwrap().cas, first);
@@ -1247,12 +1498,24 @@ fn compare_and_swap_against_a_given_cas() {
     // A mismatch in either direction is refused; the match is accepted.
     for wrong in [776, 778, 1, u64::MAX] {
         assert_eq!(
-            s.store(StoreMode::Set, b"k", b"x", 0, 0, wrong, NOW),
+            s.store(
+                Write {
+                    cas: wrong,
+                    ..Write::new(StoreMode::Set, b"k", b"x")
+                },
+                NOW
+            ),
             Err(StoreError::Exists)
         );
         assert_eq!(s.delete(b"k", wrong, NOW), Err(StoreError::Exists));
         assert_eq!(
-            s.incr_decr(b"k", 1, Delta::Incr, None, wrong, NOW),
+            s.incr_decr(
+                Arith {
+                    cas: wrong,
+                    ..Arith::new(b"k", Delta::Incr, 1)
+                },
+                NOW
+            ),
             Err(StoreError::Exists)
         );
         assert_eq!(
@@ -1261,14 +1524,12 @@ fn compare_and_swap_against_a_given_cas() {
         );
     }
     assert_eq!(
-        s.store_with(
-            StoreMode::Set,
-            b"k",
-            b"10",
-            0,
-            0,
-            777,
-            NewCas::Given(5),
+        s.store(
+            Write {
+                cas: 777,
+                new_cas: NewCas::Given(5),
+                ..Write::new(StoreMode::Set, b"k", b"10")
+            },
             NOW
         ),
         Ok(5),
@@ -1278,34 +1539,45 @@ fn compare_and_swap_against_a_given_cas() {
     assert_eq!(s.stats().cas_badval, 4);
     // incr/decr in place and reallocating, and its create path.
     assert_eq!(
-        s.incr_decr_with(b"k", 1, Delta::Incr, None, 5, NewCas::Given(9), NOW),
+        s.incr_decr(
+            Arith {
+                cas: 5,
+                new_cas: NewCas::Given(9),
+                ..Arith::new(b"k", Delta::Incr, 1)
+            },
+            NOW
+        ),
         Ok((11, 9))
     );
     assert_eq!(
-        s.incr_decr_with(
-            b"k",
-            100,
-            Delta::Incr,
-            None,
-            9,
-            NewCas::Given(u64::MAX),
+        s.incr_decr(
+            Arith {
+                cas: 9,
+                new_cas: NewCas::Given(u64::MAX),
+                ..Arith::new(b"k", Delta::Incr, 100)
+            },
             NOW
         ),
         Ok((111, u64::MAX))
     );
     assert_eq!(
-        s.incr_decr_with(b"k", 1, Delta::Decr, None, u64::MAX, NewCas::Next, NOW),
+        s.incr_decr(
+            Arith {
+                cas: u64::MAX,
+                ..Arith::new(b"k", Delta::Decr, 1)
+            },
+            NOW
+        ),
         Ok((110, 1)),
         "the counter had handed out nothing yet"
     );
     assert_eq!(
-        s.incr_decr_with(
-            b"n",
-            1,
-            Delta::Incr,
-            Some((7, 0)),
-            0,
-            NewCas::Given(70),
+        s.incr_decr(
+            Arith {
+                create: Some((7, 0)),
+                new_cas: NewCas::Given(70),
+                ..Arith::new(b"n", Delta::Incr, 1)
+            },
             NOW
         ),
         Ok((7, 70))
@@ -1315,7 +1587,7 @@ fn compare_and_swap_against_a_given_cas() {
     // A CAS of 0 can be given, but then never compared against (0 means "no compare").
     set_cas(&mut s, b"z", b"v", 0, NOW);
     assert_eq!(s.peek(b"z", NOW).unwrap().cas, 0);
-    assert!(s.store(StoreMode::Set, b"z", b"w", 0, 0, 0, NOW).is_ok());
+    assert!(s.store(Write::new(StoreMode::Set, b"z", b"w"), NOW).is_ok());
     s.check_invariants();
 }
 
@@ -1365,7 +1637,16 @@ fn flush_all_now_ignores_client_cas_values() {
     assert_eq!(get(&mut s, b"low", NOW), Some((b"2".to_vec(), 0, 1)));
     assert!(get(&mut s, b"plain", NOW).is_some());
     // A CAS compare with the given CAS still works after the flush.
-    assert!(s.store(StoreMode::Set, b"low", b"3", 0, 0, 1, NOW).is_ok());
+    assert!(
+        s.store(
+            Write {
+                cas: 1,
+                ..Write::new(StoreMode::Set, b"low", b"3")
+            },
+            NOW
+        )
+        .is_ok()
+    );
     s.check_invariants();
 }
 
@@ -1379,27 +1660,24 @@ fn flush_all_delayed_ignores_client_cas_values() {
     assert!(get(&mut s, b"early", NOW + 9).is_some());
     assert!(get(&mut s, b"mid", NOW + 9).is_some());
     // In-place changes before the due time do not save an item either.
-    s.incr_decr_with(
-        b"n",
-        1,
-        Delta::Incr,
-        Some((1, 0)),
-        0,
-        NewCas::Given(3),
+    s.incr_decr(
+        Arith {
+            create: Some((1, 0)),
+            new_cas: NewCas::Given(3),
+            ..Arith::new(b"n", Delta::Incr, 1)
+        },
         NOW + 6,
     )
     .unwrap();
-    s.incr_decr_with(
-        b"n",
-        1,
-        Delta::Incr,
-        None,
-        0,
-        NewCas::Given(1 << 63),
+    s.incr_decr(
+        Arith {
+            new_cas: NewCas::Given(1 << 63),
+            ..Arith::new(b"n", Delta::Incr, 1)
+        },
         NOW + 7,
     )
     .unwrap();
-    s.touch(b"mid", 0, NOW + 8).unwrap();
+    s.touch(b"mid", Ttl::Exptime(0), NOW + 8).unwrap();
     set_cas(&mut s, b"late", b"3", 0, NOW + 10);
     for key in [&b"early"[..], b"mid", b"mid-plain", b"n"] {
         assert_eq!(get(&mut s, key, NOW + 10), None, "{key:?}");
@@ -1415,8 +1693,8 @@ fn flush_generations_wrap_without_resurrecting_anything() {
     set(&mut s, b"old", b"1", 0, NOW);
     s.flush_all(0, NOW);
     // `old` is dead but unclaimed, stamped with generation 0. Skip ahead to the last
-    // generation before the count wraps back to 0 (as 2^27 - 2 flushes would).
-    s.skip_to_generation((1 << 27) - 1);
+    // generation before the count wraps back to 0 (as 2^17 - 2 flushes would).
+    s.skip_to_generation(GENERATION_MASK);
     set_cas(&mut s, b"recent", b"2", 5, NOW);
     assert!(get(&mut s, b"recent", NOW).is_some());
     assert_eq!(s.stats().reclaimed, 0);
@@ -1438,7 +1716,7 @@ fn flush_generations_wrap_without_resurrecting_anything() {
 #[test]
 fn delayed_flush_can_wrap_the_generation_too() {
     let mut s = shard();
-    s.skip_to_generation((1 << 27) - 1);
+    s.skip_to_generation(GENERATION_MASK);
     set(&mut s, b"a", b"1", 0, NOW);
     s.flush_all(5, NOW);
     assert!(get(&mut s, b"a", NOW + 4).is_some());
@@ -1469,16 +1747,17 @@ fn last_access_follows_stores_fetches_and_touches() {
     let seen = s.get(b"k", NOW + 5).unwrap();
     assert_eq!((seen.last_access, seen.idle_secs(NOW + 5)), (t(0), 5));
     assert_eq!(access(&mut s, b"k", NOW + 5), (t(5), 0));
-    let seen = s.touch(b"k", 100, NOW + 7).unwrap();
+    let seen = s.touch(b"k", Ttl::Exptime(100), NOW + 7).unwrap();
     assert_eq!(seen.last_access, t(5));
     assert_eq!(access(&mut s, b"k", NOW + 8), (t(7), 1));
     // Modifications count as an access: in-place incr, reallocating incr, append, set.
-    s.incr_decr(b"k", 1, Delta::Incr, None, 0, NOW + 9).unwrap();
+    s.incr_decr(Arith::new(b"k", Delta::Incr, 1), NOW + 9)
+        .unwrap();
     assert_eq!(access(&mut s, b"k", NOW + 9).0, t(9));
-    s.incr_decr(b"k", 100, Delta::Incr, None, 0, NOW + 10)
+    s.incr_decr(Arith::new(b"k", Delta::Incr, 100), NOW + 10)
         .unwrap();
     assert_eq!(access(&mut s, b"k", NOW + 10).0, t(10));
-    s.store(StoreMode::Append, b"k", b"0", 0, 0, 0, NOW + 11)
+    s.store(Write::new(StoreMode::Append, b"k", b"0"), NOW + 11)
         .unwrap();
     assert_eq!(access(&mut s, b"k", NOW + 11).0, t(11));
     // Metadata changes do not: invalidate, claim_win, a failed add.
@@ -1486,7 +1765,7 @@ fn last_access_follows_stores_fetches_and_touches() {
         .unwrap();
     s.claim_win(b"k", NOW + 13);
     assert_eq!(
-        s.store(StoreMode::Add, b"k", b"x", 0, 0, 0, NOW + 14),
+        s.store(Write::new(StoreMode::Add, b"k", b"x"), NOW + 14),
         Err(StoreError::NotStored)
     );
     assert_eq!(access(&mut s, b"k", NOW + 14), (t(11), 3));
@@ -1504,11 +1783,140 @@ fn last_access_follows_stores_fetches_and_touches() {
 #[test]
 fn last_access_of_created_and_touched_counters() {
     let mut s = shard();
-    s.incr_decr(b"n", 1, Delta::Incr, Some((5, 0)), 0, NOW + 2)
-        .unwrap();
+    s.incr_decr(
+        Arith {
+            create: Some((5, 0)),
+            ..Arith::new(b"n", Delta::Incr, 1)
+        },
+        NOW + 2,
+    )
+    .unwrap();
     assert_eq!(access(&mut s, b"n", NOW + 2).0, (NOW + 2) as u32);
     // A touch that expires the item still reports it once, with the access before.
-    let seen = s.touch(b"n", -1, NOW + 4).unwrap();
+    let seen = s.touch(b"n", Ttl::Exptime(-1), NOW + 4).unwrap();
     assert_eq!(seen.idle_secs(NOW + 4), 2);
     assert!(s.peek(b"n", NOW + 4).is_none());
+}
+
+// ---- milliseconds (Redis expiry) ----
+
+const NOW_MS: u64 = NOW * 1000;
+
+#[track_caller]
+fn set_at_ms(s: &mut Shard, key: &[u8], value: &[u8], ttl: Ttl, now: Now) -> u64 {
+    let cas = s
+        .store(
+            Write {
+                ttl,
+                ..Write::new(StoreMode::Set, key, value)
+            },
+            now,
+        )
+        .unwrap();
+    s.check_invariants();
+    cas
+}
+
+#[test]
+fn millisecond_expiry_is_honoured_to_the_millisecond() {
+    let mut s = shard();
+    let start = Now::from_millis(NOW_MS + 250);
+    let at = start.millis() + 100;
+    set_at_ms(&mut s, b"k", b"v", Ttl::AtMillis(at), start);
+    let view = s.get(b"k", Now::from_millis(at - 1)).unwrap();
+    assert_eq!(view.expiry_ms, at);
+    assert_eq!(
+        u64::from(view.exptime),
+        at / 1000,
+        "the second, rounded down"
+    );
+    assert!(s.get(b"k", Now::from_millis(at)).is_none());
+    assert_eq!(s.stats().get_expired, 1);
+    assert!(s.is_empty(), "reclaimed on access");
+    s.check_invariants();
+}
+
+#[test]
+fn a_millisecond_not_after_now_stores_nothing_and_removes_the_old_item() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS + 10);
+    set(&mut s, b"k", b"old", 0, NOW);
+    set_at_ms(&mut s, b"k", b"new", Ttl::AtMillis(now.millis()), now);
+    assert!(s.get(b"k", now).is_none());
+    assert!(s.is_empty());
+    set_at_ms(&mut s, b"k", b"new", Ttl::AtMillis(0), now);
+    assert!(s.is_empty());
+}
+
+#[test]
+fn keep_keeps_a_live_items_expiry_and_gives_a_new_one_none() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS);
+    let at = NOW_MS + 5_432;
+    set_at_ms(&mut s, b"k", b"v", Ttl::AtMillis(at), now);
+    set_at_ms(&mut s, b"k", b"w", Ttl::Keep, now);
+    let view = s.get(b"k", now).unwrap();
+    assert_eq!((view.value, view.expiry_ms), (&b"w"[..], at));
+    assert!(s.get(b"k", Now::from_millis(at)).is_none());
+    set_at_ms(&mut s, b"fresh", b"v", Ttl::Keep, now);
+    assert_eq!(s.get(b"fresh", now).unwrap().expiry_ms, 0, "never");
+    // A touch with Keep changes nothing but the access.
+    set_at_ms(&mut s, b"t", b"v", Ttl::AtMillis(at), now);
+    assert_eq!(s.touch(b"t", Ttl::Keep, now).unwrap().expiry_ms, at);
+    assert_eq!(s.peek(b"t", now).unwrap().expiry_ms, at);
+}
+
+#[test]
+fn touch_sets_and_clears_millisecond_expiry() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS + 999);
+    set(&mut s, b"k", b"v", 0, NOW);
+    let at = now.millis() + 1;
+    s.touch(b"k", Ttl::AtMillis(at), now).unwrap();
+    assert_eq!(s.peek(b"k", now).unwrap().expiry_ms, at);
+    s.touch(b"k", Ttl::Exptime(0), now).unwrap();
+    assert_eq!(s.peek(b"k", now).unwrap().expiry_ms, 0);
+    assert!(s.get(b"k", Now::from_millis(at + 100_000)).is_some());
+    s.touch(b"k", Ttl::AtMillis(at), now).unwrap();
+    assert!(s.get(b"k", Now::from_millis(at)).is_none());
+    s.check_invariants();
+}
+
+#[test]
+fn memcached_seconds_stay_whole_seconds_with_a_millisecond_clock() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS + 900);
+    set_at_ms(&mut s, b"k", b"v", Ttl::Exptime(1), now);
+    assert_eq!(s.peek(b"k", now).unwrap().expiry_ms, (NOW + 1) * 1000);
+    assert!(s.get(b"k", Now::from_millis(NOW_MS + 1999)).is_none());
+    set_at_ms(&mut s, b"k", b"v", Ttl::Exptime(1), now);
+    assert!(s.get(b"k", Now::from_millis(NOW_MS + 999)).is_some());
+    assert!(s.get(b"k", Now::from_secs(NOW + 1)).is_none());
+}
+
+#[test]
+fn delayed_flush_with_a_millisecond_clock_comes_at_its_second() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS + 500);
+    set(&mut s, b"a", b"1", 0, NOW);
+    s.flush_all(2, now);
+    assert!(s.get(b"a", Now::from_millis(NOW_MS + 1999)).is_some());
+    assert!(s.get(b"a", Now::from_secs(NOW + 2)).is_none());
+}
+
+#[test]
+fn expiry_milliseconds_and_the_flush_generation_stay_apart() {
+    let mut s = shard();
+    let now = Now::from_millis(NOW_MS);
+    let at = NOW_MS + 10_999;
+    s.skip_to_generation(GENERATION_MASK);
+    set_at_ms(&mut s, b"k", b"v", Ttl::AtMillis(at), now);
+    assert_eq!(s.peek(b"k", now).unwrap().expiry_ms, at);
+    // The wrap of the count reclaims it; a new item after it keeps its milliseconds.
+    s.flush_all(0, now);
+    assert!(s.is_empty());
+    set_at_ms(&mut s, b"k", b"v", Ttl::AtMillis(at), now);
+    assert_eq!(s.peek(b"k", now).unwrap().expiry_ms, at);
+    assert!(s.get(b"k", Now::from_millis(at - 1)).is_some());
+    s.check_invariants();
 }

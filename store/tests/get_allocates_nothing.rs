@@ -6,7 +6,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use store::{Shard, ShardConfig, StoreMode};
+use store::{Arith, Shard, ShardConfig, StoreMode, Write};
 
 struct Counting;
 
@@ -55,7 +55,7 @@ fn get_hit_allocates_nothing_and_store_allocates_once() {
         .collect();
     // Warm up: the table has grown to hold every key.
     for k in &keys {
-        s.store(StoreMode::Set, k, &[b'v'; 32], 0, 0, 0, NOW)
+        s.store(Write::new(StoreMode::Set, k, &[b'v'; 32]), NOW)
             .unwrap();
     }
 
@@ -69,14 +69,15 @@ fn get_hit_allocates_nothing_and_store_allocates_once() {
 
     // An overwrite with room to spare: one block for key + value, nothing else.
     let before = allocations();
-    s.store(StoreMode::Set, &keys[0], &[b'w'; 32], 0, 0, 0, NOW)
+    s.store(Write::new(StoreMode::Set, &keys[0], &[b'w'; 32]), NOW)
         .unwrap();
     assert_eq!(allocations() - before, 1);
 
     // incr on a same-length number rewrites in place.
-    s.store(StoreMode::Set, b"n", b"10", 0, 0, 0, NOW).unwrap();
+    s.store(Write::new(StoreMode::Set, b"n", b"10"), NOW)
+        .unwrap();
     let before = allocations();
-    s.incr_decr(b"n", 5, store::Delta::Incr, None, 0, NOW)
+    s.incr_decr(Arith::new(b"n", store::Delta::Incr, 5), NOW)
         .unwrap();
     assert_eq!(allocations() - before, 0);
 }

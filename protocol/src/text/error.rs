@@ -104,9 +104,10 @@ impl ErrorReply {
 /// Why a connection is closed instead of answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Close {
-    /// No newline within [`MAX_LINE_LEN`](super::MAX_LINE_LEN) bytes (or, for a `get`/`gets`
-    /// line, within [`MAX_MULTIGET_LINE_LEN`](super::MAX_MULTIGET_LINE_LEN)): the peer is not
-    /// speaking this protocol. Answered [`ErrorReply::LineTooLong`], then closed.
+    /// More than [`MAX_LINE_LEN`](super::MAX_LINE_LEN) bytes before the newline, or without
+    /// one yet (for a `get`/`gets` line, more than
+    /// [`MAX_MULTIGET_LINE_LEN`](super::MAX_MULTIGET_LINE_LEN)): the peer is not speaking this
+    /// protocol. Answered [`ErrorReply::LineTooLong`], then closed.
     LineTooLong,
     /// An unknown command whose last token starts with `HTTP/`: a web client. Closed without a
     /// reply, as memcached does.

@@ -27,13 +27,18 @@ impl<'a> Line<'a> {
     ///
     /// - [`ParseError::Incomplete`] when there is no newline yet;
     /// - [`ParseError::Close`] with [`Close::LineTooLong`] when more than [`MAX_LINE_LEN`] bytes
-    ///   hold no newline, unless the line is a `get`/`gets` (then up to
-    ///   [`MAX_MULTIGET_LINE_LEN`]), as memcached's `try_read_command_ascii` decides.
+    ///   come before the newline (or hold none yet), unless the line is a `get`/`gets` (then up
+    ///   to [`MAX_MULTIGET_LINE_LEN`]), as memcached's `try_read_command_ascii` decides. The
+    ///   limit holds whether the newline has arrived or not, so a line is refused however its
+    ///   bytes are split on the way in.
     pub fn parse(buf: &'a [u8], scanned: usize) -> Result<Line<'a>, ParseError> {
         let from = scanned.min(buf.len());
         match buf[from..].iter().position(|&b| b == b'\n') {
             Some(at) => {
                 let end = from + at;
+                if end > line_limit(buf, end) {
+                    return Err(ParseError::Close(Close::LineTooLong));
+                }
                 // memcached strips the `\r` only from a line of two bytes or more.
                 let text = if end > 1 && buf[end - 1] == b'\r' {
                     &buf[..end - 1]
@@ -43,13 +48,7 @@ impl<'a> Line<'a> {
                 Ok(Line { text, len: end + 1 })
             }
             None => {
-                let limit = if buf.len() <= MAX_LINE_LEN {
-                    MAX_LINE_LEN
-                } else if is_multiget(buf) {
-                    MAX_MULTIGET_LINE_LEN
-                } else {
-                    return Err(ParseError::Close(Close::LineTooLong));
-                };
+                let limit = line_limit(buf, buf.len());
                 if buf.len() > limit {
                     return Err(ParseError::Close(Close::LineTooLong));
                 }
@@ -67,8 +66,19 @@ impl<'a> Line<'a> {
     }
 }
 
-/// Whether a newline-less line may be a long multi-key read: `get ` or `gets ` after at most
-/// 100 leading spaces.
+/// The most bytes a line starting `buf` may hold before its newline, given that `len` of them
+/// have no newline: [`MAX_LINE_LEN`] while that is enough, then [`MAX_MULTIGET_LINE_LEN`] for a
+/// multi-key read.
+fn line_limit(buf: &[u8], len: usize) -> usize {
+    if len <= MAX_LINE_LEN || !is_multiget(buf) {
+        MAX_LINE_LEN
+    } else {
+        MAX_MULTIGET_LINE_LEN
+    }
+}
+
+/// Whether a line may be a long multi-key read: `get ` or `gets ` after at most 100 leading
+/// spaces.
 fn is_multiget(buf: &[u8]) -> bool {
     let spaces = buf.iter().take_while(|&&b| b == b' ').count();
     let rest = &buf[spaces..];

@@ -23,7 +23,9 @@
 //! - numbers must fit their field (flags in 32 bits, exptime and lengths in a signed 32-bit);
 //!   memcached truncates larger ones;
 //! - a line that outgrows the limit is answered `CLIENT_ERROR line too long` before the
-//!   connection closes; memcached closes without a word.
+//!   connection closes; memcached closes without a word;
+//! - the limit holds for every line, however its bytes arrive; memcached checks it only while
+//!   the newline is missing, so there a long line read in one piece is served.
 
 mod error;
 mod line;
@@ -47,7 +49,7 @@ pub use response::Response;
 /// whitespace, and can be up to 250 characters in size").
 pub const MAX_KEY_LEN: usize = 250;
 
-/// A connection that sends this many bytes without a newline is closed (memcached's
+/// A connection that sends a line longer than this, newline excluded, is closed (memcached's
 /// `try_read_command_ascii` limit), unless the line is a `get`/`gets`.
 pub const MAX_LINE_LEN: usize = 2048;
 

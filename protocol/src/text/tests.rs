@@ -545,9 +545,10 @@ fn line_limit() {
         Request::parse(&longer, 0),
         Err(ParseError::Close(Close::LineTooLong))
     );
-    // A complete line of any length up to the limit is parsed (and refused as a command).
-    let mut line = vec![b'x'; MAX_LINE_LEN + 10];
-    line.extend_from_slice(b"\r\n");
+    // A complete line up to the limit is parsed (and refused as a command); one byte more and
+    // it closes, as it would have before its newline arrived.
+    let mut line = vec![b'x'; MAX_LINE_LEN];
+    line.extend_from_slice(b"\n");
     assert!(matches!(
         Request::parse(&line, 0),
         Err(ParseError::Invalid {
@@ -555,6 +556,11 @@ fn line_limit() {
             ..
         })
     ));
+    line.insert(0, b'x');
+    assert_eq!(
+        Request::parse(&line, 0),
+        Err(ParseError::Close(Close::LineTooLong))
+    );
     // A set line is no exception.
     let mut set = b"set ".to_vec();
     set.resize(MAX_LINE_LEN + 1, b'k');
@@ -562,6 +568,40 @@ fn line_limit() {
         Request::parse(&set, 0),
         Err(ParseError::Close(Close::LineTooLong))
     );
+}
+
+/// Found by the `text` fuzz target: the line limit was checked only while the newline had not
+/// arrived, so a 2,311-byte `set` line was parsed when it came in one piece and closed the
+/// connection when it came in two (and the engine's replies depended on how a client's bytes
+/// were split). The limit now holds for complete lines too.
+#[test]
+fn line_limit_does_not_depend_on_how_the_line_arrives() {
+    for (prefix, limit) in [
+        (&b"set "[..], MAX_LINE_LEN),
+        (b"mg ", MAX_LINE_LEN),
+        (b"gat 0 ", MAX_LINE_LEN),
+        (b"get ", MAX_MULTIGET_LINE_LEN),
+        (b"  gets ", MAX_MULTIGET_LINE_LEN),
+    ] {
+        for len in [limit - 1, limit, limit + 1, limit + 300] {
+            let mut line = prefix.to_vec();
+            line.resize(len, b'k');
+            line.extend_from_slice(b"\r\n");
+            let whole = Request::parse(&line, 0);
+            // The same bytes arriving in two pieces, the first just past the limit.
+            let cut = (limit + 1).min(line.len());
+            let first = Request::parse(&line[..cut], 0);
+            let verdict = match first {
+                Err(ParseError::Incomplete { scanned, .. }) => Request::parse(&line, scanned),
+                other => other,
+            };
+            assert_eq!(whole, verdict, "{:?}... of {len} bytes", &line[..8]);
+            // `\r` counts as part of the line, as it does before the `\n` arrives.
+            let closes = len + 1 > limit;
+            let closed = whole == Err(ParseError::Close(Close::LineTooLong));
+            assert_eq!(closed, closes, "{:?}... of {len} bytes", &line[..8]);
+        }
+    }
 }
 
 #[test]

@@ -7,11 +7,14 @@ use protocol::binary::{
     CounterExtras, ExpirationExtras, FlagsExtras, HEADER_LEN, Invalid, Opcode, ParseError,
     RequestHeader, RequestRepr, ResponseRepr, Status, StoreExtras, VerbosityExtras,
 };
-use store::{Delta, StoreError, StoreMode};
+use store::{Arith, Delta, Now, StoreError, StoreMode, Ttl, Write};
 
-use super::forward::{Gather, Op, StatsRender};
-use super::{Engine, Protocol, Session, Step, Stop};
+use super::forward::{Gather, Part};
+use super::session::{Cx, FanOut, Step, Stop};
 use crate::stats::{self, Snapshot};
+
+/// The one form a binary request is forwarded in: the whole frame.
+const WHOLE: u8 = 0;
 
 /// What the caller does after one frame.
 enum Flow {
@@ -20,32 +23,26 @@ enum Flow {
 }
 
 /// Executes (or refuses) the binary frame at the front of `buf`.
-pub(super) fn step(
-    engine: &mut Engine,
-    session: &mut Session,
-    buf: &[u8],
-    out: &mut Vec<u8>,
-    now: u64,
-) -> Step {
-    if let Some(frame_len) = refuse_oversize_value(engine, buf, out) {
-        session.skip_bytes = frame_len as u64;
+pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
+    if let Some(frame_len) = refuse_oversize_value(cx, buf, out) {
+        cx.session.skip(frame_len as u64);
         return Step::Done(0);
     }
-    match RequestRepr::parse(buf, engine.config.max_body()) {
+    match RequestRepr::parse(buf, cx.core.config().max_body()) {
         Ok((request, len)) => {
             if keyed(request.opcode)
-                && let Some(owner) = engine.remote_owner(request.key)
+                && let Some(owner) = cx.owner_elsewhere(request.key)
             {
-                return match engine.forward(session, owner, Protocol::Binary, &buf[..len], out) {
+                return match cx.forward(owner, WHOLE, &buf[..len], out) {
                     Ok(()) => Step::Done(len),
                     Err(stop) => Step::Stop(stop),
                 };
             }
-            if matches!(request.opcode, Opcode::Flush | Opcode::Stat) && !engine.may_fan_out() {
+            if matches!(request.opcode, Opcode::Flush | Opcode::Stat) && !cx.may_fan_out() {
                 return Step::Stop(Stop::Blocked);
             }
-            if let Flow::Close = dispatch(engine, session, &request, out, now) {
-                session.closing = true;
+            if let Flow::Close = dispatch(cx, &request, out) {
+                cx.session.close();
             }
             Step::Done(len)
         }
@@ -55,14 +52,14 @@ pub(super) fn step(
             opaque,
             frame_len,
         }) => {
-            engine.counters.protocol_errors += 1;
+            cx.core.protocol_error();
             let (opcode, quiet) = Opcode::from_wire(opcode);
             write_error(out, opcode, quiet, opaque, Status::UnknownCommand, &[]);
-            session.skip_bytes = frame_len as u64;
+            cx.session.skip(frame_len as u64);
             Step::Done(0)
         }
         Err(ParseError::Invalid(invalid)) => {
-            engine.counters.protocol_errors += 1;
+            cx.core.protocol_error();
             if !matches!(invalid, Invalid::BadMagic(_))
                 && let Ok(header) = RequestHeader::new_checked(&buf[..HEADER_LEN.min(buf.len())])
             {
@@ -70,25 +67,34 @@ pub(super) fn step(
                 let opaque = header.opaque();
                 write_error(out, opcode, quiet, opaque, Status::InvalidArguments, &[]);
             }
-            session.closing = true;
+            cx.session.close();
             Step::Done(0)
         }
     }
 }
 
+/// Executes a frame another worker forwarded here (complete: the sender parsed it).
+pub(super) fn run_forwarded(cx: &mut Cx<'_>, _part: u8, request: &[u8], out: &mut Vec<u8>) {
+    let _ = step(cx, request, out);
+}
+
 /// A well-formed storage frame whose value can never fit is answered "too large" from its
 /// header alone, so its body is skipped rather than buffered. Returns the frame length to skip.
-fn refuse_oversize_value(engine: &mut Engine, buf: &[u8], out: &mut Vec<u8>) -> Option<usize> {
-    let header = RequestRepr::parse_header(buf, engine.config.max_body()).ok()?;
+fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+    let header = RequestRepr::parse_header(buf, cx.core.config().max_body()).ok()?;
     let (opcode, quiet) = Opcode::from_wire(header.opcode());
     let storage = matches!(
         opcode,
         Opcode::Set | Opcode::Add | Opcode::Replace | Opcode::Append | Opcode::Prepend
     );
-    if !storage || engine.fits(usize::from(header.key_len()), header.value_len()) {
+    if !storage
+        || cx
+            .core
+            .fits(usize::from(header.key_len()), header.value_len())
+    {
         return None;
     }
-    engine.refuse_too_large();
+    cx.core.refuse_too_large();
     write_error(
         out,
         opcode,
@@ -120,28 +126,23 @@ fn keyed(opcode: Opcode) -> bool {
     )
 }
 
-fn dispatch(
-    engine: &mut Engine,
-    session: &mut Session,
-    request: &RequestRepr<'_>,
-    out: &mut Vec<u8>,
-    now: u64,
-) -> Flow {
+fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Flow {
+    let now = cx.now;
     match request.opcode {
         Opcode::Get | Opcode::GetK => {
             let with_key = request.opcode == Opcode::GetK;
-            match engine.get(request.key, now) {
+            match cx.core.get(request.key, now) {
                 Some(item) => write_item(out, request, with_key, item.flags, item.value, item.cas),
                 None => write_miss(out, request, with_key),
             }
         }
         Opcode::Touch | Opcode::Gat | Opcode::GatK => {
             let Some(extras) = ExpirationExtras::parse(request.extras) else {
-                return invalid(engine, request, out);
+                return invalid(cx, request, out);
             };
             let exptime = i64::from(extras.expiration);
             let with_key = request.opcode == Opcode::GatK;
-            match engine.touch(request.key, exptime, now) {
+            match cx.core.touch(request.key, Ttl::Exptime(exptime), now) {
                 Some(item) if request.opcode == Opcode::Touch => {
                     write_item(out, request, false, item.flags, &[], item.cas)
                 }
@@ -155,7 +156,7 @@ fn dispatch(
                 Opcode::Prepend => (StoreMode::Prepend, 0, 0),
                 opcode => {
                     let Some(extras) = StoreExtras::parse(request.extras) else {
-                        return invalid(engine, request, out);
+                        return invalid(cx, request, out);
                     };
                     let mode = match opcode {
                         Opcode::Add => StoreMode::Add,
@@ -165,13 +166,13 @@ fn dispatch(
                     (mode, extras.flags, i64::from(extras.expiration))
                 }
             };
-            let result = engine.store(
-                mode,
-                request.key,
-                request.value,
-                flags,
-                exptime,
-                request.cas,
+            let result = cx.core.store(
+                Write {
+                    flags,
+                    ttl: Ttl::Exptime(exptime),
+                    cas: request.cas,
+                    ..Write::new(mode, request.key, request.value)
+                },
                 now,
             );
             match result {
@@ -188,13 +189,13 @@ fn dispatch(
                 }
             }
         }
-        Opcode::Delete => match engine.shard.delete(request.key, request.cas, now) {
+        Opcode::Delete => match cx.core.delete(request.key, request.cas, now) {
             Ok(()) => write_success(out, request, 0, &[], &[]),
             Err(error) => write_request_error(out, request, store_status(error)),
         },
         Opcode::Increment | Opcode::Decrement => {
             let Some(extras) = CounterExtras::parse(request.extras) else {
-                return invalid(engine, request, out);
+                return invalid(cx, request, out);
             };
             let direction = if request.opcode == Opcode::Increment {
                 Delta::Incr
@@ -204,12 +205,12 @@ fn dispatch(
             // Expiration 0xffffffff: fail if missing; anything else creates with `initial`.
             let create = (extras.expiration != u32::MAX)
                 .then_some((extras.initial, i64::from(extras.expiration)));
-            let result = engine.shard.incr_decr(
-                request.key,
-                extras.delta,
-                direction,
-                create,
-                request.cas,
+            let result = cx.core.arith(
+                Arith {
+                    create,
+                    cas: request.cas,
+                    ..Arith::new(request.key, direction, extras.delta)
+                },
                 now,
             );
             match result {
@@ -222,18 +223,18 @@ fn dispatch(
                 0 => 0,
                 _ => match ExpirationExtras::parse(request.extras) {
                     Some(extras) => i64::from(extras.expiration),
-                    None => return invalid(engine, request, out),
+                    None => return invalid(cx, request, out),
                 },
             };
-            engine.flush_all(delay, now);
-            engine.fan_out(session, Op::Flush { delay, now }, None, out);
+            cx.core.flush_all(delay, now);
+            cx.fan_out(FanOut::Flush { delay }, None, None, out);
             write_success(out, request, 0, &[], &[]);
         }
         Opcode::Noop => write_success(out, request, 0, &[], &[]),
-        Opcode::Version => write_success(out, request, 0, &[], engine.config.version.as_bytes()),
+        Opcode::Version => write_success(out, request, 0, &[], cx.core.version().as_bytes()),
         Opcode::Verbosity => {
             if VerbosityExtras::parse(request.extras).is_none() {
-                return invalid(engine, request, out);
+                return invalid(cx, request, out);
             }
             write_success(out, request, 0, &[], &[]);
         }
@@ -241,9 +242,9 @@ fn dispatch(
             write_success(out, request, 0, &[], &[]);
             return Flow::Close;
         }
-        Opcode::Stat => return write_stats(engine, session, request, out, now),
+        Opcode::Stat => return write_stats(cx, request, out),
         Opcode::Unknown(_) => {
-            engine.counters.protocol_errors += 1;
+            cx.core.protocol_error();
             write_request_error(out, request, Status::UnknownCommand);
         }
     }
@@ -251,8 +252,8 @@ fn dispatch(
 }
 
 /// A frame whose extras did not decode: answered like memcached's protocol error, then closed.
-fn invalid(engine: &mut Engine, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Flow {
-    engine.counters.protocol_errors += 1;
+fn invalid(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Flow {
+    cx.core.protocol_error();
     write_request_error(out, request, Status::InvalidArguments);
     Flow::Close
 }
@@ -363,13 +364,7 @@ fn write_error(
     .emit_into(out);
 }
 
-fn write_stats(
-    engine: &mut Engine,
-    session: &mut Session,
-    request: &RequestRepr<'_>,
-    out: &mut Vec<u8>,
-    now: u64,
-) -> Flow {
+fn write_stats(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Flow {
     let general = match request.key {
         b"" => true,
         b"settings" => false,
@@ -378,33 +373,65 @@ fn write_stats(
             return Flow::Continue;
         }
     };
-    let render = StatsRender::Binary {
-        opcode: request.opcode,
-        quiet: request.quiet,
-        opaque: request.opaque,
-        general,
-        now,
-    };
-    let snapshot = engine.snapshot();
-    if engine.config.threads > 1 {
-        let gather = Box::new(Gather { snapshot, render });
-        engine.fan_out(session, Op::Snapshot, Some(gather), out);
+    let own = cx.core.snapshot();
+    let (opcode, quiet, opaque, now) = (request.opcode, request.quiet, request.opaque, cx.now);
+    if cx.workers() > 1 {
+        let stats = StatsGather {
+            snapshot: None,
+            opcode,
+            quiet,
+            opaque,
+            general,
+            now,
+        };
+        let own = Some(Part::Snapshot(&own));
+        cx.fan_out(FanOut::Snapshot, Some(Box::new(stats)), own, out);
     } else {
-        let (opcode, quiet, opaque) = (request.opcode, request.quiet, request.opaque);
-        render_stats(out, opcode, quiet, opaque, general, now, &snapshot);
+        render_stats(out, opcode, quiet, opaque, general, now, &own);
     }
     Flow::Continue
 }
 
+/// A binary STAT request's figures, summed over every worker as they arrive, and the request's
+/// header fields to answer with.
+#[derive(Debug)]
+struct StatsGather {
+    snapshot: Option<Snapshot>,
+    opcode: Opcode,
+    quiet: bool,
+    opaque: u32,
+    /// The general figures, else the settings.
+    general: bool,
+    now: Now,
+}
+
+impl Gather for StatsGather {
+    fn add(&mut self, part: Part<'_>) {
+        if let Part::Snapshot(snapshot) = part {
+            match self.snapshot.as_mut() {
+                Some(sum) => sum.merge(snapshot),
+                None => self.snapshot = Some(snapshot.clone()),
+            }
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if let Some(snapshot) = &self.snapshot {
+            let (opcode, quiet, opaque) = (self.opcode, self.quiet, self.opaque);
+            render_stats(out, opcode, quiet, opaque, self.general, self.now, snapshot);
+        }
+    }
+}
+
 /// The STAT replies for `snapshot`: one frame per figure, then the terminating empty one.
 /// `general`: the general figures, else the settings.
-pub(super) fn render_stats(
+fn render_stats(
     out: &mut Vec<u8>,
     opcode: Opcode,
     quiet: bool,
     opaque: u32,
     general: bool,
-    now: u64,
+    now: Now,
     snapshot: &Snapshot,
 ) {
     let mut value = String::new();
@@ -422,7 +449,7 @@ pub(super) fn render_stats(
         );
     };
     if general {
-        stats::general(snapshot, now, &mut line);
+        stats::general(snapshot, now.secs(), &mut line);
     } else {
         stats::settings(snapshot, &mut line);
     }

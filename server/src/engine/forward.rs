@@ -3,19 +3,22 @@
 //!
 //! ```text
 //! home worker H (holds the connection)                owner worker W (holds the key)
-//!   engine: key k owned by W ─▶ Outbox[W] ──Batch──▶ serve_forwarded: the connection's lane
+//!   adapter: key k owned by W ─▶ batch for W ──Batch──▶ Forwarder::serve: the connection's lane
 //!   hole in the output where the reply belongs           credit left? execute : park, in order
-//!   ClientConn::deliver fills the hole ◀──Replies─── replies, charged to the lane's credit
+//!   Holes::deliver fills the hole ◀──Replies──────── replies, charged to the lane's credit
 //!   reply bytes sent to the socket ──Credit(bytes)──▶ lane credit back: parked entries resume
 //! ```
 //!
 //! **Owners.** A key's owner is `hash(key) mod workers`, with a fixed, seeded hash
 //! ([`owner_of`]), so every worker (and a client that wants to steer its connections) computes
-//! the same owner. A forwarded request carries its raw bytes and is executed on the owner by the
-//! very protocol step that would have executed it locally, so nothing of the protocol is
-//! duplicated: a text multi-key `get` is split into one single-key request per remote key,
-//! whose `END` the owner leaves off. `flush_all` and `stats` go to every other worker: the flush
-//! is answered once all have flushed, and `stats` sums every worker's figures.
+//! the same owner. A forwarded request carries its raw bytes and a [`Form`] (its protocol, and
+//! the adapter's own code for what the bytes are: a whole request, or one key of a multi-key
+//! one), and is executed on the owner by the same adapter that would have executed it locally,
+//! so nothing of a protocol is duplicated, and nothing here knows one. `flush_all` and `stats`
+//! go to every other worker ([`Forwarder::fan_out`]): the flush is answered once all have
+//! flushed. A request answered by several workers gathers their answers in one hole
+//! ([`Gather`], written by the adapter): `stats` sums every worker's figures, a multi-key
+//! command adds up what each owner found.
 //!
 //! **Order.** Each connection's output is one buffer with holes ([`Holes`]): bytes before the
 //! first hole may be sent, a reply is spliced into its hole when it arrives (in any order across
@@ -47,21 +50,21 @@
 //! charges what replies really are, and only a connection whose client stops reading waits.
 //!
 //! **Queues.** The queues between workers are bounded (`worker/mesh.rs`); no worker ever waits
-//! on another. A batch a full queue refused stays in the sender's [`Outbox`] (marked held), and
-//! every connection that would forward to that worker stops ([`Stop::Blocked`]) and is served
-//! again on a later loop; only control entries (credit, release) are still added to a held
-//! batch. Replies a full queue refused stay in the owner, which takes no new requests until
+//! on another. A batch a full queue refused stays in the sender's [`Forwarder`] (marked held),
+//! and every connection that would forward to that worker stops ([`Blocked`], the engine's
+//! `Stop::Blocked`) and is served again on a later loop; only control entries (credit, release)
+//! are still added to a held batch. Replies a full queue refused stay in the owner, which takes no new requests until
 //! they are handed back; replies are always taken, so the two directions cannot wait on each
 //! other.
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use protocol::text::{GetCommand, StatsGroup};
+use store::Now;
 
-use super::{Engine, Protocol, Session, Stop};
 use crate::stats::Snapshot;
 
 /// Open holes (forwarded requests awaiting replies) a connection may have before it stops
@@ -129,17 +132,21 @@ pub fn owner_hash(key: &[u8]) -> u64 {
 /// A connection as the packet path identifies it (its table's packed connection id).
 pub type Token = u128;
 
+/// How the owner runs a forwarded request: chosen by the adapter that forwards it (its
+/// protocol, and its own code for what the bytes are) and read by the same adapter on the
+/// owner. Forwarding carries it as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Form(pub u16);
+
 /// What the owner does with one forwarded entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
-    /// Execute the bytes, one complete request of this protocol.
-    Execute(Protocol),
-    /// A text `get`/`gets`/`gat`/`gats` of one key (the bytes): reply without the `END`.
-    TextGetKey,
+    /// Execute the bytes, one complete request (or part of one) in this form.
+    Execute(Form),
     /// Reply with this worker's statistics.
     Snapshot,
     /// Flush this worker's shard (`flush_all` with this delay, as of `now`).
-    Flush { delay: i64, now: u64 },
+    Flush { delay: i64, now: Now },
     /// Control: this many bytes of the connection's replies were sent; its lane gets the
     /// credit back. No reply.
     Credit(usize),
@@ -218,6 +225,8 @@ pub(crate) struct ReplyEntry {
 /// Replies an owner sends back to one worker in one message.
 #[derive(Debug, Default)]
 pub struct Replies {
+    /// The worker that produced them.
+    pub(crate) from: usize,
     pub(crate) entries: Vec<ReplyEntry>,
     pub(crate) bytes: Vec<u8>,
 }
@@ -247,13 +256,12 @@ impl Replies {
     pub fn get(&self, index: usize) -> Option<Delivery<'_>> {
         let entry = self.entries.get(index)?;
         Some(Delivery {
+            from: self.from,
             seq: entry.seq,
             close: entry.close,
             payload: match &entry.payload {
-                Payload::Bytes { start, len } => {
-                    DeliveryPayload::Bytes(&self.bytes[*start..*start + *len])
-                }
-                Payload::Snapshot(snapshot) => DeliveryPayload::Snapshot(snapshot),
+                Payload::Bytes { start, len } => Part::Bytes(&self.bytes[*start..*start + *len]),
+                Payload::Snapshot(snapshot) => Part::Snapshot(snapshot),
             },
         })
     }
@@ -267,37 +275,30 @@ impl Replies {
 /// One reply, borrowed from its [`Replies`].
 #[derive(Debug, Clone, Copy)]
 pub struct Delivery<'a> {
+    pub(crate) from: usize,
     pub(crate) seq: u64,
     pub(crate) close: bool,
-    pub(crate) payload: DeliveryPayload<'a>,
+    pub(crate) payload: Part<'a>,
 }
 
+/// One worker's answer to a request, as a [`Gather`] receives it (the home worker's own share
+/// included).
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum DeliveryPayload<'a> {
+pub(crate) enum Part<'a> {
+    /// Reply bytes the owner's adapter wrote.
     Bytes(&'a [u8]),
+    /// The worker's statistics.
     Snapshot(&'a Snapshot),
 }
 
-/// How a gathered `stats` reply is written once every worker's figures are in.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum StatsRender {
-    /// Text `stats [group]`.
-    Text { group: StatsGroup, now: u64 },
-    /// Binary STAT: the request's header fields, and general (true) or settings figures.
-    Binary {
-        opcode: protocol::binary::Opcode,
-        quiet: bool,
-        opaque: u32,
-        general: bool,
-        now: u64,
-    },
-}
-
-/// Figures summed so far for a `stats` that went to every worker.
-#[derive(Debug, Clone)]
-pub(crate) struct Gather {
-    pub snapshot: Snapshot,
-    pub render: StatsRender,
+/// A request answered by several workers (`stats` sums their figures, a multi-key command
+/// counts what each found): the adapter that opened the hole combines what each part brings
+/// and writes the reply once the last is in. Forwarding never looks inside.
+pub(crate) trait Gather: fmt::Debug + Send {
+    /// One part arrived (in any order).
+    fn add(&mut self, part: Part<'_>);
+    /// Every part is in: writes the reply.
+    fn finish(&mut self, out: &mut Vec<u8>);
 }
 
 /// What `len` reply bytes cost against a lane's credit: nothing for an empty reply, else at
@@ -316,11 +317,15 @@ pub(crate) struct Hole {
     pub seq: u64,
     /// Where the reply goes in the connection's output buffer.
     pub at: usize,
-    /// Replies still expected (1, or one per other worker for a fan-out).
+    /// Replies still expected.
     pub awaiting: usize,
-    /// For `stats`: the figures gathered so far.
-    pub gather: Option<Box<Gather>>,
-    /// The worker executing the request; `None` for a fan-out (charged nothing).
+    /// False while the adapter may still add parts (a multi-key request part-way): the hole
+    /// is not filled before it is sealed, however many replies arrived.
+    pub sealed: bool,
+    /// Combines several workers' answers; `None`: the one reply is spliced as it is.
+    pub gather: Option<Box<dyn Gather>>,
+    /// The worker executing the request; `None` for a gather (charged nothing: its parts'
+    /// credit is due as they arrive).
     pub owner: Option<usize>,
     /// Bytes of the forwarded request, counted until its reply arrives.
     pub request_len: usize,
@@ -386,7 +391,7 @@ pub(crate) struct Holes {
     pub token: Token,
     next_seq: u64,
     /// Unfilled holes, in output order.
-    pub pending: VecDeque<Hole>,
+    pending: VecDeque<Hole>,
     /// Filled replies not yet sent, in output order.
     unsent: VecDeque<Unsent>,
     /// Request bytes of the unfilled holes.
@@ -398,34 +403,54 @@ pub(crate) struct Holes {
     departures: Option<Departures>,
 }
 
+/// What [`Holes::deliver`] did with a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Delivered {
+    /// Bytes put into the output (the reply, or a gathered reply once complete).
+    pub spliced: usize,
+    /// The request asked to close the connection.
+    pub close: bool,
+}
+
 impl Holes {
-    /// Opens a hole at `at` expecting `awaiting` replies from `owner` (`None`: every other
-    /// worker) for a request of `request_len` bytes; returns its sequence number.
-    pub fn open(
+    /// Opens a hole at `at` expecting `awaiting` replies from `owner` (`None`: a gather) for a
+    /// request of `request_len` bytes; returns its sequence number.
+    fn open(
         &mut self,
         at: usize,
         awaiting: usize,
-        gather: Option<Box<Gather>>,
+        gather: Option<Box<dyn Gather>>,
         owner: Option<usize>,
         request_len: usize,
     ) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
-        if let Some(owner) = owner
-            && !self.owners.contains(&owner)
-        {
-            self.owners.push(owner);
+        if let Some(owner) = owner {
+            self.note_owner(owner);
         }
         self.request_bytes += request_len;
         self.pending.push_back(Hole {
             seq,
             at,
             awaiting,
+            sealed: true,
             gather,
             owner,
             request_len,
         });
         seq
+    }
+
+    /// Remembers that this connection forwarded to `owner`, to tell it when the connection goes.
+    fn note_owner(&mut self, owner: usize) {
+        if !self.owners.contains(&owner) {
+            self.owners.push(owner);
+        }
+    }
+
+    /// Unfilled holes.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
     }
 
     /// True when no more may be forwarded until replies arrive: too many holes, or too many
@@ -452,15 +477,67 @@ impl Holes {
     }
 
     /// The index of the hole `seq`.
-    pub fn find(&self, seq: u64) -> Option<usize> {
+    fn find(&self, seq: u64) -> Option<usize> {
         // Holes are opened in sequence order and replies mostly arrive in it.
         self.pending.iter().position(|p| p.seq == seq)
+    }
+
+    /// Puts a reply from another worker in its place in `out`: spliced into its hole, or
+    /// added to its gather (which writes the reply once its last part is in and the hole is
+    /// sealed). A reply whose request is not pending here is ignored.
+    pub fn deliver(&mut self, out: &mut Vec<u8>, delivery: Delivery<'_>) -> Delivered {
+        let mut delivered = Delivered {
+            spliced: 0,
+            close: false,
+        };
+        let Some(index) = self.find(delivery.seq) else {
+            return delivered;
+        };
+        let hole = &mut self.pending[index];
+        hole.awaiting = hole.awaiting.saturating_sub(1);
+        let mut bytes: &[u8] = &[];
+        match (hole.gather.as_mut(), delivery.payload) {
+            (None, Part::Bytes(reply)) => bytes = reply,
+            (None, _) => {}
+            (Some(gather), part) => {
+                gather.add(part);
+                // The part's bytes are used up here: their credit is due at once.
+                if let Part::Bytes(reply) = part {
+                    self.add_credit_due(delivery.from, reply_charge(reply.len()));
+                }
+            }
+        }
+        delivered.close = delivery.close;
+        let hole = &self.pending[index];
+        if hole.awaiting > 0 || !hole.sealed {
+            return delivered;
+        }
+        delivered.spliced = self.fill_at(index, out, bytes);
+        delivered
+    }
+
+    /// Fills the hole at `index` (its gather, if any, writes the reply; else `bytes`) and
+    /// splices the reply into `out`; returns its length.
+    fn fill_at(&mut self, index: usize, out: &mut Vec<u8>, bytes: &[u8]) -> usize {
+        let mut rendered = Vec::new();
+        let bytes = match self.pending[index].gather.as_mut() {
+            Some(gather) => {
+                gather.finish(&mut rendered);
+                &rendered[..]
+            }
+            None => bytes,
+        };
+        let Some(hole) = self.fill(index, bytes.len()) else {
+            return 0;
+        };
+        out.splice(hole.at..hole.at, bytes.iter().copied());
+        bytes.len()
     }
 
     /// Removes the hole at `index`, whose `len` reply bytes are being put at its place: every
     /// later hole and unsent reply moves by `len`, and the bytes are recorded as unsent, their
     /// credit due once sent. Returns the hole.
-    pub fn fill(&mut self, index: usize, len: usize) -> Option<Hole> {
+    fn fill(&mut self, index: usize, len: usize) -> Option<Hole> {
         let hole = self.pending.remove(index)?;
         let at = hole.at;
         for later in self.pending.iter_mut().skip(index) {
@@ -496,10 +573,17 @@ impl Holes {
                 break;
             }
             self.unsent.pop_front();
-            match self.credit_due.iter_mut().find(|(o, _)| *o == front.owner) {
-                Some((_, bytes)) => *bytes += front.charge,
-                None => self.credit_due.push((front.owner, front.charge)),
-            }
+            self.add_credit_due(front.owner, front.charge);
+        }
+    }
+
+    fn add_credit_due(&mut self, owner: usize, charge: usize) {
+        if charge == 0 {
+            return;
+        }
+        match self.credit_due.iter_mut().find(|(o, _)| *o == owner) {
+            Some((_, bytes)) => *bytes += charge,
+            None => self.credit_due.push((owner, charge)),
         }
     }
 
@@ -693,11 +777,29 @@ impl Lane {
     }
 }
 
-/// Per-destination batches and replies of one engine, whether a full queue refused them, the
-/// owner's lanes, and spare buffers for reuse.
+/// A queue to another worker refused the last batch: nothing is sent to it until it takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Blocked;
+
+/// What the owner's executor made of one forwarded entry.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// It wrote reply bytes (possibly none); `close`: the request closed its session.
+    Bytes { close: bool },
+    /// This worker's statistics.
+    Snapshot(Box<Snapshot>),
+}
+
+/// Everything one engine does with other workers: the home side (batches per destination,
+/// holes, credit, departures) and the owner side (lanes, replies per destination), with spare
+/// buffers for reuse.
 #[derive(Debug, Default)]
-pub(crate) struct Outbox {
-    pub batches: Vec<Batch>,
+pub(crate) struct Forwarder {
+    /// Workers serving.
+    workers: usize,
+    /// This worker's index.
+    worker: usize,
+    batches: Vec<Batch>,
     /// Per destination: its queue refused the batch, which waits here.
     held: Vec<bool>,
     replies: Vec<Replies>,
@@ -708,15 +810,39 @@ pub(crate) struct Outbox {
     lanes: Lanes,
 }
 
-impl Outbox {
-    pub fn new(workers: usize) -> Outbox {
-        Outbox {
+impl Forwarder {
+    /// The forwarding state of worker `worker` among `workers`.
+    pub fn new(workers: usize, worker: usize) -> Forwarder {
+        let workers = workers.max(1);
+        Forwarder {
+            workers,
+            worker,
             batches: (0..workers).map(|_| Batch::default()).collect(),
             held: vec![false; workers],
             replies: (0..workers).map(|_| Replies::default()).collect(),
             replies_held: vec![false; workers],
-            ..Outbox::default()
+            ..Forwarder::default()
         }
+    }
+
+    /// The worker that owns `key` when it is not this one.
+    #[inline]
+    pub fn owner_elsewhere(&self, key: &[u8]) -> Option<usize> {
+        if self.workers <= 1 {
+            return None;
+        }
+        let owner = owner_of(key, self.workers);
+        (owner != self.worker).then_some(owner)
+    }
+
+    /// Whether requests may be forwarded to `owner` now (its queue took the last batch).
+    fn may_forward_to(&self, owner: usize) -> bool {
+        !self.held[owner]
+    }
+
+    /// Whether a request may go to every other worker now (no queue holds a batch back).
+    pub fn may_fan_out(&self) -> bool {
+        self.workers <= 1 || !self.held.iter().any(|&held| held)
     }
 
     /// Appends one entry for `dest`, its bytes written by `write`.
@@ -740,124 +866,120 @@ impl Outbox {
         });
     }
 
-    fn recycle_batch(&mut self, mut batch: Batch) {
-        if self.spare_batches.len() < SPARE_BATCHES && batch.bytes.capacity() <= SPARE_KEEP_BYTES {
-            batch.clear();
-            self.spare_batches.push(batch);
-        }
-    }
-
-    fn recycle_replies(&mut self, mut replies: Replies) {
-        if self.spare_replies.len() < SPARE_BATCHES && replies.bytes.capacity() <= SPARE_KEEP_BYTES
-        {
-            replies.clear();
-            self.spare_replies.push(replies);
-        }
-    }
-}
-
-/// Everything an engine does with other workers, home side and owner side.
-impl Engine {
-    /// Whether requests may be forwarded to `owner` now (its queue took the last batch).
-    fn may_forward_to(&self, owner: usize) -> bool {
-        !self.outbox.held[owner]
-    }
-
-    /// Whether a request may go to every other worker now (no queue holds a batch back).
-    pub(super) fn may_fan_out(&self) -> bool {
-        self.config.threads <= 1 || !self.outbox.held.iter().any(|&held| held)
-    }
-
-    /// Sends `request` (one complete request of `protocol`) to `owner` and leaves a hole for
-    /// its reply at the end of `out`.
+    /// Sends one request (`op`, its bytes written by `write`, about `request_len` of them) to
+    /// `owner` and leaves a hole for its reply at `at` in the connection's output.
     ///
     /// # Errors
-    /// [`Stop::Blocked`] (nothing sent) while `owner`'s queue refuses batches.
-    pub(super) fn forward(
+    /// [`Blocked`] (nothing sent) while `owner`'s queue refuses batches.
+    pub fn forward(
         &mut self,
-        session: &mut Session,
-        owner: usize,
-        protocol: Protocol,
-        request: &[u8],
-        out: &[u8],
-    ) -> Result<(), Stop> {
-        self.forward_entry(
-            session,
-            owner,
-            Op::Execute(protocol),
-            request.len(),
-            out,
-            |bytes| bytes.extend_from_slice(request),
-        )
-    }
-
-    /// Sends a text retrieval of one key to `owner`, leaving a hole for its `VALUE` block.
-    ///
-    /// # Errors
-    /// [`Stop::Blocked`] (nothing sent) while `owner`'s queue refuses batches.
-    pub(super) fn forward_text_get(
-        &mut self,
-        session: &mut Session,
-        owner: usize,
-        get: (GetCommand, i64),
-        key: &[u8],
-        out: &[u8],
-    ) -> Result<(), Stop> {
-        // The line is about as long as the key and its command.
-        let len = key.len() + 16;
-        self.forward_entry(session, owner, Op::TextGetKey, len, out, |bytes| {
-            write_text_get(bytes, get.0, get.1, key)
-        })
-    }
-
-    fn forward_entry(
-        &mut self,
-        session: &mut Session,
+        holes: &mut Holes,
         owner: usize,
         op: Op,
         request_len: usize,
-        out: &[u8],
+        at: usize,
         write: impl FnOnce(&mut Vec<u8>),
-    ) -> Result<(), Stop> {
+    ) -> Result<(), Blocked> {
         if !self.may_forward_to(owner) {
-            return Err(Stop::Blocked);
+            return Err(Blocked);
         }
-        let holes = &mut session.holes;
-        holes.attach(&self.outbox.departures);
-        // Credit this connection owes `owner` travels with the request, ahead of it.
-        let (token, outbox) = (holes.token, &mut self.outbox);
-        holes.take_credit_due_if(
-            |to, _| to == owner,
-            |to, bytes| outbox.push(to, token, 0, Op::Credit(bytes), |_| ()),
-        );
-        let seq = holes.open(out.len(), 1, None, Some(owner), request_len);
-        self.outbox.push(owner, token, seq, op, write);
+        holes.attach(&self.departures);
+        self.send_credit_to(holes, owner);
+        let seq = holes.open(at, 1, None, Some(owner), request_len);
+        self.push(owner, holes.token, seq, op, write);
         Ok(())
     }
 
-    /// Sends `op` to every other worker and leaves one hole at the end of `out` that fills once
-    /// all have answered. False (and nothing sent) when this is the only worker. Check
-    /// [`Engine::may_fan_out`] first.
-    pub(super) fn fan_out(
+    /// Credit this connection owes `owner` travels with the request, ahead of it.
+    fn send_credit_to(&mut self, holes: &mut Holes, owner: usize) {
+        let token = holes.token;
+        holes.take_credit_due_if(
+            |to, _| to == owner,
+            |to, bytes| self.push(to, token, 0, Op::Credit(bytes), |_| ()),
+        );
+    }
+
+    /// Opens a gathering hole at `at` whose parts are sent with [`Forwarder::part`], and which
+    /// [`Forwarder::seal`] closes; returns its sequence number. Without a `gather`, the hole
+    /// stays empty and only holds back what follows it until every part is answered.
+    pub fn gather(&mut self, holes: &mut Holes, gather: Option<Box<dyn Gather>>, at: usize) -> u64 {
+        holes.attach(&self.departures);
+        let seq = holes.open(at, 0, gather, None, 0);
+        if let Some(hole) = holes.pending.back_mut() {
+            hole.sealed = false;
+        }
+        seq
+    }
+
+    /// Sends one part of the gathering hole `seq`: `op` (its bytes written by `write`, about
+    /// `request_len` of them), executed by `owner`, whose answer goes to the hole's gather.
+    ///
+    /// # Errors
+    /// [`Blocked`] (nothing sent) while `owner`'s queue refuses batches.
+    pub fn part(
         &mut self,
-        session: &mut Session,
+        holes: &mut Holes,
+        seq: u64,
+        owner: usize,
         op: Op,
-        gather: Option<Box<Gather>>,
-        out: &[u8],
+        request_len: usize,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), Blocked> {
+        if !self.may_forward_to(owner) {
+            return Err(Blocked);
+        }
+        let Some(index) = holes.find(seq) else {
+            return Ok(());
+        };
+        self.send_credit_to(holes, owner);
+        holes.note_owner(owner);
+        holes.request_bytes += request_len;
+        let hole = &mut holes.pending[index];
+        hole.awaiting += 1;
+        hole.request_len += request_len;
+        self.push(owner, holes.token, seq, op, write);
+        Ok(())
+    }
+
+    /// No more parts for the gathering hole `seq`: `own` (this worker's share, if it has one)
+    /// goes to its gather, and the hole fills (into `out`) once its last answer is in, now if
+    /// all are.
+    pub fn seal(holes: &mut Holes, seq: u64, own: Option<Part<'_>>, out: &mut Vec<u8>) {
+        let Some(index) = holes.find(seq) else {
+            return;
+        };
+        let hole = &mut holes.pending[index];
+        if let (Some(gather), Some(own)) = (hole.gather.as_mut(), own) {
+            gather.add(own);
+        }
+        hole.sealed = true;
+        if hole.awaiting == 0 {
+            holes.fill_at(index, out, &[]);
+        }
+    }
+
+    /// Sends `op` to every other worker and leaves one hole at the end of `out` that fills
+    /// once all have answered: `gather` (given `own`, this worker's share) writes the reply,
+    /// or the hole stays empty. False (and nothing sent) when this is the only worker. Check
+    /// [`Forwarder::may_fan_out`] first.
+    pub fn fan_out(
+        &mut self,
+        holes: &mut Holes,
+        op: Op,
+        gather: Option<Box<dyn Gather>>,
+        own: Option<Part<'_>>,
+        out: &mut Vec<u8>,
     ) -> bool {
-        let workers = self.config.threads;
-        if workers <= 1 {
+        if self.workers <= 1 {
             return false;
         }
-        let holes = &mut session.holes;
-        holes.attach(&self.outbox.departures);
-        let seq = holes.open(out.len(), workers - 1, gather, None, 0);
-        for dest in (0..workers).filter(|&w| w != self.config.worker) {
-            if !holes.owners.contains(&dest) {
-                holes.owners.push(dest);
-            }
-            self.outbox.push(dest, holes.token, seq, op, |_| ());
+        let seq = self.gather(holes, gather, out.len());
+        let me = self.worker;
+        for dest in (0..self.workers).filter(|&w| w != me) {
+            // The caller checked that no queue holds a batch back.
+            let _ = self.part(holes, seq, dest, op, 0, |_| ());
         }
+        Forwarder::seal(holes, seq, own, out);
         true
     }
 
@@ -868,17 +990,15 @@ impl Engine {
     /// request to that owner. An owner that parked this connection's entries spent its whole
     /// credit on replies that precede them, so once those are sent what is due is past the
     /// threshold and goes back.
-    pub fn return_credit(&mut self, session: &mut Session) {
-        let holes = &mut session.holes;
+    pub fn return_credit(&mut self, holes: &mut Holes) {
         if !holes.credit_is_due() {
             return;
         }
         let token = holes.token;
         let idle = holes.idle();
-        let outbox = &mut self.outbox;
         holes.take_credit_due_if(
             |_, bytes| idle || bytes >= CREDIT_RETURN_BYTES,
-            |owner, bytes| outbox.push(owner, token, 0, Op::Credit(bytes), |_| ()),
+            |owner, bytes| self.push(owner, token, 0, Op::Credit(bytes), |_| ()),
         );
     }
 
@@ -890,62 +1010,58 @@ impl Engine {
         &mut self,
         mut send: impl FnMut(usize, Batch) -> Result<(), Batch>,
     ) -> bool {
-        let outbox = &mut self.outbox;
-        let departures = outbox.departures.clone();
-        departures.take(|token, owner| outbox.push(owner, token, 0, Op::Release, |_| ()));
+        let departures = self.departures.clone();
+        departures.take(|token, owner| self.push(owner, token, 0, Op::Release, |_| ()));
         let mut taken = false;
-        for dest in 0..outbox.batches.len() {
-            if outbox.batches[dest].is_empty() {
+        for dest in 0..self.batches.len() {
+            if self.batches[dest].is_empty() {
                 continue;
             }
-            let fresh = outbox.spare_batches.pop().unwrap_or_default();
-            let batch = std::mem::replace(&mut outbox.batches[dest], fresh);
+            let fresh = self.spare_batches.pop().unwrap_or_default();
+            let batch = std::mem::replace(&mut self.batches[dest], fresh);
             match send(dest, batch) {
                 Ok(()) => {
-                    outbox.held[dest] = false;
+                    self.held[dest] = false;
                     taken = true;
                 }
                 Err(batch) => {
-                    let fresh = std::mem::replace(&mut outbox.batches[dest], batch);
-                    outbox.spare_batches.push(fresh);
-                    outbox.held[dest] = true;
+                    let fresh = std::mem::replace(&mut self.batches[dest], batch);
+                    self.spare_batches.push(fresh);
+                    self.held[dest] = true;
                 }
             }
         }
         taken
     }
 
-    /// True when forwarded requests or control entries wait to be handed out by
-    /// [`Engine::take_forwards`].
+    /// True when forwarded requests or control entries wait to be handed out.
     pub fn has_forwards(&self) -> bool {
-        self.outbox.batches.iter().any(|b| !b.is_empty()) || self.outbox.departures.waiting()
+        self.batches.iter().any(|b| !b.is_empty()) || self.departures.waiting()
     }
 
     /// Offers the replies produced for each worker to `send(worker, replies)`; replies `send`
-    /// gives back (a full queue) stay here, and [`Engine::replies_held`] says so. Returns
-    /// whether any were taken.
+    /// gives back (a full queue) stay here. Returns whether any were taken.
     pub fn take_replies(
         &mut self,
         mut send: impl FnMut(usize, Replies) -> Result<(), Replies>,
     ) -> bool {
-        let outbox = &mut self.outbox;
         let mut taken = false;
-        for dest in 0..outbox.replies.len() {
-            if outbox.replies[dest].is_empty() {
-                outbox.replies_held[dest] = false;
+        for dest in 0..self.replies.len() {
+            if self.replies[dest].is_empty() {
+                self.replies_held[dest] = false;
                 continue;
             }
-            let fresh = outbox.spare_replies.pop().unwrap_or_default();
-            let replies = std::mem::replace(&mut outbox.replies[dest], fresh);
+            let fresh = self.spare_replies.pop().unwrap_or_default();
+            let replies = std::mem::replace(&mut self.replies[dest], fresh);
             match send(dest, replies) {
                 Ok(()) => {
-                    outbox.replies_held[dest] = false;
+                    self.replies_held[dest] = false;
                     taken = true;
                 }
                 Err(replies) => {
-                    let fresh = std::mem::replace(&mut outbox.replies[dest], replies);
-                    outbox.spare_replies.push(fresh);
-                    outbox.replies_held[dest] = true;
+                    let fresh = std::mem::replace(&mut self.replies[dest], replies);
+                    self.spare_replies.push(fresh);
+                    self.replies_held[dest] = true;
                 }
             }
         }
@@ -954,110 +1070,127 @@ impl Engine {
 
     /// True when replies for other workers wait here (produced, or refused by a full queue).
     pub fn has_replies(&self) -> bool {
-        self.outbox.replies.iter().any(|r| !r.is_empty())
+        self.replies.iter().any(|r| !r.is_empty())
     }
 
-    /// True while a full queue refused a batch or replies that wait here to be offered again
-    /// (the worker should not sleep meanwhile: nothing would wake it when the queue drains).
+    /// True while a full queue refused a batch or replies that wait here to be offered again.
     pub fn holds_refused(&self) -> bool {
-        self.outbox
-            .held
-            .iter()
-            .chain(&self.outbox.replies_held)
-            .any(|&held| held)
+        self.held.iter().chain(&self.replies_held).any(|&held| held)
     }
 
     /// True while replies a full queue refused wait here: take no new requests meanwhile.
     pub fn replies_held(&self) -> bool {
-        self.outbox.replies_held.iter().any(|&held| held)
+        self.replies_held.iter().any(|&held| held)
     }
 
-    /// Executes the entries worker `from` forwarded here (keys this shard owns), each
-    /// connection's in order while its lane has credit, parking the rest; applies credit and
-    /// releases. Replies accumulate for [`Engine::take_replies`]. Byte counters stay with the
-    /// worker that holds the connection.
-    pub fn serve_forwarded(&mut self, from: usize, batch: Batch, now: u64) {
+    /// Executes the entries worker `from` forwarded here, each connection's in order while its
+    /// lane has credit, parking the rest; applies credit and releases. `run(op, request, out)`
+    /// executes one entry, writing its reply bytes to `out`. Replies accumulate for
+    /// [`Forwarder::take_replies`].
+    pub fn serve(
+        &mut self,
+        from: usize,
+        batch: Batch,
+        mut run: impl FnMut(Op, &[u8], &mut Vec<u8>) -> Answer,
+    ) {
         for entry in &batch.entries {
             let (token, seq, op) = (entry.token, entry.seq, entry.op);
             match op {
                 Op::Credit(bytes) => {
-                    if self.outbox.lanes.credit(from, token, bytes) {
-                        self.resume_lane(from, token, now);
+                    if self.lanes.credit(from, token, bytes) {
+                        self.resume_lane(from, token, &mut run);
                     }
                 }
-                Op::Release => self.outbox.lanes.release(from, token),
+                Op::Release => self.lanes.release(from, token),
                 _ => {
                     let request = &batch.bytes[entry.start..entry.start + entry.len];
-                    if self.outbox.lanes.must_park(from, token) {
+                    if self.lanes.must_park(from, token) {
                         let parked = Parked {
                             seq,
                             op,
                             bytes: request.to_vec(),
                         };
-                        self.outbox.lanes.park(from, token, parked);
+                        self.lanes.park(from, token, parked);
                     } else {
-                        self.run_forwarded_entry(from, token, seq, op, request, now);
+                        self.run_entry(from, token, seq, op, request, &mut run);
                     }
                 }
             }
         }
-        self.outbox.recycle_batch(batch);
+        self.recycle_batch(batch);
     }
 
     /// Runs a connection's parked entries while its lane has credit, then forgets the lane if
     /// it holds nothing.
-    fn resume_lane(&mut self, from: usize, token: Token, now: u64) {
-        while let Some(parked) = self.outbox.lanes.next_runnable(from, token) {
-            self.run_forwarded_entry(from, token, parked.seq, parked.op, &parked.bytes, now);
+    fn resume_lane(
+        &mut self,
+        from: usize,
+        token: Token,
+        run: &mut impl FnMut(Op, &[u8], &mut Vec<u8>) -> Answer,
+    ) {
+        while let Some(parked) = self.lanes.next_runnable(from, token) {
+            self.run_entry(from, token, parked.seq, parked.op, &parked.bytes, run);
         }
-        self.outbox.lanes.tidy(from, token);
+        self.lanes.tidy(from, token);
     }
 
     /// Executes one entry for worker `from`, appends the reply to its replies and charges the
     /// connection's lane.
-    fn run_forwarded_entry(
+    fn run_entry(
         &mut self,
         from: usize,
         token: Token,
         seq: u64,
         op: Op,
         request: &[u8],
-        now: u64,
+        run: &mut impl FnMut(Op, &[u8], &mut Vec<u8>) -> Answer,
     ) {
-        let mut replies = std::mem::take(&mut self.outbox.replies[from]);
-        let len = self.execute_forwarded(token, seq, op, request, &mut replies, now);
-        self.outbox.replies[from] = replies;
-        self.outbox.lanes.charge(from, token, reply_charge(len));
+        let replies = &mut self.replies[from];
+        replies.from = self.worker;
+        let start = replies.bytes.len();
+        let (close, payload) = match run(op, request, &mut replies.bytes) {
+            Answer::Bytes { close } => (
+                close,
+                Payload::Bytes {
+                    start,
+                    len: replies.bytes.len() - start,
+                },
+            ),
+            Answer::Snapshot(snapshot) => {
+                replies.bytes.truncate(start);
+                (false, Payload::Snapshot(snapshot))
+            }
+        };
+        replies.entries.push(ReplyEntry {
+            token,
+            seq,
+            close,
+            payload,
+        });
+        let len = replies.bytes.len() - start;
+        self.lanes.charge(from, token, reply_charge(len));
+    }
+
+    fn recycle_batch(&mut self, mut batch: Batch) {
+        if self.spare_batches.len() < SPARE_BATCHES && batch.bytes.capacity() <= SPARE_KEEP_BYTES {
+            batch.clear();
+            self.spare_batches.push(batch);
+        }
     }
 
     /// Takes back a [`Replies`] message once its replies are delivered, for reuse.
-    pub fn recycle(&mut self, replies: Replies) {
-        self.outbox.recycle_replies(replies);
+    pub fn recycle(&mut self, mut replies: Replies) {
+        if self.spare_replies.len() < SPARE_BATCHES && replies.bytes.capacity() <= SPARE_KEEP_BYTES
+        {
+            replies.clear();
+            self.spare_replies.push(replies);
+        }
     }
 
-    /// Lanes this engine keeps for other workers' connections, and entries parked in them.
+    /// Lanes this worker keeps for other workers' connections, and entries parked in them.
     pub fn lane_figures(&self) -> (usize, usize) {
-        self.outbox.lanes.figures()
+        self.lanes.figures()
     }
-}
-
-/// The request line a text retrieval of one key is forwarded as.
-pub(crate) fn write_text_get(out: &mut Vec<u8>, command: GetCommand, exptime: i64, key: &[u8]) {
-    let name: &[u8] = match command {
-        GetCommand::Get => b"get",
-        GetCommand::Gets => b"gets",
-        GetCommand::Gat => b"gat",
-        GetCommand::Gats => b"gats",
-    };
-    out.extend_from_slice(name);
-    if matches!(command, GetCommand::Gat | GetCommand::Gats) {
-        use std::io::Write as _;
-        // Writing into a Vec cannot fail.
-        let _ = write!(out, " {exptime}");
-    }
-    out.push(b' ');
-    out.extend_from_slice(key);
-    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
@@ -1230,7 +1363,7 @@ mod tests {
         for seq in 0..3 {
             let parked = Parked {
                 seq,
-                op: Op::TextGetKey,
+                op: Op::Snapshot,
                 bytes: vec![],
             };
             lanes.park(0, 7, parked);
@@ -1269,11 +1402,105 @@ mod tests {
         assert_eq!(lanes.figures(), (0, 0));
     }
 
+    /// A gather for tests: concatenates what it gets, in arrival order, between brackets.
+    #[derive(Debug, Default)]
+    struct Concat(Vec<u8>);
+
+    impl Gather for Concat {
+        fn add(&mut self, part: Part<'_>) {
+            if let Part::Bytes(bytes) = part {
+                self.0.extend_from_slice(bytes);
+            }
+        }
+
+        fn finish(&mut self, out: &mut Vec<u8>) {
+            out.push(b'[');
+            out.extend_from_slice(&self.0);
+            out.push(b']');
+        }
+    }
+
+    /// A reply from `from` for hole `seq`.
+    fn reply(from: usize, seq: u64, bytes: &[u8]) -> Delivery<'_> {
+        Delivery {
+            from,
+            seq,
+            close: false,
+            payload: Part::Bytes(bytes),
+        }
+    }
+
     #[test]
-    fn text_gets_are_forwarded_as_single_key_lines() {
+    fn a_gather_fills_once_sealed_and_every_part_is_in() {
+        let mut forwarder = Forwarder::new(3, 0);
+        let mut holes = Holes::default();
+        let mut out = b"A".to_vec();
+        let seq = forwarder.gather(&mut holes, Some(Box::new(Concat::default())), out.len());
+        out.extend_from_slice(b"B");
+        for (owner, len) in [(1, 10), (2, 20), (1, 5)] {
+            forwarder
+                .part(&mut holes, seq, owner, Op::Snapshot, len, |_| ())
+                .unwrap();
+        }
+        assert_eq!(holes.request_bytes, 35);
+        assert_eq!(holes.sendable_end(out.len()), 1, "the hole holds B back");
+        // Every part in, but not sealed: the request may still add parts.
+        for (from, bytes) in [(2, &b"x"[..]), (1, b"y"), (1, b"z")] {
+            let delivered = holes.deliver(&mut out, reply(from, seq, bytes));
+            assert_eq!(delivered.spliced, 0);
+        }
+        assert_eq!(holes.pending_len(), 1);
+        Forwarder::seal(&mut holes, seq, Some(Part::Bytes(b"h")), &mut out);
+        assert_eq!(out, b"A[xyzh]B");
+        assert_eq!(holes.pending_len(), 0);
+        assert_eq!(holes.request_bytes, 0);
+        // Gathered bytes never sit in the output: their credit is due on arrival.
+        let mut due = Vec::new();
+        holes.take_credit_due(|owner, bytes| due.push((owner, bytes)));
+        due.sort_unstable();
+        assert_eq!(
+            due,
+            [(1, 2 * MIN_REPLY_CHARGE_BYTES), (2, MIN_REPLY_CHARGE_BYTES)]
+        );
+    }
+
+    #[test]
+    fn a_gather_sealed_early_fills_with_its_last_part() {
+        let mut forwarder = Forwarder::new(2, 0);
+        let mut holes = Holes::default();
         let mut out = Vec::new();
-        write_text_get(&mut out, GetCommand::Gats, -1, b"k1");
-        write_text_get(&mut out, GetCommand::Get, 0, b"k2");
-        assert_eq!(out, b"gats -1 k1\r\nget k2\r\n");
+        let seq = forwarder.gather(&mut holes, Some(Box::new(Concat::default())), 0);
+        forwarder
+            .part(&mut holes, seq, 1, Op::Snapshot, 1, |_| ())
+            .unwrap();
+        Forwarder::seal(&mut holes, seq, None, &mut out);
+        assert!(out.is_empty(), "a part is still out");
+        holes.deliver(&mut out, reply(1, seq, b"late"));
+        assert_eq!(out, b"[late]");
+        // Sealed with nothing out: filled at once.
+        let seq = forwarder.gather(&mut holes, Some(Box::new(Concat::default())), out.len());
+        Forwarder::seal(&mut holes, seq, Some(Part::Bytes(b"own")), &mut out);
+        assert_eq!(out, b"[late][own]");
+    }
+
+    #[test]
+    fn a_part_for_a_held_queue_is_refused_and_sends_nothing() {
+        let mut forwarder = Forwarder::new(2, 0);
+        let mut holes = Holes::default();
+        forwarder
+            .forward(&mut holes, 1, Op::Snapshot, 1, 0, |_| ())
+            .unwrap();
+        forwarder.take_forwards(|_, batch| Err(batch));
+        let seq = forwarder.gather(&mut holes, None, 0);
+        assert_eq!(
+            forwarder.part(&mut holes, seq, 1, Op::Snapshot, 1, |_| ()),
+            Err(Blocked)
+        );
+        assert!(!forwarder.may_fan_out());
+        assert_eq!(
+            forwarder.batches[1].len(),
+            1,
+            "only the first request waits"
+        );
     }
 }

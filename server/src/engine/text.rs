@@ -1,4 +1,6 @@
-//! Executing text-protocol requests against the shard; meta lines go on to `meta.rs`.
+//! The text protocol's adapter: request lines parsed with `protocol::text`, executed through
+//! the core, replies emitted with `protocol::text`; meta lines go on to `text/meta.rs`, part of
+//! this adapter (they share the line format and parser).
 //!
 //! Replies are memcached 1.6's, word for word; `noreply` silences every reply of its command,
 //! errors included, as memcached's `out_string` does. A storage command whose value can never
@@ -7,39 +9,44 @@
 //!
 //! A multi-key retrieval checks the output backlog, the forwarding limits and the turn before
 //! every key, and stops part-way when one says so: the session keeps where the line's next key
-//! starts ([`GetResume`]), the line stays unconsumed at the front of the input (so it may sit in
+//! starts ([`Resume`]), the line stays unconsumed at the front of the input (so it may sit in
 //! a socket's receive buffer, move, or arrive in pieces meanwhile), and the next call continues
 //! with that key; the line is consumed with its last key and `END`. Its output is byte for byte
 //! what one uninterrupted execution writes.
 
 use protocol::text::{
-    ArithmeticCommand, Close, DataError, ErrorReply, Keys, Line, ParseError, Request, Response,
-    StatsGroup, Store, StoreCommand, data_block,
+    ArithmeticCommand, Close, DataError, ErrorReply, GetCommand, Keys, Line, ParseError, Request,
+    Response, StatsGroup, Store, StoreCommand, data_block,
 };
-use store::{Delta, StoreError, StoreMode};
+use store::{Arith, Delta, Now, StoreError, StoreMode, Ttl, Write};
 
-use super::forward::{Gather, Op, StatsRender};
-use super::{Engine, GetResume, OUT_HIGH_WATER_BYTES, Protocol, Session, Step, Stop};
+use super::forward::{Gather, Part};
+use super::session::{Cx, FanOut, Resume, Step, Stop};
 use crate::stats::{self, Snapshot};
 
+mod meta;
+
+/// Forms a text request is forwarded in (see [`run_forwarded`]).
+mod part {
+    /// The whole request: its line and data block.
+    pub const WHOLE: u8 = 0;
+    /// One key of a `get`/`gets`/`gat`/`gats` line, as a line of its own: the owner leaves off
+    /// the `END`, which the home writes after the line's last key.
+    pub const GET_KEY: u8 = 1;
+}
+
 /// Executes (or refuses) the request line at the front of `buf`, with its data block.
-pub(super) fn step(
-    engine: &mut Engine,
-    session: &mut Session,
-    buf: &[u8],
-    out: &mut Vec<u8>,
-    now: u64,
-) -> Step {
-    if let Some(resume) = session.get_resume {
-        return resume_get(engine, session, resume, buf, out, now);
+pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
+    if let Some(resume) = cx.session.resume {
+        return resume_get(cx, resume, buf, out);
     }
-    match Request::parse(buf, session.line_scanned) {
+    match Request::parse(buf, cx.session.scanned) {
         Ok((request, line_len)) => {
-            session.line_scanned = 0;
-            dispatch(engine, session, request, buf, line_len, out, now)
+            cx.session.scanned = 0;
+            dispatch(cx, request, buf, line_len, out)
         }
         Err(ParseError::Incomplete { needed, scanned }) => {
-            session.line_scanned = scanned;
+            cx.session.scanned = scanned;
             Step::Wait(needed)
         }
         Err(ParseError::Invalid {
@@ -48,50 +55,59 @@ pub(super) fn step(
             line_len,
             swallow,
         }) => {
-            session.line_scanned = 0;
-            engine.counters.protocol_errors += 1;
+            cx.session.scanned = 0;
+            cx.core.protocol_error();
             if !noreply {
                 reply.emit_into(out);
             }
-            session.skip_bytes = swallow as u64;
+            cx.session.skip(swallow as u64);
             Step::Done(line_len)
         }
         Err(ParseError::Close(close)) => {
-            engine.counters.protocol_errors += 1;
+            cx.core.protocol_error();
             if close == Close::LineTooLong {
                 ErrorReply::LineTooLong.emit_into(out);
             }
-            session.closing = true;
+            cx.session.close();
             Step::Done(0)
         }
+    }
+}
+
+/// Executes a request another worker forwarded here (complete: the sender parsed it); one key
+/// of a retrieval is answered without its `END`.
+pub(super) fn run_forwarded(cx: &mut Cx<'_>, part: u8, request: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    let _ = step(cx, request, out);
+    if part == part::GET_KEY && out[start..].ends_with(b"END\r\n") {
+        out.truncate(out.len() - 5);
     }
 }
 
 /// Executes one parsed request line; `buf` starts with the line (`line_len` bytes), followed by
 /// whatever has arrived after it.
 fn dispatch(
-    engine: &mut Engine,
-    session: &mut Session,
+    cx: &mut Cx<'_>,
     request: Request<'_>,
     buf: &[u8],
     line_len: usize,
     out: &mut Vec<u8>,
-    now: u64,
 ) -> Step {
+    let now = cx.now;
     let reply = |out: &mut Vec<u8>, noreply: bool, response: Response<'_>| {
         if !noreply {
             response.emit_into(out);
         }
     };
     if let Some(key) = single_key(&request)
-        && let Some(owner) = engine.remote_owner(key)
+        && let Some(owner) = cx.owner_elsewhere(key)
     {
-        return match engine.forward(session, owner, Protocol::Text, &buf[..line_len], out) {
+        return match cx.forward(owner, part::WHOLE, &buf[..line_len], out) {
             Ok(()) => Step::Done(line_len),
             Err(stop) => Step::Stop(stop),
         };
     }
-    if matches!(request, Request::FlushAll { .. } | Request::Stats(_)) && !engine.may_fan_out() {
+    if matches!(request, Request::FlushAll { .. } | Request::Stats(_)) && !cx.may_fan_out() {
         return Step::Stop(Stop::Blocked);
     }
     match request {
@@ -101,19 +117,19 @@ fn dispatch(
                 Ok(line) => line.text.len(),
                 Err(_) => line_len,
             };
-            let resume = GetResume {
-                command: get.command,
-                exptime: get.exptime,
-                line_len,
-                next_key_at: text_len - get.keys.remainder().len(),
+            let resume = Resume {
+                len: line_len,
+                at: text_len - get.keys.remainder().len(),
+                code: get_code(get.command),
+                arg: get.exptime,
             };
-            return execute_get(engine, session, resume, get.keys, text_len, out, now);
+            return execute_get(cx, resume, get.keys, text_len, out);
         }
         Request::Store(store) => {
-            return execute_store(engine, session, store, buf, line_len, out, now);
+            return execute_store(cx, store, buf, line_len, out);
         }
         Request::Delete { key, noreply } => {
-            let response = match engine.shard.delete(key, 0, now) {
+            let response = match cx.core.delete(key, 0, now) {
                 Ok(()) => Response::Deleted,
                 Err(error) => store_error(error),
             };
@@ -129,7 +145,7 @@ fn dispatch(
                 ArithmeticCommand::Incr => Delta::Incr,
                 ArithmeticCommand::Decr => Delta::Decr,
             };
-            let response = match engine.shard.incr_decr(key, delta, direction, None, 0, now) {
+            let response = match cx.core.arith(Arith::new(key, direction, delta), now) {
                 Ok((value, _cas)) => Response::Number(value),
                 Err(StoreError::NotFound) => Response::NotFound,
                 Err(StoreError::NonNumeric) => Response::Error(ErrorReply::NonNumeric),
@@ -143,23 +159,23 @@ fn dispatch(
             exptime,
             noreply,
         } => {
-            let response = match engine.touch(key, exptime, now) {
+            let response = match cx.core.touch(key, Ttl::Exptime(exptime), now) {
                 Some(_) => Response::Touched,
                 None => Response::NotFound,
             };
             reply(out, noreply, response);
         }
         Request::FlushAll { delay, noreply } => {
-            engine.flush_all(delay, now);
-            engine.fan_out(session, Op::Flush { delay, now }, None, out);
+            cx.core.flush_all(delay, now);
+            cx.fan_out(FanOut::Flush { delay }, None, None, out);
             reply(out, noreply, Response::Ok);
         }
-        Request::Version => Response::Version(engine.config.version).emit_into(out),
+        Request::Version => Response::Version(cx.core.version()).emit_into(out),
         Request::Verbosity { noreply, .. } => reply(out, noreply, Response::Ok),
-        Request::Stats(group) => write_stats(engine, session, group, out, now),
-        Request::Quit => session.closing = true,
+        Request::Stats(group) => write_stats(cx, group, out),
+        Request::Quit => cx.session.close(),
         Request::Meta(request) => {
-            return super::meta::execute(engine, session, request, buf, line_len, out, now);
+            return meta::execute(cx, request, buf, line_len, out);
         }
     }
     Step::Done(line_len)
@@ -178,81 +194,87 @@ fn single_key<'a>(request: &Request<'a>) -> Option<&'a [u8]> {
 }
 
 /// Continues a multi-key retrieval stopped part-way, whose line is at the front of `buf`.
-fn resume_get(
-    engine: &mut Engine,
-    session: &mut Session,
-    resume: GetResume,
-    buf: &[u8],
-    out: &mut Vec<u8>,
-    now: u64,
-) -> Step {
-    if buf.len() < resume.line_len {
+fn resume_get(cx: &mut Cx<'_>, resume: Resume, buf: &[u8], out: &mut Vec<u8>) -> Step {
+    if buf.len() < resume.len {
         // The line is there but not contiguous yet (a receive ring wrapped): read it whole.
-        return Step::Wait(resume.line_len - buf.len());
+        return Step::Wait(resume.len - buf.len());
     }
     // The newline is the line's last byte, so this finds it at once.
-    let Ok(line) = Line::parse(&buf[..resume.line_len], resume.line_len - 1) else {
+    let Ok(line) = Line::parse(&buf[..resume.len], resume.len - 1) else {
         // Not the line that stopped (cannot happen: input is only ever consumed from the
         // front); start over with whatever is there.
-        session.get_resume = None;
+        cx.session.resume = None;
         return Step::Wait(0);
     };
-    let rest = line.text.get(resume.next_key_at..).unwrap_or_default();
+    let rest = line.text.get(resume.at..).unwrap_or_default();
     let keys = Keys::new_unchecked(rest);
-    execute_get(engine, session, resume, keys, line.text.len(), out, now)
+    execute_get(cx, resume, keys, line.text.len(), out)
+}
+
+/// The code a stopped retrieval keeps for its command.
+fn get_code(command: GetCommand) -> u8 {
+    match command {
+        GetCommand::Get => 0,
+        GetCommand::Gets => 1,
+        GetCommand::Gat => 2,
+        GetCommand::Gats => 3,
+    }
+}
+
+/// The command of a stopped retrieval's code.
+fn get_command(code: u8) -> GetCommand {
+    match code {
+        1 => GetCommand::Gets,
+        2 => GetCommand::Gat,
+        3 => GetCommand::Gats,
+        _ => GetCommand::Get,
+    }
 }
 
 /// get/gets/gat/gats: a `VALUE` block per hit, then `END`. Keys other workers own are
 /// forwarded one by one; their blocks take their place in the reply. `keys` are the keys from
-/// `resume.next_key_at` on, in a line whose text is `text_len` bytes. Before each key but the first
-/// of this call (the caller checked before calling) the output backlog, the forwarding limits
-/// and the turn are checked, and the retrieval stops there (its place kept in `resume`) when
-/// one says so; so every call makes progress unless a queue to another worker is full.
+/// `resume.at` on, in a line whose text is `text_len` bytes; `resume.arg` is the exptime of
+/// `gat`/`gats`. Before each key but the first of this call (the caller checked before
+/// calling) the output backlog, the forwarding limits and the turn are checked, and the
+/// retrieval stops there (its place kept in `resume`) when one says so; so every call makes
+/// progress unless a queue to another worker is full.
 fn execute_get(
-    engine: &mut Engine,
-    session: &mut Session,
-    mut resume: GetResume,
+    cx: &mut Cx<'_>,
+    mut resume: Resume,
     mut keys: Keys<'_>,
     text_len: usize,
     out: &mut Vec<u8>,
-    now: u64,
 ) -> Step {
-    let command = resume.command;
+    let command = get_command(resume.code);
+    let exptime = resume.arg;
     let with_cas = command.returns_cas();
     let mut first = true;
     loop {
         let at = text_len - keys.remainder().len();
-        let stop = if first {
-            None
-        } else if out.len() >= OUT_HIGH_WATER_BYTES {
-            Some(Stop::Output)
-        } else if session.holes.full() {
-            Some(Stop::Forwards)
-        } else if session.turn_left == 0 {
-            Some(Stop::Turn)
-        } else {
-            None
-        };
+        let stop = if first { None } else { cx.pause(out) };
         let key = match (stop, keys.next()) {
             (_, None) => break,
-            (Some(stop), Some(_)) => return pause_get(session, &mut resume, at, stop),
+            (Some(stop), Some(_)) => return pause_get(cx, &mut resume, at, stop),
             (None, Some(key)) => key,
         };
         first = false;
-        if let Some(owner) = engine.remote_owner(key) {
-            if let Err(stop) =
-                engine.forward_text_get(session, owner, (command, resume.exptime), key, out)
-            {
-                return pause_get(session, &mut resume, at, stop);
+        if let Some(owner) = cx.owner_elsewhere(key) {
+            // The line is about as long as the key and its command.
+            let len = key.len() + 16;
+            let forwarded = cx.forward_written(owner, part::GET_KEY, len, out, |bytes| {
+                write_get_line(bytes, command, exptime, key);
+            });
+            if let Err(stop) = forwarded {
+                return pause_get(cx, &mut resume, at, stop);
             }
-            session.spend_turn();
+            cx.session.spend_turn();
             continue;
         }
-        session.spend_turn();
+        cx.session.spend_turn();
         let item = if command.touches() {
-            engine.touch(key, resume.exptime, now)
+            cx.core.touch(key, Ttl::Exptime(exptime), cx.now)
         } else {
-            engine.get(key, now)
+            cx.core.get(key, cx.now)
         };
         if let Some(item) = item {
             Response::Value {
@@ -265,43 +287,61 @@ fn execute_get(
         }
     }
     Response::End.emit_into(out);
-    session.get_resume = None;
-    session.line_scanned = 0;
-    Step::Done(resume.line_len)
+    cx.session.resume = None;
+    cx.session.scanned = 0;
+    Step::Done(resume.len)
 }
 
 /// Stops a retrieval before the key at `at` in its line's text; nothing of the line is
 /// consumed.
-fn pause_get(session: &mut Session, resume: &mut GetResume, at: usize, stop: Stop) -> Step {
-    resume.next_key_at = at;
-    session.get_resume = Some(*resume);
+fn pause_get(cx: &mut Cx<'_>, resume: &mut Resume, at: usize, stop: Stop) -> Step {
+    resume.at = at;
+    cx.session.resume = Some(*resume);
     Step::Stop(stop)
+}
+
+/// The request line a text retrieval of one key is forwarded as.
+fn write_get_line(out: &mut Vec<u8>, command: GetCommand, exptime: i64, key: &[u8]) {
+    let name: &[u8] = match command {
+        GetCommand::Get => b"get",
+        GetCommand::Gets => b"gets",
+        GetCommand::Gat => b"gat",
+        GetCommand::Gats => b"gats",
+    };
+    out.extend_from_slice(name);
+    if matches!(command, GetCommand::Gat | GetCommand::Gats) {
+        use std::io::Write as _;
+        // Writing into a Vec cannot fail.
+        let _ = write!(out, " {exptime}");
+    }
+    out.push(b' ');
+    out.extend_from_slice(key);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// set/add/replace/append/prepend/cas: waits for the data block, unless the value can never
 /// fit, in which case it is refused now and skipped as it arrives.
 fn execute_store(
-    engine: &mut Engine,
-    session: &mut Session,
+    cx: &mut Cx<'_>,
     store: Store<'_>,
     buf: &[u8],
     line_len: usize,
     out: &mut Vec<u8>,
-    now: u64,
 ) -> Step {
-    if !engine.fits(store.key.len(), store.bytes) {
-        engine.refuse_too_large();
+    let now = cx.now;
+    if !cx.core.fits(store.key.len(), store.bytes) {
+        cx.core.refuse_too_large();
         if !store.noreply {
             ErrorReply::TooLarge.emit_into(out);
         }
-        session.skip_bytes = store.bytes as u64 + 2;
+        cx.session.skip(store.bytes as u64 + 2);
         return Step::Done(line_len);
     }
     let data = match data_block(&buf[line_len..], store.bytes) {
         Ok(data) => data,
         Err(DataError::Incomplete { needed }) => return Step::Wait(needed),
         Err(DataError::BadChunk) => {
-            engine.counters.protocol_errors += 1;
+            cx.core.protocol_error();
             if !store.noreply {
                 ErrorReply::BadDataChunk.emit_into(out);
             }
@@ -309,8 +349,8 @@ fn execute_store(
         }
     };
     let consumed = line_len + store.bytes + 2;
-    if let Some(owner) = engine.remote_owner(store.key) {
-        return match engine.forward(session, owner, Protocol::Text, &buf[..consumed], out) {
+    if let Some(owner) = cx.owner_elsewhere(store.key) {
+        return match cx.forward(owner, part::WHOLE, &buf[..consumed], out) {
             Ok(()) => Step::Done(consumed),
             Err(stop) => Step::Stop(stop),
         };
@@ -323,12 +363,20 @@ fn execute_store(
         StoreCommand::Prepend => (StoreMode::Prepend, 0),
         // The store reads CAS 0 as "no compare"; to memcached it is a value no item matches.
         StoreCommand::Cas if store.cas == 0 => {
-            (StoreMode::Set, cas_matching_nothing(engine, store.key, now))
+            (StoreMode::Set, cx.core.cas_matching_nothing(store.key, now))
         }
         StoreCommand::Cas => (StoreMode::Set, store.cas),
     };
     let extends = matches!(mode, StoreMode::Append | StoreMode::Prepend);
-    let response = match engine.store(mode, store.key, data, store.flags, store.exptime, cas, now) {
+    let response = match cx.core.store(
+        Write {
+            flags: store.flags,
+            ttl: Ttl::Exptime(store.exptime),
+            cas,
+            ..Write::new(mode, store.key, data)
+        },
+        now,
+    ) {
         Ok(_) => Response::Stored,
         // memcached answers NOT_STORED when an append or prepend would outgrow the item limit.
         Err(StoreError::TooLarge) if extends => Response::NotStored,
@@ -338,18 +386,6 @@ fn execute_store(
         response.emit_into(out);
     }
     Step::Done(consumed)
-}
-
-/// A compare value no item under `key` matches, for a `cas` (or meta `C`) of 0: memcached
-/// reads CAS 0 as "none" and never matches it, where the store reads it as "no compare". So
-/// the answers are memcached's (NOT_FOUND when missing, EXISTS when held), any non-zero value
-/// but the held item's CAS is taken; clients may give items any CAS (meta `E`), so no fixed
-/// value would do.
-pub(super) fn cas_matching_nothing(engine: &mut Engine, key: &[u8], now: u64) -> u64 {
-    match engine.shard.peek(key, now) {
-        Some(item) if item.cas == 1 => 2,
-        _ => 1,
-    }
 }
 
 /// The text reply for a store error.
@@ -366,25 +402,48 @@ fn store_error(error: StoreError) -> Response<'static> {
 }
 
 /// `STAT <name> <value>` lines, then `END`; with several workers, once all have sent theirs.
-fn write_stats(
-    engine: &mut Engine,
-    session: &mut Session,
-    group: StatsGroup,
-    out: &mut Vec<u8>,
-    now: u64,
-) {
-    let render = StatsRender::Text { group, now };
-    let snapshot = engine.snapshot();
-    if engine.config.threads > 1 {
-        let gather = Box::new(Gather { snapshot, render });
-        engine.fan_out(session, Op::Snapshot, Some(gather), out);
+fn write_stats(cx: &mut Cx<'_>, group: StatsGroup, out: &mut Vec<u8>) {
+    let own = cx.core.snapshot();
+    if cx.workers() > 1 {
+        let stats = StatsGather {
+            snapshot: None,
+            group,
+            now: cx.now,
+        };
+        let own = Some(Part::Snapshot(&own));
+        cx.fan_out(FanOut::Snapshot, Some(Box::new(stats)), own, out);
     } else {
-        render_stats(out, group, now, &snapshot);
+        render_stats(out, group, cx.now, &own);
+    }
+}
+
+/// A text `stats` request's figures, summed over every worker as they arrive.
+#[derive(Debug)]
+struct StatsGather {
+    snapshot: Option<Snapshot>,
+    group: StatsGroup,
+    now: Now,
+}
+
+impl Gather for StatsGather {
+    fn add(&mut self, part: Part<'_>) {
+        if let Part::Snapshot(snapshot) = part {
+            match self.snapshot.as_mut() {
+                Some(sum) => sum.merge(snapshot),
+                None => self.snapshot = Some(snapshot.clone()),
+            }
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if let Some(snapshot) = &self.snapshot {
+            render_stats(out, self.group, self.now, snapshot);
+        }
     }
 }
 
 /// The text `stats` reply for `snapshot`.
-pub(super) fn render_stats(out: &mut Vec<u8>, group: StatsGroup, now: u64, snapshot: &Snapshot) {
+fn render_stats(out: &mut Vec<u8>, group: StatsGroup, now: Now, snapshot: &Snapshot) {
     let mut value = String::new();
     let mut line = |name: &str, v: &dyn std::fmt::Display| {
         use std::fmt::Write as _;
@@ -397,7 +456,7 @@ pub(super) fn render_stats(out: &mut Vec<u8>, group: StatsGroup, now: u64, snaps
         .emit_into(out);
     };
     match group {
-        StatsGroup::General => stats::general(snapshot, now, &mut line),
+        StatsGroup::General => stats::general(snapshot, now.secs(), &mut line),
         StatsGroup::Settings => stats::settings(snapshot, &mut line),
         StatsGroup::Items => stats::items(snapshot, &mut line),
         StatsGroup::Slabs => stats::slabs(snapshot, &mut line),

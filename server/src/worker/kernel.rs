@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use netstack::Admission;
 use netstack::kernel::{KernelConn, KernelConnId, KernelTable};
+use store::Now;
 
 use super::mesh::Mesh;
 use super::{IdleState, LoopClock, Plan, spawn, stopping};
@@ -81,7 +82,7 @@ fn serve(
         mesh.unpark();
         let tick = clock.tick();
         table.expire_idle(tick.at);
-        let now = tick.unix_secs;
+        let now = tick.now;
         let mut progress = matches!(polled, netstack::Poll::Progress) || table.has_ready();
         table.serve(|conn| {
             progress = true;
@@ -106,7 +107,7 @@ fn serve(
 
 /// Puts other workers' replies into their connections and drives each connection once after
 /// its last reply in the message.
-fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &Replies, now: u64) {
+fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &Replies, now: Now) {
     for index in 0..replies.len() {
         let Some(token) = replies.token(index) else {
             continue;
@@ -128,7 +129,7 @@ fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &R
 /// backlog, replies from other workers), or its turn is used up ([`TURN_REQUESTS`] requests,
 /// [`TURN_READ_BYTES`] read); then, if it still has work, the table serves it again on its next
 /// pass, after the others.
-fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: u64) {
+fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: Now) {
     let token = conn.id().pack();
     let (client, stream) = conn.parts();
     client.session.set_token(token);

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering, fence};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
+use store::Now;
 
 use crate::engine::{Batch, Engine, Replies};
 
@@ -208,9 +209,10 @@ impl Mesh {
     pub fn receive(
         &mut self,
         engine: &mut Engine,
-        now: u64,
+        now: impl Into<Now>,
         mut deliver: impl FnMut(&mut Engine, &Replies),
     ) -> usize {
+        let now = now.into();
         if engine.has_replies() {
             self.send_replies(engine);
         }

@@ -36,6 +36,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use netstack::smoltcp::phy::Device;
 use netstack::{Conn, ConnId, ConnTable, Poll};
 
+use store::Now;
+
 use crate::cli::Idle;
 use crate::conn::ClientConn;
 use crate::engine::{Engine, EngineConfig, Replies, Stop, TURN_REQUESTS};
@@ -81,7 +83,7 @@ pub fn pin(cpu: Option<usize>) -> Result<usize, String> {
 }
 
 /// A worker's clock, read once per loop iteration: a clock read costs as much as a small
-/// request, so the engine's seconds, smoltcp's timestamps and the idle policy share one read.
+/// request, so the engine's time, smoltcp's timestamps and the idle policy share one read.
 #[derive(Debug, Clone, Copy)]
 pub struct LoopClock {
     start: Instant,
@@ -93,8 +95,9 @@ pub struct LoopClock {
 pub struct Tick {
     /// Monotonic time.
     pub at: Instant,
-    /// Unix seconds (the start's wall-clock time plus monotonic time since), for the engine.
-    pub unix_secs: u64,
+    /// Unix time to the millisecond (the start's wall-clock time plus monotonic time since),
+    /// for the engine.
+    pub now: Now,
     /// The same instant as smoltcp counts it (microseconds since the unix epoch).
     pub net: netstack::smoltcp::time::Instant,
 }
@@ -117,7 +120,7 @@ impl LoopClock {
         let micros = self.start_unix_micros + at.duration_since(self.start).as_micros() as u64;
         Tick {
             at,
-            unix_secs: micros / 1_000_000,
+            now: Now::from_millis(micros / 1000),
             net: netstack::smoltcp::time::Instant::from_micros(micros as i64),
         }
     }
@@ -165,7 +168,7 @@ impl IdleState {
     pub fn maybe_sweep(&mut self, engine: &mut Engine, tick: Tick) {
         if tick.at.duration_since(self.last_sweep) >= SWEEP_EVERY {
             self.last_sweep = tick.at;
-            engine.sweep_expired(SWEEP_ITEMS, tick.unix_secs);
+            engine.sweep_expired(SWEEP_ITEMS, tick.now);
         }
     }
 }
@@ -592,7 +595,7 @@ pub fn serve_smoltcp<D: Queue>(
     let mut again = Again::default();
     while !stopping(stop) {
         let tick = clock.tick();
-        let now = tick.unix_secs;
+        let now = tick.now;
         let ingress = table.poll_ingress(tick.net, device, INGRESS_BUDGET);
         let mut served = table.serve(|conn| drive(conn, engine, now, &mut again));
         served += again.serve_turns(|id, again| {
@@ -679,7 +682,7 @@ fn deliver(
     table: &mut ConnTable<ClientConn>,
     engine: &mut Engine,
     replies: &Replies,
-    now: u64,
+    now: Now,
     again: &mut Again,
 ) {
     for index in 0..replies.len() {
@@ -703,7 +706,7 @@ fn deliver(
 /// split across the ring's end or larger than the ring — until it needs more input, must wait
 /// (output backlog, replies from other workers, send space), or its turn is used up; then it
 /// is listed in `again` when it still has work.
-fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: u64, again: &mut Again) {
+fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: Now, again: &mut Again) {
     let id = conn.id();
     let client = &mut *conn.state;
     client.session.set_token(id.pack());

@@ -406,7 +406,7 @@ fn long_multi_get_lines_are_served() {
         assert!(!outcome.close);
         if !pending.is_empty() {
             assert!(outcome.needed >= 1);
-            assert_eq!(session.line_scanned, pending.len(), "searched once");
+            assert_eq!(session.scanned, pending.len(), "searched once");
         }
     }
     assert!(pending.is_empty());
@@ -836,4 +836,28 @@ fn a_multi_get_shares_the_turn_key_by_key() {
         out.starts_with(&format!("{expected}END\r\nVERSION ")),
         "{out}"
     );
+}
+
+#[test]
+fn gets_are_forwarded_as_single_key_lines() {
+    let mut out = Vec::new();
+    super::write_get_line(&mut out, protocol::text::GetCommand::Gats, -1, b"k1");
+    super::write_get_line(&mut out, protocol::text::GetCommand::Get, 0, b"k2");
+    assert_eq!(out, b"gats -1 k1\r\nget k2\r\n");
+}
+
+#[test]
+fn exptimes_stay_whole_seconds_with_a_millisecond_clock() {
+    // memcached's clock counts whole seconds: `1` set 0.9 s into a second ends 0.1 s later.
+    let mut e = engine();
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let at = |ms: u64| store::Now::from_millis(NOW * 1000 + ms);
+    e.execute(&mut session, b"set k 0 1 1\r\nv\r\n", &mut out, at(900));
+    out.clear();
+    e.execute(&mut session, b"get k\r\n", &mut out, at(999));
+    assert_eq!(out, b"VALUE k 0 1\r\nv\r\nEND\r\n");
+    out.clear();
+    e.execute(&mut session, b"get k\r\n", &mut out, at(1000));
+    assert_eq!(out, b"END\r\n");
 }

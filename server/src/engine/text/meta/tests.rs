@@ -1,8 +1,8 @@
 //! Meta-command engine tests: every command and flag, with the replies protocol.txt documents
 //! (and memcached 1.6 sends), quiet mode, errors, pipelines and fragment sweeps.
 
-use super::super::tests::{PIECES, engine, feed_in_pieces};
-use super::super::*;
+use crate::engine::tests::{PIECES, engine, feed_in_pieces};
+use crate::engine::*;
 
 const NOW: u64 = 1_700_000_000;
 

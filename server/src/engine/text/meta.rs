@@ -1,4 +1,4 @@
-//! Executing meta commands (`mg`, `ms`, `md`, `ma`, `mn`, `me`) against the shard.
+//! The text adapter's meta commands (`mg`, `ms`, `md`, `ma`, `mn`, `me`): executed through the core.
 //!
 //! Replies follow memcached 1.6's protocol.txt and proto_text.c: return flags come back in
 //! request order, `q` silences nominal replies only (`HD`, and `EN` for `mg`), errors are always
@@ -31,45 +31,44 @@ use protocol::meta::{
     ArithmeticMode, Command, DebugLine, Flags, ReplyLine, Request, SetMode, Status,
 };
 use protocol::text::{DataError, ErrorReply, MAX_KEY_LEN, data_block};
-use store::{Delta, Expiry, ItemView, NewCas, StoreError, StoreMode};
+use store::{Arith, Delta, Expiry, ItemView, NewCas, Now, StoreError, StoreMode, Ttl, Write};
 
-use super::text::cas_matching_nothing;
-use super::{Engine, Protocol, Session, Step};
+use super::part;
+use crate::engine::session::{Cx, Step};
 
 /// memspin's one item class, for `me`'s `cls`.
 const ITEM_CLASS: u32 = 1;
 
 pub(super) fn execute(
-    engine: &mut Engine,
-    session: &mut Session,
+    cx: &mut Cx<'_>,
     request: Request<'_>,
     buf: &[u8],
     line_len: usize,
     out: &mut Vec<u8>,
-    now: u64,
 ) -> Step {
+    let now = cx.now;
     let flags = &request.flags;
     if flags.remove_value {
-        engine.counters.protocol_errors += 1;
+        cx.core.protocol_error();
         let reply = match request.command {
             Command::Delete | Command::Arithmetic => ErrorReply::InvalidOrDuplicateFlag,
             _ => ErrorReply::InvalidFlag,
         };
         reply.emit_into(out);
         if request.command == Command::Set {
-            session.skip_bytes = request.datalen as u64 + 2;
+            cx.session.skip(request.datalen as u64 + 2);
         }
         return Step::Done(line_len);
     }
     let mut scratch = [0u8; MAX_KEY_LEN];
     let key = request.decode_key(&mut scratch);
     if request.command != Command::Noop
-        && let Some(owner) = engine.remote_owner(key)
+        && let Some(owner) = cx.owner_elsewhere(key)
     {
         // The whole request goes to the key's owner; a set once its data block is here (a
         // value that can never fit, or a bad data chunk, is refused here as below).
         let len = match request.command {
-            Command::Set if !engine.fits(key.len(), request.datalen) => None,
+            Command::Set if !cx.core.fits(key.len(), request.datalen) => None,
             Command::Set => match data_block(&buf[line_len..], request.datalen) {
                 Ok(_) => Some(line_len + request.datalen + 2),
                 Err(DataError::Incomplete { needed }) => return Step::Wait(needed),
@@ -78,7 +77,7 @@ pub(super) fn execute(
             _ => Some(line_len),
         };
         if let Some(len) = len {
-            return match engine.forward(session, owner, Protocol::Text, &buf[..len], out) {
+            return match cx.forward(owner, part::WHOLE, &buf[..len], out) {
                 Ok(()) => Step::Done(len),
                 Err(stop) => Step::Stop(stop),
             };
@@ -86,23 +85,23 @@ pub(super) fn execute(
     }
     match request.command {
         Command::Noop => ReplyLine::start(out, Status::Mn).finish(),
-        Command::Debug => debug(engine, key, flags, out, now),
-        Command::Get => get(engine, key, flags, out, now),
+        Command::Debug => debug(cx, key, flags, out, now),
+        Command::Get => get(cx, key, flags, out, now),
         Command::Set => {
-            return set(engine, session, key, &request, buf, line_len, out, now);
+            return set(cx, key, &request, buf, line_len, out, now);
         }
-        Command::Delete => delete(engine, key, flags, out, now),
-        Command::Arithmetic => arithmetic(engine, key, flags, out, now),
+        Command::Delete => delete(cx, key, flags, out, now),
+        Command::Arithmetic => arithmetic(cx, key, flags, out, now),
     }
     Step::Done(line_len)
 }
 
 /// Seconds an item has left: -1 for none, as `t` and `me` report it.
-fn ttl(exptime: u32, now: u64) -> i64 {
+fn ttl(exptime: u32, now: Now) -> i64 {
     if exptime == 0 {
         -1
     } else {
-        i64::from(exptime) - i64::try_from(now).unwrap_or(i64::MAX)
+        i64::from(exptime) - i64::try_from(now.secs()).unwrap_or(i64::MAX)
     }
 }
 
@@ -128,26 +127,31 @@ fn echo(line: &mut ReplyLine<'_>, flags: &Flags<'_>, key: &[u8]) {
 
 /// `mg`: the item's value and metadata; `T` touches, `N` creates on a miss, `R`/`N`/stale
 /// items hand out the recache token (`W`), which later readers see as taken (`Z`).
-fn get(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
+fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
     let found = if let Some(ttl) = flags.ttl {
-        engine.touch(key, ttl, now)
+        cx.core.touch(key, Ttl::Exptime(ttl), now)
     } else if flags.no_bump {
-        engine.counters.cmd_get += 1;
-        engine.shard.peek(key, now)
+        cx.core.get_unbumped(key, now)
     } else {
-        engine.get(key, now)
+        cx.core.get(key, now)
     };
     let won = match found {
         Some(item) => write_hit(out, key, flags, &item, false, now),
         None => {
             // `N`: create an empty item with that TTL and win its recache token.
             let created = flags.vivify_ttl.is_some_and(|ttl| {
-                engine
-                    .shard
-                    .store_with(StoreMode::Add, key, b"", 0, ttl, 0, new_cas(flags), now)
+                cx.core
+                    .vivify(
+                        Write {
+                            ttl: Ttl::Exptime(ttl),
+                            new_cas: new_cas(flags),
+                            ..Write::new(StoreMode::Add, key, b"")
+                        },
+                        now,
+                    )
                     .is_ok()
             });
-            match created.then(|| engine.shard.peek(key, now)).flatten() {
+            match created.then(|| cx.core.peek(key, now)).flatten() {
                 Some(item) => write_hit(out, key, flags, &item, true, now),
                 None => {
                     if !flags.quiet {
@@ -161,7 +165,7 @@ fn get(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, no
         }
     };
     if won {
-        engine.shard.claim_win(key, now);
+        cx.core.claim_win(key, now);
     }
 }
 
@@ -173,7 +177,7 @@ fn write_hit(
     flags: &Flags<'_>,
     item: &ItemView<'_>,
     created: bool,
-    now: u64,
+    now: Now,
 ) -> bool {
     // `C` with `v`: the value only if it changed.
     let send_value = flags.return_value && flags.compare_cas != Some(item.cas);
@@ -183,7 +187,7 @@ fn write_hit(
         && !created
         && item.exptime != 0
         && let Expiry::At(at) = Expiry::resolve(recache, now)
-        && u64::from(item.exptime) < at
+        && item.expiry_ms < at
     {
         won = true;
     }
@@ -244,28 +248,27 @@ fn write_hit(
 /// unread), with its mode, `C`/`I` compare rules and `N` for append/prepend on a miss.
 #[allow(clippy::too_many_arguments)]
 fn set(
-    engine: &mut Engine,
-    session: &mut Session,
+    cx: &mut Cx<'_>,
     key: &[u8],
     request: &Request<'_>,
     buf: &[u8],
     line_len: usize,
     out: &mut Vec<u8>,
-    now: u64,
+    now: Now,
 ) -> Step {
     let flags = &request.flags;
     let datalen = request.datalen;
-    if !engine.fits(key.len(), datalen) {
-        engine.refuse_too_large();
+    if !cx.core.fits(key.len(), datalen) {
+        cx.core.refuse_too_large();
         ErrorReply::TooLarge.emit_into(out);
-        session.skip_bytes = datalen as u64 + 2;
+        cx.session.skip(datalen as u64 + 2);
         return Step::Done(line_len);
     }
     let data = match data_block(&buf[line_len..], datalen) {
         Ok(data) => data,
         Err(DataError::Incomplete { needed }) => return Step::Wait(needed),
         Err(DataError::BadChunk) => {
-            engine.counters.protocol_errors += 1;
+            cx.core.protocol_error();
             ErrorReply::BadDataChunk.emit_into(out);
             return Step::Done(line_len + datalen + 2);
         }
@@ -279,13 +282,13 @@ fn set(
         SetMode::Prepend => StoreMode::Prepend,
     };
     let client_flags = flags.client_flags.unwrap_or(0);
-    let mut exptime = flags.ttl.unwrap_or(0);
+    let mut ttl = Ttl::Exptime(flags.ttl.unwrap_or(0));
     let mut compare = match (mode, flags.compare_cas) {
         // memcached: add ignores a CAS; append/prepend compare a non-zero one.
         (StoreMode::Add, _) | (_, None) => 0,
         (StoreMode::Append | StoreMode::Prepend, Some(cas)) => cas,
-        // Set/replace compare any CAS, 0 included (see `text::cas_matching_nothing`).
-        (_, Some(0)) => cas_matching_nothing(engine, key, now),
+        // Set/replace compare any CAS, 0 included (see `Core::cas_matching_nothing`).
+        (_, Some(0)) => cx.core.cas_matching_nothing(key, now),
         (_, Some(cas)) => cas,
     };
     // memcached's text path reads `E0` on `ms` as "no E".
@@ -300,44 +303,41 @@ fn set(
         && matches!(mode, StoreMode::Set | StoreMode::Replace)
         && let Some(cas) = flags.compare_cas
         && cas != 0
-        && let Some(item) = engine.shard.peek(key, now)
+        && let Some(item) = cx.core.peek(key, now)
         && cas < item.cas
     {
         compare = item.cas;
-        exptime = i64::from(item.exptime);
+        ttl = Ttl::Keep;
         stale = Some(item.win_sent);
     }
-    let mut result = engine.store_with(
-        mode,
-        key,
-        data,
-        client_flags,
-        exptime,
-        compare,
-        new_cas,
+    let mut result = cx.core.store(
+        Write {
+            flags: client_flags,
+            ttl,
+            cas: compare,
+            new_cas,
+            ..Write::new(mode, key, data)
+        },
         now,
     );
     if let (Err(StoreError::NotStored), Some(ttl)) = (result, flags.vivify_ttl)
         && matches!(mode, StoreMode::Append | StoreMode::Prepend)
     {
-        result = engine.shard.store_with(
-            StoreMode::Add,
-            key,
-            data,
-            client_flags,
-            ttl,
-            0,
-            new_cas,
+        result = cx.core.vivify(
+            Write {
+                flags: client_flags,
+                ttl: Ttl::Exptime(ttl),
+                new_cas,
+                ..Write::new(StoreMode::Add, key, data)
+            },
             now,
         );
     }
     // Marking it stale keeps the CAS the store just gave it.
     if let (Some(win_sent), Ok(cas)) = (stale, result) {
-        result = engine
-            .shard
-            .invalidate_with(key, cas, None, NewCas::Given(cas), now);
+        result = cx.core.invalidate(key, cas, None, NewCas::Given(cas), now);
         if win_sent {
-            engine.shard.claim_win(key, now);
+            cx.core.claim_win(key, now);
         }
     }
     let status = match result {
@@ -358,8 +358,8 @@ fn set(
         return Step::Done(consumed);
     }
     let size = match (result, mode) {
-        (Ok(_), StoreMode::Append | StoreMode::Prepend) => engine
-            .shard
+        (Ok(_), StoreMode::Append | StoreMode::Prepend) => cx
+            .core
             .peek(key, now)
             .map_or(datalen, |item| item.value.len()),
         _ => datalen,
@@ -388,24 +388,23 @@ fn set(
 }
 
 /// `md`: delete, or with `I` mark stale (and with `T` set a new TTL); `C` must match.
-fn delete(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
+fn delete(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
     // memcached compares any `C`, 0 included (an item whose CAS is 0 matches it); the store
     // reads 0 as "no compare".
     let cas = match flags.compare_cas {
         None => 0,
-        Some(0) => match engine.shard.peek(key, now) {
+        Some(0) => match cx.core.peek(key, now) {
             Some(item) if item.cas == 0 => 0,
-            _ => cas_matching_nothing(engine, key, now),
+            _ => cx.core.cas_matching_nothing(key, now),
         },
         Some(cas) => cas,
     };
     let result = if flags.invalidate {
-        engine
-            .shard
-            .invalidate_with(key, cas, flags.ttl, new_cas(flags), now)
+        cx.core
+            .invalidate(key, cas, flags.ttl, new_cas(flags), now)
             .map(|_| ())
     } else {
-        engine.shard.delete(key, cas, now)
+        cx.core.delete(key, cas, now)
     };
     let status = match result {
         Ok(()) if flags.quiet => return,
@@ -423,7 +422,7 @@ fn delete(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>,
 }
 
 /// `ma`: incr/decr by `D` (default 1); `N` creates a missing key with `J` (default 0).
-fn arithmetic(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
+fn arithmetic(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
     let direction = match flags.arithmetic_mode().unwrap_or(ArithmeticMode::Incr) {
         ArithmeticMode::Incr => Delta::Incr,
         ArithmeticMode::Decr => Delta::Decr,
@@ -433,10 +432,15 @@ fn arithmetic(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<
         .vivify_ttl
         .map(|ttl| (flags.initial.unwrap_or(0), ttl));
     let cas = flags.compare_cas.unwrap_or(0);
-    let result =
-        engine
-            .shard
-            .incr_decr_with(key, delta, direction, create, cas, new_cas(flags), now);
+    let result = cx.core.arith(
+        Arith {
+            create,
+            cas,
+            new_cas: new_cas(flags),
+            ..Arith::new(key, direction, delta)
+        },
+        now,
+    );
     let (value, cas) = match result {
         Ok(done) => done,
         Err(StoreError::NotFound) | Err(StoreError::Exists) => {
@@ -464,12 +468,12 @@ fn arithmetic(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<
         }
     };
     if let Some(ttl) = flags.ttl {
-        engine.shard.touch(key, ttl, now);
+        cx.core.retouch(key, Ttl::Exptime(ttl), now);
     }
     if flags.quiet {
         return;
     }
-    let exptime = engine.shard.peek(key, now).map_or(0, |item| item.exptime);
+    let exptime = cx.core.peek(key, now).map_or(0, |item| item.exptime);
     let mut digits = Vec::with_capacity(20);
     protocol::text::push_u64(&mut digits, value);
     let status = if flags.return_value {
@@ -503,8 +507,8 @@ fn arithmetic(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<
 }
 
 /// `me`: the item's metadata as memcached's debug line, or `EN`.
-fn debug(engine: &mut Engine, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: u64) {
-    match engine.shard.peek(key, now) {
+fn debug(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
+    match cx.core.peek(key, now) {
         Some(item) => DebugLine {
             key,
             base64_key: flags.base64_key,

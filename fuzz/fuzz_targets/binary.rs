@@ -1,0 +1,7 @@
+//! libFuzzer target: [`fuzz::binary::check`] on every input (run it with `scripts/fuzz.sh binary`).
+#![no_main]
+
+#[global_allocator]
+static GLOBAL: fuzz::alloc::CountingAlloc = fuzz::alloc::CountingAlloc;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fuzz::binary::check(data));

@@ -1,0 +1,396 @@
+//! One connection's engine state ([`Session`]), and what a protocol adapter is given to execute
+//! one request ([`Cx`]): the core, the session, the clock and forwarding behind a narrow
+//! interface.
+//!
+//! ```text
+//! adapter step(cx, input, out) ─▶ cx.core (counted store operations)
+//!                              ─▶ cx.session (skip, close, turn, where a stopped request resumes)
+//!                              ─▶ cx.forward / fan_out / gather (other workers, forward.rs)
+//! ```
+//!
+//! Nothing here knows a protocol's wire format: a session names the protocol it speaks, and
+//! keeps the few figures adapters need between calls in protocol-free form (how far a line was
+//! scanned, where a multi-part request resumes).
+
+use store::Now;
+
+use super::core::Core;
+use super::forward::{self, Form, Forwarder, Gather, Holes, Op, Part};
+
+/// Output backlog above which the engine stops executing until the caller has sent some of it:
+/// checked before every request and before every key of a multi-key request, so one
+/// connection's output holds at most this plus one reply (of up to `-I` and its header), plus
+/// what other workers may still send it
+/// ([`FORWARD_REPLY_CREDIT_BYTES`](super::FORWARD_REPLY_CREDIT_BYTES) and one reply each).
+pub const OUT_HIGH_WATER_BYTES: usize = 256 * 1024;
+
+/// Requests (and keys of a multi-key request) one connection may execute per turn, so that a
+/// client pipelining as fast as it can does not delay the others: the packet path gives each
+/// connection with work one turn per loop ([`Session::begin_turn`]).
+pub const TURN_REQUESTS: usize = 64;
+
+/// The protocols a connection may speak: the engine runs each with its own adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// memcached's binary protocol (first byte 0x80).
+    Binary,
+    /// memcached's text protocol, meta commands included (any other first byte).
+    Text,
+}
+
+impl Protocol {
+    /// The memcached protocol a connection whose first byte is `first` speaks.
+    pub fn detect(first: u8) -> Protocol {
+        if first == protocol::binary::REQUEST_MAGIC {
+            Protocol::Binary
+        } else {
+            Protocol::Text
+        }
+    }
+
+    /// The form a request of this protocol is forwarded in; `part` is the adapter's own code.
+    pub(crate) fn form(self, part: u8) -> Form {
+        let code: u16 = match self {
+            Protocol::Binary => 0,
+            Protocol::Text => 1,
+        };
+        Form(code << 8 | u16::from(part))
+    }
+
+    /// The protocol and part of a forwarded request's form.
+    pub(crate) fn of_form(form: Form) -> Option<(Protocol, u8)> {
+        let protocol = match form.0 >> 8 {
+            0 => Protocol::Binary,
+            1 => Protocol::Text,
+            _ => return None,
+        };
+        Some((protocol, form.0 as u8))
+    }
+}
+
+/// What a protocol did with the request at the front of its input.
+///
+/// `Done(0)` is only returned together with a change of session state (a body to skip, or
+/// the connection closing), so the shared loop always moves on.
+pub(crate) enum Step {
+    /// Executed, or refused and answered: drop this many bytes.
+    Done(usize),
+    /// Not all here yet: read this many more bytes, consume nothing.
+    Wait(usize),
+    /// Stopped before the request was done (a multi-key request part-way, its place kept in
+    /// the session) or before it started: consume nothing, try again once `Stop` is over.
+    Stop(Stop),
+}
+
+/// Why [`Engine::execute`](super::Engine::execute) returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The input ran out, or holds only part of a request ([`Outcome::needed`] says how much
+    /// more helps): read more.
+    Input,
+    /// The output backlog reached [`OUT_HIGH_WATER_BYTES`]: send some of it first.
+    Output,
+    /// Too many forwarded requests, or request bytes, await replies from other workers
+    /// ([`MAX_FORWARDS_IN_FLIGHT`](super::MAX_FORWARDS_IN_FLIGHT),
+    /// [`FORWARD_REQUEST_HIGH_WATER_BYTES`](super::FORWARD_REQUEST_HIGH_WATER_BYTES)): their
+    /// delivery continues.
+    Forwards,
+    /// The queue to another worker this connection must forward to is full: serve the
+    /// connection again on a later loop.
+    Blocked,
+    /// The connection's turn is used up ([`TURN_REQUESTS`](super::TURN_REQUESTS)): serve it
+    /// again on a later loop, after the others.
+    Turn,
+    /// The connection is closing: nothing more is executed.
+    Closing,
+}
+
+/// What one call to [`Engine::execute`](super::Engine::execute) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Input bytes consumed; the caller drops them and keeps the rest.
+    pub consumed: usize,
+    /// Bytes still needed to make progress past the consumed prefix (0 when execution stopped
+    /// for another reason than [`Stop::Input`], or no request has started). Exact for a binary
+    /// frame and a text data block; for a text line whose newline has not arrived it is the
+    /// room left before the line limit (at most 16 KiB), and while a refused body is skipped at
+    /// most 64 KiB, so a caller reads whatever has arrived. A caller's buffer should grow with
+    /// what arrives, not with this figure (a frame may announce 4 GiB and never send it).
+    pub needed: usize,
+    /// Close the connection once `out` has been sent.
+    pub close: bool,
+    /// Why execution stopped.
+    pub stop: Stop,
+}
+
+/// Where a request that stopped part-way (a multi-key read) goes on: the adapter's own figures,
+/// kept while the request stays unconsumed at the front of the input (where it may sit in a
+/// socket's receive buffer, move, or arrive in pieces meanwhile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Resume {
+    /// The request's length in bytes.
+    pub len: usize,
+    /// Where in the request its next part starts.
+    pub at: usize,
+    /// The adapter's code for the request (its command).
+    pub code: u8,
+    /// The adapter's argument for the request (text `gat`: the exptime).
+    pub arg: i64,
+}
+
+/// One connection's protocol state, kept by the packet path next to its socket.
+#[derive(Debug)]
+pub struct Session {
+    /// The connection's protocol, once decided.
+    pub(super) protocol: Option<Protocol>,
+    /// Bytes of a refused frame still to be skipped (an oversize value, an unknown opcode's body).
+    pub(super) skip_bytes: u64,
+    /// Set once a frame asked to close (QUIT, a malformed frame): nothing more is executed.
+    pub(super) closing: bool,
+    /// Bytes at the start of the pending input known to hold no end of line, so a long line
+    /// arriving in pieces is searched once (the adapter's to keep).
+    pub(crate) scanned: usize,
+    /// A request stopped part-way; it stays at the front of the input until its last part is
+    /// done (the adapter's to keep).
+    pub(crate) resume: Option<Resume>,
+    /// Requests (and keys) this connection may still execute in its current turn.
+    pub(super) turn_left: usize,
+    /// Requests forwarded to other workers whose replies are still to come.
+    pub(crate) holes: Holes,
+}
+
+impl Default for Session {
+    fn default() -> Session {
+        Session {
+            protocol: None,
+            skip_bytes: 0,
+            closing: false,
+            scanned: 0,
+            resume: None,
+            turn_left: usize::MAX,
+            holes: Holes::default(),
+        }
+    }
+}
+
+impl Session {
+    /// A session that speaks `protocol` from its first byte on (a listener for one protocol;
+    /// a request forwarded from another worker).
+    pub fn speaking(protocol: Protocol) -> Session {
+        Session {
+            protocol: Some(protocol),
+            ..Session::default()
+        }
+    }
+
+    /// The connection's protocol, `None` until its first byte has been executed.
+    pub fn protocol(&self) -> Option<Protocol> {
+        self.protocol
+    }
+
+    /// True once the connection must be closed after its pending output is sent.
+    pub fn is_closing(&self) -> bool {
+        self.closing
+    }
+
+    /// Stops executing frames on this connection (the peer closed, or the server is leaving).
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+
+    /// Names the connection for replies from other workers (its table's packed id).
+    pub fn set_token(&mut self, token: forward::Token) {
+        self.holes.token = token;
+    }
+
+    /// Starts a turn: at most `requests` requests (and keys of multi-key reads) execute until
+    /// the next turn. A session starts with no limit.
+    pub fn begin_turn(&mut self, requests: usize) {
+        self.turn_left = requests;
+    }
+
+    /// Forwarded requests still waiting for their replies.
+    pub fn forwards_in_flight(&self) -> usize {
+        self.holes.pending_len()
+    }
+
+    /// True when no more may be forwarded until replies arrive.
+    pub fn forwards_full(&self) -> bool {
+        self.holes.full()
+    }
+
+    /// True while a multi-key request is stopped part-way.
+    pub fn mid_request(&self) -> bool {
+        self.resume.is_some()
+    }
+
+    /// Skips the next `bytes` bytes of input as they arrive (a refused body), without buffering.
+    pub(crate) fn skip(&mut self, bytes: u64) {
+        self.skip_bytes = bytes;
+    }
+
+    /// Counts one request (or key) against the turn.
+    pub(crate) fn spend_turn(&mut self) {
+        self.turn_left = self.turn_left.saturating_sub(1);
+    }
+}
+
+/// What an adapter is given to execute one request: the core, the connection's session, the
+/// clock, and forwarding to other workers (absent on a worker executing a request another
+/// forwarded to it: there every key is its own).
+pub(crate) struct Cx<'a> {
+    /// The counted store operations, limits and statistics.
+    pub core: &'a mut Core,
+    /// The connection's state.
+    pub session: &'a mut Session,
+    /// The caller's clock.
+    pub now: Now,
+    forward: Option<&'a mut Forwarder>,
+}
+
+impl<'a> Cx<'a> {
+    /// A context that may forward to other workers.
+    pub fn new(
+        core: &'a mut Core,
+        forward: &'a mut Forwarder,
+        session: &'a mut Session,
+        now: Now,
+    ) -> Cx<'a> {
+        Cx {
+            core,
+            session,
+            now,
+            forward: Some(forward),
+        }
+    }
+
+    /// A context for a request another worker forwarded: everything runs here.
+    pub fn local(core: &'a mut Core, session: &'a mut Session, now: Now) -> Cx<'a> {
+        Cx {
+            core,
+            session,
+            now,
+            forward: None,
+        }
+    }
+
+    /// The worker that owns `key` when it is not this one.
+    #[inline]
+    pub fn owner_elsewhere(&self, key: &[u8]) -> Option<usize> {
+        self.forward.as_ref()?.owner_elsewhere(key)
+    }
+
+    /// Workers serving (keys are spread over this many shards).
+    pub fn workers(&self) -> usize {
+        self.core.config().threads.max(1)
+    }
+
+    /// Sends `request` (one complete request) to `owner` and leaves a hole for its reply at the
+    /// end of `out`; `part` is the adapter's own code for what the bytes are, handed back to it
+    /// on the owner.
+    ///
+    /// # Errors
+    /// [`Stop::Blocked`] (nothing sent) while `owner`'s queue refuses batches.
+    pub fn forward(
+        &mut self,
+        owner: usize,
+        part: u8,
+        request: &[u8],
+        out: &[u8],
+    ) -> Result<(), Stop> {
+        self.forward_written(owner, part, request.len(), out, |bytes| {
+            bytes.extend_from_slice(request);
+        })
+    }
+
+    /// [`Cx::forward`] with the request's bytes written by `write` (about `request_len` of
+    /// them, counted against the connection's forwarding limit).
+    ///
+    /// # Errors
+    /// [`Stop::Blocked`] (nothing sent) while `owner`'s queue refuses batches.
+    pub fn forward_written(
+        &mut self,
+        owner: usize,
+        part: u8,
+        request_len: usize,
+        out: &[u8],
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), Stop> {
+        let form = self.form(part);
+        let Some(forward) = self.forward.as_deref_mut() else {
+            return Err(Stop::Blocked);
+        };
+        forward
+            .forward(
+                &mut self.session.holes,
+                owner,
+                Op::Execute(form),
+                request_len,
+                out.len(),
+                write,
+            )
+            .map_err(|forward::Blocked| Stop::Blocked)
+    }
+
+    /// Whether a request may go to every other worker now (no queue holds a batch back).
+    pub fn may_fan_out(&self) -> bool {
+        self.forward.as_ref().is_none_or(|f| f.may_fan_out())
+    }
+
+    /// Sends `op` (a statistics snapshot, or a flush) to every other worker and leaves one hole
+    /// at the end of `out` that fills once all have answered: `gather` combines their answers
+    /// and this worker's own share (`own`) and writes the reply; without one, the hole stays
+    /// empty, so what the adapter writes after it leaves once all have answered. False (and
+    /// nothing sent) when this is the only worker. Check [`Cx::may_fan_out`] first.
+    pub fn fan_out(
+        &mut self,
+        op: FanOut,
+        gather: Option<Box<dyn Gather>>,
+        own: Option<Part<'_>>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let op = match op {
+            FanOut::Snapshot => Op::Snapshot,
+            FanOut::Flush { delay } => Op::Flush {
+                delay,
+                now: self.now,
+            },
+        };
+        let Some(forward) = self.forward.as_deref_mut() else {
+            return false;
+        };
+        forward.fan_out(&mut self.session.holes, op, gather, own, out)
+    }
+
+    /// Why a multi-key request should stop before its next key, if it should: the output
+    /// backlog reached the high-water mark, too much waits on other workers, or the turn is
+    /// used up.
+    pub fn pause(&self, out: &[u8]) -> Option<Stop> {
+        if out.len() >= OUT_HIGH_WATER_BYTES {
+            Some(Stop::Output)
+        } else if self.session.holes.full() {
+            Some(Stop::Forwards)
+        } else if self.session.turn_left == 0 {
+            Some(Stop::Turn)
+        } else {
+            None
+        }
+    }
+
+    /// The form a request forwarded from this session travels in.
+    fn form(&self, part: u8) -> Form {
+        self.session.protocol.unwrap_or(Protocol::Text).form(part)
+    }
+}
+
+/// What a request may ask of every other worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FanOut {
+    /// Send back your statistics.
+    Snapshot,
+    /// Flush your shard (flush_all with this delay).
+    Flush {
+        /// The delay, memcached's exptime rules.
+        delay: i64,
+    },
+}
