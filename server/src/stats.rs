@@ -73,7 +73,7 @@ pub struct Recovery {
     /// `memspin_loss_recovered`: of those sent again, the ones that repaired a loss.
     pub recovered: u64,
     /// `memspin_loss_spurious`: of those sent again, the ones the client already had
-    /// (reported with a D-SACK).
+    /// (reported with a D-SACK, or acknowledged before they could have arrived).
     pub spurious: u64,
     /// `memspin_smoltcp_retransmits`: segments smoltcp retransmitted itself.
     pub smoltcp_retransmits: u64,

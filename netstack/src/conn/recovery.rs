@@ -73,10 +73,13 @@
 //!   the client's think time included. SACK re-sends need no floor: the peer's ACKs pace
 //!   them. `None` turns recovery off (smoltcp alone).
 //! - **Counters** ([`RecoveryStats`]): probes and SACK re-sends; of the copies sent again,
-//!   those that repaired a loss (acknowledged with no D-SACK for them in that ACK or the
-//!   next) and the spurious ones (the peer reported them as duplicates with a D-SACK
-//!   block, RFC 2883; Linux does when SACK is negotiated, which smoltcp does whenever the
-//!   client offers it). Without SACK a copy's outcome is unknown and counted in neither.
+//!   those that repaired a loss (acknowledged, no sooner than a round trip after they went
+//!   out, with no D-SACK for them in that ACK or the next) and the spurious ones: the peer
+//!   reported them as duplicates with a D-SACK block (RFC 2883; Linux does when SACK is
+//!   negotiated, which smoltcp does whenever the client offers it), or acknowledged them
+//!   sooner than the smallest round trip after they went out (that ACK left the peer
+//!   before the copy arrived, so the original had). Without SACK a copy's outcome is
+//!   unknown and counted in neither.
 //!   smoltcp's own retransmissions are counted from the frames (a segment below the
 //!   highest sequence number sent).
 //! - **Why a copy may be sent as it is.** smoltcp negotiates no TCP timestamps (the table
@@ -125,11 +128,12 @@ pub struct RecoveryStats {
     pub probes: u64,
     /// Copies sent again because the peer SACKed or acknowledged a later segment.
     pub sack_resends: u64,
-    /// Copies sent again (probes and SACK re-sends) that repaired a loss: acknowledged,
-    /// and not reported as a duplicate.
+    /// Copies sent again (probes and SACK re-sends) that repaired a loss: acknowledged no
+    /// sooner than a round trip after they went out, and not reported as a duplicate.
     pub recovered: u64,
-    /// Copies sent again that the peer reported as duplicates (D-SACK): the original had
-    /// arrived, only its acknowledgment was late or lost.
+    /// Copies sent again that the peer already had: reported as duplicates (D-SACK), or
+    /// acknowledged by an ACK that left the peer before they arrived. The original had
+    /// arrived; only its acknowledgment was late or lost.
     pub spurious: u64,
     /// Segments smoltcp sent again itself (its one-second timer or its fast retransmit on
     /// three duplicate ACKs), seen on egress.
@@ -485,7 +489,18 @@ impl Flight {
                     sample = Some(copy);
                 }
                 if copy.ours {
-                    self.push_pending(copy.seq, copy.end, stats);
+                    // An acknowledgment sooner than any round trip after the copy went out
+                    // was sent before the copy arrived: the original had.
+                    let fastest = match (self.min_rtt.micros(), recovery.net_rtt.micros()) {
+                        (0, t) | (t, 0) => t,
+                        (c, t) => c.min(t),
+                    };
+                    let crossed = now - copy.sent_at < Duration::from_micros(u64::from(fastest));
+                    if crossed {
+                        stats.spurious += 1;
+                    } else {
+                        self.push_pending(copy.seq, copy.end, stats);
+                    }
                 }
                 self.copies.pop_front();
                 if self.copies.is_empty() {
@@ -1089,9 +1104,9 @@ mod tests {
                 }
                 // The original's delayed ACK crossed the probe; the D-SACK follows.
                 Some(true) => {
-                    flight.on_ack(&mut recovery, &mut stats, &ack(end, &[]), at(5_050));
+                    flight.on_ack(&mut recovery, &mut stats, &ack(end, &[]), at(5_120));
                     assert_eq!((stats.recovered, stats.spurious), (0, 0), "not settled yet");
-                    flight.on_ack(&mut recovery, &mut stats, &ack(end, &dsack), at(5_100));
+                    flight.on_ack(&mut recovery, &mut stats, &ack(end, &dsack), at(5_150));
                 }
                 None => {
                     flight.on_ack(&mut recovery, &mut stats, &ack(end, &[]), at(5_100));
@@ -1105,6 +1120,36 @@ mod tests {
             );
             assert_eq!((flight.copies(), flight.deadline()), (0, None));
         }
+    }
+
+    #[test]
+    fn an_ack_sooner_than_a_round_trip_after_the_probe_crossed_it_and_makes_it_spurious() {
+        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+        send(
+            &mut flight,
+            &recovery,
+            &mut stats,
+            &data(ISS + 1, 100, 7),
+            at(0),
+        );
+        assert_eq!(
+            resend_due(&mut flight, &recovery, &mut stats, at(5_000)).len(),
+            1
+        );
+        // The client's ACK of the original (with its next request) comes 60 µs after the
+        // probe left, less than the 100 µs round trip: it was sent before the probe came.
+        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 101, &[]), at(5_060));
+        assert_eq!((stats.recovered, stats.spurious), (0, 1));
+        // The client's D-SACK for the probe follows: counted once.
+        let dsack = [(ISS + 1, ISS + 101)];
+        flight.on_ack(
+            &mut recovery,
+            &mut stats,
+            &ack(ISS + 101, &dsack),
+            at(5_110),
+        );
+        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 101, &[]), at(9_000));
+        assert_eq!((stats.recovered, stats.spurious), (0, 1));
     }
 
     #[test]
