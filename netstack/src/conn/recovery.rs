@@ -120,6 +120,10 @@ const PENDING: usize = 8;
 /// Copy storage a connection keeps when it ends (more is freed).
 const RETAINED_COPY_BYTES: usize = 32 * 1024;
 
+/// Most copy storage reserved with a SYN-ACK (a handshake that never completes holds it
+/// too): two frames at MTU 1500.
+const RESERVED_COPY_BYTES: usize = 4096;
+
 /// Counters of loss recovery, per table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RecoveryStats {
@@ -149,7 +153,8 @@ pub(crate) struct Recovery {
     /// The smallest recent RTT over all connections, for connections without a sample.
     net_rtt: MinRtt,
     /// Copy storage a connection reserves with its SYN-ACK: two frames of the device's
-    /// largest size, so a request/response connection never allocates again.
+    /// largest size, at most [`RESERVED_COPY_BYTES`], so a request/response connection
+    /// with small replies never allocates again (larger ones grow it once per slot).
     reserve_bytes: usize,
 }
 
@@ -159,7 +164,7 @@ impl Recovery {
         Recovery {
             rto_min,
             net_rtt: MinRtt::default(),
-            reserve_bytes: 2 * frame_bytes,
+            reserve_bytes: (2 * frame_bytes).min(RESERVED_COPY_BYTES),
         }
     }
 
