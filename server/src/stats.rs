@@ -77,6 +77,9 @@ pub struct Recovery {
     pub spurious: u64,
     /// `memspin_smoltcp_retransmits`: segments smoltcp retransmitted itself.
     pub smoltcp_retransmits: u64,
+    /// `memspin_loss_probes_withheld`: probes due but not sent, unpaid for by
+    /// acknowledgments.
+    pub probes_withheld: u64,
 }
 
 impl From<netstack::conn::RecoveryStats> for Recovery {
@@ -87,6 +90,7 @@ impl From<netstack::conn::RecoveryStats> for Recovery {
             recovered: s.recovered,
             spurious: s.spurious,
             smoltcp_retransmits: s.smoltcp_retransmits,
+            probes_withheld: s.probes_withheld,
         }
     }
 }
@@ -109,6 +113,7 @@ impl Recovery {
         self.recovered += other.recovered;
         self.spurious += other.spurious;
         self.smoltcp_retransmits += other.smoltcp_retransmits;
+        self.probes_withheld += other.probes_withheld;
     }
 }
 
@@ -200,6 +205,7 @@ pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&st
     emit("memspin_loss_recovered", &r.recovered);
     emit("memspin_loss_spurious", &r.spurious);
     emit("memspin_smoltcp_retransmits", &r.smoltcp_retransmits);
+    emit("memspin_loss_probes_withheld", &r.probes_withheld);
 }
 
 /// The packet path's own settings (`memspin_*` lines), recorded once when it starts serving.
@@ -282,6 +288,7 @@ mod tests {
                     recovered: 3 * k,
                     spurious: 4 * k,
                     smoltcp_retransmits: 5 * k,
+                    probes_withheld: 6 * k,
                 },
                 ..ServerInfo::default()
             },
@@ -303,6 +310,7 @@ mod tests {
                 "memspin_loss_recovered 33",
                 "memspin_loss_spurious 44",
                 "memspin_smoltcp_retransmits 55",
+                "memspin_loss_probes_withheld 66",
             ]
         );
     }

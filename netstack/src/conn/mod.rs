@@ -994,10 +994,10 @@ impl<S: Default> ConnTable<S> {
                     | tcp::State::LastAck
             ) {
                 // Nothing of ours can be waiting for an acknowledgment.
-                slot.flight.reset(&mut stats.recovery);
+                slot.flight.reset();
                 continue;
             }
-            while let Some(resend) = slot.flight.next_resend(recovery, now) {
+            while let Some(resend) = slot.flight.next_resend(recovery, &mut stats.recovery, now) {
                 let Some(tx) = device.transmit(now) else {
                     return Poll::Idle;
                 };
@@ -1061,12 +1061,7 @@ impl<S: Default> ConnTable<S> {
         if self.admission.is_full() {
             self.stats.refused += 1;
             if let Some(index) = reuse {
-                release(
-                    &mut self.buckets[bucket_index],
-                    index,
-                    &mut self.spare,
-                    &mut self.stats.recovery,
-                );
+                release(&mut self.buckets[bucket_index], index, &mut self.spare);
             }
             return None;
         }
@@ -1083,13 +1078,13 @@ impl<S: Default> ConnTable<S> {
         };
         // A closed or TIME-WAIT socket can always listen; on failure the SYN gets a RST.
         if socket.listen(endpoint).is_err() {
-            release(bucket, index, &mut self.spare, &mut self.stats.recovery);
+            release(bucket, index, &mut self.spare);
             return None;
         }
         socket.set_timeout(None);
         let slot = &mut bucket.slots[index];
         slot.peer = Some(Peer { addr, port, mac });
-        slot.flight.reset(&mut self.stats.recovery);
+        slot.flight.reset();
         Some(index)
     }
 
@@ -1133,7 +1128,7 @@ impl<S: Default> ConnTable<S> {
         if socket.state() == tcp::State::Listen {
             // LISTEN -> CLOSED sends nothing.
             socket.close();
-            release(bucket, index, &mut self.spare, &mut self.stats.recovery);
+            release(bucket, index, &mut self.spare);
             return;
         }
         slot.phase = Phase::Handshake;
@@ -1171,7 +1166,7 @@ impl<S: Default> ConnTable<S> {
             // and its next `listen` forgets it): the peer may not exist.
             bucket.sockets.get_mut::<tcp::Socket>(handle).abort();
         }
-        release(bucket, index, &mut self.spare, &mut self.stats.recovery);
+        release(bucket, index, &mut self.spare);
     }
 
     /// A handshake completed: admit the connection under `conn_limit` (or reset it) and
@@ -1189,7 +1184,7 @@ impl<S: Default> ConnTable<S> {
             if let Some(handle) = bucket.slots[index].handle {
                 bucket.sockets.get_mut::<tcp::Socket>(handle).abort();
             }
-            release(bucket, index, &mut self.spare, &mut self.stats.recovery);
+            release(bucket, index, &mut self.spare);
             return;
         }
         let slot = &mut self.buckets[bucket_index].slots[index];
@@ -1345,7 +1340,7 @@ impl<S: Default> ConnTable<S> {
                 if finished {
                     stats.in_use -= 1;
                     admission.release(1);
-                    release(bucket, index, spare, &mut stats.recovery);
+                    release(bucket, index, spare);
                     continue;
                 }
                 slot.life
@@ -1443,18 +1438,13 @@ impl<S: Default> ConnTable<S> {
 }
 
 /// Frees slot `index` of `bucket` and moves its (closed) socket to the spare pool.
-fn release<S>(
-    bucket: &mut Bucket<S>,
-    index: usize,
-    spare: &mut Vec<Socket<'static>>,
-    recovery: &mut RecoveryStats,
-) {
+fn release<S>(bucket: &mut Bucket<S>, index: usize, spare: &mut Vec<Socket<'static>>) {
     let slot = &mut bucket.slots[index];
     slot.phase = Phase::Free;
     slot.session = None;
     slot.peer = None;
     slot.links = Links::default();
-    slot.flight.reset(recovery);
+    slot.flight.reset();
     if let Some(handle) = slot.handle.take() {
         spare.push(bucket.sockets.remove(handle));
     }

@@ -24,25 +24,28 @@
 //!
 //! - **Tail-loss probe** (RFC 8985 §7). When nothing new is acknowledged for the probe
 //!   timeout (PTO), the newest copy the peer has not SACKed goes out again (the oldest, for
-//!   a peer without SACK: each probe then repairs a hole). The PTO is `rto_min` + 2·RTT,
-//!   RTT being the connection's smallest sample of the last second or so (the table's,
-//!   before the connection's first sample). RFC 8985 waits 2·SRTT and, for a single
-//!   segment in flight, adds the worst case of the peer's delayed ACK (200 ms); Linux adds
-//!   its route's `rto_min` there. Here `rto_min` takes that place, and the RTT is the
-//!   smallest sample rather than the smoothed one: a request/response client acknowledges
-//!   a reply with its next request, so its smoothed RTT is its think time (3 ms at 300
-//!   requests/s per connection), and a probe that waits for it waits that long for every
-//!   lost reply. The smallest sample is the network's round trip as long as some
-//!   acknowledgments come at once, and rises only when none does for a second (a
-//!   saturated client), so probes do not add to a client that is already slow.
+//!   a peer without SACK: each probe then repairs a hole). The PTO is `rto_min` + 2·RTT.
+//!   RFC 8985 waits 2·SRTT and, for a single segment in flight, adds the worst case of the
+//!   peer's delayed ACK (200 ms); Linux adds its route's `rto_min` there. Here `rto_min`
+//!   takes that place, and RTT is
+//!   - for data and FINs, the smallest time the connection's client took to acknowledge
+//!     data in the last second or so, rather than the smoothed time. A request/response
+//!     client acknowledges a reply with its next request, so its smoothed RTT is its think
+//!     time (3 ms at 300 requests/s per connection), and a probe that waited for it would
+//!     let every lost reply wait that long; the smallest is the network's round trip as
+//!     long as some acknowledgments come at once, and rises when none does for a second
+//!     (a client that is saturated, or always delays its ACK).
+//!   - before the client has acknowledged any data, what clients of the table usually
+//!     take (SRTT + 4·RTTVAR of all their data acknowledgments, RFC 6298), and before any
+//!     client has, nothing: smoltcp's timer. The ACK that completes the handshake is no
+//!     guide: a client's kernel sends it at once.
+//!   - for a SYN-ACK, the table's handshake round trip (SRTT + 4·RTTVAR), 0 before the
+//!     first.
 //!
 //!   The price: a client that thinks longer than the PTO before its next request, and
 //!   delays its ACK until then (Linux does, in its interactive "pingpong" mode), gets a
-//!   copy of that reply it did not need, answers it at once (with a D-SACK block), and
-//!   the table counts it as spurious. That is at most one copy per reply (the backoff
-//!   below resets only when something new is acknowledged), and it happens only while a
-//!   connection is idle between requests; at full load a client's next request, and its
-//!   ACK, follow within the PTO. `--rto-min` sets the trade: a larger floor sends fewer
+//!   copy of that reply it did not need, answers it at once (with a D-SACK block), and the
+//!   table counts it as spurious. `--rto-min` sets the trade: a larger floor sends fewer
 //!   spurious copies and repairs a lost reply later.
 //!
 //!   A probe that brings no acknowledgment doubles the PTO; after [`MAX_PROBES`] of them
@@ -52,6 +55,15 @@
 //!   it and resets the backoff. So the SYN-ACK, the only reply of an idle connection, the
 //!   last of several segments and a FIN are repaired one PTO after they were lost, and a
 //!   lost ACK from the peer costs one spurious probe.
+//! - **Probes are paid for** by acknowledgments: every ACK of new data (any connection's)
+//!   earns the table one probe, up to [`PROBE_CREDIT`] saved, and every probe spends one. A probe
+//!   due when none is left is withheld, and that connection's episode left to smoltcp's
+//!   timer. So probing never sends more copies than the clients acknowledge (each copy
+//!   makes a client answer), and clients too busy to acknowledge (thousands of
+//!   connections served by one thread, whose ACKs come with their next request a second
+//!   later) are not sent a copy of nearly every reply on top (with 3,000 such
+//!   connections, their answers to the copies overflowed the AF_XDP fill ring and the
+//!   kernel dropped frames).
 //! - **SACK re-send** (RACK, RFC 8985 §6, simplified). When the peer SACKs a segment, or
 //!   acknowledges one, every unSACKed copy sent before it counts as lost once that
 //!   segment's RTT plus a reordering window (a quarter of the minimum RTT) has passed
@@ -72,16 +84,16 @@
 //!   about a millisecond, where a tuned Linux server waits for twice its smoothed RTT,
 //!   the client's think time included. SACK re-sends need no floor: the peer's ACKs pace
 //!   them. `None` turns recovery off (smoltcp alone).
-//! - **Counters** ([`RecoveryStats`]): probes and SACK re-sends; of the copies sent again,
-//!   those that repaired a loss (acknowledged, no sooner than a round trip after they went
-//!   out, with no D-SACK for them in that ACK or the next) and the spurious ones: the peer
-//!   reported them as duplicates with a D-SACK block (RFC 2883; Linux does when SACK is
-//!   negotiated, which smoltcp does whenever the client offers it), or acknowledged them
-//!   sooner than the smallest round trip after they went out (that ACK left the peer
-//!   before the copy arrived, so the original had). Without SACK a copy's outcome is
-//!   unknown and counted in neither.
-//!   smoltcp's own retransmissions are counted from the frames (a segment below the
-//!   highest sequence number sent).
+//! - **Counters** ([`RecoveryStats`]): probes (sent and withheld) and SACK re-sends; of
+//!   the copies sent again, those that repaired a loss (acknowledged, no sooner than a
+//!   round trip after they went out, with no D-SACK for them in that ACK or the next) and
+//!   the spurious ones: the peer reported them as duplicates with a D-SACK block (RFC
+//!   2883; Linux does when SACK is negotiated, which smoltcp does whenever the client
+//!   offers it), or acknowledged them sooner than the smallest round trip after they went
+//!   out (that ACK left the peer before the copy arrived, so the original had). Without
+//!   SACK, for a SYN-ACK, and for a copy whose connection ends before the next ACK, the
+//!   outcome is unknown and counted in neither. smoltcp's own retransmissions are counted
+//!   from the frames (a segment below the highest sequence number sent).
 //! - **Why a copy may be sent as it is.** smoltcp negotiates no TCP timestamps (the table
 //!   gives it no timestamp generator), so a copy carries no stale TSval for the peer's PAWS
 //!   check to drop; its sequence numbers, flags, options and payload are those smoltcp
@@ -114,6 +126,10 @@ pub const MAX_PROBES: u8 = 6;
 /// Probes of a SYN-ACK (a forged SYN earns at most this many more SYN-ACKs).
 pub const MAX_HANDSHAKE_PROBES: u8 = 2;
 
+/// Probes a table may send without acknowledgments to pay for them (see
+/// [`Recovery::credit`]).
+pub const PROBE_CREDIT: u32 = 64;
+
 /// Re-sent copies acknowledged and waiting one more ACK for a D-SACK.
 const PENDING: usize = 8;
 
@@ -142,6 +158,10 @@ pub struct RecoveryStats {
     /// Segments smoltcp sent again itself (its one-second timer or its fast retransmit on
     /// three duplicate ACKs), seen on egress.
     pub smoltcp_retransmits: u64,
+    /// Probes that were due but not sent, because the table's clients had not
+    /// acknowledged enough to pay for them; the connection is probed again only once its
+    /// client acknowledges something (smoltcp's timer carries on meanwhile).
+    pub probes_withheld: u64,
 }
 
 /// Loss recovery settings and what the table learned of the network, shared by its
@@ -150,8 +170,21 @@ pub struct RecoveryStats {
 pub(crate) struct Recovery {
     /// The floor; `None`: recovery off.
     rto_min: Option<Duration>,
-    /// The smallest recent RTT over all connections, for connections without a sample.
+    /// The smallest RTT of the last second over all connections, handshakes included: a
+    /// lower bound of the network's round trip.
     net_rtt: MinRtt,
+    /// How long clients take to acknowledge data, over all connections (RFC 6298's
+    /// smoothing): the probe timeout of a connection whose client has not acknowledged
+    /// data yet.
+    data_delay: Smoothed,
+    /// The round trip of handshakes (SYN-ACK to ACK), smoothed: the probe timeout of a
+    /// SYN-ACK.
+    handshake_rtt: Smoothed,
+    /// Probes the table may send now: each acknowledgment of new data earns one (up to
+    /// [`PROBE_CREDIT`]), each probe spends one. So probing is clocked by what the clients
+    /// acknowledge: it can never send more copies than they answer, and clients that stop
+    /// answering (overloaded, or gone) are not sent more.
+    credit: u32,
     /// Copy storage a connection reserves with its SYN-ACK: two frames of the device's
     /// largest size, at most [`RESERVED_COPY_BYTES`], so a request/response connection
     /// with small replies never allocates again (larger ones grow it once per slot).
@@ -164,6 +197,9 @@ impl Recovery {
         Recovery {
             rto_min,
             net_rtt: MinRtt::default(),
+            data_delay: Smoothed::default(),
+            handshake_rtt: Smoothed::default(),
+            credit: PROBE_CREDIT,
             reserve_bytes: (2 * frame_bytes).min(RESERVED_COPY_BYTES),
         }
     }
@@ -325,6 +361,36 @@ impl MinRtt {
     }
 }
 
+/// RFC 6298's smoothed RTT and variation (gains 1/8 and 1/4), in µs.
+#[derive(Debug, Clone, Copy, Default)]
+struct Smoothed {
+    /// 0: no sample yet.
+    srtt_us: u32,
+    rttvar_us: u32,
+}
+
+impl Smoothed {
+    fn update(&mut self, us: u32) {
+        if self.srtt_us == 0 {
+            self.srtt_us = us;
+            self.rttvar_us = us / 2;
+        } else {
+            let deviation = self.srtt_us.abs_diff(us);
+            self.rttvar_us = ((u64::from(self.rttvar_us) * 3 + u64::from(deviation)) / 4) as u32;
+            self.srtt_us = ((u64::from(self.srtt_us) * 7 + u64::from(us)) / 8) as u32;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.srtt_us == 0
+    }
+
+    /// SRTT + 4·RTTVAR: later than almost every sample so far; 0 without samples.
+    fn timeout_us(&self) -> u64 {
+        u64::from(self.srtt_us) + 4 * u64::from(self.rttvar_us)
+    }
+}
+
 /// `a` is before `b` in sequence space (RFC 9293 §3.4, modulo 2^32).
 #[inline]
 fn before(a: u32, b: u32) -> bool {
@@ -357,10 +423,10 @@ impl Flight {
         self.deadline().is_some_and(|at| at <= now)
     }
 
-    /// Forgets the connection (it ended, or its slot takes a new one); copies that were
-    /// sent again and acknowledged count as recovered.
-    pub(crate) fn reset(&mut self, stats: &mut RecoveryStats) {
-        stats.recovered += self.pending_len as u64;
+    /// Forgets the connection (it ended, or its slot takes a new one). Copies sent again
+    /// and acknowledged, whose D-SACK might still have come, are counted in neither
+    /// `recovered` nor `spurious`.
+    pub(crate) fn reset(&mut self) {
         let mut copies = std::mem::take(&mut self.copies);
         let mut bytes = std::mem::take(&mut self.bytes);
         copies.clear();
@@ -400,7 +466,7 @@ impl Flight {
         let (seq, end) = (seg.seq_number, seg.seq_number.wrapping_add(len));
         if !self.synced || (syn && seq != self.snd_una) {
             // The SYN-ACK of a new connection (or anything first seen).
-            self.reset(stats);
+            self.reset();
             if keep {
                 self.bytes.reserve(recovery.reserve_bytes);
                 self.copies.reserve(4);
@@ -485,6 +551,8 @@ impl Flight {
         self.settle_pending(stats);
         if after(ack, self.snd_una) {
             self.snd_una = ack;
+            // Something new arrived: one more probe is paid for.
+            recovery.credit = recovery.credit.saturating_add(1).min(PROBE_CREDIT);
             let mut sample = None;
             while let Some(&copy) = self.copies.front() {
                 if after(copy.end, ack) {
@@ -503,7 +571,9 @@ impl Flight {
                     let crossed = now - copy.sent_at < Duration::from_micros(u64::from(fastest));
                     if crossed {
                         stats.spurious += 1;
-                    } else {
+                    } else if !copy.syn {
+                        // (A SYN-ACK is never reported with a D-SACK: its outcome is
+                        // unknown.)
                         self.push_pending(copy.seq, copy.end, stats);
                     }
                 }
@@ -516,7 +586,7 @@ impl Flight {
             }
             if let Some(copy) = sample {
                 let rtt = now - copy.sent_at;
-                self.sample_rtt(recovery, rtt, now);
+                self.sample_rtt(recovery, rtt, copy.syn, now);
                 self.deliver(copy, rtt);
             }
             self.backoff = 0;
@@ -545,7 +615,12 @@ impl Flight {
 
     /// The next copy to send again at `now`, if any is due; clears what is due but finds
     /// nothing to send.
-    pub(crate) fn next_resend(&mut self, recovery: &Recovery, now: Instant) -> Option<Resend> {
+    pub(crate) fn next_resend(
+        &mut self,
+        recovery: &Recovery,
+        stats: &mut RecoveryStats,
+        now: Instant,
+    ) -> Option<Resend> {
         if !recovery.enabled() {
             return None;
         }
@@ -567,6 +642,12 @@ impl Flight {
                 (!self.copies.is_empty()).then_some(0)
             };
             match index {
+                Some(_) if recovery.credit == 0 => {
+                    // Unpaid: this episode is left to smoltcp's timer.
+                    stats.probes_withheld += 1;
+                    self.backoff = MAX_PROBES;
+                    self.probe_at = None;
+                }
                 Some(index) => {
                     return Some(Resend {
                         index,
@@ -615,7 +696,7 @@ impl Flight {
     /// The copy `resend` named went out at `now`.
     pub(crate) fn resent(
         &mut self,
-        recovery: &Recovery,
+        recovery: &mut Recovery,
         stats: &mut RecoveryStats,
         resend: Resend,
         now: Instant,
@@ -628,6 +709,7 @@ impl Flight {
             ResendKind::Lost => stats.sack_resends += 1,
             ResendKind::Probe => {
                 stats.probes += 1;
+                recovery.credit = recovery.credit.saturating_sub(1);
                 self.backoff = self.backoff.saturating_add(1);
                 self.probe_at = self.probe_time(recovery, now);
             }
@@ -646,19 +728,33 @@ impl Flight {
         if self.backoff >= limit {
             return None;
         }
-        let rtt = match self.min_rtt.micros() {
-            0 => recovery.net_rtt.micros(),
-            us => us,
+        let rtt_us = match self.copies.front() {
+            Some(copy) if copy.syn => recovery.handshake_rtt.timeout_us(),
+            _ => match self.min_rtt.micros() {
+                // Nothing known of how soon clients acknowledge data (a table that just
+                // started): smoltcp's timer.
+                0 if recovery.data_delay.is_empty() => return None,
+                0 => recovery.data_delay.timeout_us(),
+                us => u64::from(us),
+            },
         };
-        let pto = rto_min + Duration::from_micros(2 * u64::from(rtt));
+        let pto = rto_min + Duration::from_micros(2 * rtt_us);
         Some(now + pto * (1u32 << self.backoff))
     }
 
-    /// An RTT sample from a segment sent once and acknowledged at `now`.
-    fn sample_rtt(&mut self, recovery: &mut Recovery, rtt: Duration, now: Instant) {
+    /// An RTT sample from a segment sent once (a SYN-ACK if `syn`) and acknowledged at
+    /// `now`. The ACK of a SYN-ACK is the client's kernel answering at once; how soon a
+    /// client acknowledges data (at once, with its next request, or when its delayed-ACK
+    /// timer fires) is another matter, and what a probe of data waits for.
+    fn sample_rtt(&mut self, recovery: &mut Recovery, rtt: Duration, syn: bool, now: Instant) {
         let rtt_us = u32::try_from(rtt.total_micros()).unwrap_or(u32::MAX).max(1);
-        self.min_rtt.update(rtt_us, now);
         recovery.net_rtt.update(rtt_us, now);
+        if syn {
+            recovery.handshake_rtt.update(rtt_us);
+        } else {
+            self.min_rtt.update(rtt_us, now);
+            recovery.data_delay.update(rtt_us);
+        }
     }
 
     /// `copy` (sent once) is known to have arrived after `rtt`.
@@ -910,7 +1006,7 @@ mod tests {
     }
 
     /// A flight whose SYN-ACK (`iss`, SACK permitted or not) is acknowledged at 100 µs,
-    /// so its SRTT is 100 µs.
+    /// with a first RTT sample of 100 µs.
     fn synced(iss: u32, sack_ok: bool) -> (Recovery, RecoveryStats, Flight) {
         let mut recovery = Recovery::new(Some(DEFAULT_RTO_MIN), 1514);
         let mut stats = RecoveryStats::default();
@@ -936,7 +1032,14 @@ mod tests {
             &ack(iss.wrapping_add(1), &[]),
             at(100),
         );
-        assert_eq!((flight.copies(), flight.min_rtt_us()), (0, 100));
+        assert_eq!(
+            (flight.copies(), flight.min_rtt_us()),
+            (0, 0),
+            "a SYN-ACK gives no sample"
+        );
+        // As the ACK of a first reply, at once, would.
+        flight.sample_rtt(&mut recovery, Duration::from_micros(100), false, at(100));
+        assert_eq!(flight.min_rtt_us(), 100);
         (recovery, stats, flight)
     }
 
@@ -953,12 +1056,12 @@ mod tests {
     /// Sends what `next_resend` asks for at `now`; returns the frames.
     fn resend_due(
         flight: &mut Flight,
-        recovery: &Recovery,
+        recovery: &mut Recovery,
         stats: &mut RecoveryStats,
         now: Instant,
     ) -> Vec<Vec<u8>> {
         let mut sent = Vec::new();
-        while let Some(resend) = flight.next_resend(recovery, now) {
+        while let Some(resend) = flight.next_resend(recovery, stats, now) {
             let mut bytes = vec![0xa5; flight.copy_len(resend)];
             flight.write_copy(resend, &mut bytes);
             flight.resent(recovery, stats, resend, now);
@@ -984,7 +1087,7 @@ mod tests {
 
     #[test]
     fn a_probe_is_the_newest_copy_with_the_newest_ack_and_a_good_checksum() {
-        let (recovery, mut stats, mut flight) = synced(ISS, true);
+        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
         let d1 = data(ISS + 1, 100, 7);
         let d2 = data(ISS + 101, 50, 7);
         send(&mut flight, &recovery, &mut stats, &d1, at(1000));
@@ -1006,13 +1109,13 @@ mod tests {
         assert!(
             resend_due(
                 &mut flight,
-                &recovery,
+                &mut recovery,
                 &mut stats,
                 at(1000) + pto - Duration::from_micros(1)
             )
             .is_empty()
         );
-        let sent = resend_due(&mut flight, &recovery, &mut stats, at(1000) + pto);
+        let sent = resend_due(&mut flight, &mut recovery, &mut stats, at(1000) + pto);
         assert_eq!(sent.len(), 1);
         let probe = seq_of(&sent[0]);
         assert_eq!((probe.seq_number, probe.payload_len), (ISS + 101, 50));
@@ -1063,8 +1166,148 @@ mod tests {
     }
 
     #[test]
+    fn probes_are_paid_for_by_acknowledgments_of_new_data() {
+        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+        let pto = DEFAULT_RTO_MIN + Duration::from_micros(200);
+        // The table's clients acknowledged little lately: one probe left.
+        recovery.credit = 1;
+        let sent_at = at(1000);
+        send(
+            &mut flight,
+            &recovery,
+            &mut stats,
+            &data(ISS + 1, 100, 7),
+            sent_at,
+        );
+        let first = sent_at + pto;
+        assert_eq!(
+            resend_due(&mut flight, &mut recovery, &mut stats, first).len(),
+            1
+        );
+        // The second is due but unpaid: withheld, and the episode left to smoltcp.
+        let second = first + pto * 2;
+        assert!(resend_due(&mut flight, &mut recovery, &mut stats, second).is_empty());
+        assert_eq!((stats.probes, stats.probes_withheld), (1, 1));
+        assert_eq!(flight.deadline(), None);
+        // Another connection's client acknowledges new data (here, its SYN-ACK): one more,
+        // for the next episode, which this connection's next reply starts once its client
+        // acknowledged the first.
+        let mut other = Flight::default();
+        let syn_ack = frame(
+            SERVER,
+            CLIENT,
+            TcpControl::Syn,
+            5000,
+            Some(9),
+            4096,
+            &[],
+            &[],
+        );
+        send(&mut other, &recovery, &mut stats, &syn_ack, at(5000));
+        other.on_ack(&mut recovery, &mut stats, &ack(5001, &[]), at(5100));
+        assert_eq!(recovery.credit, 1);
+        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 101, &[]), at(6000));
+        send(
+            &mut flight,
+            &recovery,
+            &mut stats,
+            &data(ISS + 101, 100, 7),
+            at(7000),
+        );
+        assert_eq!(
+            resend_due(&mut flight, &mut recovery, &mut stats, at(7000) + pto).len(),
+            1
+        );
+        assert_eq!((stats.probes, stats.probes_withheld), (2, 1));
+        // Acknowledgments refill the credit up to its limit, no further.
+        for k in 0..2 * PROBE_CREDIT {
+            let seq = 5001 + k;
+            let f = data(seq, 1, 9);
+            send(&mut other, &recovery, &mut stats, &f, at(6000));
+            other.on_ack(&mut recovery, &mut stats, &ack(seq + 1, &[]), at(6100));
+        }
+        assert_eq!(recovery.credit, PROBE_CREDIT);
+    }
+
+    #[test]
+    fn without_a_sample_of_its_own_a_connection_waits_for_what_clients_usually_take() {
+        let mut recovery = Recovery::new(Some(DEFAULT_RTO_MIN), 1514);
+        let mut stats = RecoveryStats::default();
+        let syn_ack = |iss: u32| {
+            frame(
+                SERVER,
+                CLIENT,
+                TcpControl::Syn,
+                iss,
+                Some(7),
+                4096,
+                &[],
+                &[],
+            )
+        };
+        // A table that just started: a SYN-ACK is probed at the floor, data not at all
+        // (nothing is known of how soon clients acknowledge it: smoltcp's timer).
+        let mut first = Flight::default();
+        send(&mut first, &recovery, &mut stats, &syn_ack(ISS), at(0));
+        assert_eq!(first.deadline(), Some(at(0) + DEFAULT_RTO_MIN));
+        first.on_ack(&mut recovery, &mut stats, &ack(ISS + 1, &[]), at(100));
+        send(
+            &mut first,
+            &recovery,
+            &mut stats,
+            &data(ISS + 1, 10, 7),
+            at(200),
+        );
+        assert_eq!(first.deadline(), None);
+        // Its client acknowledges 3 ms later (with its next request, say).
+        first.on_ack(&mut recovery, &mut stats, &ack(ISS + 11, &[]), at(3200));
+        assert_eq!(first.min_rtt_us(), 3000, "a sample of its own");
+        // A new connection's SYN-ACK waits for the handshakes' round trip (100 µs, and
+        // four times its variation, 50 µs), its first reply for the clients' usual
+        // acknowledgment (3 ms, plus four times 1.5 ms).
+        let mut second = Flight::default();
+        send(
+            &mut second,
+            &recovery,
+            &mut stats,
+            &syn_ack(9000),
+            at(10_000),
+        );
+        let handshake = Duration::from_micros(100 + 4 * 50);
+        assert_eq!(
+            second.deadline(),
+            Some(at(10_000) + DEFAULT_RTO_MIN + handshake * 2)
+        );
+        second.on_ack(&mut recovery, &mut stats, &ack(9001, &[]), at(10_100));
+        send(
+            &mut second,
+            &recovery,
+            &mut stats,
+            &data(9001, 10, 7),
+            at(10_200),
+        );
+        let usual = Duration::from_micros(3000 + 4 * 1500);
+        assert_eq!(
+            second.deadline(),
+            Some(at(10_200) + DEFAULT_RTO_MIN + usual * 2)
+        );
+        // The first connection, with its own sample, is probed after its own 3 ms.
+        send(
+            &mut first,
+            &recovery,
+            &mut stats,
+            &data(ISS + 11, 10, 7),
+            at(20_000),
+        );
+        assert_eq!(
+            first.deadline(),
+            Some(at(20_000) + DEFAULT_RTO_MIN + Duration::from_micros(6000))
+        );
+    }
+
+    #[test]
     fn without_sack_the_probe_is_the_oldest_copy() {
-        let (recovery, mut stats, mut flight) = synced(ISS, false);
+        let (mut recovery, mut stats, mut flight) = synced(ISS, false);
         send(
             &mut flight,
             &recovery,
@@ -1079,7 +1322,7 @@ mod tests {
             &data(ISS + 101, 100, 7),
             at(0),
         );
-        let sent = resend_due(&mut flight, &recovery, &mut stats, at(10_000));
+        let sent = resend_due(&mut flight, &mut recovery, &mut stats, at(10_000));
         assert_eq!(seq_of(&sent[0]).seq_number, ISS + 1);
     }
 
@@ -1097,7 +1340,7 @@ mod tests {
                 at(0),
             );
             assert_eq!(
-                resend_due(&mut flight, &recovery, &mut stats, at(5_000)).len(),
+                resend_due(&mut flight, &mut recovery, &mut stats, at(5_000)).len(),
                 1
             );
             let end = ISS + 101;
@@ -1138,7 +1381,7 @@ mod tests {
             at(0),
         );
         assert_eq!(
-            resend_due(&mut flight, &recovery, &mut stats, at(5_000)).len(),
+            resend_due(&mut flight, &mut recovery, &mut stats, at(5_000)).len(),
             1
         );
         // The client's ACK of the original (with its next request) comes 60 µs after the
@@ -1178,8 +1421,8 @@ mod tests {
         );
         // RACK: the second is lost 100 µs (that RTT) + SRTT/4 after it was sent.
         assert_eq!(flight.deadline(), Some(at(1125)));
-        assert!(resend_due(&mut flight, &recovery, &mut stats, at(1124)).is_empty());
-        let sent = resend_due(&mut flight, &recovery, &mut stats, at(1125));
+        assert!(resend_due(&mut flight, &mut recovery, &mut stats, at(1124)).is_empty());
+        let sent = resend_due(&mut flight, &mut recovery, &mut stats, at(1125));
         assert_eq!(sent.len(), 1);
         assert_eq!(seq_of(&sent[0]).seq_number, ISS + 101);
         assert_eq!(stats.sack_resends, 1);
@@ -1195,7 +1438,7 @@ mod tests {
 
     #[test]
     fn smoltcp_retransmissions_are_counted_and_replace_the_copies_they_cover() {
-        let (recovery, mut stats, mut flight) = synced(ISS, true);
+        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
         send(
             &mut flight,
             &recovery,
@@ -1223,7 +1466,7 @@ mod tests {
         let both = data(ISS + 1, 300, 7);
         send(&mut flight, &recovery, &mut stats, &both, at(2_000_000));
         assert_eq!((stats.smoltcp_retransmits, flight.copies()), (2, 1));
-        let sent = resend_due(&mut flight, &recovery, &mut stats, at(3_000_000));
+        let sent = resend_due(&mut flight, &mut recovery, &mut stats, at(3_000_000));
         assert_eq!(&sent[0][54..], &both.bytes[54..]);
         assert_eq!(flight.snd_max(), ISS + 301);
     }
@@ -1247,14 +1490,14 @@ mod tests {
         send(&mut flight, &recovery, &mut stats, &syn_ack, at(1_000_000));
         assert_eq!((stats.smoltcp_retransmits, flight.copies()), (1, 1));
         // Probes of a SYN-ACK stop early.
-        let sent = resend_due(&mut flight, &recovery, &mut stats, at(1_001_000));
+        let sent = resend_due(&mut flight, &mut recovery, &mut stats, at(1_001_000));
         assert_eq!(sent.len(), 1);
         assert_eq!(
             &sent[0][..],
             &syn_ack.bytes[..],
             "a SYN-ACK is sent as it was"
         );
-        resend_due(&mut flight, &recovery, &mut stats, at(1_003_000));
+        resend_due(&mut flight, &mut recovery, &mut stats, at(1_003_000));
         assert_eq!(stats.probes, u64::from(MAX_HANDSHAKE_PROBES));
         assert_eq!(flight.deadline(), None);
         // The slot's next connection.
@@ -1303,6 +1546,8 @@ mod tests {
     #[test]
     fn copies_survive_the_ring_wrapping() {
         let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+        // Every copy is probed (to read it back), none is paid for by an acknowledgment.
+        recovery.credit = 1000;
         let mut seq = ISS + 1;
         let mut now = at(1000);
         let mut unacked: VecDeque<Frame> = VecDeque::new();
@@ -1322,7 +1567,7 @@ mod tests {
             wrapped += usize::from(!flight.bytes.as_slices().1.is_empty());
             // The newest comes out of a probe byte for byte.
             now = flight.deadline().unwrap();
-            let sent = resend_due(&mut flight, &recovery, &mut stats, now);
+            let sent = resend_due(&mut flight, &mut recovery, &mut stats, now);
             assert_eq!(sent.len(), 1, "round {round}");
             assert_eq!(
                 &sent[0][..],
