@@ -849,3 +849,58 @@ fn steady_request_response_without_loss_sends_no_probe() {
     assert_eq!(net.server_copies(), 0);
     assert_eq!(net.table.poll_delay(net.now), None, "no timer left running");
 }
+
+/// Regression: with the floor alone, a client that acknowledges every reply late (its
+/// delayed ACK, or its next request from a thread serving thousands of connections) got a
+/// copy of nearly every reply. Here 32 clients each send a request every 50 ms and delay
+/// their ACKs by 40 ms: the probe timeout follows how late they acknowledge, so nothing is
+/// probed, and every reply is echoed.
+#[test]
+fn clients_that_always_acknowledge_late_are_not_probed() {
+    let conns = 32;
+    let mut net = Net::with(conns, |config| {
+        config.conn_limit = 64;
+        config.rto_min = Some(DEFAULT_RTO_MIN);
+    });
+    for _ in 0..conns {
+        net.connect();
+    }
+    net.run_until("established", |net| net.table.stats().active == conns);
+    for c in 0..conns {
+        net.swarm
+            .socket(c)
+            .set_ack_delay(Some(Duration::from_millis(40)));
+    }
+    let think = Duration::from_millis(50);
+    let start = net.now;
+    let mut next: Vec<Instant> = (0..conns)
+        .map(|c| start + think * c as u32 / conns as u32)
+        .collect();
+    let mut echoed = 0;
+    while net.now - start < Duration::from_secs(1) {
+        net.now += STEP;
+        for (c, at) in next.iter_mut().enumerate() {
+            let socket = net.swarm.socket(c);
+            let mut reply = [0u8; 16];
+            if let Ok(n) = socket.recv_slice(&mut reply) {
+                echoed += n;
+            }
+            if net.now >= *at {
+                socket.send_slice(b"get k1\r\n").unwrap();
+                *at += think;
+            }
+        }
+        net.server_step(echo);
+        // Every socket, for the clients' delayed-ACK timers.
+        net.swarm.poll(net.now, &mut net.client);
+        net.swarm.poll_all(net.now, &mut net.client);
+    }
+    let requests = conns * 20;
+    assert!(echoed >= (requests - conns) * 8, "{echoed} bytes echoed");
+    let stats = net.recovery();
+    assert_eq!(
+        (stats.probes, stats.spurious, stats.smoltcp_retransmits),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+}
