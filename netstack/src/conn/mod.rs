@@ -69,9 +69,10 @@
 //! - **Loss recovery** (`recovery.rs`). smoltcp never retransmits sooner than a second
 //!   and ignores SACK, so each connection keeps a copy of every frame that takes sequence
 //!   space until it is acknowledged, and the table sends copies again itself: a tail-loss
-//!   probe when nothing was acknowledged for longer than the peer usually takes (never
-//!   sooner than 2·RTT + [`TableConfig::rto_min`]), and at once any copy the peer's SACK
-//!   blocks show lost. The bucket's deadline includes each connection's probe time.
+//!   probe when nothing was acknowledged for [`TableConfig::rto_min`] + 2·RTT (RTT: the
+//!   quickest the client acknowledged data lately), paid for by the clients'
+//!   acknowledgments, and at once any copy the peer's SACK blocks show lost. The bucket's
+//!   deadline includes each connection's probe time.
 //! - **Sockets.** Nagle off, delayed ACK off, keep-alive off, smoltcp's own `timeout` off
 //!   (the table's clocks replace it).
 //!
