@@ -85,8 +85,9 @@
 //!   the client's think time included. SACK re-sends need no floor: the peer's ACKs pace
 //!   them. `None` turns recovery off (smoltcp alone).
 //! - **Counters** ([`RecoveryStats`]): probes (sent and withheld) and SACK re-sends; of
-//!   the copies sent again, those that repaired a loss (acknowledged, no sooner than a
-//!   round trip after they went out, with no D-SACK for them in that ACK or the next) and
+//!   the copies sent again, those that repaired a loss (acknowledged no sooner than a
+//!   round trip after they went out, and no D-SACK for them by the time data sent after
+//!   them is acknowledged: the peer had them first, and reported no duplicate) and
 //!   the spurious ones: the peer reported them as duplicates with a D-SACK block (RFC
 //!   2883; Linux does when SACK is negotiated, which smoltcp does whenever the client
 //!   offers it), or acknowledged them sooner than the smallest round trip after they went
@@ -149,7 +150,8 @@ pub struct RecoveryStats {
     /// Copies sent again because the peer SACKed or acknowledged a later segment.
     pub sack_resends: u64,
     /// Copies sent again (probes and SACK re-sends) that repaired a loss: acknowledged no
-    /// sooner than a round trip after they went out, and not reported as a duplicate.
+    /// sooner than a round trip after they went out, and not reported as a duplicate by the
+    /// time data sent after them was acknowledged.
     pub recovered: u64,
     /// Copies sent again that the peer already had: reported as duplicates (D-SACK), or
     /// acknowledged by an ACK that left the peer before they arrived. The original had
@@ -223,6 +225,9 @@ struct Sent {
     resent: bool,
     /// Sent again by us, outcome not yet known (SACK peers only).
     ours: bool,
+    /// SND.MAX when we last sent it again: an ACK beyond it acknowledges data sent after
+    /// the copy, so the peer had the copy before it.
+    settle: u32,
     /// The peer SACKed it.
     sacked: bool,
     /// A SYN-ACK.
@@ -275,9 +280,10 @@ pub(crate) struct Flight {
     lost_at: Option<Instant>,
     /// Probes sent since the peer last acknowledged new data.
     backoff: u8,
-    /// Copies sent again and acknowledged by the newest ACK: (seq, end). Recovered unless
-    /// the next ACK reports them as duplicates.
-    pending: [(u32, u32); PENDING],
+    /// Copies sent again and acknowledged, outcome not yet known: (seq, end, settle).
+    /// Spurious if a D-SACK reports them, recovered once an ACK beyond `settle` comes
+    /// without one (the peer had the copy and said nothing of a duplicate).
+    pending: [(u32, u32, u32); PENDING],
     pending_len: usize,
 }
 
@@ -296,7 +302,7 @@ impl Default for Flight {
             probe_at: None,
             lost_at: None,
             backoff: 0,
-            pending: [(0, 0); PENDING],
+            pending: [(0, 0, 0); PENDING],
             pending_len: 0,
         }
     }
@@ -512,6 +518,7 @@ impl Flight {
             sent_at: now,
             resent: overlaps,
             ours: false,
+            settle: 0,
             sacked: false,
             syn,
         });
@@ -548,7 +555,7 @@ impl Flight {
                 first_sack = 1;
             }
         }
-        self.settle_pending(stats);
+        self.settle_pending(ack, stats);
         if after(ack, self.snd_una) {
             self.snd_una = ack;
             // Something new arrived: one more probe is paid for.
@@ -574,7 +581,7 @@ impl Flight {
                     } else if !copy.syn {
                         // (A SYN-ACK is never reported with a D-SACK: its outcome is
                         // unknown.)
-                        self.push_pending(copy.seq, copy.end, stats);
+                        self.push_pending(copy.seq, copy.end, copy.settle);
                     }
                 }
                 self.copies.pop_front();
@@ -705,6 +712,7 @@ impl Flight {
         copy.sent_at = now;
         copy.resent = true;
         copy.ours |= self.sack_ok;
+        copy.settle = self.snd_max;
         match resend.kind {
             ResendKind::Lost => stats.sack_resends += 1,
             ResendKind::Probe => {
@@ -801,11 +809,11 @@ impl Flight {
         let overlaps = |seq: u32, end: u32| before(seq, right) && after(end, left);
         let mut kept = 0;
         for i in 0..self.pending_len {
-            let (seq, end) = self.pending[i];
+            let (seq, end, settle) = self.pending[i];
             if overlaps(seq, end) {
                 stats.spurious += 1;
             } else {
-                self.pending[kept] = (seq, end);
+                self.pending[kept] = (seq, end, settle);
                 kept += 1;
             }
         }
@@ -818,20 +826,29 @@ impl Flight {
         }
     }
 
-    /// Copies acknowledged by the previous ACK, and not reported by this one: recovered.
-    fn settle_pending(&mut self, stats: &mut RecoveryStats) {
-        stats.recovered += self.pending_len as u64;
-        self.pending_len = 0;
+    /// Copies acknowledged, and not reported as duplicates by the time `ack` acknowledges
+    /// data sent after them: recovered.
+    fn settle_pending(&mut self, ack: u32, stats: &mut RecoveryStats) {
+        let mut kept = 0;
+        for i in 0..self.pending_len {
+            let entry = self.pending[i];
+            if after(ack, entry.2) {
+                stats.recovered += 1;
+            } else {
+                self.pending[kept] = entry;
+                kept += 1;
+            }
+        }
+        self.pending_len = kept;
     }
 
-    fn push_pending(&mut self, seq: u32, end: u32, stats: &mut RecoveryStats) {
+    fn push_pending(&mut self, seq: u32, end: u32, settle: u32) {
         if self.pending_len == PENDING {
-            // Full: the oldest is taken as recovered.
-            stats.recovered += 1;
+            // Full: the oldest is forgotten, counted in neither.
             self.pending.copy_within(1.., 0);
             self.pending_len -= 1;
         }
-        self.pending[self.pending_len] = (seq, end);
+        self.pending[self.pending_len] = (seq, end, settle);
         self.pending_len += 1;
     }
 
@@ -1328,9 +1345,12 @@ mod tests {
 
     #[test]
     fn a_dsack_makes_a_probe_spurious_and_no_dsack_makes_it_recovered() {
-        for (dsack_in_next_ack, spurious) in
-            [(None, false), (Some(false), true), (Some(true), true)]
-        {
+        for (dsack_in_next_ack, spurious) in [
+            (None, false),
+            (Some(0), true),
+            (Some(1), true),
+            (Some(3), true),
+        ] {
             let (mut recovery, mut stats, mut flight) = synced(ISS, true);
             send(
                 &mut flight,
@@ -1347,20 +1367,29 @@ mod tests {
             let dsack = [(ISS + 1, end)];
             match dsack_in_next_ack {
                 // The probe's own ACK carries the D-SACK.
-                Some(false) => {
-                    flight.on_ack(&mut recovery, &mut stats, &ack(end, &dsack), at(5_100))
-                }
-                // The original's delayed ACK crossed the probe; the D-SACK follows.
-                Some(true) => {
-                    flight.on_ack(&mut recovery, &mut stats, &ack(end, &[]), at(5_120));
+                Some(0) => flight.on_ack(&mut recovery, &mut stats, &ack(end, &dsack), at(5_100)),
+                // The original's ACKs (its delayed ACK, or a pipelining client's next
+                // requests) crossed the probe; the D-SACK follows them.
+                Some(crossed) => {
+                    for k in 0..crossed {
+                        let t = at(5_120 + 10 * k);
+                        flight.on_ack(&mut recovery, &mut stats, &ack(end, &[]), t);
+                    }
                     assert_eq!((stats.recovered, stats.spurious), (0, 0), "not settled yet");
                     flight.on_ack(&mut recovery, &mut stats, &ack(end, &dsack), at(5_150));
                 }
-                None => {
-                    flight.on_ack(&mut recovery, &mut stats, &ack(end, &[]), at(5_100));
-                    flight.on_ack(&mut recovery, &mut stats, &ack(end, &[]), at(9_000));
-                }
+                None => flight.on_ack(&mut recovery, &mut stats, &ack(end, &[]), at(5_100)),
             }
+            // The next reply, sent after the probe, is acknowledged without a D-SACK: the
+            // client had the probe before it, and reported no duplicate.
+            send(
+                &mut flight,
+                &recovery,
+                &mut stats,
+                &data(end, 10, 7),
+                at(6_000),
+            );
+            flight.on_ack(&mut recovery, &mut stats, &ack(end + 10, &[]), at(6_100));
             assert_eq!(
                 (stats.recovered, stats.spurious),
                 (u64::from(!spurious), u64::from(spurious)),
@@ -1432,7 +1461,15 @@ mod tests {
         assert!(deadline > at(1125) + DEFAULT_RTO_MIN, "{deadline}");
         flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 301, &[]), at(1230));
         assert_eq!((flight.copies(), flight.deadline()), (0, None));
-        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 301, &[]), at(2000));
+        // Settled once data sent after the re-send is acknowledged without a D-SACK.
+        send(
+            &mut flight,
+            &recovery,
+            &mut stats,
+            &data(ISS + 301, 10, 7),
+            at(1500),
+        );
+        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 311, &[]), at(2000));
         assert_eq!((stats.recovered, stats.spurious), (1, 0));
     }
 
