@@ -24,7 +24,8 @@
 //! - [`link`]: [`link::configure`] the kernel side (addresses, MTU, IPv6 off unless it has
 //!   an IPv6 address, up).
 //! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface, with
-//!   a SYN backlog and per-connection clocks (give-up, idle, close).
+//!   a SYN backlog, per-connection clocks (give-up, idle, close) and loss recovery at
+//!   round-trip scale (probes and SACK re-sends of kept copies; smoltcp alone waits 1 s).
 //! - [`admission`]: [`Admission`], the connection limit every worker's table shares.
 //! - [`neighbor`]: ARP, IPv6 neighbour discovery, the neighbour cache and the gateways
 //!   (shared by the workers); the table frames smoltcp's IP packets.

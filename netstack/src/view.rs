@@ -12,7 +12,9 @@
 //!   the link, the gateway's MAC (the SYN's during a handshake; then those of the
 //!   connection and of the frame being answered); or else the frame becomes an ARP request
 //!   or a neighbour solicitation for the next hop and the packet is dropped (as smoltcp's
-//!   own Ethernet path does; TCP sends it again).
+//!   own Ethernet path does; TCP sends it again). A frame of a connection is then shown to
+//!   it ([`Peers::sent`]): loss recovery (`conn/recovery.rs`) keeps a copy of each one that
+//!   takes sequence space.
 //!
 //! Per frame that costs a read of the IP header (version, protocol, destination, port)
 //! and a short scan of one bucket's slots, against smoltcp's scan of its neighbour map:
@@ -34,15 +36,20 @@ use crate::neighbor::{
     emit_ndp,
 };
 
-/// Where the connections with a slot in the polled bucket are.
-pub(crate) trait PeerMacs {
+/// The connections with a slot in the polled bucket.
+pub(crate) trait Peers {
     /// The connection to `addr:port`, if it has a slot here.
-    fn peer_mac(&self, addr: IpAddress, port: u16) -> Option<PeerMac>;
+    fn peer(&self, addr: IpAddress, port: u16) -> Option<PeerMac>;
+
+    /// Connection `slot` sends `frame` (a TCP segment, its Ethernet header written).
+    fn sent(&mut self, slot: usize, frame: &[u8]);
 }
 
 /// What framing needs of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PeerMac {
+    /// Its slot in the bucket.
+    pub(crate) slot: usize,
     /// The MAC its SYN came from.
     pub(crate) mac: [u8; 6],
     /// Its handshake is in progress (the SYN-ACK goes back the way the SYN came).
@@ -52,20 +59,23 @@ pub(crate) struct PeerMac {
 /// No connection (the control set).
 pub(crate) struct NoPeers;
 
-impl PeerMacs for NoPeers {
-    fn peer_mac(&self, _: IpAddress, _: u16) -> Option<PeerMac> {
+impl Peers for NoPeers {
+    fn peer(&self, _: IpAddress, _: u16) -> Option<PeerMac> {
         None
     }
+
+    fn sent(&mut self, _: usize, _: &[u8]) {}
 }
 
-/// Picks each sent frame's destination MAC and writes its Ethernet header; counts frames.
-pub(crate) struct Framing<'a, P: PeerMacs + ?Sized> {
+/// Picks each sent frame's destination MAC and writes its Ethernet header; shows each
+/// connection its own frames (loss recovery keeps copies); counts frames.
+pub(crate) struct Framing<'a, P: Peers + ?Sized> {
     /// Our MAC and addresses.
     pub(crate) own: &'a LinkAddrs,
     /// The next hop for destinations off the link.
     pub(crate) gateways: &'a Gateways,
     /// The connections of the bucket being polled.
-    pub(crate) peers: &'a P,
+    pub(crate) peers: &'a mut P,
     /// While answering a received frame: its source MAC.
     pub(crate) reply_to: Option<[u8; 6]>,
     pub(crate) neighbors: &'a mut NeighborCache,
@@ -75,8 +85,9 @@ pub(crate) struct Framing<'a, P: PeerMacs + ?Sized> {
     pub(crate) unresolved: u64,
 }
 
-impl<P: PeerMacs + ?Sized> Framing<'_, P> {
-    /// Writes the Ethernet header of `frame`, whose IP packet starts at byte 14.
+impl<P: Peers + ?Sized> Framing<'_, P> {
+    /// Writes the Ethernet header of `frame`, whose IP packet starts at byte 14, and shows
+    /// a connection's frame to the connection.
     fn frame(&mut self, frame: &mut [u8]) {
         let packet = &frame[ETHERNET_HEADER_LEN..];
         let Some(dst) = ip_dst(packet) else {
@@ -89,7 +100,7 @@ impl<P: PeerMacs + ?Sized> Framing<'_, P> {
             IpAddress::Ipv4(_) => ETHERTYPE_IPV4,
             IpAddress::Ipv6(_) => ETHERTYPE_IPV6,
         };
-        let connection = tcp_dst_port(packet).and_then(|port| self.peers.peer_mac(dst, port));
+        let connection = tcp_dst_port(packet).and_then(|port| self.peers.peer(dst, port));
         let (next_hop, mac) = if self.own.on_link(dst) {
             let mac = connection
                 .map(|c| c.mac)
@@ -112,7 +123,12 @@ impl<P: PeerMacs + ?Sized> Framing<'_, P> {
             }
         };
         match (mac, next_hop) {
-            (Some(mac), _) => emit_ethernet(frame, self.own.mac, mac, ethertype),
+            (Some(mac), _) => {
+                emit_ethernet(frame, self.own.mac, mac, ethertype);
+                if let Some(connection) = connection {
+                    self.peers.sent(connection.slot, frame);
+                }
+            }
             (None, next_hop) => {
                 self.unresolved += 1;
                 self.request(frame, next_hop, ethertype);
@@ -196,12 +212,12 @@ fn tcp_dst_port(packet: &[u8]) -> Option<u16> {
 }
 
 /// A transmit token that puts an Ethernet header in front of smoltcp's IP packet.
-pub(crate) struct FramedTx<'f, 'a, T: TxToken, P: PeerMacs + ?Sized> {
+pub(crate) struct FramedTx<'f, 'a, T: TxToken, P: Peers + ?Sized> {
     inner: T,
     framing: &'f mut Framing<'a, P>,
 }
 
-impl<T: TxToken, P: PeerMacs + ?Sized> TxToken for FramedTx<'_, '_, T, P> {
+impl<T: TxToken, P: Peers + ?Sized> TxToken for FramedTx<'_, '_, T, P> {
     fn consume<R, F>(self, len: usize, f: F) -> R
     where
         F: FnOnce(&mut [u8]) -> R,
@@ -221,7 +237,7 @@ impl<T: TxToken, P: PeerMacs + ?Sized> TxToken for FramedTx<'_, '_, T, P> {
 }
 
 /// A `Medium::Ip` device whose receive queue holds one borrowed IP packet.
-pub(crate) struct IpFrame<'f, 'a, T: TxToken, P: PeerMacs + ?Sized> {
+pub(crate) struct IpFrame<'f, 'a, T: TxToken, P: Peers + ?Sized> {
     pub(crate) packet: Option<&'f [u8]>,
     pub(crate) tx: Option<T>,
     /// The interface's (`Medium::Ip`) capabilities.
@@ -229,7 +245,7 @@ pub(crate) struct IpFrame<'f, 'a, T: TxToken, P: PeerMacs + ?Sized> {
     pub(crate) framing: Framing<'a, P>,
 }
 
-impl<'f, 'a, T: TxToken, P: PeerMacs + ?Sized> Device for IpFrame<'f, 'a, T, P> {
+impl<'f, 'a, T: TxToken, P: Peers + ?Sized> Device for IpFrame<'f, 'a, T, P> {
     type RxToken<'t>
         = SliceRx<'f>
     where
@@ -266,7 +282,7 @@ impl<'f, 'a, T: TxToken, P: PeerMacs + ?Sized> Device for IpFrame<'f, 'a, T, P> 
 
 /// The real device for egress as a `Medium::Ip` device, remembering whether it ran out of
 /// transmit tokens.
-pub(crate) struct IpEgress<'d, 'a, D: Device, P: PeerMacs + ?Sized> {
+pub(crate) struct IpEgress<'d, 'a, D: Device, P: Peers + ?Sized> {
     pub(crate) device: &'d mut D,
     /// The interface's (`Medium::Ip`) capabilities.
     pub(crate) caps: &'a DeviceCapabilities,
@@ -274,7 +290,7 @@ pub(crate) struct IpEgress<'d, 'a, D: Device, P: PeerMacs + ?Sized> {
     pub(crate) exhausted: bool,
 }
 
-impl<'a, D: Device, P: PeerMacs + ?Sized> Device for IpEgress<'_, 'a, D, P> {
+impl<'a, D: Device, P: Peers + ?Sized> Device for IpEgress<'_, 'a, D, P> {
     type RxToken<'t>
         = D::RxToken<'t>
     where
@@ -482,21 +498,32 @@ mod tests {
         }
     }
 
-    /// The connection from 10.77.0.1:40000, from [fd77::1]:40000 and from the off-link
-    /// 10.79.0.2:40000.
-    struct Peers;
+    /// The connections from 10.77.0.1:40000 (slot 3), from [fd77::1]:40000 (slot 4) and
+    /// from the off-link 10.79.0.2:40000 (slot 5), all in their handshake if `handshake`;
+    /// records the frames shown to them.
+    #[derive(Default)]
+    struct TestPeers {
+        handshake: bool,
+        sent: Vec<(usize, Vec<u8>)>,
+    }
 
-    impl PeerMacs for Peers {
-        fn peer_mac(&self, addr: IpAddress, port: u16) -> Option<PeerMac> {
+    impl Peers for TestPeers {
+        fn peer(&self, addr: IpAddress, port: u16) -> Option<PeerMac> {
             let ours = [
                 IpAddress::v4(10, 77, 0, 1),
                 IpAddress::Ipv6(v6("fd77::1")),
                 IpAddress::v4(10, 79, 0, 2),
             ];
-            (ours.contains(&addr) && port == 40000).then_some(PeerMac {
+            let slot = ours.iter().position(|&a| a == addr)?;
+            (port == 40000).then_some(PeerMac {
+                slot: 3 + slot,
                 mac: PEER_MAC,
-                handshake: false,
+                handshake: self.handshake,
             })
+        }
+
+        fn sent(&mut self, slot: usize, frame: &[u8]) {
+            self.sent.push((slot, frame.to_vec()));
         }
     }
 
@@ -527,11 +554,21 @@ mod tests {
         cache: &mut NeighborCache,
         gateways: &Gateways,
     ) -> (Vec<u8>, u64) {
+        frame_shown(packet, reply_to, cache, gateways, &mut TestPeers::default())
+    }
+
+    fn frame_shown(
+        packet: &[u8],
+        reply_to: Option<[u8; 6]>,
+        cache: &mut NeighborCache,
+        gateways: &Gateways,
+        peers: &mut TestPeers,
+    ) -> (Vec<u8>, u64) {
         let own = own();
         let mut framing = Framing {
             own: &own,
             gateways,
-            peers: &Peers,
+            peers,
             reply_to,
             neighbors: cache,
             sent: 0,
@@ -579,6 +616,43 @@ mod tests {
         assert_eq!(
             &frame_for(&reply_packet([10, 77, 0, 3], 1), None, &mut cache)[0..6],
             &CACHED_MAC
+        );
+    }
+
+    #[test]
+    fn a_connection_is_shown_its_own_frames_and_only_those() {
+        let mut cache = NeighborCache::new(4);
+        cache.learn(Ipv4Address::new(10, 77, 0, 3), CACHED_MAC);
+        let mut peers = TestPeers::default();
+        let none = Gateways::default();
+        let conn = reply_packet([10, 77, 0, 1], 40000);
+        let (frame, _) = frame_shown(&conn, None, &mut cache, &none, &mut peers);
+        assert_eq!(
+            peers.sent,
+            vec![(3, frame)],
+            "the whole frame, header written"
+        );
+        let conn6 = reply6_packet("fd77::1", 40000);
+        let (frame6, _) = frame_shown(&conn6, None, &mut cache, &none, &mut peers);
+        assert_eq!(peers.sent[1], (4, frame6), "over IPv6 too");
+        frame_shown(
+            &reply_packet([10, 77, 0, 1], 40001),
+            None,
+            &mut cache,
+            &none,
+            &mut peers,
+        );
+        frame_shown(
+            &reply_packet([10, 77, 0, 3], 40000),
+            None,
+            &mut cache,
+            &none,
+            &mut peers,
+        );
+        assert_eq!(
+            peers.sent.len(),
+            2,
+            "other connections' frames are not shown"
         );
     }
 
@@ -673,29 +747,23 @@ mod tests {
             }
         }
         // A handshake's frames go back the way its SYN came, resolved gateway or not.
-        struct Handshaking;
-        impl PeerMacs for Handshaking {
-            fn peer_mac(&self, _: IpAddress, _: u16) -> Option<PeerMac> {
-                Some(PeerMac {
-                    mac: PEER_MAC,
-                    handshake: true,
-                })
-            }
-        }
-        let own = own();
-        let mut framing = Framing {
-            own: &own,
-            gateways: &gateways,
-            peers: &Handshaking,
-            reply_to: Some(REPLY_MAC),
-            neighbors: &mut cache,
-            sent: 0,
-            unresolved: 0,
+        let mut handshaking = TestPeers {
+            handshake: true,
+            ..TestPeers::default()
         };
-        let mut frame = vec![0u8; conn4.len() + ETHERNET_HEADER_LEN];
-        frame[ETHERNET_HEADER_LEN..].copy_from_slice(&conn4);
-        framing.frame(&mut frame);
+        let (frame, _) = frame_shown(
+            &conn4,
+            Some(REPLY_MAC),
+            &mut cache,
+            &gateways,
+            &mut handshaking,
+        );
         assert_eq!(&frame[0..6], &PEER_MAC);
+        assert_eq!(
+            handshaking.sent,
+            vec![(5, frame)],
+            "shown to its connection"
+        );
         // On the link, the gateway is not involved.
         let on_link = reply_packet([10, 77, 0, 1], 40000);
         assert_eq!(

@@ -28,6 +28,8 @@ pub struct TapConfig {
     pub conn_limit: usize,
     /// Close connections idle this long (`--idle-timeout`); `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// Loss recovery's floor (`--rto-min`); `None`: recovery off.
+    pub rto_min: Option<Duration>,
 }
 
 /// The TAP queue length for `conn_limit` clients: a few frames each (a request and an ACK in
@@ -54,8 +56,8 @@ pub fn mac_for(addrs: &LinkAddrs) -> [u8; 6] {
 }
 
 /// A worker's table settings: the MAC, the addresses and gateways served on `port`, room for
-/// the whole shared `conn_limit` (the kernel may send every connection to one worker), and
-/// the idle timeout.
+/// the whole shared `conn_limit` (the kernel may send every connection to one worker), the
+/// idle timeout and loss recovery's floor.
 ///
 /// # Errors
 /// When the table would refuse the addresses (a gateway not on the link, ...).
@@ -65,6 +67,7 @@ pub fn table_config(
     port: u16,
     conn_limit: usize,
     idle_timeout: Option<Duration>,
+    rto_min: Option<Duration>,
 ) -> Result<TableConfig, String> {
     let mut served = addrs.served();
     let first = served.next().ok_or("no address to serve (--ip)")?;
@@ -75,9 +78,10 @@ pub fn table_config(
     for gateway in addrs.gateways() {
         table = table.with_gateway(IpAddress::from(gateway));
     }
+    let net = |d: Duration| NetDuration::from_micros(d.as_micros().min(u64::MAX.into()) as u64);
     table.conn_limit = conn_limit;
-    table.idle_timeout =
-        idle_timeout.map(|d| NetDuration::from_micros(d.as_micros().min(u64::MAX.into()) as u64));
+    table.idle_timeout = idle_timeout.map(net);
+    table.rto_min = rto_min.map(net);
     table.check().map_err(|e| e.to_string())?;
     Ok(table)
 }
@@ -120,6 +124,7 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
         config.port,
         config.conn_limit,
         config.idle_timeout,
+        config.rto_min,
     )?;
     let devices = (0..workers)
         .map(|queue| {

@@ -47,6 +47,8 @@ pub struct XdpWorkerConfig {
     pub conn_limit: usize,
     /// Close connections idle this long (`--idle-timeout`); `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// Loss recovery's floor (`--rto-min`); `None`: recovery off.
+    pub rto_min: Option<Duration>,
     /// Preferred busy polling on every socket, if asked for.
     pub busy_poll: Option<BusyPoll>,
 }
@@ -182,6 +184,7 @@ pub fn run(
         config.port,
         config.conn_limit,
         config.idle_timeout,
+        config.rto_min,
     )?;
     let program =
         XdpProgram::attach(&config.iface, config.mode, steer).map_err(|e| e.to_string())?;
@@ -224,6 +227,7 @@ pub fn run(
         config.port,
         config.conn_limit,
         config.idle_timeout,
+        config.rto_min,
     ) {
         Ok(table_config) => table_config,
         Err(e) => {
