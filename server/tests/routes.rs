@@ -17,6 +17,16 @@ use support::{
     Client, Server, check_loadgen_verify, check_two_workers_under_load, memccapable, ping,
 };
 
+/// One test of this file at a time: each runs a server, a router and load at once, and the
+/// two-worker one needs the machine's CPUs to itself more than the others need to overlap.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The `gateways: ...` lines of a stopped server's report: every worker's must show the
 /// gateways (IPv4's and `gateway6`) resolved to `mac`.
 #[track_caller]
@@ -64,11 +74,13 @@ fn clients_behind_a_router(path: Path) {
 
 #[test]
 fn clients_behind_a_router_over_tap() {
+    let _serial = serial();
     clients_behind_a_router(Path::Tap { queues: 1 });
 }
 
 #[test]
 fn clients_behind_a_router_over_xdp() {
+    let _serial = serial();
     clients_behind_a_router(Path::Xdp { queues: 1 });
 }
 
@@ -78,6 +90,7 @@ fn clients_behind_a_router_over_xdp() {
 /// with `--verify` passes from the client's subnet.
 #[test]
 fn two_workers_serve_clients_behind_a_router() {
+    let _serial = serial();
     let routed = Routed::new(Path::Tap { queues: 2 });
     let args: Vec<&str> = routed
         .server_args(&["-t", "2"])
@@ -129,6 +142,7 @@ fn replace_router_mac(routed: &Routed, server: &Server, quiet: bool) {
 /// makes memspin ask for the gateway again).
 #[test]
 fn open_connections_follow_a_replaced_router() {
+    let _serial = serial();
     for quiet in [false, true] {
         let routed = Routed::new(Path::Xdp { queues: 1 });
         let server = routed.start(&[]);
@@ -157,6 +171,7 @@ fn open_connections_follow_a_replaced_router() {
 /// connection open while the router is replaced is answered into the void.
 #[test]
 fn without_a_gateway_connections_stay_with_the_router_they_came_through() {
+    let _serial = serial();
     let routed = Routed::new(Path::Xdp { queues: 1 });
     let args: Vec<&str> = routed
         .server_args(&[])
