@@ -11,8 +11,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use loadgen::client::Protocol;
+use support::verify::check_verify_patiently;
 use support::veth::{CLIENT_IFACE, SERVER_IFACE, Veth, run};
-use support::{Netns, Server, check_loadgen_verify, memccapable, ping, pymemcache_round_trip};
+use support::{Netns, Server, memccapable, ping, pymemcache_round_trip};
 
 const TAP6: &str = "[fd77::2]:11211";
 
@@ -67,8 +68,8 @@ fn both_families_over_tap() {
     for addr in [server.addr, v6] {
         ping(addr);
     }
-    check_loadgen_verify(v6, Protocol::Binary, 16, 20_000);
-    check_loadgen_verify(server.addr, Protocol::Text, 8, 5_000);
+    check_verify_patiently(v6, Protocol::Binary, 16, 20_000);
+    check_verify_patiently(server.addr, Protocol::Text, 8, 5_000);
 }
 
 /// memspin over AF_XDP on a veth end serving fd78::2 (and 10.78.0.2): memccapable and
@@ -99,7 +100,7 @@ fn ipv6_over_veth_with_xdp() {
     let rtt = ping::echo(host, 2, Duration::from_secs(3))
         .unwrap_or_else(|e| panic!("ping the kernel's own fd78::3: {e}"));
     eprintln!("ping fd78::3 (the kernel): {rtt:?}");
-    check_loadgen_verify(v6, Protocol::Binary, 16, 20_000);
+    check_verify_patiently(v6, Protocol::Binary, 16, 20_000);
     let (status, stderr) = server.stop();
     assert!(status.is_some_and(|s| s.success()), "{stderr}");
 }

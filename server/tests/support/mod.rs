@@ -7,6 +7,7 @@ pub mod abuse;
 pub mod hostile;
 pub mod ping;
 pub mod routed;
+pub mod verify;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
