@@ -32,6 +32,7 @@
 mod binary;
 mod core;
 mod forward;
+mod resp;
 mod session;
 mod text;
 
@@ -134,6 +135,7 @@ impl Engine {
         match protocol {
             Protocol::Binary => self.run_requests(session, input, out, now, binary::step),
             Protocol::Text => self.run_requests(session, input, out, now, text::step),
+            Protocol::Resp(_) => self.run_requests(session, input, out, now, resp::step),
         }
     }
 
@@ -152,6 +154,7 @@ impl Engine {
     ) -> Outcome {
         let out_start = out.len();
         let mut pos = 0;
+        let mut requests = 0;
         let stopped = |pos: usize, stop: Stop| Outcome {
             consumed: pos,
             needed: 0,
@@ -193,6 +196,7 @@ impl Engine {
             match step(&mut cx, &input[pos..], out) {
                 Step::Done(len) => {
                     pos += len;
+                    requests += 1;
                     session.spend_turn();
                 }
                 Step::Wait(needed) => {
@@ -207,6 +211,7 @@ impl Engine {
         self.core.count_execution(
             outcome.consumed,
             out.len() - out_start,
+            requests,
             outcome.stop == Stop::Turn,
         );
         outcome
@@ -230,6 +235,7 @@ impl Engine {
                 match protocol {
                     Protocol::Binary => binary::run_forwarded(&mut cx, part, request, out),
                     Protocol::Text => text::run_forwarded(&mut cx, part, request, out),
+                    Protocol::Resp(_) => resp::run_forwarded(&mut cx, part, request, out),
                 }
                 Answer::Bytes {
                     close: session.closing,
@@ -238,6 +244,10 @@ impl Engine {
             Op::Snapshot => Answer::Snapshot(Box::new(core.snapshot())),
             Op::Flush { delay, now } => {
                 core.flush_for_another(delay, now);
+                Answer::Bytes { close: false }
+            }
+            Op::Clear { now } => {
+                core.clear_for_another(now);
                 Answer::Bytes { close: false }
             }
             Op::Credit(_) | Op::Release => Answer::Bytes { close: false },
