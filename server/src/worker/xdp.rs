@@ -163,6 +163,7 @@ pub fn run(
     let steer = Steer {
         ipv4: config.ip.addr,
         tcp_port: config.port,
+        extra_tcp_port: None,
     };
     let program =
         XdpProgram::attach(&config.iface, config.mode, steer).map_err(|e| e.to_string())?;
