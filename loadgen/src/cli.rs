@@ -38,6 +38,8 @@ pub enum ProtocolArg {
     Binary,
     /// memcached text protocol.
     Text,
+    /// Redis's RESP (a server's `--resp-port`, or redis-server).
+    Resp,
 }
 
 /// Arrival process names on the command line.
@@ -197,6 +199,7 @@ impl Args {
             protocol: match self.protocol {
                 ProtocolArg::Binary => Protocol::Binary,
                 ProtocolArg::Text => Protocol::Text,
+                ProtocolArg::Resp => Protocol::Resp,
             },
             connections: self.connections,
             threads: self.threads,
@@ -583,6 +586,8 @@ mod tests {
                 ..Config::default()
             }
         );
+        let resp = Args::try_parse_from(["memspin-loadgen", "--protocol", "resp"]).unwrap();
+        assert_eq!(resp.config().unwrap().protocol, Protocol::Resp);
         // meta is not offered until servers speak it.
         assert!(Args::try_parse_from(["memspin-loadgen", "--protocol", "meta"]).is_err());
         assert!(

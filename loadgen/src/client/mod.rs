@@ -1,4 +1,5 @@
-//! Client side of the memcached protocols: request encoders and incremental reply decoders.
+//! Client side of the memcached protocols (and Redis's RESP): request encoders and incremental
+//! reply decoders.
 //!
 //! ```text
 //! Pick → Codec::encode_* → connection write buffer ─▶ server
@@ -9,6 +10,7 @@
 //! [`DecodeError::Incomplete`], anything else unexpected is [`DecodeError::Invalid`].
 
 pub mod binary;
+pub mod resp;
 pub mod text;
 
 use std::fmt;
@@ -25,6 +27,8 @@ pub enum Protocol {
     Binary,
     /// memcached text (ASCII) protocol.
     Text,
+    /// Redis's RESP (RESP2): `GET` and `SET` as arrays of bulk strings.
+    Resp,
 }
 
 impl Protocol {
@@ -33,6 +37,7 @@ impl Protocol {
         match self {
             Protocol::Binary => "binary",
             Protocol::Text => "text",
+            Protocol::Resp => "resp",
         }
     }
 }
@@ -141,6 +146,7 @@ impl Codec {
         match self.protocol {
             Protocol::Binary => binary::encode_get(key, opaque, out),
             Protocol::Text => text::encode_get(key, out),
+            Protocol::Resp => resp::encode_get(key, out),
         }
     }
 
@@ -150,6 +156,7 @@ impl Codec {
         match self.protocol {
             Protocol::Binary => binary::encode_set(key, value, opaque, out),
             Protocol::Text => text::encode_set(key, value, out),
+            Protocol::Resp => resp::encode_set(key, value, out),
         }
     }
 
@@ -167,6 +174,7 @@ impl Codec {
         match self.protocol {
             Protocol::Binary => binary::decode(buf, expect, self.max_value),
             Protocol::Text => text::decode(buf, expect, self.max_value),
+            Protocol::Resp => resp::decode(buf, expect, self.max_value),
         }
     }
 }
