@@ -1022,3 +1022,37 @@ fn an_mset_pair_another_worker_refuses_is_reported() {
         want
     );
 }
+
+/// memcached's key limit holds on RESP too: a key over 250 bytes (or an empty one) is refused
+/// by the commands that store, and is simply not there for those that read or remove.
+#[test]
+fn keys_over_250_bytes_are_refused_by_stores_and_missing_for_reads() {
+    let mut e = engine();
+    let mut session = resp2();
+    let long = "k".repeat(251);
+    let bad = "-ERR key is empty or longer than 250 bytes\r\n";
+    for args in [
+        vec!["SET", &long, "v"],
+        vec!["SET", "", "v"],
+        vec!["SETEX", &long, "10", "v"],
+        vec!["SETNX", &long, "v"],
+        vec!["INCR", &long],
+        vec!["APPEND", &long, "v"],
+        vec!["MSET", "ok", "1", &long, "2"],
+        vec!["MSETNX", &long, "2"],
+    ] {
+        assert_eq!(call(&mut e, &mut session, &args), bad, "{}", args[0]);
+    }
+    for (args, want) in [
+        (vec!["GET", &long], "$-1\r\n"),
+        (vec!["GETDEL", &long], "$-1\r\n"),
+        (vec!["EXISTS", &long, "ok"], ":1\r\n"),
+        (vec!["DEL", &long], ":0\r\n"),
+        (vec!["TTL", &long], ":-2\r\n"),
+        (vec!["EXPIRE", &long, "10"], ":0\r\n"),
+        (vec!["MGET", &long, "ok"], "*2\r\n$-1\r\n$1\r\n1\r\n"),
+    ] {
+        assert_eq!(call(&mut e, &mut session, &args), want, "{}", args[0]);
+    }
+    assert_eq!(call(&mut e, &mut session, &["PING"]), "+PONG\r\n");
+}
