@@ -1,7 +1,7 @@
 //! The request engine: one connection's received bytes in, its replies out.
 //!
 //! ```text
-//! received bytes ─▶ Engine::execute ─▶ the connection's adapter (binary.rs, text.rs)
+//! received bytes ─▶ Engine::execute ─▶ the connection's adapter (binary.rs, text.rs, resp.rs)
 //!                                          parses with protocol/, calls the core, emits with protocol/
 //!                  core.rs    counted store operations on this worker's Shard, statistics
 //!                  session.rs the connection's state, and what an adapter is given (Cx)
@@ -27,7 +27,9 @@
 //!
 //! A memcached connection's protocol is decided by its first byte ([`Protocol::detect`]): 0x80
 //! (the binary request magic) is the binary protocol (`binary.rs`), anything else the text
-//! protocol, whose lines may also be meta commands (`text.rs`, with `text/meta.rs`).
+//! protocol, whose lines may also be meta commands (`text.rs`, with `text/meta.rs`). A
+//! connection accepted on the RESP port (`--resp-port`) speaks Redis's RESP from its first byte
+//! (`resp.rs`; [`Session::speaking`]), on the same store.
 
 mod binary;
 mod core;
