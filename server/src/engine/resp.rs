@@ -59,7 +59,16 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
             // The command is there but not contiguous yet (a receive ring wrapped).
             return Step::Wait(resume.len - buf.len());
         }
-        let mut progress = Progress::default();
+        // A multibulk command was checked whole before it stopped: `pause` left the parser's
+        // progress at its end, so it is taken again without walking its arguments (a command
+        // of many keys stops every turn; walking it each time would cost its length per turn).
+        let mut progress = match buf.first() {
+            Some(b'*') => Progress {
+                at: cx.session.scan.bytes,
+                args: cx.session.scan.items,
+            },
+            _ => Progress::default(),
+        };
         return match Command::parse(&buf[..resume.len], &limits, &mut progress) {
             Ok((command, len)) if len == resume.len => {
                 multi_key(cx, &command, len, Some(resume), out)
@@ -68,6 +77,7 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
             // the front); start over with whatever is there.
             _ => {
                 cx.session.resume = None;
+                cx.session.scan = Scan::default();
                 Step::Wait(0)
             }
         };
@@ -1038,7 +1048,7 @@ fn multi_key(
     loop {
         let at = args.offset();
         if !first && let Some(stop) = cx.pause(out) {
-            return pause(cx, state, at, stop);
+            return pause(cx, state, command.argc(), at, stop);
         }
         let Some(key) = args.next() else {
             break;
@@ -1090,7 +1100,7 @@ fn multi_key(
                 }
             };
             if let Err(stop) = sent {
-                return pause(cx, state, at, stop);
+                return pause(cx, state, command.argc(), at, stop);
             }
         } else {
             match cmd {
@@ -1124,13 +1134,19 @@ fn multi_key(
         }
     }
     cx.session.resume = None;
+    cx.session.scan = Scan::default();
     Step::Done(state.len)
 }
 
-/// Stops a multi-key command before the argument at `at`; nothing of it is consumed.
-fn pause(cx: &mut Cx<'_>, mut state: Resume, at: usize, stop: Stop) -> Step {
+/// Stops a multi-key command (of `argc` arguments) before the argument at `at`; nothing of it
+/// is consumed. The parser's progress is left at the command's end, for its next call.
+fn pause(cx: &mut Cx<'_>, mut state: Resume, argc: usize, at: usize, stop: Stop) -> Step {
     state.at = at;
     cx.session.resume = Some(state);
+    cx.session.scan = Scan {
+        bytes: state.len,
+        items: argc,
+    };
     Step::Stop(stop)
 }
 

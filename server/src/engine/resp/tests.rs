@@ -1056,3 +1056,46 @@ fn keys_over_250_bytes_are_refused_by_stores_and_missing_for_reads() {
     }
     assert_eq!(call(&mut e, &mut session, &["PING"]), "+PONG\r\n");
 }
+
+/// Regression: a multi-key command that stopped (here at the output high-water mark) was
+/// parsed again from its first argument on every call, so a command of many keys, stopping
+/// once per turn, cost its whole length per turn. The parser's progress now stays at the
+/// command's end while it is stopped.
+#[test]
+fn a_stopped_multi_key_command_is_not_walked_again() {
+    let mut e = engine();
+    let mut session = resp2();
+    let value = vec![b'v'; 100_000];
+    run_at(
+        &mut e,
+        &mut session,
+        &command(&[b"SET", b"big", &value]),
+        now(),
+    );
+    let mut args: Vec<&[u8]> = vec![b"MGET"];
+    args.extend(std::iter::repeat_n(&b"big"[..], 10));
+    let mget = command(&args);
+    let mut out = Vec::new();
+    let outcome = e.execute(&mut session, &mget, &mut out, now());
+    assert_eq!((outcome.stop, outcome.consumed), (Stop::Output, 0));
+    assert!(session.mid_request());
+    assert_eq!(
+        (session.scan.bytes, session.scan.items),
+        (mget.len(), args.len())
+    );
+    let mut read = out.len();
+    loop {
+        out.clear();
+        let outcome = e.execute(&mut session, &mget, &mut out, now());
+        read += out.len();
+        if outcome.consumed == mget.len() {
+            break;
+        }
+        assert_eq!(outcome.stop, Stop::Output);
+    }
+    assert_eq!(
+        read,
+        "*10\r\n".len() + 10 * (value.len() + "$100000\r\n\r\n".len())
+    );
+    assert_eq!(session.scan, super::super::session::Scan::default());
+}
