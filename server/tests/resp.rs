@@ -606,12 +606,49 @@ fn check_server(netns: Option<&Netns>, server: &mut Server, resp: SocketAddr, wo
     {
         let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
         check_loadgen_verify(resp, Protocol::Resp, 16, 20_000);
+        loadgen_mixed(resp);
     }
     let (status, stderr) = server.stop();
     assert!(status.is_some_and(|s| s.success()), "{stderr}");
     if workers > 1 {
         assert_forwarded_both_ways(&stderr, workers);
     }
+}
+
+/// memspin-loadgen `--protocol resp --verify` with `MGET`s of 8 keys, `DEL`s and `SET ... EX`:
+/// every value read back is one written, nothing is lost, no reply is an error.
+#[track_caller]
+fn loadgen_mixed(resp: SocketAddr) {
+    let config = loadgen::Config {
+        servers: vec![resp],
+        protocol: Protocol::Resp,
+        connections: 8,
+        threads: 1,
+        pipeline: 4,
+        duration: Duration::from_secs(3),
+        warmup: Duration::from_millis(200),
+        keys: 5_000,
+        key_size: 16,
+        value_min: 16,
+        value_max: 512,
+        get_ratio: 0.6,
+        delete_ratio: 0.1,
+        multiget: 8,
+        ttl: 3_600,
+        verify: true,
+        progress: false,
+        idle: loadgen::config::Idle::Sleep,
+        ..loadgen::Config::default()
+    };
+    let report = loadgen::run(&config).expect("loadgen run");
+    let table = report.table();
+    assert_eq!(report.errors.total(), 0, "{table}");
+    assert_eq!(
+        (report.verify.mismatches, report.verify.lost),
+        (0, 0),
+        "{table}"
+    );
+    assert!(report.verify.checked > 0, "{table}");
 }
 
 /// The RESP address a kernel-socket server's ready line names.
