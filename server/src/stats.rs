@@ -27,6 +27,8 @@ pub struct Counters {
     pub cmd_touch: u64,
     /// Frames that were refused as malformed or unknown.
     pub protocol_errors: u64,
+    /// Requests executed, of every protocol (Redis's `total_commands_processed`).
+    pub requests: u64,
     /// Bytes the engine consumed from clients.
     pub bytes_read: u64,
     /// Bytes the engine produced for clients.
@@ -44,6 +46,7 @@ impl Counters {
         self.cmd_flush += other.cmd_flush;
         self.cmd_touch += other.cmd_touch;
         self.protocol_errors += other.protocol_errors;
+        self.requests += other.requests;
         self.bytes_read += other.bytes_read;
         self.bytes_written += other.bytes_written;
         self.conn_yields += other.conn_yields;

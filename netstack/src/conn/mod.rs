@@ -12,7 +12,7 @@
 //! ```text
 //! frame ─▶ Ethernet: to our MAC, broadcast or our solicited-node group?
 //!          ├▶ ARP, IPv6 neighbour discovery ─▶ neighbor/ (answer, learn, confirm the gateway)
-//!          └▶ demux::TcpFrame ──TCP to our address and port──▶ bucket hash(src ip, src port) ─┐
+//!          └▶ demux::TcpFrame ──TCP to our address and port(s)─▶ bucket hash(src ip, src port) ─┐
 //!                            └─anything else (ICMP, other ports)─▶ control set ─────────────┤
 //!                      Interface::poll_ingress_single(the IP packet, that set) [Medium::Ip] ┘
 //! app: serve() ─ called per connection with new data / freed send space / peer close
@@ -186,6 +186,9 @@ pub struct TableConfig {
     pub gateway6: Option<Ipv6Address>,
     /// TCP port to accept connections on (`-p, --port`).
     pub port: u16,
+    /// A second TCP port to accept connections on, served alike (memspin's `--resp-port`);
+    /// the application tells the two apart with [`Io::local_port`]. `None` (default): one port.
+    pub extra_port: Option<u16>,
     /// Most open (and closing) connections; with a shared [`Admission`], its limit (every
     /// table may take them all). Sizes the buckets.
     pub conn_limit: usize,
@@ -216,6 +219,7 @@ impl TableConfig {
             gateway4: None,
             gateway6: None,
             port,
+            extra_port: None,
             conn_limit: DEFAULT_CONN_LIMIT,
             syn_backlog: DEFAULT_SYN_BACKLOG,
             rx_buffer_bytes: DEFAULT_RX_BUFFER_BYTES,
@@ -273,7 +277,7 @@ impl TableConfig {
     /// # Errors
     /// The [`TableError`] the table would refuse it with.
     pub fn check(&self) -> Result<(), TableError> {
-        if self.port == 0 {
+        if self.port == 0 || self.extra_port == Some(0) {
             return Err(TableError::ZeroPort);
         }
         if self.conn_limit == 0 || self.conn_limit > MAX_CONN_LIMIT {
@@ -1099,7 +1103,11 @@ impl<S: Default> ConnTable<S> {
     fn ip_ingress<T: TxToken>(&mut self, now: Instant, frame: &[u8], src_mac: [u8; 6], tx: T) {
         let packet = &frame[ETHERNET_HEADER_LEN..];
         let flow = match TcpFrame::new_checked(frame) {
-            Ok(tcp) if tcp.dst_port() == self.config.port && self.addrs.is_ours(tcp.dst_addr()) => {
+            Ok(tcp)
+                if (tcp.dst_port() == self.config.port
+                    || Some(tcp.dst_port()) == self.config.extra_port)
+                    && self.addrs.is_ours(tcp.dst_addr()) =>
+            {
                 Some(tcp)
             }
             _ => None,
@@ -1130,7 +1138,14 @@ impl<S: Default> ConnTable<S> {
         let (src_addr, src_port) = (tcp.src_addr(), tcp.src_port());
         let bucket = self.bucket_of(src_addr, src_port);
         let armed = if tcp.is_syn() {
-            self.arm_for_syn(bucket, src_addr, src_port, src_mac, tcp.dst_addr())
+            self.arm_for_syn(
+                bucket,
+                src_addr,
+                src_port,
+                src_mac,
+                tcp.dst_addr(),
+                tcp.dst_port(),
+            )
         } else {
             self.recovery_ingress(bucket, &tcp, now);
             None
@@ -1299,10 +1314,10 @@ impl<S: Default> ConnTable<S> {
         (h >> 32) as usize & self.mask
     }
 
-    /// A SYN for a new connection from `addr:port` (at `mac`) to our address `local` is
-    /// about to enter `bucket`: arm a listening socket for it, unless the 4-tuple already
-    /// has a live socket or the connection limit is reached (then smoltcp answers the SYN
-    /// with RST).
+    /// A SYN for a new connection from `addr:port` (at `mac`) to our address `local` and
+    /// our `local_port` is about to enter `bucket`: arm a listening socket on that address
+    /// and port for it, unless the 4-tuple already has a live socket or the connection limit
+    /// is reached (then smoltcp answers the SYN with RST).
     fn arm_for_syn(
         &mut self,
         bucket_index: usize,
@@ -1310,6 +1325,7 @@ impl<S: Default> ConnTable<S> {
         port: u16,
         mac: [u8; 6],
         local: IpAddress,
+        local_port: u16,
     ) -> Option<usize> {
         let remote = IpEndpoint::new(addr, port);
         let bucket = &mut self.buckets[bucket_index];
@@ -1321,7 +1337,10 @@ impl<S: Default> ConnTable<S> {
                 continue;
             };
             let socket = bucket.sockets.get::<tcp::Socket>(handle);
-            if socket.remote_endpoint() == Some(remote) {
+            // One peer may use one source port towards both of our ports.
+            if socket.remote_endpoint() == Some(remote)
+                && socket.local_endpoint().map(|local| local.port) == Some(local_port)
+            {
                 if matches!(socket.state(), tcp::State::TimeWait | tcp::State::Closed)
                     && slot.phase == Phase::Done
                 {
@@ -1354,7 +1373,7 @@ impl<S: Default> ConnTable<S> {
         let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
         let endpoint = IpListenEndpoint {
             addr: Some(local),
-            port: self.config.port,
+            port: local_port,
         };
         // A closed or TIME-WAIT socket can always listen; on failure the SYN gets a RST.
         if socket.listen(endpoint).is_err() {
@@ -1879,6 +1898,12 @@ impl Io<'_> {
     /// The peer's address and port.
     pub fn remote_endpoint(&self) -> Option<IpEndpoint> {
         self.socket.remote_endpoint()
+    }
+
+    /// The port the connection was accepted on ([`TableConfig::port`] or
+    /// [`TableConfig::extra_port`]); 0 once the socket is closed.
+    pub fn local_port(&self) -> u16 {
+        self.socket.local_endpoint().map_or(0, |local| local.port)
     }
 
     /// Asks for a call when send space frees up: use when output is pending because the

@@ -5,8 +5,9 @@
 //! It takes only memspin's traffic and leaves everything else to the kernel. With an IPv4
 //! address ([`Steer::ipv4`]):
 //!
-//! - IPv4 TCP to that address and [`Steer::tcp_port`] (any IPv4 options, IHL 5 to 15; the
-//!   first fragment of a packet, later fragments carry no port),
+//! - IPv4 TCP to that address and [`Steer::tcp_port`] or [`Steer::extra_tcp_port`] (any
+//!   IPv4 options, IHL 5 to 15; the first fragment of a packet, later fragments carry no
+//!   port),
 //! - ICMP echo requests to that address (unfragmented, or the first fragment),
 //! - ARP (IPv4 over Ethernet) whose target protocol address is ours: requests for our
 //!   address and replies to ours;
@@ -76,8 +77,8 @@
 //!         goto redirect
 //! ipv4_tcp:
 //!         r4 = *(u16 *)(r6 + 16)      ; TCP destination port
-//!         if w4 != PORT goto pass
-//!         goto redirect
+//!         if w4 != PORT goto pass     ; with an extra port: if w4 == PORT goto redirect
+//!         goto redirect               ;                     if w4 != EXTRA goto pass
 //! ipv6:   r5 = r2
 //!         r5 += 58
 //!         if r5 > r3 goto pass        ; Ethernet + IPv6 + 4 bytes (ICMPv6 type, TCP ports)
@@ -100,7 +101,8 @@
 //!         goto redirect
 //! ipv6_tcp:
 //!         r4 = *(u16 *)(r2 + 56)      ; TCP destination port
-//!         if w4 != PORT goto pass
+//!         if w4 != PORT goto pass     ; with an extra port: if w4 == PORT goto ipv6_to_us
+//!                                     ;                     if w4 != EXTRA goto pass
 //! ipv6_to_us:
 //!         r4 = *(u32 *)(r2 + 38)      ; destination address, four words
 //!         if w4 != IP6[0] goto pass
@@ -223,6 +225,8 @@ pub struct Steer {
     pub ipv6: Option<Ipv6Addr>,
     /// The server's TCP port (`-p`).
     pub tcp_port: u16,
+    /// A second TCP port of the server (`--resp-port`), if it has one.
+    pub extra_tcp_port: Option<u16>,
 }
 
 /// Where each section of the program ends.
@@ -264,11 +268,11 @@ pub fn steering_program(map_fd: RawFd, steer: &Steer) -> Vec<Insn> {
         asm.bind(arp);
         arp_for(&mut asm, ip, exits);
         asm.bind(ipv4);
-        ipv4_to(&mut asm, ip, steer.tcp_port, exits);
+        ipv4_to(&mut asm, ip, steer, exits);
     }
     if let Some(ip) = steer.ipv6 {
         asm.bind(ipv6);
-        ipv6_to(&mut asm, ip, steer.tcp_port, exits);
+        ipv6_to(&mut asm, ip, steer, exits);
     }
 
     asm.bind(exits.redirect);
@@ -305,9 +309,9 @@ fn arp_for(asm: &mut Asm, ip: Ipv4Addr, to: Exits) {
     asm.ja(to.redirect);
 }
 
-/// IPv4 to `ip`, any header length, not a later fragment: TCP to `port`, or an ICMP echo
-/// request → redirect.
-fn ipv4_to(asm: &mut Asm, ip: Ipv4Addr, port: u16, to: Exits) {
+/// IPv4 to `ip`, any header length, not a later fragment: TCP to the steered port (or
+/// extra port), or an ICMP echo request → redirect.
+fn ipv4_to(asm: &mut Asm, ip: Ipv4Addr, steer: &Steer, to: Exits) {
     need(asm, ETH_HLEN + IPV4_MIN_LEN, to.pass);
     asm.load(Size::B, R5, R2, IPV4_VERSION_IHL);
     asm.mov(R4, R5);
@@ -337,8 +341,19 @@ fn ipv4_to(asm: &mut Asm, ip: Ipv4Addr, port: u16, to: Exits) {
     asm.ja(to.redirect);
     asm.bind(tcp);
     asm.load(Size::H, R4, R6, ETH_HLEN as i16 + TCP_DST_PORT);
-    asm.jmp32_imm(Cond::Ne, R4, wire_u16(port), to.pass);
+    our_port(asm, steer, to.redirect, to.pass);
     asm.ja(to.redirect);
+}
+
+/// `r4` holds a TCP destination port: the steered port (or extra port) goes on to `ours`
+/// (by a jump, or by falling through), any other to `other`.
+fn our_port(asm: &mut Asm, steer: &Steer, ours: Label, other: Label) {
+    if let Some(extra) = steer.extra_tcp_port {
+        asm.jmp32_imm(Cond::Eq, R4, wire_u16(steer.tcp_port), ours);
+        asm.jmp32_imm(Cond::Ne, R4, wire_u16(extra), other);
+    } else {
+        asm.jmp32_imm(Cond::Ne, R4, wire_u16(steer.tcp_port), other);
+    }
 }
 
 /// `if the 16 bytes at data + off != ip goto differ` (r4 is scratch; the caller has
@@ -352,9 +367,10 @@ fn ipv6_equals(asm: &mut Asm, off: i16, ip: Ipv6Addr, differ: Label) {
     }
 }
 
-/// IPv6 without extension headers: TCP to `ip`:`port`, an ICMPv6 echo request or neighbour
-/// advertisement to `ip`, or a neighbour solicitation for `ip` → redirect.
-fn ipv6_to(asm: &mut Asm, ip: Ipv6Addr, port: u16, to: Exits) {
+/// IPv6 without extension headers: TCP to `ip` and the steered port (or extra port), an
+/// ICMPv6 echo request or neighbour advertisement to `ip`, or a neighbour solicitation for
+/// `ip` → redirect.
+fn ipv6_to(asm: &mut Asm, ip: Ipv6Addr, steer: &Steer, to: Exits) {
     let tcp = asm.label();
     let to_us = asm.label();
     need(asm, ETH_HLEN + IPV6_LEN + 4, to.pass);
@@ -373,7 +389,7 @@ fn ipv6_to(asm: &mut Asm, ip: Ipv6Addr, port: u16, to: Exits) {
     asm.ja(to.redirect);
     asm.bind(tcp);
     asm.load(Size::H, R4, R2, IPV6_PAYLOAD + TCP_DST_PORT);
-    asm.jmp32_imm(Cond::Ne, R4, wire_u16(port), to.pass);
+    our_port(asm, steer, to_us, to.pass);
     asm.bind(to_us);
     ipv6_equals(asm, IPV6_DST, ip, to.pass);
     asm.ja(to.redirect);
@@ -593,6 +609,7 @@ mod tests {
         ipv4: Some(Ipv4Addr::new(10, 78, 0, 200)),
         ipv6: None,
         tcp_port: 11211,
+        extra_tcp_port: None,
     };
 
     /// Where a jump at `at` lands.
@@ -659,12 +676,14 @@ mod tests {
         ipv4: None,
         ipv6: Some(Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, 0xc8)),
         tcp_port: 11211,
+        extra_tcp_port: None,
     };
 
     const DUAL: Steer = Steer {
         ipv4: STEER.ipv4,
         ipv6: STEER_V6.ipv6,
         tcp_port: 11211,
+        extra_tcp_port: None,
     };
 
     /// The 32-bit immediates a program compares with, and how many of its jumps go to the
@@ -735,6 +754,58 @@ mod tests {
 
         let (_, to_redirect, to_pass) = compared_and_exits(&steering_program(7, &DUAL));
         assert_eq!((to_redirect, to_pass), (5, 29), "both families' sections");
+    }
+
+    // With an extra port, a TCP frame to either port is redirected and every other port
+    // still passes: one more comparison, one more jump to the redirect.
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn an_extra_port_is_steered_too() {
+        for base in [STEER, DUAL] {
+            let steer = Steer {
+                extra_tcp_port: Some(6379),
+                ..base
+            };
+            let program = steering_program(7, &steer);
+            let plain = steering_program(7, &base);
+            let sections = usize::from(base.ipv4.is_some()) + usize::from(base.ipv6.is_some());
+            assert_eq!(program.len(), plain.len() + sections, "one per TCP section");
+            let redirect = program.len() - 8;
+            let pass = program.len() - 2;
+            let port_checks: Vec<(u32, usize)> = (0..program.len())
+                .filter(|&at| {
+                    program[at].is_jump() && matches!(program[at].imm as u32, 0xcb2b | 0xeb18)
+                })
+                .map(|at| (program[at].imm as u32, target(&program, at)))
+                .collect();
+            // IPv4: 11211 to the redirect, not 6379 to the pass exit.
+            assert_eq!(
+                port_checks[..2],
+                [(0xcb2b, redirect), (0xeb18, pass)],
+                "11211: redirect; not 6379: pass"
+            );
+            if base.ipv6.is_some() {
+                // IPv6: either port goes on to the destination check (the instruction after
+                // the 6379 comparison), any other to the pass exit.
+                let (port, to_us) = port_checks[2];
+                assert_eq!(port, 0xcb2b);
+                assert_eq!(port_checks[3].0, 0xeb18);
+                assert_eq!(port_checks[3].1, pass);
+                assert_eq!(program[to_us - 1].imm as u32, 0xeb18, "falls through to it");
+            }
+            let to_redirect = |program: &[Insn]| {
+                let redirect = program.len() - 8;
+                (0..program.len())
+                    .filter(|&at| program[at].is_jump() && target(program, at) == redirect)
+                    .count()
+            };
+            assert_eq!(to_redirect(&program), to_redirect(&plain) + 1);
+            if privileged() {
+                let map = create_xskmap(4).expect("XSKMAP");
+                load_xdp_program(&steering_program(map.as_raw_fd(), &steer), Frags::No)
+                    .expect("the verifier accepts it");
+            }
+        }
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub(crate) struct Core {
     counters: Counters,
     config: EngineConfig,
     info: ServerInfo,
+    /// Connection numbers handed out by this worker.
+    connections_named: u64,
 }
 
 impl Core {
@@ -32,7 +34,16 @@ impl Core {
             counters: Counters::default(),
             config,
             info: ServerInfo::default(),
+            connections_named: 0,
         }
+    }
+
+    /// A number for a connection that asks for one (Redis's `CLIENT ID`), unique across workers
+    /// and increasing on each.
+    pub fn next_connection_id(&mut self) -> u64 {
+        self.connections_named += 1;
+        let workers = self.config.threads.max(1) as u64;
+        (self.connections_named - 1) * workers + self.config.worker as u64 + 1
     }
 
     /// A read: looks `key` up (a hit is marked fetched), counting `cmd_get`.
@@ -155,14 +166,30 @@ impl Core {
         self.shard.flush_all(delay, now);
     }
 
+    /// Empties this worker's shard now, counting `cmd_flush`: a flush, then every item
+    /// reclaimed at once (O(n) in the table's buckets), so the shard counts no item after it
+    /// as Redis's keyspace counts no key after `FLUSHALL`. Other workers empty theirs with
+    /// [`Core::clear_for_another`].
+    pub fn clear(&mut self, now: Now) {
+        self.counters.cmd_flush += 1;
+        self.clear_for_another(now);
+    }
+
+    /// This worker's share of a [`Core::clear`] another worker received (counted there).
+    pub fn clear_for_another(&mut self, now: Now) {
+        self.shard.flush_all(0, now);
+        self.shard.sweep_expired(usize::MAX, now);
+    }
+
     /// A request refused as malformed or unknown.
     pub fn protocol_error(&mut self) {
         self.counters.protocol_errors += 1;
     }
 
-    /// Bytes one execution consumed and wrote, and whether it ended its connection's turn with
-    /// work left.
-    pub fn count_execution(&mut self, read: usize, written: usize, yielded: bool) {
+    /// Bytes one execution consumed and wrote, the requests it completed, and whether it ended
+    /// its connection's turn with work left.
+    pub fn count_execution(&mut self, read: usize, written: usize, requests: u64, yielded: bool) {
+        self.counters.requests += requests;
         self.counters.bytes_read += read as u64;
         self.counters.bytes_written += written as u64;
         if yielded {

@@ -147,6 +147,8 @@ pub(crate) enum Op {
     Snapshot,
     /// Flush this worker's shard (`flush_all` with this delay, as of `now`).
     Flush { delay: i64, now: Now },
+    /// Empty this worker's shard: flush it and reclaim every item, as of `now`.
+    Clear { now: Now },
     /// Control: this many bytes of the connection's replies were sent; its lane gets the
     /// credit back. No reply.
     Credit(usize),
@@ -494,13 +496,18 @@ impl Holes {
             return delivered;
         };
         let hole = &mut self.pending[index];
-        hole.awaiting = hole.awaiting.saturating_sub(1);
         let mut bytes: &[u8] = &[];
         match (hole.gather.as_mut(), delivery.payload) {
             (None, Part::Bytes(reply)) => bytes = reply,
             (None, _) => {}
             (Some(gather), part) => {
                 gather.add(part);
+                // The part's request no longer waits: its share of the hole's request bytes
+                // stops counting (parts are alike; the last takes what is left), so a request
+                // of many parts that is still adding them is not held up by its own answers.
+                let share = hole.request_len / hole.awaiting.max(1);
+                hole.request_len -= share;
+                self.request_bytes -= share;
                 // The part's bytes are used up here: their credit is due at once.
                 if let Part::Bytes(reply) = part {
                     self.add_credit_due(delivery.from, reply_charge(reply.len()));
@@ -508,7 +515,8 @@ impl Holes {
             }
         }
         delivered.close = delivery.close;
-        let hole = &self.pending[index];
+        let hole = &mut self.pending[index];
+        hole.awaiting = hole.awaiting.saturating_sub(1);
         if hole.awaiting > 0 || !hole.sealed {
             return delivered;
         }

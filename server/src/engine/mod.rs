@@ -1,7 +1,7 @@
 //! The request engine: one connection's received bytes in, its replies out.
 //!
 //! ```text
-//! received bytes ─▶ Engine::execute ─▶ the connection's adapter (binary.rs, text.rs)
+//! received bytes ─▶ Engine::execute ─▶ the connection's adapter (binary.rs, text.rs, resp.rs)
 //!                                          parses with protocol/, calls the core, emits with protocol/
 //!                  core.rs    counted store operations on this worker's Shard, statistics
 //!                  session.rs the connection's state, and what an adapter is given (Cx)
@@ -27,11 +27,14 @@
 //!
 //! A memcached connection's protocol is decided by its first byte ([`Protocol::detect`]): 0x80
 //! (the binary request magic) is the binary protocol (`binary.rs`), anything else the text
-//! protocol, whose lines may also be meta commands (`text.rs`, with `text/meta.rs`).
+//! protocol, whose lines may also be meta commands (`text.rs`, with `text/meta.rs`). A
+//! connection accepted on the RESP port (`--resp-port`) speaks Redis's RESP from its first byte
+//! (`resp.rs`; [`Session::speaking`]), on the same store.
 
 mod binary;
 mod core;
 mod forward;
+mod resp;
 mod session;
 mod text;
 
@@ -134,6 +137,7 @@ impl Engine {
         match protocol {
             Protocol::Binary => self.run_requests(session, input, out, now, binary::step),
             Protocol::Text => self.run_requests(session, input, out, now, text::step),
+            Protocol::Resp(_) => self.run_requests(session, input, out, now, resp::step),
         }
     }
 
@@ -152,6 +156,7 @@ impl Engine {
     ) -> Outcome {
         let out_start = out.len();
         let mut pos = 0;
+        let mut requests = 0;
         let stopped = |pos: usize, stop: Stop| Outcome {
             consumed: pos,
             needed: 0,
@@ -193,6 +198,7 @@ impl Engine {
             match step(&mut cx, &input[pos..], out) {
                 Step::Done(len) => {
                     pos += len;
+                    requests += 1;
                     session.spend_turn();
                 }
                 Step::Wait(needed) => {
@@ -207,6 +213,7 @@ impl Engine {
         self.core.count_execution(
             outcome.consumed,
             out.len() - out_start,
+            requests,
             outcome.stop == Stop::Turn,
         );
         outcome
@@ -230,6 +237,7 @@ impl Engine {
                 match protocol {
                     Protocol::Binary => binary::run_forwarded(&mut cx, part, request, out),
                     Protocol::Text => text::run_forwarded(&mut cx, part, request, out),
+                    Protocol::Resp(_) => resp::run_forwarded(&mut cx, part, request, out),
                 }
                 Answer::Bytes {
                     close: session.closing,
@@ -238,6 +246,10 @@ impl Engine {
             Op::Snapshot => Answer::Snapshot(Box::new(core.snapshot())),
             Op::Flush { delay, now } => {
                 core.flush_for_another(delay, now);
+                Answer::Bytes { close: false }
+            }
+            Op::Clear { now } => {
+                core.clear_for_another(now);
                 Answer::Bytes { close: false }
             }
             Op::Credit(_) | Op::Release => Answer::Bytes { close: false },

@@ -578,7 +578,7 @@ pub trait Queue: Device {
 /// a connection with work left is served again on the next loop, after the others), exchange
 /// forwarded requests and replies with the other workers, egress, flush; with `Idle::Park`,
 /// waits on the device and the mesh's wake-up descriptor (never past the table's next timer)
-/// after the spin budget.
+/// after the spin budget. Connections the table accepted on `resp_port` speak RESP.
 ///
 /// # Errors
 /// When the device cannot wait.
@@ -589,6 +589,7 @@ pub fn serve_smoltcp<D: Queue>(
     mesh: &mut Mesh,
     stop: &AtomicBool,
     idle: Idle,
+    resp_port: Option<u16>,
 ) -> Result<(), String> {
     let mut idle_state = IdleState::new(idle);
     let clock = LoopClock::new();
@@ -597,16 +598,16 @@ pub fn serve_smoltcp<D: Queue>(
         let tick = clock.tick();
         let now = tick.now;
         let ingress = table.poll_ingress(tick.net, device, INGRESS_BUDGET);
-        let mut served = table.serve(|conn| drive(conn, engine, now, &mut again));
+        let mut served = table.serve(|conn| drive(conn, engine, now, &mut again, resp_port));
         served += again.serve_turns(|id, again| {
             table.with_conn(id, |conn| {
                 conn.state.again = false;
-                drive(conn, engine, now, again)
+                drive(conn, engine, now, again, resp_port)
             })
         });
         let mut meshed = mesh.send_forwards(engine);
         meshed |= mesh.receive(engine, now, |engine, replies| {
-            deliver(table, engine, replies, now, &mut again)
+            deliver(table, engine, replies, now, &mut again, resp_port)
         }) > 0;
         meshed |= mesh.send_forwards(engine);
         let egress = table.poll_egress(tick.net, device);
@@ -684,6 +685,7 @@ fn deliver(
     replies: &Replies,
     now: Now,
     again: &mut Again,
+    resp_port: Option<u16>,
 ) {
     for index in 0..replies.len() {
         let Some(token) = replies.token(index) else {
@@ -695,7 +697,7 @@ fn deliver(
                 conn.state.deliver(engine, delivery);
             }
             if last_for_conn {
-                drive(conn, engine, now, again);
+                drive(conn, engine, now, again, resp_port);
             }
         });
     }
@@ -705,10 +707,20 @@ fn deliver(
 /// socket's receive buffer, or assembled in the connection's input buffer when a request is
 /// split across the ring's end or larger than the ring — until it needs more input, must wait
 /// (output backlog, replies from other workers, send space), or its turn is used up; then it
-/// is listed in `again` when it still has work.
-fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: Now, again: &mut Again) {
+/// is listed in `again` when it still has work. A connection accepted on `resp_port` speaks
+/// RESP.
+fn drive(
+    conn: &mut Conn<'_, ClientConn>,
+    engine: &mut Engine,
+    now: Now,
+    again: &mut Again,
+    resp_port: Option<u16>,
+) {
     let id = conn.id();
     let client = &mut *conn.state;
+    if resp_port.is_some() && client.session.protocol().is_none() {
+        client.accepted_on(conn.io.local_port(), resp_port);
+    }
     client.session.set_token(id.pack());
     client.session.begin_turn(TURN_REQUESTS);
     let io = &mut conn.io;

@@ -24,6 +24,8 @@ pub struct TapConfig {
     pub addrs: LinkAddrs,
     /// TCP port.
     pub port: u16,
+    /// The RESP port (`--resp-port`), if Redis clients are served.
+    pub resp_port: Option<u16>,
     /// Most concurrent connections, over all workers (one shared limit).
     pub conn_limit: usize,
     /// Close connections idle this long (`--idle-timeout`); `None`: never.
@@ -118,14 +120,17 @@ fn cidr6(c: Cidr) -> Option<Ipv6Cidr> {
 pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Result<(), String> {
     let workers = plan.workers();
     let addrs = &config.addrs;
-    let table_config = table_config(
-        mac_for(addrs),
-        addrs,
-        config.port,
-        config.conn_limit,
-        config.idle_timeout,
-        config.rto_min,
-    )?;
+    let table_config = TableConfig {
+        extra_port: config.resp_port,
+        ..table_config(
+            mac_for(addrs),
+            addrs,
+            config.port,
+            config.conn_limit,
+            config.idle_timeout,
+            config.rto_min,
+        )?
+    };
     let devices = (0..workers)
         .map(|queue| {
             TapDevice::open(&config.iface, workers > 1).map_err(|e| format!("queue {queue}: {e}"))
@@ -156,7 +161,15 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
             )
             .map_err(|e| e.to_string())?;
             ready();
-            serve_smoltcp(&mut device, &mut table, engine, mesh, plan.stop, plan.idle)?;
+            serve_smoltcp(
+                &mut device,
+                &mut table,
+                engine,
+                mesh,
+                plan.stop,
+                plan.idle,
+                config.resp_port,
+            )?;
             Ok(vec![
                 format!("tap {} queue counters: {}", config.iface, device.report()),
                 format!("connection table: {:?}", table.stats()),

@@ -1,8 +1,8 @@
 //! The AF_XDP path (`--net xdp --iface NAME`): the steering program on an existing
-//! interface (TCP to `--ip`:`-p`, echo requests to `--ip`, ARP and neighbour discovery for
-//! `--ip`, of either family, to memspin; the rest to the kernel), one AF_XDP socket per
-//! worker (worker i on queue i), and the same smoltcp loop as the TAP path, the workers
-//! sharing one record of the gateways (`--gateway`).
+//! interface (TCP to `--ip`:`-p` and `--resp-port`, echo requests to `--ip`, ARP and
+//! neighbour discovery for `--ip`, of either family, to memspin; the rest to the kernel),
+//! one AF_XDP socket per worker (worker i on queue i), and the same smoltcp loop as the TAP
+//! path, the workers sharing one record of the gateways (`--gateway`).
 //!
 //! ```text
 //! interface queue i ─XDP redirect (XSKMAP[i])─▶ XdpDevice i ─▶ ConnTable i (core i's smoltcp) ─▶ engine i
@@ -25,7 +25,7 @@ use netstack::smoltcp::time::Instant;
 use netstack::xdp::{
     AttachMode, Attached, BusyPoll, ModeChoice, Steer, XdpConfig, XdpDevice, XdpProgram,
 };
-use netstack::{Admission, ConnTable};
+use netstack::{Admission, ConnTable, TableConfig};
 
 use super::tap::table_config;
 use super::{Plan, Queue, serve_smoltcp, spawn};
@@ -43,6 +43,8 @@ pub struct XdpWorkerConfig {
     pub addrs: LinkAddrs,
     /// TCP port.
     pub port: u16,
+    /// The RESP port (`--resp-port`), if Redis clients are served.
+    pub resp_port: Option<u16>,
     /// Most concurrent connections, over all workers (one shared limit).
     pub conn_limit: usize,
     /// Close connections idle this long (`--idle-timeout`); `None`: never.
@@ -176,6 +178,7 @@ pub fn run(
             _ => None,
         },
         tcp_port: config.port,
+        extra_tcp_port: config.resp_port,
     };
     // Checked before the program is attached; the MAC is the interface's, known after.
     table_config(
@@ -229,7 +232,10 @@ pub fn run(
         config.idle_timeout,
         config.rto_min,
     ) {
-        Ok(table_config) => table_config,
+        Ok(table_config) => TableConfig {
+            extra_port: config.resp_port,
+            ..table_config
+        },
         Err(e) => {
             drop(devices);
             let _ = program.detach();
@@ -251,7 +257,15 @@ pub fn run(
             )
             .map_err(|e| e.to_string())?;
             ready();
-            let served = serve_smoltcp(&mut device, &mut table, engine, mesh, plan.stop, plan.idle);
+            let served = serve_smoltcp(
+                &mut device,
+                &mut table,
+                engine,
+                mesh,
+                plan.stop,
+                plan.idle,
+                config.resp_port,
+            );
             let lines = vec![
                 format!(
                     "xdp {} queue {} device counters: {}",
