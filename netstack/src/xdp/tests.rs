@@ -1227,7 +1227,7 @@ fn the_program_steers_only_our_frames() {
 }
 
 /// With a second port, TCP to either port of our address is steered, through any header
-/// length, and other ports still pass.
+/// length and over both families, and other ports still pass.
 #[test]
 fn the_program_steers_a_second_port_too() {
     if !is_root() {
@@ -1271,6 +1271,26 @@ fn the_program_steers_a_second_port_too() {
                 "ARP for our address",
                 ethernet(ETH_P_ARP, &arp(1, OURS)),
                 REDIRECT,
+            ),
+            (
+                "the first port over IPv6",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OURS6, &tcp(PORT))),
+                REDIRECT,
+            ),
+            (
+                "the second port over IPv6",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OURS6, &tcp(EXTRA))),
+                REDIRECT,
+            ),
+            (
+                "another port over IPv6",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OURS6, &tcp(EXTRA + 1))),
+                PASS,
+            ),
+            (
+                "the second port of another IPv6 address",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OTHER6, &tcp(EXTRA))),
+                PASS,
             ),
         ] {
             assert_eq!(run(&frame), want, "{what}");
