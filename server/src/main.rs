@@ -98,6 +98,7 @@ fn run(args: &Args) -> Result<(), String> {
                 resp_port: args.resp_port,
                 conn_limit: args.conn_limit,
                 idle_timeout: args.idle_timeout(),
+                rto_min: args.rto_min.0,
             };
             worker::tap::run(&config, &plan, || {
                 let queues = if workers == 1 {
@@ -107,8 +108,8 @@ fn run(args: &Args) -> Result<(), String> {
                 };
                 let resp = resp_on(&format_args!("{}:{}", args.ip.addr, args.resp_port.unwrap_or(0)));
                 println!(
-                    "memspin ready: net tap, device {} ({queues}), listening on {}:{}{resp}, {placement}, idle {:?}",
-                    args.iface, args.ip.addr, args.port, args.idle
+                    "memspin ready: net tap, device {} ({queues}), listening on {}:{}{resp}, {placement}, idle {:?}, rto-min {}",
+                    args.iface, args.ip.addr, args.port, args.idle, args.rto_min
                 );
             })
             .map_err(|e| format!("tap {}: {e}", args.iface))
@@ -126,6 +127,7 @@ fn run(args: &Args) -> Result<(), String> {
                 resp_port: args.resp_port,
                 conn_limit: args.conn_limit,
                 idle_timeout: args.idle_timeout(),
+                rto_min: args.rto_min.0,
                 busy_poll: match args.xdp_busy_poll {
                     XdpBusyPoll::Off => None,
                     XdpBusyPoll::On => Some(BusyPoll {
@@ -154,13 +156,14 @@ fn run(args: &Args) -> Result<(), String> {
                 ));
                 println!(
                     "memspin ready: net xdp, interface {} {queues}, {}, program id {}{replaced}, \
-                     listening on {}:{} (MAC {mac}){resp}, {placement}, idle {:?}",
+                     listening on {}:{} (MAC {mac}){resp}, {placement}, idle {:?}, rto-min {}",
                     args.iface,
                     ready.modes(),
                     ready.prog_id,
                     args.ip.addr,
                     args.port,
-                    args.idle
+                    args.idle,
+                    args.rto_min
                 );
             })
             .map_err(|e| format!("xdp {}: {e}", args.iface))

@@ -624,6 +624,7 @@ pub fn serve_smoltcp<D: Queue>(
         info.curr_connections = stats.active as u64;
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
+        info.recovery = stats.recovery.into();
         idle_state.maybe_sweep(engine, tick);
 
         if let Some(park) = idle_state.after_iteration(progress, tick.at) {
