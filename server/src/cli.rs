@@ -349,6 +349,25 @@ impl LinkAddrs {
         let v6 = self.gateway6.map(IpAddr::V6);
         v4.into_iter().chain(v6)
     }
+
+    /// The `stats settings` lines of a bypass path's addresses: memspin's own and the
+    /// gateway, per family, `none` where there is none (one word per value, as tools that
+    /// split `STAT name value` on spaces expect).
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        let or_none = |value: Option<String>| value.unwrap_or_else(|| "none".to_string());
+        vec![
+            ("memspin_ipv4", or_none(self.ipv4.map(|c| c.to_string()))),
+            ("memspin_ipv6", or_none(self.ipv6.map(|c| c.to_string()))),
+            (
+                "memspin_gateway_ipv4",
+                or_none(self.gateway4.map(|g| g.to_string())),
+            ),
+            (
+                "memspin_gateway_ipv6",
+                or_none(self.gateway6.map(|g| g.to_string())),
+            ),
+        ]
+    }
 }
 
 /// `--host-ip`: an address to give the kernel side, or none.
@@ -492,9 +511,28 @@ mod tests {
         assert_eq!(dual.gateway6, Some("fe80::1".parse().unwrap()));
         assert_eq!(dual.served().count(), 2);
         assert_eq!(dual.gateways().count(), 2);
+        let line = |(name, value): &(&str, String)| format!("{name} {value}");
+        assert_eq!(
+            dual.settings().iter().map(line).collect::<Vec<_>>(),
+            [
+                "memspin_ipv4 10.77.0.2/24",
+                "memspin_ipv6 fd77::2/64",
+                "memspin_gateway_ipv4 10.77.0.254",
+                "memspin_gateway_ipv6 fe80::1",
+            ]
+        );
         // IPv6 only: no IPv4 kernel side by default.
         let v6 = addrs(&["--ip", "fd77::2/64"]).unwrap();
         assert_eq!((v6.ipv4, v6.host_ipv4), (None, None));
+        assert_eq!(
+            v6.settings().iter().map(line).collect::<Vec<_>>(),
+            [
+                "memspin_ipv4 none",
+                "memspin_ipv6 fd77::2/64",
+                "memspin_gateway_ipv4 none",
+                "memspin_gateway_ipv6 none",
+            ]
+        );
         assert_eq!(addrs(&["--host-ip", "none"]).unwrap().host_ipv4, None);
         for (bad, why) in [
             (

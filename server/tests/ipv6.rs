@@ -13,7 +13,7 @@ use std::time::Duration;
 use loadgen::client::Protocol;
 use support::verify::check_verify_patiently;
 use support::veth::{CLIENT_IFACE, SERVER_IFACE, Veth, run};
-use support::{Netns, Server, memccapable, ping, pymemcache_round_trip};
+use support::{Netns, Server, assert_settings, memccapable, ping, pymemcache_round_trip};
 
 const TAP6: &str = "[fd77::2]:11211";
 
@@ -42,6 +42,16 @@ fn ipv6_over_tap() {
     pymemcache_round_trip(Some(&ns), server.addr);
     ns.enter();
     ping(server.addr);
+    assert_settings(
+        server.addr,
+        &[
+            "STAT memspin_net tap",
+            "STAT memspin_ipv4 none",
+            "STAT memspin_ipv6 fd77::2/64",
+            "STAT memspin_gateway_ipv4 none",
+            "STAT memspin_gateway_ipv6 none",
+        ],
+    );
 }
 
 /// Both families on one TAP device and one table: each served, loadgen `--verify` over IPv6,
@@ -101,6 +111,16 @@ fn ipv6_over_veth_with_xdp() {
         .unwrap_or_else(|e| panic!("ping the kernel's own fd78::3: {e}"));
     eprintln!("ping fd78::3 (the kernel): {rtt:?}");
     check_verify_patiently(v6, Protocol::Binary, 16, 20_000);
+    assert_settings(
+        v6,
+        &[
+            "STAT memspin_net xdp",
+            "STAT memspin_ipv4 10.78.0.2/24",
+            "STAT memspin_ipv6 fd78::2/64",
+            "STAT memspin_gateway_ipv4 none",
+            "STAT memspin_gateway_ipv6 none",
+        ],
+    );
     let (status, stderr) = server.stop();
     assert!(status.is_some_and(|s| s.success()), "{stderr}");
 }

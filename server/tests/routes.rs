@@ -15,8 +15,8 @@ use protocol::binary::Status;
 use support::routed::{GATEWAY4, GATEWAY6, GATEWAY6_LINK_LOCAL, Path, Routed, server4, server6};
 use support::verify::check_verify_patiently;
 use support::{
-    Client, Server, assert_every_worker_accepted, assert_forwarded_both_ways, memccapable, ping,
-    text_stat,
+    Client, Server, assert_every_worker_accepted, assert_forwarded_both_ways, assert_settings,
+    memccapable, ping, text_stat,
 };
 
 /// One test of this file at a time: each runs a server, a router and load at once, and the
@@ -59,7 +59,22 @@ fn clients_behind_a_router(path: Path) {
     for addr in [server4(), server6()] {
         memccapable(Some(&routed.client), addr, "-b");
     }
+    memccapable(Some(&routed.client), server6(), "-a");
     routed.client.enter();
+    let net = match path {
+        Path::Tap { .. } => "STAT memspin_net tap",
+        Path::Xdp { .. } => "STAT memspin_net xdp",
+    };
+    assert_settings(
+        server6(),
+        &[
+            net,
+            "STAT memspin_ipv4 10.77.0.2/24",
+            "STAT memspin_ipv6 fd77::2/64",
+            "STAT memspin_gateway_ipv4 10.77.0.1",
+            "STAT memspin_gateway_ipv6 fd77::1",
+        ],
+    );
     for (seq, addr) in [server4(), server6()].into_iter().enumerate() {
         let rtt = ping::echo(addr.ip(), seq as u16, Duration::from_secs(3))
             .unwrap_or_else(|e| panic!("ping {}: {e}", addr.ip()));

@@ -148,6 +148,9 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
     .map_err(|e| e.to_string())?;
     let admission = Arc::new(Admission::new(config.conn_limit));
     let gateways = Arc::new(table_config.gateways());
+    let mut settings = vec![("memspin_net", "tap".to_string())];
+    settings.extend(addrs.settings());
+    crate::stats::set_path_settings(settings);
     spawn(
         plan,
         devices,

@@ -243,7 +243,9 @@ pub fn run(
         }
     };
     let gateways = Arc::new(table_config.gateways());
-    crate::stats::set_path_settings(ready.settings());
+    let mut settings = ready.settings();
+    settings.extend(addrs.settings());
+    crate::stats::set_path_settings(settings);
     let served = spawn(
         plan,
         devices,

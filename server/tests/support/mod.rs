@@ -930,6 +930,22 @@ pub fn text_stat(addr: SocketAddr, name: &str) -> Option<u64> {
     })
 }
 
+/// Fails unless a text `stats settings` reply from `addr` has each of `lines`
+/// (`"STAT memspin_ipv6 fd77::2/64"`) as a whole line.
+#[track_caller]
+pub fn assert_settings(addr: SocketAddr, lines: &[&str]) {
+    let reply = TextClient::connect(addr)
+        .call(b"stats settings\r\n")
+        .expect("stats settings");
+    let reply = String::from_utf8_lossy(&reply).into_owned();
+    for line in lines {
+        assert!(
+            reply.lines().any(|l| l.trim_end() == *line),
+            "{line:?} in\n{reply}"
+        );
+    }
+}
+
 /// From a stopped server's stderr: every worker's line `worker i: mesh MeshStats { .. }` shows
 /// requests forwarded to it and from it (`requests_in`, `requests_out` above zero), and
 /// `workers` such lines exist.
