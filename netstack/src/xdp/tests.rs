@@ -725,6 +725,49 @@ fn two_queues_bind_two_sockets() {
     .expect("server thread");
 }
 
+/// Zero-copy's fallback, the path every veth test takes: veth refuses an `XDP_ZEROCOPY` bind
+/// (what a NIC without zero-copy support does), with an errno [`XdpDevice::bind`] recognises,
+/// and the default `ZeroCopy::Auto` then binds the same queue in copy mode, for single-buffer
+/// frames and for multi-buffer ones (MTU 9000, `XDP_USE_SG`) alike. A NIC that takes
+/// zero-copy cannot be had on this machine: that path runs only on real hardware.
+#[test]
+fn zero_copy_refused_falls_back_to_copy_mode() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    for mtu in [1500, 9000] {
+        let pair = VethPair::with_mtu(1, mtu);
+        pair.server(move || {
+            let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, STEER).unwrap();
+            let auto = XdpConfig::for_link(16, program.mtu());
+            assert_eq!(auto.zero_copy, ZeroCopy::Auto);
+            let required = XdpConfig {
+                zero_copy: ZeroCopy::Required,
+                ..auto
+            };
+            let not_supported = [libc::EOPNOTSUPP, libc::EINVAL, 524];
+            match XdpDevice::bind(&program, 0, &required) {
+                Err(XdpError::Sys {
+                    op: XdpOp::Bind,
+                    errno,
+                    ..
+                }) if mtu == 1500 && not_supported.contains(&errno) => {}
+                // A refused bind with XDP_USE_SG is reported as multi-buffer's refusal.
+                Err(XdpError::MultiBufferRefused { errno, .. })
+                    if mtu == 9000 && not_supported.contains(&errno) => {}
+                Err(other) => panic!("MTU {mtu}: zero-copy refused otherwise: {other}"),
+                Ok(_) => panic!("MTU {mtu}: veth took a zero-copy bind"),
+            }
+            let device = XdpDevice::bind(&program, 0, &auto).expect("the copy-mode fallback");
+            assert!(!device.zero_copy(), "MTU {mtu}");
+            assert_eq!(device.multi_buffer(), mtu == 9000, "MTU {mtu}");
+        })
+        .join()
+        .expect("server thread");
+    }
+}
+
 #[test]
 fn configs_are_checked() {
     let ok = XdpConfig::default();
