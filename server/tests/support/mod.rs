@@ -265,7 +265,7 @@ impl Client {
                 }
                 Err(protocol::binary::ParseError::Incomplete { .. }) => {
                     let mut chunk = [0u8; 64 * 1024];
-                    let n = self.stream.read(&mut chunk)?;
+                    let n = read_retrying(&mut self.stream, &mut chunk)?;
                     if n == 0 {
                         return Err(std::io::ErrorKind::UnexpectedEof.into());
                     }
@@ -522,12 +522,24 @@ impl TextClient {
 
     fn fill(&mut self) -> std::io::Result<()> {
         let mut chunk = [0u8; 64 * 1024];
-        let n = self.stream.read(&mut chunk)?;
+        let n = read_retrying(&mut self.stream, &mut chunk)?;
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         self.buf.extend_from_slice(&chunk[..n]);
         Ok(())
+    }
+}
+
+/// `stream.read`, again when interrupted: a read with a timeout (`SO_RCVTIMEO`) fails with
+/// `EINTR` on any signal that wakes the thread, whatever `SA_RESTART` says (signal(7)); a
+/// test's client read failed so once in a run of the AF_XDP tests on a shared machine.
+fn read_retrying(stream: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
     }
 }
 
