@@ -42,7 +42,7 @@ fn run(args: &Args) -> Result<(), String> {
         },
         cpus,
         stop: &stop,
-        idle: args.idle,
+        idle: args.idle_policy(),
     };
     let placement = {
         let list: Vec<String> = plan.cpus.iter().map(ToString::to_string).collect();
@@ -57,7 +57,7 @@ fn run(args: &Args) -> Result<(), String> {
             worker::kernel::run(addr, args.conn_limit, args.idle_timeout(), &plan, |bound| {
                 println!(
                     "memspin ready: net kernel, listening on {bound}, {placement}, idle {:?}",
-                    args.idle
+                    args.idle_policy()
                 );
             })
             .map_err(|e| format!("kernel sockets on {addr}: {e}"))
@@ -82,7 +82,7 @@ fn run(args: &Args) -> Result<(), String> {
                 };
                 println!(
                     "memspin ready: net tap, device {} ({queues}), listening on {}:{}, {placement}, idle {:?}",
-                    args.iface, args.ip.addr, args.port, args.idle
+                    args.iface, args.ip.addr, args.port, args.idle_policy()
                 );
             })
             .map_err(|e| format!("tap {}: {e}", args.iface))
@@ -128,7 +128,7 @@ fn run(args: &Args) -> Result<(), String> {
                     ready.prog_id,
                     args.ip.addr,
                     args.port,
-                    args.idle
+                    args.idle_policy()
                 );
             })
             .map_err(|e| format!("xdp {}: {e}", args.iface))

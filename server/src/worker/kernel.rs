@@ -68,8 +68,8 @@ fn serve(
     mesh: &mut Mesh,
     plan: &Plan<'_>,
 ) -> io::Result<()> {
-    let mut idle_state = IdleState::new(plan.idle);
     let clock = LoopClock::new();
+    let mut idle_state = IdleState::new(plan.idle, clock.tick().at);
     let mut block = None;
     while !stopping(plan.stop) {
         // Block only when the idle policy allows it, nothing is queued, and no other worker
