@@ -586,7 +586,8 @@ pub fn serve_smoltcp<D: Queue>(
         idle_state.maybe_sweep(engine, tick);
 
         // Work leaves nothing behind when the queue was found empty and no connection waits
-        // for another turn; the gap to the next arrival starts when the work ended.
+        // for another turn; the gap to the next arrival starts when the work ended (a second
+        // clock read, only in iterations that did work).
         let activity = if !progress {
             Activity::Idle
         } else if device.drained() && !again.pending() && !engine.holds_refused() {
