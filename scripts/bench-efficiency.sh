@@ -125,7 +125,8 @@ for round in $(seq 1 "$rounds"); do
       loadgen "$CNS" "$ADDR" "$out/pipelined-$name-$round.json" -c 32 --pipeline 16 \
         -d "$seconds" --warmup 1
     fi
-    stop_server || die "$name exited with an error (see $out/$name-$round.log)"
+    # A failed exit spoils nothing measured; say so and go on.
+    stop_server || printf 'warning: %s exited with an error (see %s)\n' "$name" "$out/$name-$round.log" >&2
   done
 done
 grep -h ready "$out"/*-1.log >&2 || true
