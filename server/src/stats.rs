@@ -59,6 +59,40 @@ pub struct ServerInfo {
     pub total_connections: u64,
     /// Connections refused because the limit was reached.
     pub rejected_connections: u64,
+    /// What loss recovery did (smoltcp paths; zero on kernel sockets).
+    pub recovery: Recovery,
+}
+
+/// Loss recovery's counters (netstack's `RecoveryStats`), under their `stats` names.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Recovery {
+    /// `memspin_loss_probes`: tail-loss probes sent.
+    pub probes: u64,
+    /// `memspin_loss_sack_resends`: segments sent again because SACK showed them lost.
+    pub sack_resends: u64,
+    /// `memspin_loss_recovered`: of those sent again, the ones that repaired a loss.
+    pub recovered: u64,
+    /// `memspin_loss_spurious`: of those sent again, the ones the client already had
+    /// (reported with a D-SACK, or acknowledged before they could have arrived).
+    pub spurious: u64,
+    /// `memspin_smoltcp_retransmits`: segments smoltcp retransmitted itself.
+    pub smoltcp_retransmits: u64,
+    /// `memspin_loss_probes_withheld`: probes due but not sent, unpaid for by
+    /// acknowledgments.
+    pub probes_withheld: u64,
+}
+
+impl From<netstack::conn::RecoveryStats> for Recovery {
+    fn from(s: netstack::conn::RecoveryStats) -> Self {
+        Recovery {
+            probes: s.probes,
+            sack_resends: s.sack_resends,
+            recovered: s.recovered,
+            spurious: s.spurious,
+            smoltcp_retransmits: s.smoltcp_retransmits,
+            probes_withheld: s.probes_withheld,
+        }
+    }
 }
 
 impl ServerInfo {
@@ -67,6 +101,19 @@ impl ServerInfo {
         self.curr_connections += other.curr_connections;
         self.total_connections += other.total_connections;
         self.rejected_connections += other.rejected_connections;
+        self.recovery.add(&other.recovery);
+    }
+}
+
+impl Recovery {
+    /// Adds another worker's counters to these.
+    pub fn add(&mut self, other: &Recovery) {
+        self.probes += other.probes;
+        self.sack_resends += other.sack_resends;
+        self.recovered += other.recovered;
+        self.spurious += other.spurious;
+        self.smoltcp_retransmits += other.smoltcp_retransmits;
+        self.probes_withheld += other.probes_withheld;
     }
 }
 
@@ -152,6 +199,13 @@ pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&st
     emit("evicted_unfetched", &s.evicted_unfetched);
     emit("evictions", &s.evictions);
     emit("reclaimed", &s.reclaimed);
+    let r = &i.recovery;
+    emit("memspin_loss_probes", &r.probes);
+    emit("memspin_loss_sack_resends", &r.sack_resends);
+    emit("memspin_loss_recovered", &r.recovered);
+    emit("memspin_loss_spurious", &r.spurious);
+    emit("memspin_smoltcp_retransmits", &r.smoltcp_retransmits);
+    emit("memspin_loss_probes_withheld", &r.probes_withheld);
 }
 
 /// The packet path's own settings (`memspin_*` lines), recorded once when it starts serving.
@@ -218,4 +272,46 @@ pub fn slabs(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
     }
     emit("active_slabs", &1);
     emit("total_malloced", &s.heap_bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_recovery_counters_are_summed_over_workers_and_reported() {
+        let worker = |k: u64| Snapshot {
+            info: ServerInfo {
+                recovery: Recovery {
+                    probes: k,
+                    sack_resends: 2 * k,
+                    recovered: 3 * k,
+                    spurious: 4 * k,
+                    smoltcp_retransmits: 5 * k,
+                    probes_withheld: 6 * k,
+                },
+                ..ServerInfo::default()
+            },
+            ..Snapshot::default()
+        };
+        let mut sum = worker(1);
+        sum.merge(&worker(10));
+        let mut lines = Vec::new();
+        general(&sum, 0, |name, value| {
+            if name.starts_with("memspin_") {
+                lines.push(format!("{name} {value}"));
+            }
+        });
+        assert_eq!(
+            lines,
+            [
+                "memspin_loss_probes 11",
+                "memspin_loss_sack_resends 22",
+                "memspin_loss_recovered 33",
+                "memspin_loss_spurious 44",
+                "memspin_smoltcp_retransmits 55",
+                "memspin_loss_probes_withheld 66",
+            ]
+        );
+    }
 }

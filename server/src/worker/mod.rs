@@ -583,6 +583,7 @@ pub fn serve_smoltcp<D: Queue>(
         info.curr_connections = stats.active as u64;
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
+        info.recovery = stats.recovery.into();
         idle_state.maybe_sweep(engine, tick);
 
         // Work leaves nothing behind when the queue was found empty and no connection waits
