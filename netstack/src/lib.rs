@@ -18,8 +18,7 @@
 //!            └────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
-//! - [`tap`]: [`tap::TapDevice`], one queue fd of a (multi-queue) TAP device; [`vnet`]: the
-//!   virtio-net header its frames carry, and the TCP checksum offload through it.
+//! - [`tap`]: [`tap::TapDevice`], one queue fd of a (multi-queue) TAP device.
 //! - [`xdp`]: [`xdp::XdpProgram`], the steering program on an interface, and
 //!   [`xdp::XdpDevice`], one AF_XDP socket per (interface, queue).
 //! - [`link`]: [`link::configure`] the kernel side (address, MTU, IPv6 off, up).
@@ -47,7 +46,6 @@ mod sys;
 pub mod tap;
 mod timer;
 mod view;
-pub mod vnet;
 pub mod xdp;
 
 pub use admission::Admission;

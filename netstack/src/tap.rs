@@ -1,13 +1,12 @@
 //! A smoltcp [`Device`] over one queue of a Linux TAP device (`/dev/net/tun`).
 //!
 //! ```text
-//! kernel TAP queue ──read(2) × up to RX_BATCH──▶ rx ring (fixed slots) ─▶ vnet::rx_check ─▶ RxToken (&[u8] into a slot)
-//! TxToken::consume ──fills the fixed tx frame──▶ vnet::tx_prepare ─▶ write(2), one frame per call ──▶ kernel TAP queue
+//! kernel TAP queue ──read(2) × up to RX_BATCH──▶ rx ring (fixed slots) ──▶ RxToken (&[u8] into a slot)
+//! TxToken::consume ──fills the fixed tx frame──▶ write(2), one frame per call ──▶ kernel TAP queue
 //! ```
 //!
-//! - The fd is opened `O_NONBLOCK` with `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR` (plus
-//!   `IFF_MULTI_QUEUE` when asked), so a read or write is a 10-byte virtio-net header and one
-//!   Ethernet frame, and reads never block.
+//! - The fd is opened `O_NONBLOCK` with `IFF_TAP | IFF_NO_PI` (plus `IFF_MULTI_QUEUE` when
+//!   asked), so a frame is exactly an Ethernet frame and reads never block.
 //! - Nothing is allocated per packet: the receive ring and the transmit frame are
 //!   allocated once in [`TapDevice::open`] and reused.
 //! - TAP has no batched syscall (`recvmmsg` does not apply to a character device), so the
@@ -15,22 +14,21 @@
 //!   a refill ends at the first `EAGAIN`. Transmit is one `write(2)` per frame.
 //! - I/O errors never panic and are never silent: they land in [`TapStats`].
 //!
-//! Checksums: the device offers TCP checksum offload (`TUNSETOFFLOAD` with `TUN_F_CSUM`, no
-//! segmentation offload), so TCP segments between the kernel's stack and smoltcp are summed
-//! by neither side, as on loopback; a segment from elsewhere is still verified, and every
-//! segment memspin sends is completed by the kernel or a NIC if it leaves the host (see
-//! [`crate::vnet`]). smoltcp is told `Checksum::None` for TCP and keeps `Checksum::Both` for
-//! IPv4, UDP and ICMP.
+//! Checksums: the TAP is opened without `IFF_VNET_HDR` and no `TUNSETOFFLOAD`, so the
+//! kernel computes full checksums on frames it hands us, and verifies every checksum on
+//! frames we write (it treats them like frames from a wire). We report
+//! `ChecksumCapabilities::default()`, i.e. `Checksum::Both` for IPv4, TCP, UDP and ICMP:
+//! smoltcp must compute them on transmit, and it also verifies them on receive, because a
+//! TAP can carry frames the kernel forwarded without checking their L4 checksum.
 
 use core::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use smoltcp::phy::{self, Checksum, Device, DeviceCapabilities, Medium};
+use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 
 use crate::sys::{self, IfName, InvalidIfName};
-use crate::vnet::{self, RxCheck, VNET_HDR_LEN};
 
 /// Frames read per ring refill (one `read(2)` each).
 pub const RX_BATCH: usize = 32;
@@ -41,11 +39,11 @@ pub const MAX_MTU: usize = 9000;
 /// Ethernet header length (no FCS: TAP frames carry none).
 pub const ETHERNET_HEADER_LEN: usize = 14;
 
-/// Size of one receive slot and of the transmit frame: the virtio-net header and the largest
-/// frame ([`MAX_MTU`] + Ethernet header + one 802.1Q tag), plus room to detect truncation.
+/// Size of one receive slot and of the transmit frame: the largest frame
+/// ([`MAX_MTU`] + Ethernet header + one 802.1Q tag) plus room to detect truncation.
 const SLOT_BYTES: usize = 9216;
 const MAX_FRAME_BYTES: usize = MAX_MTU + ETHERNET_HEADER_LEN + 4;
-const _: () = assert!(SLOT_BYTES > VNET_HDR_LEN + MAX_FRAME_BYTES);
+const _: () = assert!(SLOT_BYTES > MAX_FRAME_BYTES);
 
 /// Counters of one TAP queue. Every failed or odd I/O lands in exactly one counter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,20 +56,10 @@ pub struct TapStats {
     pub rx_empty_reads: u64,
     /// Frames larger than [`MAX_MTU`] allows, dropped.
     pub rx_truncated: u64,
-    /// Of the frames handed to the stack, TCP segments from this host's own stack with the
-    /// checksum left partial (the offload at work).
-    pub rx_csum_partial: u64,
-    /// TCP segments whose checksum did not verify, dropped.
-    pub rx_bad_checksum: u64,
-    /// Reads shorter than the virtio-net header, or frames announcing segmentation offload,
-    /// dropped.
-    pub rx_invalid: u64,
     /// `read(2)` failures other than `EAGAIN`/`EINTR` (e.g. `EBADFD` after the device was deleted).
     pub rx_errors: u64,
     /// Frames written whole.
     pub tx_frames: u64,
-    /// Of those, TCP segments sent with the checksum left to the kernel (or a NIC).
-    pub tx_csum_partial: u64,
     /// Bytes of those frames.
     pub tx_bytes: u64,
     /// Frames dropped because `write(2)` returned `EAGAIN`.
@@ -97,8 +85,6 @@ pub enum TapOp {
     SetIff,
     /// `ioctl(SIOCGIFMTU)`.
     GetMtu,
-    /// `ioctl(TUNSETOFFLOAD)`: offer checksum offload.
-    SetOffload,
     /// `poll(2)` in [`TapDevice::wait`].
     Poll,
 }
@@ -135,7 +121,6 @@ impl fmt::Display for TapError {
                     TapOp::OpenTun => "open /dev/net/tun",
                     TapOp::SetIff => "TUNSETIFF (create or attach)",
                     TapOp::GetMtu => "SIOCGIFMTU",
-                    TapOp::SetOffload => "TUNSETOFFLOAD",
                     TapOp::Poll => "poll",
                 };
                 write!(
@@ -238,25 +223,13 @@ impl TapDevice {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
 
         let mut req = sys::ifreq(&name);
-        let mut flags = libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR;
+        let mut flags = libc::IFF_TAP | libc::IFF_NO_PI;
         if multi_queue {
             flags |= libc::IFF_MULTI_QUEUE;
         }
         // The flag constants all fit in the 16-bit `ifru_flags`.
         req.ifr_ifru.ifru_flags = flags as libc::c_short;
         sys::ioctl_ifreq(&fd, libc::TUNSETIFF, &mut req).map_err(|e| sys_err(TapOp::SetIff, e))?;
-        // Checksum offload only: segmentation offload would hand over frames above the MTU.
-        // SAFETY: TUNSETOFFLOAD takes its flags by value; `fd` is the open TAP queue.
-        let rc = unsafe {
-            libc::ioctl(
-                fd.as_raw_fd(),
-                libc::TUNSETOFFLOAD,
-                libc::c_ulong::from(libc::TUN_F_CSUM),
-            )
-        };
-        if rc < 0 {
-            return Err(sys_err(TapOp::SetOffload, sys::errno()));
-        }
 
         let mtu = sys::get_mtu(&name).map_err(|e| sys_err(TapOp::GetMtu, e))?;
         let mut device = TapDevice {
@@ -403,26 +376,14 @@ impl TapDevice {
             if len == 0 {
                 return;
             }
-            if len > VNET_HDR_LEN + MAX_FRAME_BYTES {
+            if len > MAX_FRAME_BYTES {
                 self.stats.rx_truncated += 1;
                 continue;
-            }
-            match vnet::rx_check(&slot[..len]) {
-                RxCheck::Valid => {}
-                RxCheck::Partial => self.stats.rx_csum_partial += 1,
-                RxCheck::BadChecksum => {
-                    self.stats.rx_bad_checksum += 1;
-                    continue;
-                }
-                RxCheck::Invalid => {
-                    self.stats.rx_invalid += 1;
-                    continue;
-                }
             }
             self.rx.lens[index] = len;
             self.rx.filled += 1;
             self.stats.rx_frames += 1;
-            self.stats.rx_bytes += (len - VNET_HDR_LEN) as u64;
+            self.stats.rx_bytes += len as u64;
         }
     }
 }
@@ -453,22 +414,19 @@ impl phy::TxToken for TapTxToken<'_> {
     where
         F: FnOnce(&mut [u8]) -> R,
     {
-        let total = VNET_HDR_LEN + len;
-        let room = total.min(self.frame.len());
-        let split = self.frame[..room].split_first_chunk_mut();
-        let (Some((header, frame)), false) = (split, len > MAX_FRAME_BYTES) else {
+        if len > MAX_FRAME_BYTES {
             // smoltcp sizes frames from our capabilities, so this is a bug elsewhere; the
             // closure must still run, on a scratch buffer (cold path, allocates).
             self.stats.tx_oversize += 1;
             let mut scratch = vec![0u8; len];
             return f(&mut scratch);
-        };
+        }
+        let frame = &mut self.frame[..len];
         let result = f(frame);
-        let partial = vnet::tx_prepare(header, frame);
-        // SAFETY: the first `total` bytes of `self.frame` (header, then frame) are valid and
-        // initialised and outlive the call; write(2) only reads them. `fd` is the open TAP
-        // queue owned by the device that this token borrows.
-        let n = unsafe { libc::write(self.fd, self.frame.as_ptr().cast(), total) };
+        // SAFETY: `frame` is a valid initialised buffer of `len` bytes that outlives the
+        // call; write(2) only reads it. `fd` is the open TAP queue owned by the device that
+        // this token borrows.
+        let n = unsafe { libc::write(self.fd, frame.as_ptr().cast(), len) };
         if n < 0 {
             let errno = sys::errno();
             self.stats.last_errno = errno;
@@ -477,11 +435,10 @@ impl phy::TxToken for TapTxToken<'_> {
                 libc::ENOBUFS => self.stats.tx_nobufs += 1,
                 _ => self.stats.tx_errors += 1,
             }
-        } else if n as usize != total {
+        } else if n as usize != len {
             self.stats.tx_short += 1;
         } else {
             self.stats.tx_frames += 1;
-            self.stats.tx_csum_partial += u64::from(partial);
             self.stats.tx_bytes += len as u64;
         }
         result
@@ -502,7 +459,7 @@ impl Device for TapDevice {
         let index = self.rx.head;
         self.rx.head += 1;
         let start = index * SLOT_BYTES;
-        let frame = &self.rx.slots[start + VNET_HDR_LEN..start + self.rx.lens[index]];
+        let frame = &self.rx.slots[start..start + self.rx.lens[index]];
         let tx = TapTxToken {
             fd: self.fd.as_raw_fd(),
             frame: &mut self.tx_frame,
@@ -523,8 +480,7 @@ impl Device for TapDevice {
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ethernet;
         caps.max_transmission_unit = self.mtu + ETHERNET_HEADER_LEN;
-        // TCP checksums are offloaded both ways (see the module docs and `vnet`).
-        caps.checksum.tcp = Checksum::None;
+        // checksum: default (Checksum::Both everywhere); see the module docs.
         caps
     }
 }
