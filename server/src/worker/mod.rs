@@ -568,7 +568,7 @@ pub fn serve_smoltcp<D: Queue>(
         });
         let mut meshed = mesh.send_forwards(engine);
         meshed |= mesh.receive(engine, now, |engine, replies| {
-            deliver(table, engine, replies, now, &mut again, resp_port)
+            deliver(table, engine, replies, &mut again)
         }) > 0;
         meshed |= mesh.send_forwards(engine);
         let egress = table.poll_egress(tick.net, device);
@@ -656,16 +656,12 @@ impl Again {
     }
 }
 
-/// Puts other workers' replies into their connections and drives each connection once after
-/// its last reply in the message (sending what is now in order, and executing what it held
-/// back while too much was out).
+/// Puts other workers' replies into their connections and sends them (see [`send_delivered`]).
 fn deliver(
     table: &mut ConnTable<ClientConn>,
     engine: &mut Engine,
     replies: &Replies,
-    now: Now,
     again: &mut Again,
-    resp_port: Option<u16>,
 ) {
     for index in 0..replies.len() {
         let Some(token) = replies.token(index) else {
@@ -677,10 +673,36 @@ fn deliver(
                 conn.state.deliver(engine, delivery);
             }
             if last_for_conn {
-                drive(conn, engine, now, again, resp_port);
+                send_delivered(conn, engine, again);
             }
         });
     }
+}
+
+/// Sends a connection's replies that other workers delivered, as far as the socket takes them,
+/// and lists it for a turn in the next loop to run what it held back: a client whose requests
+/// other workers answer gets one turn per loop, as every other client does, however many
+/// deliveries it receives (driving it after each let a pipelining client take dozens of turns
+/// for another's one).
+fn send_delivered(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, again: &mut Again) {
+    let id = conn.id();
+    let client = &mut *conn.state;
+    let io = &mut conn.io;
+    while !client.pending_output().is_empty() {
+        match io.send_slice(client.pending_output()) {
+            Ok(0) => break,
+            Ok(n) => client.sent(n),
+            Err(_) => {
+                io.abort();
+                return;
+            }
+        }
+    }
+    client.settle(engine);
+    if !client.pending_output().is_empty() {
+        io.want_write();
+    }
+    again.push(id, client);
 }
 
 /// Gives one connection a turn: replies out first, then requests in — parsed in place from the
