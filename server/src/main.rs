@@ -43,7 +43,7 @@ fn run(args: &Args) -> Result<(), String> {
         },
         cpus,
         stop: &stop,
-        idle: args.idle,
+        idle: args.idle_policy(),
     };
     if let Some(resp_port) = args.resp_port {
         if resp_port == args.port && resp_port != 0 {
@@ -81,7 +81,7 @@ fn run(args: &Args) -> Result<(), String> {
                 let resp = resp_bound.map_or(String::new(), |a| resp_on(&a));
                 println!(
                     "memspin ready: net kernel, listening on {bound}{resp}, {placement}, idle {:?}",
-                    args.idle
+                    args.idle_policy()
                 );
             })
             .map_err(|e| format!("kernel sockets on {addr}: {e}"))
@@ -109,7 +109,7 @@ fn run(args: &Args) -> Result<(), String> {
                 let resp = resp_on(&format_args!("{}:{}", args.ip.addr, args.resp_port.unwrap_or(0)));
                 println!(
                     "memspin ready: net tap, device {} ({queues}), listening on {}:{}{resp}, {placement}, idle {:?}, rto-min {}",
-                    args.iface, args.ip.addr, args.port, args.idle, args.rto_min
+                    args.iface, args.ip.addr, args.port, args.idle_policy(), args.rto_min
                 );
             })
             .map_err(|e| format!("tap {}: {e}", args.iface))
@@ -162,7 +162,7 @@ fn run(args: &Args) -> Result<(), String> {
                     ready.prog_id,
                     args.ip.addr,
                     args.port,
-                    args.idle,
+                    args.idle_policy(),
                     args.rto_min
                 );
             })

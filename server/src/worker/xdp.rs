@@ -245,7 +245,7 @@ pub fn run(
                 ),
                 format!("connection table: {:?}", table.stats()),
             ];
-            served.map(|()| lines)
+            served.map(|idle| [lines, idle].concat())
         },
         || on_ready(&ready),
     );
