@@ -43,7 +43,7 @@ fn run(args: &Args) -> Result<(), String> {
         },
         cpus,
         stop: &stop,
-        idle: args.idle,
+        idle: args.idle_policy(),
     };
     if let Some(resp_port) = args.resp_port {
         if resp_port == args.port && resp_port != 0 {
@@ -81,7 +81,7 @@ fn run(args: &Args) -> Result<(), String> {
                 let resp = resp_bound.map_or(String::new(), |a| resp_on(&a));
                 println!(
                     "memspin ready: net kernel, listening on {bound}{resp}, {placement}, idle {:?}",
-                    args.idle
+                    args.idle_policy()
                 );
             })
             .map_err(|e| format!("kernel sockets on {addr}: {e}"))
@@ -109,7 +109,7 @@ fn run(args: &Args) -> Result<(), String> {
                     args.iface,
                     listening(&addrs, args.port),
                     routes(&addrs),
-                    args.idle,
+                    args.idle_policy(),
                     args.rto_min
                 );
             })
@@ -160,7 +160,7 @@ fn run(args: &Args) -> Result<(), String> {
                     ready.prog_id,
                     listening(&addrs, args.port),
                     routes(&addrs),
-                    args.idle,
+                    args.idle_policy(),
                     args.rto_min
                 );
             })

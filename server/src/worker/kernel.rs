@@ -102,8 +102,8 @@ fn serve(
     plan: &Plan<'_>,
     resp_port: Option<u16>,
 ) -> io::Result<()> {
-    let mut idle_state = IdleState::new(plan.idle);
     let clock = LoopClock::new();
+    let mut idle_state = IdleState::new(plan.idle, clock.tick().at);
     let mut block = None;
     while !stopping(plan.stop) {
         // Block only when the idle policy allows it, nothing is queued, and no other worker

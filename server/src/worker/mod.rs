@@ -23,6 +23,7 @@
 
 #[cfg(debug_assertions)]
 pub mod failpoint;
+pub mod idle;
 pub mod kernel;
 pub mod mesh;
 pub mod tap;
@@ -42,18 +43,11 @@ use crate::cli::Idle;
 use crate::conn::ClientConn;
 use crate::engine::{Engine, EngineConfig, Replies, Stop, TURN_REQUESTS};
 use crate::stats::{self, Snapshot};
+pub use idle::{Activity, IdleState, PARK_MAX, SPIN_BUDGET};
 use mesh::Mesh;
 
-/// How long a parking worker spins without progress before it waits on its queue.
-pub const SPIN_BUDGET: Duration = Duration::from_micros(200);
-/// The longest a parked worker sleeps before it looks at the stop flag again.
-pub const PARK_MAX: Duration = Duration::from_millis(100);
 /// Frames read per ingress step before the worker serves connections.
 const INGRESS_BUDGET: usize = 64;
-/// Expired items examined per idle sweep.
-const SWEEP_ITEMS: usize = 256;
-/// Time between expiry sweeps.
-const SWEEP_EVERY: Duration = Duration::from_millis(100);
 
 /// Unix time in whole seconds: the engine's clock.
 pub fn unix_now() -> u64 {
@@ -129,47 +123,6 @@ impl LoopClock {
 impl Default for LoopClock {
     fn default() -> Self {
         LoopClock::new()
-    }
-}
-
-/// The idle policy's state: when a parking worker may block, and for how long.
-pub struct IdleState {
-    policy: Idle,
-    last_progress: Instant,
-    last_sweep: Instant,
-}
-
-impl IdleState {
-    /// A fresh state for `policy`.
-    pub fn new(policy: Idle) -> Self {
-        let now = Instant::now();
-        IdleState {
-            policy,
-            last_progress: now,
-            last_sweep: now,
-        }
-    }
-
-    /// Records one loop iteration that ended at `now`; returns how long the worker may block
-    /// on its queue now (`None`: do not block).
-    pub fn after_iteration(&mut self, progress: bool, now: Instant) -> Option<Duration> {
-        if progress {
-            self.last_progress = now;
-            return None;
-        }
-        match self.policy {
-            Idle::Spin => None,
-            Idle::Park if now.duration_since(self.last_progress) >= SPIN_BUDGET => Some(PARK_MAX),
-            Idle::Park => None,
-        }
-    }
-
-    /// Runs a bounded expiry sweep when one is due.
-    pub fn maybe_sweep(&mut self, engine: &mut Engine, tick: Tick) {
-        if tick.at.duration_since(self.last_sweep) >= SWEEP_EVERY {
-            self.last_sweep = tick.at;
-            engine.sweep_expired(SWEEP_ITEMS, tick.now);
-        }
     }
 }
 
@@ -563,6 +516,13 @@ pub trait Queue: Device {
     /// after every egress step. Devices that write each frame at once do nothing.
     fn flush(&mut self) {}
 
+    /// True if the last receive found the queue empty (the device looked and nothing was
+    /// there, nor is anything buffered), so a worker with nothing else to do may sleep without
+    /// polling once more. Devices that cannot tell say false.
+    fn drained(&self) -> bool {
+        false
+    }
+
     /// Blocks until a frame may be readable, `wake` is readable, or `timeout` passes.
     ///
     /// # Errors
@@ -576,9 +536,10 @@ pub trait Queue: Device {
 /// Serves connections over a smoltcp `device` until `stop` is set: ingress, serve every
 /// connection with work through the engine (one turn each, [`TURN_REQUESTS`] requests at most;
 /// a connection with work left is served again on the next loop, after the others), exchange
-/// forwarded requests and replies with the other workers, egress, flush; with `Idle::Park`,
-/// waits on the device and the mesh's wake-up descriptor (never past the table's next timer)
-/// after the spin budget. Connections the table accepted on `resp_port` speak RESP.
+/// forwarded requests and replies with the other workers, egress, flush; then, when the idle
+/// policy allows it (see [`idle`]), sleeps on the device and the mesh's wake-up descriptor,
+/// never past the table's next timer. Connections the table accepted on `resp_port` speak
+/// RESP. Returns the idle policy's line for the exit report.
 ///
 /// # Errors
 /// When the device cannot wait.
@@ -590,9 +551,9 @@ pub fn serve_smoltcp<D: Queue>(
     stop: &AtomicBool,
     idle: Idle,
     resp_port: Option<u16>,
-) -> Result<(), String> {
-    let mut idle_state = IdleState::new(idle);
+) -> Result<Vec<String>, String> {
     let clock = LoopClock::new();
+    let mut idle_state = IdleState::new(idle, clock.tick().at);
     let mut again = Again::default();
     while !stopping(stop) {
         let tick = clock.tick();
@@ -627,17 +588,36 @@ pub fn serve_smoltcp<D: Queue>(
         info.recovery = stats.recovery.into();
         idle_state.maybe_sweep(engine, tick);
 
-        if let Some(park) = idle_state.after_iteration(progress, tick.at) {
+        // Work leaves nothing behind when the queue was found empty and no connection waits
+        // for another turn; the gap to the next arrival starts when the work ended (a second
+        // clock read, only in iterations that did work).
+        let activity = if !progress {
+            Activity::Idle
+        } else if device.drained() && !again.pending() && !engine.holds_refused() {
+            Activity::Drained
+        } else {
+            Activity::Worked
+        };
+        let ended = match activity {
+            Activity::Idle => tick.at,
+            Activity::Worked | Activity::Drained => Instant::now(),
+        };
+        if let Some(park) = idle_state.after(activity, ended) {
             let delay = table
                 .poll_delay(tick.net)
                 .map_or(park, |d| Duration::from_micros(d.total_micros()).min(park));
             if !delay.is_zero() && mesh.park() {
+                let sample = idle_state.sample_sleep();
+                let before = sample.then(idle::thread_cpu_time).flatten();
                 device.wait(delay, mesh.wake_fd())?;
+                if let (Some(before), Some(after)) = (before, idle::thread_cpu_time()) {
+                    idle_state.record_wake_cost(after.saturating_sub(before));
+                }
             }
             mesh.unpark();
         }
     }
-    Ok(())
+    Ok(vec![idle_state.report()])
 }
 
 /// Connections to serve again on the next loop: their turn ended with work left (more

@@ -278,7 +278,7 @@ pub fn run(
                 format!("connection table: {:?}", table.stats()),
                 format!("gateways: {}", table.gateways()),
             ];
-            served.map(|()| lines)
+            served.map(|idle| [lines, idle].concat())
         },
         || on_ready(&ready),
     );
