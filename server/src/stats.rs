@@ -27,6 +27,11 @@ pub struct Counters {
     pub cmd_touch: u64,
     /// Frames that were refused as malformed or unknown.
     pub protocol_errors: u64,
+    /// Stores refused because the item could never fit (`-I`).
+    pub store_too_large: u64,
+    /// Stores refused because no room could be made (eviction off, `-M`, or an item larger
+    /// than the memory budget allows).
+    pub store_no_memory: u64,
     /// Bytes the engine consumed from clients.
     pub bytes_read: u64,
     /// Bytes the engine produced for clients.
@@ -44,6 +49,8 @@ impl Counters {
         self.cmd_flush += other.cmd_flush;
         self.cmd_touch += other.cmd_touch;
         self.protocol_errors += other.protocol_errors;
+        self.store_too_large += other.store_too_large;
+        self.store_no_memory += other.store_no_memory;
         self.bytes_read += other.bytes_read;
         self.bytes_written += other.bytes_written;
         self.conn_yields += other.conn_yields;
@@ -139,6 +146,8 @@ pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&st
     emit("cas_badval", &s.cas_badval);
     emit("touch_hits", &s.touch_hits);
     emit("touch_misses", &s.touch_misses);
+    emit("store_too_large", &c.store_too_large);
+    emit("store_no_memory", &c.store_no_memory);
     emit("protocol_errors", &c.protocol_errors);
     emit("bytes_read", &c.bytes_read);
     emit("bytes_written", &c.bytes_written);

@@ -293,6 +293,70 @@ fn binary_replies_match_one_worker() {
     assert_eq!(mask_cas(forwarded(&[&script], true)), expected);
 }
 
+// Regression: a store refused for size is refused where the connection is, before its value
+// arrives; the item a SET (or any meta `ms`) must unlink is on the key's owner, so the
+// refusal goes there. Before, the old value survived whichever worker held it.
+#[test]
+fn stores_refused_for_size_unlink_on_the_owner() {
+    let (l, r) = keys();
+    let big = (1 << 20) + 1;
+    let body = vec![b'v'; big];
+    let mut text = Vec::new();
+    for k in l.iter().take(3).chain(r.iter().take(3)) {
+        text.extend(format!("set {k} 0 0 3\r\nold\r\n").as_bytes());
+    }
+    for (command, k) in [("set", &l[0]), ("set", &r[0]), ("add", &r[1])] {
+        text.extend(format!("{command} {k} 0 0 {big}\r\n").as_bytes());
+        text.extend(&body);
+        text.extend(b"\r\n");
+    }
+    text.extend(format!("ms {} {big} MA\r\n", r[2]).as_bytes());
+    text.extend(&body);
+    text.extend(b"\r\n");
+    text.extend(format!("get {} {} {} {} {}\r\n", l[0], r[0], r[1], r[2], l[1]).as_bytes());
+    let expected = alone(&[&text]);
+    let reply = String::from_utf8_lossy(&expected).into_owned();
+    assert!(
+        reply.ends_with(&format!(
+            "VALUE {} 0 3\r\nold\r\nVALUE {} 0 3\r\nold\r\nEND\r\n",
+            r[1], l[1]
+        )),
+        "{reply}"
+    );
+    for chunks in [vec![&text[..]], text.chunks(64 * 1024).collect()] {
+        let got = String::from_utf8_lossy(&forwarded(&chunks, false)).into_owned();
+        assert_eq!(got, reply);
+    }
+
+    let set_extras = [0u8, 0, 0, 0, 0, 0, 0, 0];
+    let mut binary = Vec::new();
+    for k in [&l[0], &r[0], &r[1]] {
+        binary.extend(binary_request(0x01, k.as_bytes(), &set_extras, b"old", 1));
+    }
+    binary.extend(binary_request(0x11, r[0].as_bytes(), &set_extras, &body, 2)); // SETQ
+    binary.extend(binary_request(0x03, r[1].as_bytes(), &set_extras, &body, 3)); // REPLACE
+    binary.extend(binary_request(0x01, l[0].as_bytes(), &set_extras, &body, 4)); // SET
+    for k in [&r[0], &r[1], &l[0]] {
+        binary.extend(binary_request(0x0c, k.as_bytes(), &[], &[], 5)); // GETK
+    }
+    let expected = mask_cas(alone(&[&binary]));
+    for chunks in [vec![&binary[..]], binary.chunks(1000).collect()] {
+        assert_eq!(mask_cas(forwarded(&chunks, true)), expected);
+    }
+    // Status of the three GETKs: the SETs unlinked, the REPLACE did not.
+    let statuses: Vec<u16> = {
+        let mut pos = 0;
+        let mut all = Vec::new();
+        while pos + 24 <= expected.len() {
+            all.push(u16::from_be_bytes([expected[pos + 6], expected[pos + 7]]));
+            pos +=
+                24 + u32::from_be_bytes(expected[pos + 8..pos + 12].try_into().unwrap()) as usize;
+        }
+        all
+    };
+    assert_eq!(&statuses[statuses.len() - 3..], [1, 0, 1], "{statuses:?}");
+}
+
 #[test]
 fn stats_sum_every_worker() {
     let (l, r) = keys();

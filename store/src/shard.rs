@@ -212,6 +212,8 @@ pub struct Shard {
     sweep_hand: usize,
     /// Live-item limit while the table cannot grow within the budget (see `reserve_slot`).
     item_cap: usize,
+    /// Whether live items may be evicted to make room (memcached's `-M` turns it off).
+    evict: bool,
     #[cfg(test)]
     rebuilds: usize,
 }
@@ -240,9 +242,23 @@ impl Shard {
             hand: 0,
             sweep_hand: 0,
             item_cap: usize::MAX,
+            evict: true,
             #[cfg(test)]
             rebuilds: 0,
         }
+    }
+
+    /// Whether live items may be evicted to make room (the default). Off (memcached's `-M`), a
+    /// store that needs room takes back only dead items the clock hand meets within
+    /// [`NO_EVICT_SCAN`] buckets, and fails with [`StoreError::OutOfMemory`] if that is not
+    /// enough; live items stay until they are deleted, expire or are flushed.
+    pub fn set_eviction(&mut self, evict: bool) {
+        self.evict = evict;
+    }
+
+    /// Whether live items may be evicted to make room.
+    pub fn evicts(&self) -> bool {
+        self.evict
     }
 
     /// The configuration this shard was built with.
@@ -578,6 +594,24 @@ impl Shard {
         self.remove_at(index, Removal::Client);
         self.stats.delete_hits += 1;
         Ok(())
+    }
+
+    /// Removes the live item under `key` whatever its CAS, without counting a delete: what
+    /// memcached does to the old item when a store is refused for its size or for memory
+    /// ("avoid stale data persisting in cache because we failed alloc"). Returns whether an
+    /// item was removed; a dead one found is reclaimed as on any access.
+    pub fn unlink(&mut self, key: &[u8], now: impl Into<Now>) -> bool {
+        let now = now.into();
+        self.advance(now);
+        if check_key(key).is_err() {
+            return false;
+        }
+        let hash = self.hasher.hash_one(key);
+        let Ok(index) = self.lookup(hash, key, now) else {
+            return false;
+        };
+        self.remove_at(index, Removal::Client);
+        true
     }
 
     /// memcached's 64-bit unsigned decimal `incr`/`decr`; returns `(new value, new CAS)`, the
@@ -972,13 +1006,30 @@ impl Shard {
 
     /// Advances the clock hand to the next victim and removes it: a dead (expired or
     /// flushed) item is reclaimed, an item with a non-zero counter is aged and passed over,
-    /// one at zero is evicted. Returns false only if the table is empty.
+    /// one at zero is evicted. Returns false if the table is empty, or, with eviction off, if
+    /// no dead item was met within [`NO_EVICT_SCAN`] buckets (then counts `outofmemory`).
     fn evict_one(&mut self, now: Now) -> bool {
         let buckets = self.table.num_buckets();
         if self.table.is_empty() || buckets == 0 {
             return false;
         }
         let generation = self.generation;
+        if !self.evict {
+            for _ in 0..buckets.min(NO_EVICT_SCAN) {
+                let index = self.hand & (buckets - 1);
+                self.hand = index.wrapping_add(1);
+                let dead = self
+                    .table
+                    .get_bucket(index)
+                    .is_some_and(|item| item.liveness(now, generation) != Liveness::Live);
+                if dead {
+                    self.remove_at(index, Removal::Reclaimed);
+                    return true;
+                }
+            }
+            self.stats.outofmemory += 1;
+            return false;
+        }
         // Four revolutions always suffice: counters start at most at 3.
         for _ in 0..=4 * buckets {
             let index = self.hand & (buckets - 1);
@@ -991,7 +1042,14 @@ impl Shard {
                     item.age();
                     continue;
                 }
-                Liveness::Live => Removal::Evicted,
+                Liveness::Live => {
+                    if item.deadline() != Deadline::NEVER {
+                        self.stats.evicted_nonzero += 1;
+                    }
+                    self.stats.evicted_time =
+                        now.secs().saturating_sub(u64::from(item.last_access()));
+                    Removal::Evicted
+                }
                 Liveness::Expired | Liveness::Flushed => Removal::Reclaimed,
             };
             self.remove_at(index, why);
@@ -1006,6 +1064,10 @@ impl Shard {
         item::malloc_chunk(buckets * (mem::size_of::<Item>() + 1) + self.group_width)
     }
 }
+
+/// Buckets the clock hand looks at for a dead item when eviction is off, before a store that
+/// needs room fails: bounded, so a full cache of live items refuses a store quickly.
+pub const NO_EVICT_SCAN: usize = 1024;
 
 /// Updates the counters for an item that left the table.
 fn account_removed(stats: &mut ShardStats, table_bytes: usize, item: &Item, why: Removal) {

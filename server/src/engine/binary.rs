@@ -24,9 +24,14 @@ enum Flow {
 
 /// Executes (or refuses) the binary frame at the front of `buf`.
 pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
-    if let Some(frame_len) = refuse_oversize_value(cx, buf, out) {
-        cx.session.skip(frame_len as u64);
-        return Step::Done(0);
+    match refuse_oversize_value(cx, buf, out) {
+        Refusal::None => {}
+        Refusal::Skip(frame_len) => {
+            cx.session.skip(frame_len as u64);
+            return Step::Done(0);
+        }
+        Refusal::Wait(needed) => return Step::Wait(needed),
+        Refusal::Stop(stop) => return Step::Stop(stop),
     }
     match RequestRepr::parse(buf, cx.core.config().max_body()) {
         Ok((request, len)) => {
@@ -78,10 +83,27 @@ pub(super) fn run_forwarded(cx: &mut Cx<'_>, _part: u8, request: &[u8], out: &mu
     let _ = step(cx, request, out);
 }
 
-/// A well-formed storage frame whose value can never fit is answered "too large" from its
-/// header alone, so its body is skipped rather than buffered. Returns the frame length to skip.
-fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Option<usize> {
-    let header = RequestRepr::parse_header(buf, cx.core.config().max_body()).ok()?;
+/// What [`refuse_oversize_value`] did with the frame at the front of the input.
+enum Refusal {
+    /// Not a storage frame too large to store: parse it as usual.
+    None,
+    /// Refused (here, or by the key's owner): skip this many bytes, the whole frame.
+    Skip(usize),
+    /// Refused, but its key has not arrived yet: read this many more bytes.
+    Wait(usize),
+    /// The key's owner must refuse it (the old item is there) and its queue is full.
+    Stop(Stop),
+}
+
+/// A well-formed storage frame whose value can never fit is answered "too large" once its
+/// header, extras and key are in, so its value is skipped rather than buffered. A SET also
+/// unlinks the item held under its key, as memcached does, so no stale value survives; when
+/// another worker owns the key, the frame's head (header, extras, key) goes there to be
+/// refused, and the value is skipped here.
+fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Refusal {
+    let Ok(header) = RequestRepr::parse_header(buf, cx.core.config().max_body()) else {
+        return Refusal::None;
+    };
     let (opcode, quiet) = Opcode::from_wire(header.opcode());
     let storage = matches!(
         opcode,
@@ -92,9 +114,21 @@ fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Opti
             .core
             .fits(usize::from(header.key_len()), header.value_len())
     {
-        return None;
+        return Refusal::None;
     }
-    cx.core.refuse_too_large();
+    let key_start = HEADER_LEN + usize::from(header.extras_len());
+    let head_len = key_start + usize::from(header.key_len());
+    if buf.len() < head_len {
+        return Refusal::Wait(head_len - buf.len());
+    }
+    let key = &buf[key_start..head_len];
+    if let Some(owner) = cx.owner_elsewhere(key) {
+        return match cx.forward(owner, WHOLE, &buf[..head_len], out) {
+            Ok(()) => Refusal::Skip(header.frame_len()),
+            Err(stop) => Refusal::Stop(stop),
+        };
+    }
+    cx.core.refuse_too_large(key, opcode == Opcode::Set, cx.now);
     write_error(
         out,
         opcode,
@@ -103,7 +137,7 @@ fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Opti
         Status::ValueTooLarge,
         &[],
     );
-    Some(header.frame_len())
+    Refusal::Skip(header.frame_len())
 }
 
 /// Opcodes that act on one key, executed by the worker that owns it.
@@ -178,6 +212,10 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
             match result {
                 Ok(cas) => write_success(out, request, cas, &[], &[]),
                 Err(error) => {
+                    // No stale value survives a SET refused for memory (memcached unlinks it).
+                    if error == StoreError::OutOfMemory && mode == StoreMode::Set {
+                        cx.core.unlink(request.key, now);
+                    }
                     let status = match (error, mode) {
                         // memcached's binary protocol: ADD on a live key is "exists", REPLACE on a
                         // missing key is "not found"; APPEND/PREPEND say "not stored".

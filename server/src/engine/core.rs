@@ -66,13 +66,18 @@ impl Core {
         self.shard.touch(key, ttl, now);
     }
 
-    /// A store in any mode, counting `cmd_set`.
+    /// A store in any mode, counting `cmd_set` (and `store_no_memory` when no room could be
+    /// made for it).
     ///
     /// # Errors
     /// As [`Shard::store`].
     pub fn store(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
         self.counters.cmd_set += 1;
-        self.shard.store(write, now)
+        let result = self.shard.store(write, now);
+        if result == Err(StoreError::OutOfMemory) {
+            self.counters.store_no_memory += 1;
+        }
+        result
     }
 
     /// A store the client did not ask for as such (meta `N`: an item created on a miss, or an
@@ -84,10 +89,21 @@ impl Core {
         self.shard.store(write, now)
     }
 
-    /// A store refused before its value was read because it can never fit: counted in
-    /// `cmd_set` like any other store, whichever protocol it came in.
-    pub fn refuse_too_large(&mut self) {
-        self.counters.cmd_set += 1;
+    /// A store refused before its value was read because it can never fit (`-I`): counted in
+    /// `store_too_large` (not `cmd_set`, as memcached counts it), whichever protocol it came
+    /// in. With `unlink`, the item held under `key` goes too, so no stale value survives the
+    /// refused store (memcached does so for a SET, and for any meta `ms`).
+    pub fn refuse_too_large(&mut self, key: &[u8], unlink: bool, now: Now) {
+        self.counters.store_too_large += 1;
+        if unlink {
+            self.shard.unlink(key, now);
+        }
+    }
+
+    /// Removes the item under `key` without counting a delete: after a store refused for
+    /// memory, as memcached does (see [`Core::refuse_too_large`]).
+    pub fn unlink(&mut self, key: &[u8], now: Now) {
+        self.shard.unlink(key, now);
     }
 
     /// Whether an item of this key and value length can ever be stored (`-I`).

@@ -39,7 +39,7 @@ pub(crate) fn feed_in_pieces(input: &[u8], piece: usize) -> Vec<u8> {
 /// The piece sizes every fragment sweep uses.
 pub(crate) const PIECES: [usize; 5] = [1, 2, 5, 10, 100];
 
-fn engine_with(shard: ShardConfig) -> Engine {
+pub(crate) fn engine_with(shard: ShardConfig) -> Engine {
     Engine::new(EngineConfig {
         shard,
         version: VERSION,
@@ -763,6 +763,53 @@ fn oversize_value_is_refused_skipped_and_connection_stays_usable() {
     assert_eq!(replies[0].status, Status::ValueTooLarge);
     assert_eq!(replies[0].value, b"Too large.");
     assert_eq!(replies[1].status, Status::KeyNotFound);
+}
+
+// Regression: a SET (or SETQ) refused for size left the old value in place; memcached's
+// binary protocol unlinks it for SET only (process_bin_update), and ADD/REPLACE/APPEND/PREPEND
+// keep it.
+#[test]
+fn a_set_refused_for_size_unlinks_the_old_item_other_stores_keep_it() {
+    let extras = set_extras(0, 0);
+    let big = vec![b'x'; (1 << 20) + 1];
+    for (opcode, quiet, kept) in [
+        (Opcode::Set, false, false),
+        (Opcode::Set, true, false),
+        (Opcode::Add, false, true),
+        (Opcode::Replace, false, true),
+        (Opcode::Append, false, true),
+        (Opcode::Prepend, false, true),
+    ] {
+        let mut e = engine();
+        assert_eq!(
+            one(&mut e, set(b"k", b"old", &extras)).status,
+            Status::NoError
+        );
+        let extras: &[u8] = if matches!(opcode, Opcode::Append | Opcode::Prepend) {
+            &[]
+        } else {
+            &extras
+        };
+        let store_extras = set_extras(0, 0);
+        let refused = Req {
+            opcode,
+            quiet,
+            extras,
+            ..set(b"k", &big, &store_extras)
+        };
+        assert_eq!(
+            one(&mut e, refused).status,
+            Status::ValueTooLarge,
+            "{opcode:?}"
+        );
+        let got = one(&mut e, get(b"k"));
+        if kept {
+            assert_eq!(got.value, b"old", "{opcode:?}");
+        } else {
+            assert_eq!(got.status, Status::KeyNotFound, "{opcode:?} quiet {quiet}");
+        }
+        assert_eq!(e.snapshot().counters.store_too_large, 1);
+    }
 }
 
 #[test]

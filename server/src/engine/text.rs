@@ -330,9 +330,18 @@ fn execute_store(
 ) -> Step {
     let now = cx.now;
     if !cx.core.fits(store.key.len(), store.bytes) {
-        cx.core.refuse_too_large();
-        if !store.noreply {
-            ErrorReply::TooLarge.emit_into(out);
+        // The item a refused SET unlinks lives with the key's owner: the line goes there
+        // (the owner refuses it in turn), and the data block is skipped here.
+        if let Some(owner) = cx.owner_elsewhere(store.key) {
+            if let Err(stop) = cx.forward(owner, part::WHOLE, &buf[..line_len], out) {
+                return Step::Stop(stop);
+            }
+        } else {
+            let unlink = store.command == StoreCommand::Set;
+            cx.core.refuse_too_large(store.key, unlink, now);
+            if !store.noreply {
+                ErrorReply::TooLarge.emit_into(out);
+            }
         }
         cx.session.skip(store.bytes as u64 + 2);
         return Step::Done(line_len);
@@ -380,7 +389,13 @@ fn execute_store(
         Ok(_) => Response::Stored,
         // memcached answers NOT_STORED when an append or prepend would outgrow the item limit.
         Err(StoreError::TooLarge) if extends => Response::NotStored,
-        Err(error) => store_error(error),
+        Err(error) => {
+            // No stale value survives a SET refused for memory (memcached unlinks it).
+            if error == StoreError::OutOfMemory && store.command == StoreCommand::Set {
+                cx.core.unlink(store.key, now);
+            }
+            store_error(error)
+        }
     };
     if !store.noreply {
         response.emit_into(out);

@@ -435,11 +435,10 @@ fn oversize_value_is_refused_and_skipped_unbuffered() {
         );
     }
     assert!(pending.is_empty());
-    // The item stays as it was (memcached would also unlink it; memspin's binary protocol does
-    // not either).
+    // The old item is gone: memcached unlinks it, so no stale value survives a refused SET.
     assert_eq!(
         String::from_utf8(out).unwrap(),
-        "SERVER_ERROR object too large for cache\r\nVALUE big 0 1\r\nx\r\nEND\r\n"
+        "SERVER_ERROR object too large for cache\r\nEND\r\n"
     );
     // The largest value that fits is stored.
     let fits = (1 << 20) - 512;
@@ -452,6 +451,68 @@ fn oversize_value_is_refused_and_skipped_unbuffered() {
         (out.as_str(), outcome.consumed),
         ("STORED\r\n", input.len())
     );
+}
+
+// Regression: a SET refused for size left the old value in place, where memcached unlinks it
+// (so clients that retry a smaller value, or fall back to the database, read no stale value).
+// Other storage commands keep the item, as memcached's do; the refusal counts
+// `store_too_large`, not `cmd_set`.
+#[test]
+fn only_a_set_refused_for_size_unlinks_the_old_item() {
+    let big = (1 << 20) + 1;
+    let body = "v".repeat(big);
+    for (command, kept) in [
+        ("set", false),
+        ("add", true),
+        ("replace", true),
+        ("append", true),
+        ("prepend", true),
+        ("cas", true),
+    ] {
+        let mut e = engine();
+        ok(&mut e, "set k 0 0 3\r\nold\r\n");
+        let cas = if command == "cas" { " 1" } else { "" };
+        let line = format!("{command} k 0 0 {big}{cas}\r\n{body}\r\n");
+        assert_eq!(
+            ok(&mut e, &line),
+            "SERVER_ERROR object too large for cache\r\n",
+            "{command}"
+        );
+        let expected = if kept {
+            "VALUE k 0 3\r\nold\r\nEND\r\n"
+        } else {
+            "END\r\n"
+        };
+        assert_eq!(ok(&mut e, "get k\r\n"), expected, "{command}");
+        let snapshot = e.snapshot();
+        assert_eq!(snapshot.counters.store_too_large, 1, "{command}");
+        assert_eq!(
+            snapshot.counters.cmd_set, 1,
+            "{command}: the first set only"
+        );
+    }
+    // noreply: no answer, same effect.
+    let mut e = engine();
+    ok(&mut e, "set k 0 0 3\r\nold\r\n");
+    let line = format!("set k 0 0 {big} noreply\r\n{body}\r\nget k\r\n");
+    assert_eq!(ok(&mut e, &line), "END\r\n");
+}
+
+// The same for a SET refused for memory: a value that fits `-I` but not the budget.
+#[test]
+fn a_set_refused_for_memory_unlinks_the_old_item() {
+    let mut e = super::super::tests::engine_with(ShardConfig {
+        memory_limit_bytes: 64 * 1024,
+        max_item_size: 1 << 20,
+    });
+    ok(&mut e, "set k 0 0 3\r\nold\r\n");
+    let body = "v".repeat(100_000);
+    let line = format!("set k 0 0 {}\r\n{body}\r\nget k\r\n", body.len());
+    assert_eq!(
+        ok(&mut e, &line),
+        "SERVER_ERROR out of memory storing object\r\nEND\r\n"
+    );
+    assert_eq!(e.snapshot().counters.store_no_memory, 1);
 }
 
 #[test]
