@@ -88,6 +88,21 @@ pub struct Args {
     /// the queue's file descriptor after a short spin (shared machines).
     #[arg(long, value_enum, default_value_t = Idle::Spin)]
     pub idle: Idle,
+
+    /// Log more to stderr, one event per line: `-v` start-up choices and operator commands,
+    /// `-vv` also every connection and request, `-vvv` also the engine's own decisions. The
+    /// `verbosity` command changes it at run time.
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Refuse stores with an out-of-memory error when memory is full, instead of evicting
+    /// items (memcached's `-M`).
+    #[arg(short = 'M', long = "disable-evictions")]
+    pub disable_evictions: bool,
+
+    /// Let the `shutdown` command stop the server (memcached's `-A`).
+    #[arg(short = 'A', long = "enable-shutdown")]
+    pub enable_shutdown: bool,
 }
 
 impl Args {
@@ -370,5 +385,23 @@ mod tests {
         assert_eq!(args.host_ip, HostIp::None);
         assert_eq!(args.max_item_size, 512 << 10);
         assert_eq!(args.idle, Idle::Park);
+    }
+
+    #[test]
+    fn operator_flags() {
+        let args = Args::parse_from(["memspin"]);
+        assert_eq!(
+            (args.verbose, args.disable_evictions, args.enable_shutdown),
+            (0, false, false)
+        );
+        let args = Args::parse_from(["memspin", "-vv", "-M", "-A"]);
+        assert_eq!(
+            (args.verbose, args.disable_evictions, args.enable_shutdown),
+            (2, true, true)
+        );
+        let args = Args::parse_from(["memspin", "-v", "-v", "-v", "--disable-evictions"]);
+        assert_eq!((args.verbose, args.disable_evictions), (3, true));
+        let args = Args::parse_from(["memspin", "--enable-shutdown"]);
+        assert!(args.enable_shutdown);
     }
 }

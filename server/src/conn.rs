@@ -308,6 +308,7 @@ mod tests {
             threads: 1,
             worker: 0,
             conn_limit: 1,
+            control: crate::control::Control::new(Default::default(), 0),
         });
         let mut conn = ClientConn::default();
         // An unknown opcode with a 4 GiB body, read as the kernel path reads.

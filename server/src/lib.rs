@@ -10,6 +10,8 @@
 
 pub mod cli;
 pub mod conn;
+pub mod control;
 pub mod engine;
+pub mod logging;
 pub mod stats;
 pub mod worker;

@@ -9,6 +9,19 @@ use server::engine::{Batch, Engine, EngineConfig, Replies, VERSION, owner_of};
 const NOW: u64 = 1_700_000_000;
 
 fn engine(workers: usize, worker: usize) -> Engine {
+    engine_sharing(
+        workers,
+        worker,
+        server::control::Control::new(Default::default(), 0),
+    )
+}
+
+/// An engine sharing `control` with the other workers' engines, as a server's do.
+fn engine_sharing(
+    workers: usize,
+    worker: usize,
+    control: std::sync::Arc<server::control::Control>,
+) -> Engine {
     Engine::new(EngineConfig {
         shard: store::ShardConfig {
             memory_limit_bytes: 16 << 20,
@@ -19,6 +32,7 @@ fn engine(workers: usize, worker: usize) -> Engine {
         threads: workers,
         worker,
         conn_limit: 1024,
+        control,
     })
 }
 
@@ -60,8 +74,9 @@ struct Run {
 
 /// [`forwarded`] with a client that reads at most `read_per_round` bytes per round.
 fn forwarded_read_by(chunks: &[&[u8]], reverse: bool, read_per_round: usize) -> Run {
-    let mut home = engine(2, 0);
-    let mut owner = engine(2, 1);
+    let control = server::control::Control::new(Default::default(), 0);
+    let mut home = engine_sharing(2, 0, control.clone());
+    let mut owner = engine_sharing(2, 1, control);
     let mut conn = ClientConn::default();
     conn.session.set_token(7);
     let mut run = Run {
@@ -357,6 +372,68 @@ fn stores_refused_for_size_unlink_on_the_owner() {
     assert_eq!(&statuses[statuses.len() - 3..], [1, 0, 1], "{statuses:?}");
 }
 
+/// The `key=` fields of a metadump, sorted.
+fn dumped_keys(reply: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(reply);
+    let mut keys: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("key="))
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .collect();
+    keys.sort();
+    keys
+}
+
+// A metadump walks every worker's table: its own slices here, the others' forwarded, each
+// item once, and waits for the connection's earlier forwarded stores.
+#[test]
+fn metadump_lists_every_workers_items() {
+    let mut script = String::new();
+    for i in 0..3000 {
+        script += &format!("set key:{i} 0 0 1\r\nx\r\n");
+    }
+    script += "lru_crawler metadump all\r\n";
+    let expected = alone(&[script.as_bytes()]);
+    let keys = dumped_keys(&expected);
+    assert_eq!(keys.len(), 3000);
+    for reverse in [false, true] {
+        let got = forwarded(&[script.as_bytes()], reverse);
+        assert!(got.ends_with(b"\nEND\r\n"));
+        let got = dumped_keys(&got);
+        assert!(got == keys, "{} keys of {}", got.len(), keys.len());
+    }
+}
+
+// stats reset, detail and latency over two workers: every worker's counters, summed.
+#[test]
+fn admin_stats_cover_every_worker() {
+    let (l, r) = keys();
+    let script = format!(
+        "stats detail on\r\nset p:{} 0 0 1\r\na\r\nset p:{} 0 0 1\r\nb\r\nget p:{} p:{}\r\n\
+         stats detail dump\r\nstats reset\r\nget {} {} {}\r\n",
+        l[0], r[0], l[0], r[0], l[1], r[1], r[2]
+    );
+    // The forwarded gets' time is recorded when their replies are back: ask after that.
+    let stats = "stats\r\nstats latency\r\n";
+    let text = String::from_utf8(forwarded(&[script.as_bytes(), stats.as_bytes()], false)).unwrap();
+    assert!(
+        text.contains("PREFIX p get 2 hit 2 set 2 del 0\r\n"),
+        "{text}"
+    );
+    let stat = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+            .to_string()
+    };
+    assert_eq!(
+        stat("cmd_get"),
+        "3",
+        "counted since the reset, on both workers"
+    );
+    assert_eq!(stat("latency:get:count"), "3");
+}
+
 #[test]
 fn stats_sum_every_worker() {
     let (l, r) = keys();
@@ -572,8 +649,9 @@ proptest! {
 #[test]
 fn credit_goes_back_with_the_next_request_at_a_quarter_or_when_idle() {
     let (_, r) = keys();
-    let mut home = engine(2, 0);
-    let mut owner = engine(2, 1);
+    let control = server::control::Control::new(Default::default(), 0);
+    let mut home = engine_sharing(2, 0, control.clone());
+    let mut owner = engine_sharing(2, 1, control);
     let mut setup = ClientConn::default();
     for (k, len) in [(&r[0], 10_000), (&r[1], 10_000), (&r[2], 70_000)] {
         let mut set = format!("set {k} 0 0 {len}\r\n").into_bytes();

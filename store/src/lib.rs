@@ -121,7 +121,8 @@ pub use error::StoreError;
 pub use expiry::{Expiry, Now, REALTIME_MAXDELTA, Ttl};
 pub use item::{MAX_KEY_LEN, item_size, malloc_chunk};
 pub use shard::{
-    Arith, Delta, ItemView, NO_EVICT_SCAN, NewCas, Shard, ShardConfig, StoreMode, Write,
+    Arith, Delta, EVICTION_LOG_LEN, Evicted, ItemView, NO_EVICT_SCAN, NewCas, Shard, ShardConfig,
+    StoreMode, Write,
 };
 pub use stats::ShardStats;
 

@@ -214,6 +214,8 @@ pub struct Shard {
     item_cap: usize,
     /// Whether live items may be evicted to make room (memcached's `-M` turns it off).
     evict: bool,
+    /// Live items evicted and not yet taken, while someone wants them.
+    evictions: Option<Vec<Evicted>>,
     #[cfg(test)]
     rebuilds: usize,
 }
@@ -243,6 +245,7 @@ impl Shard {
             sweep_hand: 0,
             item_cap: usize::MAX,
             evict: true,
+            evictions: None,
             #[cfg(test)]
             rebuilds: 0,
         }
@@ -791,10 +794,71 @@ impl Shard {
         self.rebuilds
     }
 
-    /// Buckets in the table (tests only).
-    #[cfg(test)]
-    pub(crate) fn num_buckets(&self) -> usize {
-        self.table.num_buckets()
+    /// Buckets in the table (0 before the first store): the range [`Shard::visit`] walks.
+    pub fn num_buckets(&self) -> usize {
+        if self.table.allocation_size() == 0 {
+            0
+        } else {
+            self.table.num_buckets()
+        }
+    }
+
+    /// Calls `f(key, item, size)` for every live item in buckets `start..end` (clamped to the
+    /// table), in bucket order, without touching them (no fetched mark, no counters; dead
+    /// items are skipped, not reclaimed). `size` is what the item is charged
+    /// ([`item_size`](crate::item_size)). For inspection (`lru_crawler metadump`, `stats
+    /// sizes`): walking the whole table costs time in proportion to it, so a caller walks
+    /// it in slices. A table that grows between two slices moves items, so a walk in slices
+    /// may miss or repeat items stored meanwhile.
+    pub fn visit(
+        &self,
+        start: usize,
+        end: usize,
+        now: impl Into<Now>,
+        mut f: impl FnMut(&[u8], ItemView<'_>, usize),
+    ) {
+        let now = now.into();
+        let end = end.min(self.num_buckets());
+        for index in start..end {
+            let Some(item) = self.table.get_bucket(index) else {
+                continue;
+            };
+            if item.liveness(now, self.generation) == Liveness::Live {
+                f(item.key(), view(item), item.size());
+            }
+        }
+    }
+
+    /// Zeroes the counters `stats reset` resets (hits, misses, stores, evictions, ...),
+    /// keeping what describes the cache now (items, bytes, the budget).
+    pub fn reset_stats(&mut self) {
+        let kept = ShardStats {
+            curr_items: self.stats.curr_items,
+            bytes: self.stats.bytes,
+            heap_bytes: self.stats.heap_bytes,
+            limit_maxbytes: self.stats.limit_maxbytes,
+            ..ShardStats::default()
+        };
+        self.stats = kept;
+    }
+
+    /// Keeps a record of every live item evicted from now on (off by default), for
+    /// [`Shard::take_evictions`]; at most [`EVICTION_LOG_LEN`] wait, later ones are not kept.
+    pub fn set_eviction_log(&mut self, on: bool) {
+        if on {
+            self.evictions.get_or_insert_with(Vec::new);
+        } else {
+            self.evictions = None;
+        }
+    }
+
+    /// Hands each eviction recorded since the last call to `f`, oldest first.
+    pub fn take_evictions(&mut self, mut f: impl FnMut(&Evicted)) {
+        if let Some(list) = self.evictions.as_mut() {
+            for evicted in list.drain(..) {
+                f(&evicted);
+            }
+        }
     }
 
     // ---- internals ----
@@ -1048,6 +1112,17 @@ impl Shard {
                     }
                     self.stats.evicted_time =
                         now.secs().saturating_sub(u64::from(item.last_access()));
+                    if let Some(log) = self.evictions.as_mut()
+                        && log.len() < EVICTION_LOG_LEN
+                    {
+                        log.push(Evicted {
+                            key: item.key().into(),
+                            fetched: item.fetched(),
+                            exptime: item.exptime(),
+                            last_access: item.last_access(),
+                            value_len: item.value().len(),
+                        });
+                    }
                     Removal::Evicted
                 }
                 Liveness::Expired | Liveness::Flushed => Removal::Reclaimed,
@@ -1063,6 +1138,24 @@ impl Shard {
     fn table_bytes_for(&self, buckets: usize) -> usize {
         item::malloc_chunk(buckets * (mem::size_of::<Item>() + 1) + self.group_width)
     }
+}
+
+/// Evictions [`Shard::set_eviction_log`] keeps until they are taken.
+pub const EVICTION_LOG_LEN: usize = 1024;
+
+/// A live item that was evicted, as [`Shard::take_evictions`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evicted {
+    /// Its key.
+    pub key: Box<[u8]>,
+    /// Whether a client had fetched it.
+    pub fetched: bool,
+    /// Its expiry second (0: never).
+    pub exptime: u32,
+    /// The unix second of its last access.
+    pub last_access: u32,
+    /// Its value's length.
+    pub value_len: usize,
 }
 
 /// Buckets the clock hand looks at for a dead item when eviction is off, before a store that

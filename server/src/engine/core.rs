@@ -3,49 +3,288 @@
 //!
 //! ```text
 //! adapter (binary, text, ...) ─▶ Core::get / store / touch / delete / arith / flush_all ─▶ store::Shard
-//!                                   └─ counts cmd_get, cmd_set, cmd_touch, cmd_flush, ... as it goes
+//!                                   └─ counts cmd_get, cmd_set, cmd_touch, cmd_flush, ... as it goes,
+//!                                      the latency instrument's samples, `stats detail` prefixes,
+//!                                      and `watch` events
 //! ```
 //!
 //! It knows no protocol: adapters translate requests into these calls and results back into
 //! replies, and every counter is kept here, so `cmd_get` or `cmd_set` mean the same whichever
 //! protocol a client speaks, and a new statistic is added in one place. The store's own
-//! counters (hits, misses, evictions) are counted by the store.
+//! counters (hits, misses, evictions) are counted by the store. Each operation also counts one
+//! latency sample of its kind ([`Kind`]), which the engine records once the request's engine
+//! call ends.
 
-use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, Ttl, Write};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, StoreMode, Ttl, Write};
 
 use super::EngineConfig;
-use crate::stats::{Counters, ServerInfo, Snapshot};
+use crate::control::{Control, EventKind, uri_encode};
+use crate::stats::{
+    Counters, Group, KINDS, Kind, Latency, Prefixes, SIZES_STEP, ServerInfo, Snapshot,
+    WorkerFigures,
+};
 
 /// One worker's store shard, counters and configuration.
 pub(crate) struct Core {
     shard: Shard,
     counters: Counters,
     config: EngineConfig,
+    /// Connection figures, as the packet path counts them (since start).
     info: ServerInfo,
+    /// `info` at the last `stats reset`.
+    info_base: ServerInfo,
+    /// The worker loop's figures, as it counts them (since start).
+    figures: WorkerFigures,
+    /// `figures` at the last `stats reset`.
+    figures_base: WorkerFigures,
+    /// `stats detail` counts, while on.
+    prefixes: Prefixes,
+    /// `stats latency`.
+    latency: Latency,
+    /// Store operations of each kind made since the engine last recorded them.
+    samples: [u64; KINDS],
+    /// The kind of the request an adapter is executing (for a request it forwards).
+    kind: Kind,
+    /// The table size last published for other workers' metadumps.
+    published_buckets: usize,
+    /// `stats reset`s so far: a forwarded request stamped before the last one is not timed.
+    resets: u32,
 }
 
 impl Core {
     /// A core with an empty shard.
     pub fn new(config: EngineConfig) -> Core {
+        let mut shard = Shard::new(config.shard);
+        shard.set_eviction(!config.control.settings.no_evictions);
         Core {
-            shard: Shard::new(config.shard),
+            shard,
             counters: Counters::default(),
+            figures: WorkerFigures {
+                worker: config.worker,
+                ..WorkerFigures::default()
+            },
+            figures_base: WorkerFigures::default(),
             config,
             info: ServerInfo::default(),
+            info_base: ServerInfo::default(),
+            prefixes: Prefixes::default(),
+            latency: Latency::new(),
+            samples: [0; KINDS],
+            kind: Kind::Other,
+            published_buckets: 0,
+            resets: 0,
         }
+    }
+
+    /// `stats reset`s so far.
+    #[inline]
+    pub fn resets(&self) -> u32 {
+        self.resets
+    }
+
+    /// Publishes the table's size when a store grew it (other workers' metadumps read it).
+    #[inline]
+    fn publish_buckets(&mut self) {
+        let buckets = self.shard.num_buckets();
+        if buckets != self.published_buckets {
+            self.published_buckets = buckets;
+            self.config
+                .control
+                .publish_table_buckets(self.config.worker, buckets);
+        }
+    }
+
+    /// What every worker shares.
+    #[inline]
+    pub fn control(&self) -> &Arc<Control> {
+        &self.config.control
+    }
+
+    /// Names the kind of the request being executed, for one the adapter forwards (local
+    /// operations count their own kind).
+    #[inline]
+    pub fn classify(&mut self, kind: Kind) {
+        self.kind = kind;
+    }
+
+    /// The kind named last with [`Core::classify`].
+    #[inline]
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Counts one latency sample of `kind`.
+    #[inline]
+    fn sample(&mut self, kind: Kind) {
+        self.samples[kind as usize] += 1;
+    }
+
+    /// Store operations made since the last call, by kind; and forgets them.
+    #[inline]
+    pub fn take_samples(&mut self) -> [u64; KINDS] {
+        std::mem::replace(&mut self.samples, [0; KINDS])
+    }
+
+    /// Operations counted since the last [`Core::take_samples`].
+    #[inline]
+    pub fn samples_pending(&self) -> u64 {
+        self.samples.iter().sum()
+    }
+
+    /// Counts one `other` sample: a request that made no store operation.
+    #[inline]
+    pub fn record_pending_other(&mut self) {
+        self.sample(Kind::Other);
+    }
+
+    /// Records every sample counted so far as requests that spent `ns` inside memspin, and
+    /// forgets them.
+    #[inline]
+    pub fn record_samples(&mut self, ns: u64) {
+        let samples = self.take_samples();
+        for kind in Kind::ALL {
+            let count = samples[kind as usize];
+            if count > 0 {
+                self.latency.record(kind, ns, count);
+            }
+        }
+    }
+
+    /// Records `count` requests of `kind` that spent `ns` inside memspin.
+    #[inline]
+    pub fn record_latency(&mut self, kind: Kind, ns: u64, count: u64) {
+        self.latency.record(kind, ns, count);
+    }
+
+    /// A read seen by `stats detail` and `watch fetchers` (`found`: the value's length).
+    #[inline]
+    fn observe_get(
+        control: &Control,
+        prefixes: &mut Prefixes,
+        key: &[u8],
+        found: Option<usize>,
+        now: Now,
+    ) {
+        if control.detail() {
+            prefixes.record(key, |c| {
+                c.get += 1;
+                c.hit += u64::from(found.is_some());
+            });
+        }
+        let watchers = &control.watchers;
+        if watchers.wants(EventKind::Fetchers) {
+            watchers.publish(EventKind::Fetchers, now, |line| {
+                line.push_str("type=item_get key=");
+                uri_encode(line, key);
+                let (status, class, size) = match found {
+                    Some(size) => ("found", 1, size),
+                    None => ("not_found", 0, 0),
+                };
+                let _ = write!(line, " status={status} clsid={class} cfd=0 size={size}");
+            });
+        }
+    }
+
+    /// A store seen by `stats detail`, `watch mutations` and `watch evictions`.
+    fn observe_store(&mut self, write: &Write<'_>, status: &str, now: Now) {
+        if self.config.control.detail() {
+            self.prefixes.record(write.key, |c| c.set += 1);
+        }
+        let watchers = &self.config.control.watchers;
+        if watchers.wants(EventKind::Mutations) {
+            let command = match (write.mode, write.cas) {
+                (StoreMode::Set, 0) => "set",
+                (_, c) if c != 0 => "cas",
+                (StoreMode::Add, _) => "add",
+                (StoreMode::Replace, _) => "replace",
+                (StoreMode::Append, _) => "append",
+                (StoreMode::Prepend, _) => "prepend",
+                (StoreMode::Set, _) => "set",
+            };
+            let ttl = match write.ttl {
+                Ttl::Exptime(e) if e > 0 && e <= store::REALTIME_MAXDELTA => e,
+                Ttl::Exptime(e) if e > 0 => e.saturating_sub(now.secs() as i64).max(0),
+                Ttl::AtMillis(at) => (at.saturating_sub(now.millis()) / 1000) as i64,
+                _ => 0,
+            };
+            watchers.publish(EventKind::Mutations, now, |line| {
+                line.push_str("type=item_store key=");
+                uri_encode(line, write.key);
+                let _ = write!(
+                    line,
+                    " status={status} cmd={command} ttl={ttl} clsid=1 cfd=0 size={}",
+                    write.value.len()
+                );
+            });
+        }
+        self.publish_evictions(now);
+    }
+
+    /// Hands the store's evictions to `watch evictions` (and keeps the store recording them
+    /// only while someone watches).
+    fn publish_evictions(&mut self, now: Now) {
+        let watchers = &self.config.control.watchers;
+        let wanted = watchers.wants(EventKind::Evictions);
+        self.shard.set_eviction_log(wanted);
+        if !wanted {
+            return;
+        }
+        let now_secs = now.secs();
+        self.shard.take_evictions(|evicted| {
+            watchers.publish(EventKind::Evictions, now, |line| {
+                line.push_str("type=eviction key=");
+                uri_encode(line, &evicted.key);
+                let ttl = if evicted.exptime == 0 {
+                    -1
+                } else {
+                    i64::from(evicted.exptime) - now_secs as i64
+                };
+                let _ = write!(
+                    line,
+                    " fetch={} ttl={ttl} la={} clsid=1 size={}",
+                    if evicted.fetched { "yes" } else { "no" },
+                    now_secs.saturating_sub(u64::from(evicted.last_access)),
+                    evicted.value_len
+                );
+            });
+        });
     }
 
     /// A read: looks `key` up (a hit is marked fetched), counting `cmd_get`.
     pub fn get(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
         self.counters.cmd_get += 1;
-        self.shard.get(key, now)
+        self.sample(Kind::Get);
+        let observed = self.observed();
+        let item = self.shard.get(key, now);
+        if observed {
+            let found = item.map(|item| item.value.len());
+            Core::observe_get(&self.config.control, &mut self.prefixes, key, found, now);
+        }
+        item
+    }
+
+    /// True when `stats detail` or a watcher wants to see reads.
+    #[inline]
+    fn observed(&self) -> bool {
+        let control = &self.config.control;
+        control.detail() || control.watchers.wants(EventKind::Fetchers)
     }
 
     /// A read that leaves the item as it is (no fetched mark, no clock bump; meta `u`):
     /// counts `cmd_get`, not the store's hits and misses.
     pub fn get_unbumped(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
         self.counters.cmd_get += 1;
-        self.shard.peek(key, now)
+        self.sample(Kind::Get);
+        let observed = self.observed();
+        let item = self.shard.peek(key, now);
+        if observed {
+            let found = item.map(|item| item.value.len());
+            Core::observe_get(&self.config.control, &mut self.prefixes, key, found, now);
+        }
+        item
     }
 
     /// Looks at an item for the engine's own decisions (compare rules, sizes, metadata):
@@ -57,7 +296,14 @@ impl Core {
     /// A touch (or get-and-touch): new expiry for a held key, counting `cmd_touch`.
     pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
         self.counters.cmd_touch += 1;
-        self.shard.touch(key, ttl, now)
+        self.sample(Kind::Touch);
+        let observed = self.observed();
+        let item = self.shard.touch(key, ttl, now);
+        if observed {
+            let found = item.map(|item| item.value.len());
+            Core::observe_get(&self.config.control, &mut self.prefixes, key, found, now);
+        }
+        item
     }
 
     /// A new expiry set as part of another command (meta `ma` with `T`): the store counts it
@@ -73,9 +319,22 @@ impl Core {
     /// As [`Shard::store`].
     pub fn store(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
         self.counters.cmd_set += 1;
+        self.sample(Kind::Set);
         let result = self.shard.store(write, now);
+        self.publish_buckets();
         if result == Err(StoreError::OutOfMemory) {
             self.counters.store_no_memory += 1;
+        }
+        if self.config.control.detail() || self.config.control.watchers.any() {
+            let status = match result {
+                Ok(_) => "stored",
+                Err(StoreError::Exists) => "exists",
+                Err(StoreError::NotFound) => "not_found",
+                Err(StoreError::TooLarge) => "too_large",
+                Err(StoreError::OutOfMemory) => "no_memory",
+                Err(_) => "not_stored",
+            };
+            self.observe_store(&write, status, now);
         }
         result
     }
@@ -86,7 +345,12 @@ impl Core {
     /// # Errors
     /// As [`Shard::store`].
     pub fn vivify(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
-        self.shard.store(write, now)
+        let result = self.shard.store(write, now);
+        self.publish_buckets();
+        if self.config.control.watchers.any() {
+            self.publish_evictions(now);
+        }
+        result
     }
 
     /// A store refused before its value was read because it can never fit (`-I`): counted in
@@ -95,8 +359,13 @@ impl Core {
     /// refused store (memcached does so for a SET, and for any meta `ms`).
     pub fn refuse_too_large(&mut self, key: &[u8], unlink: bool, now: Now) {
         self.counters.store_too_large += 1;
+        self.sample(Kind::Set);
         if unlink {
             self.shard.unlink(key, now);
+        }
+        if self.config.control.detail() || self.config.control.watchers.any() {
+            let write = Write::new(StoreMode::Set, key, b"");
+            self.observe_store(&write, "too_large", now);
         }
     }
 
@@ -116,6 +385,10 @@ impl Core {
     /// # Errors
     /// As [`Shard::delete`].
     pub fn delete(&mut self, key: &[u8], cas: u64, now: Now) -> Result<(), StoreError> {
+        self.sample(Kind::Delete);
+        if self.config.control.detail() {
+            self.prefixes.record(key, |c| c.del += 1);
+        }
         self.shard.delete(key, cas, now)
     }
 
@@ -131,6 +404,7 @@ impl Core {
         new_cas: NewCas,
         now: Now,
     ) -> Result<u64, StoreError> {
+        self.sample(Kind::Delete);
         self.shard.invalidate_with(key, cas, exptime, new_cas, now)
     }
 
@@ -144,7 +418,13 @@ impl Core {
     /// # Errors
     /// As [`Shard::incr_decr`].
     pub fn arith(&mut self, arith: Arith<'_>, now: Now) -> Result<(u64, u64), StoreError> {
-        self.shard.incr_decr(arith, now)
+        self.sample(Kind::Arith);
+        let result = self.shard.incr_decr(arith, now);
+        self.publish_buckets();
+        if self.config.control.watchers.any() {
+            self.publish_evictions(now);
+        }
+        result
     }
 
     /// A compare value no item under `key` matches, for a `cas` (or meta `C`) of 0: memcached
@@ -163,6 +443,8 @@ impl Core {
     /// [`Core::flush_for_another`]).
     pub fn flush_all(&mut self, delay: i64, now: Now) {
         self.counters.cmd_flush += 1;
+        self.sample(Kind::Flush);
+        log::info!("flush_all (delay {delay})");
         self.shard.flush_all(delay, now);
     }
 
@@ -174,6 +456,11 @@ impl Core {
     /// A request refused as malformed or unknown.
     pub fn protocol_error(&mut self) {
         self.counters.protocol_errors += 1;
+    }
+
+    /// A meta command (`cmd_meta`).
+    pub fn count_meta(&mut self) {
+        self.counters.cmd_meta += 1;
     }
 
     /// Bytes one execution consumed and wrote, and whether it ended its connection's turn with
@@ -221,19 +508,82 @@ impl Core {
         &mut self.info
     }
 
-    /// This worker's figures for a `stats` reply (summed with other workers' where there are
-    /// several).
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
+    /// The worker loop's figures, kept current by the loop.
+    pub fn figures_mut(&mut self) -> &mut WorkerFigures {
+        &mut self.figures
+    }
+
+    /// `stats reset`: zeroes the counters memcached resets (commands, hits and misses,
+    /// evictions, connections accepted and refused), this worker's loop figures and packet
+    /// counters, the latency histograms and `stats detail`'s prefixes. What describes the
+    /// cache now (items, bytes, open connections) stays.
+    pub fn reset_stats(&mut self) {
+        self.counters = Counters::default();
+        self.shard.reset_stats();
+        self.info_base = self.info;
+        self.figures_base = self.figures;
+        self.latency.reset();
+        self.prefixes.clear();
+        // Requests counted before the reset are not timed after it.
+        self.take_samples();
+        self.resets = self.resets.wrapping_add(1);
+    }
+
+    /// This worker's figures for a `stats` reply of `group` (summed with other workers'
+    /// where there are several); groups that need more than the counters get their part here
+    /// (`items`: the oldest item; `sizes`: the size classes; `detail`; `latency`). `sizes`
+    /// and `items` walk the shard.
+    pub fn snapshot(&self, group: Group, now: Now) -> Snapshot {
+        let info = ServerInfo {
+            curr_connections: self.info.curr_connections,
+            total_connections: self
+                .info
+                .total_connections
+                .saturating_sub(self.info_base.total_connections),
+            rejected_connections: self
+                .info
+                .rejected_connections
+                .saturating_sub(self.info_base.rejected_connections),
+        };
+        let mut snapshot = Snapshot {
             shard: self.shard.stats().clone(),
             counters: self.counters,
-            info: self.info,
+            info,
+            workers: vec![self.figures.since(&self.figures_base)],
             threads: self.config.threads,
             limit_maxbytes: self.config.shard.memory_limit_bytes as u64,
             item_size_max: self.config.shard.max_item_size as u64,
             conn_limit: self.config.conn_limit as u64,
             started_unix_secs: self.config.started_unix_secs,
             version: self.config.version,
+            ..Snapshot::default()
+        };
+        match group {
+            Group::Items => {
+                let mut oldest = u64::MAX;
+                self.shard.visit(0, usize::MAX, now, |_, item, _| {
+                    oldest = oldest.min(u64::from(item.last_access));
+                });
+                if oldest != u64::MAX {
+                    snapshot.oldest_idle_secs = now.secs().saturating_sub(oldest);
+                }
+            }
+            Group::Sizes if self.config.control.sizes() => {
+                let classes = self.config.shard.max_item_size.div_ceil(SIZES_STEP) + 1;
+                let mut sizes = vec![0u64; classes];
+                self.shard.visit(0, usize::MAX, now, |_, _, size| {
+                    let class = size.div_ceil(SIZES_STEP).min(classes - 1);
+                    sizes[class] += 1;
+                });
+                while sizes.last() == Some(&0) {
+                    sizes.pop();
+                }
+                snapshot.sizes = sizes;
+            }
+            Group::Detail => snapshot.prefixes = Some(self.prefixes.clone()),
+            Group::Latency => snapshot.latency = Some(Box::new(self.latency.clone())),
+            _ => {}
         }
+        snapshot
     }
 }

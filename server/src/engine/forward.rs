@@ -65,7 +65,7 @@ use std::sync::{Arc, Mutex};
 
 use store::Now;
 
-use crate::stats::Snapshot;
+use crate::stats::{Group, Snapshot};
 
 /// Open holes (forwarded requests awaiting replies) a connection may have before it stops
 /// executing until replies arrive.
@@ -143,8 +143,10 @@ pub(crate) struct Form(pub u16);
 pub(crate) enum Op {
     /// Execute the bytes, one complete request (or part of one) in this form.
     Execute(Form),
-    /// Reply with this worker's statistics.
-    Snapshot,
+    /// Reply with this worker's statistics for this `stats` group.
+    Snapshot(Group),
+    /// Reset this worker's statistics (`stats reset`). No bytes in the reply.
+    Reset,
     /// Flush this worker's shard (`flush_all` with this delay, as of `now`).
     Flush { delay: i64, now: Now },
     /// Control: this many bytes of the connection's replies were sent; its lane gets the
@@ -329,6 +331,18 @@ pub(crate) struct Hole {
     pub owner: Option<usize>,
     /// Bytes of the forwarded request, counted until its reply arrives.
     pub request_len: usize,
+    /// When the request arrived and its kind, for the latency instrument (set by the
+    /// adapter's [`Holes::stamp_last`]; forwarding only hands it back when the hole fills).
+    pub stamp: Option<Stamp>,
+}
+
+/// When a forwarded request arrived (monotonic nanoseconds), its kind and the count of
+/// `stats reset`s before it (the latency instrument's), handed back with its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub arrived_ns: u64,
+    pub kind: u8,
+    pub resets: u32,
 }
 
 /// Reply bytes from one owner in the output, not sent yet: their credit goes back once they are.
@@ -410,6 +424,8 @@ pub(crate) struct Delivered {
     pub spliced: usize,
     /// The request asked to close the connection.
     pub close: bool,
+    /// The stamp of the request whose hole this reply filled.
+    pub stamp: Option<Stamp>,
 }
 
 impl Holes {
@@ -437,8 +453,16 @@ impl Holes {
             gather,
             owner,
             request_len,
+            stamp: None,
         });
         seq
+    }
+
+    /// Stamps the hole opened last with its request's arrival and kind.
+    pub fn stamp_last(&mut self, stamp: Stamp) {
+        if let Some(hole) = self.pending.back_mut() {
+            hole.stamp = Some(stamp);
+        }
     }
 
     /// Remembers that this connection forwarded to `owner`, to tell it when the connection goes.
@@ -489,6 +513,7 @@ impl Holes {
         let mut delivered = Delivered {
             spliced: 0,
             close: false,
+            stamp: None,
         };
         let Some(index) = self.find(delivery.seq) else {
             return delivered;
@@ -512,6 +537,7 @@ impl Holes {
         if hole.awaiting > 0 || !hole.sealed {
             return delivered;
         }
+        delivered.stamp = hole.stamp;
         delivered.spliced = self.fill_at(index, out, bytes);
         delivered
     }
@@ -1363,7 +1389,7 @@ mod tests {
         for seq in 0..3 {
             let parked = Parked {
                 seq,
-                op: Op::Snapshot,
+                op: Op::Snapshot(Group::General),
                 bytes: vec![],
             };
             lanes.park(0, 7, parked);
@@ -1439,7 +1465,14 @@ mod tests {
         out.extend_from_slice(b"B");
         for (owner, len) in [(1, 10), (2, 20), (1, 5)] {
             forwarder
-                .part(&mut holes, seq, owner, Op::Snapshot, len, |_| ())
+                .part(
+                    &mut holes,
+                    seq,
+                    owner,
+                    Op::Snapshot(Group::General),
+                    len,
+                    |_| (),
+                )
                 .unwrap();
         }
         assert_eq!(holes.request_bytes, 35);
@@ -1471,7 +1504,7 @@ mod tests {
         let mut out = Vec::new();
         let seq = forwarder.gather(&mut holes, Some(Box::new(Concat::default())), 0);
         forwarder
-            .part(&mut holes, seq, 1, Op::Snapshot, 1, |_| ())
+            .part(&mut holes, seq, 1, Op::Snapshot(Group::General), 1, |_| ())
             .unwrap();
         Forwarder::seal(&mut holes, seq, None, &mut out);
         assert!(out.is_empty(), "a part is still out");
@@ -1488,12 +1521,12 @@ mod tests {
         let mut forwarder = Forwarder::new(2, 0);
         let mut holes = Holes::default();
         forwarder
-            .forward(&mut holes, 1, Op::Snapshot, 1, 0, |_| ())
+            .forward(&mut holes, 1, Op::Snapshot(Group::General), 1, 0, |_| ())
             .unwrap();
         forwarder.take_forwards(|_, batch| Err(batch));
         let seq = forwarder.gather(&mut holes, None, 0);
         assert_eq!(
-            forwarder.part(&mut holes, seq, 1, Op::Snapshot, 1, |_| ()),
+            forwarder.part(&mut holes, seq, 1, Op::Snapshot(Group::General), 1, |_| ()),
             Err(Blocked)
         );
         assert!(!forwarder.may_fan_out());

@@ -35,12 +35,15 @@ mod forward;
 mod session;
 mod text;
 
+use std::sync::Arc;
+
 use store::{Now, ShardConfig};
 
 use self::core::Core;
 use self::forward::{Answer, Forwarder, Op};
 use self::session::{Cx, Step};
-use crate::stats::{Counters, ServerInfo, Snapshot};
+use crate::control::{ConnState, Control};
+use crate::stats::{Counters, Group, Kind, ServerInfo, Snapshot, WorkerFigures};
 
 pub use forward::{
     Batch, CREDIT_RETURN_BYTES, Delivery, FORWARD_REPLY_CREDIT_BYTES,
@@ -65,6 +68,8 @@ pub struct EngineConfig {
     pub worker: usize,
     /// Connection limit (`-c`), for `stats settings`.
     pub conn_limit: usize,
+    /// What every worker shares: settings, admin switches, watchers, connection records.
+    pub control: Arc<Control>,
 }
 
 impl EngineConfig {
@@ -152,6 +157,19 @@ impl Engine {
     ) -> Outcome {
         let out_start = out.len();
         let mut pos = 0;
+        if session.watching {
+            // A watcher only receives log lines; what it sends is read and dropped.
+            return Outcome {
+                consumed: input.len(),
+                needed: 0,
+                close: session.closing,
+                stop: if session.closing {
+                    Stop::Closing
+                } else {
+                    Stop::Input
+                },
+            };
+        }
         let stopped = |pos: usize, stop: Stop| Outcome {
             consumed: pos,
             needed: 0,
@@ -189,11 +207,18 @@ impl Engine {
             if session.turn_left == 0 {
                 break stopped(pos, Stop::Turn);
             }
+            let before = (self.core.samples_pending(), session.holes.pending_len());
             let mut cx = Cx::new(&mut self.core, &mut self.forward, session, now);
             match step(&mut cx, &input[pos..], out) {
                 Step::Done(len) => {
                     pos += len;
                     session.spend_turn();
+                    // A request that made no store operation and went to no other worker
+                    // (version, stats, an error) is timed as `other`.
+                    let after = (self.core.samples_pending(), session.holes.pending_len());
+                    if after == before && len > 0 {
+                        self.core.record_pending_other();
+                    }
                 }
                 Step::Wait(needed) => {
                     break Outcome {
@@ -209,7 +234,33 @@ impl Engine {
             out.len() - out_start,
             outcome.stop == Stop::Turn,
         );
+        self.record_latency(session, now, out.len() > out_start);
         outcome
+    }
+
+    /// Records the latency of every request this engine call executed (one clock read for
+    /// all of them: their replies are in the output now), and notes the connection's last
+    /// command for `stats conns`.
+    fn record_latency(&mut self, session: &Session, now: Now, wrote: bool) {
+        if self.core.samples_pending() == 0 {
+            return;
+        }
+        let elapsed = self
+            .core
+            .control()
+            .now_ns()
+            .saturating_sub(session.arrived_ns);
+        self.core.record_samples(elapsed);
+        if let Some(record) = &session.record {
+            let state = if session.skip_bytes > 0 {
+                ConnState::Nread
+            } else if wrote {
+                ConnState::Mwrite
+            } else {
+                ConnState::ParseCmd
+            };
+            record.touch(now, state);
+        }
     }
 
     /// Executes one entry another worker forwarded here, writing its reply bytes to `out`.
@@ -231,13 +282,19 @@ impl Engine {
                     Protocol::Binary => binary::run_forwarded(&mut cx, part, request, out),
                     Protocol::Text => text::run_forwarded(&mut cx, part, request, out),
                 }
+                // The request's time is recorded where it arrived, once its reply is back.
+                core.take_samples();
                 Answer::Bytes {
                     close: session.closing,
                 }
             }
-            Op::Snapshot => Answer::Snapshot(Box::new(core.snapshot())),
+            Op::Snapshot(group) => Answer::Snapshot(Box::new(core.snapshot(group, now))),
             Op::Flush { delay, now } => {
                 core.flush_for_another(delay, now);
+                Answer::Bytes { close: false }
+            }
+            Op::Reset => {
+                core.reset_stats();
                 Answer::Bytes { close: false }
             }
             Op::Credit(_) | Op::Release => Answer::Bytes { close: false },
@@ -262,6 +319,17 @@ impl Engine {
     pub fn deliver(&mut self, session: &mut Session, out: &mut Vec<u8>, delivery: Delivery<'_>) {
         let delivered = session.holes.deliver(out, delivery);
         self.core.count_written(delivered.spliced);
+        if let Some(stamp) = delivered.stamp
+            && stamp.resets == self.core.resets()
+        {
+            let elapsed = self
+                .core
+                .control()
+                .now_ns()
+                .saturating_sub(stamp.arrived_ns);
+            self.core
+                .record_latency(Kind::from_index(stamp.kind), elapsed, 1);
+        }
         if delivered.close {
             session.close();
         }
@@ -342,9 +410,26 @@ impl Engine {
         self.core.info_mut()
     }
 
-    /// This worker's figures for a `stats` reply (summed with other workers' where there are several).
+    /// The worker loop's figures (busy and idle time, polls, packet counters), kept current
+    /// by the loop for `stats`.
+    pub fn figures_mut(&mut self) -> &mut WorkerFigures {
+        self.core.figures_mut()
+    }
+
+    /// What every worker shares.
+    pub fn control(&self) -> &Arc<Control> {
+        self.core.control()
+    }
+
+    /// This worker's general figures (summed with other workers' where there are several),
+    /// as of `now`.
     pub fn snapshot(&self) -> Snapshot {
-        self.core.snapshot()
+        self.core.snapshot(Group::General, Now::from(0u64))
+    }
+
+    /// This worker's figures for a `stats` reply of `group`, as of `now`.
+    pub fn snapshot_of(&self, group: Group, now: impl Into<Now>) -> Snapshot {
+        self.core.snapshot(group, now.into())
     }
 
     /// The configuration this engine was built with.

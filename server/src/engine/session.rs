@@ -12,10 +12,14 @@
 //! keeps the few figures adapters need between calls in protocol-free form (how far a line was
 //! scanned, where a multi-part request resumes).
 
+use std::sync::Arc;
+
 use store::Now;
 
 use super::core::Core;
-use super::forward::{self, Form, Forwarder, Gather, Holes, Op, Part};
+use super::forward::{self, Form, Forwarder, Gather, Holes, Op, Part, Stamp};
+use crate::control::ConnRecord;
+use crate::stats::Group;
 
 /// Output backlog above which the engine stops executing until the caller has sent some of it:
 /// checked before every request and before every key of a multi-key request, so one
@@ -157,6 +161,13 @@ pub struct Session {
     pub(super) turn_left: usize,
     /// Requests forwarded to other workers whose replies are still to come.
     pub(crate) holes: Holes,
+    /// When the bytes being served first arrived (monotonic nanoseconds, the packet path's
+    /// loop clock), for the latency instrument (`stats latency`).
+    pub(crate) arrived_ns: u64,
+    /// The connection as `stats conns` and the logs name it, once the packet path gave it one.
+    pub(crate) record: Option<Arc<ConnRecord>>,
+    /// Set once the connection became a log watcher (`watch`): nothing more is executed.
+    pub(crate) watching: bool,
 }
 
 impl Default for Session {
@@ -169,6 +180,9 @@ impl Default for Session {
             resume: None,
             turn_left: usize::MAX,
             holes: Holes::default(),
+            arrived_ns: 0,
+            record: None,
+            watching: false,
         }
     }
 }
@@ -201,6 +215,27 @@ impl Session {
     /// Names the connection for replies from other workers (its table's packed id).
     pub fn set_token(&mut self, token: forward::Token) {
         self.holes.token = token;
+    }
+
+    /// Stamps the bytes now being served with when they arrived (monotonic nanoseconds, the
+    /// clock of `Control::now_ns`), for `stats latency`.
+    pub fn set_arrival(&mut self, arrived_ns: u64) {
+        self.arrived_ns = arrived_ns;
+    }
+
+    /// Gives the connection its record (number, peers) for `stats conns` and the logs.
+    pub fn set_record(&mut self, record: Arc<ConnRecord>) {
+        self.record = Some(record);
+    }
+
+    /// The connection's record, once it has one.
+    pub fn record(&self) -> Option<&Arc<ConnRecord>> {
+        self.record.as_ref()
+    }
+
+    /// True once the connection is a log watcher: the packet path hands it log lines.
+    pub fn is_watching(&self) -> bool {
+        self.watching
     }
 
     /// Starts a turn: at most `requests` requests (and keys of multi-key reads) execute until
@@ -329,7 +364,13 @@ impl<'a> Cx<'a> {
                 out.len(),
                 write,
             )
-            .map_err(|forward::Blocked| Stop::Blocked)
+            .map_err(|forward::Blocked| Stop::Blocked)?;
+        self.session.holes.stamp_last(Stamp {
+            arrived_ns: self.session.arrived_ns,
+            kind: self.core.kind() as u8,
+            resets: self.core.resets(),
+        });
+        Ok(())
     }
 
     /// Whether a request may go to every other worker now (no queue holds a batch back).
@@ -350,11 +391,12 @@ impl<'a> Cx<'a> {
         out: &mut Vec<u8>,
     ) -> bool {
         let op = match op {
-            FanOut::Snapshot => Op::Snapshot,
+            FanOut::Snapshot(group) => Op::Snapshot(group),
             FanOut::Flush { delay } => Op::Flush {
                 delay,
                 now: self.now,
             },
+            FanOut::Reset => Op::Reset,
         };
         let Some(forward) = self.forward.as_deref_mut() else {
             return false;
@@ -386,11 +428,13 @@ impl<'a> Cx<'a> {
 /// What a request may ask of every other worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FanOut {
-    /// Send back your statistics.
-    Snapshot,
+    /// Send back your statistics for this `stats` group.
+    Snapshot(Group),
     /// Flush your shard (flush_all with this delay).
     Flush {
         /// The delay, memcached's exptime rules.
         delay: i64,
     },
+    /// Reset your statistics (`stats reset`).
+    Reset,
 }

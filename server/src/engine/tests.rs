@@ -42,12 +42,24 @@ pub(crate) const PIECES: [usize; 5] = [1, 2, 5, 10, 100];
 pub(crate) fn engine_with(shard: ShardConfig) -> Engine {
     Engine::new(EngineConfig {
         shard,
+        ..engine_config()
+    })
+}
+
+/// The configuration of [`engine`]: one worker, 64 MiB, 1 MiB items.
+pub(crate) fn engine_config() -> EngineConfig {
+    EngineConfig {
+        shard: ShardConfig {
+            memory_limit_bytes: 64 << 20,
+            max_item_size: 1 << 20,
+        },
         version: VERSION,
         started_unix_secs: NOW - 10,
         threads: 1,
         worker: 0,
         conn_limit: 1024,
-    })
+        control: crate::control::Control::new(Default::default(), 0),
+    }
 }
 
 /// An owned reply, for comparing.
@@ -679,6 +691,64 @@ fn stats_lists_memcached_names_then_terminator() {
         .bytes(),
     );
     assert_eq!(unknown[0].status, Status::KeyNotFound);
+}
+
+// Regression: `stats detail on` (a conformance script's first request) was answered "not
+// found". memcached's binary STAT groups: `reset`, `detail on|off` answer the terminator only,
+// `detail dump` one `detailed` packet; `conns` is text only.
+#[test]
+fn binary_stat_groups_are_answered_as_memcached_answers_them() {
+    let mut e = engine();
+    let mut session = Session::default();
+    let mut stat = |e: &mut Engine, key: &[u8]| {
+        exec(
+            e,
+            &mut session,
+            &Req {
+                opcode: Opcode::Stat,
+                key,
+                ..REQ
+            }
+            .bytes(),
+        )
+        .0
+    };
+    let terminator_only = |replies: &[Reply]| {
+        replies.len() == 1
+            && replies[0].status == Status::NoError
+            && replies[0].key.is_empty()
+            && replies[0].value.is_empty()
+    };
+    assert!(terminator_only(&stat(&mut e, b"detail on")));
+    assert!(e.control().detail());
+    one(&mut e, set(b"p:k", b"v", &set_extras(0, 0)));
+    one(&mut e, get(b"p:k"));
+    let dump = stat(&mut e, b"detail dump");
+    assert_eq!(dump.len(), 2);
+    assert_eq!(dump[0].key, b"detailed");
+    assert_eq!(dump[0].value, b"PREFIX p get 1 hit 1 set 1 del 0\r\n");
+    assert!(terminator_only(&dump[1..]));
+    assert!(terminator_only(&stat(&mut e, b"detail off")));
+    assert!(!e.control().detail());
+    assert_eq!(stat(&mut e, b"detail bogus")[0].status, Status::KeyNotFound);
+    assert!(terminator_only(&stat(&mut e, b"reset")));
+    assert_eq!(e.counters().cmd_get, 0);
+    one(&mut e, get(b"p:k"));
+    let items = stat(&mut e, b"items");
+    assert_eq!(items[0].key, b"items:1:number");
+    assert!(items.iter().any(|r| r.key == b"items:1:evicted_time"));
+    let slabs = stat(&mut e, b"slabs");
+    assert!(slabs.iter().any(|r| r.key == b"1:chunk_size"));
+    let sizes = stat(&mut e, b"sizes");
+    assert_eq!(sizes.len(), 2);
+    let latency = stat(&mut e, b"latency");
+    assert!(latency.iter().any(|r| r.key == b"latency:get:count"));
+    assert_eq!(stat(&mut e, b"conns")[0].status, Status::KeyNotFound);
+    let enable = stat(&mut e, b"sizes_enable");
+    assert_eq!(
+        (enable.len(), &enable[0].key[..]),
+        (1, &b"sizes_status"[..])
+    );
 }
 
 #[test]

@@ -198,9 +198,9 @@ pub fn stopping(stop: &AtomicBool) -> bool {
 }
 
 /// Writes the final statistics (summed over workers) to stderr, one `STAT name value` line each.
-pub fn report_final(snapshot: &Snapshot) {
+pub fn report_final(snapshot: &Snapshot, control: &crate::control::Control) {
     let mut text = String::from("memspin stopped; final stats:\n");
-    stats::general(snapshot, unix_now(), |name, value| {
+    stats::general(snapshot, control, unix_now(), |name, value| {
         text.push_str(&format!("STAT {name} {value}\n"));
     });
     eprint!("{text}");
@@ -430,7 +430,7 @@ pub fn spawn<Q: Send>(
         }
     }
     if let Some(total) = total {
-        report_final(&total);
+        report_final(&total, &plan.engine.control);
     }
     first_error.map_or(Ok(()), Err)
 }
@@ -506,7 +506,7 @@ fn abandon(plan: &Plan<'_>, results: &[Option<Result<Stopped, String>>], stuck: 
         }
     }
     if let Some(total) = total {
-        report_final(&total);
+        report_final(&total, &plan.engine.control);
     }
     netstack::xdp::detach_all();
     let list: Vec<String> = stuck.iter().map(ToString::to_string).collect();
@@ -813,6 +813,7 @@ mod tests {
                 threads: workers,
                 worker: 0,
                 conn_limit: 16,
+                control: crate::control::Control::new(Default::default(), 0),
             },
             stop,
             idle: Idle::Park,

@@ -204,7 +204,7 @@ pub fn run(
         config.conn_limit,
         config.idle_timeout,
     );
-    crate::stats::set_path_settings(ready.settings());
+    plan.engine.control.set_path_settings(ready.settings());
     let served = spawn(
         plan,
         devices,

@@ -92,6 +92,8 @@ pub(super) fn execute(
             };
         }
     }
+    // Counted where it runs (a forwarded request is counted by its owner).
+    cx.core.count_meta();
     match request.command {
         Command::Noop => ReplyLine::start(out, Status::Mn).finish(),
         Command::Debug => debug(cx, key, flags, out, now),

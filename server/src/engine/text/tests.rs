@@ -292,7 +292,15 @@ fn every_error_is_answered_as_memcached_does() {
         ("get\r\n".into(), "ERROR\r\n"),
         ("set k 0 0\r\n".into(), "ERROR\r\n"),
         ("delete a b c d e\r\n".into(), "ERROR\r\n"),
-        ("stats detail\r\n".into(), "ERROR\r\n"),
+        ("stats bogus\r\n".into(), "ERROR\r\n"),
+        (
+            "stats detail\r\n".into(),
+            "CLIENT_ERROR usage: stats detail on|off|dump\r\n",
+        ),
+        (
+            "slabs automove bad\r\n".into(),
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
         (
             format!("get {long_key}\r\n"),
             "CLIENT_ERROR bad command line format\r\n",
@@ -541,6 +549,7 @@ fn out_of_memory_is_a_server_error() {
         threads: 1,
         worker: 0,
         conn_limit: 16,
+        control: crate::control::Control::new(Default::default(), 0),
     });
     let mut input = b"set k 0 0 5000\r\n".to_vec();
     input.extend(vec![b'x'; 5000]);
@@ -921,4 +930,365 @@ fn exptimes_stay_whole_seconds_with_a_millisecond_clock() {
     out.clear();
     e.execute(&mut session, b"get k\r\n", &mut out, at(1000));
     assert_eq!(out, b"END\r\n");
+}
+
+/// An engine whose latency clock reads [`FAKE_NS`].
+fn engine_with_control(settings: crate::control::Settings) -> Engine {
+    Engine::new(EngineConfig {
+        control: crate::control::Control::with_clock(settings, || {
+            FAKE_NS.load(std::sync::atomic::Ordering::Relaxed)
+        }),
+        ..super::super::tests::engine_config()
+    })
+}
+
+/// The latency tests' clock.
+static FAKE_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The value of `STAT <name>` in a stats reply.
+#[track_caller]
+fn stat(reply: &str, name: &str) -> Option<String> {
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+        .map(str::to_string)
+}
+
+#[test]
+fn stats_detail_counts_per_prefix_while_on() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "stats detail dump\r\n"), "END\r\n");
+    assert_eq!(ok(&mut e, "stats detail on\r\n"), "OK\r\n");
+    ok(
+        &mut e,
+        "get foo:bar\r\nset foo:x 0 0 1\r\nx\r\ndelete foo:q\r\nget foo:x\r\nget nocolon\r\n",
+    );
+    ok(&mut e, "mg foo:x v\r\nms bar:y 1\r\ny\r\nmd bar:y\r\n");
+    assert_eq!(
+        ok(&mut e, "stats detail dump\r\n"),
+        "PREFIX bar get 0 hit 0 set 1 del 1\r\nPREFIX foo get 3 hit 2 set 1 del 1\r\nEND\r\n"
+    );
+    assert!(ok(&mut e, "stats settings\r\n").contains("STAT detail_enabled yes\r\n"));
+    // Off stops counting; the counts stay for dump, as in memcached.
+    assert_eq!(ok(&mut e, "stats detail off\r\n"), "OK\r\n");
+    ok(&mut e, "get foo:bar\r\n");
+    assert!(ok(&mut e, "stats detail dump\r\n").contains("PREFIX foo get 3 "));
+    // stats reset clears them.
+    assert_eq!(ok(&mut e, "stats reset\r\n"), "RESET\r\n");
+    assert_eq!(ok(&mut e, "stats detail dump\r\n"), "END\r\n");
+}
+
+#[test]
+fn stats_reset_restarts_counters_and_keeps_the_cache() {
+    let mut e = engine();
+    ok(&mut e, "set a 0 0 1\r\na\r\nget a\r\nget b\r\nincr a 1\r\n");
+    let before = ok(&mut e, "stats\r\n");
+    assert_eq!(stat(&before, "cmd_get").as_deref(), Some("2"));
+    assert_eq!(ok(&mut e, "stats reset\r\n"), "RESET\r\n");
+    let after = ok(&mut e, "stats\r\n");
+    for name in [
+        "cmd_get",
+        "cmd_set",
+        "get_hits",
+        "get_misses",
+        "total_items",
+        "incr_misses",
+    ] {
+        assert_eq!(stat(&after, name).as_deref(), Some("0"), "{name}");
+    }
+    assert_eq!(stat(&after, "curr_items").as_deref(), Some("1"));
+    assert_eq!(stat(&after, "bytes"), stat(&before, "bytes"));
+    // Counting goes on from zero.
+    ok(&mut e, "get a\r\n");
+    assert_eq!(
+        stat(&ok(&mut e, "stats\r\n"), "cmd_get").as_deref(),
+        Some("1")
+    );
+}
+
+#[test]
+fn stats_sizes_lists_32_byte_classes_and_can_be_turned_off() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "stats sizes\r\n"), "END\r\n");
+    ok(&mut e, "set a 0 0 1\r\na\r\nset b 0 0 1\r\nb\r\n");
+    ok(
+        &mut e,
+        &format!("set c 0 0 1000\r\n{}\r\n", "c".repeat(1000)),
+    );
+    let small = store::item_size(1, 1).div_ceil(32) * 32;
+    let large = store::item_size(1, 1000).div_ceil(32) * 32;
+    assert_eq!(
+        ok(&mut e, "stats sizes\r\n"),
+        format!("STAT {small} 2\r\nSTAT {large} 1\r\nEND\r\n")
+    );
+    // memcached ends these two replies without END.
+    assert_eq!(
+        ok(&mut e, "stats sizes_disable\r\n"),
+        "STAT sizes_status disabled\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "stats sizes\r\n"),
+        "STAT sizes_status disabled\r\nEND\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "stats sizes_enable\r\n"),
+        "STAT sizes_status enabled\r\n"
+    );
+    assert!(ok(&mut e, "stats settings\r\n").contains("STAT track_sizes yes\r\n"));
+}
+
+#[test]
+fn slabs_commands_are_answered_as_memcached_answers_them() {
+    let mut e = engine();
+    for (line, reply) in [
+        (
+            "slabs automove bad\r\n",
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
+        ("slabs automove 1\r\n", "OK\r\n"),
+        ("slabs automove 3\r\n", "ERROR\r\n"),
+        ("slabs automove 0 noreply\r\n", ""),
+        ("slabs automove ratio 0.5\r\n", "OK\r\n"),
+        (
+            "slabs reassign 1 1\r\n",
+            "SAME src and dst class are identical\r\n",
+        ),
+        (
+            "slabs reassign 1 99\r\n",
+            "BADCLASS invalid src or dst class id\r\n",
+        ),
+        (
+            "slabs reassign x 1\r\n",
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
+        ("slabs\r\n", "ERROR\r\n"),
+    ] {
+        assert_eq!(ok(&mut e, line), reply, "{line:?}");
+    }
+    let settings = ok(&mut e, "stats settings\r\n");
+    assert_eq!(stat(&settings, "slab_automove").as_deref(), Some("0"));
+    assert_eq!(
+        stat(&settings, "slab_automove_ratio").as_deref(),
+        Some("0.50")
+    );
+}
+
+#[test]
+fn metadump_lists_every_item_as_memcached_formats_it() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "lru_crawler metadump all\r\n"), "END\r\n");
+    ok(
+        &mut e,
+        "set a:b 0 0 1\r\nx\r\nset sp%ce 0 100 1\r\nx\r\nget a:b\r\n",
+    );
+    let dump = ok(&mut e, "lru_crawler metadump all\r\n");
+    let mut lines: Vec<&str> = dump.split('\n').collect();
+    assert_eq!(lines.pop(), Some(""));
+    assert_eq!(lines.pop(), Some("END\r"));
+    lines.sort_unstable();
+    let size = store::item_size(3, 1);
+    assert_eq!(
+        lines[0],
+        format!("key=a%3Ab exp=-1 la={NOW} cas=1 fetch=yes cls=1 size={size}")
+    );
+    let size = store::item_size(5, 1);
+    assert_eq!(
+        lines[1],
+        format!(
+            "key=sp%25ce exp={} la={NOW} cas=2 fetch=no cls=1 size={size}",
+            NOW + 100
+        )
+    );
+    assert_eq!(ok(&mut e, "lru_crawler metadump hash\r\n"), dump);
+    assert_eq!(ok(&mut e, "lru_crawler metadump 1,2\r\n"), dump);
+    assert_eq!(ok(&mut e, "lru_crawler metadump 2\r\n"), "END\r\n");
+    for bad in ["0", "64", "1,x"] {
+        assert_eq!(
+            ok(&mut e, &format!("lru_crawler metadump {bad}\r\n")),
+            "BADCLASS invalid class id\r\n"
+        );
+    }
+}
+
+// A dump is written a slice of buckets at a time, stopping at the output high-water mark as
+// a multi-key get does, and goes on where it stopped.
+#[test]
+fn a_large_metadump_stops_at_the_high_water_mark_and_resumes() {
+    let mut e = engine();
+    let mut input = String::new();
+    for i in 0..20_000 {
+        input += &format!("set key:{i:06}:{} 0 0 1\r\nx\r\n", "k".repeat(60));
+    }
+    ok(&mut e, &input);
+    let line = "lru_crawler metadump all\r\n";
+    let mut session = Session::default();
+    let mut all = Vec::new();
+    let mut calls = 0;
+    loop {
+        let mut out = Vec::new();
+        let outcome = e.execute(&mut session, line.as_bytes(), &mut out, NOW);
+        assert!(
+            out.len() < OUT_HIGH_WATER_BYTES + 128 * 200,
+            "{}",
+            out.len()
+        );
+        all.extend_from_slice(&out);
+        calls += 1;
+        if outcome.consumed == line.len() {
+            break;
+        }
+        assert_eq!((outcome.consumed, outcome.stop), (0, Stop::Output));
+    }
+    assert!(calls > 3, "{calls}");
+    let text = String::from_utf8(all).unwrap();
+    assert!(text.ends_with("\nEND\r\n"));
+    let mut keys: Vec<&str> = text.lines().filter(|l| l.starts_with("key=")).collect();
+    assert_eq!(keys.len(), 20_000);
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), 20_000, "each item once");
+}
+
+#[test]
+fn verbosity_sets_the_shared_level() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "verbosity 2\r\n"), "OK\r\n");
+    assert_eq!(e.control().verbosity(), 2);
+    assert_eq!(ok(&mut e, "verbosity 9 noreply\r\n"), "");
+    assert_eq!(e.control().verbosity(), crate::control::MAX_VERBOSITY);
+    assert!(ok(&mut e, "stats settings\r\n").contains("STAT verbosity 3\r\n"));
+    ok(&mut e, "verbosity 0\r\n");
+}
+
+#[test]
+fn shutdown_needs_dash_a() {
+    let mut e = engine();
+    assert_eq!(
+        ok(&mut e, "shutdown\r\n"),
+        "ERROR: shutdown not enabled\r\n"
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut e = engine_with_control(crate::control::Settings {
+        shutdown_enabled: true,
+        ..Default::default()
+    });
+    e.control().set_stop(stop.clone());
+    assert_eq!(
+        ok(&mut e, "shutdown now\r\n"),
+        "CLIENT_ERROR invalid shutdown mode\r\n"
+    );
+    assert!(!stop.load(std::sync::atomic::Ordering::SeqCst));
+    let (out, outcome) = run(&mut e, "shutdown\r\nversion\r\n");
+    assert_eq!(out, "", "the connection closes without a reply");
+    assert!(outcome.close);
+    assert!(stop.load(std::sync::atomic::Ordering::SeqCst));
+}
+
+#[test]
+fn a_watcher_gets_events_from_other_connections() {
+    let mut e = engine();
+    let control = e.control().clone();
+    let record = control.open_connection(0, None, None, store::Now::from(NOW));
+    let mut watcher = Session::default();
+    watcher.set_token(99);
+    watcher.set_record(record.clone());
+    let (out, _) = run_bytes(&mut e, &mut watcher, b"watch fetchers mutations\r\n");
+    assert_eq!(out, "OK\r\n");
+    assert!(watcher.is_watching());
+    // What a watcher sends is dropped.
+    let (out, outcome) = run_bytes(&mut e, &mut watcher, b"get x\r\n");
+    assert_eq!((out.as_str(), outcome.consumed), ("", 7));
+    ok(
+        &mut e,
+        "set foo 0 100 3\r\nbar\r\nget foo\r\nget nope\r\nadd foo 0 0 1\r\nx\r\n",
+    );
+    let mut lines = Vec::new();
+    control.watchers.drain(0, |token, bytes| {
+        assert_eq!(token, 99);
+        lines.extend_from_slice(bytes);
+        bytes.len()
+    });
+    let text = String::from_utf8(lines).unwrap();
+    let events: Vec<&str> = text
+        .lines()
+        .map(|l| l.split_once(" type=").unwrap().1)
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "item_store key=foo status=stored cmd=set ttl=100 clsid=1 cfd=0 size=3",
+            "item_get key=foo status=found clsid=1 cfd=0 size=3",
+            "item_get key=nope status=not_found clsid=0 cfd=0 size=0",
+            "item_store key=foo status=not_stored cmd=add ttl=0 clsid=1 cfd=0 size=1",
+        ],
+        "{text}"
+    );
+    assert!(text.starts_with(&format!("ts={NOW}.0 gid=")), "{text}");
+    drop(watcher);
+    drop(record);
+    assert!(!control.watchers.any(), "a closed watcher stops the events");
+}
+
+#[test]
+fn stats_latency_counts_every_request_with_monotonic_percentiles() {
+    use std::sync::atomic::Ordering;
+    let mut e = engine_with_control(crate::control::Settings::default());
+    let mut session = Session::default();
+    // Each call's requests arrived at 1,000 ns and were done at 1,000 + 500 * call.
+    for call in 1..=100u64 {
+        session.set_arrival(1000);
+        FAKE_NS.store(1000 + 500 * call, Ordering::Relaxed);
+        run_bytes(
+            &mut e,
+            &mut session,
+            b"set k 0 0 1\r\nx\r\nget k\r\nget k j\r\nversion\r\n",
+        );
+    }
+    let stats = ok(&mut e, "stats\r\n");
+    let latency = ok(&mut e, "stats latency\r\n");
+    let count = |kind: &str| stat(&latency, &format!("latency:{kind}:count"));
+    assert_eq!(count("get"), stat(&stats, "cmd_get"), "one per key");
+    assert_eq!(count("get").as_deref(), Some("300"));
+    assert_eq!(count("set").as_deref(), Some("100"));
+    // version, and the two `stats` before this one.
+    assert_eq!(count("other").as_deref(), Some("101"));
+    assert_eq!(count("delete"), None);
+    let quantiles: Vec<u64> = ["p50", "p90", "p99", "p99_9", "p99_99", "max"]
+        .iter()
+        .map(|q| {
+            stat(&latency, &format!("latency:set:{q}_ns"))
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(quantiles.windows(2).all(|w| w[0] <= w[1]), "{quantiles:?}");
+    assert!((24_500..=25_500).contains(&quantiles[0]), "{quantiles:?}");
+    assert!((49_500..=50_500).contains(&quantiles[5]), "{quantiles:?}");
+    assert_eq!(ok(&mut e, "stats reset\r\n"), "RESET\r\n");
+    let latency = ok(&mut e, "stats latency\r\n");
+    assert_eq!(stat(&latency, "latency:get:count"), None, "{latency}");
+}
+
+#[test]
+fn stats_conns_lists_connections_and_listeners() {
+    let mut e = engine_with_control(crate::control::Settings {
+        tcp_port: 11211,
+        interface: "127.0.0.1".into(),
+        cpus: vec![0],
+        ..Default::default()
+    });
+    let control = e.control().clone();
+    let peer = "127.0.0.1:40000".parse().unwrap();
+    let local = "127.0.0.1:11211".parse().unwrap();
+    let record = control.open_connection(0, Some(peer), Some(local), store::Now::from(NOW - 3));
+    let mut session = Session::default();
+    session.set_record(record);
+    let (conns, _) = run_bytes(&mut e, &mut session, b"stats conns\r\n");
+    assert_eq!(
+        conns,
+        "STAT 0:addr tcp:127.0.0.1:11211\r\nSTAT 0:state conn_listening\r\n\
+         STAT 1:addr tcp:127.0.0.1:40000\r\nSTAT 1:listen_addr tcp:127.0.0.1:11211\r\n\
+         STAT 1:state conn_parse_cmd\r\nSTAT 1:secs_since_last_cmd 3\r\nEND\r\n"
+    );
 }
