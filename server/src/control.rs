@@ -117,12 +117,10 @@ impl CloseReason {
 pub enum ConnState {
     /// Waiting for, or reading, a request.
     ParseCmd = 0,
-    /// Part of a value or frame has arrived, the rest is awaited.
+    /// A refused value or frame is being read and dropped.
     Nread = 1,
-    /// Replies wait to be sent.
-    Mwrite = 2,
     /// A watcher: log lines are sent to it.
-    Watch = 3,
+    Watch = 2,
 }
 
 impl ConnState {
@@ -130,7 +128,6 @@ impl ConnState {
         match self {
             ConnState::ParseCmd => "conn_parse_cmd",
             ConnState::Nread => "conn_nread",
-            ConnState::Mwrite => "conn_mwrite",
             ConnState::Watch => "conn_watch",
         }
     }
@@ -138,8 +135,7 @@ impl ConnState {
     fn from_u8(byte: u8) -> ConnState {
         match byte {
             1 => ConnState::Nread,
-            2 => ConnState::Mwrite,
-            3 => ConnState::Watch,
+            2 => ConnState::Watch,
             _ => ConnState::ParseCmd,
         }
     }

@@ -57,8 +57,8 @@ fn run(args: &Args) -> Result<(), String> {
     );
     control.set_stop(Arc::clone(&stop));
     log::info!(
-        "starting: net {:?}, {workers} worker(s) on CPUs {cpus:?}, -m {} MB, -I {}, -c {}, evictions {}, shutdown command {}",
-        args.net,
+        "starting: net {}, {workers} worker(s) on CPUs {cpus:?}, -m {} MB, -I {}, -c {}, evictions {}, shutdown command {}",
+        control.settings.net,
         args.memory_limit_mb,
         args.max_item_size,
         args.conn_limit,

@@ -160,6 +160,109 @@ impl PathCounters {
     }
 }
 
+/// A packet path's counters as its device, connection table or sockets keep them: copied by
+/// the worker's loop every iteration (a copy of plain integers), named only when `stats` asks.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum RawPath {
+    /// No packet path (an engine driven directly).
+    #[default]
+    None,
+    /// smoltcp over a TAP queue: the device's and the connection table's counters.
+    Tap(netstack::TapStats, netstack::TableStats),
+    /// smoltcp over an AF_XDP socket: the device's (the kernel's `XDP_STATISTICS` among them,
+    /// read every 100 ms) and the connection table's counters.
+    Xdp(netstack::xdp::XdpStats, netstack::TableStats),
+    /// Kernel sockets: the table's counters.
+    Kernel(netstack::kernel::KernelStats),
+}
+
+impl RawPath {
+    /// The counters under their `stats` names (`memspin_<name>` in `stats`,
+    /// `worker:<i>:<name>` in `stats workers`): `tap_*`, `xdp_*`, `xdp_kernel_*`, `table_*`,
+    /// `kernel_*`. Drops are the `*_dropped`, `*_invalid`, `*_truncated`, `*_oversize`,
+    /// `*_eagain`, `*_nobufs` and `*_errors` counters; transmit retries `xdp_tx_kick_busy`;
+    /// empty fill rings `xdp_fill_empty` (memspin's refills) and
+    /// `xdp_kernel_rx_fill_ring_empty_descs` (frames the kernel dropped for want of one).
+    pub fn named(&self) -> PathCounters {
+        let mut c = PathCounters::default();
+        match self {
+            RawPath::None => {}
+            RawPath::Tap(tap, table) => {
+                c.push("tap_rx_frames", tap.rx_frames);
+                c.push("tap_rx_bytes", tap.rx_bytes);
+                c.push("tap_rx_empty_reads", tap.rx_empty_reads);
+                c.push("tap_rx_truncated", tap.rx_truncated);
+                c.push("tap_rx_errors", tap.rx_errors);
+                c.push("tap_tx_frames", tap.tx_frames);
+                c.push("tap_tx_bytes", tap.tx_bytes);
+                c.push("tap_tx_eagain", tap.tx_eagain);
+                c.push("tap_tx_nobufs", tap.tx_nobufs);
+                c.push("tap_tx_errors", tap.tx_errors);
+                c.push("tap_tx_short", tap.tx_short);
+                c.push("tap_tx_oversize", tap.tx_oversize);
+                table_counters(table, &mut c);
+            }
+            RawPath::Xdp(xdp, table) => {
+                c.push("xdp_rx_frames", xdp.rx_frames);
+                c.push("xdp_rx_bytes", xdp.rx_bytes);
+                c.push("xdp_rx_chained", xdp.rx_chained);
+                c.push("xdp_rx_batches", xdp.rx_batches);
+                c.push("xdp_rx_invalid", xdp.rx_invalid);
+                c.push("xdp_fill_empty", xdp.fill_empty);
+                c.push("xdp_fill_wakeups", xdp.fill_wakeups);
+                c.push("xdp_busy_polls", xdp.busy_polls);
+                c.push("xdp_tx_frames", xdp.tx_frames);
+                c.push("xdp_tx_bytes", xdp.tx_bytes);
+                c.push("xdp_tx_chained", xdp.tx_chained);
+                c.push("xdp_tx_kicks", xdp.tx_kicks);
+                c.push("xdp_tx_kick_busy", xdp.tx_kick_busy);
+                c.push("xdp_tx_errors", xdp.tx_errors);
+                c.push("xdp_tx_exhausted", xdp.tx_exhausted);
+                c.push("xdp_tx_dropped", xdp.tx_dropped);
+                c.push("xdp_tx_oversize", xdp.tx_oversize);
+                c.push("xdp_completions", xdp.completions);
+                c.push("xdp_bogus_completions", xdp.bogus_completions);
+                c.push("xdp_tx_in_flight", xdp.tx_in_flight);
+                let k = &xdp.kernel;
+                c.push("xdp_kernel_rx_dropped", k.rx_dropped);
+                c.push("xdp_kernel_rx_invalid_descs", k.rx_invalid_descs);
+                c.push("xdp_kernel_tx_invalid_descs", k.tx_invalid_descs);
+                c.push("xdp_kernel_rx_ring_full", k.rx_ring_full);
+                c.push(
+                    "xdp_kernel_rx_fill_ring_empty_descs",
+                    k.rx_fill_ring_empty_descs,
+                );
+                c.push("xdp_kernel_tx_ring_empty_descs", k.tx_ring_empty_descs);
+                table_counters(table, &mut c);
+            }
+            RawPath::Kernel(k) => {
+                c.push("kernel_accepted", k.accepted);
+                c.push("kernel_refused", k.refused);
+                c.push("kernel_closed", k.closed);
+                c.push("kernel_idle_closed", k.idle_closed);
+                c.push("kernel_errors", k.errors);
+            }
+        }
+        c
+    }
+}
+
+/// A smoltcp connection table's counters (frames in and out, drops, connection ends).
+fn table_counters(t: &netstack::TableStats, c: &mut PathCounters) {
+    c.push("table_frames_in", t.frames_in);
+    c.push("table_frames_tcp", t.frames_tcp);
+    c.push("table_frames_control", t.frames_control);
+    c.push("table_frames_dropped", t.frames_dropped);
+    c.push("table_frames_out", t.frames_out);
+    c.push("table_unresolved", t.unresolved);
+    c.push("table_tx_exhausted", t.tx_exhausted);
+    c.push("table_handshakes_failed", t.handshakes_failed);
+    c.push("table_syn_evicted", t.syn_evicted);
+    c.push("table_timed_out", t.timed_out);
+    c.push("table_idle_closed", t.idle_closed);
+    c.push("table_closed", t.closed);
+}
+
 /// What one worker's loop did, for CPU per request on a spinning server: time with and
 /// without work, polls, and its packet path's counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

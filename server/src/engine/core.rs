@@ -23,7 +23,7 @@ use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, StoreMode, Ttl, Wri
 use super::EngineConfig;
 use crate::control::{Control, EventKind, uri_encode};
 use crate::stats::{
-    Counters, Group, KINDS, Kind, Latency, Prefixes, SIZES_STEP, ServerInfo, Snapshot,
+    Counters, Group, KINDS, Kind, Latency, Prefixes, RawPath, SIZES_STEP, ServerInfo, Snapshot,
     WorkerFigures,
 };
 
@@ -38,8 +38,10 @@ pub(crate) struct Core {
     info_base: ServerInfo,
     /// The worker loop's figures, as it counts them (since start).
     figures: WorkerFigures,
-    /// `figures` at the last `stats reset`.
+    /// `figures` at the last `stats reset` (with its packet counters named).
     figures_base: WorkerFigures,
+    /// The packet path's counters, as the loop last copied them.
+    raw_path: RawPath,
     /// `stats detail` counts, while on.
     prefixes: Prefixes,
     /// `stats latency`.
@@ -52,6 +54,9 @@ pub(crate) struct Core {
     published_buckets: usize,
     /// `stats reset`s so far: a forwarded request stamped before the last one is not timed.
     resets: u32,
+    /// The number of the connection whose request runs now (0: none, or another worker's),
+    /// for `watch` lines' `cfd`.
+    cfd: u64,
 }
 
 impl Core {
@@ -67,6 +72,7 @@ impl Core {
                 ..WorkerFigures::default()
             },
             figures_base: WorkerFigures::default(),
+            raw_path: RawPath::None,
             config,
             info: ServerInfo::default(),
             info_base: ServerInfo::default(),
@@ -76,7 +82,14 @@ impl Core {
             kind: Kind::Other,
             published_buckets: 0,
             resets: 0,
+            cfd: 0,
         }
+    }
+
+    /// Names the connection whose requests run next (0: another worker's), for `watch`.
+    #[inline]
+    pub fn set_cfd(&mut self, cfd: u64) {
+        self.cfd = cfd;
     }
 
     /// `stats reset`s so far.
@@ -164,6 +177,7 @@ impl Core {
     fn observe_get(
         control: &Control,
         prefixes: &mut Prefixes,
+        cfd: u64,
         key: &[u8],
         found: Option<usize>,
         now: Now,
@@ -183,7 +197,7 @@ impl Core {
                     Some(size) => ("found", 1, size),
                     None => ("not_found", 0, 0),
                 };
-                let _ = write!(line, " status={status} clsid={class} cfd=0 size={size}");
+                let _ = write!(line, " status={status} clsid={class} cfd={cfd} size={size}");
             });
         }
     }
@@ -210,12 +224,13 @@ impl Core {
                 Ttl::AtMillis(at) => (at.saturating_sub(now.millis()) / 1000) as i64,
                 _ => 0,
             };
+            let cfd = self.cfd;
             watchers.publish(EventKind::Mutations, now, |line| {
                 line.push_str("type=item_store key=");
                 uri_encode(line, write.key);
                 let _ = write!(
                     line,
-                    " status={status} cmd={command} ttl={ttl} clsid=1 cfd=0 size={}",
+                    " status={status} cmd={command} ttl={ttl} clsid=1 cfd={cfd} size={}",
                     write.value.len()
                 );
             });
@@ -261,7 +276,14 @@ impl Core {
         let item = self.shard.get(key, now);
         if observed {
             let found = item.map(|item| item.value.len());
-            Core::observe_get(&self.config.control, &mut self.prefixes, key, found, now);
+            Core::observe_get(
+                &self.config.control,
+                &mut self.prefixes,
+                self.cfd,
+                key,
+                found,
+                now,
+            );
         }
         item
     }
@@ -282,7 +304,14 @@ impl Core {
         let item = self.shard.peek(key, now);
         if observed {
             let found = item.map(|item| item.value.len());
-            Core::observe_get(&self.config.control, &mut self.prefixes, key, found, now);
+            Core::observe_get(
+                &self.config.control,
+                &mut self.prefixes,
+                self.cfd,
+                key,
+                found,
+                now,
+            );
         }
         item
     }
@@ -301,7 +330,14 @@ impl Core {
         let item = self.shard.touch(key, ttl, now);
         if observed {
             let found = item.map(|item| item.value.len());
-            Core::observe_get(&self.config.control, &mut self.prefixes, key, found, now);
+            Core::observe_get(
+                &self.config.control,
+                &mut self.prefixes,
+                self.cfd,
+                key,
+                found,
+                now,
+            );
         }
         item
     }
@@ -513,6 +549,19 @@ impl Core {
         &mut self.figures
     }
 
+    /// The packet path's counters, copied by the loop.
+    pub fn set_raw_path(&mut self, raw: RawPath) {
+        self.raw_path = raw;
+    }
+
+    /// The loop's figures with the packet counters named.
+    fn named_figures(&self) -> WorkerFigures {
+        WorkerFigures {
+            path: self.raw_path.named(),
+            ..self.figures
+        }
+    }
+
     /// `stats reset`: zeroes the counters memcached resets (commands, hits and misses,
     /// evictions, connections accepted and refused), this worker's loop figures and packet
     /// counters, the latency histograms and `stats detail`'s prefixes. What describes the
@@ -521,7 +570,7 @@ impl Core {
         self.counters = Counters::default();
         self.shard.reset_stats();
         self.info_base = self.info;
-        self.figures_base = self.figures;
+        self.figures_base = self.named_figures();
         self.latency.reset();
         self.prefixes.clear();
         // Requests counted before the reset are not timed after it.
@@ -549,7 +598,7 @@ impl Core {
             shard: self.shard.stats().clone(),
             counters: self.counters,
             info,
-            workers: vec![self.figures.since(&self.figures_base)],
+            workers: vec![self.named_figures().since(&self.figures_base)],
             threads: self.config.threads,
             limit_maxbytes: self.config.shard.memory_limit_bytes as u64,
             item_size_max: self.config.shard.max_item_size as u64,

@@ -43,7 +43,7 @@ use self::core::Core;
 use self::forward::{Answer, Forwarder, Op};
 use self::session::{Cx, Step};
 use crate::control::{ConnState, Control};
-use crate::stats::{Counters, Group, Kind, ServerInfo, Snapshot, WorkerFigures};
+use crate::stats::{Counters, Group, Kind, RawPath, ServerInfo, Snapshot, WorkerFigures};
 
 pub use forward::{
     Batch, CREDIT_RETURN_BYTES, Delivery, FORWARD_REPLY_CREDIT_BYTES,
@@ -78,6 +78,53 @@ impl EngineConfig {
     pub fn max_body(&self) -> u32 {
         let limit = self.shard.max_item_size.saturating_mul(2).max(1 << 20);
         u32::try_from(limit).unwrap_or(u32::MAX)
+    }
+}
+
+/// Logs one request and the first line of its reply (`-vv`), as memcached's `<fd command` and
+/// `>fd reply` lines: text as it was sent (its first line, at most 200 bytes, escaped), binary
+/// as its opcode and key.
+fn log_request(session: &Session, request: &[u8], reply: &[u8]) {
+    let number = session.record.as_ref().map_or(0, |r| r.number);
+    let first_line = |bytes: &[u8]| {
+        let end = bytes
+            .iter()
+            .position(|&b| b == b'\n')
+            .unwrap_or(bytes.len())
+            .min(200);
+        let line = &bytes[..end];
+        line.strip_suffix(b"\r")
+            .unwrap_or(line)
+            .escape_ascii()
+            .to_string()
+    };
+    match session.protocol {
+        Some(Protocol::Binary) => {
+            let opcode = request.get(1).copied().unwrap_or_default();
+            let key_len = request
+                .get(2..4)
+                .map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
+            let extras = usize::from(request.get(4).copied().unwrap_or_default());
+            let key = request
+                .get(24 + extras..24 + extras + key_len)
+                .unwrap_or_default();
+            log::debug!(
+                "<{number} binary opcode {opcode:#04x} key {}",
+                key.escape_ascii()
+            );
+            if let Some(status) = reply.get(6..8) {
+                log::debug!(
+                    ">{number} status {:#06x}",
+                    u16::from_be_bytes([status[0], status[1]])
+                );
+            }
+        }
+        _ => {
+            log::debug!("<{number} {}", first_line(request));
+            if !reply.is_empty() {
+                log::debug!(">{number} {}", first_line(reply));
+            }
+        }
     }
 }
 
@@ -170,6 +217,8 @@ impl Engine {
                 },
             };
         }
+        self.core
+            .set_cfd(session.record.as_ref().map_or(0, |r| r.number));
         let stopped = |pos: usize, stop: Stop| Outcome {
             consumed: pos,
             needed: 0,
@@ -208,9 +257,13 @@ impl Engine {
                 break stopped(pos, Stop::Turn);
             }
             let before = (self.core.samples_pending(), session.holes.pending_len());
+            let reply_start = out.len();
             let mut cx = Cx::new(&mut self.core, &mut self.forward, session, now);
             match step(&mut cx, &input[pos..], out) {
                 Step::Done(len) => {
+                    if log::log_enabled!(log::Level::Debug) && len > 0 {
+                        log_request(session, &input[pos..pos + len], &out[reply_start..]);
+                    }
                     pos += len;
                     session.spend_turn();
                     // A request that made no store operation and went to no other worker
@@ -234,14 +287,14 @@ impl Engine {
             out.len() - out_start,
             outcome.stop == Stop::Turn,
         );
-        self.record_latency(session, now, out.len() > out_start);
+        self.record_latency(session, now);
         outcome
     }
 
     /// Records the latency of every request this engine call executed (one clock read for
     /// all of them: their replies are in the output now), and notes the connection's last
     /// command for `stats conns`.
-    fn record_latency(&mut self, session: &Session, now: Now, wrote: bool) {
+    fn record_latency(&mut self, session: &Session, now: Now) {
         if self.core.samples_pending() == 0 {
             return;
         }
@@ -254,8 +307,6 @@ impl Engine {
         if let Some(record) = &session.record {
             let state = if session.skip_bytes > 0 {
                 ConnState::Nread
-            } else if wrote {
-                ConnState::Mwrite
             } else {
                 ConnState::ParseCmd
             };
@@ -277,6 +328,7 @@ impl Engine {
                     return Answer::Bytes { close: false };
                 };
                 let mut session = Session::speaking(protocol);
+                core.set_cfd(0);
                 let mut cx = Cx::local(core, &mut session, now);
                 match protocol {
                     Protocol::Binary => binary::run_forwarded(&mut cx, part, request, out),
@@ -284,6 +336,7 @@ impl Engine {
                 }
                 // The request's time is recorded where it arrived, once its reply is back.
                 core.take_samples();
+                core.set_cfd(0);
                 Answer::Bytes {
                     close: session.closing,
                 }
@@ -414,6 +467,11 @@ impl Engine {
     /// by the loop for `stats`.
     pub fn figures_mut(&mut self) -> &mut WorkerFigures {
         self.core.figures_mut()
+    }
+
+    /// The packet path's counters, copied by the loop for `stats`.
+    pub fn set_raw_path(&mut self, raw: RawPath) {
+        self.core.set_raw_path(raw);
     }
 
     /// What every worker shares.

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use netstack::Admission;
 use netstack::kernel::{KernelConn, KernelConnId, KernelTable};
-use store::Now;
 
 use super::mesh::Mesh;
-use super::{IdleState, LoopClock, Plan, spawn, stopping};
+use super::{IdleState, LoopClock, LoopMeter, Plan, Time, spawn, stopping};
 use crate::conn::ClientConn;
+use crate::control::CloseReason;
 use crate::engine::{Engine, Replies, Stop, TURN_REQUESTS};
+use crate::stats::RawPath;
 
 /// Serves `addr` on kernel sockets until the plan's stop flag is set, one listener per worker,
 /// at most `conn_limit` connections over all of them, closing connections idle for
@@ -71,6 +72,9 @@ fn serve(
     let mut idle_state = IdleState::new(plan.idle);
     let clock = LoopClock::new();
     let mut block = None;
+    let control = Arc::clone(engine.control());
+    let worker = engine.config().worker;
+    let mut meter = LoopMeter::new(std::time::Instant::now());
     while !stopping(plan.stop) {
         // Block only when the idle policy allows it, nothing is queued, and no other worker
         // sent work while this one was deciding to sleep.
@@ -78,28 +82,50 @@ fn serve(
             Some(wait) if !table.has_ready() && mesh.park() => Some(wait),
             _ => None,
         };
+        if timeout.is_some() {
+            engine.figures_mut().parks += 1;
+        }
         let polled = table.poll(timeout)?;
         mesh.unpark();
         let tick = clock.tick();
+        meter.tick(tick.at, engine.figures_mut());
         table.expire_idle(tick.at);
-        let now = tick.now;
+        let t = Time {
+            now: tick.now,
+            ns: crate::control::monotonic_ns_at(tick.at),
+        };
         let mut progress = matches!(polled, netstack::Poll::Progress) || table.has_ready();
         table.serve(|conn| {
             progress = true;
-            drive(conn, engine, now);
+            drive(conn, engine, t);
         });
         progress |= mesh.send_forwards(engine);
-        progress |= mesh.receive(engine, now, |engine, replies| {
-            deliver(table, engine, replies, now)
+        progress |= mesh.receive(engine, t.now, |engine, replies| {
+            deliver(table, engine, replies, t)
         }) > 0;
         progress |= mesh.send_forwards(engine);
         progress |= engine.holds_refused();
-        let stats = table.stats();
+        if control.watchers.any() {
+            control.watchers.drain(worker, |token, bytes| {
+                progress = true;
+                table
+                    .with_conn(KernelConnId::unpack(token), |conn| {
+                        let taken = conn.state.push_output(bytes);
+                        drive(conn, engine, t);
+                        taken
+                    })
+                    // A watcher that went away drops its lines.
+                    .unwrap_or(bytes.len())
+            });
+        }
+        let stats = *table.stats();
         let info = engine.info_mut();
         info.curr_connections = stats.active;
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
+        engine.set_raw_path(RawPath::Kernel(stats));
         idle_state.maybe_sweep(engine, tick);
+        meter.done(progress);
         block = idle_state.after_iteration(progress, tick.at);
     }
     Ok(())
@@ -107,7 +133,7 @@ fn serve(
 
 /// Puts other workers' replies into their connections and drives each connection once after
 /// its last reply in the message.
-fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &Replies, now: Now) {
+fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &Replies, now: Time) {
     for index in 0..replies.len() {
         let Some(token) = replies.token(index) else {
             continue;
@@ -129,9 +155,19 @@ fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &R
 /// backlog, replies from other workers), or its turn is used up ([`TURN_REQUESTS`] requests,
 /// [`TURN_READ_BYTES`] read); then, if it still has work, the table serves it again on its next
 /// pass, after the others.
-fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: Now) {
+fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, time: Time) {
     let token = conn.id().pack();
     let (client, stream) = conn.parts();
+    if client.session.record().is_none() {
+        let record = engine.control().open_connection(
+            engine.config().worker,
+            stream.peer_addr().ok(),
+            stream.local_addr().ok(),
+            time.now,
+        );
+        client.session.set_record(record);
+    }
+    let now = time.now;
     client.session.set_token(token);
     client.session.begin_turn(TURN_REQUESTS);
     let result = (|| -> io::Result<Drive> {
@@ -174,6 +210,7 @@ fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: Now) {
                 // from other workers), then close.
                 Ok(0) => client.session.close(),
                 Ok(n) => {
+                    client.arrived(time.ns);
                     client.input.filled(n);
                     read += n;
                     last = None;
@@ -190,7 +227,11 @@ fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, now: Now) {
     match result {
         Ok(Drive::Wait) => {}
         Ok(Drive::Again) => conn.serve_again(),
-        Ok(Drive::Close) | Err(_) => conn.close(),
+        Ok(Drive::Close) => conn.close(),
+        Err(_) => {
+            conn.state.closing(CloseReason::Error);
+            conn.close();
+        }
     }
 }
 

@@ -40,8 +40,9 @@ use store::Now;
 
 use crate::cli::Idle;
 use crate::conn::ClientConn;
+use crate::control::CloseReason;
 use crate::engine::{Engine, EngineConfig, Replies, Stop, TURN_REQUESTS};
-use crate::stats::{self, Snapshot};
+use crate::stats::{self, RawPath, Snapshot, WorkerFigures};
 use mesh::Mesh;
 
 /// How long a parking worker spins without progress before it waits on its queue.
@@ -571,6 +572,57 @@ pub trait Queue: Device {
 
     /// The device's counters as one line, for the exit report.
     fn report(&mut self) -> String;
+
+    /// The device's and `table`'s counters, for `stats` (a copy of plain integers, taken
+    /// every loop iteration).
+    fn raw_path(&self, table: &netstack::TableStats) -> RawPath;
+
+    /// Refreshes counters that cost a system call to read (AF_XDP's `XDP_STATISTICS`); called
+    /// every [`SWEEP_EVERY`].
+    fn refresh_counters(&mut self) {}
+}
+
+/// What a worker's loop counts for `stats workers`: each iteration's time goes to busy or idle
+/// by whether it found work (a parked wait counts as idle).
+#[derive(Debug)]
+pub struct LoopMeter {
+    last: Instant,
+    progress: bool,
+}
+
+impl LoopMeter {
+    /// A meter whose first iteration starts at `at`.
+    pub fn new(at: Instant) -> LoopMeter {
+        LoopMeter {
+            last: at,
+            progress: false,
+        }
+    }
+
+    /// An iteration starts at `at`: the previous one (from the last call) is counted.
+    pub fn tick(&mut self, at: Instant, figures: &mut WorkerFigures) {
+        let ns = at.saturating_duration_since(self.last).as_nanos() as u64;
+        self.last = at;
+        figures.polls += 1;
+        if self.progress {
+            figures.busy_ns += ns;
+            figures.polls_with_work += 1;
+        } else {
+            figures.idle_ns += ns;
+        }
+    }
+
+    /// Whether the iteration that started at the last tick found work.
+    pub fn done(&mut self, progress: bool) {
+        self.progress = progress;
+    }
+}
+
+/// Where a connection of this worker connected to: the served address and port.
+fn local_addr(control: &crate::control::Control) -> Option<std::net::SocketAddr> {
+    let settings = &control.settings;
+    let ip: std::net::IpAddr = settings.interface.parse().ok()?;
+    Some(std::net::SocketAddr::new(ip, settings.tcp_port))
 }
 
 /// Serves connections over a smoltcp `device` until `stop` is set: ingress, serve every
@@ -593,27 +645,50 @@ pub fn serve_smoltcp<D: Queue>(
     let mut idle_state = IdleState::new(idle);
     let clock = LoopClock::new();
     let mut again = Again::default();
+    let control = Arc::clone(engine.control());
+    let worker = engine.config().worker;
+    let mut meter = LoopMeter::new(Instant::now());
+    let mut last_refresh = Instant::now();
     while !stopping(stop) {
         let tick = clock.tick();
-        let now = tick.now;
+        meter.tick(tick.at, engine.figures_mut());
+        let t = Time {
+            now: tick.now,
+            ns: crate::control::monotonic_ns_at(tick.at),
+        };
         let ingress = table.poll_ingress(tick.net, device, INGRESS_BUDGET);
-        let mut served = table.serve(|conn| drive(conn, engine, now, &mut again));
+        let mut served = table.serve(|conn| drive(conn, engine, t, &mut again));
         served += again.serve_turns(|id, again| {
             table.with_conn(id, |conn| {
                 conn.state.again = false;
-                drive(conn, engine, now, again)
+                drive(conn, engine, t, again)
             })
         });
         let mut meshed = mesh.send_forwards(engine);
-        meshed |= mesh.receive(engine, now, |engine, replies| {
-            deliver(table, engine, replies, now, &mut again)
+        meshed |= mesh.receive(engine, t.now, |engine, replies| {
+            deliver(table, engine, replies, t, &mut again)
         }) > 0;
         meshed |= mesh.send_forwards(engine);
+        let mut watched = false;
+        if control.watchers.any() {
+            control.watchers.drain(worker, |token, bytes| {
+                watched = true;
+                table
+                    .with_conn(ConnId::unpack(token), |conn| {
+                        let taken = conn.state.push_output(bytes);
+                        drive(conn, engine, t, &mut again);
+                        taken
+                    })
+                    // A watcher that went away drops its lines.
+                    .unwrap_or(bytes.len())
+            });
+        }
         let egress = table.poll_egress(tick.net, device);
         device.flush();
         let progress = ingress == Poll::Progress
             || served > 0
             || meshed
+            || watched
             || egress == Poll::Progress
             || again.pending()
             || engine.holds_refused();
@@ -623,19 +698,35 @@ pub fn serve_smoltcp<D: Queue>(
         info.curr_connections = stats.active as u64;
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
+        if tick.at.duration_since(last_refresh) >= SWEEP_EVERY {
+            last_refresh = tick.at;
+            device.refresh_counters();
+        }
+        engine.set_raw_path(device.raw_path(stats));
         idle_state.maybe_sweep(engine, tick);
+        meter.done(progress);
 
         if let Some(park) = idle_state.after_iteration(progress, tick.at) {
             let delay = table
                 .poll_delay(tick.net)
                 .map_or(park, |d| Duration::from_micros(d.total_micros()).min(park));
             if !delay.is_zero() && mesh.park() {
+                engine.figures_mut().parks += 1;
                 device.wait(delay, mesh.wake_fd())?;
             }
             mesh.unpark();
         }
     }
     Ok(())
+}
+
+/// The loop's clock reading as the engine and the latency instrument take it.
+#[derive(Debug, Clone, Copy)]
+pub struct Time {
+    /// Unix time to the millisecond, for the engine.
+    pub now: Now,
+    /// [`crate::control::monotonic_ns`] of the same instant: when bytes read now arrived.
+    pub ns: u64,
 }
 
 /// Connections to serve again on the next loop: their turn ended with work left (more
@@ -681,7 +772,7 @@ fn deliver(
     table: &mut ConnTable<ClientConn>,
     engine: &mut Engine,
     replies: &Replies,
-    now: Now,
+    now: Time,
     again: &mut Again,
 ) {
     for index in 0..replies.len() {
@@ -705,11 +796,22 @@ fn deliver(
 /// split across the ring's end or larger than the ring — until it needs more input, must wait
 /// (output backlog, replies from other workers, send space), or its turn is used up; then it
 /// is listed in `again` when it still has work.
-fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: Now, again: &mut Again) {
+fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, time: Time, again: &mut Again) {
     let id = conn.id();
     let client = &mut *conn.state;
+    if client.session.record().is_none() {
+        let control = engine.control();
+        let peer = conn
+            .io
+            .remote_endpoint()
+            .map(|ep| std::net::SocketAddr::new(ep.addr.into(), ep.port));
+        let record =
+            control.open_connection(engine.config().worker, peer, local_addr(control), time.now);
+        client.session.set_record(record);
+    }
     client.session.set_token(id.pack());
     client.session.begin_turn(TURN_REQUESTS);
+    let now = time.now;
     let io = &mut conn.io;
     // Why the engine stopped in this turn (`None`: it has not run yet).
     let mut last: Option<Stop> = None;
@@ -719,6 +821,7 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: Now, again: 
                 Ok(0) => break,
                 Ok(n) => client.sent(n),
                 Err(_) => {
+                    client.closing(CloseReason::Error);
                     io.abort();
                     return;
                 }
@@ -761,6 +864,7 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: Now, again: 
             }
             return;
         }
+        client.arrived(time.ns);
         if client.input.is_empty() {
             let mut stop = Stop::Input;
             let moved = io.recv(|buf| {
@@ -775,6 +879,7 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: Now, again: 
                 }
             });
             if moved.is_err() {
+                client.closing(CloseReason::Error);
                 io.abort();
                 return;
             }
@@ -787,6 +892,7 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, now: Now, again: 
             match io.recv_slice(&mut spare[..want]) {
                 Ok(n) => client.input.filled(n),
                 Err(_) => {
+                    client.closing(CloseReason::Error);
                     io.abort();
                     return;
                 }
