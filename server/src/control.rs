@@ -513,6 +513,18 @@ impl Control {
         crate::logging::set_verbosity(level);
     }
 
+    /// The `verbosity` command: sets the level and logs the change at the more verbose of the
+    /// two levels (so `verbosity 0` is seen by whoever logged at 2).
+    pub fn change_verbosity(&self, level: u32) {
+        if level < u32::from(self.verbosity()) {
+            log::info!("verbosity {level}");
+            self.set_verbosity(level);
+        } else {
+            self.set_verbosity(level);
+            log::info!("verbosity {level}");
+        }
+    }
+
     /// Whether `stats detail` counts per key prefix.
     #[inline]
     pub fn detail(&self) -> bool {

@@ -100,12 +100,13 @@ enum Refusal {
 }
 
 /// A well-formed storage frame whose value can never fit is answered "too large" once its
-/// header, extras and key are in, so its value is skipped rather than buffered. A SET also
-/// unlinks the item held under its key, as memcached does, so no stale value survives; when
-/// another worker owns the key, the frame's head (header, extras, key) goes there to be
-/// refused, and the value is skipped here.
+/// header, extras and key are in, so its value is skipped rather than buffered, whatever
+/// length it announces (as memcached swallows it). A SET also unlinks the item held under its
+/// key, as memcached does, so no stale value survives; when another worker owns the key, the
+/// frame's head (header, extras, key) goes there to be refused, and the value is skipped here.
 fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Refusal {
-    let Ok(header) = RequestRepr::parse_header(buf, cx.core.config().max_body()) else {
+    // No body limit here: a storage frame past it is refused like any too large for `-I`.
+    let Ok(header) = RequestRepr::parse_header(buf, u32::MAX) else {
         return Refusal::None;
     };
     let (opcode, quiet) = Opcode::from_wire(header.opcode());
@@ -291,8 +292,7 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
             let Some(extras) = VerbosityExtras::parse(request.extras) else {
                 return invalid(cx, request, out);
             };
-            cx.core.control().set_verbosity(extras.level);
-            log::info!("verbosity {}", extras.level);
+            cx.core.control().change_verbosity(extras.level);
             write_success(out, request, 0, &[], &[]);
         }
         Opcode::Quit => {

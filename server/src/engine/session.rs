@@ -19,7 +19,7 @@ use store::Now;
 use super::core::Core;
 use super::forward::{self, Form, Forwarder, Gather, Holes, Op, Part, Stamp};
 use crate::control::ConnRecord;
-use crate::stats::Group;
+use crate::stats::{Group, Kind};
 
 /// Output backlog above which the engine stops executing until the caller has sent some of it:
 /// checked before every request and before every key of a multi-key request, so one
@@ -401,7 +401,17 @@ impl<'a> Cx<'a> {
         let Some(forward) = self.forward.as_deref_mut() else {
             return false;
         };
-        forward.fan_out(&mut self.session.holes, op, gather, own, out)
+        let sent = forward.fan_out(&mut self.session.holes, op, gather, own, out);
+        // A request that made no store operation here (stats) is timed when every worker
+        // answered; a flush was counted by its own flush here.
+        if sent && self.core.kind() == Kind::Other {
+            self.session.holes.stamp_last(Stamp {
+                arrived_ns: self.session.arrived_ns,
+                kind: Kind::Other as u8,
+                resets: self.core.resets(),
+            });
+        }
+        sent
     }
 
     /// Why a multi-key request should stop before its next key, if it should: the output

@@ -795,11 +795,19 @@ fn malformed_frame_gets_einval_then_close() {
     assert!(outcome.close);
 }
 
+// A storage frame this large is refused and skipped (see
+// `a_storage_frame_of_any_length_over_the_limit_is_refused_and_skipped`); any other frame
+// announcing a body over twice `-I` closes the connection at once.
 #[test]
 fn huge_declared_body_closes_without_waiting_or_allocating() {
     let mut e = engine();
-    let extras = set_extras(0, 0);
-    let mut bytes = set(b"k", b"v", &extras).bytes();
+    let mut bytes = Req {
+        opcode: Opcode::Increment,
+        extras: &[0u8; 20],
+        key: b"k",
+        ..REQ
+    }
+    .bytes();
     bytes[8..12].copy_from_slice(&(2u32 << 30).to_be_bytes());
     let mut session = Session::default();
     let (replies, outcome) = exec(&mut e, &mut session, &bytes[..24]);
@@ -880,6 +888,44 @@ fn a_set_refused_for_size_unlinks_the_old_item_other_stores_keep_it() {
         }
         assert_eq!(e.snapshot().counters.store_too_large, 1);
     }
+}
+
+// Regression: a SET announcing more than twice `-I` was answered "invalid arguments" and its
+// connection closed before the refusal, so the old value survived (pylibmc's binary client saw
+// it after a 2 MiB set). memcached answers "too large" and swallows the value whatever its
+// length; so does memspin now, as it arrives, never buffered.
+#[test]
+fn a_storage_frame_of_any_length_over_the_limit_is_refused_and_skipped() {
+    let mut e = engine();
+    assert_eq!(
+        one(&mut e, set(b"k", b"old", &set_extras(0, 0))).status,
+        Status::NoError
+    );
+    let mut frame = Req {
+        opcode: Opcode::Set,
+        extras: &set_extras(0, 0),
+        key: b"k",
+        ..REQ
+    }
+    .bytes();
+    // Announce 4 GiB less a little; send 1 MiB of it, then the rest is taken as skipped.
+    let body = u32::MAX - 64;
+    frame[8..12].copy_from_slice(&body.to_be_bytes());
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let o = e.execute(&mut session, &frame, &mut out, NOW);
+    assert_eq!(o.consumed, frame.len());
+    assert!(!o.close);
+    let replies = parse_replies(&out);
+    assert_eq!(replies[0].status, Status::ValueTooLarge);
+    // Skipping continues for the announced length, without buffering.
+    let chunk = vec![0u8; 1 << 20];
+    let o = e.execute(&mut session, &chunk, &mut Vec::new(), NOW);
+    assert_eq!((o.consumed, o.close), (chunk.len(), false));
+    // The old value is gone (a SET).
+    let mut fresh = Session::default();
+    let (replies, _) = exec(&mut e, &mut fresh, &get(b"k").bytes());
+    assert_eq!(replies[0].status, Status::KeyNotFound);
 }
 
 #[test]

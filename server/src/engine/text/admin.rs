@@ -169,8 +169,7 @@ impl Gather for StatsGather {
 
 /// `verbosity <level>`: what is logged from now on, on every worker.
 pub(super) fn verbosity(cx: &mut Cx<'_>, level: u32, noreply: bool, out: &mut Vec<u8>) {
-    cx.core.control().set_verbosity(level);
-    log::info!("verbosity {level}");
+    cx.core.control().change_verbosity(level);
     if !noreply {
         Response::Ok.emit_into(out);
     }
