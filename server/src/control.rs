@@ -252,10 +252,17 @@ struct Watcher {
     skipped: u64,
 }
 
+/// The bit of [`Watchers`]' mask that says `stats detail` is on: reads check one word for
+/// both.
+const DETAIL_BIT: u32 = 1 << 16;
+
+/// The bits of [`Watchers`]' mask that watchers set.
+const WATCH_BITS: u32 = 0xffff;
+
 /// The log watchers of every worker, and the counters `stats` reports for them.
 #[derive(Debug, Default)]
 pub struct Watchers {
-    /// The union of the kinds watchers asked for: 0 when none watches.
+    /// The union of the kinds watchers asked for (0 when none watches), and [`DETAIL_BIT`].
     mask: AtomicU32,
     /// Every watcher.
     list: Mutex<Vec<Watcher>>,
@@ -284,7 +291,7 @@ impl Watchers {
     /// True when any watcher is registered.
     #[inline]
     pub fn any(&self) -> bool {
-        self.mask.load(Ordering::Relaxed) != 0
+        self.mask.load(Ordering::Relaxed) & WATCH_BITS != 0
     }
 
     /// Makes connection `number` (packet token `token`, on `worker`) a watcher of `kinds`.
@@ -332,8 +339,13 @@ impl Watchers {
     }
 
     fn update_mask(&self, list: &[Watcher]) {
-        let mask = list.iter().fold(0, |m, w| m | w.kinds);
-        self.mask.store(mask, Ordering::Relaxed);
+        let kinds = list.iter().fold(0, |m, w| m | w.kinds) & WATCH_BITS;
+        // Keep the detail bit as it is (the list's lock is held: no watcher changes meanwhile).
+        let _ = self
+            .mask
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
+                Some((m & !WATCH_BITS) | kinds)
+            });
     }
 
     /// Writes one event line (`ts=... gid=... ` and what `body` writes) to every watcher of
@@ -419,7 +431,6 @@ pub struct Control {
     /// The log watchers.
     pub watchers: Watchers,
     verbosity: AtomicU8,
-    detail: AtomicBool,
     sizes_disabled: AtomicBool,
     automove: AtomicU8,
     automove_ratio_bits: AtomicU64,
@@ -528,12 +539,23 @@ impl Control {
     /// Whether `stats detail` counts per key prefix.
     #[inline]
     pub fn detail(&self) -> bool {
-        self.detail.load(Ordering::Relaxed)
+        self.watchers.mask.load(Ordering::Relaxed) & DETAIL_BIT != 0
+    }
+
+    /// Whether reads are observed: `stats detail` is on or a watcher wants `fetchers` (one
+    /// relaxed load, on every read).
+    #[inline]
+    pub fn observes_reads(&self) -> bool {
+        self.watchers.mask.load(Ordering::Relaxed) & (DETAIL_BIT | EventKind::Fetchers as u32) != 0
     }
 
     /// `stats detail on|off`.
     pub fn set_detail(&self, on: bool) {
-        self.detail.store(on, Ordering::Relaxed);
+        if on {
+            self.watchers.mask.fetch_or(DETAIL_BIT, Ordering::Relaxed);
+        } else {
+            self.watchers.mask.fetch_and(!DETAIL_BIT, Ordering::Relaxed);
+        }
     }
 
     /// Whether `stats sizes` answers with the histogram (the default; `stats sizes_disable`

@@ -26,7 +26,7 @@ use std::fmt::Display;
 use store::{Now, ShardStats};
 
 use crate::control::Control;
-pub use latency::{KINDS, Kind, Latency, MAX_NS, QUANTILES};
+pub use latency::{Histogram, KINDS, Kind, Latency, MAX_NS, QUANTILES};
 
 /// Command counters one worker keeps (memcached's `cmd_*` and friends).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -48,6 +48,9 @@ pub(crate) struct Core {
     latency: Latency,
     /// Store operations of each kind made since the engine last recorded them.
     samples: [u64; KINDS],
+    /// The kinds with samples (bit `kind`), and how many samples there are in all.
+    sample_kinds: u8,
+    samples_total: u64,
     /// The kind of the request an adapter is executing (for a request it forwards).
     kind: Kind,
     /// The table size last published for other workers' metadumps.
@@ -79,6 +82,8 @@ impl Core {
             prefixes: Prefixes::default(),
             latency: Latency::new(),
             samples: [0; KINDS],
+            sample_kinds: 0,
+            samples_total: 0,
             kind: Kind::Other,
             published_buckets: 0,
             resets: 0,
@@ -133,18 +138,34 @@ impl Core {
     #[inline]
     fn sample(&mut self, kind: Kind) {
         self.samples[kind as usize] += 1;
+        self.sample_kinds |= 1 << kind as u8;
+        self.samples_total += 1;
     }
 
-    /// Store operations made since the last call, by kind; and forgets them.
+    /// Forgets the samples counted so far (a forwarded request's are timed where it arrived).
     #[inline]
-    pub fn take_samples(&mut self) -> [u64; KINDS] {
-        std::mem::replace(&mut self.samples, [0; KINDS])
+    pub fn take_samples(&mut self) {
+        self.drain_samples(|_, _, _| {});
     }
 
-    /// Operations counted since the last [`Core::take_samples`].
+    /// Hands each kind with samples and their count to `f`, and forgets them.
+    #[inline]
+    fn drain_samples(&mut self, mut f: impl FnMut(&mut Latency, Kind, u64)) {
+        let mut kinds = self.sample_kinds;
+        while kinds != 0 {
+            let index = kinds.trailing_zeros() as usize;
+            kinds &= kinds - 1;
+            let count = std::mem::take(&mut self.samples[index]);
+            f(&mut self.latency, Kind::from_index(index as u8), count);
+        }
+        self.sample_kinds = 0;
+        self.samples_total = 0;
+    }
+
+    /// Operations counted since they were last recorded or forgotten.
     #[inline]
     pub fn samples_pending(&self) -> u64 {
-        self.samples.iter().sum()
+        self.samples_total
     }
 
     /// Counts one `other` sample: a request that made no store operation.
@@ -157,13 +178,18 @@ impl Core {
     /// forgets them.
     #[inline]
     pub fn record_samples(&mut self, ns: u64) {
-        let samples = self.take_samples();
-        for kind in Kind::ALL {
-            let count = samples[kind as usize];
-            if count > 0 {
-                self.latency.record(kind, ns, count);
-            }
+        let kinds = self.sample_kinds;
+        if kinds.is_power_of_two() {
+            // One kind, the common case: no loop.
+            let index = kinds.trailing_zeros() as usize;
+            self.samples[index] = 0;
+            let kind = Kind::from_index(index as u8);
+            self.latency.record(kind, ns, self.samples_total);
+            self.sample_kinds = 0;
+            self.samples_total = 0;
+            return;
         }
+        self.drain_samples(|latency, kind, count| latency.record(kind, ns, count));
     }
 
     /// Records `count` requests of `kind` that spent `ns` inside memspin.
@@ -288,11 +314,10 @@ impl Core {
         item
     }
 
-    /// True when `stats detail` or a watcher wants to see reads.
+    /// True when `stats detail` or a watcher wants to see reads (one relaxed load).
     #[inline]
     fn observed(&self) -> bool {
-        let control = &self.config.control;
-        control.detail() || control.watchers.wants(EventKind::Fetchers)
+        self.config.control.observes_reads()
     }
 
     /// A read that leaves the item as it is (no fetched mark, no clock bump; meta `u`):
