@@ -1,4 +1,5 @@
-//! The `memspin` command line (DESIGN.md's contract: names are relied on by scripts).
+//! The `memspin` command line: the names are a contract that scripts rely on (README.md's
+//! "memspin" table); flags are added, never renamed.
 
 use std::net::Ipv4Addr;
 use std::str::FromStr;
