@@ -288,6 +288,16 @@ impl Engine {
             outcome.stop == Stop::Turn,
         );
         self.record_latency(session, now);
+        if outcome.stop != Stop::Input && log::log_enabled!(log::Level::Trace) {
+            let number = session.record.as_ref().map_or(0, |r| r.number);
+            log::trace!(
+                "<{number} stopped ({:?}) after {} bytes, {} bytes out, {} forwarded",
+                outcome.stop,
+                outcome.consumed,
+                out.len() - out_start,
+                session.holes.pending_len()
+            );
+        }
         outcome
     }
 
