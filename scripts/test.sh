@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-need_packages memcached libmemcached-tools iproute2 python3-pymemcache python3-pylibmc perl ethtool nftables g++
+need_packages memcached libmemcached-tools iproute2 python3-pymemcache ethtool nftables g++ \
+  python3-pylibmc chromium perl nutcracker
 need_root_for_namespaces
 
 step "cargo fmt --all -- --check"

@@ -3,7 +3,9 @@
 //! write.
 //!
 //! ```text
-//! argv → Args (clap) → Config + Outputs → run / sweep → table (stdout), JSON, hgrm, plot
+//! argv → Args (clap) → Config + Outputs → run / sweep / search → table (stdout), JSON, hgrm,
+//!                                                               hlog, plot
+//! argv → report RESULT.json... --html OUT.html → html::write_report
 //! ```
 
 use std::path::PathBuf;
@@ -12,17 +14,20 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::arrival::ArrivalKind;
 use crate::client::Protocol;
 use crate::config::{Config, Idle};
+use crate::html;
 use crate::output;
+use crate::placement::Distribution;
 use crate::report::Report;
 use crate::run::run_with_stop;
+use crate::search::{Slo, search, search_table};
 use crate::sweep::{sweep, sweep_table};
 use crate::tstamp::Timestamps;
-use crate::workload::KeyDist;
+use crate::workload::{KeyDist, ValueSizes};
 
 /// A `--cpus` list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +44,31 @@ pub enum ProtocolArg {
     Binary,
     /// memcached text protocol.
     Text,
+    /// memcached meta commands.
+    Meta,
+}
+
+/// Key placements on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DistributionArg {
+    /// Key index i on server i % servers.
+    Modulo,
+    /// libmemcached's consistent ketama, as pylibmc's behaviors={"ketama": True}.
+    Ketama,
+}
+
+/// Subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Cmd {
+    /// Render one or more result files (run, sweep or search JSON) as one self-contained HTML page.
+    Report {
+        /// Result files written by --json.
+        #[arg(required = true, value_name = "RESULT.json")]
+        results: Vec<PathBuf>,
+        /// The page to write.
+        #[arg(long, value_name = "OUT.html")]
+        html: PathBuf,
+    },
 }
 
 /// Arrival process names on the command line.
@@ -75,10 +105,17 @@ pub enum TimestampsArg {
 /// with --rate it sends on a Poisson schedule and reports latency from the intended send time
 /// (corrected) as well as from the actual send (service time).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "memspin-loadgen", version)]
+#[command(
+    name = "memspin-loadgen",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Args {
-    /// Server to load (repeatable: connection i talks to server i % servers, key k lives on
-    /// server k % servers).
+    /// `report`: turn result files into an HTML page.
+    #[command(subcommand)]
+    pub command: Option<Cmd>,
+    /// Server to load (repeatable: connection i talks to server i % servers, and picks keys
+    /// that live there by --distribution).
     #[arg(
         short = 's',
         long = "server",
@@ -89,6 +126,9 @@ pub struct Args {
     /// Wire protocol.
     #[arg(long, value_enum, default_value_t = ProtocolArg::Binary)]
     pub protocol: ProtocolArg,
+    /// How keys are spread over several servers: key index modulo servers, or libmemcached's ketama.
+    #[arg(long, value_enum, default_value_t = DistributionArg::Modulo)]
+    pub distribution: DistributionArg,
     /// Total connections (spread over the threads).
     #[arg(short = 'c', long, default_value_t = 4)]
     pub connections: usize,
@@ -113,6 +153,9 @@ pub struct Args {
     /// Series of open-loop rates, e.g. `10k,20k,40k`: one run each, then a latency-vs-throughput table.
     #[arg(long, value_name = "R1,R2,...", value_parser = parse_sweep, conflicts_with = "rate")]
     pub sweep: Option<RateList>,
+    /// Find the highest open-loop rate whose corrected P-th percentile stays under US µs, e.g. 99:500.
+    #[arg(long, value_name = "P:US", value_parser = Slo::parse, conflicts_with_all = ["rate", "sweep"])]
+    pub search: Option<Slo>,
     /// Measurement window, seconds.
     #[arg(short = 'd', long, value_name = "SECS", default_value_t = 10.0)]
     pub duration: f64,
@@ -125,14 +168,23 @@ pub struct Args {
     /// Bytes per key.
     #[arg(long, value_name = "BYTES", default_value_t = 16)]
     pub key_size: usize,
-    /// Value size in bytes, or a uniform range MIN-MAX.
-    #[arg(long, value_name = "BYTES|MIN-MAX", default_value = "32", value_parser = parse_value_size)]
-    pub value_size: (usize, usize),
-    /// Fraction of requests that are GETs (the rest are SETs).
+    /// Value size in bytes, a uniform range MIN-MAX, or a weighted list SIZE:WEIGHT,... (e.g. 100:4,1000:1).
+    #[arg(long, value_name = "BYTES|MIN-MAX|S:W,...", default_value = "32", value_parser = parse_value_sizes)]
+    pub value_size: ValueSizes,
+    /// Fraction of requests that are GETs (the rest are DELETEs, --delete-ratio, and SETs).
     #[arg(long, value_name = "F", default_value_t = 0.9)]
     pub get_ratio: f64,
-    /// Key popularity: `uniform` or `zipf:S` (e.g. zipf:0.99).
-    #[arg(long, value_name = "uniform|zipf:S", default_value = "uniform", value_parser = parse_key_dist)]
+    /// Fraction of requests that are DELETEs.
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    pub delete_ratio: f64,
+    /// Keys per GET: every GET asks for N keys in one request (1: plain GETs).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub multiget: usize,
+    /// Time to live of every SET, seconds (0: none).
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    pub ttl: u32,
+    /// Key popularity: `uniform`, `zipf:S`, `gaussian[:SD]` (SD in keys, default keys/6) or `sequential`.
+    #[arg(long, value_name = "DIST", default_value = "uniform", value_parser = parse_key_dist)]
     pub key_dist: KeyDist,
     /// Write every key once before the run.
     #[arg(long)]
@@ -164,6 +216,15 @@ pub struct Args {
     /// Write HdrHistogram percentile-distribution files PATH-{corrected,service}-{all,get_hit,...}.hgrm (values in ms).
     #[arg(long, value_name = "PATH")]
     pub hgrm_prefix: Option<String>,
+    /// Write the time series as an HdrHistogram interval log (the format HdrHistogram's log tools read).
+    #[arg(long, value_name = "FILE.hlog")]
+    pub hlog: Option<PathBuf>,
+    /// Length of the time series' intervals (JSON, .hlog, progress lines), ms.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub interval: u64,
+    /// A name for the run in the JSON and in reports.
+    #[arg(long, value_name = "TEXT")]
+    pub label: Option<String>,
     /// Plot the percentile distribution (or, with --sweep, latency vs throughput): .svg or .png.
     #[arg(long, value_name = "FILE.svg|png")]
     pub plot: Option<PathBuf>,
@@ -189,15 +250,22 @@ impl Args {
                 .ok_or_else(|| format!("--server {s}: no address"))?;
             servers.push(addr);
         }
+        let server_names = self.servers.clone();
         let secs = |name: &str, v: f64| {
             Duration::try_from_secs_f64(v)
                 .map_err(|_| format!("--{name} {v}: not a number of seconds"))
         };
         Ok(Config {
             servers,
+            server_names,
+            distribution: match self.distribution {
+                DistributionArg::Modulo => Distribution::Modulo,
+                DistributionArg::Ketama => Distribution::Ketama,
+            },
             protocol: match self.protocol {
                 ProtocolArg::Binary => Protocol::Binary,
                 ProtocolArg::Text => Protocol::Text,
+                ProtocolArg::Meta => Protocol::Meta,
             },
             connections: self.connections,
             threads: self.threads,
@@ -213,9 +281,16 @@ impl Args {
             warmup: secs("warmup", self.warmup)?,
             keys: self.keys,
             key_size: self.key_size,
-            value_min: self.value_size.0,
-            value_max: self.value_size.1,
+            value_min: self.value_size.min(),
+            value_max: self.value_size.max(),
+            value_weights: match &self.value_size {
+                ValueSizes::Weighted(l) => l.clone(),
+                _ => Vec::new(),
+            },
             get_ratio: self.get_ratio,
+            delete_ratio: self.delete_ratio,
+            multiget: self.multiget,
+            ttl: self.ttl,
             key_dist: self.key_dist,
             prefill: self.prefill,
             verify: self.verify,
@@ -232,6 +307,8 @@ impl Args {
                 TimestampsArg::Hardware => Timestamps::Hardware,
                 TimestampsArg::None => Timestamps::None,
             },
+            interval: Duration::from_millis(self.interval),
+            label: self.label.clone(),
             progress: !self.quiet,
         })
     }
@@ -277,6 +354,29 @@ pub fn parse_sweep(s: &str) -> Result<RateList, String> {
     }
 }
 
+/// `32`, `16-1024` or `100:4,1000:1` → value sizes.
+///
+/// # Errors
+/// A message when it is none of these.
+pub fn parse_value_sizes(s: &str) -> Result<ValueSizes, String> {
+    if !s.contains(':') {
+        let (lo, hi) = parse_value_size(s)?;
+        return Ok(ValueSizes::range(lo, hi));
+    }
+    let bad = || format!("{s:?} is not a list SIZE:WEIGHT,... (e.g. 100:4,1000:1)");
+    let mut list = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (size, weight) = part.split_once(':').ok_or_else(bad)?;
+        let size: usize = size.trim().parse().map_err(|_| bad())?;
+        let weight: u32 = weight.trim().parse().map_err(|_| bad())?;
+        list.push((size, weight));
+    }
+    if list.is_empty() || list.iter().all(|p| p.1 == 0) {
+        return Err(bad());
+    }
+    Ok(ValueSizes::Weighted(list))
+}
+
 /// `32` or `16-1024` → (min, max).
 ///
 /// # Errors
@@ -301,13 +401,24 @@ pub fn parse_value_size(s: &str) -> Result<(usize, usize), String> {
     }
 }
 
-/// `uniform` or `zipf:S`.
+/// `uniform`, `zipf:S`, `gaussian`, `gaussian:SD` or `sequential`.
 ///
 /// # Errors
 /// A message for anything else.
 pub fn parse_key_dist(s: &str) -> Result<KeyDist, String> {
-    if s == "uniform" {
-        return Ok(KeyDist::Uniform);
+    match s {
+        "uniform" => return Ok(KeyDist::Uniform),
+        "gaussian" => return Ok(KeyDist::Gaussian(None)),
+        "sequential" => return Ok(KeyDist::Sequential),
+        _ => {}
+    }
+    if let Some(sd) = s.strip_prefix("gaussian:") {
+        return match sd.parse::<f64>() {
+            Ok(v) if v > 0.0 && v.is_finite() => Ok(KeyDist::Gaussian(Some(v))),
+            _ => Err(format!(
+                "{s:?}: gaussian:SD needs a deviation in keys above 0"
+            )),
+        };
     }
     if let Some(exp) = s.strip_prefix("zipf:") {
         let v: f64 = exp
@@ -317,7 +428,9 @@ pub fn parse_key_dist(s: &str) -> Result<KeyDist, String> {
             return Ok(KeyDist::Zipf(v));
         }
     }
-    Err(format!("{s:?}: expected uniform or zipf:S with S >= 0"))
+    Err(format!(
+        "{s:?}: expected uniform, zipf:S (S >= 0), gaussian[:SD] or sequential"
+    ))
 }
 
 /// `0,2-3` → [0, 2, 3].
@@ -367,6 +480,10 @@ pub fn main() -> ExitCode {
 /// # Errors
 /// A message for invalid arguments, a failed start-up or an output file that cannot be written.
 pub fn main_with(args: &Args) -> Result<ExitCode, String> {
+    if let Some(Cmd::Report { results, html }) = &args.command {
+        html::write_report(results, html).map_err(|e| format!("report: {e}"))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let config = args.config()?;
     config.check().map_err(|e| e.to_string())?;
     if let Some(p) = &args.plot {
@@ -379,40 +496,64 @@ pub fn main_with(args: &Args) -> Result<ExitCode, String> {
             .map_err(|e| e.to_string())?;
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| e.to_string())?;
     }
-    let reports: Vec<Report> = match &args.sweep {
-        Some(rates) => sweep(&config, &rates.0, stop).map_err(|e| e.to_string())?,
-        None => vec![run_with_stop(&config, stop).map_err(|e| e.to_string())?],
+    let mut searched = None;
+    let reports: Vec<Report> = match (&args.sweep, args.search) {
+        (Some(rates), _) => sweep(&config, &rates.0, stop).map_err(|e| e.to_string())?,
+        (None, Some(slo)) => {
+            let s = search(&config, slo, stop).map_err(|e| e.to_string())?;
+            let reports = s.reports.clone();
+            searched = Some(s);
+            reports
+        }
+        (None, None) => vec![run_with_stop(&config, stop).map_err(|e| e.to_string())?],
     };
-    let sweeping = args.sweep.is_some();
+    let series = args.sweep.is_some() || args.search.is_some();
     for r in &reports {
         print!("{}", r.table());
-        if sweeping {
+        if series {
             println!();
         }
     }
-    if sweeping {
+    if series && !reports.is_empty() {
         println!("latency vs throughput (corrected latency, µs):");
         print!("{}", sweep_table(&reports));
     }
+    if let Some(s) = &searched {
+        print!("{}", search_table(s));
+    }
     if let Some(path) = &args.json {
-        let res = if sweeping {
-            output::write_sweep_json(path, &reports)
-        } else {
-            output::write_json(path, &reports[0])
+        let res = match &searched {
+            Some(s) => output::write_search_json(path, s),
+            None if series => output::write_sweep_json(path, &reports),
+            None => output::write_json(path, &reports[0]),
         };
         res.map_err(|e| format!("--json {}: {e}", path.display()))?;
     }
     if let Some(prefix) = &args.hgrm_prefix {
         for r in &reports {
-            let p = match (sweeping, r.config.rate) {
+            let p = match (series, r.config.rate) {
                 (true, Some(rate)) => format!("{prefix}-rate{rate:.0}"),
                 _ => prefix.clone(),
             };
             output::write_hgrm(&p, r).map_err(|e| format!("--hgrm-prefix {prefix}: {e}"))?;
         }
     }
-    if let Some(path) = &args.plot {
-        let res = if sweeping {
+    if let Some(path) = &args.hlog {
+        for r in &reports {
+            let p = match (series, r.config.rate) {
+                (true, Some(rate)) => {
+                    let stem = path.with_extension("");
+                    PathBuf::from(format!("{}-rate{rate:.0}.hlog", stem.display()))
+                }
+                _ => path.clone(),
+            };
+            output::write_hlog(&p, r).map_err(|e| format!("--hlog {}: {e}", p.display()))?;
+        }
+    }
+    if let Some(path) = &args.plot
+        && !reports.is_empty()
+    {
+        let res = if series {
             output::plot_sweep(path, &reports)
         } else {
             let r = &reports[0];
@@ -451,6 +592,7 @@ mod tests {
         for name in [
             "server",
             "protocol",
+            "distribution",
             "connections",
             "threads",
             "pipeline",
@@ -581,11 +723,65 @@ mod tests {
             d,
             Config {
                 servers: d.servers.clone(),
+                server_names: vec!["127.0.0.1:11211".into()],
                 ..Config::default()
             }
         );
-        // meta is not offered until servers speak it.
-        assert!(Args::try_parse_from(["memspin-loadgen", "--protocol", "meta"]).is_err());
+        let m = Args::try_parse_from([
+            "memspin-loadgen",
+            "--protocol",
+            "meta",
+            "--value-size",
+            "100:4,1000:1",
+            "--key-dist",
+            "gaussian",
+            "--multiget",
+            "8",
+            "--ttl",
+            "30",
+            "--delete-ratio",
+            "0.05",
+            "--get-ratio",
+            "0.8",
+            "--distribution",
+            "ketama",
+            "--interval",
+            "250",
+            "--label",
+            "memspin",
+        ])
+        .unwrap()
+        .config()
+        .unwrap();
+        assert_eq!(m.protocol, Protocol::Meta);
+        assert_eq!((m.value_min, m.value_max), (100, 1_000));
+        assert_eq!(m.value_weights, [(100, 4), (1_000, 1)]);
+        assert_eq!(m.key_dist, KeyDist::Gaussian(None));
+        assert_eq!((m.multiget, m.ttl, m.delete_ratio), (8, 30, 0.05));
+        assert_eq!(m.distribution, Distribution::Ketama);
+        assert_eq!(m.interval, Duration::from_millis(250));
+        assert_eq!(m.label.as_deref(), Some("memspin"));
+        assert_eq!(m.check(), Ok(()));
+        assert!(
+            Args::try_parse_from(["memspin-loadgen", "--rate", "1k", "--search", "99:500"])
+                .is_err()
+        );
+        let s = Args::try_parse_from(["memspin-loadgen", "--search", "p99.9:800"]).unwrap();
+        assert_eq!(
+            s.search.map(|s| (s.percentile, s.limit_us)),
+            Some((99.9, 800.0))
+        );
+        let r = Args::try_parse_from([
+            "memspin-loadgen",
+            "report",
+            "a.json",
+            "b.json",
+            "--html",
+            "o.html",
+        ])
+        .unwrap();
+        assert!(matches!(r.command, Some(Cmd::Report { ref results, .. }) if results.len() == 2));
+        assert!(Args::try_parse_from(["memspin-loadgen", "report", "a.json"]).is_err());
         assert!(
             Args::try_parse_from(["memspin-loadgen", "--rate", "1k", "--sweep", "1k,2k"]).is_err()
         );
@@ -605,6 +801,15 @@ mod tests {
         assert_eq!(parse_value_size("16-1024"), Ok((16, 1024)));
         assert!(parse_value_size("9-3").is_err() && parse_value_size("x").is_err());
         assert_eq!(parse_key_dist("uniform"), Ok(KeyDist::Uniform));
+        assert_eq!(parse_key_dist("sequential"), Ok(KeyDist::Sequential));
+        assert_eq!(
+            parse_key_dist("gaussian:5000"),
+            Ok(KeyDist::Gaussian(Some(5_000.0)))
+        );
+        assert!(parse_key_dist("gaussian:0").is_err() && parse_key_dist("normal").is_err());
+        assert_eq!(parse_value_sizes("16-64"), Ok(ValueSizes::Range(16, 64)));
+        assert_eq!(parse_value_sizes("8"), Ok(ValueSizes::Fixed(8)));
+        assert!(parse_value_sizes("8:0").is_err() && parse_value_sizes("8:x").is_err());
         assert!(parse_key_dist("zipf:-1").is_err() && parse_key_dist("zipf").is_err());
         assert_eq!(parse_cpus("0,2-3"), Ok(CpuList(vec![0, 2, 3])));
         assert!(parse_cpus("3-1").is_err());

@@ -8,9 +8,10 @@ use serde::Serialize;
 
 use crate::arrival::ArrivalKind;
 use crate::client::Protocol;
+use crate::placement::Distribution;
 use crate::tstamp::Timestamps;
 use crate::verify;
-use crate::workload::{KeyDist, Keyspace, KeyspaceError, Mix, MixError};
+use crate::workload::{KeyDist, Keyspace, KeyspaceError, Mix, MixError, ValueSizes};
 
 /// Largest value the generator will write (memcached's `-I` maximum is 1 GiB; its default 1 MiB).
 pub const MAX_VALUE_SIZE: usize = 128 * 1024 * 1024;
@@ -20,6 +21,10 @@ pub const MAX_VALUE_SIZE: usize = 128 * 1024 * 1024;
 pub struct Config {
     /// Servers; connection `i` goes to `servers[i % servers.len()]`.
     pub servers: Vec<SocketAddr>,
+    /// The servers' names as given (`host:port`), which ketama hashes; empty: the addresses.
+    pub server_names: Vec<String>,
+    /// How keys are spread over several servers.
+    pub distribution: Distribution,
     /// Wire protocol.
     pub protocol: Protocol,
     /// Total connections; connection `i` belongs to thread `i % threads`.
@@ -48,8 +53,17 @@ pub struct Config {
     pub value_min: usize,
     /// Largest value, bytes.
     pub value_max: usize,
+    /// `(size, weight)` list of value sizes; empty: uniform in `value_min..=value_max`. When
+    /// set, `value_min` and `value_max` must be its smallest and largest size.
+    pub value_weights: Vec<(usize, u32)>,
     /// Fraction of GETs.
     pub get_ratio: f64,
+    /// Fraction of DELETEs (the rest of the requests are SETs).
+    pub delete_ratio: f64,
+    /// Keys per GET: 1 for plain GETs, more for multi-key GETs.
+    pub multiget: usize,
+    /// Time to live of every SET, seconds (0: none).
+    pub ttl: u32,
     /// Key popularity.
     pub key_dist: KeyDist,
     /// Write every key once before the run.
@@ -70,7 +84,11 @@ pub struct Config {
     pub idle: Idle,
     /// Kernel timestamps for send and reply times.
     pub timestamps: Timestamps,
-    /// Print a progress line every second (to stderr).
+    /// Length of the time series' intervals (and of the progress lines).
+    pub interval: Duration,
+    /// A name for the run in reports (`--label`).
+    pub label: Option<String>,
+    /// Print a progress line every interval (to stderr).
     pub progress: bool,
 }
 
@@ -78,6 +96,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             servers: vec![SocketAddr::from(([127, 0, 0, 1], 11211))],
+            server_names: Vec::new(),
+            distribution: Distribution::Modulo,
             protocol: Protocol::Binary,
             connections: 4,
             threads: 1,
@@ -92,7 +112,11 @@ impl Default for Config {
             key_size: 16,
             value_min: 32,
             value_max: 32,
+            value_weights: Vec::new(),
             get_ratio: 0.9,
+            delete_ratio: 0.0,
+            multiget: 1,
+            ttl: 0,
             key_dist: KeyDist::Uniform,
             prefill: false,
             verify: false,
@@ -102,6 +126,8 @@ impl Default for Config {
             spin: Duration::from_micros(50),
             idle: Idle::Spin,
             timestamps: Timestamps::Software,
+            interval: Duration::from_secs(1),
+            label: None,
             progress: true,
         }
     }
@@ -150,6 +176,12 @@ pub enum ConfigError {
     Duration,
     /// A zero timeout.
     Timeout,
+    /// A time-series interval under 1 ms.
+    Interval,
+    /// `value_min`/`value_max` that are not the weighted list's smallest and largest sizes.
+    ValueWeights,
+    /// A server name list whose length differs from the address list.
+    ServerNames,
     /// Values larger than [`MAX_VALUE_SIZE`].
     ValueTooLarge,
     /// `--verify` with values shorter than the verification header.
@@ -177,6 +209,11 @@ impl fmt::Display for ConfigError {
             ConfigError::Rate => f.write_str("--rate must be a positive number"),
             ConfigError::Duration => f.write_str("--duration must be positive"),
             ConfigError::Timeout => f.write_str("--timeout-ms must be positive"),
+            ConfigError::Interval => f.write_str("--interval must be at least 1 ms"),
+            ConfigError::ValueWeights => {
+                f.write_str("value_min and value_max must be the weighted list's extremes")
+            }
+            ConfigError::ServerNames => f.write_str("one server name per server address"),
             ConfigError::ValueTooLarge => {
                 write!(f, "--value-size is limited to {MAX_VALUE_SIZE} bytes")
             }
@@ -223,8 +260,27 @@ impl Config {
             keys: self.keys,
             key_dist: self.key_dist,
             get_ratio: self.get_ratio,
-            value_min: self.value_min,
-            value_max: self.value_max,
+            delete_ratio: self.delete_ratio,
+            multiget: self.multiget,
+            value_sizes: self.value_sizes(),
+        }
+    }
+
+    /// The value sizes of SETs.
+    pub fn value_sizes(&self) -> ValueSizes {
+        if self.value_weights.is_empty() {
+            ValueSizes::range(self.value_min, self.value_max)
+        } else {
+            ValueSizes::Weighted(self.value_weights.clone())
+        }
+    }
+
+    /// The servers' names as given, or their addresses.
+    pub fn names(&self) -> Vec<String> {
+        if self.server_names.is_empty() {
+            self.servers.iter().map(ToString::to_string).collect()
+        } else {
+            self.server_names.clone()
         }
     }
 
@@ -259,6 +315,18 @@ impl Config {
         if self.timeout.is_zero() {
             return Err(ConfigError::Timeout);
         }
+        if self.interval < Duration::from_millis(1) {
+            return Err(ConfigError::Interval);
+        }
+        if !self.value_weights.is_empty() {
+            let sizes = self.value_sizes();
+            if (sizes.min(), sizes.max()) != (self.value_min, self.value_max) {
+                return Err(ConfigError::ValueWeights);
+            }
+        }
+        if !self.server_names.is_empty() && self.server_names.len() != self.servers.len() {
+            return Err(ConfigError::ServerNames);
+        }
         if self.cpus.as_ref().is_some_and(Vec::is_empty) {
             return Err(ConfigError::Cpus);
         }
@@ -282,8 +350,10 @@ impl Config {
 /// The configuration as written into the JSON summary.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConfigEcho {
-    /// Servers, as `host:port`.
+    /// Servers, as `host:port` (as given).
     pub servers: Vec<String>,
+    /// `modulo` or `ketama`.
+    pub distribution: Distribution,
     /// `binary` or `text`.
     pub protocol: Protocol,
     /// Total connections.
@@ -308,8 +378,16 @@ pub struct ConfigEcho {
     pub value_size_min: usize,
     /// Largest value, bytes.
     pub value_size_max: usize,
+    /// The sizes as on the command line: `32`, `16-1024` or `100:4,1000:1`.
+    pub value_sizes: String,
     /// Fraction of GETs.
     pub get_ratio: f64,
+    /// Fraction of DELETEs.
+    pub delete_ratio: f64,
+    /// Keys per GET.
+    pub multiget: usize,
+    /// TTL of SETs, s (0: none).
+    pub ttl_s: u32,
     /// `uniform` or `zipf:S`.
     pub key_dist: String,
     /// Whether keys were written before the run.
@@ -328,12 +406,15 @@ pub struct ConfigEcho {
     pub idle: Idle,
     /// Kernel timestamps asked for: `software`, `hardware` or `none`.
     pub timestamps: Timestamps,
+    /// Time-series interval, ms.
+    pub interval_ms: f64,
 }
 
 impl From<&Config> for ConfigEcho {
     fn from(c: &Config) -> Self {
         ConfigEcho {
-            servers: c.servers.iter().map(ToString::to_string).collect(),
+            servers: c.names(),
+            distribution: c.distribution,
             protocol: c.protocol,
             connections: c.connections,
             threads: c.threads,
@@ -346,7 +427,11 @@ impl From<&Config> for ConfigEcho {
             key_size: c.key_size,
             value_size_min: c.value_min,
             value_size_max: c.value_max,
+            value_sizes: c.value_sizes().to_string(),
             get_ratio: c.get_ratio,
+            delete_ratio: c.delete_ratio,
+            multiget: c.multiget,
+            ttl_s: c.ttl,
             key_dist: c.key_dist.to_string(),
             prefill: c.prefill,
             verify: c.verify,
@@ -356,6 +441,7 @@ impl From<&Config> for ConfigEcho {
             spin_us: c.spin.as_secs_f64() * 1e6,
             idle: c.idle,
             timestamps: c.timestamps,
+            interval_ms: c.interval.as_secs_f64() * 1e3,
         }
     }
 }
@@ -402,6 +488,22 @@ mod tests {
             ConfigError::Mix(MixError::GetRatio)
         );
         assert_eq!(bad(|c| c.cpus = Some(vec![])), ConfigError::Cpus);
+        assert_eq!(
+            bad(|c| c.interval = Duration::from_micros(10)),
+            ConfigError::Interval
+        );
+        assert_eq!(
+            bad(|c| c.value_weights = vec![(10, 1), (64, 1)]),
+            ConfigError::ValueWeights
+        );
+        assert_eq!(
+            bad(|c| c.server_names = vec!["a:1".into(), "b:2".into()]),
+            ConfigError::ServerNames
+        );
+        assert_eq!(
+            bad(|c| c.delete_ratio = 0.2),
+            ConfigError::Mix(MixError::DeleteRatio)
+        );
         fn two(c: &mut Config) {
             c.servers.push(SocketAddr::from(([127, 0, 0, 1], 11212)));
         }

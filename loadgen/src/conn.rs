@@ -21,10 +21,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 
 use crate::histogram::OpKind;
+use crate::placement::KeySet;
 use crate::sys;
 use crate::tstamp::{self, Stamps};
 use crate::verify::KeyState;
-use crate::workload::{Command, Ownership, Picker};
+use crate::workload::{Command, Picker};
 
 /// Initial read buffer size; it grows for replies larger than this.
 const READ_CHUNK: usize = 64 * 1024;
@@ -34,8 +35,10 @@ const READ_CHUNK: usize = 64 * 1024;
 pub struct InFlight {
     /// GET or SET.
     pub command: Command,
-    /// Key index.
+    /// Key index (a multi-get's keys wait in `Conn::multi`).
     pub key: u64,
+    /// Keys of a multi-get (0 otherwise).
+    pub nkeys: u32,
     /// Version written by a verified SET (0 otherwise).
     pub version: u32,
     /// Binary-protocol opaque.
@@ -141,10 +144,12 @@ pub struct Conn {
     pub next_opaque: u32,
     /// This connection's request chooser.
     pub picker: Picker,
-    /// Which keys it may use.
-    pub ownership: Ownership,
-    /// Versions of the keys it owns (index `key / connections`), under `--verify`.
+    /// The keys it owns: it alone writes them in prefill and, under `--verify`, ever.
+    pub own: KeySet,
+    /// Versions of the keys it owns (by position in `own`), under `--verify`.
     pub key_states: Vec<KeyState>,
+    /// The keys of the multi-gets in flight, oldest first.
+    pub multi: VecDeque<u64>,
     /// Whether EPOLLOUT is armed.
     pub write_interest: bool,
     /// Whether the connection is on its worker's list of connections to flush.
@@ -171,9 +176,10 @@ impl Conn {
         index: usize,
         server: SocketAddr,
         picker: Picker,
-        ownership: Ownership,
-        owned_keys: usize,
+        own: KeySet,
+        verify: bool,
     ) -> Conn {
+        let owned_keys = if verify { own.len() as usize } else { 0 };
         Conn {
             index,
             server,
@@ -189,8 +195,9 @@ impl Conn {
             inflight: VecDeque::new(),
             next_opaque: 0,
             picker,
-            ownership,
+            own,
             key_states: vec![KeyState::default(); owned_keys],
+            multi: VecDeque::new(),
             write_interest: false,
             dirty: false,
             unready_listed: false,
@@ -271,10 +278,7 @@ impl Conn {
     /// If verification is off (no states) or the key is not owned by this connection.
     #[inline]
     pub fn key_state(&mut self, key: u64) -> &mut KeyState {
-        let slot = match self.ownership {
-            Ownership::Shared => key,
-            Ownership::Owned { total, .. } => key / total,
-        };
+        let slot = self.own.position(key).expect("a verified key is owned");
         &mut self.key_states[slot as usize]
     }
 
@@ -376,7 +380,8 @@ impl Conn {
         }
     }
 
-    /// Drops the socket and every buffered byte; returns the requests that were in flight.
+    /// Drops the socket and every buffered byte; returns the requests that were in flight
+    /// (a multi-get's keys are dropped: verification learns nothing from a lost read).
     /// Replies still awaiting their stamps must have been settled first.
     pub fn close(&mut self) -> VecDeque<InFlight> {
         debug_assert!(self.awaiting.is_empty(), "replies closed unrecorded");
@@ -390,6 +395,7 @@ impl Conn {
         self.write_interest = false;
         self.stamped = false;
         self.bytes_written = 0;
+        self.multi.clear();
         std::mem::take(&mut self.inflight)
     }
 }
@@ -397,7 +403,7 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::{KeyDist, Mix};
+    use crate::workload::{KeyDist, Mix, ValueSizes};
     use std::net::TcpListener;
 
     fn conn(addr: SocketAddr) -> Conn {
@@ -405,15 +411,16 @@ mod tests {
             keys: 10,
             key_dist: KeyDist::Uniform,
             get_ratio: 1.0,
-            value_min: 1,
-            value_max: 1,
+            delete_ratio: 0.0,
+            multiget: 1,
+            value_sizes: ValueSizes::Fixed(1),
         };
         Conn::new(
             0,
             addr,
-            Picker::new(mix, Ownership::Shared, 1),
-            Ownership::Shared,
-            0,
+            Picker::new(mix, KeySet::all(10), 1),
+            KeySet::all(10),
+            false,
         )
     }
 
@@ -463,6 +470,7 @@ mod tests {
         InFlight {
             command: Command::Get,
             key: 0,
+            nkeys: 0,
             version: 0,
             opaque: end_offset as u32,
             intended_ns: 0,

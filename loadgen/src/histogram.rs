@@ -17,6 +17,14 @@ pub const HIGHEST_NS: u64 = 3_600 * 1_000_000_000;
 /// Significant decimal digits kept by every histogram (0.1 % relative error).
 pub const SIGFIG: u8 = 3;
 
+/// A small latency histogram that grows to the largest value recorded (lowest 1 ns, the
+/// crate's precision), for the many short intervals of a time series.
+pub fn new_interval_histogram() -> Histogram<u64> {
+    let mut h = Histogram::new_with_bounds(LOWEST_NS, 2, SIGFIG).expect("valid bounds");
+    h.auto(true);
+    h
+}
+
 /// A fresh latency histogram with the crate's bounds.
 pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(LOWEST_NS, HIGHEST_NS, SIGFIG)
@@ -32,13 +40,24 @@ pub enum OpKind {
     GetMiss,
     /// A SET that the server stored.
     Set,
+    /// A DELETE, whether it found its key or not.
+    Delete,
+    /// A multi-key GET (`--multiget`), however many of its keys were found.
+    MultiGet,
     /// Anything else: error statuses (SERVER_ERROR, out of memory, NOT_STORED, ...).
     Other,
 }
 
 impl OpKind {
     /// Every kind, in report order.
-    pub const ALL: [OpKind; 4] = [OpKind::GetHit, OpKind::GetMiss, OpKind::Set, OpKind::Other];
+    pub const ALL: [OpKind; 6] = [
+        OpKind::GetHit,
+        OpKind::GetMiss,
+        OpKind::Set,
+        OpKind::Delete,
+        OpKind::MultiGet,
+        OpKind::Other,
+    ];
 
     /// The `snake_case` name used in tables, JSON keys and file names.
     pub const fn name(self) -> &'static str {
@@ -46,6 +65,8 @@ impl OpKind {
             OpKind::GetHit => "get_hit",
             OpKind::GetMiss => "get_miss",
             OpKind::Set => "set",
+            OpKind::Delete => "delete",
+            OpKind::MultiGet => "multiget",
             OpKind::Other => "other",
         }
     }
@@ -56,7 +77,9 @@ impl OpKind {
             OpKind::GetHit => 0,
             OpKind::GetMiss => 1,
             OpKind::Set => 2,
-            OpKind::Other => 3,
+            OpKind::Delete => 3,
+            OpKind::MultiGet => 4,
+            OpKind::Other => 5,
         }
     }
 }
@@ -64,7 +87,7 @@ impl OpKind {
 /// One histogram per [`OpKind`], all in nanoseconds.
 #[derive(Debug, Clone)]
 pub struct LatencySet {
-    per_op: [Histogram<u64>; 4],
+    per_op: [Histogram<u64>; 6],
 }
 
 impl Default for LatencySet {
@@ -77,12 +100,7 @@ impl LatencySet {
     /// Four empty histograms.
     pub fn new() -> Self {
         LatencySet {
-            per_op: [
-                new_histogram(),
-                new_histogram(),
-                new_histogram(),
-                new_histogram(),
-            ],
+            per_op: std::array::from_fn(|_| new_histogram()),
         }
     }
 
@@ -261,7 +279,7 @@ mod tests {
                 1 => rng.random_range(100_000..5_000_000),
                 _ => rng.random_range(10..1_000_000_000),
             };
-            let kind = OpKind::ALL[(i % 4) as usize];
+            let kind = OpKind::ALL[(i % 6) as usize];
             parts[part].record(kind, ns);
             single.record(kind, ns);
         }

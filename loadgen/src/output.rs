@@ -6,7 +6,9 @@
 //! Report ─▶ write_json (Summary, schema memspin-loadgen/2)
 //!        ─▶ write_hgrm (PREFIX-{corrected|service}-{all|get_hit|...}.hgrm, PREFIX-send_lag.hgrm,
 //!                       PREFIX-generator_delay.hgrm)
+//!        ─▶ write_hlog (the time series as an HdrHistogram interval log)
 //!        ─▶ plot_percentiles (latency by percentile, log scales) ; plot_sweep (latency vs rate)
+//! SearchRun ─▶ write_search_json
 //! ```
 
 use std::fs;
@@ -21,6 +23,7 @@ use serde::Serialize;
 
 use crate::histogram::{OpKind, Percentiles, hgrm};
 use crate::report::{Report, SCHEMA, Summary};
+use crate::search::{Outcome, Probe, SearchRun, Slo};
 
 /// Creates the folder `path` goes into, so `--json results/run.json` works in a fresh tree.
 fn make_parent(path: &Path) -> io::Result<()> {
@@ -67,6 +70,109 @@ pub fn write_sweep_json(path: &Path, reports: &[Report]) -> io::Result<()> {
     let text = serde_json::to_string_pretty(&s).map_err(io::Error::other)?;
     make_parent(path)?;
     fs::write(path, text + "\n")
+}
+
+/// Version tag of a search's JSON file.
+pub const SEARCH_SCHEMA: &str = "memspin-loadgen-search/1";
+
+/// A search's JSON file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchSummary {
+    /// Always [`SEARCH_SCHEMA`].
+    pub schema: &'static str,
+    /// The schema of each point and of `capacity`.
+    pub point_schema: &'static str,
+    /// The objective.
+    pub slo: Slo,
+    /// The highest rate that met it, or null.
+    pub rate: Option<f64>,
+    /// What bounded the search.
+    pub limited_by: String,
+    /// Index in `points` of the probe at `rate`, or null.
+    pub best: Option<usize>,
+    /// Every probe's verdict, in the order run.
+    pub probes: Vec<Probe>,
+    /// The closed-loop run that set the upper bound.
+    pub capacity: Summary,
+    /// One summary per probe, in the order run.
+    pub points: Vec<Summary>,
+}
+
+/// Writes a search's summary as pretty JSON.
+///
+/// # Errors
+/// The file system error.
+pub fn write_search_json(path: &Path, s: &SearchRun) -> io::Result<()> {
+    let Outcome {
+        rate,
+        best,
+        probes,
+        limited_by,
+    } = s.outcome.clone();
+    let summary = SearchSummary {
+        schema: SEARCH_SCHEMA,
+        point_schema: SCHEMA,
+        slo: s.slo,
+        rate,
+        limited_by,
+        best,
+        probes,
+        capacity: s.capacity.summary(),
+        points: s.reports.iter().map(Report::summary).collect(),
+    };
+    let text = serde_json::to_string_pretty(&summary).map_err(io::Error::other)?;
+    make_parent(path)?;
+    fs::write(path, text + "\n")
+}
+
+/// Writes the run's time series as an HdrHistogram interval log (`.hlog`, what
+/// HdrHistogram's `HistogramLogProcessor` and the Rust crate's `IntervalLogIterator` read):
+/// one line per interval with its compressed histogram, values in nanoseconds, interval
+/// maxima in milliseconds. Without a tag: the corrected latency in open loop, the service time
+/// in closed loop; in open loop also `tag=service` lines. `StartTime` and `BaseTime` are the
+/// window's start, so interval time stamps count seconds from it.
+///
+/// # Errors
+/// The file system error.
+pub fn write_hlog(path: &Path, report: &Report) -> io::Result<()> {
+    use hdrhistogram::serialization::V2DeflateSerializer;
+    use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+    let start = report.window_start.unwrap_or(std::time::UNIX_EPOCH);
+    let mut out = Vec::new();
+    let mut serializer = V2DeflateSerializer::new();
+    let open = report.config.rate.is_some();
+    {
+        let mut builder = IntervalLogWriterBuilder::new();
+        builder
+            .add_comment("memspin-loadgen interval log: latency in ns, interval maxima in ms")
+            .add_comment(if open {
+                "untagged: corrected latency (from the intended send); tag=service: service time"
+            } else {
+                "untagged: service time (closed loop)"
+            })
+            .with_start_time(start)
+            .with_base_time(start)
+            .with_max_value_divisor(1e6);
+        let mut log = builder.begin_log_with(&mut out, &mut serializer)?;
+        let service_tag = Tag::new("service").expect("a valid tag");
+        for i in &report.intervals {
+            let at = std::time::Duration::from_secs_f64(i.start_s.max(0.0));
+            let span = std::time::Duration::from_secs_f64((i.end_s - i.start_s).max(0.0));
+            let primary = if open {
+                &i.stats.corrected
+            } else {
+                &i.stats.service
+            };
+            log.write_histogram(primary, at, span, None)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            if open {
+                log.write_histogram(&i.stats.service, at, span, Some(service_tag))
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+            }
+        }
+    }
+    make_parent(path)?;
+    fs::write(path, out)
 }
 
 /// Writes one `.hgrm` file per non-empty histogram of `report`: `PREFIX-corrected-all.hgrm`,
@@ -149,7 +255,7 @@ fn plot_err<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> i
 }
 
 /// Registers the embedded font as "sans-serif"; every backend lays text out with it.
-fn register_font() {
+pub(crate) fn register_font() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let font = epaint_default_fonts::UBUNTU_LIGHT;

@@ -6,7 +6,7 @@
 //! ```
 
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -15,14 +15,17 @@ use crate::arrival::{ArrivalKind, GapCheck};
 use crate::client::Protocol;
 use crate::config::Idle;
 use crate::config::{Config, ConfigEcho};
+use crate::environment::Environment;
 use crate::histogram::{LatencySet, OpKind, Percentiles, new_histogram};
 use crate::tstamp::Timestamps;
 use crate::verify::VerifyCounts;
+use crate::worker::IntervalStats;
 use crate::worker::{ErrorCounts, ThreadStats};
 
 /// Version tag of the JSON summary; bumped when a documented field changes meaning (2: send
-/// and reply times are kernel timestamps where the socket gives them).
-pub const SCHEMA: &str = "memspin-loadgen/2";
+/// and reply times are kernel timestamps where the socket gives them; 3: `hits` and `misses`
+/// count the keys of multi-gets too, and the op kinds `delete` and `multiget` exist).
+pub const SCHEMA: &str = "memspin-loadgen/3";
 
 /// Achieved/target rate below which the open-loop rate check fails.
 pub const RATE_TOLERANCE: f64 = 0.02;
@@ -81,7 +84,17 @@ pub struct Report {
     /// thread's core was shared.
     pub spin_paused: Duration,
     /// Replies per op kind, in `OpKind::ALL` order.
-    pub counts: [u64; 4],
+    pub counts: [u64; 6],
+    /// Keys found by multi-gets.
+    pub keys_hit: u64,
+    /// Keys multi-gets found nothing for.
+    pub keys_missed: u64,
+    /// The time series: one entry per interval of the window, in order.
+    pub intervals: Vec<Interval>,
+    /// Where and how the run took place (`None` for a report not made by [`crate::run`]).
+    pub environment: Option<Environment>,
+    /// The window's start on the wall clock (for the interval log's time stamps).
+    pub window_start: Option<SystemTime>,
     /// Error counters.
     pub errors: ErrorCounts,
     /// Verification counters (zero unless `--verify`).
@@ -106,6 +119,17 @@ pub struct Report {
     pub prefill: Option<PrefillStats>,
     /// Loud messages about anything that makes the numbers suspect.
     pub warnings: Vec<String>,
+}
+
+/// One interval of the time series, merged over threads.
+#[derive(Debug, Clone)]
+pub struct Interval {
+    /// Start, seconds after the window's start.
+    pub start_s: f64,
+    /// End, seconds after the window's start (the last one ends with the window).
+    pub end_s: f64,
+    /// What was recorded in it.
+    pub stats: IntervalStats,
 }
 
 /// The prefill phase.
@@ -141,7 +165,12 @@ impl Report {
             stamp_failures: 0,
             cpu_wait: Duration::ZERO,
             spin_paused: Duration::ZERO,
-            counts: [0; 4],
+            counts: [0; 6],
+            keys_hit: 0,
+            keys_missed: 0,
+            intervals: Vec::new(),
+            environment: None,
+            window_start: None,
             errors: ErrorCounts::default(),
             verify: VerifyCounts::default(),
             window: Duration::ZERO,
@@ -181,6 +210,8 @@ impl Report {
             for (a, b) in r.counts.iter_mut().zip(t.counts) {
                 *a += b;
             }
+            r.keys_hit += t.keys_hit;
+            r.keys_missed += t.keys_missed;
             r.errors.merge(&t.errors);
             r.verify.merge(&t.verify);
             r.scheduled += t.scheduled;
@@ -215,6 +246,34 @@ impl Report {
             ));
         }
         r
+    }
+
+    /// Takes the merged intervals `(index, stats)` of the window: interval `index` covers
+    /// `[index × I, (index + 1) × I)` of the window, the last one cut at its end.
+    pub fn set_intervals(&mut self, intervals: Vec<(i64, IntervalStats)>) {
+        let step = self.config.interval.as_secs_f64();
+        let window = self.window.as_secs_f64();
+        self.intervals = intervals
+            .into_iter()
+            .map(|(index, stats)| {
+                let start_s = index as f64 * step;
+                Interval {
+                    start_s,
+                    end_s: ((index + 1) as f64 * step).min(window).max(start_s),
+                    stats,
+                }
+            })
+            .collect();
+    }
+
+    /// Keys GETs found: single-key hits plus the keys multi-gets found.
+    pub fn hits(&self) -> u64 {
+        self.count(OpKind::GetHit) + self.keys_hit
+    }
+
+    /// Keys GETs found nothing for.
+    pub fn misses(&self) -> u64 {
+        self.count(OpKind::GetMiss) + self.keys_missed
     }
 
     /// Replies in the window.
@@ -374,9 +433,32 @@ impl Report {
             get_hit: Percentiles::of(s.op(OpKind::GetHit)),
             get_miss: Percentiles::of(s.op(OpKind::GetMiss)),
             set: Percentiles::of(s.op(OpKind::Set)),
+            delete: Percentiles::of(s.op(OpKind::Delete)),
+            multiget: Percentiles::of(s.op(OpKind::MultiGet)),
             other: Percentiles::of(s.op(OpKind::Other)),
         };
-        let gets = self.count(OpKind::GetHit) + self.count(OpKind::GetMiss);
+        let gets = self.hits() + self.misses();
+        let open = c.rate.is_some();
+        let time_series = self
+            .intervals
+            .iter()
+            .map(|i| {
+                let span = i.end_s - i.start_s;
+                IntervalJson {
+                    start_s: i.start_s,
+                    end_s: i.end_s,
+                    ops: i.stats.completed,
+                    ops_per_sec: if span > 0.0 {
+                        i.stats.completed as f64 / span
+                    } else {
+                        0.0
+                    },
+                    errors: i.stats.errors,
+                    service: Percentiles::of(&i.stats.service),
+                    corrected: open.then(|| Percentiles::of(&i.stats.corrected)),
+                }
+            })
+            .collect();
         let open_loop = c.rate.map(|target| OpenLoop {
             target_rate: target,
             scheduled_rate: per_sec(self.scheduled, self.window),
@@ -403,6 +485,7 @@ impl Report {
                 Mode::Closed
             },
             protocol: c.protocol,
+            label: c.label.clone(),
             config: ConfigEcho::from(c),
             duration_s: self.window.as_secs_f64(),
             ops: self.completed(),
@@ -411,14 +494,16 @@ impl Report {
                 get_hit: self.count(OpKind::GetHit),
                 get_miss: self.count(OpKind::GetMiss),
                 set: self.count(OpKind::Set),
+                delete: self.count(OpKind::Delete),
+                multiget: self.count(OpKind::MultiGet),
                 other: self.count(OpKind::Other),
             },
-            hits: self.count(OpKind::GetHit),
-            misses: self.count(OpKind::GetMiss),
+            hits: self.hits(),
+            misses: self.misses(),
             hit_ratio: if gets == 0 {
                 0.0
             } else {
-                self.count(OpKind::GetHit) as f64 / gets as f64
+                self.hits() as f64 / gets as f64
             },
             errors: ErrorSummary {
                 counts: self.errors,
@@ -443,6 +528,14 @@ impl Report {
             open_loop,
             verify: c.verify.then_some(self.verify),
             prefill: self.prefill,
+            time_series,
+            histograms: HistogramsJson {
+                encoding: HISTOGRAM_ENCODING,
+                service: encode_histogram(&self.service.all()),
+                corrected: self.corrected.as_ref().map(|s| encode_histogram(&s.all())),
+                generator_delay: encode_histogram(&self.generator_delay),
+            },
+            environment: self.environment.clone(),
             warnings: self.warnings.clone(),
         }
     }
@@ -467,13 +560,22 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "throughput: {:.1} ops/s  (get hit {}, get miss {}, set {}, other {})",
+            "throughput: {:.1} ops/s  (get hit {}, get miss {}, set {}, delete {}, multi-get {}, other {})",
             self.ops_per_sec(),
             self.count(OpKind::GetHit),
             self.count(OpKind::GetMiss),
             self.count(OpKind::Set),
+            self.count(OpKind::Delete),
+            self.count(OpKind::MultiGet),
             self.count(OpKind::Other)
         );
+        if self.count(OpKind::MultiGet) > 0 {
+            let _ = writeln!(
+                out,
+                "multi-get keys: {} found, {} missing ({} keys per request)",
+                self.keys_hit, self.keys_missed, c.multiget
+            );
+        }
         let _ = writeln!(
             out,
             "{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
@@ -604,8 +706,10 @@ pub struct Summary {
     pub schema: &'static str,
     /// `closed` or `open`.
     pub mode: Mode,
-    /// `binary` or `text`.
+    /// `binary`, `text` or `meta`.
     pub protocol: Protocol,
+    /// The run's name in reports (`--label`), or null.
+    pub label: Option<String>,
     /// The run's parameters.
     pub config: ConfigEcho,
     /// Measurement window, s.
@@ -616,9 +720,9 @@ pub struct Summary {
     pub ops_per_sec: f64,
     /// Replies per op kind.
     pub counts: OpCounts,
-    /// GET hits (= counts.get_hit).
+    /// Keys found: GET hits plus the keys multi-gets found.
     pub hits: u64,
-    /// GET misses (= counts.get_miss).
+    /// Keys not found: GET misses plus the keys multi-gets missed.
     pub misses: u64,
     /// hits / (hits + misses), 0 without GETs.
     pub hit_ratio: f64,
@@ -636,8 +740,75 @@ pub struct Summary {
     pub verify: Option<VerifyCounts>,
     /// Prefill; null without `--prefill`.
     pub prefill: Option<PrefillStats>,
+    /// One entry per `--interval` of the window.
+    pub time_series: Vec<IntervalJson>,
+    /// The whole run's histograms, lossless.
+    pub histograms: HistogramsJson,
+    /// Generator, machine and servers; null when not run by `memspin-loadgen`.
+    pub environment: Option<Environment>,
     /// Loud messages; empty when nothing is suspect.
     pub warnings: Vec<String>,
+}
+
+/// One interval of the time series.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct IntervalJson {
+    /// Start, s after the window's start.
+    pub start_s: f64,
+    /// End, s after the window's start.
+    pub end_s: f64,
+    /// Replies recorded in it.
+    pub ops: u64,
+    /// `ops` per second of the interval.
+    pub ops_per_sec: f64,
+    /// Errors in it.
+    pub errors: u64,
+    /// Service time of its replies.
+    pub service: Percentiles,
+    /// Corrected latency of its replies; null in closed loop.
+    pub corrected: Option<Percentiles>,
+}
+
+/// How the histograms in the JSON are encoded.
+pub const HISTOGRAM_ENCODING: &str = "hdrhistogram-v2-deflate-base64-ns";
+
+/// The whole run's histograms (all ops), each HdrHistogram's compressed V2 encoding in base64
+/// (what a `.hlog` line carries), values in nanoseconds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistogramsJson {
+    /// Always [`HISTOGRAM_ENCODING`].
+    pub encoding: &'static str,
+    /// Service time.
+    pub service: String,
+    /// Corrected latency; null in closed loop.
+    pub corrected: Option<String>,
+    /// Generator delay.
+    pub generator_delay: String,
+}
+
+/// A histogram in [`HISTOGRAM_ENCODING`].
+pub fn encode_histogram(h: &Histogram<u64>) -> String {
+    use base64::Engine as _;
+    use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
+    let mut bytes = Vec::new();
+    V2DeflateSerializer::new()
+        .serialize(h, &mut bytes)
+        .expect("serializing into memory cannot fail");
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Reads a histogram written by [`encode_histogram`].
+///
+/// # Errors
+/// A message when the text is not base64 or not a serialized histogram.
+pub fn decode_histogram(text: &str) -> Result<Histogram<u64>, String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| e.to_string())?;
+    hdrhistogram::serialization::Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .map_err(|e| format!("{e:?}"))
 }
 
 /// Replies per op kind.
@@ -649,6 +820,10 @@ pub struct OpCounts {
     pub get_miss: u64,
     /// SETs stored.
     pub set: u64,
+    /// DELETEs answered (deleted or not found).
+    pub delete: u64,
+    /// Multi-gets answered.
+    pub multiget: u64,
     /// Error replies and refused stores.
     pub other: u64,
 }
@@ -674,6 +849,10 @@ pub struct OpLatencies {
     pub get_miss: Percentiles,
     /// SETs.
     pub set: Percentiles,
+    /// DELETEs.
+    pub delete: Percentiles,
+    /// Multi-gets.
+    pub multiget: Percentiles,
     /// Other replies.
     pub other: Percentiles,
 }
@@ -760,7 +939,9 @@ mod tests {
     use super::*;
 
     const README: &str = include_str!("../README.md");
-    const OPS: [&str; 5] = ["all", "get_hit", "get_miss", "set", "other"];
+    const OPS: [&str; 7] = [
+        "all", "get_hit", "get_miss", "set", "delete", "multiget", "other",
+    ];
     const P: [&str; 8] = [
         "count", "mean", "p50", "p90", "p99", "p99_9", "p99_99", "max",
     ];
@@ -863,9 +1044,11 @@ mod tests {
         out
     }
 
+    /// Leaves and inner paths of `v`; arrays of objects are entered as `name[]` (a server's
+    /// settings, names chosen by the server, are a leaf).
     fn paths(v: &Value, prefix: &str, leaves: &mut BTreeSet<String>, all: &mut BTreeSet<String>) {
         match v {
-            Value::Object(map) => {
+            Value::Object(map) if prefix != "environment.servers[].settings" => {
                 for (k, v) in map {
                     let p = if prefix.is_empty() {
                         k.clone()
@@ -876,6 +1059,13 @@ mod tests {
                     paths(v, &p, leaves, all);
                 }
             }
+            Value::Array(items) if items.iter().any(Value::is_object) => {
+                leaves.insert(prefix.to_string());
+                let p = format!("{prefix}[]");
+                for item in items {
+                    paths(item, &p, leaves, all);
+                }
+            }
             _ => {
                 leaves.insert(prefix.to_string());
             }
@@ -883,12 +1073,29 @@ mod tests {
     }
 
     fn json(open: bool) -> Value {
-        let r = Report::from_threads(
+        let mut r = Report::from_threads(
             &config(open),
             threads(open),
             open.then_some(0.25),
             StampSummary::as_asked(&config(open)),
         );
+        let mut interval = IntervalStats::new();
+        interval.service.record(20_000).unwrap();
+        interval.corrected.record(25_000).unwrap();
+        interval.completed = 1;
+        r.set_intervals(vec![(0, interval.clone()), (1, interval)]);
+        // A server that is not there: its entry carries the error.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        r.environment = Some(Environment::capture(
+            &["127.0.0.1:1".to_string()],
+            &[closed],
+            vec![0],
+            Protocol::Binary,
+            SystemTime::now(),
+        ));
         let text = serde_json::to_string_pretty(&r.summary()).unwrap();
         serde_json::from_str(&text).unwrap()
     }

@@ -1,6 +1,8 @@
-//! Starting a run: build the keyspace, decide the kernel timestamps (enabling the NIC's for
-//! `--timestamps hardware`, put back afterwards), start and pin the workers, step them through
-//! connect, prefill and start together, print progress once a second, and merge what they
+//! Starting a run: build the keyspace and place its keys on servers and connections, note the
+//! environment (asking each server for its version and settings), decide the kernel
+//! timestamps (enabling the NIC's for `--timestamps hardware`, put back afterwards), start and
+//! pin the workers, step them through connect, prefill and start together, merge their
+//! intervals into the time series (printing a progress line for each), and merge what they
 //! measured.
 
 use std::collections::BTreeMap;
@@ -9,16 +11,16 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
-use std::time::Instant;
-
-use hdrhistogram::Histogram;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::client::Codec;
 use crate::config::{Config, ConfigError, MAX_VALUE_SIZE};
-use crate::histogram::{Percentiles, new_histogram};
+use crate::environment::Environment;
+use crate::histogram::Percentiles;
+use crate::placement::{PlacementError, place};
 use crate::report::{Report, StampSummary};
 use crate::tstamp::StampPlan;
-use crate::worker::{Clock, Shared, TICK_NS, Tick, worker_main};
+use crate::worker::{Clock, IntervalStats, Shared, Tick, worker_main};
 use crate::workload::{Keyspace, value_pattern};
 
 /// Delay between publishing the start time and the start, so every worker is waiting for it.
@@ -38,6 +40,8 @@ pub enum RunError {
     },
     /// A worker thread panicked.
     WorkerPanicked,
+    /// The keys cannot be placed on the servers (ketama put too few on one).
+    Placement(PlacementError),
 }
 
 impl fmt::Display for RunError {
@@ -46,6 +50,7 @@ impl fmt::Display for RunError {
             RunError::Config(e) => e.fmt(f),
             RunError::Connect { server, kind } => write!(f, "cannot connect to {server}: {kind}"),
             RunError::WorkerPanicked => f.write_str("a worker thread panicked"),
+            RunError::Placement(e) => e.fmt(f),
         }
     }
 }
@@ -77,6 +82,15 @@ pub fn run(config: &Config) -> Result<Report, RunError> {
 pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, RunError> {
     config.check()?;
     let keyspace = Keyspace::new(config.keys, config.key_size).map_err(ConfigError::from)?;
+    let placement = place(
+        config.distribution,
+        &config.names(),
+        config.connections,
+        config.keys,
+        |k| keyspace.key(k),
+        config.verify,
+    )
+    .map_err(RunError::Placement)?;
     let pattern = if config.verify {
         Vec::new()
     } else {
@@ -84,6 +98,13 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
     };
     let threads = config.threads;
     let cores = pick_cores(config);
+    let environment = Environment::capture(
+        &config.names(),
+        &config.servers,
+        generator_cpus(config, cores.as_deref()),
+        config.protocol,
+        SystemTime::now(),
+    );
     // Kept until the workers are done: dropping it restores the NICs' stamping settings.
     let stamps = StampPlan::new(config.timestamps, &config.servers);
     if config.progress {
@@ -101,6 +122,7 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
     let shared = Arc::new(Shared {
         config: config.clone(),
         keyspace,
+        placement,
         codec: Codec::new(config.protocol, MAX_VALUE_SIZE.max(config.value_max)),
         pattern,
         clock: Clock::new(),
@@ -147,9 +169,11 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
         .prefill
         .then(|| prefill_started.elapsed().as_secs_f64());
     let start_ns = shared.clock.now_ns() + START_DELAY_NS;
+    // The window's start on the wall clock, for the interval log.
+    let window_start = SystemTime::now() + Duration::from_nanos(START_DELAY_NS) + config.warmup;
     shared.start_ns.store(start_ns, Ordering::SeqCst);
     shared.barrier.wait(); // 4: go
-    show_progress(config, &rx);
+    let intervals = collect_intervals(config, &rx);
     let mut stats = Vec::with_capacity(threads);
     let mut panicked = false;
     for h in handles {
@@ -166,12 +190,27 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
         note: stamps.note.clone(),
     };
     drop(stamps);
-    Ok(Report::from_threads(
-        config,
-        stats,
-        prefill_seconds,
-        stamp_summary,
-    ))
+    let mut report = Report::from_threads(config, stats, prefill_seconds, stamp_summary);
+    report.set_intervals(intervals);
+    report.environment = Some(environment);
+    report.window_start = Some(window_start);
+    Ok(report)
+}
+
+/// The CPUs the generator's threads run on: the pinned ones in use, or those the process may
+/// use.
+fn generator_cpus(config: &Config, cores: Option<&[core_affinity::CoreId]>) -> Vec<usize> {
+    let mut cpus: Vec<usize> = match cores {
+        Some(c) if !c.is_empty() => (0..config.threads).map(|t| c[t % c.len()].id).collect(),
+        _ => core_affinity::get_core_ids()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.id)
+            .collect(),
+    };
+    cpus.sort_unstable();
+    cpus.dedup();
+    cpus
 }
 
 /// The core of each thread: `--cpus`, or the cores this process may run on; `None` without
@@ -190,44 +229,56 @@ fn pick_cores(config: &Config) -> Option<Vec<core_affinity::CoreId>> {
     }
 }
 
-/// Prints one line per second once every thread reported that second.
-fn show_progress(config: &Config, rx: &mpsc::Receiver<Tick>) {
+/// Merges the threads' intervals as they come: an interval every thread has reported gets a
+/// progress line (stderr) and, in the window, joins the time series; intervals some thread
+/// never reported (threads stopped by a signal at slightly different times) are merged from
+/// what came once all threads are done.
+fn collect_intervals(config: &Config, rx: &mpsc::Receiver<Tick>) -> Vec<(i64, IntervalStats)> {
     let threads = config.threads;
-    let mut pending: BTreeMap<u64, (usize, u64, u64, Histogram<u64>)> = BTreeMap::new();
-    // A second that overlaps the warm-up is labelled warm-up.
-    let warmup_ticks = (config.warmup.as_nanos() as u64).div_ceil(TICK_NS);
+    let mut pending: BTreeMap<i64, (usize, IntervalStats)> = BTreeMap::new();
+    let mut done = Vec::new();
+    let finish = |index: i64, stats: IntervalStats, done: &mut Vec<(i64, IntervalStats)>| {
+        if config.progress {
+            progress_line(config, index, &stats);
+        }
+        if index >= 0 {
+            done.push((index, stats));
+        }
+    };
     for tick in rx {
-        let entry = pending
-            .entry(tick.index)
-            .or_insert_with(|| (0, 0, 0, new_histogram()));
+        let entry = pending.entry(tick.index).or_default();
         entry.0 += 1;
-        entry.1 += tick.completed;
-        entry.2 += tick.errors;
-        entry.3.add(&tick.latency).expect("same bounds");
+        entry.1.merge(&tick.stats);
         if entry.0 == threads
-            && let Some((_, completed, errors, latency)) = pending.remove(&tick.index)
-            && config.progress
+            && let Some((_, stats)) = pending.remove(&tick.index)
         {
-            let p = Percentiles::of(&latency);
-            let phase = if tick.index <= warmup_ticks {
-                "warm-up"
-            } else {
-                "run"
-            };
-            let which = if config.is_open_loop() {
-                "corrected"
-            } else {
-                "service"
-            };
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(
-                err,
-                "[{:>4} s] {phase:<7} {:>12.0} ops/s   p50 {:>9.1} µs   p99 {:>9.1} µs ({which})   errors {errors}",
-                tick.index,
-                completed as f64 * 1e9 / TICK_NS as f64,
-                p.p50,
-                p.p99
-            );
+            finish(tick.index, stats, &mut done);
         }
     }
+    for (index, (_, stats)) in pending {
+        finish(index, stats, &mut done);
+    }
+    done.sort_by_key(|d| d.0);
+    done
+}
+
+fn progress_line(config: &Config, index: i64, stats: &IntervalStats) {
+    let interval_s = config.interval.as_secs_f64();
+    let (latency, which) = if config.is_open_loop() {
+        (&stats.corrected, "corrected")
+    } else {
+        (&stats.service, "service")
+    };
+    let p = Percentiles::of(latency);
+    let phase = if index < 0 { "warm-up" } else { "run" };
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "[{:>7.2} s] {phase:<7} {:>12.0} ops/s   p50 {:>9.1} µs   p99 {:>9.1} µs ({which})   errors {}",
+        (index + 1) as f64 * interval_s,
+        stats.completed as f64 / interval_s,
+        p.p50,
+        p.p99,
+        stats.errors
+    );
 }

@@ -12,7 +12,7 @@
 //!
 //! Because the checksum covers the key, a value returned for the wrong key fails; because the
 //! version sits inside the value, a concurrent writer cannot cause a false alarm. Every key is
-//! written by one connection only (see `workload::Ownership`), and a memcached connection is
+//! written by one connection only (see `placement.rs`), and a memcached connection is
 //! served in order, so when a GET reply arrives the connection knows which versions the key may
 //! hold: the window `[floor, ceil]` of [`KeyState`].
 
@@ -194,6 +194,21 @@ impl KeyState {
         }
     }
 
+    /// The server replied that a DELETE was done (or found nothing): the key is absent now.
+    pub fn deleted(&mut self) {
+        self.known = true;
+        self.floor = 0;
+        self.ceil = 0;
+    }
+
+    /// A DELETE may or may not have been applied (its connection failed while it was in
+    /// flight): absent becomes possible.
+    pub fn maybe_deleted(&mut self) {
+        if self.known {
+            self.floor = 0;
+        }
+    }
+
     /// Judges a GET hit whose intact value carries `version`.
     pub fn hit(&mut self, version: u32) -> Verdict {
         if !self.known {
@@ -350,6 +365,30 @@ mod tests {
         assert_eq!(state.hit(v2), Verdict::Ok);
         // v2 was seen: v1 can no longer come back.
         assert_eq!(state.hit(v1), Verdict::Stale);
+    }
+
+    #[test]
+    fn a_delete_makes_misses_right_and_old_values_stale() {
+        let mut counts = VerifyCounts::default();
+        let mut state = KeyState::default();
+        let v1 = state.next_version();
+        state.stored(v1);
+        state.deleted();
+        counts.check_miss(&mut state);
+        assert_eq!(counts.lost, 0);
+        counts.check_hit(&mut state, b"k", &value(b"k", v1, 16));
+        assert_eq!(counts.stale, 1);
+        // A delete in doubt: the value and its absence are both right.
+        let v2 = state.next_version();
+        state.stored(v2);
+        state.maybe_deleted();
+        counts.check_miss(&mut state);
+        counts.check_hit(&mut state, b"k", &value(b"k", v2, 16));
+        assert_eq!((counts.stale, counts.lost), (1, 0));
+        // Read back after the failed connection, v2 proves the delete was not applied: a miss
+        // now is a loss.
+        counts.check_miss(&mut state);
+        assert_eq!(counts.lost, 1);
     }
 
     #[test]

@@ -38,23 +38,22 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use crate::arrival::Schedule;
-use crate::client::{Codec, DecodeError, Expect, Reply};
+use crate::client::{Codec, DecodeError, Expect, MultiHit, MultiKeys, Reply, Request};
 use crate::config::{Config, Idle};
 use crate::conn::{Answered, Conn, ConnState, FlushOutcome, InFlight, ReadOutcome, RxTime};
-use crate::histogram::{LatencySet, OpKind, new_histogram};
+use crate::histogram::{HIGHEST_NS, LatencySet, OpKind, new_histogram, new_interval_histogram};
+use crate::placement::Placement;
 use crate::sys::{self, EDGE, ERROR, ERRQUEUE_BATCH, Epoll, ErrQueue, HANGUP, READABLE, WRITABLE};
 use crate::timeouts::TimeoutQueue;
 use crate::tstamp::{self, StampClock, Timestamps};
 use crate::verify::{self, VerifyCounts};
-use crate::workload::{Command, Keyspace, Ownership, Picker, derive_seed};
+use crate::workload::{Command, Keyspace, Picker, derive_seed};
 
 /// What every socket is watched for: replies, and the peer's hang-up (`EPOLLRDHUP`, so that
 /// bytes and a FIN that arrive together are read up to the end), edge-triggered.
 const WATCH: u32 = READABLE | HANGUP | EDGE;
 /// How often timeouts and reconnects are looked at.
 const HOUSEKEEPING_NS: u64 = 2_000_000;
-/// Progress interval.
-pub(crate) const TICK_NS: u64 = 1_000_000_000;
 /// Most inter-arrival gaps kept per thread for the self-check.
 const MAX_GAP_SAMPLES: usize = 200_000;
 /// Most arrivals waiting for a free connection per thread; beyond it they are never sent.
@@ -216,7 +215,11 @@ pub struct ThreadStats {
     /// was shared (see [`SpinGuard`]), ns.
     pub spin_paused_ns: u64,
     /// Replies per [`OpKind`] (index order of `OpKind::ALL`).
-    pub counts: [u64; 4],
+    pub counts: [u64; 6],
+    /// Keys found by measured multi-gets.
+    pub keys_hit: u64,
+    /// Keys multi-gets found nothing for.
+    pub keys_missed: u64,
     /// Errors.
     pub errors: ErrorCounts,
     /// Verification counters.
@@ -262,7 +265,9 @@ impl ThreadStats {
             stamp_failures: 0,
             cpu_wait_ns: 0,
             spin_paused_ns: 0,
-            counts: [0; 4],
+            counts: [0; 6],
+            keys_hit: 0,
+            keys_missed: 0,
             errors: ErrorCounts::default(),
             verify: VerifyCounts::default(),
             scheduled: 0,
@@ -282,23 +287,67 @@ impl ThreadStats {
     }
 }
 
-/// Once-a-second progress from one thread.
+/// What one thread measured in one interval of the time series.
+#[derive(Debug, Clone)]
+pub struct IntervalStats {
+    /// Service times of the replies recorded in it, ns.
+    pub service: Histogram<u64>,
+    /// Corrected latencies (open loop), ns.
+    pub corrected: Histogram<u64>,
+    /// Replies recorded.
+    pub completed: u64,
+    /// Errors: error replies, failed connections, requests lost.
+    pub errors: u64,
+}
+
+impl IntervalStats {
+    /// An empty interval.
+    pub fn new() -> IntervalStats {
+        IntervalStats {
+            service: new_interval_histogram(),
+            corrected: new_interval_histogram(),
+            completed: 0,
+            errors: 0,
+        }
+    }
+
+    /// Adds `o` (another thread's same interval).
+    pub fn merge(&mut self, o: &IntervalStats) {
+        self.service
+            .add(&o.service)
+            .expect("auto-resizing histogram");
+        self.corrected
+            .add(&o.corrected)
+            .expect("auto-resizing histogram");
+        self.completed += o.completed;
+        self.errors += o.errors;
+    }
+}
+
+impl Default for IntervalStats {
+    fn default() -> Self {
+        IntervalStats::new()
+    }
+}
+
+/// One interval of one thread: the interval `[t0 + index × I, t0 + (index + 1) × I)` of the
+/// run clock, `t0` the start of the window (negative indices are the warm-up). In the window
+/// it holds the measured replies the thread recorded while the interval was current; the last
+/// one also those recorded while the thread drained its requests after the window.
 #[derive(Debug)]
 pub(crate) struct Tick {
-    /// Tick number: the interval `[start + (index-1) s, start + index s)`.
-    pub index: u64,
-    /// Replies in the interval.
-    pub completed: u64,
-    /// Errors in the interval.
-    pub errors: u64,
-    /// Latency of those replies (corrected in open loop, service in closed loop), ns.
-    pub latency: Histogram<u64>,
+    /// Interval number.
+    pub index: i64,
+    /// What the thread recorded in it.
+    pub stats: IntervalStats,
 }
 
 /// State shared by the workers and the thread that started them.
 pub(crate) struct Shared {
     pub config: Config,
     pub keyspace: Keyspace,
+    /// Which keys each connection picks and owns.
+    pub placement: Placement,
     pub codec: Codec,
     pub pattern: Vec<u8>,
     pub clock: Clock,
@@ -363,10 +412,11 @@ struct Worker {
     // Progress.
     ticks: Sender<Tick>,
     next_tick_ns: u64,
-    tick_index: u64,
-    interval: Histogram<u64>,
-    interval_completed: u64,
-    interval_errors: u64,
+    tick_index: i64,
+    interval_ns: u64,
+    interval: IntervalStats,
+    /// A multi-get's values as decoded (reused).
+    multi_hits: Vec<MultiHit>,
     next_housekeeping_ns: u64,
     ready_events: Vec<(u64, u32)>,
     // Waiting.
@@ -426,10 +476,11 @@ pub(crate) fn worker_main(
 /// Records one reply's latencies: the service time (a hardware pair on the NIC's clock;
 /// otherwise the kernel's software stamps on the run clock, with the generator's own readings
 /// where one is missing), the corrected latency (open loop), the generator delay and the stamp
-/// counts for a measured reply; the progress histogram for every one.
-fn record_reply(
+/// counts for a measured reply; in the current interval a measured reply, or any reply during
+/// the warm-up (`warmup`).
+pub(crate) fn record_reply(
     stats: &mut ThreadStats,
-    interval: &mut Histogram<u64>,
+    (interval, warmup): (&mut IntervalStats, bool),
     (open_loop, hardware): (bool, bool),
     kind: OpKind,
     req: &InFlight,
@@ -460,7 +511,22 @@ fn record_reply(
             stats.corrected.record(kind, corrected);
         }
     }
-    interval.saturating_record(if open_loop { corrected } else { service }.max(1));
+    if req.measured || warmup {
+        interval.completed += 1;
+        record_growing(&mut interval.service, service);
+        if open_loop {
+            record_growing(&mut interval.corrected, corrected);
+        }
+    }
+}
+
+/// Records `ns` (clamped to the crate's bounds) in an auto-resizing histogram, which grows to
+/// hold it (`saturating_record` would clamp it to the histogram's current top instead).
+fn record_growing(h: &mut Histogram<u64>, ns: u64) {
+    let ns = ns.clamp(1, HIGHEST_NS);
+    if h.record(ns).is_err() {
+        h.saturating_record(ns);
+    }
 }
 
 fn record_connect_error(shared: &Shared, addr: SocketAddr, kind: std::io::ErrorKind) {
@@ -478,39 +544,16 @@ impl Worker {
         ticks: Sender<Tick>,
     ) -> Result<Worker, std::io::ErrorKind> {
         let cfg = &shared.config;
-        let total = cfg.connections as u64;
-        let owned = cfg.verify;
         let mut conns = Vec::new();
         for index in (id..cfg.connections).step_by(cfg.threads) {
             let server = cfg.servers[index % cfg.servers.len()];
-            let servers = cfg.servers.len() as u64;
-            let ownership = if owned {
-                // A key belongs to one connection (and so to that connection's server).
-                Ownership::Owned {
-                    index: index as u64,
-                    total,
-                }
-            } else if servers > 1 {
-                // Keys are spread over the servers by `key % servers`, as a client library
-                // would; connection `i` talks to server `i % servers`.
-                Ownership::Owned {
-                    index: index as u64 % servers,
-                    total: servers,
-                }
-            } else {
-                Ownership::Shared
-            };
             let picker = Picker::new(
                 cfg.mix(),
-                ownership,
+                shared.placement.pick[index].clone(),
                 derive_seed(cfg.seed, SEED_PICKER, index as u64),
             );
-            let owned_keys = if owned {
-                ownership.owned_keys(cfg.keys).count()
-            } else {
-                0
-            };
-            conns.push(Conn::new(index, server, picker, ownership, owned_keys));
+            let own = shared.placement.own[index].clone();
+            conns.push(Conn::new(index, server, picker, own, cfg.verify));
         }
         let epoll = Epoll::new(conns.len().max(16)).map_err(|e| e.kind())?;
         let mut stats = ThreadStats::new();
@@ -543,9 +586,9 @@ impl Worker {
             ticks,
             next_tick_ns: u64::MAX,
             tick_index: 0,
-            interval: new_histogram(),
-            interval_completed: 0,
-            interval_errors: 0,
+            interval_ns: cfg.interval.as_nanos() as u64,
+            interval: IntervalStats::new(),
+            multi_hits: Vec::new(),
             next_housekeeping_ns: 0,
             ready_events: Vec::new(),
             idle: cfg.idle,
@@ -672,9 +715,14 @@ impl Worker {
         }
         let lost = c.close();
         self.in_flight -= lost.len();
+        let warmup = self.tick_index < 0;
         for r in &lost {
-            if verify && r.command == Command::Set {
-                c.key_state(r.key).maybe_stored(r.version);
+            if verify {
+                match r.command {
+                    Command::Set => c.key_state(r.key).maybe_stored(r.version),
+                    Command::Delete => c.key_state(r.key).maybe_deleted(),
+                    Command::Get | Command::MultiGet => {}
+                }
             }
             if self.phase == Phase::Prefill {
                 self.stats.prefill_errors += 1;
@@ -684,7 +732,7 @@ impl Worker {
                 } else {
                     self.stats.errors.aborted += 1;
                 }
-                self.interval_errors += 1;
+                self.interval.errors += 1;
             }
         }
         if counting {
@@ -694,8 +742,8 @@ impl Worker {
                 Failure::Refused => self.stats.errors.refused += 1,
                 Failure::Timeout => {}
             }
-            if why != Failure::Timeout {
-                self.interval_errors += 1;
+            if why != Failure::Timeout && !warmup {
+                self.interval.errors += 1;
             }
         }
         c.failures = c.failures.saturating_add(1);
@@ -714,38 +762,50 @@ impl Worker {
         let timeout_ns = sh.config.timeout.as_nanos() as u64;
         let c = &mut self.conns[i];
         let (command, key, value_len) = if self.phase == Phase::Prefill {
-            let (first, step, _) = prefill_share(c.index, sh.config.connections, sh.config.keys);
-            let key = first + c.prefill_sent * step;
+            let key = c.own.nth(c.prefill_sent);
             c.prefill_sent += 1;
             self.stats.prefill_keys += 1;
             (Command::Set, key, c.picker.value_len())
         } else {
-            let p = c.picker.pick();
+            let p = c.picker.pick(&mut c.multi);
             (p.command, p.key, p.value_len)
         };
         let key_bytes = sh.keyspace.key(key);
         let opaque = c.take_opaque();
         let mut version = 0;
-        match command {
-            Command::Get => sh.codec.encode_get(key_bytes, opaque, &mut c.out),
-            Command::Set => {
-                let value: &[u8] = if verify {
-                    version = c.key_state(key).next_version();
-                    self.scratch.resize(value_len, 0);
-                    verify::fill_value(key_bytes, version, &mut self.scratch);
-                    &self.scratch
-                } else {
-                    &sh.pattern[..value_len]
-                };
-                sh.codec.encode_set(key_bytes, value, opaque, &mut c.out);
+        let nkeys = if command == Command::MultiGet {
+            sh.config.multiget
+        } else {
+            0
+        };
+        let value: &[u8] = match command {
+            Command::Set if verify => {
+                version = c.key_state(key).next_version();
+                self.scratch.resize(value_len, 0);
+                verify::fill_value(key_bytes, version, &mut self.scratch);
+                &self.scratch
             }
-        }
+            Command::Set => &sh.pattern[..value_len],
+            _ => &[],
+        };
+        let multi_start = c.multi.len() - nkeys;
+        let multi_keys = c.multi.make_contiguous();
+        let request = Request {
+            command,
+            key: key_bytes,
+            multi: MultiKeys::new(&sh.keyspace, &multi_keys[multi_start..]),
+            value,
+            ttl: sh.config.ttl,
+            opaque,
+        };
+        sh.codec.encode(&request, &mut c.out);
         let measured =
             self.phase == Phase::Run && intended_ns >= self.t0 && intended_ns < self.t_end;
         let end_offset = c.encoded_end();
         c.inflight.push_back(InFlight {
             command,
             key,
+            nkeys: nkeys as u32,
             version,
             opaque,
             intended_ns,
@@ -777,8 +837,7 @@ impl Worker {
         match self.phase {
             Phase::Connect => {}
             Phase::Prefill => {
-                let cfg = &self.shared.config;
-                let (_, _, count) = prefill_share(self.conns[i].index, cfg.connections, cfg.keys);
+                let count = self.conns[i].own.len();
                 while self.conns[i].inflight.len() < depth && self.conns[i].prefill_sent < count {
                     self.issue(i, now, now);
                 }
@@ -989,7 +1048,7 @@ impl Worker {
             let a = self.conns[i].awaiting.pop_front().expect("front checked");
             record_reply(
                 &mut self.stats,
-                &mut self.interval,
+                (&mut self.interval, self.tick_index < 0),
                 (open_loop, hardware),
                 a.kind,
                 &a.request,
@@ -1055,27 +1114,38 @@ impl Worker {
         let verify = sh.config.verify;
         let open_loop = self.open_loop;
         let prefill = self.phase == Phase::Prefill;
+        let warmup = self.tick_index < 0;
         let ready = self.conns[i].state == ConnState::Ready;
         let hardware = sh.stamps == Timestamps::Hardware;
+        let hits = &mut self.multi_hits;
         let Conn {
             inb,
             in_start,
             in_end,
             inflight,
             key_states,
-            ownership,
+            own,
+            multi,
             stamped,
             awaiting,
             ..
         } = &mut self.conns[i];
         while let Some(front) = inflight.front().copied() {
             let key = sh.keyspace.key(front.key);
+            let nkeys = front.nkeys as usize;
+            let keys: &[u64] = if nkeys > 0 {
+                &multi.make_contiguous()[..nkeys]
+            } else {
+                &[]
+            };
             let expect = Expect {
                 command: front.command,
                 key,
+                multi: MultiKeys::new(&sh.keyspace, keys),
                 opaque: front.opaque,
             };
-            let (reply, used) = match sh.codec.decode(&inb[*in_start..*in_end], &expect) {
+            let buf = &inb[*in_start..*in_end];
+            let (reply, used) = match sh.codec.decode(buf, &expect, hits) {
                 Ok(ok) => ok,
                 Err(DecodeError::Incomplete) => break,
                 Err(DecodeError::Invalid(_)) => return Err(()),
@@ -1084,18 +1154,37 @@ impl Worker {
                 Reply::Hit { .. } => OpKind::GetHit,
                 Reply::Miss => OpKind::GetMiss,
                 Reply::Stored => OpKind::Set,
+                Reply::Deleted | Reply::NotFound => OpKind::Delete,
+                Reply::Multi { .. } => OpKind::MultiGet,
                 Reply::NotStored | Reply::ServerError => OpKind::Other,
             };
+            let slot = |k: u64| own.position(k).expect("a verified key is owned") as usize;
             if verify {
-                let slot = match *ownership {
-                    Ownership::Shared => front.key,
-                    Ownership::Owned { total, .. } => front.key / total,
-                } as usize;
-                let state = &mut key_states[slot];
                 match reply {
-                    Reply::Hit { value } => self.stats.verify.check_hit(state, key, value),
-                    Reply::Miss => self.stats.verify.check_miss(state),
-                    Reply::Stored => state.stored(front.version),
+                    Reply::Hit { value } => {
+                        let state = &mut key_states[slot(front.key)];
+                        self.stats.verify.check_hit(state, key, value);
+                    }
+                    Reply::Miss => self
+                        .stats
+                        .verify
+                        .check_miss(&mut key_states[slot(front.key)]),
+                    Reply::Stored => key_states[slot(front.key)].stored(front.version),
+                    Reply::Deleted | Reply::NotFound => key_states[slot(front.key)].deleted(),
+                    Reply::Multi { .. } => {
+                        let mut found = hits.iter().peekable();
+                        for (n, &k) in keys.iter().enumerate() {
+                            let state = &mut key_states[slot(k)];
+                            match found.next_if(|h| h.index == n) {
+                                Some(h) => self.stats.verify.check_hit(
+                                    state,
+                                    sh.keyspace.key(k),
+                                    &buf[h.value.clone()],
+                                ),
+                                None => self.stats.verify.check_miss(state),
+                            }
+                        }
+                    }
                     Reply::NotStored | Reply::ServerError => {}
                 }
             }
@@ -1106,9 +1195,16 @@ impl Worker {
             } else {
                 if front.measured {
                     self.stats.counts[kind.index()] += 1;
+                    if let Reply::Multi { hits: found } = reply {
+                        self.stats.keys_hit += found as u64;
+                        self.stats.keys_missed += (nkeys - found) as u64;
+                    }
                     if reply == Reply::ServerError {
                         self.stats.errors.server += 1;
                     }
+                }
+                if reply == Reply::ServerError && (front.measured || warmup) {
+                    self.interval.errors += 1;
                 }
                 if *stamped && front.tx_kernel_ns.is_none() && front.tx_hw_ns.is_none() {
                     // Its transmit stamp has not been read yet: record it once it has.
@@ -1120,18 +1216,15 @@ impl Worker {
                 } else {
                     record_reply(
                         &mut self.stats,
-                        &mut self.interval,
+                        (&mut self.interval, warmup),
                         (open_loop, hardware),
                         kind,
                         &front,
                         &rx,
                     );
                 }
-                self.interval_completed += 1;
-                if reply == Reply::ServerError {
-                    self.interval_errors += 1;
-                }
             }
+            multi.drain(..nkeys);
             *in_start += used;
             inflight.pop_front();
             self.in_flight -= 1;
@@ -1213,17 +1306,15 @@ impl Worker {
         self.next_housekeeping_ns = now + HOUSEKEEPING_NS;
     }
 
+    /// Hands the current interval to the starting thread and begins the next.
     fn send_tick(&mut self) {
-        let latency = std::mem::replace(&mut self.interval, new_histogram());
         let tick = Tick {
             index: self.tick_index,
-            completed: std::mem::take(&mut self.interval_completed),
-            errors: std::mem::take(&mut self.interval_errors),
-            latency,
+            stats: std::mem::take(&mut self.interval),
         };
         let _ = self.ticks.send(tick);
         self.tick_index += 1;
-        self.next_tick_ns += TICK_NS;
+        self.next_tick_ns += self.interval_ns;
     }
 
     /// Waits for events until `deadline_ns` and handles them.
@@ -1263,14 +1354,12 @@ impl Worker {
         for i in 0..self.conns.len() {
             self.refill(i, now);
         }
-        let (connections, keys) = (self.shared.config.connections, self.shared.config.keys);
         loop {
             let now = self.shared.clock.now_ns();
             self.flush_dirty(now);
             let pending = self.conns.iter().any(|c| {
-                let (_, _, count) = prefill_share(c.index, connections, keys);
                 !c.inflight.is_empty()
-                    || (c.prefill_sent < count && !matches!(c.state, ConnState::Down { .. }))
+                    || (c.prefill_sent < c.own.len() && !matches!(c.state, ConnState::Down { .. }))
             });
             if !pending || self.shared.stop.load(Ordering::Relaxed) {
                 break;
@@ -1290,8 +1379,13 @@ impl Worker {
         self.t_end = self.t0 + cfg.duration.as_nanos() as u64;
         self.drain_deadline = u64::MAX;
         self.stats.window_start_ns = self.t0;
-        self.next_tick_ns = start_ns + TICK_NS;
-        self.tick_index = 1;
+        // Intervals are aligned on the window's start; the first one may begin before the run.
+        let warmup_intervals = cfg.warmup.as_nanos().div_ceil(u128::from(self.interval_ns)) as u64;
+        self.tick_index = -(warmup_intervals as i64);
+        self.next_tick_ns = self.t0 - (warmup_intervals.saturating_sub(1)) * self.interval_ns;
+        if warmup_intervals == 0 {
+            self.next_tick_ns = self.t0 + self.interval_ns;
+        }
         let id = self.conns.first().map_or(0, |c| c.index % threads);
         if let Some(rate) = cfg.rate {
             let phase = id as f64 / threads as f64;
@@ -1353,7 +1447,9 @@ impl Worker {
             if now >= self.next_housekeeping_ns {
                 self.housekeeping(now);
             }
-            while now >= self.next_tick_ns {
+            // An interval is handed on once it has passed, except the one the window ends in,
+            // which also takes the replies of the drain after the window (sent below).
+            while now >= self.next_tick_ns && self.next_tick_ns < self.t_end {
                 self.send_tick();
             }
             if self.ended && (self.in_flight == 0 || now >= self.drain_deadline) {
@@ -1386,6 +1482,7 @@ impl Worker {
                 self.fail(i, Failure::Timeout, now);
             }
         }
+        self.send_tick();
         self.stats.window_end_ns = self.t_end;
     }
 
@@ -1398,19 +1495,6 @@ impl Worker {
             .filter(|&t| t >= t0 && t < t_end)
             .count() as u64;
     }
-}
-
-/// The keys connection `index` of `connections` writes during prefill: `first`, `first + step`,
-/// ... (`count` of them). Every key is written by exactly one connection, the one that owns it
-/// under `--verify`.
-fn prefill_share(index: usize, connections: usize, keys: u64) -> (u64, u64, u64) {
-    let (first, step) = (index as u64, connections as u64);
-    let count = if first >= keys {
-        0
-    } else {
-        (keys - first).div_ceil(step)
-    };
-    (first, step, count)
 }
 
 #[cfg(test)]
@@ -1444,31 +1528,5 @@ mod tests {
         g.observe(t1, d0 + 2 * MS + 20 * US);
         g.observe(t1 + 2 * MS, d0 + 4 * MS + 20 * US);
         assert!(!g.may_spin(t1 + 2 * MS));
-    }
-
-    #[test]
-    fn prefill_shares_cover_every_key_once() {
-        for (connections, keys) in [(1, 10), (4, 10), (4, 3), (7, 1_000)] {
-            let mut seen = vec![0u32; keys as usize];
-            for index in 0..connections {
-                let (first, step, count) = prefill_share(index, connections, keys);
-                for n in 0..count {
-                    let k = first + n * step;
-                    assert_eq!(
-                        Ownership::Owned {
-                            index: index as u64,
-                            total: connections as u64
-                        }
-                        .place(k, keys),
-                        k
-                    );
-                    seen[k as usize] += 1;
-                }
-            }
-            assert!(
-                seen.iter().all(|&n| n == 1),
-                "{connections} conns, {keys} keys: {seen:?}"
-            );
-        }
     }
 }

@@ -3,27 +3,41 @@
 //!
 //! ```text
 //! Keyspace (all keys, built once) ─┐
-//! Picker (one per connection, seeded) → Pick { command, key, value_len } → client encoder
+//! Picker (one per connection, seeded, over its KeySet) → Pick { command, key, value_len }
+//!   (+ a multi-get's keys) → client encoder
 //! ```
 //!
-//! Under `--verify` every key belongs to exactly one connection (`key % connections ==
-//! connection`), so a connection always knows the last version it wrote; see `verify.rs`.
+//! Every key is owned by exactly one connection (see `placement.rs`), which writes it during
+//! prefill; under `--verify` a connection uses only its own keys, so it always knows the last
+//! version it wrote (see `verify.rs`).
 
 use std::fmt;
 
 use rand::{Rng, SeedableRng, rngs::SmallRng};
-use rand_distr::{Distribution, Zipf};
+use std::collections::VecDeque;
+
+use rand_distr::{Distribution, Normal, Zipf};
+
+use crate::placement::KeySet;
 
 /// Longest key memcached accepts.
 pub const MAX_KEY_SIZE: usize = 250;
 
-/// How keys are chosen.
+/// How keys are chosen: a rank over the whole keyspace, then placed among the keys the
+/// connection may use (see `placement::KeySet::place`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KeyDist {
     /// Every key equally likely.
     Uniform,
     /// Zipf with exponent `s` over key ranks (rank 0 is the hottest key).
     Zipf(f64),
+    /// Normal around the middle of the keyspace with this standard deviation in keys (`None`:
+    /// a sixth of the keyspace), drawn again when it falls outside: memtier's `G` pattern with
+    /// its default median and `--key-stddev`.
+    Gaussian(Option<f64>),
+    /// Each connection walks its keys in order from a seeded starting point, wrapping around
+    /// (memtier's `S` pattern, per connection).
+    Sequential,
 }
 
 impl fmt::Display for KeyDist {
@@ -31,13 +45,74 @@ impl fmt::Display for KeyDist {
         match self {
             KeyDist::Uniform => f.write_str("uniform"),
             KeyDist::Zipf(s) => write!(f, "zipf:{s}"),
+            KeyDist::Gaussian(None) => f.write_str("gaussian"),
+            KeyDist::Gaussian(Some(sd)) => write!(f, "gaussian:{sd}"),
+            KeyDist::Sequential => f.write_str("sequential"),
+        }
+    }
+}
+
+/// Value sizes: one size, a uniform range, or a weighted list (memtier's `--data-size-list`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueSizes {
+    /// Every value this long.
+    Fixed(usize),
+    /// Uniform in `min..=max`.
+    Range(usize, usize),
+    /// `(size, weight)` pairs: a size is drawn with probability weight / total weight.
+    Weighted(Vec<(usize, u32)>),
+}
+
+impl ValueSizes {
+    /// The smallest size.
+    pub fn min(&self) -> usize {
+        match self {
+            ValueSizes::Fixed(n) => *n,
+            ValueSizes::Range(lo, _) => *lo,
+            ValueSizes::Weighted(l) => l.iter().map(|p| p.0).min().unwrap_or(0),
+        }
+    }
+
+    /// The largest size.
+    pub fn max(&self) -> usize {
+        match self {
+            ValueSizes::Fixed(n) => *n,
+            ValueSizes::Range(_, hi) => *hi,
+            ValueSizes::Weighted(l) => l.iter().map(|p| p.0).max().unwrap_or(0),
+        }
+    }
+
+    /// The sizes `min..=max` of a range (a single size when equal).
+    pub fn range(min: usize, max: usize) -> ValueSizes {
+        if min == max {
+            ValueSizes::Fixed(min)
+        } else {
+            ValueSizes::Range(min, max)
+        }
+    }
+}
+
+impl fmt::Display for ValueSizes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueSizes::Fixed(n) => write!(f, "{n}"),
+            ValueSizes::Range(lo, hi) => write!(f, "{lo}-{hi}"),
+            ValueSizes::Weighted(l) => {
+                for (i, (size, weight)) in l.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{size}:{weight}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
 
 /// Every key of the run, generated before it starts: `k` then the zero-padded index, `key_size`
 /// bytes each, stored back to back.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keyspace {
     key_size: usize,
     count: u64,
@@ -150,32 +225,38 @@ pub enum Command {
     Get,
     /// Write one key.
     Set,
+    /// Remove one key.
+    Delete,
+    /// Read several keys in one request (`--multiget N`).
+    MultiGet,
 }
 
 /// One request chosen by a [`Picker`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pick {
-    /// GET or SET.
+    /// What to do.
     pub command: Command,
-    /// Key index in the [`Keyspace`].
+    /// Key index in the [`Keyspace`] (the first key of a multi-get).
     pub key: u64,
-    /// Value length for a SET (0 for a GET).
+    /// Value length for a SET (0 otherwise).
     pub value_len: usize,
 }
 
 /// Workload parameters shared by all pickers.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Mix {
     /// Number of keys.
     pub keys: u64,
     /// Key popularity.
     pub key_dist: KeyDist,
-    /// Fraction of GETs, 0..=1.
+    /// Fraction of GETs (multi-gets with `multiget > 1`), 0..=1.
     pub get_ratio: f64,
-    /// Smallest value, bytes.
-    pub value_min: usize,
-    /// Largest value, bytes (inclusive).
-    pub value_max: usize,
+    /// Fraction of DELETEs, 0..=1 − `get_ratio`; the rest are SETs.
+    pub delete_ratio: f64,
+    /// Keys per GET: 1 for single-key GETs, more for multi-gets.
+    pub multiget: usize,
+    /// Value sizes of SETs.
+    pub value_sizes: ValueSizes,
 }
 
 /// Why a [`Mix`] cannot be sampled.
@@ -183,18 +264,32 @@ pub struct Mix {
 pub enum MixError {
     /// The get ratio is outside 0..=1.
     GetRatio,
+    /// The delete ratio is outside 0..=1, or GETs and DELETEs add up to more than 1.
+    DeleteRatio,
     /// The zipf exponent is negative or not a number.
     ZipfExponent,
+    /// The gaussian standard deviation is not a positive number.
+    GaussianDeviation,
     /// The smallest value is larger than the largest.
     ValueRange,
+    /// A weighted size list that is empty or whose weights add up to 0.
+    ValueWeights,
+    /// Zero keys per GET.
+    MultiGet,
 }
 
 impl fmt::Display for MixError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             MixError::GetRatio => "get ratio must be between 0 and 1",
+            MixError::DeleteRatio => {
+                "delete ratio must be between 0 and 1, and get + delete ratio at most 1"
+            }
             MixError::ZipfExponent => "zipf exponent must be a number >= 0",
+            MixError::GaussianDeviation => "gaussian standard deviation must be a number > 0",
             MixError::ValueRange => "value size range MIN-MAX needs MIN <= MAX",
+            MixError::ValueWeights => "a value size list needs sizes with weights above 0",
+            MixError::MultiGet => "--multiget needs at least 1 key",
         })
     }
 }
@@ -210,57 +305,31 @@ impl Mix {
         if !(0.0..=1.0).contains(&self.get_ratio) {
             return Err(MixError::GetRatio);
         }
-        if let KeyDist::Zipf(s) = self.key_dist
-            && !(s >= 0.0 && s.is_finite())
+        if !(0.0..=1.0).contains(&self.delete_ratio)
+            || self.get_ratio + self.delete_ratio > 1.0 + 1e-9
         {
-            return Err(MixError::ZipfExponent);
+            return Err(MixError::DeleteRatio);
         }
-        if self.value_min > self.value_max {
-            return Err(MixError::ValueRange);
+        match self.key_dist {
+            KeyDist::Zipf(s) if !(s >= 0.0 && s.is_finite()) => {
+                return Err(MixError::ZipfExponent);
+            }
+            KeyDist::Gaussian(Some(sd)) if !(sd > 0.0 && sd.is_finite()) => {
+                return Err(MixError::GaussianDeviation);
+            }
+            _ => {}
+        }
+        match &self.value_sizes {
+            ValueSizes::Range(lo, hi) if lo > hi => return Err(MixError::ValueRange),
+            ValueSizes::Weighted(l) if l.is_empty() || l.iter().all(|p| p.1 == 0) => {
+                return Err(MixError::ValueWeights);
+            }
+            _ => {}
+        }
+        if self.multiget == 0 {
+            return Err(MixError::MultiGet);
         }
         Ok(())
-    }
-}
-
-/// Which keys a connection may use: all of them, or (under `--verify`) only its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ownership {
-    /// Any connection may send any key.
-    Shared,
-    /// Key `k` belongs to connection `k % total`; this picker serves connection `index`.
-    Owned {
-        /// This connection's global index.
-        index: u64,
-        /// Number of connections in the run.
-        total: u64,
-    },
-}
-
-impl Ownership {
-    /// Moves key `k` into this connection's residue class, staying in the same block of
-    /// `total` ranks so the popularity shape is kept.
-    #[inline]
-    pub fn place(self, k: u64, keys: u64) -> u64 {
-        match self {
-            Ownership::Shared => k,
-            Ownership::Owned { index, total } => {
-                let placed = k - k % total + index;
-                if placed >= keys {
-                    placed - total
-                } else {
-                    placed
-                }
-            }
-        }
-    }
-
-    /// Iterates over the keys this connection owns (all keys when shared).
-    pub fn owned_keys(self, keys: u64) -> impl Iterator<Item = u64> {
-        let (start, step) = match self {
-            Ownership::Shared => (0, 1),
-            Ownership::Owned { index, total } => (index, total),
-        };
-        (start..keys).step_by(step as usize)
     }
 }
 
@@ -269,44 +338,84 @@ impl Ownership {
 pub struct Picker {
     rng: SmallRng,
     zipf: Option<Zipf<f64>>,
+    gaussian: Option<Normal<f64>>,
+    /// Cumulative weights of a weighted size list.
+    size_cdf: Vec<u64>,
+    /// Sequential: the next position in the connection's key set.
+    next_seq: u64,
     mix: Mix,
-    ownership: Ownership,
+    keyset: KeySet,
 }
 
 impl Picker {
-    /// A picker for one connection.
+    /// A picker for one connection that picks from `keyset`.
     ///
     /// # Panics
-    /// If `mix` does not pass [`Mix::check`].
-    pub fn new(mix: Mix, ownership: Ownership, seed: u64) -> Picker {
+    /// If `mix` does not pass [`Mix::check`] or `keyset` is empty.
+    pub fn new(mix: Mix, keyset: KeySet, seed: u64) -> Picker {
         mix.check().expect("workload mix was checked at start-up");
+        assert!(!keyset.is_empty(), "a connection needs keys");
+        let keys = mix.keys as f64;
         let zipf = match mix.key_dist {
-            KeyDist::Uniform => None,
-            KeyDist::Zipf(s) => {
-                Some(Zipf::new(mix.keys as f64, s).expect("checked zipf parameters"))
-            }
+            KeyDist::Zipf(s) => Some(Zipf::new(keys, s).expect("checked zipf parameters")),
+            _ => None,
         };
+        let gaussian = match mix.key_dist {
+            KeyDist::Gaussian(sd) => Some(
+                Normal::new(keys / 2.0, sd.unwrap_or(keys / 6.0))
+                    .expect("checked gaussian parameters"),
+            ),
+            _ => None,
+        };
+        let size_cdf = match &mix.value_sizes {
+            ValueSizes::Weighted(l) => l
+                .iter()
+                .scan(0u64, |acc, p| {
+                    *acc += u64::from(p.1);
+                    Some(*acc)
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let next_seq = rng.random_range(0..keyset.len());
         Picker {
-            rng: SmallRng::seed_from_u64(seed),
+            rng,
             zipf,
+            gaussian,
+            size_cdf,
+            next_seq,
             mix,
-            ownership,
+            keyset,
         }
     }
 
-    /// The next request.
+    /// The next request; a multi-get's keys (the first one included) are appended to `multi`.
     #[inline]
-    pub fn pick(&mut self) -> Pick {
-        let command = if self.rng.random::<f64>() < self.mix.get_ratio {
-            Command::Get
+    pub fn pick(&mut self, multi: &mut VecDeque<u64>) -> Pick {
+        let r: f64 = self.rng.random();
+        let command = if r < self.mix.get_ratio {
+            if self.mix.multiget > 1 {
+                Command::MultiGet
+            } else {
+                Command::Get
+            }
+        } else if r < self.mix.get_ratio + self.mix.delete_ratio {
+            Command::Delete
         } else {
             Command::Set
         };
-        let rank = self.key_rank();
-        let key = self.ownership.place(rank, self.mix.keys);
+        let key = self.next_key();
+        if command == Command::MultiGet {
+            multi.push_back(key);
+            for _ in 1..self.mix.multiget {
+                let k = self.next_key();
+                multi.push_back(k);
+            }
+        }
         let value_len = match command {
-            Command::Get => 0,
             Command::Set => self.value_len(),
+            _ => 0,
         };
         Pick {
             command,
@@ -315,25 +424,52 @@ impl Picker {
         }
     }
 
-    /// A value length from the configured range.
+    /// A value length drawn from the configured sizes.
     #[inline]
     pub fn value_len(&mut self) -> usize {
-        if self.mix.value_min == self.mix.value_max {
-            self.mix.value_min
-        } else {
-            self.rng
-                .random_range(self.mix.value_min..=self.mix.value_max)
+        match &self.mix.value_sizes {
+            ValueSizes::Fixed(n) => *n,
+            ValueSizes::Range(lo, hi) => self.rng.random_range(*lo..=*hi),
+            ValueSizes::Weighted(l) => {
+                let total = *self.size_cdf.last().expect("checked non-empty");
+                let x = self.rng.random_range(0..total);
+                let i = self.size_cdf.partition_point(|&c| c <= x);
+                l[i].0
+            }
         }
     }
 
-    fn key_rank(&mut self) -> u64 {
-        match &self.zipf {
-            None => self.rng.random_range(0..self.mix.keys),
-            Some(z) => {
+    /// The next key of this connection.
+    #[inline]
+    pub fn next_key(&mut self) -> u64 {
+        let keys = self.mix.keys;
+        let rank = match self.mix.key_dist {
+            KeyDist::Uniform => self.rng.random_range(0..keys),
+            KeyDist::Zipf(_) => {
+                let z = self.zipf.as_ref().expect("zipf set up");
                 let r: f64 = z.sample(&mut self.rng);
-                (r as u64).saturating_sub(1).min(self.mix.keys - 1)
+                (r as u64).saturating_sub(1).min(keys - 1)
             }
-        }
+            KeyDist::Gaussian(_) => {
+                let g = self.gaussian.expect("gaussian set up");
+                let mut x = g.sample(&mut self.rng);
+                // Drawn again when outside the keyspace, as memtier does (bounded, for
+                // keyspaces far narrower than the deviation).
+                for _ in 0..64 {
+                    if x >= 0.0 && x < keys as f64 {
+                        break;
+                    }
+                    x = g.sample(&mut self.rng);
+                }
+                (x.max(0.0) as u64).min(keys - 1)
+            }
+            KeyDist::Sequential => {
+                let n = self.next_seq;
+                self.next_seq = (n + 1) % self.keyset.len();
+                return self.keyset.nth(n);
+            }
+        };
+        self.keyset.place(rank, keys)
     }
 }
 
@@ -368,9 +504,16 @@ mod tests {
             keys,
             key_dist,
             get_ratio: 0.9,
-            value_min: 10,
-            value_max: 20,
+            delete_ratio: 0.0,
+            multiget: 1,
+            value_sizes: ValueSizes::Range(10, 20),
         }
+    }
+
+    fn picks(m: Mix, keyset: KeySet, seed: u64, n: usize) -> Vec<Pick> {
+        let mut p = Picker::new(m, keyset, seed);
+        let mut multi = VecDeque::new();
+        (0..n).map(|_| p.pick(&mut multi)).collect()
     }
 
     #[test]
@@ -394,62 +537,172 @@ mod tests {
 
     #[test]
     fn mix_and_sizes_follow_the_parameters() {
-        let mut p = Picker::new(mix(100, KeyDist::Uniform), Ownership::Shared, 1);
-        let picks: Vec<Pick> = (0..100_000).map(|_| p.pick()).collect();
-        let gets = picks.iter().filter(|p| p.command == Command::Get).count();
-        assert!((89_000..91_000).contains(&gets), "{gets}");
+        let m = Mix {
+            delete_ratio: 0.05,
+            ..mix(100, KeyDist::Uniform)
+        };
+        let picks = picks(m, KeySet::all(100), 1, 100_000);
+        let count = |c: Command| picks.iter().filter(|p| p.command == c).count();
+        assert!((89_000..91_000).contains(&count(Command::Get)));
+        assert!((4_500..5_500).contains(&count(Command::Delete)));
+        assert!((4_500..5_500).contains(&count(Command::Set)));
         for pick in &picks {
             assert!(pick.key < 100);
             match pick.command {
-                Command::Get => assert_eq!(pick.value_len, 0),
                 Command::Set => assert!((10..=20).contains(&pick.value_len)),
+                _ => assert_eq!(pick.value_len, 0),
             }
         }
     }
 
     #[test]
+    fn weighted_value_sizes_follow_their_weights() {
+        let m = Mix {
+            get_ratio: 0.0,
+            value_sizes: ValueSizes::Weighted(vec![(100, 3), (1_000, 1), (7, 0)]),
+            ..mix(10, KeyDist::Uniform)
+        };
+        let picks = picks(m, KeySet::all(10), 3, 40_000);
+        let n100 = picks.iter().filter(|p| p.value_len == 100).count();
+        let n1000 = picks.iter().filter(|p| p.value_len == 1_000).count();
+        assert_eq!(n100 + n1000, 40_000);
+        assert!((29_000..31_000).contains(&n100), "{n100}");
+        assert_eq!(
+            ValueSizes::Weighted(vec![(100, 3), (1_000, 1)]).to_string(),
+            "100:3,1000:1"
+        );
+    }
+
+    #[test]
+    fn multi_gets_carry_their_keys() {
+        let m = Mix {
+            get_ratio: 1.0,
+            multiget: 4,
+            ..mix(50, KeyDist::Uniform)
+        };
+        let mut p = Picker::new(m, KeySet::all(50), 1);
+        let mut multi = VecDeque::new();
+        for n in 1..=10 {
+            let pick = p.pick(&mut multi);
+            assert_eq!(pick.command, Command::MultiGet);
+            assert_eq!(multi.len(), 4 * n);
+            assert_eq!(multi[4 * (n - 1)], pick.key);
+        }
+    }
+
+    #[test]
     fn zipf_makes_rank_zero_hottest() {
-        let mut p = Picker::new(mix(1_000, KeyDist::Zipf(1.0)), Ownership::Shared, 2);
         let mut counts = vec![0u32; 1_000];
-        for _ in 0..100_000 {
-            counts[p.pick().key as usize] += 1;
+        for p in picks(
+            mix(1_000, KeyDist::Zipf(1.0)),
+            KeySet::all(1_000),
+            2,
+            100_000,
+        ) {
+            counts[p.key as usize] += 1;
         }
         assert!(counts[0] > counts[1] && counts[1] > counts[10] && counts[10] > counts[500]);
         // H(1000) ≈ 7.485: rank 0 gets about 13.4 % of requests.
         assert!((12_000..15_000).contains(&counts[0]), "{}", counts[0]);
     }
 
+    fn moments(keys: impl Iterator<Item = u64>) -> (f64, f64) {
+        let v: Vec<f64> = keys.map(|k| k as f64).collect();
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
+        (mean, var.sqrt())
+    }
+
+    /// memtier's defaults: median in the middle, standard deviation a sixth of the keyspace, so
+    /// the keyspace ends at ±3σ; a normal cut there has σ·0.9866 (1 − 6φ(3)/(2Φ(3) − 1)).
     #[test]
-    fn owned_keys_stay_with_their_connection() {
+    fn gaussian_keys_have_the_normal_moments() {
+        let keys = 1_000_000;
+        let (mean, sd) = moments(
+            picks(
+                mix(keys, KeyDist::Gaussian(None)),
+                KeySet::all(keys),
+                4,
+                200_000,
+            )
+            .iter()
+            .map(|p| p.key),
+        );
+        let sigma = keys as f64 / 6.0;
+        assert!((mean - 500_000.0).abs() < 1_500.0, "mean {mean}");
+        assert!((sd / (sigma * 0.9866) - 1.0).abs() < 0.01, "sd {sd}");
+        // An explicit deviation, far inside the keyspace: plain normal moments.
+        let (mean, sd) = moments(
+            picks(
+                mix(keys, KeyDist::Gaussian(Some(10_000.0))),
+                KeySet::all(keys),
+                5,
+                200_000,
+            )
+            .iter()
+            .map(|p| p.key),
+        );
+        assert!((mean - 500_000.0).abs() < 100.0, "mean {mean}");
+        assert!((sd / 10_000.0 - 1.0).abs() < 0.01, "sd {sd}");
+    }
+
+    /// Sequential keys walk the connection's own keys in order and wrap: every key equally
+    /// often, mean (n − 1)/2 and the uniform deviation over a whole number of laps.
+    #[test]
+    fn sequential_keys_walk_in_order_and_cover_uniformly() {
+        let keys = 1_000;
+        let p = picks(mix(keys, KeyDist::Sequential), KeySet::all(keys), 6, 10_000);
+        assert!(p.windows(2).all(|w| w[1].key == (w[0].key + 1) % keys));
+        let (mean, sd) = moments(p.iter().map(|p| p.key));
+        assert!((mean - 499.5).abs() < 1e-9, "{mean}");
+        let uniform_sd = ((keys * keys - 1) as f64 / 12.0).sqrt();
+        assert!((sd - uniform_sd).abs() < 1e-6, "{sd}");
+        // Within a key set: only its keys, in order.
+        let own = KeySet::Stride {
+            first: 3,
+            step: 4,
+            keys,
+        };
+        let p = picks(mix(keys, KeyDist::Sequential), own, 7, 600);
+        assert!(p.iter().all(|p| p.key % 4 == 3));
+        assert!(
+            p.windows(2)
+                .all(|w| w[1].key == w[0].key + 4 || w[1].key == 3)
+        );
+    }
+
+    #[test]
+    fn keys_stay_in_their_set() {
         for keys in [7u64, 10, 64, 1_001] {
             let total = 4;
             for index in 0..total {
-                let own = Ownership::Owned { index, total };
-                let mut p = Picker::new(mix(keys, KeyDist::Zipf(0.99)), own, index);
-                for _ in 0..2_000 {
-                    let k = p.pick().key;
-                    assert!(
-                        k < keys && k % total == index,
-                        "key {k} keys {keys} conn {index}"
-                    );
+                let own = KeySet::Stride {
+                    first: index,
+                    step: total,
+                    keys,
+                };
+                for dist in [
+                    KeyDist::Zipf(0.99),
+                    KeyDist::Gaussian(None),
+                    KeyDist::Uniform,
+                ] {
+                    for p in picks(mix(keys, dist), own.clone(), index, 2_000) {
+                        assert!(
+                            p.key < keys && p.key % total == index,
+                            "key {} keys {keys} conn {index}",
+                            p.key
+                        );
+                    }
                 }
-                assert!(own.owned_keys(keys).all(|k| k % total == index));
             }
-            let all: u64 = (0..total)
-                .map(|index| Ownership::Owned { index, total }.owned_keys(keys).count() as u64)
-                .sum();
-            assert_eq!(all, keys);
         }
     }
 
     #[test]
     fn pickers_are_reproducible_from_the_seed() {
-        let a: Vec<Pick> = {
-            let mut p = Picker::new(mix(50, KeyDist::Uniform), Ownership::Shared, 5);
-            (0..100).map(|_| p.pick()).collect()
-        };
-        let mut p = Picker::new(mix(50, KeyDist::Uniform), Ownership::Shared, 5);
-        assert!(a.iter().all(|x| *x == p.pick()));
+        let a = picks(mix(50, KeyDist::Uniform), KeySet::all(50), 5, 100);
+        let b = picks(mix(50, KeyDist::Uniform), KeySet::all(50), 5, 100);
+        assert_eq!(a, b);
     }
 
     #[test]
@@ -457,10 +710,21 @@ mod tests {
         let mut m = mix(10, KeyDist::Uniform);
         m.get_ratio = 1.5;
         assert_eq!(m.check(), Err(MixError::GetRatio));
-        let mut m = mix(10, KeyDist::Zipf(-1.0));
+        m.get_ratio = 0.9;
+        m.delete_ratio = 0.2;
+        assert_eq!(m.check(), Err(MixError::DeleteRatio));
+        m.delete_ratio = 0.0;
+        m.key_dist = KeyDist::Zipf(-1.0);
         assert_eq!(m.check(), Err(MixError::ZipfExponent));
+        m.key_dist = KeyDist::Gaussian(Some(0.0));
+        assert_eq!(m.check(), Err(MixError::GaussianDeviation));
         m.key_dist = KeyDist::Uniform;
-        m.value_min = 30;
+        m.value_sizes = ValueSizes::Range(30, 20);
         assert_eq!(m.check(), Err(MixError::ValueRange));
+        m.value_sizes = ValueSizes::Weighted(vec![(5, 0)]);
+        assert_eq!(m.check(), Err(MixError::ValueWeights));
+        m.value_sizes = ValueSizes::Fixed(5);
+        m.multiget = 0;
+        assert_eq!(m.check(), Err(MixError::MultiGet));
     }
 }

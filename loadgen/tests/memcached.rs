@@ -159,7 +159,11 @@ fn config(mc: &Memcached) -> Config {
 fn closed_loop_with_verify_has_no_mismatches_or_errors() {
     let _g = serial();
     let mc = Memcached::start();
-    for (protocol, threads) in [(Protocol::Binary, 2), (Protocol::Text, 1)] {
+    for (protocol, threads) in [
+        (Protocol::Binary, 2),
+        (Protocol::Text, 1),
+        (Protocol::Meta, 1),
+    ] {
         let cfg = Config {
             protocol,
             threads,
@@ -653,4 +657,198 @@ fn the_timestamp_source_is_in_the_json() {
     assert_eq!(v["latency_us"]["generator_delay"]["count"], 0);
     assert!(r.completed() > 100, "{}", r.table());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The meta protocol (`mg`, `ms`, `md`, `mn`), with every other request shape: multi-key GETs,
+/// DELETEs, TTLs, weighted value sizes and gaussian keys, all with `--verify`, against
+/// memcached; then the same shapes over the binary and text protocols.
+#[test]
+fn every_protocol_runs_multi_gets_deletes_and_ttls_with_verify() {
+    let _g = serial();
+    let mc = Memcached::start();
+    for (protocol, multiget) in [
+        (Protocol::Meta, 1),
+        (Protocol::Meta, 4),
+        (Protocol::Binary, 4),
+        (Protocol::Text, 4),
+    ] {
+        let cfg = Config {
+            protocol,
+            pipeline: 4,
+            verify: true,
+            prefill: true,
+            multiget,
+            get_ratio: 0.6,
+            delete_ratio: 0.1,
+            ttl: 3_600,
+            value_min: 16,
+            value_max: 4_000,
+            value_weights: vec![(16, 5), (500, 3), (4_000, 1)],
+            key_dist: KeyDist::Gaussian(None),
+            duration: Duration::from_millis(1_200),
+            ..config(&mc)
+        };
+        let r = run(&cfg).unwrap();
+        let what = format!("{protocol:?} multiget {multiget}");
+        assert!(r.completed() > 500, "{what}\n{}", r.table());
+        assert_eq!(r.errors.total(), 0, "{what}\n{}", r.table());
+        assert_eq!(r.verify.mismatches, 0, "{what}\n{}", r.table());
+        // Deleted keys miss, and a miss after a confirmed delete is no loss.
+        assert_eq!(r.verify.lost, 0, "{what}\n{}", r.table());
+        assert!(r.count(OpKind::Delete) > 20, "{what}\n{}", r.table());
+        assert!(r.count(OpKind::Set) > 20, "{what}\n{}", r.table());
+        if multiget > 1 {
+            assert!(r.count(OpKind::MultiGet) > 100, "{what}\n{}", r.table());
+            assert_eq!(r.count(OpKind::GetHit) + r.count(OpKind::GetMiss), 0);
+            assert!(r.hits() > 0 && r.misses() > 0, "{what}\n{}", r.table());
+            assert!(r.verify.checked >= r.hits(), "{what}\n{}", r.table());
+        } else {
+            assert!(r.count(OpKind::GetHit) > 100, "{what}\n{}", r.table());
+        }
+    }
+    // The TTL reaches the server: a key written with a 1 s TTL is gone 2 s later.
+    let cfg = Config {
+        protocol: Protocol::Meta,
+        prefill: true,
+        ttl: 1,
+        get_ratio: 1.0,
+        keys: 200,
+        duration: Duration::from_millis(300),
+        warmup: Duration::ZERO,
+        ..config(&mc)
+    };
+    let r = run(&cfg).unwrap();
+    assert!(r.count(OpKind::GetHit) > 0, "{}", r.table());
+    thread::sleep(Duration::from_millis(2_100));
+    let r = run(&Config {
+        prefill: false,
+        ..cfg
+    })
+    .unwrap();
+    assert_eq!(r.count(OpKind::GetHit), 0, "{}", r.table());
+    assert!(r.count(OpKind::GetMiss) > 0, "{}", r.table());
+}
+
+/// The time series: its intervals' histograms add up to the whole run's, bucket by bucket,
+/// and the interval log written from them reads back, through the hdrhistogram crate's log
+/// reader, as the same histograms at the same times.
+#[test]
+fn interval_histograms_sum_to_the_whole_and_the_hlog_reads_back() {
+    use hdrhistogram::serialization::Deserializer;
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    let _g = serial();
+    let mc = Memcached::start();
+    let dir = std::env::temp_dir().join(format!("loadgen-hlog-{}", std::process::id()));
+    for rate in [None, Some(3_000.0)] {
+        let cfg = Config {
+            rate,
+            interval: Duration::from_millis(250),
+            duration: Duration::from_millis(1_600),
+            warmup: Duration::from_millis(300),
+            ..config(&mc)
+        };
+        let r = run(&cfg).unwrap();
+        // 1.6 s in 250 ms intervals: seven, the last one 100 ms long.
+        assert_eq!(r.intervals.len(), 7, "{rate:?}");
+        let last = r.intervals.last().unwrap();
+        assert!((last.start_s - 1.5).abs() < 1e-9 && (last.end_s - 1.6).abs() < 1e-6);
+        let mut service = loadgen::histogram::new_histogram();
+        let mut corrected = loadgen::histogram::new_histogram();
+        let mut ops = 0;
+        for i in &r.intervals {
+            service.add(&i.stats.service).unwrap();
+            corrected.add(&i.stats.corrected).unwrap();
+            ops += i.stats.completed;
+            assert!(
+                i.stats.completed > 0,
+                "{rate:?}: an empty interval\n{}",
+                r.table()
+            );
+        }
+        assert_eq!(ops, r.completed());
+        let same = |a: &hdrhistogram::Histogram<u64>, b: &hdrhistogram::Histogram<u64>| {
+            a.len() == b.len()
+                && a.iter_recorded().zip(b.iter_recorded()).all(|(x, y)| {
+                    x.value_iterated_to() == y.value_iterated_to()
+                        && x.count_at_value() == y.count_at_value()
+                })
+                && a.iter_recorded().count() == b.iter_recorded().count()
+        };
+        let whole = r.service.all();
+        assert!(
+            same(&service, &whole),
+            "{rate:?}: intervals {} values, max {}; whole {} values, max {}",
+            service.len(),
+            service.max(),
+            whole.len(),
+            whole.max()
+        );
+        if let Some(c) = &r.corrected {
+            assert!(same(&corrected, &c.all()), "{rate:?}");
+        } else {
+            assert!(corrected.is_empty());
+        }
+        let v = serde_json::to_value(r.summary()).unwrap();
+        assert_eq!(v["time_series"].as_array().unwrap().len(), 7);
+        assert_eq!(v["environment"]["servers"][0]["version"], "1.6.18", "{v:#}");
+        assert_eq!(
+            v["environment"]["servers"][0]["settings"]["maxconns"],
+            "1024"
+        );
+        // The interval log.
+        let path = dir.join(format!("run-{}.hlog", rate.is_some()));
+        loadgen::output::write_hlog(&path, &r).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let mut read = Vec::new();
+        let mut start_time = None;
+        for entry in IntervalLogIterator::new(&bytes) {
+            match entry.unwrap() {
+                LogEntry::StartTime(t) => start_time = Some(t),
+                LogEntry::BaseTime(_) => {}
+                LogEntry::Interval(h) => {
+                    let decoded: hdrhistogram::Histogram<u64> = Deserializer::new()
+                        .deserialize(&mut base64_decode(h.encoded_histogram()).as_slice())
+                        .unwrap();
+                    read.push((
+                        h.tag().map(|t| t.as_str().to_string()),
+                        h.start_timestamp(),
+                        decoded,
+                    ));
+                }
+            }
+        }
+        let window_start = r.window_start.unwrap();
+        let since_epoch = window_start.duration_since(std::time::UNIX_EPOCH).unwrap();
+        let start_time = start_time.expect("a StartTime line");
+        assert!(
+            start_time.abs_diff(since_epoch) < Duration::from_millis(1),
+            "{start_time:?} vs {since_epoch:?}"
+        );
+        let per_interval = if rate.is_some() { 2 } else { 1 };
+        assert_eq!(read.len(), 7 * per_interval);
+        for (k, i) in r.intervals.iter().enumerate() {
+            let (tag, at, h) = &read[k * per_interval];
+            assert_eq!(*tag, None);
+            assert!((at.as_secs_f64() - i.start_s).abs() < 1e-3);
+            let want = if rate.is_some() {
+                &i.stats.corrected
+            } else {
+                &i.stats.service
+            };
+            assert!(same(h, want) && !h.is_empty(), "interval {k}");
+            if rate.is_some() {
+                let (tag, _, h) = &read[k * per_interval + 1];
+                assert_eq!(tag.as_deref(), Some("service"));
+                assert!(same(h, &i.stats.service), "interval {k}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap()
 }

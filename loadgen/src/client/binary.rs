@@ -1,26 +1,43 @@
 //! memcached binary protocol, client side, on the workspace `protocol` crate's Reprs.
 //!
 //! ```text
-//! GET  key          → NoError + flags extras + value | KeyNotFound
-//! SET  key + value  → NoError | KeyExists / ItemNotStored / NotFound | error status
+//! GET    key                  → NoError + flags extras + value | KeyNotFound
+//! SET    key + value (+ ttl)  → NoError | KeyExists / ItemNotStored / NotFound | error status
+//! DELETE key                  → NoError | KeyNotFound
+//! multi-get: GETKQ k1 .. GETKQ kN, NOOP → a GETK reply (key echoed) per key found, then NOOP
 //! ```
 //!
 //! Every request carries an opaque (the connection's request counter); the reply must echo it,
-//! so a reply out of order is a protocol error rather than a wrong latency.
+//! so a reply out of order is a protocol error rather than a wrong latency. A multi-get's
+//! frames all carry the request's opaque.
 
 use protocol::binary::{Opcode, ParseError, RequestRepr, ResponseRepr, Status, StoreExtras};
 
-use super::{DecodeError, Expect, InvalidReply, Reply};
+use super::{DecodeError, Expect, InvalidReply, MultiHit, Reply, Request};
 use crate::workload::Command;
 
 /// Bytes a reply body may carry beyond the value (flags extras, an echoed key, slack).
 const BODY_SLACK: usize = 512;
 
-/// Appends a GET of `key`.
-pub fn encode_get(key: &[u8], opaque: u32, out: &mut Vec<u8>) {
+/// Appends the request.
+pub fn encode(r: &Request<'_>, out: &mut Vec<u8>) {
+    match r.command {
+        Command::Get => encode_get(r.key, r.opaque, out),
+        Command::Set => encode_set(r.key, r.value, r.ttl, r.opaque, out),
+        Command::Delete => plain(Opcode::Delete, false, r.key, r.opaque, out),
+        Command::MultiGet => {
+            for i in 0..r.multi.len() {
+                plain(Opcode::GetK, true, r.multi.key(i), r.opaque, out);
+            }
+            plain(Opcode::Noop, false, b"", r.opaque, out);
+        }
+    }
+}
+
+fn plain(opcode: Opcode, quiet: bool, key: &[u8], opaque: u32, out: &mut Vec<u8>) {
     RequestRepr {
-        opcode: Opcode::Get,
-        quiet: false,
+        opcode,
+        quiet,
         opaque,
         cas: 0,
         vbucket: 0,
@@ -31,11 +48,16 @@ pub fn encode_get(key: &[u8], opaque: u32, out: &mut Vec<u8>) {
     .emit_into(out);
 }
 
-/// Appends a SET of `key` to `value` with flags 0 and no expiry.
-pub fn encode_set(key: &[u8], value: &[u8], opaque: u32, out: &mut Vec<u8>) {
+/// Appends a GET of `key`.
+pub fn encode_get(key: &[u8], opaque: u32, out: &mut Vec<u8>) {
+    plain(Opcode::Get, false, key, opaque, out);
+}
+
+/// Appends a SET of `key` to `value` with flags 0 and expiration `ttl`.
+pub fn encode_set(key: &[u8], value: &[u8], ttl: u32, opaque: u32, out: &mut Vec<u8>) {
     let extras = StoreExtras {
         flags: 0,
-        expiration: 0,
+        expiration: ttl,
     }
     .emit();
     RequestRepr {
@@ -51,24 +73,32 @@ pub fn encode_set(key: &[u8], value: &[u8], opaque: u32, out: &mut Vec<u8>) {
     .emit_into(out);
 }
 
+fn frame(buf: &[u8], max_value: usize) -> Result<(ResponseRepr<'_>, usize), DecodeError> {
+    let max_body = u32::try_from(max_value.saturating_add(BODY_SLACK)).unwrap_or(u32::MAX);
+    match ResponseRepr::parse(buf, max_body) {
+        Ok(ok) => Ok(ok),
+        Err(ParseError::Incomplete { .. }) => Err(DecodeError::Incomplete),
+        Err(ParseError::Invalid(_) | ParseError::UnknownOpcode { .. }) => {
+            Err(DecodeError::Invalid(InvalidReply::Frame))
+        }
+    }
+}
+
 /// Decodes the reply to `expect` at the start of `buf`.
 ///
 /// # Errors
-/// [`DecodeError::Incomplete`] until the whole frame is in `buf`; [`DecodeError::Invalid`] for
+/// [`DecodeError::Incomplete`] until the whole reply is in `buf`; [`DecodeError::Invalid`] for
 /// a malformed frame, a body above `max_value` plus slack, or a reply to another request.
 pub fn decode<'a>(
     buf: &'a [u8],
     expect: &Expect<'_>,
     max_value: usize,
+    hits: &mut Vec<MultiHit>,
 ) -> Result<(Reply<'a>, usize), DecodeError> {
-    let max_body = u32::try_from(max_value.saturating_add(BODY_SLACK)).unwrap_or(u32::MAX);
-    let (repr, used) = match ResponseRepr::parse(buf, max_body) {
-        Ok(ok) => ok,
-        Err(ParseError::Incomplete { .. }) => return Err(DecodeError::Incomplete),
-        Err(ParseError::Invalid(_) | ParseError::UnknownOpcode { .. }) => {
-            return Err(DecodeError::Invalid(InvalidReply::Frame));
-        }
-    };
+    if expect.command == Command::MultiGet {
+        return decode_multi(buf, expect, max_value, hits);
+    }
+    let (repr, used) = frame(buf, max_value)?;
     if repr.opaque != expect.opaque {
         return Err(DecodeError::Invalid(InvalidReply::Opaque));
     }
@@ -81,7 +111,11 @@ pub fn decode<'a>(
             Opcode::Set,
             Status::KeyExists | Status::ItemNotStored | Status::KeyNotFound,
         ) => Reply::NotStored,
-        (Command::Get, Opcode::Get, _) | (Command::Set, Opcode::Set, _) => Reply::ServerError,
+        (Command::Delete, Opcode::Delete, Status::NoError) => Reply::Deleted,
+        (Command::Delete, Opcode::Delete, Status::KeyNotFound) => Reply::NotFound,
+        (Command::Get, Opcode::Get, _)
+        | (Command::Set, Opcode::Set, _)
+        | (Command::Delete, Opcode::Delete, _) => Reply::ServerError,
         // A server that does not know the command echoes its opcode with an error status.
         (_, _, Status::UnknownCommand) => Reply::ServerError,
         _ => return Err(DecodeError::Invalid(InvalidReply::Opcode)),
@@ -89,10 +123,56 @@ pub fn decode<'a>(
     Ok((reply, used))
 }
 
+/// A multi-get: GETK replies for the keys found, in request order, up to the NOOP's reply. An
+/// error status for one of the keys makes the whole request a [`Reply::ServerError`].
+fn decode_multi<'a>(
+    buf: &'a [u8],
+    expect: &Expect<'_>,
+    max_value: usize,
+    hits: &mut Vec<MultiHit>,
+) -> Result<(Reply<'a>, usize), DecodeError> {
+    let mut at = 0;
+    let mut next = 0;
+    let mut failed = false;
+    loop {
+        let (repr, used) = frame(&buf[at..], max_value)?;
+        if repr.opaque != expect.opaque {
+            return Err(DecodeError::Invalid(InvalidReply::Opaque));
+        }
+        match (repr.opcode, repr.status) {
+            (Opcode::Noop, _) => {
+                let reply = if failed {
+                    Reply::ServerError
+                } else {
+                    Reply::Multi { hits: hits.len() }
+                };
+                return Ok((reply, at + used));
+            }
+            (Opcode::GetK, Status::NoError) => {
+                let Some(index) = expect.multi.find(repr.key, next) else {
+                    return Err(DecodeError::Invalid(InvalidReply::Key));
+                };
+                next = index + 1;
+                // The value is the frame's tail: its offset in `buf` from the end of the frame.
+                let end = at + used;
+                hits.push(MultiHit {
+                    index,
+                    value: end - repr.value.len()..end,
+                });
+            }
+            (Opcode::GetK, Status::KeyNotFound) => {}
+            (Opcode::GetK, _) => failed = true,
+            _ => return Err(DecodeError::Invalid(InvalidReply::Opcode)),
+        }
+        at += used;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::{Codec, OwnedReply, Protocol, decode_fragmented};
+    use crate::client::{Codec, MultiKeys, OwnedReply, Protocol, decode_fragmented};
+    use crate::workload::Keyspace;
 
     const MAX: usize = 1 << 20;
 
@@ -130,19 +210,152 @@ mod tests {
     }
 
     fn get(key: &[u8], opaque: u32) -> Expect<'_> {
+        expect(Command::Get, key, opaque)
+    }
+
+    fn set(key: &[u8], opaque: u32) -> Expect<'_> {
+        expect(Command::Set, key, opaque)
+    }
+
+    fn expect(command: Command, key: &[u8], opaque: u32) -> Expect<'_> {
         Expect {
-            command: Command::Get,
+            command,
             key,
+            multi: MultiKeys::default(),
             opaque,
         }
     }
 
-    fn set(key: &[u8], opaque: u32) -> Expect<'_> {
-        Expect {
-            command: Command::Set,
-            key,
+    fn decode<'a>(
+        buf: &'a [u8],
+        expect: &Expect<'_>,
+        max: usize,
+    ) -> Result<(Reply<'a>, usize), DecodeError> {
+        super::decode(buf, expect, max, &mut Vec::new())
+    }
+
+    fn keyed(opcode: Opcode, status: Status, opaque: u32, key: &[u8], value: &[u8]) -> Vec<u8> {
+        let r = ResponseRepr {
+            opcode,
+            quiet: false,
+            status,
             opaque,
+            cas: 0,
+            extras: if status == Status::NoError {
+                &[0, 0, 0, 0]
+            } else {
+                &[]
+            },
+            key,
+            value,
+        };
+        let mut buf = vec![0xa5; r.buffer_len()];
+        r.emit(&mut buf);
+        buf
+    }
+
+    #[test]
+    fn ttl_delete_and_multi_get_are_encoded_as_the_spec_says() {
+        let ks = Keyspace::new(3, 2).unwrap();
+        let keys = [1, 2];
+        let mut out = Vec::new();
+        for (command, key) in [
+            (Command::Set, &b"k0"[..]),
+            (Command::Delete, b"k1"),
+            (Command::MultiGet, b""),
+        ] {
+            encode(
+                &Request {
+                    command,
+                    key,
+                    multi: MultiKeys::new(&ks, &keys),
+                    value: b"v",
+                    ttl: 300,
+                    opaque: 9,
+                },
+                &mut out,
+            );
         }
+        let mut frames = Vec::new();
+        let mut at = 0;
+        while at < out.len() {
+            let (r, used) = RequestRepr::parse(&out[at..], 1 << 20).unwrap();
+            frames.push((
+                r.opcode,
+                r.quiet,
+                r.opaque,
+                r.key.to_vec(),
+                r.extras.to_vec(),
+            ));
+            at += used;
+        }
+        let set_extras = StoreExtras {
+            flags: 0,
+            expiration: 300,
+        }
+        .emit()
+        .to_vec();
+        assert_eq!(
+            frames,
+            vec![
+                (Opcode::Set, false, 9, b"k0".to_vec(), set_extras),
+                (Opcode::Delete, false, 9, b"k1".to_vec(), vec![]),
+                (Opcode::GetK, true, 9, b"k1".to_vec(), vec![]),
+                (Opcode::GetK, true, 9, b"k2".to_vec(), vec![]),
+                (Opcode::Noop, false, 9, vec![], vec![]),
+            ]
+        );
+    }
+
+    #[test]
+    fn multi_get_and_delete_replies_decode_from_any_fragmentation() {
+        let codec = Codec::new(Protocol::Binary, MAX);
+        let ks = Keyspace::new(3, 2).unwrap();
+        let keys = [0, 1, 2];
+        let multi = Expect {
+            multi: MultiKeys::new(&ks, &keys),
+            ..expect(Command::MultiGet, b"", 5)
+        };
+        let mut stream = Vec::new();
+        stream.extend(response(Opcode::Delete, Status::NoError, 4, &[], &[]));
+        stream.extend(keyed(Opcode::GetK, Status::NoError, 5, b"k0", b"zero"));
+        stream.extend(keyed(Opcode::GetK, Status::NoError, 5, b"k2", b"two"));
+        stream.extend(response(Opcode::Noop, Status::NoError, 5, &[], &[]));
+        stream.extend(response(
+            Opcode::Delete,
+            Status::KeyNotFound,
+            6,
+            &[],
+            b"Not found",
+        ));
+        let expects = [
+            expect(Command::Delete, b"k0", 4),
+            multi,
+            expect(Command::Delete, b"k0", 6),
+        ];
+        let want = vec![
+            OwnedReply::Deleted,
+            OwnedReply::Multi(vec![(0, b"zero".to_vec()), (2, b"two".to_vec())]),
+            OwnedReply::NotFound,
+        ];
+        for step in [1, 2, 5, 10, 100, stream.len()] {
+            assert_eq!(
+                decode_fragmented(codec, &stream, step, &expects).unwrap(),
+                want,
+                "step {step}"
+            );
+        }
+        // A key not asked for, or a frame of another request, is a protocol error.
+        let other = keyed(Opcode::GetK, Status::NoError, 5, b"kx", b"?");
+        assert_eq!(
+            codec.decode(&other, &multi, &mut Vec::new()),
+            Err(DecodeError::Invalid(InvalidReply::Key))
+        );
+        let late = keyed(Opcode::GetK, Status::NoError, 4, b"k0", b"?");
+        assert_eq!(
+            codec.decode(&late, &multi, &mut Vec::new()),
+            Err(DecodeError::Invalid(InvalidReply::Opaque))
+        );
     }
 
     #[test]
@@ -150,7 +363,7 @@ mod tests {
         let mut out = Vec::new();
         encode_get(b"k01", 3, &mut out);
         let get_len = out.len();
-        encode_set(b"k02", b"hello", 4, &mut out);
+        encode_set(b"k02", b"hello", 0, 4, &mut out);
         let (g, used) = RequestRepr::parse(&out, 1 << 20).unwrap();
         assert_eq!(
             (g.opcode, g.quiet, g.opaque, g.key, g.value, used),

@@ -1,21 +1,28 @@
-//! Client side of the memcached protocols: request encoders and incremental reply decoders.
+//! Client side of the wire protocols: request encoders and incremental reply decoders.
 //!
 //! ```text
-//! Pick → Codec::encode_* → connection write buffer ─▶ server
+//! Pick → Request → Codec::encode → connection write buffer ─▶ server
 //! server ─▶ read buffer → Codec::decode(expect oldest in-flight) → Reply + bytes consumed
 //! ```
+//!
+//! Every protocol encodes the same [`Request`] (GET, SET with a TTL, DELETE, multi-key GET)
+//! and decodes into the same [`Reply`], so the worker, the histograms and `--verify` do not
+//! know which protocol runs; a protocol is a module with `encode` and `decode` and one arm in
+//! [`Codec`]'s two matches.
 //!
 //! Decoders never panic on what the server sends: a short buffer is
 //! [`DecodeError::Incomplete`], anything else unexpected is [`DecodeError::Invalid`].
 
 pub mod binary;
+pub mod meta;
 pub mod text;
 
 use std::fmt;
+use std::ops::Range;
 
 use serde::Serialize;
 
-use crate::workload::Command;
+use crate::workload::{Command, Keyspace};
 
 /// Which wire protocol a run speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -25,6 +32,8 @@ pub enum Protocol {
     Binary,
     /// memcached text (ASCII) protocol.
     Text,
+    /// memcached meta commands (`mg`, `ms`, `md`, `mn`).
+    Meta,
 }
 
 impl Protocol {
@@ -33,8 +42,73 @@ impl Protocol {
         match self {
             Protocol::Binary => "binary",
             Protocol::Text => "text",
+            Protocol::Meta => "meta",
         }
     }
+}
+
+/// The keys of a multi-key GET: indices into the run's keyspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MultiKeys<'k> {
+    keyspace: Option<&'k Keyspace>,
+    keys: &'k [u64],
+}
+
+impl<'k> MultiKeys<'k> {
+    /// The keys `keys` of `keyspace`.
+    pub fn new(keyspace: &'k Keyspace, keys: &'k [u64]) -> MultiKeys<'k> {
+        MultiKeys {
+            keyspace: Some(keyspace),
+            keys,
+        }
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether there is no key.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The bytes of the `i`-th key.
+    ///
+    /// # Panics
+    /// If `i >= len()`.
+    pub fn key(&self, i: usize) -> &'k [u8] {
+        self.keyspace
+            .expect("keys come with their keyspace")
+            .key(self.keys[i])
+    }
+
+    /// The keyspace index of the `i`-th key.
+    pub fn index(&self, i: usize) -> u64 {
+        self.keys[i]
+    }
+
+    /// The position of `key` among the keys from `from` on, if it is there.
+    pub fn find(&self, key: &[u8], from: usize) -> Option<usize> {
+        (from..self.len()).find(|&i| self.key(i) == key)
+    }
+}
+
+/// One request to encode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// What to do.
+    pub command: Command,
+    /// The key (GET, SET, DELETE).
+    pub key: &'a [u8],
+    /// The keys of a multi-key GET.
+    pub multi: MultiKeys<'a>,
+    /// A SET's value.
+    pub value: &'a [u8],
+    /// A SET's time to live in seconds (0: none), under memcached's rules.
+    pub ttl: u32,
+    /// The connection's request number (binary opaque, meta `O` flag).
+    pub opaque: u32,
 }
 
 /// What the decoder needs to know about the oldest request in flight.
@@ -42,10 +116,22 @@ impl Protocol {
 pub struct Expect<'k> {
     /// The command sent.
     pub command: Command,
-    /// The key sent.
+    /// The key sent (single-key commands).
     pub key: &'k [u8],
-    /// The binary protocol's opaque (ignored by the text protocol).
+    /// The keys of a multi-key GET.
+    pub multi: MultiKeys<'k>,
+    /// The opaque sent (binary and meta; ignored by the text protocol).
     pub opaque: u32,
+}
+
+/// One value found by a multi-key GET: which key (position in [`MultiKeys`]) and where its
+/// bytes are in the decoded buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiHit {
+    /// Position of the key in the request.
+    pub index: usize,
+    /// The value's bytes in the buffer passed to [`Codec::decode`].
+    pub value: Range<usize>,
 }
 
 /// A decoded reply.
@@ -62,6 +148,15 @@ pub enum Reply<'a> {
     Stored,
     /// SET was refused without an error (NOT_STORED, EXISTS, NOT_FOUND).
     NotStored,
+    /// DELETE removed the key.
+    Deleted,
+    /// DELETE found no key.
+    NotFound,
+    /// A multi-key GET: this many keys found, listed in the `hits` given to the decoder.
+    Multi {
+        /// Keys found.
+        hits: usize,
+    },
     /// The server answered with an error (ERROR, CLIENT_ERROR, SERVER_ERROR, error statuses).
     ServerError,
 }
@@ -135,25 +230,18 @@ impl Codec {
         self.protocol
     }
 
-    /// Appends a GET of `key` to `out`.
+    /// Appends `request` to `out`.
     #[inline]
-    pub fn encode_get(self, key: &[u8], opaque: u32, out: &mut Vec<u8>) {
+    pub fn encode(self, request: &Request<'_>, out: &mut Vec<u8>) {
         match self.protocol {
-            Protocol::Binary => binary::encode_get(key, opaque, out),
-            Protocol::Text => text::encode_get(key, out),
-        }
-    }
-
-    /// Appends a SET of `key` to `value` (flags 0, no expiry) to `out`.
-    #[inline]
-    pub fn encode_set(self, key: &[u8], value: &[u8], opaque: u32, out: &mut Vec<u8>) {
-        match self.protocol {
-            Protocol::Binary => binary::encode_set(key, value, opaque, out),
-            Protocol::Text => text::encode_set(key, value, out),
+            Protocol::Binary => binary::encode(request, out),
+            Protocol::Text => text::encode(request, out),
+            Protocol::Meta => meta::encode(request, out),
         }
     }
 
     /// Decodes the reply to `expect` at the start of `buf`; returns it with the bytes it used.
+    /// A multi-key GET's values are listed in `hits` (cleared first).
     ///
     /// # Errors
     /// [`DecodeError::Incomplete`] until the whole reply is in `buf`; [`DecodeError::Invalid`]
@@ -163,10 +251,13 @@ impl Codec {
         self,
         buf: &'a [u8],
         expect: &Expect<'_>,
+        hits: &mut Vec<MultiHit>,
     ) -> Result<(Reply<'a>, usize), DecodeError> {
+        hits.clear();
         match self.protocol {
-            Protocol::Binary => binary::decode(buf, expect, self.max_value),
-            Protocol::Text => text::decode(buf, expect, self.max_value),
+            Protocol::Binary => binary::decode(buf, expect, self.max_value, hits),
+            Protocol::Text => text::decode(buf, expect, self.max_value, hits),
+            Protocol::Meta => meta::decode(buf, expect, self.max_value, hits),
         }
     }
 }
@@ -184,10 +275,11 @@ pub(crate) fn decode_fragmented(
     let mut fed = 0;
     let mut out = Vec::new();
     let mut next = 0;
+    let mut hits = Vec::new();
     while next < expects.len() {
-        match codec.decode(&buf, &expects[next]) {
+        match codec.decode(&buf, &expects[next], &mut hits) {
             Ok((reply, used)) => {
-                out.push(OwnedReply::from(reply));
+                out.push(OwnedReply::of(reply, &buf, &hits));
                 buf.drain(..used);
                 next += 1;
             }
@@ -218,17 +310,31 @@ pub(crate) enum OwnedReply {
     Miss,
     Stored,
     NotStored,
+    Deleted,
+    NotFound,
+    /// (key position, value) per key found.
+    Multi(Vec<(usize, Vec<u8>)>),
     ServerError,
 }
 
 #[cfg(test)]
-impl From<Reply<'_>> for OwnedReply {
-    fn from(r: Reply<'_>) -> Self {
+impl OwnedReply {
+    pub(crate) fn of(r: Reply<'_>, buf: &[u8], hits: &[MultiHit]) -> Self {
         match r {
             Reply::Hit { value } => OwnedReply::Hit(value.to_vec()),
             Reply::Miss => OwnedReply::Miss,
             Reply::Stored => OwnedReply::Stored,
             Reply::NotStored => OwnedReply::NotStored,
+            Reply::Deleted => OwnedReply::Deleted,
+            Reply::NotFound => OwnedReply::NotFound,
+            Reply::Multi { hits: n } => {
+                assert_eq!(n, hits.len());
+                OwnedReply::Multi(
+                    hits.iter()
+                        .map(|h| (h.index, buf[h.value.clone()].to_vec()))
+                        .collect(),
+                )
+            }
             Reply::ServerError => OwnedReply::ServerError,
         }
     }
