@@ -36,6 +36,9 @@ pub const MAX_WATCHERS: usize = 20;
 /// them.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
+    /// The whole memory budget in bytes (`-m`; every shard has its share); 0: take the
+    /// workers' own figures.
+    pub memory_limit_bytes: u64,
     /// The TCP port served (`-p`).
     pub tcp_port: u16,
     /// The address served: `-l` on kernel sockets, `--ip` on the bypass paths.

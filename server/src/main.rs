@@ -34,6 +34,7 @@ fn run(args: &Args) -> Result<(), String> {
     let memory = args.memory_limit_mb.saturating_mul(1 << 20);
     let control = Control::new(
         Settings {
+            memory_limit_bytes: memory as u64,
             tcp_port: args.port,
             interface: match args.net {
                 Net::Kernel => args.listen.to_string(),

@@ -623,7 +623,12 @@ fn yes_no(b: bool) -> &'static str {
 pub fn settings(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&str, &dyn Display)) {
     let set = &control.settings;
     let (automove, ratio) = control.automove();
-    emit("maxbytes", &snapshot.limit_maxbytes);
+    // One worker answers `stats settings`: `-m` is the whole budget, not its share.
+    let maxbytes = match set.memory_limit_bytes {
+        0 => snapshot.limit_maxbytes,
+        total => total,
+    };
+    emit("maxbytes", &maxbytes);
     emit("maxconns", &snapshot.conn_limit);
     emit("tcpport", &set.tcp_port);
     emit("udpport", &0);
@@ -885,6 +890,7 @@ mod tests {
     fn settings_has_the_keys_tools_read() {
         let control = Control::new(
             Settings {
+                memory_limit_bytes: 128 << 20,
                 tcp_port: 11311,
                 interface: "10.0.0.2".into(),
                 no_evictions: true,
@@ -908,6 +914,7 @@ mod tests {
         };
         let got = lines(|emit| settings(&snapshot, &control, emit));
         for (name, want) in [
+            ("maxbytes", "134217728"),
             ("domain_socket", "NULL"),
             ("flush_enabled", "yes"),
             ("tcpport", "11311"),

@@ -585,3 +585,19 @@ fn kernel_operator_commands_answer_as_memcached_answers_them() {
         );
     }
 }
+
+// Regression: with several workers `stats settings` (answered by one worker) reported that
+// worker's share of `-m` as `maxbytes`.
+#[test]
+fn kernel_settings_report_the_whole_memory_budget() {
+    let server = start_kernel(&["-t", "2", "-m", "64", "-c", "100", "-A"]);
+    let mut c = TextClient::connect(server.addr);
+    let settings = String::from_utf8(c.call(b"stats settings\r\n").unwrap()).unwrap();
+    assert_eq!(stat(&settings, "maxbytes"), Some(64 << 20), "{settings}");
+    assert_eq!(stat(&settings, "maxconns"), Some(100));
+    assert_eq!(stat(&settings, "num_threads"), Some(2));
+    assert!(settings.contains("STAT shutdown_command yes\r\n"));
+    assert!(settings.contains("STAT memspin_net kernel\r\n"));
+    let stats = String::from_utf8(c.call(b"stats\r\n").unwrap()).unwrap();
+    assert_eq!(stat(&stats, "limit_maxbytes"), Some(64 << 20), "{stats}");
+}
