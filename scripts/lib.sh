@@ -60,19 +60,19 @@ build_release() {
   LOADGEN_BIN=$target_dir/release/memspin-loadgen
 }
 
-# start_memcached NS LOG PORT THREADS [CPU]: memcached -t THREADS on 127.0.0.1:PORT inside NS
-# (pinned to CPU when given), stopped like memspin by stop_server and on exit.
+# start_memcached NS LOG PORT THREADS [CPU] [ADDR]: memcached -t THREADS on ADDR:PORT (default
+# 127.0.0.1) inside NS (pinned to CPU when given), stopped like memspin by stop_server and on exit.
 start_memcached() {
-  local ns=$1 log=$2 port=$3 threads=$4 cpu=${5:-}
+  local ns=$1 log=$2 port=$3 threads=$4 cpu=${5:-} addr=${6:-127.0.0.1}
   local pin=()
   [ -n "$cpu" ] && pin=(taskset -c "$cpu")
-  ip netns exec "$ns" "${pin[@]}" memcached -u root -U 0 -t "$threads" -l 127.0.0.1 -p "$port" \
+  ip netns exec "$ns" "${pin[@]}" memcached -u root -U 0 -t "$threads" -l "$addr" -p "$port" \
     -m 256 >"$log" 2>&1 &
   SERVER_PID=$!
   MEMSPIN_PIDS+=("$SERVER_PID")
   local i
   for i in $(seq 1 100); do
-    ip netns exec "$ns" bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null && return 0
+    ip netns exec "$ns" bash -c "exec 3<>/dev/tcp/$addr/$port" 2>/dev/null && return 0
     sleep 0.05
   done
   die "memcached did not start"

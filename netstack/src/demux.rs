@@ -1,10 +1,15 @@
-//! Ethernet II / IPv4 / TCP header view, just deep enough to pick a connection bucket.
+//! Ethernet II / IPv4 / TCP header view, deep enough to pick a connection bucket and to
+//! follow a connection's sequence space.
 //!
 //! The connection table reads the 4-tuple and the TCP flags of every received frame
-//! before smoltcp sees it. Nothing here verifies checksums or follows options: smoltcp
-//! does that once the frame reaches the right bucket. Frames we cannot read as an
-//! unfragmented IPv4 TCP segment (ARP, ICMP, IPv6, VLAN-tagged, fragments, truncated
-//! headers) are not errors, they are "not TCP" and go to the control bucket.
+//! before smoltcp sees it. Nothing here verifies checksums: smoltcp does that once the
+//! frame reaches the right bucket. Frames we cannot read as an unfragmented IPv4 TCP
+//! segment (ARP, ICMP, IPv6, VLAN-tagged, fragments, truncated headers) are not errors,
+//! they are "not TCP" and go to the control bucket.
+//!
+//! [`SegmentRepr`] reads what loss recovery (`conn/recovery.rs`) follows in every segment
+//! a connection sends and receives: sequence and acknowledgment numbers, flags, window,
+//! payload length and the SACK options (RFC 2018, RFC 2883).
 
 use core::fmt;
 
@@ -20,6 +25,7 @@ mod field {
 
     // IPv4, relative to the frame.
     pub const IP_VER_IHL: usize = 14;
+    pub const IP_TOTAL_LEN: Range<usize> = 16..18;
     pub const IP_FLAGS_FRAG: Range<usize> = 20..22;
     pub const IP_PROTOCOL: usize = 23;
     pub const IP_SRC: Range<usize> = 26..30;
@@ -28,8 +34,25 @@ mod field {
     // TCP, relative to the start of the TCP header.
     pub const TCP_SRC_PORT: Range<usize> = 0..2;
     pub const TCP_DST_PORT: Range<usize> = 2..4;
+    pub const TCP_SEQ: Range<usize> = 4..8;
+    pub const TCP_ACK: Range<usize> = 8..12;
+    pub const TCP_DATA_OFFSET: usize = 12;
     pub const TCP_FLAGS: usize = 13;
+    pub const TCP_WINDOW: Range<usize> = 14..16;
+    pub const TCP_CHECKSUM: Range<usize> = 16..18;
     pub const TCP_MIN_HEADER_LEN: usize = 20;
+
+    // TCP option kinds (RFC 9293 §3.2, RFC 2018).
+    pub const OPT_END: u8 = 0;
+    pub const OPT_NOP: u8 = 1;
+    pub const OPT_SACK_PERMITTED: u8 = 4;
+    pub const OPT_SACK: u8 = 5;
+}
+
+/// Offsets, within a TCP header, of the fields a re-sent copy of a segment gets anew
+/// (`conn/recovery.rs`).
+pub(crate) mod tcp_field {
+    pub use super::field::{TCP_ACK as ACK, TCP_CHECKSUM as CHECKSUM, TCP_WINDOW as WINDOW};
 }
 
 /// Ethertype of IPv4.
@@ -47,6 +70,8 @@ pub mod flags {
     pub const SYN: u8 = 0x02;
     /// RST: reset the connection.
     pub const RST: u8 = 0x04;
+    /// PSH: push.
+    pub const PSH: u8 = 0x08;
     /// ACK: the acknowledgment field is significant.
     pub const ACK: u8 = 0x10;
 }
@@ -71,6 +96,9 @@ pub enum NotTcp {
     },
     /// A fragment: a non-first fragment has no TCP header, and a first one is incomplete.
     Fragment,
+    /// The TCP data offset or the IP total length do not fit the frame (only
+    /// [`SegmentRepr::parse`] checks these).
+    BadTcpHeader,
 }
 
 impl fmt::Display for NotTcp {
@@ -81,6 +109,7 @@ impl fmt::Display for NotTcp {
             NotTcp::BadIpHeader => write!(f, "bad IPv4 version or header length"),
             NotTcp::NotTcp { protocol } => write!(f, "IP protocol {protocol} is not TCP"),
             NotTcp::Fragment => write!(f, "IPv4 fragment"),
+            NotTcp::BadTcpHeader => write!(f, "TCP header or IP length inconsistent"),
         }
     }
 }
@@ -177,8 +206,119 @@ impl<T: AsRef<[u8]>> TcpFrame<T> {
         self.flags() & (flags::SYN | flags::ACK | flags::RST) == flags::SYN
     }
 
+    /// Offset of the TCP header in the frame.
+    pub fn tcp_offset(&self) -> usize {
+        self.tcp_offset
+    }
+
     fn tcp(&self) -> &[u8] {
         &self.buffer.as_ref()[self.tcp_offset..]
+    }
+}
+
+/// Most SACK blocks one segment carries (40 bytes of options: 2 + 4 × 8).
+pub const MAX_SACK_BLOCKS: usize = 4;
+
+/// The fields of a TCP segment that loss recovery follows (RFC 9293 §3.1; SACK, RFC 2018).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentRepr {
+    /// Sequence number of the first octet (of the SYN, if set).
+    pub seq_number: u32,
+    /// Acknowledgment number, if the ACK flag is set.
+    pub ack_number: Option<u32>,
+    /// The flags byte; see [`flags`].
+    pub flags: u8,
+    /// The window field as sent (not scaled).
+    pub window_len: u16,
+    /// Payload octets (from the IP total length, so Ethernet padding is not counted).
+    pub payload_len: usize,
+    /// The SACK-permitted option is present (SYN segments).
+    pub sack_permitted: bool,
+    /// SACK blocks `(left, right)` in the order they appear; `sack_len` of them are valid.
+    pub sack: [(u32, u32); MAX_SACK_BLOCKS],
+    /// Number of valid entries in `sack`.
+    pub sack_len: usize,
+}
+
+impl SegmentRepr {
+    /// Reads the segment in `frame`: checks the TCP data offset and the IP total length
+    /// against the frame, and walks the options (a malformed option ends the walk; what was
+    /// read stays). Use for bytes from the network.
+    ///
+    /// # Errors
+    /// [`NotTcp::BadTcpHeader`] when the header lengths do not fit the frame.
+    pub fn parse<T: AsRef<[u8]>>(frame: &TcpFrame<T>) -> Result<Self, NotTcp> {
+        let bytes = frame.buffer.as_ref();
+        let tcp_offset = frame.tcp_offset;
+        let ip_len = usize::from(read_u16(&bytes[field::IP_TOTAL_LEN]));
+        let ip_header_len = tcp_offset - field::ETH_HEADER_LEN;
+        let tcp = &bytes[tcp_offset..];
+        let header_len = usize::from(tcp[field::TCP_DATA_OFFSET] >> 4) * 4;
+        if header_len < field::TCP_MIN_HEADER_LEN
+            || header_len > tcp.len()
+            || ip_len > bytes.len() - field::ETH_HEADER_LEN
+            || ip_len < ip_header_len + header_len
+        {
+            return Err(NotTcp::BadTcpHeader);
+        }
+        let flags = tcp[field::TCP_FLAGS];
+        let mut repr = SegmentRepr {
+            seq_number: read_u32(&tcp[field::TCP_SEQ]),
+            ack_number: (flags & flags::ACK != 0).then(|| read_u32(&tcp[field::TCP_ACK])),
+            flags,
+            window_len: read_u16(&tcp[field::TCP_WINDOW]),
+            payload_len: ip_len - ip_header_len - header_len,
+            sack_permitted: false,
+            sack: [(0, 0); MAX_SACK_BLOCKS],
+            sack_len: 0,
+        };
+        repr.read_options(&tcp[field::TCP_MIN_HEADER_LEN..header_len]);
+        Ok(repr)
+    }
+
+    fn read_options(&mut self, mut options: &[u8]) {
+        while let Some(&kind) = options.first() {
+            match kind {
+                field::OPT_END => return,
+                field::OPT_NOP => {
+                    options = &options[1..];
+                    continue;
+                }
+                _ => {}
+            }
+            let Some(&len) = options.get(1) else { return };
+            let len = usize::from(len);
+            if len < 2 || len > options.len() {
+                return;
+            }
+            let body = &options[2..len];
+            match kind {
+                field::OPT_SACK_PERMITTED => self.sack_permitted = true,
+                field::OPT_SACK => {
+                    // 40 bytes of options hold four blocks at most, however many SACK
+                    // options carry them; more are not read.
+                    let room = MAX_SACK_BLOCKS - self.sack_len;
+                    for block in body.chunks_exact(8).take(room) {
+                        self.sack[self.sack_len] = (read_u32(&block[..4]), read_u32(&block[4..]));
+                        self.sack_len += 1;
+                    }
+                }
+                _ => {}
+            }
+            options = &options[len..];
+        }
+    }
+
+    /// Sequence space the segment takes: payload, plus one each for SYN and FIN.
+    pub fn segment_len(&self) -> u32 {
+        self.payload_len as u32
+            + u32::from(self.flags & flags::SYN != 0)
+            + u32::from(self.flags & flags::FIN != 0)
+    }
+
+    /// The SACK blocks received.
+    pub fn sack_blocks(&self) -> &[(u32, u32)] {
+        &self.sack[..self.sack_len]
     }
 }
 
@@ -187,10 +327,17 @@ pub fn ethertype(frame: &[u8]) -> Option<u16> {
     frame.get(field::ETHERTYPE).map(read_u16)
 }
 
+#[inline]
 fn read_u16(bytes: &[u8]) -> u16 {
     u16::from_be_bytes([bytes[0], bytes[1]])
 }
 
+#[inline]
+fn read_u32(bytes: &[u8]) -> u32 {
+    u32::from_be_bytes(read_4(bytes))
+}
+
+#[inline]
 fn read_4(bytes: &[u8]) -> [u8; 4] {
     [bytes[0], bytes[1], bytes[2], bytes[3]]
 }
@@ -355,6 +502,106 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn segment_fields_of_a_captured_syn() {
+        let frame = TcpFrame::new_checked(&SYN_FRAME[..]).unwrap();
+        let seg = SegmentRepr::parse(&frame).unwrap();
+        assert_eq!(seg.seq_number, 0xfeb2_5bce);
+        assert_eq!(seg.ack_number, None);
+        assert_eq!(seg.flags, flags::SYN);
+        assert_eq!(seg.window_len, 0xfaf0);
+        assert_eq!(seg.payload_len, 0);
+        assert!(seg.sack_permitted);
+        assert_eq!(seg.sack_blocks(), &[]);
+        assert_eq!(seg.segment_len(), 1);
+    }
+
+    /// An ACK from the client with `options` and `payload`, in a frame padded to `pad_to`.
+    fn ack_frame(options: &[u8], payload: &[u8], pad_to: usize) -> Vec<u8> {
+        let mut frame = SYN_FRAME[..34].to_vec();
+        let tcp_len = 20 + options.len();
+        let ip_len = 20 + tcp_len + payload.len();
+        frame[16..18].copy_from_slice(&(ip_len as u16).to_be_bytes());
+        frame.extend_from_slice(&SYN_FRAME[34..46]); // ports, seq, ack
+        frame[42..46].copy_from_slice(&0x0102_0304u32.to_be_bytes());
+        frame.push(((tcp_len / 4) as u8) << 4);
+        frame.push(flags::ACK | flags::PSH);
+        frame.extend_from_slice(&[0x01, 0xf5, 0, 0, 0, 0]); // window, checksum, urgent
+        frame.extend_from_slice(options);
+        frame.extend_from_slice(payload);
+        frame.resize(frame.len().max(pad_to), 0);
+        frame
+    }
+
+    #[test]
+    fn sack_blocks_and_payload_length() {
+        let mut options = vec![1, 1, 5, 2 + 8 * 3];
+        for (l, r) in [(10u32, 20u32), (30, 40), (u32::MAX - 5, 3)] {
+            options.extend_from_slice(&l.to_be_bytes());
+            options.extend_from_slice(&r.to_be_bytes());
+        }
+        let bytes = ack_frame(&options, b"get k\r\n", 0);
+        let seg = SegmentRepr::parse(&TcpFrame::new_checked(&bytes[..]).unwrap()).unwrap();
+        assert_eq!(seg.ack_number, Some(0x0102_0304));
+        assert_eq!(seg.window_len, 0x01f5);
+        assert_eq!(seg.payload_len, 7);
+        assert_eq!(seg.segment_len(), 7);
+        assert_eq!(seg.sack_blocks(), &[(10, 20), (30, 40), (u32::MAX - 5, 3)]);
+        // Ethernet padding after a short segment is not payload.
+        let padded = ack_frame(&[], &[], 60);
+        assert_eq!(padded.len(), 60);
+        let seg = SegmentRepr::parse(&TcpFrame::new_checked(&padded[..]).unwrap()).unwrap();
+        assert_eq!((seg.payload_len, seg.sack_len), (0, 0));
+    }
+
+    #[test]
+    fn blocks_of_several_sack_options_are_all_read() {
+        let mut options = Vec::new();
+        for (l, r) in [(10u32, 20u32), (30, 40), (50, 60), (70, 80)] {
+            options.extend_from_slice(&[5, 10]);
+            options.extend_from_slice(&l.to_be_bytes());
+            options.extend_from_slice(&r.to_be_bytes());
+        }
+        let bytes = ack_frame(&options, &[], 0);
+        let seg = SegmentRepr::parse(&TcpFrame::new_checked(&bytes[..]).unwrap()).unwrap();
+        assert_eq!(seg.sack_blocks(), &[(10, 20), (30, 40), (50, 60), (70, 80)]);
+    }
+
+    #[test]
+    fn malformed_options_end_the_walk_and_bad_lengths_are_refused() {
+        // A SACK option whose length runs past the header: nothing read.
+        let bytes = ack_frame(&[5, 18, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0], &[], 0);
+        let seg = SegmentRepr::parse(&TcpFrame::new_checked(&bytes[..]).unwrap()).unwrap();
+        assert_eq!(seg.sack_len, 0);
+        // A zero-length option ends the walk too.
+        let bytes = ack_frame(&[8, 0, 1, 1], &[], 0);
+        assert!(SegmentRepr::parse(&TcpFrame::new_checked(&bytes[..]).unwrap()).is_ok());
+        // Data offset below 5, beyond the frame, or an IP length beyond the frame or
+        // below the headers.
+        let good = ack_frame(&[1, 1, 1, 1], b"x", 0);
+        let mut cases = Vec::new();
+        for offset in [0u8, 4, 15] {
+            let mut bad = good.clone();
+            bad[46] = offset << 4;
+            cases.push(bad);
+        }
+        for ip_len in [good.len() as u16 - 13, 39] {
+            let mut bad = good.clone();
+            bad[16..18].copy_from_slice(&ip_len.to_be_bytes());
+            cases.push(bad);
+        }
+        for bad in cases {
+            let frame = TcpFrame::new_checked(&bad[..]).unwrap();
+            assert_eq!(SegmentRepr::parse(&frame), Err(NotTcp::BadTcpHeader));
+        }
+        // Every truncation of a good frame: refused or read, never a panic.
+        for n in 0..good.len() {
+            if let Ok(frame) = TcpFrame::new_checked(&good[..n]) {
+                assert!(SegmentRepr::parse(&frame).is_err(), "len {n}");
+            }
+        }
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic() {
         // A cheap deterministic sweep over random-looking frames of every short length.
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -379,6 +626,7 @@ pub(crate) mod tests {
                     frame.src_port(),
                     frame.dst_port(),
                     frame.flags(),
+                    SegmentRepr::parse(&frame),
                 );
             }
         }

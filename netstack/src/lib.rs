@@ -23,7 +23,8 @@
 //!   [`xdp::XdpDevice`], one AF_XDP socket per (interface, queue).
 //! - [`link`]: [`link::configure`] the kernel side (address, MTU, IPv6 off, up).
 //! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface, with
-//!   a SYN backlog and per-connection clocks (give-up, idle, close).
+//!   a SYN backlog, per-connection clocks (give-up, idle, close) and loss recovery at
+//!   round-trip scale (probes and SACK re-sends of kept copies; smoltcp alone waits 1 s).
 //! - [`admission`]: [`Admission`], the connection limit every worker's table shares.
 //! - [`neighbor`]: ARP and the neighbour cache; the table frames smoltcp's IP packets.
 //! - [`demux`]: the Ethernet/IPv4/TCP header view used to pick a bucket.

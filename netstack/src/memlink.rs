@@ -94,11 +94,34 @@ impl MemPort {
 
     /// Throws away every frame waiting for this end (to simulate loss); returns how many.
     pub fn discard_pending(&mut self) -> usize {
+        self.drop_pending(|_| true)
+    }
+
+    /// Throws away the frames waiting for this end for which `lost` returns true (to
+    /// simulate the loss of chosen frames), keeping the others in order; returns how many.
+    pub fn drop_pending(&mut self, mut lost: impl FnMut(&[u8]) -> bool) -> usize {
         let mut queue = self.queues[self.rx].borrow_mut();
-        let discarded = queue.len;
-        queue.head = 0;
-        queue.len = 0;
-        discarded
+        let queue = &mut *queue;
+        let capacity = queue.lens.len();
+        let mut kept = 0;
+        for i in 0..queue.len {
+            let from = (queue.head + i) % capacity;
+            let len = queue.lens[from];
+            let start = from * queue.frame_bytes;
+            if lost(&queue.storage[start..start + len]) {
+                continue;
+            }
+            let to = (queue.head + kept) % capacity;
+            if to != from {
+                let dst = to * queue.frame_bytes;
+                queue.storage.copy_within(start..start + len, dst);
+                queue.lens[to] = len;
+            }
+            kept += 1;
+        }
+        let dropped = queue.len - kept;
+        queue.len = kept;
+        dropped
     }
 }
 
@@ -380,5 +403,43 @@ impl ClientSwarm {
             self.dirty[set] = true;
             self.dirty_list.push(set as u32);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(port: &mut MemPort, byte: u8) {
+        let tx = port.transmit(Instant::ZERO).expect("room");
+        tx.consume(20 + usize::from(byte), |buf| buf.fill(byte));
+    }
+
+    fn take(port: &mut MemPort) -> Vec<u8> {
+        let mut got = Vec::new();
+        while let Some((rx, _)) = port.receive(Instant::ZERO) {
+            rx.consume(|frame| got.push(frame[0]));
+        }
+        got
+    }
+
+    #[test]
+    fn chosen_frames_are_dropped_and_the_rest_keep_their_order() {
+        let (mut a, mut b) = pair(4, 1500);
+        // Wrap the ring: two frames in and out first.
+        for byte in [9, 9] {
+            put(&mut a, byte);
+        }
+        assert_eq!(take(&mut b), [9, 9]);
+        for byte in 1..=4 {
+            put(&mut a, byte);
+        }
+        assert_eq!(b.drop_pending(|frame| frame[0] % 2 == 0), 2);
+        assert_eq!(b.pending(), 2);
+        put(&mut a, 5);
+        assert_eq!(take(&mut b), [1, 3, 5]);
+        put(&mut a, 6);
+        assert_eq!(b.discard_pending(), 1);
+        assert_eq!(take(&mut b), Vec::<u8>::new());
     }
 }

@@ -4,9 +4,9 @@
 //! deadline (never later): moving a deadline later only writes the bucket's slot, and the
 //! entry is fixed when its old key comes due. An earlier deadline sifts at once, and a
 //! cleared one leaves at once. A busy connection's timer almost always moves later: each
-//! reply re-arms the retransmission deadline (a second out, smoltcp's minimum) in the same
-//! pass that takes the ACK of the previous one. So a request costs no heap work, and an
-//! entry is re-sifted about once per second instead of once or twice per request.
+//! reply re-arms its probe deadline (loss recovery's PTO, a millisecond or more out) in the
+//! same pass that takes the ACK of the previous one. So a request costs no heap work, and
+//! an entry is re-sifted about once per PTO instead of once or twice per request.
 //! [`peek`](DeadlineHeap::peek) is therefore a lower bound: a caller that sleeps until it
 //! may wake early, never late. Nothing allocates after `new`.
 

@@ -10,7 +10,9 @@
 //!   header whose destination [`Framing`] picks (see `neighbor.rs`): the connection's own
 //!   MAC, the MAC of the frame being answered, the neighbour cache, or else the frame
 //!   becomes an ARP request for the packet's destination and the packet is dropped (as
-//!   smoltcp's own Ethernet path does; TCP sends it again).
+//!   smoltcp's own Ethernet path does; TCP sends it again). A frame of a connection is then
+//!   shown to it ([`Peers::sent`]): loss recovery (`conn/recovery.rs`) keeps a copy of
+//!   each one that takes sequence space.
 //!
 //! Per frame that costs a read of the IP header (version, protocol, destination, port)
 //! and a short scan of one bucket's slots, against smoltcp's scan of its neighbour map:
@@ -30,27 +32,33 @@ use crate::neighbor::{
     ARP_FRAME_LEN, BROADCAST_MAC, ETHERNET_HEADER_LEN, NeighborCache, emit_arp, emit_ethernet_ipv4,
 };
 
-/// Where the connections with a slot in the polled bucket are.
-pub(crate) trait PeerMacs {
-    /// The MAC of the connection to `addr:port`, if it has a slot here.
-    fn peer_mac(&self, addr: Ipv4Address, port: u16) -> Option<[u8; 6]>;
+/// The connections with a slot in the polled bucket.
+pub(crate) trait Peers {
+    /// The slot and MAC of the connection to `addr:port`, if it has a slot here.
+    fn peer(&self, addr: Ipv4Address, port: u16) -> Option<(usize, [u8; 6])>;
+
+    /// Connection `slot` sends `frame` (an IPv4 TCP segment, its Ethernet header written).
+    fn sent(&mut self, slot: usize, frame: &[u8]);
 }
 
 /// No connection (the control set).
 pub(crate) struct NoPeers;
 
-impl PeerMacs for NoPeers {
-    fn peer_mac(&self, _: Ipv4Address, _: u16) -> Option<[u8; 6]> {
+impl Peers for NoPeers {
+    fn peer(&self, _: Ipv4Address, _: u16) -> Option<(usize, [u8; 6])> {
         None
     }
+
+    fn sent(&mut self, _: usize, _: &[u8]) {}
 }
 
-/// Picks each sent frame's destination MAC and writes its Ethernet header; counts frames.
-pub(crate) struct Framing<'a, P: PeerMacs + ?Sized> {
+/// Picks each sent frame's destination MAC and writes its Ethernet header; shows each
+/// connection its own frames (loss recovery keeps copies); counts frames.
+pub(crate) struct Framing<'a, P: Peers + ?Sized> {
     pub(crate) own_mac: [u8; 6],
     pub(crate) own_ip: Ipv4Address,
     /// The connections of the bucket being polled.
-    pub(crate) peers: &'a P,
+    pub(crate) peers: &'a mut P,
     /// While answering a received frame: its source MAC.
     pub(crate) reply_to: Option<[u8; 6]>,
     pub(crate) neighbors: &'a mut NeighborCache,
@@ -60,8 +68,9 @@ pub(crate) struct Framing<'a, P: PeerMacs + ?Sized> {
     pub(crate) unresolved: u64,
 }
 
-impl<P: PeerMacs + ?Sized> Framing<'_, P> {
-    /// Writes the Ethernet header of `frame`, whose IP packet starts at byte 14.
+impl<P: Peers + ?Sized> Framing<'_, P> {
+    /// Writes the Ethernet header of `frame`, whose IP packet starts at byte 14, and shows
+    /// a connection's frame to the connection.
     fn frame(&mut self, frame: &mut [u8]) {
         let packet = &frame[ETHERNET_HEADER_LEN..];
         let Some(dst) = ipv4_dst(packet) else {
@@ -70,10 +79,13 @@ impl<P: PeerMacs + ?Sized> Framing<'_, P> {
             emit_ethernet_ipv4(frame, self.own_mac, self.own_mac);
             return;
         };
-        let mac = tcp_dst_port(packet)
-            .and_then(|port| self.peers.peer_mac(dst, port))
-            .or(self.reply_to)
-            .or_else(|| self.neighbors.lookup(dst));
+        let conn = tcp_dst_port(packet).and_then(|port| self.peers.peer(dst, port));
+        if let Some((slot, mac)) = conn {
+            emit_ethernet_ipv4(frame, self.own_mac, mac);
+            self.peers.sent(slot, frame);
+            return;
+        }
+        let mac = self.reply_to.or_else(|| self.neighbors.lookup(dst));
         match mac {
             Some(mac) => emit_ethernet_ipv4(frame, self.own_mac, mac),
             None => {
@@ -113,12 +125,12 @@ fn tcp_dst_port(packet: &[u8]) -> Option<u16> {
 }
 
 /// A transmit token that puts an Ethernet header in front of smoltcp's IP packet.
-pub(crate) struct FramedTx<'f, 'a, T: TxToken, P: PeerMacs + ?Sized> {
+pub(crate) struct FramedTx<'f, 'a, T: TxToken, P: Peers + ?Sized> {
     inner: T,
     framing: &'f mut Framing<'a, P>,
 }
 
-impl<T: TxToken, P: PeerMacs + ?Sized> TxToken for FramedTx<'_, '_, T, P> {
+impl<T: TxToken, P: Peers + ?Sized> TxToken for FramedTx<'_, '_, T, P> {
     fn consume<R, F>(self, len: usize, f: F) -> R
     where
         F: FnOnce(&mut [u8]) -> R,
@@ -138,7 +150,7 @@ impl<T: TxToken, P: PeerMacs + ?Sized> TxToken for FramedTx<'_, '_, T, P> {
 }
 
 /// A `Medium::Ip` device whose receive queue holds one borrowed IP packet.
-pub(crate) struct IpFrame<'f, 'a, T: TxToken, P: PeerMacs + ?Sized> {
+pub(crate) struct IpFrame<'f, 'a, T: TxToken, P: Peers + ?Sized> {
     pub(crate) packet: Option<&'f [u8]>,
     pub(crate) tx: Option<T>,
     /// The interface's (`Medium::Ip`) capabilities.
@@ -146,7 +158,7 @@ pub(crate) struct IpFrame<'f, 'a, T: TxToken, P: PeerMacs + ?Sized> {
     pub(crate) framing: Framing<'a, P>,
 }
 
-impl<'f, 'a, T: TxToken, P: PeerMacs + ?Sized> Device for IpFrame<'f, 'a, T, P> {
+impl<'f, 'a, T: TxToken, P: Peers + ?Sized> Device for IpFrame<'f, 'a, T, P> {
     type RxToken<'t>
         = SliceRx<'f>
     where
@@ -183,7 +195,7 @@ impl<'f, 'a, T: TxToken, P: PeerMacs + ?Sized> Device for IpFrame<'f, 'a, T, P> 
 
 /// The real device for egress as a `Medium::Ip` device, remembering whether it ran out of
 /// transmit tokens.
-pub(crate) struct IpEgress<'d, 'a, D: Device, P: PeerMacs + ?Sized> {
+pub(crate) struct IpEgress<'d, 'a, D: Device, P: Peers + ?Sized> {
     pub(crate) device: &'d mut D,
     /// The interface's (`Medium::Ip`) capabilities.
     pub(crate) caps: &'a DeviceCapabilities,
@@ -191,7 +203,7 @@ pub(crate) struct IpEgress<'d, 'a, D: Device, P: PeerMacs + ?Sized> {
     pub(crate) exhausted: bool,
 }
 
-impl<'a, D: Device, P: PeerMacs + ?Sized> Device for IpEgress<'_, 'a, D, P> {
+impl<'a, D: Device, P: Peers + ?Sized> Device for IpEgress<'_, 'a, D, P> {
     type RxToken<'t>
         = D::RxToken<'t>
     where
@@ -384,11 +396,19 @@ mod tests {
     const CACHED_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x07];
     const REPLY_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x09];
 
-    struct OnePeer;
+    /// One connection, 10.77.0.1:40000 in slot 3; records the frames shown to it.
+    #[derive(Default)]
+    struct OnePeer {
+        sent: Vec<(usize, Vec<u8>)>,
+    }
 
-    impl PeerMacs for OnePeer {
-        fn peer_mac(&self, addr: Ipv4Address, port: u16) -> Option<[u8; 6]> {
-            (addr == Ipv4Address::new(10, 77, 0, 1) && port == 40000).then_some(PEER_MAC)
+    impl Peers for OnePeer {
+        fn peer(&self, addr: Ipv4Address, port: u16) -> Option<(usize, [u8; 6])> {
+            (addr == Ipv4Address::new(10, 77, 0, 1) && port == 40000).then_some((3, PEER_MAC))
+        }
+
+        fn sent(&mut self, slot: usize, frame: &[u8]) {
+            self.sent.push((slot, frame.to_vec()));
         }
     }
 
@@ -404,10 +424,19 @@ mod tests {
     }
 
     fn frame_for(packet: &[u8], reply_to: Option<[u8; 6]>, cache: &mut NeighborCache) -> Vec<u8> {
+        frame_shown(packet, reply_to, cache, &mut OnePeer::default())
+    }
+
+    fn frame_shown(
+        packet: &[u8],
+        reply_to: Option<[u8; 6]>,
+        cache: &mut NeighborCache,
+        peers: &mut OnePeer,
+    ) -> Vec<u8> {
         let mut framing = Framing {
             own_mac: OWN_MAC,
             own_ip: Ipv4Address::new(10, 77, 0, 2),
-            peers: &OnePeer,
+            peers,
             reply_to,
             neighbors: cache,
             sent: 0,
@@ -442,6 +471,27 @@ mod tests {
         assert_eq!(
             &frame_for(&reply_packet(3, 1), None, &mut cache)[0..6],
             &CACHED_MAC
+        );
+    }
+
+    #[test]
+    fn a_connection_is_shown_its_own_frames_and_only_those() {
+        let mut cache = NeighborCache::new(4);
+        cache.learn(Ipv4Address::new(10, 77, 0, 3), CACHED_MAC);
+        let mut peers = OnePeer::default();
+        let conn = reply_packet(1, 40000);
+        let frame = frame_shown(&conn, None, &mut cache, &mut peers);
+        assert_eq!(
+            peers.sent,
+            vec![(3, frame)],
+            "the whole frame, header written"
+        );
+        frame_shown(&reply_packet(1, 40001), None, &mut cache, &mut peers);
+        frame_shown(&reply_packet(3, 40000), None, &mut cache, &mut peers);
+        assert_eq!(
+            peers.sent.len(),
+            1,
+            "other connections' frames are not shown"
         );
     }
 

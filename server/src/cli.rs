@@ -104,6 +104,14 @@ pub struct Args {
     /// Let the `shutdown` command stop the server (memcached's `-A`).
     #[arg(short = 'A', long = "enable-shutdown")]
     pub enable_shutdown: bool,
+
+    /// With `--net tap|xdp`: the floor of loss recovery's probe timer, a duration such as
+    /// `1ms`, `500us` or `0.2s` (10us..=1s): an unacknowledged reply, FIN or SYN-ACK is sent
+    /// again after 2 x RTT + this, or after the client's usual acknowledgment delay if that
+    /// is longer (doubling while nothing is acknowledged), where smoltcp alone waits a
+    /// second. `off`: smoltcp's own timer only.
+    #[arg(long = "rto-min", value_name = "DURATION|off", default_value = "1ms")]
+    pub rto_min: RtoMin,
 }
 
 impl Args {
@@ -111,6 +119,54 @@ impl Args {
     pub fn idle_timeout(&self) -> Option<std::time::Duration> {
         (self.idle_timeout_secs > 0)
             .then(|| std::time::Duration::from_secs(u64::from(self.idle_timeout_secs)))
+    }
+}
+
+/// `--rto-min`: loss recovery's floor, or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtoMin(pub Option<std::time::Duration>);
+
+impl FromStr for RtoMin {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "off" {
+            return Ok(RtoMin(None));
+        }
+        let bad = || format!("`{s}`: expected a duration such as 1ms, 500us or 0.2s, or off");
+        let (number, unit_us) = if let Some(n) = s.strip_suffix("us") {
+            (n, 1.0)
+        } else if let Some(n) = s.strip_suffix("µs") {
+            (n, 1.0)
+        } else if let Some(n) = s.strip_suffix("ms") {
+            (n, 1e3)
+        } else if let Some(n) = s.strip_suffix('s') {
+            (n, 1e6)
+        } else {
+            return Err(bad());
+        };
+        let value: f64 = number.trim().parse().map_err(|_| bad())?;
+        let micros = value * unit_us;
+        let (min, max) = (
+            netstack::conn::MIN_RTO_MIN.total_micros(),
+            netstack::conn::MAX_RTO_MIN.total_micros(),
+        );
+        if !micros.is_finite() || micros < min as f64 || micros > max as f64 {
+            return Err(format!("`{s}`: outside {min}us..={max}us"));
+        }
+        Ok(RtoMin(Some(std::time::Duration::from_micros(
+            micros.round() as u64,
+        ))))
+    }
+}
+
+impl std::fmt::Display for RtoMin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            None => write!(f, "off"),
+            Some(d) if d.as_micros() % 1000 == 0 => write!(f, "{}ms", d.as_millis()),
+            Some(d) => write!(f, "{}us", d.as_micros()),
+        }
     }
 }
 
@@ -303,6 +359,32 @@ mod tests {
             None,
             "idle timeout off, as memcached's"
         );
+        assert_eq!(
+            args.rto_min,
+            RtoMin(Some(std::time::Duration::from_millis(1)))
+        );
+    }
+
+    #[test]
+    fn rto_min() {
+        let floor = |s: &str| Args::try_parse_from(["memspin", "--rto-min", s]).map(|a| a.rto_min);
+        let us = |n| RtoMin(Some(std::time::Duration::from_micros(n)));
+        assert_eq!(floor("1ms").unwrap(), us(1000));
+        assert_eq!(floor("500us").unwrap(), us(500));
+        assert_eq!(floor("250µs").unwrap(), us(250));
+        assert_eq!(floor("0.2s").unwrap(), us(200_000));
+        assert_eq!(floor("1s").unwrap(), us(1_000_000));
+        assert_eq!(floor("10us").unwrap(), us(10));
+        assert_eq!(floor("off").unwrap(), RtoMin(None));
+        for bad in [
+            "1", "0ms", "5us", "2s", "-1ms", "fast", "ms", "NaNms", "infs",
+        ] {
+            assert!(floor(bad).is_err(), "{bad}");
+        }
+        assert_eq!(us(1500).to_string(), "1500us");
+        assert_eq!(us(2000).to_string(), "2ms");
+        assert_eq!(RtoMin(None).to_string(), "off");
+        assert_eq!("1500us".parse::<RtoMin>().unwrap(), us(1500));
     }
 
     #[test]
@@ -380,12 +462,18 @@ mod tests {
             "park",
             "--idle-timeout",
             "600",
+            "--rto-min",
+            "2ms",
         ]);
         assert_eq!(args.cpus, Some(CpuList(vec![1])));
         assert_eq!(args.idle_timeout_secs, 600);
         assert_eq!(args.host_ip, HostIp::None);
         assert_eq!(args.max_item_size, 512 << 10);
         assert_eq!(args.idle, Idle::Park);
+        assert_eq!(
+            args.rto_min,
+            RtoMin(Some(std::time::Duration::from_millis(2)))
+        );
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct Settings {
     pub idle: &'static str,
     /// The CPU of each worker.
     pub cpus: Vec<usize>,
+    /// Loss recovery's floor (`--rto-min`, e.g. `1ms` or `off`) on the smoltcp paths; `None`
+    /// on kernel sockets, where the kernel's TCP recovers.
+    pub rto_min: Option<String>,
 }
 
 /// Event kinds a watcher asks for (`watch fetchers mutations evictions connevents`).

@@ -53,6 +53,10 @@ fn run(args: &Args) -> Result<(), String> {
                 Idle::Park => "park",
             },
             cpus: cpus.clone(),
+            rto_min: match args.net {
+                Net::Kernel => None,
+                Net::Tap | Net::Xdp => Some(args.rto_min.to_string()),
+            },
         },
         args.verbose,
     );
@@ -112,6 +116,7 @@ fn run(args: &Args) -> Result<(), String> {
                 port: args.port,
                 conn_limit: args.conn_limit,
                 idle_timeout: args.idle_timeout(),
+                rto_min: args.rto_min.0,
             };
             worker::tap::run(&config, &plan, || {
                 let queues = if workers == 1 {
@@ -120,8 +125,8 @@ fn run(args: &Args) -> Result<(), String> {
                     format!("{workers} queues")
                 };
                 println!(
-                    "memspin ready: net tap, device {} ({queues}), listening on {}:{}, {placement}, idle {:?}",
-                    args.iface, args.ip.addr, args.port, args.idle
+                    "memspin ready: net tap, device {} ({queues}), listening on {}:{}, {placement}, idle {:?}, rto-min {}",
+                    args.iface, args.ip.addr, args.port, args.idle, args.rto_min
                 );
             })
             .map_err(|e| format!("tap {}: {e}", args.iface))
@@ -138,6 +143,7 @@ fn run(args: &Args) -> Result<(), String> {
                 port: args.port,
                 conn_limit: args.conn_limit,
                 idle_timeout: args.idle_timeout(),
+                rto_min: args.rto_min.0,
                 busy_poll: match args.xdp_busy_poll {
                     XdpBusyPoll::Off => None,
                     XdpBusyPoll::On => Some(BusyPoll {
@@ -161,13 +167,14 @@ fn run(args: &Args) -> Result<(), String> {
                 };
                 println!(
                     "memspin ready: net xdp, interface {} {queues}, {}, program id {}{replaced}, \
-                     listening on {}:{} (MAC {mac}), {placement}, idle {:?}",
+                     listening on {}:{} (MAC {mac}), {placement}, idle {:?}, rto-min {}",
                     args.iface,
                     ready.modes(),
                     ready.prog_id,
                     args.ip.addr,
                     args.port,
-                    args.idle
+                    args.idle,
+                    args.rto_min
                 );
             })
             .map_err(|e| format!("xdp {}: {e}", args.iface))

@@ -83,6 +83,40 @@ pub struct ServerInfo {
     pub total_connections: u64,
     /// Connections refused because the limit was reached.
     pub rejected_connections: u64,
+    /// What loss recovery did (smoltcp paths; zero on kernel sockets).
+    pub recovery: Recovery,
+}
+
+/// Loss recovery's counters (netstack's `RecoveryStats`), under their `stats` names.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Recovery {
+    /// `memspin_loss_probes`: tail-loss probes sent.
+    pub probes: u64,
+    /// `memspin_loss_sack_resends`: segments sent again because SACK showed them lost.
+    pub sack_resends: u64,
+    /// `memspin_loss_recovered`: of those sent again, the ones that repaired a loss.
+    pub recovered: u64,
+    /// `memspin_loss_spurious`: of those sent again, the ones the client already had
+    /// (reported with a D-SACK, or acknowledged before they could have arrived).
+    pub spurious: u64,
+    /// `memspin_smoltcp_retransmits`: segments smoltcp retransmitted itself.
+    pub smoltcp_retransmits: u64,
+    /// `memspin_loss_probes_withheld`: probes due but not sent, unpaid for by
+    /// acknowledgments.
+    pub probes_withheld: u64,
+}
+
+impl From<netstack::conn::RecoveryStats> for Recovery {
+    fn from(s: netstack::conn::RecoveryStats) -> Self {
+        Recovery {
+            probes: s.probes,
+            sack_resends: s.sack_resends,
+            recovered: s.recovered,
+            spurious: s.spurious,
+            smoltcp_retransmits: s.smoltcp_retransmits,
+            probes_withheld: s.probes_withheld,
+        }
+    }
 }
 
 impl ServerInfo {
@@ -91,6 +125,33 @@ impl ServerInfo {
         self.curr_connections += other.curr_connections;
         self.total_connections += other.total_connections;
         self.rejected_connections += other.rejected_connections;
+        self.recovery.add(&other.recovery);
+    }
+}
+
+impl Recovery {
+    /// These counters less `base` (counted since `base` was taken: `stats reset`).
+    pub fn since(&self, base: &Recovery) -> Recovery {
+        Recovery {
+            probes: self.probes.saturating_sub(base.probes),
+            sack_resends: self.sack_resends.saturating_sub(base.sack_resends),
+            recovered: self.recovered.saturating_sub(base.recovered),
+            spurious: self.spurious.saturating_sub(base.spurious),
+            smoltcp_retransmits: self
+                .smoltcp_retransmits
+                .saturating_sub(base.smoltcp_retransmits),
+            probes_withheld: self.probes_withheld.saturating_sub(base.probes_withheld),
+        }
+    }
+
+    /// Adds another worker's counters to these.
+    pub fn add(&mut self, other: &Recovery) {
+        self.probes += other.probes;
+        self.sack_resends += other.sack_resends;
+        self.recovered += other.recovered;
+        self.spurious += other.spurious;
+        self.smoltcp_retransmits += other.smoltcp_retransmits;
+        self.probes_withheld += other.probes_withheld;
     }
 }
 
@@ -247,7 +308,14 @@ impl RawPath {
     }
 }
 
-/// A smoltcp connection table's counters (frames in and out, drops, connection ends).
+/// Whether a path counter is one of loss recovery's, which `stats` writes once from
+/// [`ServerInfo::recovery`] (under the same names) rather than among the path's.
+fn is_recovery(name: &str) -> bool {
+    name.starts_with("loss_") || name.starts_with("smoltcp_")
+}
+
+/// A smoltcp connection table's counters (frames in and out, drops, connection ends, and loss
+/// recovery's copies and retransmissions).
 fn table_counters(t: &netstack::TableStats, c: &mut PathCounters) {
     c.push("table_frames_in", t.frames_in);
     c.push("table_frames_tcp", t.frames_tcp);
@@ -261,6 +329,13 @@ fn table_counters(t: &netstack::TableStats, c: &mut PathCounters) {
     c.push("table_timed_out", t.timed_out);
     c.push("table_idle_closed", t.idle_closed);
     c.push("table_closed", t.closed);
+    let r = &t.recovery;
+    c.push("loss_probes", r.probes);
+    c.push("loss_sack_resends", r.sack_resends);
+    c.push("loss_recovered", r.recovered);
+    c.push("loss_spurious", r.spurious);
+    c.push("smoltcp_retransmits", r.smoltcp_retransmits);
+    c.push("loss_probes_withheld", r.probes_withheld);
 }
 
 /// What one worker's loop did, for CPU per request on a spinning server: time with and
@@ -602,13 +677,22 @@ pub fn general(
     emit("evicted_unfetched", &s.evicted_unfetched);
     emit("evictions", &s.evictions);
     emit("reclaimed", &s.reclaimed);
+    let r = &i.recovery;
+    emit("memspin_loss_probes", &r.probes);
+    emit("memspin_loss_sack_resends", &r.sack_resends);
+    emit("memspin_loss_recovered", &r.recovered);
+    emit("memspin_loss_spurious", &r.spurious);
+    emit("memspin_smoltcp_retransmits", &r.smoltcp_retransmits);
+    emit("memspin_loss_probes_withheld", &r.probes_withheld);
     let total = snapshot.loop_totals();
     emit("memspin_busy_us", &(total.busy_ns / 1000));
     emit("memspin_idle_us", &(total.idle_ns / 1000));
     emit("memspin_polls", &total.polls);
     emit("memspin_polls_with_work", &total.polls_with_work);
     emit("memspin_parks", &total.parks);
-    for (name, value) in total.path.iter() {
+    // Loss recovery's counters are in the path's too (per worker in `stats workers`); they
+    // were written above, once.
+    for (name, value) in total.path.iter().filter(|(name, _)| !is_recovery(name)) {
         emit(&format!("memspin_{name}"), &value);
     }
 }
@@ -664,8 +748,10 @@ pub fn settings(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&st
     emit("memspin_idle", &set.idle);
     let cpus: Vec<String> = set.cpus.iter().map(ToString::to_string).collect();
     emit("memspin_cpus", &cpus.join(","));
-    // The packet path's own lines follow: `memspin_xdp_*` on AF_XDP, and loss recovery's
-    // floor (`memspin_rto_min`) on the smoltcp paths once they have one.
+    if let Some(rto_min) = &set.rto_min {
+        emit("memspin_rto_min", rto_min);
+    }
+    // The packet path's own lines follow: `memspin_xdp_*` on AF_XDP.
     for (name, value) in control.path_settings() {
         if *name != "memspin_net" {
             emit(name, value);
@@ -899,6 +985,7 @@ mod tests {
                 net: "tap",
                 idle: "spin",
                 cpus: vec![2, 3],
+                rto_min: Some("1ms".into()),
             },
             2,
         );
@@ -926,6 +1013,7 @@ mod tests {
             ("shutdown_command", "yes"),
             ("num_threads", "2"),
             ("memspin_cpus", "2,3"),
+            ("memspin_rto_min", "1ms"),
             ("memspin_xdp_zero_copy", "no"),
         ] {
             assert_eq!(value(&got, name), Some(want), "{name}");
@@ -1042,5 +1130,47 @@ mod tests {
         assert_eq!(sum.oldest_idle_secs, 10);
         let got = lines(|emit| workers(&sum, emit));
         assert_eq!(value(&got, "worker:1:busy_us"), Some("2"));
+    }
+
+    #[test]
+    fn loss_recovery_counters_are_summed_over_workers_and_reported() {
+        let worker = |k: u64| Snapshot {
+            info: ServerInfo {
+                recovery: Recovery {
+                    probes: k,
+                    sack_resends: 2 * k,
+                    recovered: 3 * k,
+                    spurious: 4 * k,
+                    smoltcp_retransmits: 5 * k,
+                    probes_withheld: 6 * k,
+                },
+                ..ServerInfo::default()
+            },
+            ..Snapshot::default()
+        };
+        let mut sum = worker(1);
+        sum.merge(&worker(10));
+        let mut lines = Vec::new();
+        general(
+            &sum,
+            &Control::new(Settings::default(), 0),
+            0,
+            |name, value| {
+                if name.starts_with("memspin_loss") || name.starts_with("memspin_smoltcp") {
+                    lines.push(format!("{name} {value}"));
+                }
+            },
+        );
+        assert_eq!(
+            lines,
+            [
+                "memspin_loss_probes 11",
+                "memspin_loss_sack_resends 22",
+                "memspin_loss_recovered 33",
+                "memspin_loss_spurious 44",
+                "memspin_smoltcp_retransmits 55",
+                "memspin_loss_probes_withheld 66",
+            ]
+        );
     }
 }

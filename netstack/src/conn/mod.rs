@@ -66,14 +66,24 @@
 //!   from, so a reply never waits for address resolution, however many client hosts there
 //!   are. The neighbour cache for other frames learns only from validated ARP and from
 //!   completed handshakes.
+//! - **Loss recovery** (`recovery.rs`). smoltcp never retransmits sooner than a second
+//!   and ignores SACK, so each connection keeps a copy of every frame that takes sequence
+//!   space until it is acknowledged, and the table sends copies again itself: a tail-loss
+//!   probe when nothing was acknowledged for [`TableConfig::rto_min`] + 2·RTT (RTT: the
+//!   quickest the client acknowledged data lately), paid for by the clients'
+//!   acknowledgments, and at once any copy the peer's SACK blocks show lost. The bucket's
+//!   deadline includes each connection's probe time.
 //! - **Sockets.** Nagle off, delayed ACK off, keep-alive off, smoltcp's own `timeout` off
 //!   (the table's clocks replace it).
 //!
 //! Memory is about `(conn_limit + syn_backlog) × (rx_buffer_bytes + tx_buffer_bytes)` at
-//! peak, plus about 100 bytes per bucket and 40 per neighbour.
+//! peak, plus about 100 bytes per bucket and 40 per neighbour, plus the copies loss
+//! recovery keeps (each connection's unacknowledged frames: one reply in request/response
+//! use, at most its send buffer again).
 
 mod backlog;
 mod lifetime;
+mod recovery;
 
 use core::fmt;
 use std::collections::hash_map::RandomState;
@@ -91,16 +101,20 @@ use smoltcp::wire::{
 
 pub use crate::admission::Admission;
 pub use lifetime::{CLOSE_TIMEOUT, GIVE_UP_TIMEOUT, HANDSHAKE_TIMEOUT};
+pub use recovery::{
+    DEFAULT_RTO_MIN, MAX_HANDSHAKE_PROBES, MAX_PROBES, MAX_RTO_MIN, MIN_RTO_MIN, RecoveryStats,
+};
 
 use crate::Poll;
-use crate::demux::{self, TcpFrame};
+use crate::demux::{self, SegmentRepr, TcpFrame};
 use crate::neighbor::{
     self, ARP_FRAME_LEN, BROADCAST_MAC, ETHERNET_HEADER_LEN, NEIGHBOR_CAPACITY, NeighborCache,
 };
 use crate::timer::{DeadlineHeap, TimerSlot, TimerSlots};
-use crate::view::{CapsOnly, Framing, IpEgress, IpFrame, NoPeers, PeerMacs};
+use crate::view::{CapsOnly, Framing, IpEgress, IpFrame, NoPeers, Peers};
 use backlog::{Backlog, BacklogSlots, Links, SlotAddr, slot_addr, split_addr};
 use lifetime::{Expiry, Lifetime, Stage};
+use recovery::{Flight, Recovery};
 
 /// Default `-c, --conn-limit`.
 pub const DEFAULT_CONN_LIMIT: usize = 1024;
@@ -165,6 +179,10 @@ pub struct TableConfig {
     /// Close an open connection that has received nothing, and has nothing to send or
     /// read, for this long (`--idle-timeout`); `None` (default): never.
     pub idle_timeout: Option<Duration>,
+    /// Loss recovery's floor (`--rto-min`): no frame is sent again by a timer sooner than
+    /// this after it went out; `None`: loss recovery off (smoltcp's own one-second timer
+    /// alone). Between [`MIN_RTO_MIN`] and [`MAX_RTO_MIN`]; default [`DEFAULT_RTO_MIN`].
+    pub rto_min: Option<Duration>,
 }
 
 impl TableConfig {
@@ -179,6 +197,7 @@ impl TableConfig {
             rx_buffer_bytes: DEFAULT_RX_BUFFER_BYTES,
             tx_buffer_bytes: DEFAULT_TX_BUFFER_BYTES,
             idle_timeout: None,
+            rto_min: Some(DEFAULT_RTO_MIN),
         }
     }
 
@@ -208,6 +227,11 @@ impl TableConfig {
             if !(MIN_BUFFER_BYTES..=MAX_BUFFER_BYTES).contains(&bytes) {
                 return Err(TableError::BufferSize { bytes });
             }
+        }
+        if let Some(rto_min) = self.rto_min
+            && !(MIN_RTO_MIN..=MAX_RTO_MIN).contains(&rto_min)
+        {
+            return Err(TableError::RtoMin { rto_min });
         }
         let mac = EthernetAddress(self.mac);
         if !mac.is_unicast() || self.mac == [0; 6] {
@@ -251,6 +275,11 @@ pub enum TableError {
     IpNotUnicast,
     /// The device is not an Ethernet device.
     NotEthernet,
+    /// `rto_min` outside [`MIN_RTO_MIN`]..=[`MAX_RTO_MIN`].
+    RtoMin {
+        /// The rejected floor.
+        rto_min: Duration,
+    },
 }
 
 impl fmt::Display for TableError {
@@ -275,6 +304,10 @@ impl fmt::Display for TableError {
             TableError::MacNotUnicast => write!(f, "MAC address is not unicast"),
             TableError::IpNotUnicast => write!(f, "IP address is not a unicast host address"),
             TableError::NotEthernet => write!(f, "device medium is not Ethernet"),
+            TableError::RtoMin { rto_min } => write!(
+                f,
+                "loss recovery floor {rto_min} outside {MIN_RTO_MIN}..={MAX_RTO_MIN}"
+            ),
         }
     }
 }
@@ -323,6 +356,8 @@ pub struct TableStats {
     pub unresolved: u64,
     /// Times egress stopped because the device had no transmit token left.
     pub tx_exhausted: u64,
+    /// What loss recovery did (`recovery.rs`).
+    pub recovery: RecoveryStats,
 }
 
 /// Identifies a connection across calls (for replies that arrive later, e.g. from
@@ -395,6 +430,8 @@ struct Slot<S> {
     life: Lifetime,
     /// Place in the SYN backlog (handshakes only).
     links: Links,
+    /// Unacknowledged frames and loss recovery state.
+    flight: Flight,
 }
 
 impl<S> Slot<S> {
@@ -411,6 +448,7 @@ impl<S> Slot<S> {
             peer: None,
             life: Lifetime::start(Instant::ZERO),
             links: Links::default(),
+            flight: Flight::default(),
         }
     }
 
@@ -423,13 +461,38 @@ impl<S> Slot<S> {
     }
 }
 
-impl<S> PeerMacs for [Slot<S>] {
-    fn peer_mac(&self, addr: Ipv4Address, port: u16) -> Option<[u8; 6]> {
-        self.iter().find_map(|slot| {
-            slot.peer
-                .filter(|peer| peer.addr == addr && peer.port == port)
-                .map(|peer| peer.mac)
-        })
+/// The slot of the connection with `addr:port` among `slots`.
+fn find_peer<S>(slots: &[Slot<S>], addr: Ipv4Address, port: u16) -> Option<(usize, [u8; 6])> {
+    slots.iter().enumerate().find_map(|(index, slot)| {
+        slot.peer
+            .filter(|peer| peer.addr == addr && peer.port == port)
+            .map(|peer| (index, peer.mac))
+    })
+}
+
+/// The connections of one bucket as `view.rs` sees them while it frames their segments:
+/// where each goes, and a copy of each for loss recovery.
+struct BucketPeers<'a, S> {
+    slots: &'a mut [Slot<S>],
+    recovery: &'a Recovery,
+    stats: &'a mut RecoveryStats,
+    now: Instant,
+}
+
+impl<S> Peers for BucketPeers<'_, S> {
+    fn peer(&self, addr: Ipv4Address, port: u16) -> Option<(usize, [u8; 6])> {
+        find_peer(self.slots, addr, port)
+    }
+
+    fn sent(&mut self, slot: usize, frame: &[u8]) {
+        let Ok(tcp) = TcpFrame::new_checked(frame) else {
+            return;
+        };
+        if let Ok(seg) = SegmentRepr::parse(&tcp) {
+            self.slots[slot]
+                .flight
+                .on_send(self.recovery, self.stats, frame, &seg, self.now);
+        }
     }
 }
 
@@ -483,6 +546,8 @@ pub struct ConnTable<S> {
     backlog: Backlog,
     admission: Arc<Admission>,
     neighbors: NeighborCache,
+    /// Loss recovery settings and the RTT the table has seen.
+    recovery: Recovery,
     /// The latest time passed in (`poll_ingress`, `poll_egress`).
     now: Instant,
     stats: TableStats,
@@ -546,6 +611,7 @@ impl<S: Default> ConnTable<S> {
         if device_caps.medium != Medium::Ethernet {
             return Err(TableError::NotEthernet);
         }
+        let frame_bytes = device_caps.max_transmission_unit;
         let mut caps = device_caps;
         caps.medium = Medium::Ip;
         caps.max_transmission_unit = caps
@@ -586,6 +652,7 @@ impl<S: Default> ConnTable<S> {
             backlog: Backlog::new(),
             admission,
             neighbors: NeighborCache::new(NEIGHBOR_CAPACITY),
+            recovery: Recovery::new(config.rto_min, frame_bytes),
             now,
             stats: TableStats::default(),
         })
@@ -690,7 +757,12 @@ impl<S: Default> ConnTable<S> {
                 framing: Framing {
                     own_mac: self.config.mac,
                     own_ip: self.config.ip.address(),
-                    peers: slots.as_slice(),
+                    peers: &mut BucketPeers {
+                        slots: slots.as_mut_slice(),
+                        recovery: &self.recovery,
+                        stats: &mut self.stats.recovery,
+                        now,
+                    },
                     reply_to: None,
                     neighbors: &mut self.neighbors,
                     sent: 0,
@@ -707,9 +779,12 @@ impl<S: Default> ConnTable<S> {
                     break;
                 }
             }
-            let exhausted = egress.exhausted;
+            let mut exhausted = egress.exhausted;
             self.stats.frames_out += egress.framing.sent;
             self.stats.unresolved += egress.framing.unresolved;
+            if !exhausted {
+                exhausted = self.resend(bucket, device, now) == Poll::Idle;
+            }
             let clocks = self.refresh_bucket(bucket, true);
             let Bucket { sockets, timer, .. } = &mut self.buckets[bucket];
             let deadline = match (self.iface.poll_at(now, sockets), clocks) {
@@ -795,11 +870,11 @@ impl<S: Default> ConnTable<S> {
                 if tcp.dst_port() == self.config.port
                     && tcp.dst_addr() == self.config.ip.address() =>
             {
-                Some((tcp.src_addr(), tcp.src_port(), tcp.is_syn()))
+                Some(tcp)
             }
             _ => None,
         };
-        let Some((src_addr, src_port, syn)) = flow else {
+        let Some(tcp) = flow else {
             self.stats.frames_control += 1;
             let mut view = IpFrame {
                 packet: Some(packet),
@@ -808,7 +883,7 @@ impl<S: Default> ConnTable<S> {
                 framing: Framing {
                     own_mac: self.config.mac,
                     own_ip: self.config.ip.address(),
-                    peers: &NoPeers,
+                    peers: &mut NoPeers,
                     reply_to: Some(src_mac),
                     neighbors: &mut self.neighbors,
                     sent: 0,
@@ -822,10 +897,12 @@ impl<S: Default> ConnTable<S> {
             return;
         };
         self.stats.frames_tcp += 1;
+        let (src_addr, src_port) = (tcp.src_addr(), tcp.src_port());
         let bucket = self.bucket_of(src_addr, src_port);
-        let armed = if syn {
+        let armed = if tcp.is_syn() {
             self.arm_for_syn(bucket, src_addr, src_port, src_mac)
         } else {
+            self.recovery_ingress(bucket, &tcp, now);
             None
         };
         let Bucket { sockets, slots, .. } = &mut self.buckets[bucket];
@@ -836,7 +913,12 @@ impl<S: Default> ConnTable<S> {
             framing: Framing {
                 own_mac: self.config.mac,
                 own_ip: self.config.ip.address(),
-                peers: slots.as_slice(),
+                peers: &mut BucketPeers {
+                    slots: slots.as_mut_slice(),
+                    recovery: &self.recovery,
+                    stats: &mut self.stats.recovery,
+                    now,
+                },
                 reply_to: Some(src_mac),
                 neighbors: &mut self.neighbors,
                 sent: 0,
@@ -868,6 +950,68 @@ impl<S: Default> ConnTable<S> {
             });
             self.stats.frames_out += 1;
         }
+    }
+
+    /// Shows a segment from a peer to its connection's loss recovery (its ACK and SACK
+    /// blocks), before smoltcp processes it.
+    fn recovery_ingress(&mut self, bucket: usize, tcp: &TcpFrame<&[u8]>, now: Instant) {
+        if !self.recovery.enabled() {
+            return;
+        }
+        let slots = &mut self.buckets[bucket].slots;
+        let Some((index, _)) = find_peer(slots, tcp.src_addr(), tcp.src_port()) else {
+            return;
+        };
+        if let Ok(seg) = SegmentRepr::parse(tcp) {
+            slots[index]
+                .flight
+                .on_ack(&mut self.recovery, &mut self.stats.recovery, &seg, now);
+        }
+    }
+
+    /// Sends the copies loss recovery owes in `bucket` (lost ones, then probes);
+    /// `Poll::Idle` if the device ran out of transmit tokens first.
+    fn resend<D: Device>(&mut self, bucket_index: usize, device: &mut D, now: Instant) -> Poll {
+        let Self {
+            buckets,
+            recovery,
+            stats,
+            ..
+        } = self;
+        let Bucket { sockets, slots, .. } = &mut buckets[bucket_index];
+        for slot in slots.iter_mut() {
+            let Some(handle) = slot.handle else { continue };
+            if slot.phase == Phase::Free || !slot.flight.due(now) {
+                continue;
+            }
+            let state = sockets.get::<tcp::Socket>(handle).state();
+            if !matches!(
+                state,
+                tcp::State::SynReceived
+                    | tcp::State::Established
+                    | tcp::State::FinWait1
+                    | tcp::State::Closing
+                    | tcp::State::CloseWait
+                    | tcp::State::LastAck
+            ) {
+                // Nothing of ours can be waiting for an acknowledgment.
+                slot.flight.reset();
+                continue;
+            }
+            while let Some(resend) = slot.flight.next_resend(recovery, &mut stats.recovery, now) {
+                let Some(tx) = device.transmit(now) else {
+                    return Poll::Idle;
+                };
+                let flight = &slot.flight;
+                tx.consume(flight.copy_len(resend), |frame| {
+                    flight.write_copy(resend, frame)
+                });
+                slot.flight
+                    .resent(recovery, &mut stats.recovery, resend, now);
+                stats.frames_out += 1;
+            }
+        }
+        Poll::Progress
     }
 
     fn bucket_of(&self, addr: Ipv4Address, port: u16) -> usize {
@@ -939,7 +1083,9 @@ impl<S: Default> ConnTable<S> {
             return None;
         }
         socket.set_timeout(None);
-        bucket.slots[index].peer = Some(Peer { addr, port, mac });
+        let slot = &mut bucket.slots[index];
+        slot.peer = Some(Peer { addr, port, mac });
+        slot.flight.reset();
         Some(index)
     }
 
@@ -1201,8 +1347,14 @@ impl<S: Default> ConnTable<S> {
                 slot.life
                     .observe(now, socket.send_queue(), socket.recv_queue(), false);
             }
-            if clocks && let Some((when, _)) = slot.life.deadline(slot.stage(), idle_timeout) {
-                earliest = Some(earliest.map_or(when, |e| e.min(when)));
+            if clocks {
+                let life = slot
+                    .life
+                    .deadline(slot.stage(), idle_timeout)
+                    .map(|(at, _)| at);
+                for when in [life, slot.flight.deadline()].into_iter().flatten() {
+                    earliest = Some(earliest.map_or(when, |e| e.min(when)));
+                }
             }
         }
         earliest
@@ -1293,6 +1445,7 @@ fn release<S>(bucket: &mut Bucket<S>, index: usize, spare: &mut Vec<Socket<'stat
     slot.session = None;
     slot.peer = None;
     slot.links = Links::default();
+    slot.flight.reset();
     if let Some(handle) = slot.handle.take() {
         spare.push(bucket.sockets.remove(handle));
     }

@@ -1,5 +1,7 @@
 use super::*;
 
+mod recovery;
+
 #[test]
 fn conn_ids_pack_and_unpack() {
     let id = ConnId {
@@ -587,6 +589,8 @@ fn a_lost_reply_is_retransmitted_from_the_bucket_timer() {
         1,
         "the echo was sent, and is now lost"
     );
+    // Nothing is known yet of how soon this table's clients acknowledge data, so loss
+    // recovery (`recovery.rs`) leaves this first reply to smoltcp's own timer: a second.
     let delay = net
         .table
         .poll_delay(net.now)

@@ -618,6 +618,7 @@ impl Core {
                 .info
                 .rejected_connections
                 .saturating_sub(self.info_base.rejected_connections),
+            recovery: self.info.recovery.since(&self.info_base.recovery),
         };
         let mut snapshot = Snapshot {
             shard: self.shard.stats().clone(),

@@ -698,6 +698,7 @@ pub fn serve_smoltcp<D: Queue>(
         info.curr_connections = stats.active as u64;
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
+        info.recovery = stats.recovery.into();
         if tick.at.duration_since(last_refresh) >= SWEEP_EVERY {
             last_refresh = tick.at;
             device.refresh_counters();

@@ -30,6 +30,8 @@ pub struct TapConfig {
     pub conn_limit: usize,
     /// Close connections idle this long (`--idle-timeout`); `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// Loss recovery's floor (`--rto-min`); `None`: recovery off.
+    pub rto_min: Option<Duration>,
 }
 
 /// The TAP queue length for `conn_limit` clients: a few frames each (a request and an ACK in
@@ -48,15 +50,17 @@ pub fn mac_for(ip: Cidr) -> [u8; 6] {
 }
 
 /// A worker's table settings: room for the whole shared `conn_limit` (the kernel may send
-/// every connection to one worker), and the idle timeout.
+/// every connection to one worker), the idle timeout and loss recovery's floor.
 pub fn table_config(
     mut table: TableConfig,
     conn_limit: usize,
     idle_timeout: Option<Duration>,
+    rto_min: Option<Duration>,
 ) -> TableConfig {
+    let net = |d: Duration| NetDuration::from_micros(d.as_micros().min(u64::MAX.into()) as u64);
     table.conn_limit = conn_limit;
-    table.idle_timeout =
-        idle_timeout.map(|d| NetDuration::from_micros(d.as_micros().min(u64::MAX.into()) as u64));
+    table.idle_timeout = idle_timeout.map(net);
+    table.rto_min = rto_min.map(net);
     table
 }
 
@@ -92,6 +96,7 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
         TableConfig::new(mac_for(config.ip), cidr(config.ip), config.port),
         config.conn_limit,
         config.idle_timeout,
+        config.rto_min,
     );
     spawn(
         plan,

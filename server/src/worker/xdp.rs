@@ -46,6 +46,8 @@ pub struct XdpWorkerConfig {
     pub conn_limit: usize,
     /// Close connections idle this long (`--idle-timeout`); `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// Loss recovery's floor (`--rto-min`); `None`: recovery off.
+    pub rto_min: Option<Duration>,
     /// Preferred busy polling on every socket, if asked for.
     pub busy_poll: Option<BusyPoll>,
 }
@@ -204,6 +206,7 @@ pub fn run(
         TableConfig::new(program.mac(), cidr(config.ip), config.port),
         config.conn_limit,
         config.idle_timeout,
+        config.rto_min,
     );
     plan.engine.control.set_path_settings(ready.settings());
     let served = spawn(

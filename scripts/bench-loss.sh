@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# Tail latency under packet loss (README "Loss recovery"): memcached -t 1 and memspin over TAP
+# and AF_XDP, one server at a time, each measured by memspin-loadgen in open loop (RATE
+# requests/s over CONNS connections, one request in flight each, SECONDS) while nftables
+# drops LOSS in 10,000 frames in each direction. Every server runs with the kernel's default
+# routes and with `rto_min 1ms` on the routes that exist (the client's, and memcached's end),
+# in alternating order, RUNS times; then, without loss, the same open loop and a closed loop at
+# full load (PIPELINE requests in flight per connection), to count spurious retransmissions.
+# Prints medians over the runs of the corrected latency (p50, p90, p99, p99.9, p99.99, max),
+# of memspin's recovery counters (its exit statistics) and of the kernel's retransmission
+# counters on both ends (nstat), and the rows of README's table.
+#
+# Servers (SERVERS, default all four):
+#   memcached        memcached -t 1 in the middle namespace, on the bridge
+#   memspin-tap      memspin --net tap --rto-min RTO_MIN (default 1ms, memspin's default)
+#   memspin-tap-off  memspin --net tap --rto-min off: smoltcp's own retransmissions alone
+#   memspin-xdp      memspin --net xdp (native, copy mode on veth) --rto-min RTO_MIN
+#
+# Topology (namespaces made here, removed on exit):
+#
+#   client ns                 middle ns                                   xdp ns
+#   loadgen  lc ──veth── lm ─ br0 10.79.0.3 (memcached)
+#   10.79.0.1/24 [drop in]    [drop in] ├─ ms0 (TAP) ─ memspin --net tap 10.79.0.2
+#                                       └─ xm ──veth── xs ─ memspin --net xdp 10.79.0.4
+#
+# Frames are dropped at the ingress of lc (server to client) and of lm (client to servers):
+# after the sending device took them, so the sender's TCP sees a loss on the wire. (A drop at
+# the sender's own egress is reported back to its TCP, which then waits for its zero-window
+# probe timer, at least 200 ms: not what a lost frame on a wire does.)
+#
+# Usage: scripts/bench-loss.sh [RUNS (default 3)] [SECONDS per run (default 20)]
+#   RATE=20000 CONNS=64 LOSS=2 (in 10,000 frames, each direction) RTO_MIN=1ms
+#   IDLE=spin|park (memspin's --idle) PIPELINE=4 (full-load runs) SERVERS="..."
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+runs=${1:-3}
+seconds=${2:-20}
+rate=${RATE:-20000}
+conns=${CONNS:-64}
+loss=${LOSS:-2}
+idle=${IDLE:-spin}
+rto_min=${RTO_MIN:-1ms}
+pipeline=${PIPELINE:-4}
+read -r -a servers <<<"${SERVERS:-memcached memspin-tap memspin-tap-off memspin-xdp}"
+need_packages iproute2 memcached nftables ethtool python3
+need_root_for_namespaces
+
+build_release
+
+out=results/bench-loss-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$out"
+client=memspin-loss-c-$$
+middle=memspin-loss-m-$$
+xdp=memspin-loss-x-$$
+for ns in "$client" "$middle" "$xdp"; do
+  ns_create "$ns"
+  ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+done
+server_cpu=0
+client_cpu=$(( $(nproc) - 1 ))
+
+step "topology: client -- bridge (memcached, TAP) -- AF_XDP veth"
+ip -n "$client" link add lc type veth peer name lm netns "$middle"
+ip -n "$client" addr add 10.79.0.1/24 dev lc
+ip -n "$client" link set lc up
+# Full checksums from the client: memspin verifies every checksum, and AF_XDP gets the frame
+# as the client's kernel left it.
+ip netns exec "$client" ethtool -K lc tx off >/dev/null
+ip -n "$middle" link add br0 type bridge
+ip -n "$middle" link set lm master br0
+ip -n "$middle" link add xm type veth peer name xs netns "$xdp"
+ip -n "$middle" link set xm master br0
+ip -n "$middle" addr add 10.79.0.3/24 dev br0
+for dev in lm xm br0; do ip -n "$middle" link set "$dev" up; done
+ip -n "$xdp" link set xs up
+
+# loss on|off: LOSS in 10,000 frames dropped at the ingress of lc and of lm, or nothing.
+loss() {
+  local ns dev
+  for ns_dev in "$client:lc" "$middle:lm"; do
+    ns=${ns_dev%%:*} dev=${ns_dev#*:}
+    ip netns exec "$ns" nft delete table netdev memspin_loss 2>/dev/null || true
+    [ "$1" = on ] || continue
+    ip netns exec "$ns" nft -f - <<EOF
+table netdev memspin_loss {
+  chain in {
+    type filter hook ingress device "$dev" priority 0;
+    numgen random mod 10000 < $loss counter drop
+  }
+}
+EOF
+  done
+}
+
+# routes MODE: the connected routes of the client and of memcached's end, with `rto_min 1ms`
+# (MODE rto1ms) or as the kernel made them (default). memspin has no kernel route of its own.
+routes() {
+  local metric=()
+  [ "$1" = rto1ms ] && metric=(rto_min 1ms)
+  ip -n "$client" route replace 10.79.0.0/24 dev lc proto kernel scope link src 10.79.0.1 "${metric[@]}"
+  ip -n "$middle" route replace 10.79.0.0/24 dev br0 proto kernel scope link src 10.79.0.3 "${metric[@]}"
+}
+
+# counters NS FILE: the kernel's TCP retransmission counters of NS, as JSON.
+counters() {
+  ip netns exec "$1" nstat -asz -j TcpRetransSegs TcpExtTCPLossProbes TcpExtTCPLossProbeRecovery \
+    TcpExtTCPDSACKRecv TcpExtTCPSpuriousRTOs TcpExtTCPTimeouts TcpOutSegs TcpInSegs >"$2"
+}
+
+# run_one SERVER MODE TAG LOADGEN-ARGS...: starts SERVER, runs the loadgen against it with the
+# counters read before and after, stops it (memspin's exit statistics land in TAG.log).
+run_one() {
+  local name=$1 mode=$2 tag=$3 addr; shift 3
+  routes "$mode"
+  case $name in
+    memcached)
+      start_memcached "$middle" "$out/$tag.log" 11211 1 "$server_cpu" 10.79.0.3
+      addr=10.79.0.3:11211 ;;
+    memspin-tap|memspin-tap-off)
+      local floor=$rto_min
+      [ "$name" = memspin-tap-off ] && floor=off
+      start_server "$middle" "$out/$tag.log" --net tap --iface ms0 --ip 10.79.0.2/24 \
+        --host-ip none --cpus "$server_cpu" --idle "$idle" -m 256 --rto-min "$floor"
+      ip -n "$middle" link set ms0 master br0
+      addr=10.79.0.2:11211 ;;
+    memspin-xdp)
+      start_server "$xdp" "$out/$tag.log" --net xdp --iface xs --ip 10.79.0.4/24 \
+        --cpus "$server_cpu" --idle "$idle" -m 256 --rto-min "$rto_min"
+      addr=10.79.0.4:11211 ;;
+    *) die "unknown server $name" ;;
+  esac
+  counters "$client" "$out/$tag.client-before.json"
+  counters "$middle" "$out/$tag.server-before.json"
+  ip netns exec "$client" "$LOADGEN_BIN" -s "$addr" -t 1 --cpus "$client_cpu" -c "$conns" \
+    --warmup 2 --keys 10000 --key-size 16 --value-size 32 --get-ratio 0.9 --prefill \
+    --timeout-ms 5000 -q --json "$out/$tag.json" "$@" >"$out/$tag.loadgen.txt" 2>&1 || true
+  counters "$client" "$out/$tag.client-after.json"
+  counters "$middle" "$out/$tag.server-after.json"
+  stop_server || printf 'warning: %s exited with an error (see %s)\n' "$name" "$out/$tag.log" >&2
+}
+
+count=${#servers[@]}
+loss on
+for run in $(seq 1 "$runs"); do
+  for mode in default rto1ms; do
+    step "loss $loss/10000 each way, run $run of $runs, routes: $mode"
+    # Rotate the order every run so drift in the machine's load favours no server.
+    for k in $(seq 0 $(( count - 1 ))); do
+      name=${servers[$(( (k + run) % count ))]}
+      run_one "$name" "$mode" "loss-$name-$mode-$run" -d "$seconds" --rate "$rate"
+    done
+  done
+done
+loss off
+for run in $(seq 1 "$runs"); do
+  step "no loss, run $run of $runs: open loop $rate/s, and closed loop x $pipeline in flight"
+  for k in $(seq 0 $(( count - 1 ))); do
+    name=${servers[$(( (k + run) % count ))]}
+    run_one "$name" rto1ms "open-$name-$run" -d "$seconds" --rate "$rate"
+    run_one "$name" rto1ms "full-$name-$run" -d "$seconds" --pipeline "$pipeline"
+  done
+done
+
+step "medians over $runs runs (corrected latency, µs)"
+/usr/bin/python3 - "$out" "$runs" "$rate" "$conns" "$loss" "$pipeline" "${servers[@]}" <<'PY'
+import json, os, re, statistics, sys
+out, runs, rate, conns, loss, pipeline = sys.argv[1:7]
+servers = sys.argv[7:]
+runs = int(runs)
+kernel = ["TcpRetransSegs", "TcpExtTCPLossProbes", "TcpExtTCPDSACKRecv", "TcpExtTCPTimeouts"]
+memspin = ["probes", "sack_resends", "recovered", "spurious", "smoltcp"]
+cols = ["p50", "p90", "p99", "p99_9", "p99_99", "max"]
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+def load(tag):
+    try:
+        return json.load(open(os.path.join(out, tag + ".json")))
+    except (OSError, ValueError):
+        return None
+
+def nstat(tag, side):
+    def read(when):
+        d = json.load(open(os.path.join(out, f"{tag}.{side}-{when}.json")))
+        return d.get("kernel", d)
+    try:
+        a, b = read("before"), read("after")
+    except (OSError, ValueError):
+        return {}
+    return {k: b.get(k, 0) - a.get(k, 0) for k in kernel}
+
+def exit_stats(tag):
+    found = {}
+    try:
+        for line in open(os.path.join(out, tag + ".log")):
+            m = re.match(r"STAT memspin_(?:loss_)?(\w+) (\d+)$", line.strip())
+            if m:
+                found[m.group(1).replace("_retransmits", "")] = int(m.group(2))
+    except OSError:
+        pass
+    return found
+
+def fmt(v, width):
+    if v is None:
+        return f"{'-':>{width}}"
+    return f"{v:>{width},.0f}" if v >= 100 else f"{v:>{width}.1f}"
+
+def ms(v):
+    if v is None:
+        return "-"
+    return f"{v:,.0f} µs" if v < 1000 else f"{v / 1000:,.1f} ms"
+
+readme = []
+def table(title, prefix, mode):
+    print(f"\n{title}")
+    print(f"{'server':16}" + "".join(f"{c.replace('_', '.'):>9}" for c in cols)
+          + f"{'ops/s':>9}{'errors':>8}{'timeouts':>9}")
+    for name in servers:
+        rows = [load(f"{prefix}-{name}{mode}-{r}") for r in range(1, runs + 1)]
+        rows = [r for r in rows if r]
+        if not rows:
+            print(f"{name:16} (no result)")
+            continue
+        lat = [(r.get("latency_us") or {}).get("corrected") or (r.get("latency_us") or {}).get("service") or {} for r in rows]
+        lat = [l.get("all", {}) for l in lat]
+        vals = [med([l.get(c) for l in lat]) for c in cols]
+        ops = med([r.get("ops_per_sec") for r in rows])
+        errs = med([(r.get("errors") or {}).get("total", 0) for r in rows])
+        tmo = med([(r.get("errors") or {}).get("timeout", 0) for r in rows])
+        print(f"{name:16}" + "".join(fmt(v, 9) for v in vals) + fmt(ops, 9) + fmt(errs, 8) + fmt(tmo, 9))
+        if prefix == "loss":
+            readme.append((name, mode.strip("-"), vals))
+
+def counters(title, prefix, mode):
+    print(f"\n{title}: median per run")
+    print(f"{'':28}" + "".join(f"{k.replace('TcpExtTCP', '').replace('Tcp', ''):>14}" for k in kernel)
+          + "   memspin: " + " ".join(memspin))
+    for name in servers:
+        tags = [f"{prefix}-{name}{mode}-{r}" for r in range(1, runs + 1)]
+        for side in ["client", "server"] if name == "memcached" else ["client"]:
+            d = [nstat(t, side) for t in tags]
+            vals = [med([x.get(k) for x in d if x]) for k in kernel]
+            line = f"{name + ' kernel ' + side:28}" + "".join(fmt(v, 14) for v in vals)
+            if name != "memcached":
+                s = [exit_stats(t) for t in tags]
+                line += "   " + " ".join(fmt(med([x.get(k) for x in s if x]), 6) for k in memspin)
+            print(line)
+
+for mode in ["default", "rto1ms"]:
+    table(f"loss {loss}/10000 each way, open loop {rate}/s, {conns} connections x 1, routes: {mode}",
+          "loss", f"-{mode}")
+    counters(f"counters, routes {mode}", "loss", f"-{mode}")
+table(f"no loss, open loop {rate}/s, {conns} connections x 1", "open", "")
+counters("counters, no loss, open loop", "open", "")
+table(f"no loss, closed loop (full load), {conns} connections x {pipeline}", "full", "")
+counters("counters, no loss, full load", "full", "")
+
+print(f"\nREADME rows (medians of {runs} runs):")
+names = {"memcached": "memcached -t 1", "memspin-tap": "memspin over TAP",
+         "memspin-tap-off": "memspin over TAP, `--rto-min off`", "memspin-xdp": "memspin over AF_XDP"}
+for name, mode, vals in readme:
+    routes = "`rto_min 1ms`" if mode == "rto1ms" else "default"
+    print(f"| {names.get(name, name)} | {routes} | " + " | ".join(ms(v) for v in vals) + " |")
+PY
+printf '\nper-run JSON, logs and counters in %s\n' "$out"
