@@ -92,19 +92,35 @@ pub(super) fn execute(
             };
         }
     }
-    // Counted where it runs (a forwarded request is counted by its owner).
-    cx.core.count_meta();
-    match request.command {
-        Command::Noop => ReplyLine::start(out, Status::Mn).finish(),
-        Command::Debug => debug(cx, key, flags, out, now),
-        Command::Get => get(cx, key, flags, out, now),
-        Command::Set => {
-            return set(cx, key, &request, buf, line_len, out, now);
+    let step = match request.command {
+        Command::Noop => {
+            ReplyLine::start(out, Status::Mn).finish();
+            Step::Done(line_len)
         }
-        Command::Delete => delete(cx, key, flags, out, now),
-        Command::Arithmetic => arithmetic(cx, key, flags, out, now),
+        Command::Debug => {
+            debug(cx, key, flags, out, now);
+            Step::Done(line_len)
+        }
+        Command::Get => {
+            get(cx, key, flags, out, now);
+            Step::Done(line_len)
+        }
+        Command::Set => set(cx, key, &request, buf, line_len, out, now),
+        Command::Delete => {
+            delete(cx, key, flags, out, now);
+            Step::Done(line_len)
+        }
+        Command::Arithmetic => {
+            arithmetic(cx, key, flags, out, now);
+            Step::Done(line_len)
+        }
+    };
+    // Counted once, where it runs (an `ms` waiting for its data block comes back here; a
+    // forwarded request is counted by its owner).
+    if let Step::Done(_) = step {
+        cx.core.count_meta();
     }
-    Step::Done(line_len)
+    step
 }
 
 /// Seconds an item has left: -1 for none, as `t` and `me` report it.

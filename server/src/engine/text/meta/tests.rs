@@ -273,6 +273,24 @@ fn a_set_refused_for_size_unlinks_the_old_item_in_every_mode() {
     }
 }
 
+// Regression (found by the engine fuzz target): an `ms` whose data block arrived in pieces was
+// counted in `cmd_meta` once per piece.
+#[test]
+fn cmd_meta_counts_a_request_once_however_it_arrives() {
+    let input = b"ms k 10\r\n0123456789\r\nmg k v\r\nmn\r\n";
+    let mut e = engine();
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let mut pending = Vec::new();
+    for &byte in input {
+        pending.push(byte);
+        let o = e.execute(&mut session, &pending, &mut out, NOW);
+        pending.drain(..o.consumed);
+    }
+    assert_eq!(out, b"HD\r\nVA 10\r\n0123456789\r\nMN\r\n");
+    assert_eq!(e.counters().cmd_meta, 3);
+}
+
 #[test]
 fn delete() {
     let mut e = engine();
