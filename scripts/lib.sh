@@ -107,7 +107,10 @@ stop_server() {
 # CLIENT_IF in CLIENT_NS with CLIENT_CIDR, SERVER_IF in SERVER_NS without an address, for
 # memspin --net xdp to attach to; QUEUES rx and tx queues on each end (default 1). Transmit
 # checksum offload is turned off on the client end: its kernel would otherwise send TCP
-# segments with partial checksums (CHECKSUM_PARTIAL), which memspin verifies and drops.
+# segments with partial checksums (CHECKSUM_PARTIAL), which memspin verifies and drops. And
+# the client keeps each flow on its queue (net.core.txrehash=0): a veth delivers to the peer's
+# queue of the sender's transmit queue, which the kernel picks anew after a retransmission
+# timeout, moving the connection to another worker, which resets it.
 veth_pair_create() {
   local cns=$1 sns=$2 cif=$3 sif=$4 cidr=$5 queues=${6:-1}
   ip -n "$cns" link add "$cif" numtxqueues "$queues" numrxqueues "$queues" type veth \
@@ -116,4 +119,5 @@ veth_pair_create() {
   ip -n "$cns" link set "$cif" up
   ip -n "$sns" link set "$sif" up
   ip netns exec "$cns" ethtool -K "$cif" tx off >/dev/null
+  ip netns exec "$cns" sysctl -q -w net.core.txrehash=0
 }

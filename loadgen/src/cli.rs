@@ -46,6 +46,8 @@ pub enum ProtocolArg {
     Text,
     /// memcached meta commands.
     Meta,
+    /// Redis's RESP (a server's `--resp-port`, or redis-server).
+    Resp,
 }
 
 /// Key placements on the command line.
@@ -266,6 +268,7 @@ impl Args {
                 ProtocolArg::Binary => Protocol::Binary,
                 ProtocolArg::Text => Protocol::Text,
                 ProtocolArg::Meta => Protocol::Meta,
+                ProtocolArg::Resp => Protocol::Resp,
             },
             connections: self.connections,
             threads: self.threads,
@@ -762,6 +765,8 @@ mod tests {
         assert_eq!(m.interval, Duration::from_millis(250));
         assert_eq!(m.label.as_deref(), Some("memspin"));
         assert_eq!(m.check(), Ok(()));
+        let resp = Args::try_parse_from(["memspin-loadgen", "--protocol", "resp"]).unwrap();
+        assert_eq!(resp.config().unwrap().protocol, Protocol::Resp);
         assert!(
             Args::try_parse_from(["memspin-loadgen", "--rate", "1k", "--search", "99:500"])
                 .is_err()

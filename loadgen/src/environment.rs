@@ -2,7 +2,8 @@
 //! measured: the generator (version, git revision, command line, start time), the machine
 //! (kernel, CPU model, frequency governor, SMT, isolated and `nohz_full` CPUs, the CPUs the
 //! generator's threads were given) and each server as it described itself at the start
-//! (`version` and `stats settings`: for memspin, the packet path, idle policy, workers, ...).
+//! (`version` and `stats settings`: for memspin, the packet path, idle policy, workers, ...;
+//! over RESP, the fields of `INFO server`).
 //!
 //! ```text
 //! /proc, /sys ─┐
@@ -185,6 +186,7 @@ impl ServerInfo {
         // the text commands answer for binary and meta runs as well.
         let asked = match protocol {
             Protocol::Binary | Protocol::Text | Protocol::Meta => ask_memcached(addr, &mut info),
+            Protocol::Resp => ask_redis(addr, &mut info),
         };
         if let Err(e) = asked {
             info.error = Some(e.to_string());
@@ -221,6 +223,50 @@ fn ask_memcached(addr: SocketAddr, info: &mut ServerInfo) -> io::Result<()> {
         }
     }
     Err(io::Error::other("stats settings never ended"))
+}
+
+/// Longest `INFO server` reply read.
+const MAX_INFO_BYTES: usize = 1 << 20;
+
+/// `INFO server` over a connection of its own, in RESP: its `name:value` lines are the
+/// settings, `redis_version` the version.
+fn ask_redis(addr: SocketAddr, info: &mut ServerInfo) -> io::Result<()> {
+    use protocol::resp::{Frame, FrameError, value_len, write_command};
+    use std::io::Read as _;
+    let mut stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
+    stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    stream.set_write_timeout(Some(PROBE_TIMEOUT))?;
+    let mut request = Vec::new();
+    write_command(&mut request, &["INFO", "server"]);
+    stream.write_all(&request)?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match value_len(&reply) {
+            Ok(_) => break,
+            Err(FrameError::Incomplete { .. }) if reply.len() < MAX_INFO_BYTES => {}
+            Err(_) => return Err(io::Error::other("not an INFO reply")),
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        reply.extend_from_slice(&chunk[..n]);
+    }
+    let text = match Frame::parse(&reply) {
+        Ok((Frame::Bulk(text) | Frame::Verbatim { text, .. }, _)) => text,
+        Ok((Frame::Error(e), _)) => {
+            return Err(io::Error::other(String::from_utf8_lossy(e).into_owned()));
+        }
+        _ => return Err(io::Error::other("not an INFO reply")),
+    };
+    for line in String::from_utf8_lossy(text).lines() {
+        if let Some((k, v)) = line.split_once(':') {
+            info.settings.insert(k.to_string(), v.to_string());
+        }
+    }
+    info.version = info.settings.get("redis_version").cloned();
+    Ok(())
 }
 
 /// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`.
@@ -293,5 +339,32 @@ mod tests {
             .unwrap();
         let info = ServerInfo::ask("b:2", closed, Protocol::Text);
         assert!(info.error.is_some() && info.version.is_none(), "{info:?}");
+    }
+
+    /// Over RESP, `INFO server` describes the server.
+    #[test]
+    fn a_redis_server_describes_itself() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64];
+            let mut got = Vec::new();
+            while !got.ends_with(b"server\r\n") {
+                let n = std::io::Read::read(&mut s, &mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert_eq!(got, b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n");
+            let text = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n";
+            let reply = format!("${}\r\n{text}\r\n", text.len());
+            for piece in reply.as_bytes().chunks(7) {
+                s.write_all(piece).unwrap();
+            }
+        });
+        let info = ServerInfo::ask("r:1", addr, Protocol::Resp);
+        server.join().unwrap();
+        assert!(info.error.is_none(), "{info:?}");
+        assert_eq!(info.version.as_deref(), Some("7.0.15"));
+        assert_eq!(info.settings["redis_mode"], "standalone");
     }
 }

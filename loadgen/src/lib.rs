@@ -1,5 +1,6 @@
 //! memspin-loadgen: an open-loop memcached load generator with HDR latency histograms that
-//! never hides a stall.
+//! never hides a stall. It speaks memcached's binary and text protocols and Redis's RESP
+//! (`--protocol resp`: `GET` and `SET`), so one tool measures both kinds of server.
 //!
 //! It owns the workload (keys built before the run, seeded choices), the client connections,
 //! the latency histograms and the reports. Each worker thread runs its own epoll loop over

@@ -7,7 +7,8 @@
 //!
 //! It exists so that one run can measure what bypassing the kernel buys, and so that memspin
 //! serves without root. Each worker binds its own listening socket with `SO_REUSEPORT`, so the
-//! kernel spreads connections over workers without an acceptor thread.
+//! kernel spreads connections over workers without an acceptor thread; a table may listen on a
+//! second port too ([`KernelTable::listen_also`]).
 //!
 //! Connection lifetimes, as on the smoltcp path:
 //! - **Admission.** Every worker's table consults one shared [`Admission`]: an accepted
@@ -38,6 +39,8 @@ const EVENT_BATCH: usize = 256;
 const LISTENER_TOKEN: u64 = u64::MAX;
 /// The epoll token of a descriptor registered with [`KernelTable::watch`].
 const WATCH_TOKEN: u64 = u64::MAX - 1;
+/// The epoll token of the second listening socket ([`KernelTable::listen_also`]).
+const EXTRA_LISTENER_TOKEN: u64 = u64::MAX - 2;
 
 /// Identifies a kernel connection across calls (for replies that arrive later, e.g. from
 /// another core); stale once the connection closes.
@@ -82,6 +85,8 @@ pub struct KernelStats {
 
 struct Slot<S> {
     stream: TcpStream,
+    /// The port of the listener that accepted it.
+    local_port: u16,
     state: S,
     /// Queued in `ready_list` already.
     queued: bool,
@@ -162,6 +167,8 @@ impl IdleList {
 /// One worker's kernel TCP connections, each with application state `S`.
 pub struct KernelTable<S> {
     listener: TcpListener,
+    /// A second listening socket, served alike ([`KernelTable::listen_also`]).
+    extra: Option<TcpListener>,
     epoll: OwnedFd,
     slots: Vec<Option<Slot<S>>>,
     /// Per slot: bumped whenever its connection is removed, so stale ids match nothing.
@@ -298,6 +305,7 @@ impl<S: Default> KernelTable<S> {
         )?;
         Ok(KernelTable {
             listener,
+            extra: None,
             epoll,
             slots: Vec::new(),
             generations: Vec::new(),
@@ -314,6 +322,26 @@ impl<S: Default> KernelTable<S> {
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// Also accepts connections on `addr` (with `SO_REUSEPORT`, as [`KernelTable::bind`]),
+    /// served alike; [`KernelConn::local_port`] tells them apart. Returns the address bound
+    /// (useful with port 0). One second listener at most: a later call replaces it.
+    ///
+    /// # Errors
+    /// Socket, bind, listen or epoll failures.
+    pub fn listen_also(&mut self, addr: SocketAddr) -> io::Result<SocketAddr> {
+        let listener = bind_reuseport(addr)?;
+        let bound = listener.local_addr()?;
+        epoll_ctl(
+            self.epoll.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            listener.as_raw_fd(),
+            libc::EPOLLIN as u32,
+            EXTRA_LISTENER_TOKEN,
+        )?;
+        self.extra = Some(listener);
+        Ok(bound)
     }
 
     /// The epoll descriptor, readable when anything is ready.
@@ -394,7 +422,9 @@ impl<S: Default> KernelTable<S> {
         for i in 0..n {
             let token = self.events[i].u64;
             if token == LISTENER_TOKEN {
-                self.accept_all();
+                self.accept_all(false);
+            } else if token == EXTRA_LISTENER_TOKEN {
+                self.accept_all(true);
             } else if token == WATCH_TOKEN {
                 // The caller's own descriptor: it drains it itself.
             } else if let Some(Some(slot)) = self.slots.get_mut(token as usize) {
@@ -414,9 +444,28 @@ impl<S: Default> KernelTable<S> {
         Ok(if n == 0 { Poll::Idle } else { Poll::Progress })
     }
 
-    fn accept_all(&mut self) {
+    /// The listening socket, or the second one when `extra`.
+    fn listener(&self, extra: bool) -> Option<&TcpListener> {
+        if extra {
+            self.extra.as_ref()
+        } else {
+            Some(&self.listener)
+        }
+    }
+
+    /// Accepts what waits on the listener, or on the second one when `extra`.
+    fn accept_all(&mut self, extra: bool) {
+        let Some(local_port) = self
+            .listener(extra)
+            .map(|l| l.local_addr().map_or(0, |a| a.port()))
+        else {
+            return;
+        };
         loop {
-            match self.listener.accept() {
+            let Some(accepted) = self.listener(extra).map(TcpListener::accept) else {
+                return;
+            };
+            match accepted {
                 Ok((stream, _)) => {
                     if !self.admission.try_acquire() {
                         // Refused cleanly: closed at once; the others keep being served.
@@ -424,7 +473,7 @@ impl<S: Default> KernelTable<S> {
                         drop(stream);
                         continue;
                     }
-                    if self.add(stream).is_err() {
+                    if self.add(stream, local_port).is_err() {
                         self.admission.release(1);
                         self.stats.errors += 1;
                     }
@@ -440,7 +489,7 @@ impl<S: Default> KernelTable<S> {
         }
     }
 
-    fn add(&mut self, stream: TcpStream) -> io::Result<()> {
+    fn add(&mut self, stream: TcpStream, local_port: u16) -> io::Result<()> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
         set_user_timeout(&stream, GIVE_UP_TIMEOUT_MS)?;
@@ -463,6 +512,7 @@ impl<S: Default> KernelTable<S> {
         // A new connection may already hold a request: serve it once now.
         self.slots[index] = Some(Slot {
             stream,
+            local_port,
             state: S::default(),
             queued: true,
         });
@@ -535,6 +585,7 @@ impl<S: Default> KernelTable<S> {
         let slot = self.slots.get_mut(index)?.as_mut()?;
         let mut conn = KernelConn {
             stream: &mut slot.stream,
+            local_port: slot.local_port,
             state: &mut slot.state,
             id: KernelConnId {
                 index: index as u32,
@@ -615,6 +666,7 @@ fn queued_bytes(fd: RawFd) -> usize {
 /// One ready kernel connection, lent to the application for the length of a `serve` callback.
 pub struct KernelConn<'a, S> {
     stream: &'a mut TcpStream,
+    local_port: u16,
     /// The application's per-connection state.
     pub state: &'a mut S,
     id: KernelConnId,
@@ -643,6 +695,12 @@ impl<S> KernelConn<'_, S> {
     /// This connection's id, for [`KernelTable::with_conn`].
     pub fn id(&self) -> KernelConnId {
         self.id
+    }
+
+    /// The port of the listener that accepted the connection ([`KernelTable::bind`]'s, or
+    /// [`KernelTable::listen_also`]'s).
+    pub fn local_port(&self) -> u16 {
+        self.local_port
     }
 
     /// The application's state and the socket, borrowed apart.
@@ -749,6 +807,36 @@ mod tests {
         }
         assert_eq!(table.stats().closed, 1);
         assert_eq!(table.stats().active, 0);
+    }
+
+    #[test]
+    fn a_second_listener_is_served_alike_and_told_apart() {
+        let mut table = KernelTable::<Vec<u8>>::bind(loopback_any_port(), limit(16)).unwrap();
+        let first = table.local_addr().unwrap();
+        let second = table.listen_also(loopback_any_port()).unwrap();
+        assert_ne!(first.port(), second.port());
+        let mut clients = [first, second].map(|addr| TcpStream::connect(addr).unwrap());
+        let mut ports = Vec::new();
+        for _ in 0..1000 {
+            table.poll(Some(Duration::from_millis(5))).unwrap();
+            table.serve(|conn| {
+                if conn.state.is_empty() {
+                    conn.state.push(0);
+                    ports.push(conn.local_port());
+                }
+            });
+            if ports.len() == 2 {
+                break;
+            }
+        }
+        ports.sort_unstable();
+        let mut want = vec![first.port(), second.port()];
+        want.sort_unstable();
+        assert_eq!(ports, want);
+        assert_eq!(table.stats().accepted, 2);
+        for client in &mut clients {
+            client.write_all(b"x").unwrap();
+        }
     }
 
     #[test]

@@ -54,6 +54,12 @@ pub struct Args {
     #[arg(short = 'p', long, default_value_t = 11211)]
     pub port: u16,
 
+    /// Also serve Redis clients (RESP2, RESP3 after `HELLO 3`) on this TCP port, from the same
+    /// store (6379 is Redis's); off unless given. With `--net kernel`, 0 binds any free port
+    /// (the ready line names it).
+    #[arg(long, value_name = "PORT")]
+    pub resp_port: Option<u16>,
+
     /// Worker cores. Each has its own queue (a TAP queue, an AF_XDP socket on queue i, or a
     /// SO_REUSEPORT listener), connections and store shard; a key lives on worker
     /// hash(key) mod N, and requests for it arriving elsewhere are forwarded there. `-m` is
@@ -354,6 +360,12 @@ mod tests {
         assert_eq!(args.idle, Idle::Spin);
         assert_eq!(args.cpus, None);
         assert_eq!(args.xdp_mode, XdpMode::Auto);
+        assert_eq!(args.resp_port, None, "RESP off unless asked for");
+        assert_eq!(
+            Args::parse_from(["memspin", "--resp-port", "6379"]).resp_port,
+            Some(6379)
+        );
+        assert!(Args::try_parse_from(["memspin", "--resp-port", "65536"]).is_err());
         assert_eq!(
             args.idle_timeout(),
             None,

@@ -12,7 +12,8 @@
 //!
 //! What a connection holds is bounded, whatever its client sends or announces:
 //! - input: the buffered part of one request that is still arriving, at most a value of `-I`
-//!   with its header or line, or a `get` line of `MAX_MULTIGET_LINE_LEN`; a read asks for at
+//!   with its header or line, a `get` line of `MAX_MULTIGET_LINE_LEN`, or a RESP command of
+//!   at most twice `-I` (its bulk strings at most `-I` each); a read asks for at
 //!   most [`READ_AT_ONCE_BYTES`] of room, so the buffer stays within what arrived plus that,
 //!   and a refused body is skipped as it streams through, never buffered;
 //! - output: [`OUT_HIGH_WATER_BYTES`] plus one reply, plus for each other worker
@@ -27,7 +28,8 @@
 use store::Now;
 
 use crate::engine::{
-    Delivery, Engine, FORWARD_REPLY_CREDIT_BYTES, OUT_HIGH_WATER_BYTES, Outcome, Session, Stop,
+    Delivery, Engine, FORWARD_REPLY_CREDIT_BYTES, OUT_HIGH_WATER_BYTES, Outcome, Protocol, Session,
+    Stop,
 };
 
 /// Smallest free space offered to a socket read, and how much an empty buffer may grow at once.
@@ -147,6 +149,16 @@ impl Default for ClientConn {
 }
 
 impl ClientConn {
+    /// Before the connection's first byte is executed: a connection accepted on `resp_port`
+    /// (`--resp-port`) speaks RESP (RESP2 until `HELLO 3`); any other decides by its first
+    /// byte (memcached's binary or text protocol).
+    pub fn accepted_on(&mut self, local_port: u16, resp_port: Option<u16>) {
+        if resp_port == Some(local_port) && self.session.protocol().is_none() {
+            self.session
+                .switch(Protocol::Resp(protocol::resp::Version::Resp2));
+        }
+    }
+
     /// Reply bytes that may be sent now: those before the first reply still expected from
     /// another worker.
     pub fn pending_output(&self) -> &[u8] {

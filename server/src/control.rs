@@ -41,6 +41,8 @@ pub struct Settings {
     pub memory_limit_bytes: u64,
     /// The TCP port served (`-p`).
     pub tcp_port: u16,
+    /// The RESP port served (`--resp-port`), if Redis clients are.
+    pub resp_port: Option<u16>,
     /// The address served: `-l` on kernel sockets, `--ip` on the bypass paths.
     pub interface: String,
     /// `-M`: refuse stores instead of evicting when memory is full.
@@ -444,6 +446,8 @@ pub struct Control {
     stop: OnceLock<Arc<AtomicBool>>,
     shutdown_requested: AtomicBool,
     path: OnceLock<Vec<(&'static str, String)>>,
+    /// The ports bound (memcached's, RESP's) when the packet path picked them (port 0).
+    bound: OnceLock<(u16, Option<u16>)>,
     registry: Mutex<Vec<Weak<ConnRecord>>>,
     /// The latency instrument's clock; `None`: [`monotonic_ns`].
     clock: Option<fn() -> u64>,
@@ -620,6 +624,22 @@ impl Control {
     /// first call wins.
     pub fn set_path_settings(&self, lines: Vec<(&'static str, String)>) {
         let _ = self.path.set(lines);
+    }
+
+    /// Records the ports the packet path bound (memcached's, RESP's), when it was asked for any
+    /// free one (port 0); the first call wins.
+    pub fn set_bound_ports(&self, tcp: u16, resp: Option<u16>) {
+        let _ = self.bound.set((tcp, resp));
+    }
+
+    /// The memcached port served: the one bound, else `-p`.
+    pub fn tcp_port(&self) -> u16 {
+        self.bound.get().map_or(self.settings.tcp_port, |b| b.0)
+    }
+
+    /// The RESP port served, if any: the one bound, else `--resp-port`.
+    pub fn resp_port(&self) -> Option<u16> {
+        self.bound.get().map_or(self.settings.resp_port, |b| b.1)
     }
 
     /// The packet path's own settings.

@@ -11,6 +11,7 @@ use server::cli::{Args, HostIp, Idle, Net, XdpBusyPoll, XdpMode};
 use server::control::{Control, Settings};
 use server::engine::{EngineConfig, VERSION};
 use server::logging;
+use server::worker::kernel::KernelConfig;
 use server::worker::tap::TapConfig;
 use server::worker::xdp::XdpWorkerConfig;
 use server::worker::{self, Plan};
@@ -36,6 +37,7 @@ fn run(args: &Args) -> Result<(), String> {
         Settings {
             memory_limit_bytes: memory as u64,
             tcp_port: args.port,
+            resp_port: args.resp_port,
             interface: match args.net {
                 Net::Kernel => args.listen.to_string(),
                 Net::Tap | Net::Xdp => args.ip.addr.to_string(),
@@ -87,6 +89,20 @@ fn run(args: &Args) -> Result<(), String> {
         stop: &stop,
         idle: args.idle,
     };
+    if let Some(resp_port) = args.resp_port {
+        if resp_port == args.port && resp_port != 0 {
+            return Err(format!(
+                "--resp-port {resp_port} is the memcached port (-p); give it another"
+            ));
+        }
+        if resp_port == 0 && args.net != Net::Kernel {
+            return Err("--resp-port 0 (any free port) needs --net kernel".to_string());
+        }
+    }
+    let resp_on = |addr: &dyn std::fmt::Display| match args.resp_port {
+        Some(_) => format!(", RESP on {addr}"),
+        None => String::new(),
+    };
     let placement = {
         let list: Vec<String> = plan.cpus.iter().map(ToString::to_string).collect();
         let noun = if workers == 1 { "worker" } else { "workers" };
@@ -97,9 +113,18 @@ fn run(args: &Args) -> Result<(), String> {
         Net::Kernel => {
             worker::raise_fd_limit(args.conn_limit + 16 * workers)?;
             let addr = SocketAddr::new(args.listen, args.port);
-            worker::kernel::run(addr, args.conn_limit, args.idle_timeout(), &plan, |bound| {
+            let config = KernelConfig {
+                addr,
+                resp_addr: args
+                    .resp_port
+                    .map(|port| SocketAddr::new(args.listen, port)),
+                conn_limit: args.conn_limit,
+                idle_timeout: args.idle_timeout(),
+            };
+            worker::kernel::run(&config, &plan, |bound, resp_bound| {
+                let resp = resp_bound.map_or(String::new(), |a| resp_on(&a));
                 println!(
-                    "memspin ready: net kernel, listening on {bound}, {placement}, idle {:?}",
+                    "memspin ready: net kernel, listening on {bound}{resp}, {placement}, idle {:?}",
                     args.idle
                 );
             })
@@ -114,6 +139,7 @@ fn run(args: &Args) -> Result<(), String> {
                     HostIp::Addr(cidr) => Some(cidr),
                 },
                 port: args.port,
+                resp_port: args.resp_port,
                 conn_limit: args.conn_limit,
                 idle_timeout: args.idle_timeout(),
                 rto_min: args.rto_min.0,
@@ -124,8 +150,9 @@ fn run(args: &Args) -> Result<(), String> {
                 } else {
                     format!("{workers} queues")
                 };
+                let resp = resp_on(&format_args!("{}:{}", args.ip.addr, args.resp_port.unwrap_or(0)));
                 println!(
-                    "memspin ready: net tap, device {} ({queues}), listening on {}:{}, {placement}, idle {:?}, rto-min {}",
+                    "memspin ready: net tap, device {} ({queues}), listening on {}:{}{resp}, {placement}, idle {:?}, rto-min {}",
                     args.iface, args.ip.addr, args.port, args.idle, args.rto_min
                 );
             })
@@ -141,6 +168,7 @@ fn run(args: &Args) -> Result<(), String> {
                 },
                 ip: args.ip,
                 port: args.port,
+                resp_port: args.resp_port,
                 conn_limit: args.conn_limit,
                 idle_timeout: args.idle_timeout(),
                 rto_min: args.rto_min.0,
@@ -165,9 +193,14 @@ fn run(args: &Args) -> Result<(), String> {
                 } else {
                     format!("queues 0-{}", workers - 1)
                 };
+                let resp = resp_on(&format_args!(
+                    "{}:{}",
+                    args.ip.addr,
+                    args.resp_port.unwrap_or(0)
+                ));
                 println!(
                     "memspin ready: net xdp, interface {} {queues}, {}, program id {}{replaced}, \
-                     listening on {}:{} (MAC {mac}), {placement}, idle {:?}, rto-min {}",
+                     listening on {}:{} (MAC {mac}){resp}, {placement}, idle {:?}, rto-min {}",
                     args.iface,
                     ready.modes(),
                     ready.prog_id,

@@ -48,6 +48,8 @@ pub struct Counters {
     /// Stores refused because no room could be made (eviction off, `-M`, or an item larger
     /// than the memory budget allows).
     pub store_no_memory: u64,
+    /// Requests executed, of every protocol (Redis's `total_commands_processed`).
+    pub requests: u64,
     /// Bytes the engine consumed from clients.
     pub bytes_read: u64,
     /// Bytes the engine produced for clients.
@@ -68,6 +70,7 @@ impl Counters {
         self.protocol_errors += other.protocol_errors;
         self.store_too_large += other.store_too_large;
         self.store_no_memory += other.store_no_memory;
+        self.requests += other.requests;
         self.bytes_read += other.bytes_read;
         self.bytes_written += other.bytes_written;
         self.conn_yields += other.conn_yields;
@@ -714,7 +717,7 @@ pub fn settings(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&st
     };
     emit("maxbytes", &maxbytes);
     emit("maxconns", &snapshot.conn_limit);
-    emit("tcpport", &set.tcp_port);
+    emit("tcpport", &control.tcp_port());
     emit("udpport", &0);
     emit("inter", &set.interface);
     emit("verbosity", &control.verbosity());
@@ -748,6 +751,10 @@ pub fn settings(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&st
     emit("memspin_idle", &set.idle);
     let cpus: Vec<String> = set.cpus.iter().map(ToString::to_string).collect();
     emit("memspin_cpus", &cpus.join(","));
+    match control.resp_port() {
+        Some(port) => emit("memspin_resp_port", &port),
+        None => emit("memspin_resp_port", &"off"),
+    }
     if let Some(rto_min) = &set.rto_min {
         emit("memspin_rto_min", rto_min);
     }
@@ -978,6 +985,7 @@ mod tests {
             Settings {
                 memory_limit_bytes: 128 << 20,
                 tcp_port: 11311,
+                resp_port: Some(6380),
                 interface: "10.0.0.2".into(),
                 no_evictions: true,
                 shutdown_enabled: true,
@@ -1013,11 +1021,20 @@ mod tests {
             ("shutdown_command", "yes"),
             ("num_threads", "2"),
             ("memspin_cpus", "2,3"),
+            ("memspin_resp_port", "6380"),
             ("memspin_rto_min", "1ms"),
             ("memspin_xdp_zero_copy", "no"),
         ] {
             assert_eq!(value(&got, name), Some(want), "{name}");
         }
+        // Ports the packet path picked (port 0 on kernel sockets) are the ones reported.
+        control.set_bound_ports(40001, Some(40002));
+        let got = lines(|emit| settings(&snapshot, &control, emit));
+        assert_eq!(value(&got, "tcpport"), Some("40001"));
+        assert_eq!(value(&got, "memspin_resp_port"), Some("40002"));
+        let off = Control::new(Settings::default(), 0);
+        let got = lines(|emit| settings(&snapshot, &off, emit));
+        assert_eq!(value(&got, "memspin_resp_port"), Some("off"));
         assert_eq!(
             got.iter().filter(|(n, _)| n == "memspin_net").count(),
             1,

@@ -731,3 +731,76 @@ fn credit_goes_back_with_the_next_request_at_a_quarter_or_when_idle() {
         "70 KB due: handed back without waiting"
     );
 }
+
+/// Runs `input` on a connection of `home` (worker 0 of two) until nothing moves; returns what
+/// its client got.
+fn run_conn(home: &mut Engine, owner: &mut Engine, conn: &mut ClientConn, input: &[u8]) -> Vec<u8> {
+    conn.session.set_token(7);
+    conn.input.extend(input);
+    let mut got = Vec::new();
+    loop {
+        let consumed = conn.execute_buffered(home, NOW).consumed;
+        let (exchanged, _) = exchange(home, owner, conn, false);
+        let out = conn.pending_output().to_vec();
+        conn.sent(out.len());
+        got.extend_from_slice(&out);
+        conn.settle(home);
+        if consumed == 0 && !exchanged && out.is_empty() {
+            break;
+        }
+    }
+    got
+}
+
+// RESP commands over two workers are timed like memcached's: one sample per key, whichever
+// worker stored it; a command that makes no store operation (EXISTS, INFO) is one `other`.
+#[test]
+fn resp_commands_are_timed_per_key_across_workers() {
+    use protocol::resp::write_command;
+    let (l, r) = keys();
+    let control = server::control::Control::new(Default::default(), 0);
+    let mut home = engine_sharing(2, 0, control.clone());
+    let mut owner = engine_sharing(2, 1, control);
+    let mut redis = ClientConn::default();
+    redis.accepted_on(6379, Some(6379));
+    let mut script = Vec::new();
+    let (l0, l1, r0, r1, r2) = (
+        l[0].as_bytes(),
+        l[1].as_bytes(),
+        r[0].as_bytes(),
+        r[1].as_bytes(),
+        r[2].as_bytes(),
+    );
+    for command in [
+        &[&b"SET"[..], l0, b"a"][..],
+        &[b"SET", r0, b"b"],
+        &[b"MSET", l1, b"x", r1, b"y", r2, b"z"],
+        &[b"MGET", l0, r0, r1],
+        &[b"DEL", l1, r1],
+        &[b"EXISTS", l0, r0],
+        &[b"INFO", b"stats"],
+    ] {
+        write_command(&mut script, command);
+    }
+    let got = run_conn(&mut home, &mut owner, &mut redis, &script);
+    let got = String::from_utf8_lossy(&got);
+    assert!(
+        got.starts_with("+OK\r\n+OK\r\n+OK\r\n*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\ny\r\n:2\r\n:2\r\n"),
+        "{got}"
+    );
+    assert!(got.contains("total_commands_processed:"), "{got}");
+    let mut text = ClientConn::default();
+    let stats = run_conn(&mut home, &mut owner, &mut text, b"stats latency\r\n");
+    let stats = String::from_utf8(stats).unwrap();
+    let count = |kind: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("STAT latency:{kind}:count ")))
+            .unwrap_or_else(|| panic!("{kind} in {stats}"))
+            .to_string()
+    };
+    assert_eq!(count("set"), "5", "{stats}");
+    assert_eq!(count("get"), "3", "{stats}");
+    assert_eq!(count("delete"), "2", "{stats}");
+    assert_eq!(count("other"), "2", "{stats}");
+}

@@ -182,6 +182,12 @@ impl Item {
         self.exptime
     }
 
+    /// Whether the item has an expiry at all.
+    #[inline]
+    pub(crate) fn expires(&self) -> bool {
+        self.exptime != 0
+    }
+
     /// When the item dies.
     #[inline]
     pub(crate) fn deadline(&self) -> Deadline {

@@ -362,7 +362,10 @@ impl Shard {
             Ok(entry) => {
                 self.stats.touch_hits += 1;
                 let item = entry.into_mut();
+                let expired = item.expires();
                 item.set_deadline(deadline_for(ttl, item.deadline(), now));
+                self.stats.curr_expiring =
+                    self.stats.curr_expiring - u64::from(expired) + u64::from(item.expires());
                 let (fetched, last_access) = (item.fetched(), item.last_access());
                 item.mark_fetched(now);
                 Some(ItemView {
@@ -445,7 +448,10 @@ impl Shard {
         item.mark_stale();
         item.set_cas(new_cas);
         if let Some(exptime) = exptime {
+            let expired = item.expires();
             item.set_deadline(Expiry::resolve(exptime, now).encode(now));
+            self.stats.curr_expiring =
+                self.stats.curr_expiring - u64::from(expired) + u64::from(item.expires());
         }
         Ok(new_cas)
     }
@@ -759,6 +765,8 @@ impl Shard {
         let bytes: u64 = self.table.iter().map(|it| it.size() as u64).sum();
         assert_eq!(self.stats.bytes, bytes, "bytes");
         assert_eq!(self.stats.curr_items, self.table.len() as u64, "curr_items");
+        let expiring = self.table.iter().filter(|it| it.expires()).count();
+        assert_eq!(self.stats.curr_expiring, expiring as u64, "curr_expiring");
         assert_eq!(
             self.table_bytes,
             table_charge(self.table.allocation_size()),
@@ -834,6 +842,7 @@ impl Shard {
     pub fn reset_stats(&mut self) {
         let kept = ShardStats {
             curr_items: self.stats.curr_items,
+            curr_expiring: self.stats.curr_expiring,
             bytes: self.stats.bytes,
             heap_bytes: self.stats.heap_bytes,
             limit_maxbytes: self.stats.limit_maxbytes,
@@ -967,7 +976,10 @@ impl Shard {
             let after = self.stats.bytes - old_size + size as u64 + self.table_bytes as u64;
             if after <= limit {
                 // Common overwrite: same slot, no table work.
+                let expiring = item.expires();
                 let old = mem::replace(slot, item);
+                self.stats.curr_expiring =
+                    self.stats.curr_expiring - u64::from(old.expires()) + u64::from(expiring);
                 drop(old);
                 self.stats.bytes = self.stats.bytes - old_size + size as u64;
                 self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
@@ -980,6 +992,7 @@ impl Shard {
         self.make_room(size, now)?;
         self.reserve_slot(size, now)?;
         let hasher = &self.hasher;
+        self.stats.curr_expiring += u64::from(item.expires());
         self.table
             .insert_unique(hash, item, |it| hasher.hash_one(it.key()));
         self.stats.bytes += size as u64;
@@ -1167,6 +1180,7 @@ fn account_removed(stats: &mut ShardStats, table_bytes: usize, item: &Item, why:
     stats.bytes -= item.size() as u64;
     stats.heap_bytes = stats.bytes + table_bytes as u64;
     stats.curr_items -= 1;
+    stats.curr_expiring -= u64::from(item.expires());
     match why {
         Removal::Client => {}
         Removal::Reclaimed => {

@@ -7,6 +7,8 @@
 pub struct ShardStats {
     /// Items held now (including dead ones not yet reclaimed).
     pub curr_items: u64,
+    /// Of those, items with an expiry (Redis's `expires` in `INFO keyspace`).
+    pub curr_expiring: u64,
     /// Items stored since start (every successful store, incr/decr-create included).
     pub total_items: u64,
     /// Sum of [`item_size`](crate::item_size) over the items held.
@@ -67,6 +69,7 @@ impl ShardStats {
     /// Adds every counter of `other` into `self` (for the server-wide `stats`).
     pub fn add(&mut self, other: &ShardStats) {
         self.curr_items += other.curr_items;
+        self.curr_expiring += other.curr_expiring;
         self.total_items += other.total_items;
         self.bytes += other.bytes;
         self.heap_bytes += other.heap_bytes;
@@ -99,6 +102,7 @@ impl ShardStats {
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
         [
             ("curr_items", self.curr_items),
+            ("curr_expiring", self.curr_expiring),
             ("total_items", self.total_items),
             ("bytes", self.bytes),
             ("heap_bytes", self.heap_bytes),
@@ -140,9 +144,10 @@ mod tests {
         let mut b = ShardStats::default();
         // Give every field a distinct value through the name list.
         let names: Vec<&str> = b.iter().map(|(n, _)| n).collect();
-        assert_eq!(names.len(), 27);
+        assert_eq!(names.len(), 28);
         b = ShardStats {
             curr_items: 1,
+            curr_expiring: 27,
             total_items: 2,
             bytes: 3,
             heap_bytes: 4,

@@ -2086,3 +2086,31 @@ fn expiry_milliseconds_and_the_flush_generation_stay_apart() {
     assert!(s.get(b"k", Now::from_millis(at - 1)).is_some());
     s.check_invariants();
 }
+
+#[test]
+fn items_with_an_expiry_are_counted() {
+    let mut s = shard();
+    let now = Now::from_secs(NOW);
+    set(&mut s, b"never", b"v", 0, NOW);
+    set(&mut s, b"soon", b"v", 10, NOW);
+    set_at_ms(&mut s, b"ms", b"v", Ttl::AtMillis(NOW_MS + 10), now);
+    assert_eq!(s.stats().curr_expiring, 2);
+    // Overwritten without one, touched to one, persisted, deleted, expired, flushed.
+    set(&mut s, b"soon", b"v", 0, NOW);
+    assert_eq!(s.stats().curr_expiring, 1);
+    s.touch(b"never", Ttl::Exptime(5), now).unwrap();
+    assert_eq!(s.stats().curr_expiring, 2);
+    s.touch(b"ms", Ttl::Exptime(0), now).unwrap();
+    assert_eq!(s.stats().curr_expiring, 1);
+    s.delete(b"never", 0, NOW).unwrap();
+    assert_eq!(s.stats().curr_expiring, 0);
+    set(&mut s, b"gone", b"v", 1, NOW);
+    assert_eq!(s.stats().curr_expiring, 1);
+    assert!(s.get(b"gone", NOW + 1).is_none());
+    assert_eq!(s.stats().curr_expiring, 0);
+    set(&mut s, b"flushed", b"v", 100, NOW);
+    s.flush_all(0, NOW);
+    s.sweep_expired(100, NOW);
+    s.check_invariants();
+    assert_eq!(s.stats().curr_expiring, 0);
+}

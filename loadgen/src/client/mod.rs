@@ -15,6 +15,7 @@
 
 pub mod binary;
 pub mod meta;
+pub mod resp;
 pub mod text;
 
 use std::fmt;
@@ -34,6 +35,8 @@ pub enum Protocol {
     Text,
     /// memcached meta commands (`mg`, `ms`, `md`, `mn`).
     Meta,
+    /// Redis's RESP (RESP2): `GET`, `SET`, `DEL` and `MGET` as arrays of bulk strings.
+    Resp,
 }
 
 impl Protocol {
@@ -43,6 +46,7 @@ impl Protocol {
             Protocol::Binary => "binary",
             Protocol::Text => "text",
             Protocol::Meta => "meta",
+            Protocol::Resp => "resp",
         }
     }
 }
@@ -237,6 +241,7 @@ impl Codec {
             Protocol::Binary => binary::encode(request, out),
             Protocol::Text => text::encode(request, out),
             Protocol::Meta => meta::encode(request, out),
+            Protocol::Resp => resp::encode(request, out),
         }
     }
 
@@ -258,6 +263,7 @@ impl Codec {
             Protocol::Binary => binary::decode(buf, expect, self.max_value, hits),
             Protocol::Text => text::decode(buf, expect, self.max_value, hits),
             Protocol::Meta => meta::decode(buf, expect, self.max_value, hits),
+            Protocol::Resp => resp::decode(buf, expect, self.max_value, hits),
         }
     }
 }

@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! frame ─▶ Ethernet: to our MAC or broadcast? ─▶ ARP ─▶ neighbor.rs (answer, learn)
-//!          └▶ demux::TcpFrame ──TCP to our address and port──▶ bucket hash(src ip, src port) ─┐
+//!          └▶ demux::TcpFrame ──TCP to our address and port(s)─▶ bucket hash(src ip, src port) ─┐
 //!                            └─anything else (ICMP, other ports)─▶ control set ─────────────┤
 //!                      Interface::poll_ingress_single(the IP packet, that set) [Medium::Ip] ┘
 //! app: serve() ─ called per connection with new data / freed send space / peer close
@@ -166,6 +166,9 @@ pub struct TableConfig {
     pub ip: Ipv4Cidr,
     /// TCP port to accept connections on (`-p, --port`).
     pub port: u16,
+    /// A second TCP port to accept connections on, served alike (memspin's `--resp-port`);
+    /// the application tells the two apart with [`Io::local_port`]. `None` (default): one port.
+    pub extra_port: Option<u16>,
     /// Most open (and closing) connections; with a shared [`Admission`], its limit (every
     /// table may take them all). Sizes the buckets.
     pub conn_limit: usize,
@@ -192,6 +195,7 @@ impl TableConfig {
             mac,
             ip,
             port,
+            extra_port: None,
             conn_limit: DEFAULT_CONN_LIMIT,
             syn_backlog: DEFAULT_SYN_BACKLOG,
             rx_buffer_bytes: DEFAULT_RX_BUFFER_BYTES,
@@ -210,7 +214,7 @@ impl TableConfig {
     }
 
     fn check(&self) -> Result<(), TableError> {
-        if self.port == 0 {
+        if self.port == 0 || self.extra_port == Some(0) {
             return Err(TableError::ZeroPort);
         }
         if self.conn_limit == 0 || self.conn_limit > MAX_CONN_LIMIT {
@@ -867,7 +871,8 @@ impl<S: Default> ConnTable<S> {
         let packet = &frame[ETHERNET_HEADER_LEN..];
         let flow = match TcpFrame::new_checked(frame) {
             Ok(tcp)
-                if tcp.dst_port() == self.config.port
+                if (tcp.dst_port() == self.config.port
+                    || Some(tcp.dst_port()) == self.config.extra_port)
                     && tcp.dst_addr() == self.config.ip.address() =>
             {
                 Some(tcp)
@@ -900,7 +905,7 @@ impl<S: Default> ConnTable<S> {
         let (src_addr, src_port) = (tcp.src_addr(), tcp.src_port());
         let bucket = self.bucket_of(src_addr, src_port);
         let armed = if tcp.is_syn() {
-            self.arm_for_syn(bucket, src_addr, src_port, src_mac)
+            self.arm_for_syn(bucket, src_addr, src_port, src_mac, tcp.dst_port())
         } else {
             self.recovery_ingress(bucket, &tcp, now);
             None
@@ -1022,15 +1027,17 @@ impl<S: Default> ConnTable<S> {
         (h >> 32) as usize & self.mask
     }
 
-    /// A SYN for a new connection from `addr:port` (at `mac`) is about to enter `bucket`:
-    /// arm a listening socket for it, unless the 4-tuple already has a live socket or the
-    /// connection limit is reached (then smoltcp answers the SYN with RST).
+    /// A SYN for a new connection from `addr:port` (at `mac`) to our `local_port` is about to
+    /// enter `bucket`: arm a listening socket on that port for it, unless the 4-tuple already
+    /// has a live socket or the connection limit is reached (then smoltcp answers the SYN with
+    /// RST).
     fn arm_for_syn(
         &mut self,
         bucket_index: usize,
         addr: Ipv4Address,
         port: u16,
         mac: [u8; 6],
+        local_port: u16,
     ) -> Option<usize> {
         let remote = IpEndpoint::new(IpAddress::Ipv4(addr), port);
         let bucket = &mut self.buckets[bucket_index];
@@ -1042,7 +1049,10 @@ impl<S: Default> ConnTable<S> {
                 continue;
             };
             let socket = bucket.sockets.get::<tcp::Socket>(handle);
-            if socket.remote_endpoint() == Some(remote) {
+            // One peer may use one source port towards both of our ports.
+            if socket.remote_endpoint() == Some(remote)
+                && socket.local_endpoint().map(|local| local.port) == Some(local_port)
+            {
                 if matches!(socket.state(), tcp::State::TimeWait | tcp::State::Closed)
                     && slot.phase == Phase::Done
                 {
@@ -1075,7 +1085,7 @@ impl<S: Default> ConnTable<S> {
         let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
         let endpoint = IpListenEndpoint {
             addr: Some(IpAddress::Ipv4(self.config.ip.address())),
-            port: self.config.port,
+            port: local_port,
         };
         // A closed or TIME-WAIT socket can always listen; on failure the SYN gets a RST.
         if socket.listen(endpoint).is_err() {
@@ -1597,6 +1607,12 @@ impl Io<'_> {
     /// The peer's address and port.
     pub fn remote_endpoint(&self) -> Option<IpEndpoint> {
         self.socket.remote_endpoint()
+    }
+
+    /// The port the connection was accepted on ([`TableConfig::port`] or
+    /// [`TableConfig::extra_port`]); 0 once the socket is closed.
+    pub fn local_port(&self) -> u16 {
+        self.socket.local_endpoint().map_or(0, |local| local.port)
     }
 
     /// Asks for a call when send space frees up: use when output is pending because the

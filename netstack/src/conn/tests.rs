@@ -220,9 +220,22 @@ fn segment(
     seq: u32,
     ack: Option<u32>,
 ) -> Vec<u8> {
+    segment_to(PORT, mac, src, port, control, seq, ack)
+}
+
+/// [`segment`] to the server's port `dst_port`.
+fn segment_to(
+    dst_port: u16,
+    mac: [u8; 6],
+    src: Ipv4Address,
+    port: u16,
+    control: TcpControl,
+    seq: u32,
+    ack: Option<u32>,
+) -> Vec<u8> {
     let tcp = TcpRepr {
         src_port: port,
-        dst_port: PORT,
+        dst_port,
         control,
         seq_number: TcpSeqNumber(seq as i32),
         ack_number: ack.map(|a| TcpSeqNumber(a as i32)),
@@ -1061,4 +1074,90 @@ fn tables_sharing_an_admission_accept_exactly_the_limit() {
         1,
         "a dropped table gives its connections back"
     );
+}
+
+/// The second port of a table that has one.
+const EXTRA_PORT: u16 = 6379;
+
+/// Answers any input with the port the connection was accepted on (two bytes, big-endian).
+fn tell_port(conn: &mut Conn<'_, Echo>) {
+    let mut buf = [0u8; 64];
+    if conn.io.recv_slice(&mut buf).unwrap_or(0) > 0 {
+        let port = conn.io.local_port().to_be_bytes();
+        assert_eq!(conn.io.send_slice(&port).unwrap(), 2);
+    }
+}
+
+#[test]
+fn a_second_port_is_served_alike_and_told_apart() {
+    let mut net = Net::with(2, |config| config.extra_port = Some(EXTRA_PORT));
+    net.connect();
+    let extra = IpEndpoint::new(IpAddress::Ipv4(server_ip().address()), EXTRA_PORT);
+    net.swarm.connect(extra, 4096, 4096).unwrap();
+    net.run_until("both established", |net| net.table.stats().active == 2);
+    for c in 0..2 {
+        net.swarm.socket(c).send_slice(b"which?").unwrap();
+    }
+    for _ in 0..100 {
+        net.now += Duration::from_micros(50);
+        net.server_step(tell_port);
+        net.swarm.poll(net.now, &mut net.client);
+    }
+    for (c, port) in [(0, PORT), (1, EXTRA_PORT)] {
+        let mut buf = [0u8; 2];
+        assert_eq!(net.swarm.socket(c).recv_slice(&mut buf).unwrap(), 2);
+        assert_eq!(u16::from_be_bytes(buf), port, "client {c}");
+    }
+    // A port the table was not given is not ours: the SYN goes to the control set (which
+    // resets it) and arms nothing.
+    let before = net.table.stats().frames_control;
+    net.inject(&segment_to(
+        11212,
+        OTHER_MAC,
+        host(9),
+        5000,
+        TcpControl::Syn,
+        1,
+        None,
+    ));
+    net.server_step(echo);
+    assert_eq!(net.table.stats().frames_control, before + 1);
+    assert_eq!(net.table.stats().handshaking, 0);
+    let config = TableConfig {
+        extra_port: Some(0),
+        ..TableConfig::new(SERVER_MAC, server_ip(), PORT)
+    };
+    let (_, mut server) = memlink::pair(4, 1500);
+    assert_eq!(
+        ConnTable::<Echo>::new(config, &mut server, Instant::ZERO).unwrap_err(),
+        TableError::ZeroPort
+    );
+}
+
+/// Regression: a SYN to the second port from a source address and port that already had a
+/// connection to the first was taken for a duplicate of that connection's SYN, and no
+/// listener was armed for it (a client may use one source port towards two destination
+/// ports).
+#[test]
+fn one_source_port_may_connect_to_both_ports() {
+    let mut net = Net::with(0, |config| config.extra_port = Some(EXTRA_PORT));
+    for port in [PORT, EXTRA_PORT] {
+        net.inject(&segment_to(
+            port,
+            OTHER_MAC,
+            host(9),
+            5000,
+            TcpControl::Syn,
+            1000,
+            None,
+        ));
+        net.server_step(echo);
+    }
+    assert_eq!(net.table.stats().handshaking, 2);
+    let frames = net.take_server_frames();
+    assert_eq!(frames.len(), 2);
+    for frame in &frames {
+        let (mac, flags, _) = sent(frame);
+        assert_eq!((mac, flags & 0x12), (OTHER_MAC, 0x12), "a SYN-ACK for each");
+    }
 }

@@ -4,8 +4,8 @@
 //! `asm.rs` (labels, jump offsets resolved at the end) and loaded with `BPF_PROG_LOAD`.
 //! It takes only memspin's traffic and leaves everything else to the kernel:
 //!
-//! - IPv4 TCP to [`Steer::ipv4`] and [`Steer::tcp_port`] (any IPv4 options, IHL 5 to 15;
-//!   the first fragment of a packet, later fragments carry no port),
+//! - IPv4 TCP to [`Steer::ipv4`] and [`Steer::tcp_port`] or [`Steer::extra_tcp_port`] (any
+//!   IPv4 options, IHL 5 to 15; the first fragment of a packet, later fragments carry no port),
 //! - ARP (IPv4 over Ethernet) whose target protocol address is [`Steer::ipv4`]: requests
 //!   for our address and replies to ours,
 //!
@@ -59,8 +59,8 @@
 //!         r4 += 18
 //!         if r4 > r3 goto pass        ; through the TCP destination port
 //!         r4 = *(u16 *)(r6 + 16)      ; TCP destination port
-//!         if w4 != PORT goto pass
-//!         goto redirect
+//!         if w4 != PORT goto pass     ; with an extra port: if w4 == PORT goto redirect
+//!         goto redirect               ;                     if w4 != EXTRA goto pass
 //! redirect:
 //!         r2 = r9
 //!         r1 = map_fd ll              ; BPF_LD_IMM64 with BPF_PSEUDO_MAP_FD: the XSKMAP
@@ -157,6 +157,8 @@ pub struct Steer {
     pub ipv4: Ipv4Addr,
     /// The server's TCP port (`-p`).
     pub tcp_port: u16,
+    /// A second TCP port of the server (`--resp-port`), if it has one.
+    pub extra_tcp_port: Option<u16>,
 }
 
 /// Where each section of the program ends.
@@ -191,7 +193,7 @@ pub fn steering_program(map_fd: RawFd, steer: &Steer) -> Vec<Insn> {
     asm.bind(arp);
     arp_for(&mut asm, steer.ipv4, exits);
     asm.bind(ipv4);
-    ipv4_tcp_to(&mut asm, steer.ipv4, steer.tcp_port, exits);
+    ipv4_tcp_to(&mut asm, steer, exits);
 
     asm.bind(exits.redirect);
     asm.mov(R2, R9);
@@ -226,8 +228,9 @@ fn arp_for(asm: &mut Asm, ip: Ipv4Addr, to: Exits) {
     asm.ja(to.redirect);
 }
 
-/// IPv4 TCP to `ip`:`port`, any header length → redirect.
-fn ipv4_tcp_to(asm: &mut Asm, ip: Ipv4Addr, port: u16, to: Exits) {
+/// IPv4 TCP to the steered address and port (or extra port), any header length → redirect.
+fn ipv4_tcp_to(asm: &mut Asm, steer: &Steer, to: Exits) {
+    let ip = steer.ipv4;
     need(asm, ETH_HLEN + IPV4_MIN_LEN, to.pass);
     asm.load(Size::B, R5, R2, IPV4_VERSION_IHL);
     asm.mov(R4, R5);
@@ -251,7 +254,12 @@ fn ipv4_tcp_to(asm: &mut Asm, ip: Ipv4Addr, port: u16, to: Exits) {
     asm.add_imm(R4, ETH_HLEN + i32::from(TCP_DST_PORT) + 2);
     asm.jmp(Cond::Gt, R4, R3, to.pass);
     asm.load(Size::H, R4, R6, ETH_HLEN as i16 + TCP_DST_PORT);
-    asm.jmp32_imm(Cond::Ne, R4, wire_u16(port), to.pass);
+    if let Some(extra) = steer.extra_tcp_port {
+        asm.jmp32_imm(Cond::Eq, R4, wire_u16(steer.tcp_port), to.redirect);
+        asm.jmp32_imm(Cond::Ne, R4, wire_u16(extra), to.pass);
+    } else {
+        asm.jmp32_imm(Cond::Ne, R4, wire_u16(steer.tcp_port), to.pass);
+    }
     asm.ja(to.redirect);
 }
 
@@ -468,6 +476,7 @@ mod tests {
     const STEER: Steer = Steer {
         ipv4: Ipv4Addr::new(10, 78, 0, 200),
         tcp_port: 11211,
+        extra_tcp_port: None,
     };
 
     /// Where a jump at `at` lands.
@@ -565,6 +574,41 @@ mod tests {
             .filter(|&at| program[at].is_jump() && target(&program, at) == pass)
             .count();
         assert_eq!(to_pass, 14, "every failed check");
+    }
+
+    // With an extra port, a TCP frame to either port is redirected and every other port
+    // still passes: one more comparison, one more jump to the redirect.
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn an_extra_port_is_steered_too() {
+        let steer = Steer {
+            extra_tcp_port: Some(6379),
+            ..STEER
+        };
+        let program = steering_program(7, &steer);
+        assert_eq!(program.len(), 53);
+        let redirect = program.len() - 8;
+        let pass = program.len() - 2;
+        let port_checks: Vec<(u32, usize)> = (0..program.len())
+            .filter(|&at| {
+                program[at].is_jump() && matches!(program[at].imm as u32, 0xcb2b | 0xeb18)
+            })
+            .map(|at| (program[at].imm as u32, target(&program, at)))
+            .collect();
+        assert_eq!(
+            port_checks,
+            [(0xcb2b, redirect), (0xeb18, pass)],
+            "11211: redirect; not 6379: pass"
+        );
+        let to_redirect = (0..program.len())
+            .filter(|&at| program[at].is_jump() && target(&program, at) == redirect)
+            .count();
+        assert_eq!(to_redirect, 3);
+        if privileged() {
+            let map = create_xskmap(4).expect("XSKMAP");
+            load_xdp_program(&steering_program(map.as_raw_fd(), &steer), Frags::No)
+                .expect("the verifier accepts it");
+        }
     }
 
     #[test]

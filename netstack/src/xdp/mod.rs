@@ -15,7 +15,7 @@
 //! ```
 //!
 //! - [`XdpProgram::attach`] loads the steering program ([`bpf`], hand-assembled with the
-//!   small assembler in `asm`) for a [`Steer`] (address and port) with an XSKMAP of one
+//!   small assembler in `asm`) for a [`Steer`] (address and ports) with an XSKMAP of one
 //!   slot per receive queue, and attaches it over rtnetlink, natively
 //!   (driver mode) where the driver supports it, else in generic (skb) mode. A program of
 //!   our name left behind by a killed run is replaced; anyone else's is refused. Dropping

@@ -27,6 +27,7 @@ const PORT: u16 = 11211;
 const STEER: Steer = Steer {
     ipv4: std::net::Ipv4Addr::new(10, 78, 0, 2),
     tcp_port: PORT,
+    extra_tcp_port: None,
 };
 
 fn is_root() -> bool {
@@ -1038,6 +1039,60 @@ fn the_program_steers_only_our_tcp_and_arp() {
         }
         // The kernel refuses to run a program on less than an Ethernet header.
         assert_eq!(bpf::test_run(program.prog(), &[0; 13]), Err(libc::EINVAL));
+    })
+    .join()
+    .expect("server thread");
+}
+
+/// With a second port, TCP to either port of our address is steered, through any header
+/// length, and other ports still pass.
+#[test]
+fn the_program_steers_a_second_port_too() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    const EXTRA: u16 = 6379;
+    let steer = Steer {
+        extra_tcp_port: Some(EXTRA),
+        ..STEER
+    };
+    let pair = VethPair::new(1);
+    pair.server(move || {
+        let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, steer).unwrap();
+        assert_eq!(program.steer(), steer);
+        let config = XdpConfig {
+            frame_size: 2048,
+            frame_count: 256,
+            ring_size: 128,
+            zero_copy: ZeroCopy::Auto,
+        };
+        let _socket = XdpDevice::bind(&program, 0, &config).expect("queue 0");
+        let run = |frame: &[u8]| bpf::test_run(program.prog(), frame).expect("BPF_PROG_TEST_RUN");
+        let options_40 = [1u8; 40];
+        for (what, frame, want) in [
+            ("the first port", tcp_to(OURS, PORT, &[]), REDIRECT),
+            ("the second port", tcp_to(OURS, EXTRA, &[]), REDIRECT),
+            (
+                "the second port, IHL 15",
+                tcp_to(OURS, EXTRA, &options_40),
+                REDIRECT,
+            ),
+            ("another port", tcp_to(OURS, EXTRA + 1, &[]), PASS),
+            ("port 22", tcp_to(OURS, 22, &[]), PASS),
+            (
+                "the second port of another address",
+                tcp_to(OTHER, EXTRA, &[]),
+                PASS,
+            ),
+            (
+                "ARP for our address",
+                ethernet(ETH_P_ARP, &arp(1, OURS)),
+                REDIRECT,
+            ),
+        ] {
+            assert_eq!(run(&frame), want, "{what}");
+        }
     })
     .join()
     .expect("server thread");

@@ -203,6 +203,16 @@ impl<'a> Command<'a> {
     pub fn arg(&self, index: usize) -> Option<&[u8]> {
         self.args().nth(index)
     }
+
+    /// The arguments from `index` on, the next one starting at `offset`: where
+    /// [`Args::offset`] said it does, for this command (or one parsed from the same bytes).
+    /// Another offset gives whatever arguments are found there, or none.
+    pub fn args_from(&self, offset: usize, index: usize) -> Args<'_> {
+        let mut args = self.args();
+        args.at = offset;
+        args.left = self.argc.saturating_sub(index);
+        args
+    }
 }
 
 /// The arguments of a [`Command`], in order.
@@ -212,6 +222,14 @@ pub struct Args<'c> {
     at: usize,
     left: usize,
     words: bool,
+}
+
+impl Args<'_> {
+    /// Where the next argument starts in the command's bytes, to go on from there later
+    /// ([`Command::args_from`]).
+    pub fn offset(&self) -> usize {
+        self.at
+    }
 }
 
 impl<'c> Iterator for Args<'c> {

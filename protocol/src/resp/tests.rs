@@ -61,6 +61,25 @@ fn a_captured_get_field_by_field() {
 }
 
 #[test]
+fn arguments_go_on_from_where_they_stopped() {
+    let inline = b"MGET a \"b c\" d\r\n";
+    for buf in [SET_THEN_PING, &inline[..], b"MGET  a  b\td\r\n"] {
+        let mut progress = Progress::default();
+        let (command, _) = Command::parse(buf, &LIMITS, &mut progress).unwrap();
+        let all: Vec<&[u8]> = command.args().collect();
+        for index in 0..=all.len() {
+            let mut args = command.args();
+            for _ in 0..index {
+                args.next();
+            }
+            let offset = args.offset();
+            let rest: Vec<&[u8]> = command.args_from(offset, index).collect();
+            assert_eq!(rest, all[index..], "{buf:?} from {index}");
+        }
+    }
+}
+
+#[test]
 fn pipelined_commands_leave_what_follows_untouched() {
     let (args, len) = parse(SET_THEN_PING).unwrap();
     assert_eq!(args, strings(&["SET", "key", "value", ""]));

@@ -60,6 +60,8 @@ pub(crate) struct Core {
     /// The number of the connection whose request runs now (0: none, or another worker's),
     /// for `watch` lines' `cfd`.
     cfd: u64,
+    /// Connection numbers handed out by this worker.
+    connections_named: u64,
 }
 
 impl Core {
@@ -88,6 +90,7 @@ impl Core {
             published_buckets: 0,
             resets: 0,
             cfd: 0,
+            connections_named: 0,
         }
     }
 
@@ -166,6 +169,17 @@ impl Core {
     #[inline]
     pub fn samples_pending(&self) -> u64 {
         self.samples_total
+    }
+
+    /// Counts `count` samples of `kind` (the parts of a request other workers answered before
+    /// it was done here).
+    #[inline]
+    pub fn sample_parts(&mut self, kind: Kind, count: u64) {
+        if count > 0 {
+            self.samples[kind as usize] += count;
+            self.sample_kinds |= 1 << kind as u8;
+            self.samples_total += count;
+        }
     }
 
     /// Counts one `other` sample: a request that made no store operation.
@@ -292,6 +306,14 @@ impl Core {
                 );
             });
         });
+    }
+
+    /// A number for a connection that asks for one (Redis's `CLIENT ID`), unique across workers
+    /// and increasing on each.
+    pub fn next_connection_id(&mut self) -> u64 {
+        self.connections_named += 1;
+        let workers = self.config.threads.max(1) as u64;
+        (self.connections_named - 1) * workers + self.config.worker as u64 + 1
     }
 
     /// A read: looks `key` up (a hit is marked fetched), counting `cmd_get`.
@@ -514,6 +536,22 @@ impl Core {
         self.shard.flush_all(delay, now);
     }
 
+    /// Empties this worker's shard now, counting `cmd_flush`: a flush, then every item
+    /// reclaimed at once (O(n) in the table's buckets), so the shard counts no item after it
+    /// as Redis's keyspace counts no key after `FLUSHALL`. Other workers empty theirs with
+    /// [`Core::clear_for_another`].
+    pub fn clear(&mut self, now: Now) {
+        self.counters.cmd_flush += 1;
+        self.sample(Kind::Flush);
+        self.clear_for_another(now);
+    }
+
+    /// This worker's share of a [`Core::clear`] another worker received (counted there).
+    pub fn clear_for_another(&mut self, now: Now) {
+        self.shard.flush_all(0, now);
+        self.shard.sweep_expired(usize::MAX, now);
+    }
+
     /// A request refused as malformed or unknown.
     pub fn protocol_error(&mut self) {
         self.counters.protocol_errors += 1;
@@ -524,9 +562,10 @@ impl Core {
         self.counters.cmd_meta += 1;
     }
 
-    /// Bytes one execution consumed and wrote, and whether it ended its connection's turn with
-    /// work left.
-    pub fn count_execution(&mut self, read: usize, written: usize, yielded: bool) {
+    /// Bytes one execution consumed and wrote, the requests it completed, and whether it ended
+    /// its connection's turn with work left.
+    pub fn count_execution(&mut self, read: usize, written: usize, requests: u64, yielded: bool) {
+        self.counters.requests += requests;
         self.counters.bytes_read += read as u64;
         self.counters.bytes_written += written as u64;
         if yielded {

@@ -149,6 +149,8 @@ pub(crate) enum Op {
     Reset,
     /// Flush this worker's shard (`flush_all` with this delay, as of `now`).
     Flush { delay: i64, now: Now },
+    /// Empty this worker's shard: flush it and reclaim every item, as of `now`.
+    Clear { now: Now },
     /// Control: this many bytes of the connection's replies were sent; its lane gets the
     /// credit back. No reply.
     Credit(usize),
@@ -336,12 +338,14 @@ pub(crate) struct Hole {
     pub stamp: Option<Stamp>,
 }
 
-/// When a forwarded request arrived (monotonic nanoseconds), its kind and the count of
+/// When a forwarded request arrived (monotonic nanoseconds), its kind, the samples it stands
+/// for (one request; a multi-key request's parts other workers answered) and the count of
 /// `stats reset`s before it (the latency instrument's), handed back with its reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stamp {
     pub arrived_ns: u64,
     pub kind: u8,
+    pub count: u32,
     pub resets: u32,
 }
 
@@ -465,6 +469,15 @@ impl Holes {
         }
     }
 
+    /// Counts one more sample in the stamp of hole `seq` (a part another worker answers).
+    pub fn count_part(&mut self, seq: u64) {
+        if let Some(index) = self.find(seq)
+            && let Some(stamp) = self.pending[index].stamp.as_mut()
+        {
+            stamp.count += 1;
+        }
+    }
+
     /// Remembers that this connection forwarded to `owner`, to tell it when the connection goes.
     fn note_owner(&mut self, owner: usize) {
         if !self.owners.contains(&owner) {
@@ -519,13 +532,18 @@ impl Holes {
             return delivered;
         };
         let hole = &mut self.pending[index];
-        hole.awaiting = hole.awaiting.saturating_sub(1);
         let mut bytes: &[u8] = &[];
         match (hole.gather.as_mut(), delivery.payload) {
             (None, Part::Bytes(reply)) => bytes = reply,
             (None, _) => {}
             (Some(gather), part) => {
                 gather.add(part);
+                // The part's request no longer waits: its share of the hole's request bytes
+                // stops counting (parts are alike; the last takes what is left), so a request
+                // of many parts that is still adding them is not held up by its own answers.
+                let share = hole.request_len / hole.awaiting.max(1);
+                hole.request_len -= share;
+                self.request_bytes -= share;
                 // The part's bytes are used up here: their credit is due at once.
                 if let Part::Bytes(reply) = part {
                     self.add_credit_due(delivery.from, reply_charge(reply.len()));
@@ -533,7 +551,8 @@ impl Holes {
             }
         }
         delivered.close = delivery.close;
-        let hole = &self.pending[index];
+        let hole = &mut self.pending[index];
+        hole.awaiting = hole.awaiting.saturating_sub(1);
         if hole.awaiting > 0 || !hole.sealed {
             return delivered;
         }
@@ -969,19 +988,25 @@ impl Forwarder {
 
     /// No more parts for the gathering hole `seq`: `own` (this worker's share, if it has one)
     /// goes to its gather, and the hole fills (into `out`) once its last answer is in, now if
-    /// all are.
-    pub fn seal(holes: &mut Holes, seq: u64, own: Option<Part<'_>>, out: &mut Vec<u8>) {
-        let Some(index) = holes.find(seq) else {
-            return;
-        };
+    /// all are; then its stamp is returned (nothing will deliver it).
+    pub fn seal(
+        holes: &mut Holes,
+        seq: u64,
+        own: Option<Part<'_>>,
+        out: &mut Vec<u8>,
+    ) -> Option<Stamp> {
+        let index = holes.find(seq)?;
         let hole = &mut holes.pending[index];
         if let (Some(gather), Some(own)) = (hole.gather.as_mut(), own) {
             gather.add(own);
         }
         hole.sealed = true;
         if hole.awaiting == 0 {
+            let stamp = hole.stamp;
             holes.fill_at(index, out, &[]);
+            return stamp;
         }
+        None
     }
 
     /// Sends `op` to every other worker and leaves one hole at the end of `out` that fills
@@ -1005,7 +1030,8 @@ impl Forwarder {
             // The caller checked that no queue holds a batch back.
             let _ = self.part(holes, seq, dest, op, 0, |_| ());
         }
-        Forwarder::seal(holes, seq, own, out);
+        // Some other worker is always waited for: nothing fills now.
+        let _ = Forwarder::seal(holes, seq, own, out);
         true
     }
 

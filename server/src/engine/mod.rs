@@ -1,7 +1,7 @@
 //! The request engine: one connection's received bytes in, its replies out.
 //!
 //! ```text
-//! received bytes ─▶ Engine::execute ─▶ the connection's adapter (binary.rs, text.rs)
+//! received bytes ─▶ Engine::execute ─▶ the connection's adapter (binary.rs, text.rs, resp.rs)
 //!                                          parses with protocol/, calls the core, emits with protocol/
 //!                  core.rs    counted store operations on this worker's Shard, statistics
 //!                  session.rs the connection's state, and what an adapter is given (Cx)
@@ -27,11 +27,14 @@
 //!
 //! A memcached connection's protocol is decided by its first byte ([`Protocol::detect`]): 0x80
 //! (the binary request magic) is the binary protocol (`binary.rs`), anything else the text
-//! protocol, whose lines may also be meta commands (`text.rs`, with `text/meta.rs`).
+//! protocol, whose lines may also be meta commands (`text.rs`, with `text/meta.rs`). A
+//! connection accepted on the RESP port (`--resp-port`) speaks Redis's RESP from its first byte
+//! (`resp.rs`; [`Session::speaking`]), on the same store.
 
 mod binary;
 mod core;
 mod forward;
+mod resp;
 mod session;
 mod text;
 
@@ -119,6 +122,32 @@ fn log_request(session: &Session, request: &[u8], reply: &[u8]) {
                 );
             }
         }
+        Some(Protocol::Resp(_)) => {
+            // The command's words, not its framing (`*3`, `$3`, ...).
+            let limits = protocol::resp::Limits {
+                max_bulk: request.len(),
+                max_command: request.len(),
+            };
+            let mut words = String::new();
+            let mut progress = protocol::resp::Progress::default();
+            if let Ok((command, _)) =
+                protocol::resp::Command::parse(request, &limits, &mut progress)
+            {
+                for arg in command.args() {
+                    if words.len() >= 200 {
+                        break;
+                    }
+                    if !words.is_empty() {
+                        words.push(' ');
+                    }
+                    words.push_str(&arg[..arg.len().min(200)].escape_ascii().to_string());
+                }
+            }
+            log::debug!("<{number} {words}");
+            if !reply.is_empty() {
+                log::debug!(">{number} {}", first_line(reply));
+            }
+        }
         _ => {
             log::debug!("<{number} {}", first_line(request));
             if !reply.is_empty() {
@@ -186,6 +215,7 @@ impl Engine {
         match protocol {
             Protocol::Binary => self.run_requests(session, input, out, now, binary::step),
             Protocol::Text => self.run_requests(session, input, out, now, text::step),
+            Protocol::Resp(_) => self.run_requests(session, input, out, now, resp::step),
         }
     }
 
@@ -219,6 +249,7 @@ impl Engine {
         }
         self.core
             .set_cfd(session.record.as_ref().map_or(0, |r| r.number));
+        let mut requests = 0;
         let stopped = |pos: usize, stop: Stop| Outcome {
             consumed: pos,
             needed: 0,
@@ -265,6 +296,7 @@ impl Engine {
                         log_request(session, &input[pos..pos + len], &out[reply_start..]);
                     }
                     pos += len;
+                    requests += 1;
                     session.spend_turn();
                     // A request that made no store operation and went to no other worker
                     // (version, stats, an error) is timed as `other`.
@@ -285,6 +317,7 @@ impl Engine {
         self.core.count_execution(
             outcome.consumed,
             out.len() - out_start,
+            requests,
             outcome.stop == Stop::Turn,
         );
         self.record_latency(session, now);
@@ -343,6 +376,7 @@ impl Engine {
                 match protocol {
                     Protocol::Binary => binary::run_forwarded(&mut cx, part, request, out),
                     Protocol::Text => text::run_forwarded(&mut cx, part, request, out),
+                    Protocol::Resp(_) => resp::run_forwarded(&mut cx, part, request, out),
                 }
                 // The request's time is recorded where it arrived, once its reply is back.
                 core.take_samples();
@@ -358,6 +392,10 @@ impl Engine {
             }
             Op::Reset => {
                 core.reset_stats();
+                Answer::Bytes { close: false }
+            }
+            Op::Clear { now } => {
+                core.clear_for_another(now);
                 Answer::Bytes { close: false }
             }
             Op::Credit(_) | Op::Release => Answer::Bytes { close: false },
@@ -384,14 +422,18 @@ impl Engine {
         self.core.count_written(delivered.spliced);
         if let Some(stamp) = delivered.stamp
             && stamp.resets == self.core.resets()
+            && stamp.count > 0
         {
             let elapsed = self
                 .core
                 .control()
                 .now_ns()
                 .saturating_sub(stamp.arrived_ns);
-            self.core
-                .record_latency(Kind::from_index(stamp.kind), elapsed, 1);
+            self.core.record_latency(
+                Kind::from_index(stamp.kind),
+                elapsed,
+                u64::from(stamp.count),
+            );
         }
         if delivered.close {
             session.close();

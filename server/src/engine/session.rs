@@ -40,6 +40,8 @@ pub enum Protocol {
     Binary,
     /// memcached's text protocol, meta commands included (any other first byte).
     Text,
+    /// Redis's RESP, in this version (RESP2 until the client says `HELLO 3`).
+    Resp(protocol::resp::Version),
 }
 
 impl Protocol {
@@ -57,6 +59,8 @@ impl Protocol {
         let code: u16 = match self {
             Protocol::Binary => 0,
             Protocol::Text => 1,
+            Protocol::Resp(protocol::resp::Version::Resp2) => 2,
+            Protocol::Resp(protocol::resp::Version::Resp3) => 3,
         };
         Form(code << 8 | u16::from(part))
     }
@@ -66,6 +70,8 @@ impl Protocol {
         let protocol = match form.0 >> 8 {
             0 => Protocol::Binary,
             1 => Protocol::Text,
+            2 => Protocol::Resp(protocol::resp::Version::Resp2),
+            3 => Protocol::Resp(protocol::resp::Version::Resp3),
             _ => return None,
         };
         Some((protocol, form.0 as u8))
@@ -138,8 +144,22 @@ pub(crate) struct Resume {
     pub at: usize,
     /// The adapter's code for the request (its command).
     pub code: u8,
-    /// The adapter's argument for the request (text `gat`: the exptime).
+    /// The adapter's argument for the request (text `gat`: the exptime; a count so far).
     pub arg: i64,
+    /// Parts of the request done (arguments taken).
+    pub index: usize,
+    /// The gathering hole the request opened, if its parts went to several workers.
+    pub gather: Option<u64>,
+}
+
+/// How far an adapter's parser got in the request at the front of the pending input, so a
+/// long request arriving in pieces is looked at once (the adapter's to keep).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Scan {
+    /// Bytes looked at (a text line: known to hold no newline).
+    pub bytes: usize,
+    /// Items checked in them (a RESP command: its arguments).
+    pub items: usize,
 }
 
 /// One connection's protocol state, kept by the packet path next to its socket.
@@ -151,9 +171,8 @@ pub struct Session {
     pub(super) skip_bytes: u64,
     /// Set once a frame asked to close (QUIT, a malformed frame): nothing more is executed.
     pub(super) closing: bool,
-    /// Bytes at the start of the pending input known to hold no end of line, so a long line
-    /// arriving in pieces is searched once (the adapter's to keep).
-    pub(crate) scanned: usize,
+    /// How far the parser got in the pending request.
+    pub(crate) scan: Scan,
     /// A request stopped part-way; it stays at the front of the input until its last part is
     /// done (the adapter's to keep).
     pub(crate) resume: Option<Resume>,
@@ -168,6 +187,10 @@ pub struct Session {
     pub(crate) record: Option<Arc<ConnRecord>>,
     /// Set once the connection became a log watcher (`watch`): nothing more is executed.
     pub(crate) watching: bool,
+    /// The name the client gave its connection (Redis's `CLIENT SETNAME`).
+    pub(crate) name: Option<Box<[u8]>>,
+    /// The connection's number once it asked for one (Redis's `CLIENT ID`); 0 before.
+    pub(crate) id: u64,
 }
 
 impl Default for Session {
@@ -176,13 +199,15 @@ impl Default for Session {
             protocol: None,
             skip_bytes: 0,
             closing: false,
-            scanned: 0,
+            scan: Scan::default(),
             resume: None,
             turn_left: usize::MAX,
             holes: Holes::default(),
             arrived_ns: 0,
             record: None,
             watching: false,
+            name: None,
+            id: 0,
         }
     }
 }
@@ -200,6 +225,11 @@ impl Session {
     /// The connection's protocol, `None` until its first byte has been executed.
     pub fn protocol(&self) -> Option<Protocol> {
         self.protocol
+    }
+
+    /// Goes on in another version of its protocol (RESP's `HELLO 3`).
+    pub(crate) fn switch(&mut self, protocol: Protocol) {
+        self.protocol = Some(protocol);
     }
 
     /// True once the connection must be closed after its pending output is sent.
@@ -368,6 +398,7 @@ impl<'a> Cx<'a> {
         self.session.holes.stamp_last(Stamp {
             arrived_ns: self.session.arrived_ns,
             kind: self.core.kind() as u8,
+            count: 1,
             resets: self.core.resets(),
         });
         Ok(())
@@ -397,6 +428,7 @@ impl<'a> Cx<'a> {
                 now: self.now,
             },
             FanOut::Reset => Op::Reset,
+            FanOut::Clear => Op::Clear { now: self.now },
         };
         let Some(forward) = self.forward.as_deref_mut() else {
             return false;
@@ -408,10 +440,77 @@ impl<'a> Cx<'a> {
             self.session.holes.stamp_last(Stamp {
                 arrived_ns: self.session.arrived_ns,
                 kind: Kind::Other as u8,
+                count: 1,
                 resets: self.core.resets(),
             });
         }
         sent
+    }
+
+    /// Opens a hole at the end of `out` whose reply `gather` writes once every part sent with
+    /// [`Cx::forward_part`] is answered and [`Cx::seal`] has said no more are coming (a
+    /// multi-key request whose keys live on several workers); returns its sequence number.
+    ///
+    /// For `stats latency` the hole stands for the parts other workers answer, each one
+    /// request of the kind named last with `Core::classify` (the parts executed here count
+    /// themselves); a request of kind `other` is one request however many parts it has.
+    pub fn gather(&mut self, gather: Box<dyn Gather>, out: &[u8]) -> Option<u64> {
+        let forward = self.forward.as_deref_mut()?;
+        let seq = forward.gather(&mut self.session.holes, Some(gather), out.len());
+        let kind = self.core.kind();
+        self.session.holes.stamp_last(Stamp {
+            arrived_ns: self.session.arrived_ns,
+            kind: kind as u8,
+            count: u32::from(kind == Kind::Other),
+            resets: self.core.resets(),
+        });
+        Some(seq)
+    }
+
+    /// Sends one part of the gathering hole `seq` to `owner` (its bytes written by `write`,
+    /// about `request_len` of them; `part` is the adapter's own code for them).
+    ///
+    /// # Errors
+    /// [`Stop::Blocked`] (nothing sent) while `owner`'s queue refuses batches.
+    pub fn forward_part(
+        &mut self,
+        seq: u64,
+        owner: usize,
+        part: u8,
+        request_len: usize,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), Stop> {
+        let form = self.form(part);
+        let Some(forward) = self.forward.as_deref_mut() else {
+            return Err(Stop::Blocked);
+        };
+        forward
+            .part(
+                &mut self.session.holes,
+                seq,
+                owner,
+                Op::Execute(form),
+                request_len,
+                write,
+            )
+            .map_err(|forward::Blocked| Stop::Blocked)?;
+        if self.core.kind() != Kind::Other {
+            self.session.holes.count_part(seq);
+        }
+        Ok(())
+    }
+
+    /// No more parts for the gathering hole `seq`; `own` is this worker's share. The reply is
+    /// written into its place in `out` once every part is answered (now, if all are).
+    pub fn seal(&mut self, seq: u64, own: Part<'_>, out: &mut Vec<u8>) {
+        // Filled now (its parts were answered while it was stopped): they are timed with this
+        // engine call's requests.
+        if let Some(stamp) = Forwarder::seal(&mut self.session.holes, seq, Some(own), out)
+            && stamp.resets == self.core.resets()
+        {
+            self.core
+                .sample_parts(Kind::from_index(stamp.kind), u64::from(stamp.count));
+        }
     }
 
     /// Why a multi-key request should stop before its next key, if it should: the output
@@ -447,4 +546,7 @@ pub(crate) enum FanOut {
     },
     /// Reset your statistics (`stats reset`).
     Reset,
+    /// Empty your shard now: flush it and reclaim every item at once (Redis's `FLUSHALL`,
+    /// after which the keyspace is empty and counts no key).
+    Clear,
 }

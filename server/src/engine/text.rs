@@ -46,13 +46,13 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
         }
         return resume_get(cx, resume, buf, out);
     }
-    match Request::parse(buf, cx.session.scanned) {
+    match Request::parse(buf, cx.session.scan.bytes) {
         Ok((request, line_len)) => {
-            cx.session.scanned = 0;
+            cx.session.scan.bytes = 0;
             dispatch(cx, request, buf, line_len, out)
         }
         Err(ParseError::Incomplete { needed, scanned }) => {
-            cx.session.scanned = scanned;
+            cx.session.scan.bytes = scanned;
             Step::Wait(needed)
         }
         Err(ParseError::Invalid {
@@ -61,7 +61,7 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
             line_len,
             swallow,
         }) => {
-            cx.session.scanned = 0;
+            cx.session.scan.bytes = 0;
             cx.core.protocol_error();
             if !noreply {
                 reply.emit_into(out);
@@ -133,6 +133,8 @@ fn dispatch(
                 at: text_len - get.keys.remainder().len(),
                 code: get_code(get.command),
                 arg: get.exptime,
+                index: 0,
+                gather: None,
             };
             return execute_get(cx, resume, get.keys, text_len, out);
         }
@@ -324,7 +326,7 @@ fn execute_get(
     }
     Response::End.emit_into(out);
     cx.session.resume = None;
-    cx.session.scanned = 0;
+    cx.session.scan.bytes = 0;
     Step::Done(resume.len)
 }
 

@@ -1,6 +1,6 @@
 //! The kernel-socket path (`--net kernel`): the same engine on ordinary TCP sockets, one
-//! SO_REUSEPORT listener and epoll set per worker (the kernel spreads connections over them),
-//! and the same cross-core forwarding as the other paths.
+//! SO_REUSEPORT listener (and one more for `--resp-port`) and epoll set per worker (the kernel
+//! spreads connections over them), and the same cross-core forwarding as the other paths.
 
 use std::io;
 use std::net::SocketAddr;
@@ -17,19 +17,37 @@ use crate::control::CloseReason;
 use crate::engine::{Engine, Replies, Stop, TURN_REQUESTS};
 use crate::stats::RawPath;
 
-/// Serves `addr` on kernel sockets until the plan's stop flag is set, one listener per worker,
-/// at most `conn_limit` connections over all of them, closing connections idle for
-/// `idle_timeout`; calls `on_ready` with the bound address once every worker serves.
+/// Where and how the kernel-socket workers serve.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelConfig {
+    /// The memcached listener's address (port 0: any free port).
+    pub addr: SocketAddr,
+    /// The RESP listener's address, if Redis clients are served (port 0: any free port).
+    pub resp_addr: Option<SocketAddr>,
+    /// Most concurrent connections, over all workers and both listeners.
+    pub conn_limit: usize,
+    /// Close connections idle this long (`--idle-timeout`); `None`: never.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// Serves on kernel sockets until the plan's stop flag is set, one listener (two with a RESP
+/// address) per worker, at most `conn_limit` connections over all of them, closing
+/// connections idle for `idle_timeout`; calls `on_ready` with the bound addresses (memcached's,
+/// RESP's) once every worker serves.
 ///
 /// # Errors
-/// When the address cannot be bound, or a worker fails (epoll).
+/// When an address cannot be bound, or a worker fails (epoll).
 pub fn run(
-    addr: SocketAddr,
-    conn_limit: usize,
-    idle_timeout: Option<Duration>,
+    config: &KernelConfig,
     plan: &Plan<'_>,
-    on_ready: impl FnOnce(SocketAddr),
+    on_ready: impl FnOnce(SocketAddr, Option<SocketAddr>),
 ) -> Result<(), String> {
+    let KernelConfig {
+        addr,
+        resp_addr,
+        conn_limit,
+        idle_timeout,
+    } = *config;
     let workers = plan.workers();
     let admission = Arc::new(Admission::new(conn_limit));
     let bind = |addr| {
@@ -38,13 +56,29 @@ pub fn run(
         table.set_idle_timeout(idle_timeout);
         Ok::<_, String>(table)
     };
-    let first = bind(addr)?;
+    let mut first = bind(addr)?;
     // With port 0 the first bind picks the port; the others share it.
     let bound = first.local_addr().map_err(|e| e.to_string())?;
+    let resp_bound = match resp_addr {
+        Some(resp_addr) => Some(
+            first
+                .listen_also(resp_addr)
+                .map_err(|e| format!("RESP on {resp_addr}: {e}"))?,
+        ),
+        None => None,
+    };
     let mut tables = vec![first];
     for _ in 1..workers {
-        tables.push(bind(bound)?);
+        let mut table = bind(bound)?;
+        if let Some(resp_bound) = resp_bound {
+            table
+                .listen_also(resp_bound)
+                .map_err(|e| format!("RESP on {resp_bound}: {e}"))?;
+        }
+        tables.push(table);
     }
+    let resp_port = resp_bound.map(|addr| addr.port());
+    plan.engine.control.set_bound_ports(bound.port(), resp_port);
     spawn(
         plan,
         tables,
@@ -56,10 +90,10 @@ pub fn run(
                     .map_err(|e| format!("epoll: {e}"))?;
             }
             ready();
-            serve(&mut table, engine, mesh, plan).map_err(|e| format!("epoll: {e}"))?;
+            serve(&mut table, engine, mesh, plan, resp_port).map_err(|e| format!("epoll: {e}"))?;
             Ok(vec![format!("kernel sockets: {:?}", table.stats())])
         },
-        || on_ready(bound),
+        || on_ready(bound, resp_bound),
     )
 }
 
@@ -68,6 +102,7 @@ fn serve(
     engine: &mut Engine,
     mesh: &mut Mesh,
     plan: &Plan<'_>,
+    resp_port: Option<u16>,
 ) -> io::Result<()> {
     let mut idle_state = IdleState::new(plan.idle);
     let clock = LoopClock::new();
@@ -97,11 +132,11 @@ fn serve(
         let mut progress = matches!(polled, netstack::Poll::Progress) || table.has_ready();
         table.serve(|conn| {
             progress = true;
-            drive(conn, engine, t);
+            drive(conn, engine, t, resp_port);
         });
         progress |= mesh.send_forwards(engine);
         progress |= mesh.receive(engine, t.now, |engine, replies| {
-            deliver(table, engine, replies, t)
+            deliver(table, engine, replies, t, resp_port)
         }) > 0;
         progress |= mesh.send_forwards(engine);
         progress |= engine.holds_refused();
@@ -111,7 +146,7 @@ fn serve(
                 table
                     .with_conn(KernelConnId::unpack(token), |conn| {
                         let taken = conn.state.push_output(bytes);
-                        drive(conn, engine, t);
+                        drive(conn, engine, t, resp_port);
                         taken
                     })
                     // A watcher that went away drops its lines.
@@ -133,7 +168,13 @@ fn serve(
 
 /// Puts other workers' replies into their connections and drives each connection once after
 /// its last reply in the message.
-fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &Replies, now: Time) {
+fn deliver(
+    table: &mut KernelTable<ClientConn>,
+    engine: &mut Engine,
+    replies: &Replies,
+    now: Time,
+    resp_port: Option<u16>,
+) {
     for index in 0..replies.len() {
         let Some(token) = replies.token(index) else {
             continue;
@@ -144,7 +185,7 @@ fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &R
                 conn.state.deliver(engine, delivery);
             }
             if last_for_conn {
-                drive(conn, engine, now);
+                drive(conn, engine, now, resp_port);
             }
         });
     }
@@ -154,9 +195,15 @@ fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &R
 /// reads more when the engine needs it, until the socket would block, it must wait (output
 /// backlog, replies from other workers), or its turn is used up ([`TURN_REQUESTS`] requests,
 /// [`TURN_READ_BYTES`] read); then, if it still has work, the table serves it again on its next
-/// pass, after the others.
-fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, time: Time) {
+/// pass, after the others. A connection accepted on `resp_port` speaks RESP.
+fn drive(
+    conn: &mut KernelConn<'_, ClientConn>,
+    engine: &mut Engine,
+    time: Time,
+    resp_port: Option<u16>,
+) {
     let token = conn.id().pack();
+    let local_port = conn.local_port();
     let (client, stream) = conn.parts();
     if client.session.record().is_none() {
         let record = engine.control().open_connection(
@@ -168,6 +215,7 @@ fn drive(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine, time: Time)
         client.session.set_record(record);
     }
     let now = time.now;
+    client.accepted_on(local_port, resp_port);
     client.session.set_token(token);
     client.session.begin_turn(TURN_REQUESTS);
     let result = (|| -> io::Result<Drive> {

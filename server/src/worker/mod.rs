@@ -619,10 +619,9 @@ impl LoopMeter {
 }
 
 /// Where a connection of this worker connected to: the served address and port.
-fn local_addr(control: &crate::control::Control) -> Option<std::net::SocketAddr> {
-    let settings = &control.settings;
-    let ip: std::net::IpAddr = settings.interface.parse().ok()?;
-    Some(std::net::SocketAddr::new(ip, settings.tcp_port))
+fn local_addr(control: &crate::control::Control, port: u16) -> Option<std::net::SocketAddr> {
+    let ip: std::net::IpAddr = control.settings.interface.parse().ok()?;
+    Some(std::net::SocketAddr::new(ip, port))
 }
 
 /// Serves connections over a smoltcp `device` until `stop` is set: ingress, serve every
@@ -630,7 +629,7 @@ fn local_addr(control: &crate::control::Control) -> Option<std::net::SocketAddr>
 /// a connection with work left is served again on the next loop, after the others), exchange
 /// forwarded requests and replies with the other workers, egress, flush; with `Idle::Park`,
 /// waits on the device and the mesh's wake-up descriptor (never past the table's next timer)
-/// after the spin budget.
+/// after the spin budget. Connections the table accepted on `resp_port` speak RESP.
 ///
 /// # Errors
 /// When the device cannot wait.
@@ -641,6 +640,7 @@ pub fn serve_smoltcp<D: Queue>(
     mesh: &mut Mesh,
     stop: &AtomicBool,
     idle: Idle,
+    resp_port: Option<u16>,
 ) -> Result<(), String> {
     let mut idle_state = IdleState::new(idle);
     let clock = LoopClock::new();
@@ -657,16 +657,16 @@ pub fn serve_smoltcp<D: Queue>(
             ns: crate::control::monotonic_ns_at(tick.at),
         };
         let ingress = table.poll_ingress(tick.net, device, INGRESS_BUDGET);
-        let mut served = table.serve(|conn| drive(conn, engine, t, &mut again));
+        let mut served = table.serve(|conn| drive(conn, engine, t, &mut again, resp_port));
         served += again.serve_turns(|id, again| {
             table.with_conn(id, |conn| {
                 conn.state.again = false;
-                drive(conn, engine, t, again)
+                drive(conn, engine, t, again, resp_port)
             })
         });
         let mut meshed = mesh.send_forwards(engine);
         meshed |= mesh.receive(engine, t.now, |engine, replies| {
-            deliver(table, engine, replies, t, &mut again)
+            deliver(table, engine, replies, t, &mut again, resp_port)
         }) > 0;
         meshed |= mesh.send_forwards(engine);
         let mut watched = false;
@@ -676,7 +676,7 @@ pub fn serve_smoltcp<D: Queue>(
                 table
                     .with_conn(ConnId::unpack(token), |conn| {
                         let taken = conn.state.push_output(bytes);
-                        drive(conn, engine, t, &mut again);
+                        drive(conn, engine, t, &mut again, resp_port);
                         taken
                     })
                     // A watcher that went away drops its lines.
@@ -775,6 +775,7 @@ fn deliver(
     replies: &Replies,
     now: Time,
     again: &mut Again,
+    resp_port: Option<u16>,
 ) {
     for index in 0..replies.len() {
         let Some(token) = replies.token(index) else {
@@ -786,7 +787,7 @@ fn deliver(
                 conn.state.deliver(engine, delivery);
             }
             if last_for_conn {
-                drive(conn, engine, now, again);
+                drive(conn, engine, now, again, resp_port);
             }
         });
     }
@@ -796,8 +797,15 @@ fn deliver(
 /// socket's receive buffer, or assembled in the connection's input buffer when a request is
 /// split across the ring's end or larger than the ring — until it needs more input, must wait
 /// (output backlog, replies from other workers, send space), or its turn is used up; then it
-/// is listed in `again` when it still has work.
-fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, time: Time, again: &mut Again) {
+/// is listed in `again` when it still has work. A connection accepted on `resp_port` speaks
+/// RESP.
+fn drive(
+    conn: &mut Conn<'_, ClientConn>,
+    engine: &mut Engine,
+    time: Time,
+    again: &mut Again,
+    resp_port: Option<u16>,
+) {
     let id = conn.id();
     let client = &mut *conn.state;
     if client.session.record().is_none() {
@@ -806,9 +814,16 @@ fn drive(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, time: Time, again
             .io
             .remote_endpoint()
             .map(|ep| std::net::SocketAddr::new(ep.addr.into(), ep.port));
-        let record =
-            control.open_connection(engine.config().worker, peer, local_addr(control), time.now);
+        let record = control.open_connection(
+            engine.config().worker,
+            peer,
+            local_addr(control, conn.io.local_port()),
+            time.now,
+        );
         client.session.set_record(record);
+    }
+    if resp_port.is_some() && client.session.protocol().is_none() {
+        client.accepted_on(conn.io.local_port(), resp_port);
     }
     client.session.set_token(id.pack());
     client.session.begin_turn(TURN_REQUESTS);

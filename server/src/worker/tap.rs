@@ -26,6 +26,8 @@ pub struct TapConfig {
     pub host_ip: Option<Cidr>,
     /// TCP port.
     pub port: u16,
+    /// The RESP port (`--resp-port`), if Redis clients are served.
+    pub resp_port: Option<u16>,
     /// Most concurrent connections, over all workers (one shared limit).
     pub conn_limit: usize,
     /// Close connections idle this long (`--idle-timeout`); `None`: never.
@@ -92,12 +94,15 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
     )
     .map_err(|e| e.to_string())?;
     let admission = Arc::new(Admission::new(config.conn_limit));
-    let table_config = table_config(
-        TableConfig::new(mac_for(config.ip), cidr(config.ip), config.port),
-        config.conn_limit,
-        config.idle_timeout,
-        config.rto_min,
-    );
+    let table_config = TableConfig {
+        extra_port: config.resp_port,
+        ..table_config(
+            TableConfig::new(mac_for(config.ip), cidr(config.ip), config.port),
+            config.conn_limit,
+            config.idle_timeout,
+            config.rto_min,
+        )
+    };
     spawn(
         plan,
         devices,
@@ -110,7 +115,15 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
             )
             .map_err(|e| e.to_string())?;
             ready();
-            serve_smoltcp(&mut device, &mut table, engine, mesh, plan.stop, plan.idle)?;
+            serve_smoltcp(
+                &mut device,
+                &mut table,
+                engine,
+                mesh,
+                plan.stop,
+                plan.idle,
+                config.resp_port,
+            )?;
             Ok(vec![
                 format!("tap {} queue counters: {}", config.iface, device.report()),
                 format!("connection table: {:?}", table.stats()),

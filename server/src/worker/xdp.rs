@@ -1,5 +1,6 @@
 //! The AF_XDP path (`--net xdp --iface NAME`): the steering program on an existing
-//! interface (TCP to `--ip`:`-p` and ARP for `--ip` to memspin, the rest to the kernel), one
+//! interface (TCP to `--ip`:`-p` and `--resp-port`, and ARP for `--ip`, to memspin, the rest
+//! to the kernel), one
 //! AF_XDP socket per worker (worker i on queue i), and the same smoltcp loop as the TAP path.
 //!
 //! ```text
@@ -42,6 +43,8 @@ pub struct XdpWorkerConfig {
     pub ip: Cidr,
     /// TCP port.
     pub port: u16,
+    /// The RESP port (`--resp-port`), if Redis clients are served.
+    pub resp_port: Option<u16>,
     /// Most concurrent connections, over all workers (one shared limit).
     pub conn_limit: usize,
     /// Close connections idle this long (`--idle-timeout`); `None`: never.
@@ -166,6 +169,7 @@ pub fn run(
     let steer = Steer {
         ipv4: config.ip.addr,
         tcp_port: config.port,
+        extra_tcp_port: config.resp_port,
     };
     let program =
         XdpProgram::attach(&config.iface, config.mode, steer).map_err(|e| e.to_string())?;
@@ -202,12 +206,15 @@ pub fn run(
         mac: program.mac(),
     };
     let admission = Arc::new(Admission::new(config.conn_limit));
-    let table_config = table_config(
-        TableConfig::new(program.mac(), cidr(config.ip), config.port),
-        config.conn_limit,
-        config.idle_timeout,
-        config.rto_min,
-    );
+    let table_config = TableConfig {
+        extra_port: config.resp_port,
+        ..table_config(
+            TableConfig::new(program.mac(), cidr(config.ip), config.port),
+            config.conn_limit,
+            config.idle_timeout,
+            config.rto_min,
+        )
+    };
     plan.engine.control.set_path_settings(ready.settings());
     let served = spawn(
         plan,
@@ -221,7 +228,15 @@ pub fn run(
             )
             .map_err(|e| e.to_string())?;
             ready();
-            let served = serve_smoltcp(&mut device, &mut table, engine, mesh, plan.stop, plan.idle);
+            let served = serve_smoltcp(
+                &mut device,
+                &mut table,
+                engine,
+                mesh,
+                plan.stop,
+                plan.idle,
+                config.resp_port,
+            );
             let lines = vec![
                 format!(
                     "xdp {} queue {} device counters: {}",

@@ -76,6 +76,12 @@ impl Veth {
         // (CHECKSUM_PARTIAL); memspin verifies every checksum and would drop those frames.
         #[rustfmt::skip]
         run("ip", &["netns", "exec", c, "ethtool", "-K", CLIENT_IFACE, "tx", "off"]);
+        // A veth hands a frame to the peer's receive queue of the sender's transmit queue,
+        // which the client kernel picks anew for a flow after a retransmission timeout
+        // (`net.core.txrehash`): with several queues a connection would move to another
+        // worker mid-stream and be reset there. A NIC's RSS hashes the 4-tuple and keeps it.
+        #[rustfmt::skip]
+        run("ip", &["netns", "exec", c, "sysctl", "-q", "-w", "net.core.txrehash=0"]);
         veth
     }
 

@@ -291,6 +291,8 @@ pub(super) fn metadump(
         at: 0,
         code: METADUMP,
         arg: 0,
+        index: 0,
+        gather: None,
     };
     dump_slices(cx, resume, out)
 }
@@ -353,7 +355,7 @@ fn dump_slices(cx: &mut Cx<'_>, mut resume: Resume, out: &mut Vec<u8>) -> Step {
     }
     Response::End.emit_into(out);
     cx.session.resume = None;
-    cx.session.scanned = 0;
+    cx.session.scan.bytes = 0;
     Step::Done(resume.len)
 }
 

@@ -1,0 +1,1134 @@
+//! RESP adapter tests: every command and error against Redis 7's replies, RESP3, inline
+//! commands, protocol errors, millisecond expiry, the other protocols' view of the same store,
+//! fragments and truncations, multi-key commands stopped part-way, and keys of another worker.
+
+use protocol::resp::{Frame, Version, value_len, write_command};
+use store::Now;
+
+use crate::engine::tests::{PIECES, engine};
+use crate::engine::*;
+
+const NOW: u64 = 1_700_000_000;
+
+fn now() -> Now {
+    Now::from_secs(NOW)
+}
+
+fn resp2() -> Session {
+    Session::speaking(Protocol::Resp(Version::Resp2))
+}
+
+fn command(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_command(&mut out, args);
+    out
+}
+
+/// Runs `input` at `now`, which must be consumed whole, and returns the replies as text.
+#[track_caller]
+fn run_at(e: &mut Engine, session: &mut Session, input: &[u8], now: Now) -> String {
+    let mut out = Vec::new();
+    let outcome = e.execute(session, input, &mut out, now);
+    assert_eq!(
+        outcome.consumed,
+        input.len(),
+        "{:?} -> {:?}",
+        String::from_utf8_lossy(input),
+        String::from_utf8_lossy(&out)
+    );
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Runs one command (its arguments as text) and returns the reply.
+#[track_caller]
+fn call(e: &mut Engine, session: &mut Session, args: &[&str]) -> String {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    run_at(e, session, &command(&args), now())
+}
+
+/// Commands and the replies redis-server 7.0.15 gives them, run in order on one connection
+/// from an empty database (expiry times read at once, so TTLs are whole).
+#[rustfmt::skip]
+const SCRIPT: &[(&[&str], &str)] = &[
+    (&["FLUSHALL"], "+OK\r\n"),
+    (&["PING"], "+PONG\r\n"),
+    (&["ping", "hello"], "$5\r\nhello\r\n"),
+    (&["PING", "a", "b"], "-ERR wrong number of arguments for 'ping' command\r\n"),
+    (&["ECHO", "x y"], "$3\r\nx y\r\n"),
+    (&["echo"], "-ERR wrong number of arguments for 'echo' command\r\n"),
+    (&["GET", "k"], "$-1\r\n"),
+    (&["SET", "k", "v"], "+OK\r\n"),
+    (&["GET", "k"], "$1\r\nv\r\n"),
+    (&["get", "k", "extra"], "-ERR wrong number of arguments for 'get' command\r\n"),
+    (&["SET", "k", "v2", "NX"], "$-1\r\n"),
+    (&["SET", "k", "v2", "XX", "GET"], "$1\r\nv\r\n"),
+    (&["SET", "k", "v3", "NX", "GET"], "$2\r\nv2\r\n"),
+    (&["GET", "k"], "$2\r\nv2\r\n"),
+    (&["SET", "new", "n", "XX"], "$-1\r\n"),
+    (&["GET", "new"], "$-1\r\n"),
+    (&["SET", "new", "n", "NX", "GET"], "$-1\r\n"),
+    (&["GET", "new"], "$1\r\nn\r\n"),
+    (&["SET", "k", "v", "EX", "0"], "-ERR invalid expire time in 'set' command\r\n"),
+    (&["SET", "k", "v", "EX", "-1"], "-ERR invalid expire time in 'set' command\r\n"),
+    (&["SET", "k", "v", "PX", "0"], "-ERR invalid expire time in 'set' command\r\n"),
+    (&["SET", "k", "v", "EX", "9223372036854775807"], "-ERR invalid expire time in 'set' command\r\n"),
+    (&["SET", "k", "v", "EX", "1.5"], "-ERR value is not an integer or out of range\r\n"),
+    (&["SET", "k", "v", "EX", "x"], "-ERR value is not an integer or out of range\r\n"),
+    (&["SET", "k", "v", "EX", "10", "PX", "100"], "-ERR syntax error\r\n"),
+    (&["SET", "k", "v", "KEEPTTL", "EX", "1"], "-ERR syntax error\r\n"),
+    (&["SET", "k", "v", "EX", "1", "KEEPTTL"], "-ERR syntax error\r\n"),
+    (&["SET", "k", "v", "NX", "XX"], "-ERR syntax error\r\n"),
+    (&["SET", "k", "v", "foo"], "-ERR syntax error\r\n"),
+    (&["SET", "k", "v", "EX"], "-ERR syntax error\r\n"),
+    (&["SET", "k", "v", "GET", "GET"], "$2\r\nv2\r\n"),
+    (&["SET", "k", "v", "foo", "EX", "x"], "-ERR syntax error\r\n"),
+    (&["SET", "gone", "v", "EXAT", "1"], "+OK\r\n"),
+    (&["GET", "gone"], "$-1\r\n"),
+    (&["SET", "gone", "v", "PXAT", "100"], "+OK\r\n"),
+    (&["EXISTS", "gone"], ":0\r\n"),
+    (&["SET", "t", "v", "EX", "100"], "+OK\r\n"),
+    (&["TTL", "t"], ":100\r\n"),
+    (&["SET", "t", "w", "KEEPTTL"], "+OK\r\n"),
+    (&["TTL", "t"], ":100\r\n"),
+    (&["SET", "t", "x"], "+OK\r\n"),
+    (&["TTL", "t"], ":-1\r\n"),
+    (&["SETNX", "k", "v"], ":0\r\n"),
+    (&["SETNX", "k2", "v"], ":1\r\n"),
+    (&["SETNX", "k2"], "-ERR wrong number of arguments for 'setnx' command\r\n"),
+    (&["SETEX", "k", "0", "v"], "-ERR invalid expire time in 'setex' command\r\n"),
+    (&["SETEX", "k", "x", "v"], "-ERR value is not an integer or out of range\r\n"),
+    (&["SETEX", "k", "100", "v"], "+OK\r\n"),
+    (&["TTL", "k"], ":100\r\n"),
+    (&["PSETEX", "k", "-1", "v"], "-ERR invalid expire time in 'psetex' command\r\n"),
+    (&["PSETEX", "k", "100000", "v"], "+OK\r\n"),
+    (&["TTL", "k"], ":100\r\n"),
+    (&["GETSET", "k", "new"], "$1\r\nv\r\n"),
+    (&["GETSET", "nokey", "x"], "$-1\r\n"),
+    (&["TTL", "k"], ":-1\r\n"),
+    (&["GETSET", "k"], "-ERR wrong number of arguments for 'getset' command\r\n"),
+    (&["GETDEL", "k"], "$3\r\nnew\r\n"),
+    (&["GETDEL", "k"], "$-1\r\n"),
+    (&["GETDEL", "a", "b"], "-ERR wrong number of arguments for 'getdel' command\r\n"),
+    (&["SET", "k", "v", "EX", "100"], "+OK\r\n"),
+    (&["GETEX", "k"], "$1\r\nv\r\n"),
+    (&["TTL", "k"], ":100\r\n"),
+    (&["GETEX", "k", "PERSIST"], "$1\r\nv\r\n"),
+    (&["TTL", "k"], ":-1\r\n"),
+    (&["GETEX", "k", "EX", "50"], "$1\r\nv\r\n"),
+    (&["TTL", "k"], ":50\r\n"),
+    (&["GETEX", "k", "EX", "0"], "-ERR invalid expire time in 'getex' command\r\n"),
+    (&["GETEX", "k", "PX", "-5"], "-ERR invalid expire time in 'getex' command\r\n"),
+    (&["GETEX", "k", "PERSIST", "EX", "5"], "-ERR syntax error\r\n"),
+    (&["GETEX", "missing", "EX", "5"], "$-1\r\n"),
+    (&["GETEX", "k", "foo"], "-ERR syntax error\r\n"),
+    (&["GETEX", "k", "EX"], "-ERR syntax error\r\n"),
+    (&["GETEX", "k", "EXAT", "1"], "$1\r\nv\r\n"),
+    (&["EXISTS", "k"], ":0\r\n"),
+    (&["MSET", "a", "1", "b", "2"], "+OK\r\n"),
+    (&["MSET", "a", "1", "b"], "-ERR wrong number of arguments for 'mset' command\r\n"),
+    (&["MSET"], "-ERR wrong number of arguments for 'mset' command\r\n"),
+    (&["MGET", "a", "b", "zz", "a"], "*4\r\n$1\r\n1\r\n$1\r\n2\r\n$-1\r\n$1\r\n1\r\n"),
+    (&["MGET"], "-ERR wrong number of arguments for 'mget' command\r\n"),
+    (&["MSETNX", "a", "1", "c", "3"], ":0\r\n"),
+    (&["MSETNX", "c", "1", "d", "3"], ":1\r\n"),
+    (&["MGET", "c", "d"], "*2\r\n$1\r\n1\r\n$1\r\n3\r\n"),
+    (&["MSETNX", "e"], "-ERR wrong number of arguments for 'msetnx' command\r\n"),
+    (&["MSETNX", "e", "1", "f"], "-ERR wrong number of arguments for 'msetnx' command\r\n"),
+    (&["DEL", "a", "a", "zz", "c"], ":2\r\n"),
+    (&["UNLINK", "b"], ":1\r\n"),
+    (&["EXISTS", "d", "d", "zz"], ":2\r\n"),
+    (&["EXISTS"], "-ERR wrong number of arguments for 'exists' command\r\n"),
+    (&["DEL"], "-ERR wrong number of arguments for 'del' command\r\n"),
+    (&["SET", "n", "10"], "+OK\r\n"),
+    (&["INCR", "n"], ":11\r\n"),
+    (&["DECR", "n"], ":10\r\n"),
+    (&["INCRBY", "n", "-5"], ":5\r\n"),
+    (&["DECRBY", "n", "3"], ":2\r\n"),
+    (&["GET", "n"], "$1\r\n2\r\n"),
+    (&["INCRBY", "n", "x"], "-ERR value is not an integer or out of range\r\n"),
+    (&["INCRBY", "n", "9223372036854775807"], "-ERR increment or decrement would overflow\r\n"),
+    (&["DECRBY", "n", "-9223372036854775808"], "-ERR decrement would overflow\r\n"),
+    (&["DECRBY", "n", "9223372036854775807"], ":-9223372036854775805\r\n"),
+    (&["SET", "n", "9223372036854775807"], "+OK\r\n"),
+    (&["INCR", "n"], "-ERR increment or decrement would overflow\r\n"),
+    (&["SET", "n", "-9223372036854775808"], "+OK\r\n"),
+    (&["DECR", "n"], "-ERR increment or decrement would overflow\r\n"),
+    (&["SET", "n", " 1"], "+OK\r\n"),
+    (&["INCR", "n"], "-ERR value is not an integer or out of range\r\n"),
+    (&["SET", "n", "01"], "+OK\r\n"),
+    (&["INCR", "n"], "-ERR value is not an integer or out of range\r\n"),
+    (&["SET", "n", "1.0"], "+OK\r\n"),
+    (&["INCR", "n"], "-ERR value is not an integer or out of range\r\n"),
+    (&["SET", "n", ""], "+OK\r\n"),
+    (&["INCR", "n"], "-ERR value is not an integer or out of range\r\n"),
+    (&["INCR", "newn"], ":1\r\n"),
+    (&["DECR", "newn2"], ":-1\r\n"),
+    (&["INCRBY", "newn3", "-7"], ":-7\r\n"),
+    (&["INCR"], "-ERR wrong number of arguments for 'incr' command\r\n"),
+    (&["INCRBY", "n"], "-ERR wrong number of arguments for 'incrby' command\r\n"),
+    (&["SET", "ttlkeep", "5", "EX", "100"], "+OK\r\n"),
+    (&["INCR", "ttlkeep"], ":6\r\n"),
+    (&["TTL", "ttlkeep"], ":100\r\n"),
+    (&["APPEND", "ap", "hello"], ":5\r\n"),
+    (&["APPEND", "ap", " world"], ":11\r\n"),
+    (&["GET", "ap"], "$11\r\nhello world\r\n"),
+    (&["STRLEN", "ap"], ":11\r\n"),
+    (&["STRLEN", "nope"], ":0\r\n"),
+    (&["APPEND", "ap"], "-ERR wrong number of arguments for 'append' command\r\n"),
+    (&["EXPIRE", "ap", "100"], ":1\r\n"),
+    (&["TTL", "ap"], ":100\r\n"),
+    (&["EXPIRE", "ap", "100", "NX"], ":0\r\n"),
+    (&["EXPIRE", "ap", "50", "GT"], ":0\r\n"),
+    (&["EXPIRE", "ap", "200", "GT"], ":1\r\n"),
+    (&["TTL", "ap"], ":200\r\n"),
+    (&["EXPIRE", "ap", "150", "LT"], ":1\r\n"),
+    (&["TTL", "ap"], ":150\r\n"),
+    (&["EXPIRE", "ap", "100", "foo"], "-ERR Unsupported option foo\r\n"),
+    (&["EXPIRE", "ap", "100", "NX", "XX"], "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n"),
+    (&["EXPIRE", "ap", "100", "GT", "LT"], "-ERR GT and LT options at the same time are not compatible\r\n"),
+    (&["EXPIRE", "ap", "x"], "-ERR value is not an integer or out of range\r\n"),
+    (&["EXPIRE", "ap", "x", "foo"], "-ERR Unsupported option foo\r\n"),
+    (&["EXPIRE", "nokey", "10"], ":1\r\n"),
+    (&["EXPIRE", "ap", "9223372036854775807"], "-ERR invalid expire time in 'expire' command\r\n"),
+    (&["PEXPIRE", "ap", "9223372036854775807"], "-ERR invalid expire time in 'pexpire' command\r\n"),
+    (&["EXPIREAT", "ap", "99999999999"], ":1\r\n"),
+    (&["PEXPIREAT", "ap", "99999999999999"], ":1\r\n"),
+    (&["PERSIST", "ap"], ":1\r\n"),
+    (&["PERSIST", "ap"], ":0\r\n"),
+    (&["TTL", "ap"], ":-1\r\n"),
+    (&["PTTL", "ap"], ":-1\r\n"),
+    (&["TTL", "nokey"], ":10\r\n"),
+    (&["PTTL", "nokey"], ":10000\r\n"),
+    (&["EXPIRE", "ap", "10", "XX"], ":0\r\n"),
+    (&["TTL", "ap"], ":-1\r\n"),
+    (&["PERSIST", "ap"], ":0\r\n"),
+    (&["EXPIRE", "ap", "10", "LT"], ":1\r\n"),
+    (&["TTL", "ap"], ":10\r\n"),
+    (&["PERSIST", "ap"], ":1\r\n"),
+    (&["EXPIRE", "ap", "10", "GT"], ":0\r\n"),
+    (&["TTL", "ap"], ":-1\r\n"),
+    (&["EXPIRE", "ap", "-1"], ":1\r\n"),
+    (&["EXISTS", "ap"], ":0\r\n"),
+    (&["PERSIST", "nokey"], ":1\r\n"),
+    (&["EXPIRE", "ap"], "-ERR wrong number of arguments for 'expire' command\r\n"),
+    (&["TTL"], "-ERR wrong number of arguments for 'ttl' command\r\n"),
+    (&["SET", "ty", "v"], "+OK\r\n"),
+    (&["TYPE", "ty"], "+string\r\n"),
+    (&["TYPE", "nokey"], "+string\r\n"),
+    (&["TYPE"], "-ERR wrong number of arguments for 'type' command\r\n"),
+    (&["SELECT", "0"], "+OK\r\n"),
+    (&["SELECT", "x"], "-ERR value is not an integer or out of range\r\n"),
+    (&["SELECT"], "-ERR wrong number of arguments for 'select' command\r\n"),
+    (&["FLUSHDB", "ASYNC"], "+OK\r\n"),
+    (&["DBSIZE"], ":0\r\n"),
+    (&["SET", "a", "1"], "+OK\r\n"),
+    (&["DBSIZE"], ":1\r\n"),
+    (&["DBSIZE", "x"], "-ERR wrong number of arguments for 'dbsize' command\r\n"),
+    (&["FLUSHALL", "SYNC"], "+OK\r\n"),
+    (&["FLUSHALL", "foo"], "-ERR syntax error\r\n"),
+    (&["FLUSHALL", "async", "sync"], "-ERR syntax error\r\n"),
+    (&["DBSIZE"], ":0\r\n"),
+    (&["CLIENT", "SETNAME", "my name"], "-ERR Client names cannot contain spaces, newlines or special characters.\r\n"),
+    (&["CLIENT", "SETNAME", "myname"], "+OK\r\n"),
+    (&["CLIENT", "GETNAME"], "$6\r\nmyname\r\n"),
+    (&["CLIENT", "SETNAME", ""], "+OK\r\n"),
+    (&["CLIENT", "GETNAME"], "$-1\r\n"),
+    (&["CLIENT"], "-ERR wrong number of arguments for 'client' command\r\n"),
+    (&["CLIENT", "foo"], "-ERR unknown subcommand 'foo'. Try CLIENT HELP.\r\n"),
+    (&["CLIENT", "SETNAME"], "-ERR wrong number of arguments for 'client|setname' command\r\n"),
+    (&["CLIENT", "GETNAME", "x"], "-ERR wrong number of arguments for 'client|getname' command\r\n"),
+    (&["CONFIG", "GET", "save"], "*2\r\n$4\r\nsave\r\n$0\r\n\r\n"),
+    (&["CONFIG", "GET", "appendonly"], "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n"),
+    (&["CONFIG", "GET", "nosuch"], "*0\r\n"),
+    (&["CONFIG", "GET"], "-ERR wrong number of arguments for 'config|get' command\r\n"),
+    (&["CONFIG", "foo"], "-ERR unknown subcommand 'foo'. Try CONFIG HELP.\r\n"),
+    (&["CONFIG"], "-ERR wrong number of arguments for 'config' command\r\n"),
+    (&["COMMAND", "foo"], "-ERR unknown subcommand 'foo'. Try COMMAND HELP.\r\n"),
+    (&["COMMAND", "COUNT", "x"], "-ERR wrong number of arguments for 'command|count' command\r\n"),
+    (&["COMMAND", "INFO", "nosuchcommand"], "*1\r\n$-1\r\n"),
+    (&["unknowncmd"], "-ERR unknown command 'unknowncmd', with args beginning with: \r\n"),
+    (&["foo", "a", "b"], "-ERR unknown command 'foo', with args beginning with: 'a' 'b' \r\n"),
+    (&["GET", "a", "b"], "-ERR wrong number of arguments for 'get' command\r\n"),
+    (&["HELLO", "4"], "-NOPROTO unsupported protocol version\r\n"),
+    (&["HELLO", "x"], "-ERR Protocol version is not an integer or out of range\r\n"),
+    (&["HELLO", "2", "auth", "a", "b"], "-WRONGPASS invalid username-password pair or user is disabled.\r\n"),
+    (&["HELLO", "3", "foo"], "-ERR Syntax error in HELLO option 'foo'\r\n"),
+    (&["HELLO", "2", "SETNAME", "bad name"], "-ERR Client names cannot contain spaces, newlines or special characters.\r\n"),
+    (&["QUIT"], "+OK\r\n"),
+];
+
+#[test]
+fn every_command_and_error_as_redis_answers_them() {
+    let mut e = engine();
+    let mut session = resp2();
+    for (args, want) in SCRIPT {
+        let got = call(&mut e, &mut session, args);
+        assert_eq!(got, *want, "{args:?}");
+    }
+    assert!(session.is_closing(), "QUIT closes");
+}
+
+#[test]
+fn the_script_in_pieces_and_pipelined_gives_the_same_replies() {
+    let mut input = Vec::new();
+    let mut want = String::new();
+    for (args, reply) in SCRIPT {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        input.extend_from_slice(&command(&args));
+        want.push_str(reply);
+    }
+    for piece in PIECES {
+        let mut e = engine();
+        let mut session = resp2();
+        let mut out = Vec::new();
+        let mut pending: Vec<u8> = Vec::new();
+        for chunk in input.chunks(piece) {
+            pending.extend_from_slice(chunk);
+            let outcome = e.execute(&mut session, &pending, &mut out, now());
+            pending.drain(..outcome.consumed);
+        }
+        assert!(pending.is_empty(), "piece {piece}");
+        assert_eq!(String::from_utf8_lossy(&out), want, "piece {piece}");
+    }
+}
+
+#[test]
+fn every_truncation_consumes_nothing_and_asks_for_more() {
+    let mut input = command(&[b"SET", b"key", b"value", b"PX", b"100"]);
+    input.extend_from_slice(b"GET key\r\n");
+    let first = command(&[b"SET", b"key", b"value", b"PX", b"100"]).len();
+    for n in 1..first {
+        let mut e = engine();
+        let mut session = resp2();
+        let mut out = Vec::new();
+        let outcome = e.execute(&mut session, &input[..n], &mut out, now());
+        assert_eq!(
+            (outcome.consumed, outcome.stop),
+            (0, Stop::Input),
+            "cut at {n}"
+        );
+        assert!(outcome.needed >= 1 && out.is_empty(), "cut at {n}");
+    }
+}
+
+#[test]
+fn resp3_after_hello_3() {
+    let mut e = engine();
+    let mut session = resp2();
+    let hello = call(&mut e, &mut session, &["HELLO"]);
+    assert!(
+        hello.starts_with("*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n"),
+        "{hello}"
+    );
+    assert!(
+        hello.contains("$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:1\r\n"),
+        "{hello}"
+    );
+    let hello = call(&mut e, &mut session, &["HELLO", "3", "SETNAME", "app"]);
+    assert!(hello.starts_with("%7\r\n$6\r\nserver\r\n"), "{hello}");
+    assert!(hello.ends_with("$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"), "{hello}");
+    assert!(
+        hello.contains("$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:1\r\n"),
+        "the same connection number: {hello}"
+    );
+    assert_eq!(session.protocol(), Some(Protocol::Resp(Version::Resp3)));
+    assert_eq!(
+        call(&mut e, &mut session, &["CLIENT", "GETNAME"]),
+        "$3\r\napp\r\n"
+    );
+    assert_eq!(call(&mut e, &mut session, &["GET", "nope"]), "_\r\n");
+    call(&mut e, &mut session, &["SET", "a", "1"]);
+    assert_eq!(
+        call(&mut e, &mut session, &["MGET", "a", "nope"]),
+        "*2\r\n$1\r\n1\r\n_\r\n"
+    );
+    assert_eq!(
+        call(&mut e, &mut session, &["CONFIG", "GET", "save"]),
+        "%1\r\n$4\r\nsave\r\n$0\r\n\r\n"
+    );
+    let info = call(&mut e, &mut session, &["INFO", "keyspace"]);
+    assert_eq!(
+        info,
+        "=48\r\ntxt:# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n\r\n"
+    );
+    // And back.
+    assert!(call(&mut e, &mut session, &["HELLO", "2"]).starts_with("*14\r\n"));
+    assert_eq!(call(&mut e, &mut session, &["GET", "nope"]), "$-1\r\n");
+    // HELLO with AUTH: the default user, whatever the password.
+    assert!(
+        call(
+            &mut e,
+            &mut session,
+            &["HELLO", "3", "AUTH", "default", "x"]
+        )
+        .starts_with("%7")
+    );
+}
+
+#[test]
+fn client_ids_are_unique_and_kept() {
+    let mut e = engine();
+    let (mut a, mut b) = (resp2(), resp2());
+    assert_eq!(call(&mut e, &mut a, &["CLIENT", "ID"]), ":1\r\n");
+    assert_eq!(call(&mut e, &mut b, &["CLIENT", "ID"]), ":2\r\n");
+    assert_eq!(call(&mut e, &mut a, &["CLIENT", "ID"]), ":1\r\n");
+    assert_eq!(
+        call(
+            &mut e,
+            &mut a,
+            &["CLIENT", "SETINFO", "LIB-NAME", "redis-py"]
+        ),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        call(&mut e, &mut a, &["CLIENT", "SETINFO", "lib-ver", "4.3.4"]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        call(&mut e, &mut a, &["CLIENT", "SETINFO", "foo", "1"]),
+        "-ERR Unrecognized option 'foo'\r\n"
+    );
+    assert_eq!(
+        call(&mut e, &mut a, &["CLIENT", "SETINFO", "lib-name", "a b"]),
+        "-ERR lib-name cannot contain spaces, newlines or special characters.\r\n"
+    );
+}
+
+#[test]
+fn inline_commands_as_redis_benchmark_and_telnet_send_them() {
+    let mut e = engine();
+    let mut session = resp2();
+    let out = run_at(
+        &mut e,
+        &mut session,
+        b"PING\r\nSET k \"a b\"\r\nget k\nMGET k nope\r\n\r\nECHO 'it\\'s'\r\n",
+        now(),
+    );
+    assert_eq!(
+        out,
+        "+PONG\r\n+OK\r\n$3\r\na b\r\n*2\r\n$3\r\na b\r\n$-1\r\n$4\r\nit's\r\n"
+    );
+}
+
+#[test]
+fn unknown_commands_are_answered_and_the_connection_goes_on() {
+    let mut e = engine();
+    let mut session = resp2();
+    let long = "x".repeat(200);
+    let got = call(&mut e, &mut session, &["FOO", &long, "b"]);
+    assert_eq!(
+        got,
+        format!(
+            "-ERR unknown command 'FOO', with args beginning with: '{}' \r\n",
+            &long[..128]
+        )
+    );
+    // A newline in a name or argument is written as a space, so the reply stays one line.
+    let got = run_at(&mut e, &mut session, &command(&[b"A\r\nB", b"c\nd"]), now());
+    assert_eq!(
+        got,
+        "-ERR unknown command 'A  B', with args beginning with: 'c d' \r\n"
+    );
+    assert!(!session.is_closing());
+    assert_eq!(call(&mut e, &mut session, &["PING"]), "+PONG\r\n");
+    assert_eq!(e.counters().protocol_errors, 2);
+}
+
+#[track_caller]
+fn closes_with(input: &[u8], want: &str) {
+    let mut e = engine();
+    let mut session = resp2();
+    let mut out = Vec::new();
+    let outcome = e.execute(&mut session, input, &mut out, now());
+    assert!(outcome.close, "{:?}", String::from_utf8_lossy(input));
+    assert_eq!(outcome.stop, Stop::Closing);
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        want,
+        "{:?}",
+        String::from_utf8_lossy(input)
+    );
+    assert_eq!(e.counters().protocol_errors, 1);
+}
+
+#[test]
+fn bad_input_gets_redis_protocol_errors_and_a_close() {
+    closes_with(
+        b"*2\r\n$3\r\nGET\r\n+k\r\n",
+        "-ERR Protocol error: expected '$', got '+'\r\n",
+    );
+    closes_with(
+        b"*1\r\n$2147483648\r\n",
+        "-ERR Protocol error: invalid bulk length\r\n",
+    );
+    closes_with(
+        b"*1\r\n$-5\r\n",
+        "-ERR Protocol error: invalid bulk length\r\n",
+    );
+    closes_with(
+        b"*x\r\n",
+        "-ERR Protocol error: invalid multibulk length\r\n",
+    );
+    closes_with(
+        b"*3000000\r\n",
+        "-ERR Protocol error: invalid multibulk length\r\n",
+    );
+    closes_with(
+        b"SET k \"v\r\n",
+        "-ERR Protocol error: unbalanced quotes in request\r\n",
+    );
+    // A bulk string over the item limit (1 MiB here), announced and never sent.
+    let over = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", (1 << 20) + 1);
+    closes_with(
+        over.as_bytes(),
+        "-ERR Protocol error: invalid bulk length\r\n",
+    );
+    // Replies before the bad command are kept.
+    closes_with(
+        b"PING\r\n*1\r\n$4\r\nPING\r\n*a\r\n",
+        "+PONG\r\n+PONG\r\n-ERR Protocol error: invalid multibulk length\r\n",
+    );
+}
+
+#[test]
+fn negative_and_zero_counts_are_nothing() {
+    let mut e = engine();
+    let mut session = resp2();
+    assert_eq!(
+        run_at(&mut e, &mut session, b"*0\r\n*-1\r\n*-7\r\nPING\r\n", now()),
+        "+PONG\r\n"
+    );
+}
+
+#[test]
+fn a_huge_announced_value_is_never_allocated() {
+    // A value of the largest size allowed, announced and then sent in pieces: the engine asks
+    // for what is missing, and only consumes it once it is all there.
+    let mut e = engine();
+    let mut session = resp2();
+    let header = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1048000\r\n";
+    let mut out = Vec::new();
+    let outcome = e.execute(&mut session, header, &mut out, now());
+    assert_eq!((outcome.consumed, outcome.needed), (0, 1_048_002));
+    assert!(out.is_empty());
+}
+
+#[test]
+fn milliseconds_are_honoured_to_the_millisecond() {
+    let mut e = engine();
+    let mut session = resp2();
+    let start = Now::from_millis(NOW * 1000 + 250);
+    let at = |ms: u64| Now::from_millis(start.millis() + ms);
+    let run = |e: &mut Engine, s: &mut Session, args: &[&[u8]], when: Now| {
+        run_at(e, s, &command(args), when)
+    };
+    assert_eq!(
+        run(
+            &mut e,
+            &mut session,
+            &[b"SET", b"k", b"v", b"PX", b"100"],
+            start
+        ),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut session, &[b"PTTL", b"k"], at(1)),
+        ":99\r\n"
+    );
+    assert_eq!(run(&mut e, &mut session, &[b"TTL", b"k"], at(1)), ":0\r\n");
+    assert_eq!(
+        run(&mut e, &mut session, &[b"GET", b"k"], at(99)),
+        "$1\r\nv\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut session, &[b"GET", b"k"], at(100)),
+        "$-1\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut session, &[b"PTTL", b"k"], at(100)),
+        ":-2\r\n"
+    );
+    // PEXPIRE, PEXPIREAT, PSETEX, SET PXAT, GETEX PX: each to the millisecond.
+    run(&mut e, &mut session, &[b"SET", b"k", b"v"], start);
+    assert_eq!(
+        run(&mut e, &mut session, &[b"PEXPIRE", b"k", b"1500"], start),
+        ":1\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut session, &[b"PTTL", b"k"], at(500)),
+        ":1000\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut session, &[b"TTL", b"k"], at(500)),
+        ":1\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut session, &[b"EXISTS", b"k"], at(1499)),
+        ":1\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut session, &[b"EXISTS", b"k"], at(1500)),
+        ":0\r\n"
+    );
+    let deadline = (start.millis() + 42).to_string();
+    run(
+        &mut e,
+        &mut session,
+        &[b"SET", b"k", b"v", b"PXAT", deadline.as_bytes()],
+        start,
+    );
+    assert_eq!(
+        run(&mut e, &mut session, &[b"PTTL", b"k"], at(2)),
+        ":40\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut session, &[b"GET", b"k"], at(42)),
+        "$-1\r\n"
+    );
+    run(&mut e, &mut session, &[b"PSETEX", b"k", b"7", b"v"], start);
+    assert_eq!(
+        run(&mut e, &mut session, &[b"GETEX", b"k", b"PX", b"30"], at(6)),
+        "$1\r\nv\r\n"
+    );
+    assert_eq!(
+        run(&mut e, &mut session, &[b"PTTL", b"k"], at(6)),
+        ":30\r\n"
+    );
+    let deadline = (start.millis() + 9).to_string();
+    assert_eq!(
+        run(
+            &mut e,
+            &mut session,
+            &[b"PEXPIREAT", b"k", deadline.as_bytes()],
+            start
+        ),
+        ":1\r\n"
+    );
+    assert_eq!(run(&mut e, &mut session, &[b"GET", b"k"], at(9)), "$-1\r\n");
+}
+
+#[test]
+fn the_same_store_as_the_memcached_protocols() {
+    let mut e = engine();
+    let mut redis = resp2();
+    let mut text = Session::default();
+    assert_eq!(
+        call(&mut e, &mut redis, &["SET", "shared", "from redis"]),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run_at(&mut e, &mut text, b"get shared\r\n", now()),
+        "VALUE shared 0 10\r\nfrom redis\r\nEND\r\n",
+        "a RESP SET stores flags 0"
+    );
+    run_at(&mut e, &mut text, b"set counter 5 0 2\r\n41\r\n", now());
+    assert_eq!(call(&mut e, &mut redis, &["INCR", "counter"]), ":42\r\n");
+    assert_eq!(
+        run_at(&mut e, &mut text, b"gets counter\r\n", now())
+            .split(' ')
+            .nth(2),
+        Some("5"),
+        "INCR keeps the item's flags"
+    );
+    run_at(&mut e, &mut text, b"set timed 0 100 1\r\nx\r\n", now());
+    assert_eq!(call(&mut e, &mut redis, &["TTL", "timed"]), ":100\r\n");
+    assert_eq!(call(&mut e, &mut redis, &["DEL", "shared"]), ":1\r\n");
+    assert_eq!(
+        run_at(&mut e, &mut text, b"get shared\r\n", now()),
+        "END\r\n"
+    );
+}
+
+#[test]
+fn info_reports_redis_fields_in_every_section() {
+    let mut e = engine();
+    let mut session = resp2();
+    call(&mut e, &mut session, &["SET", "a", "1", "EX", "100"]);
+    call(&mut e, &mut session, &["SET", "b", "2"]);
+    call(&mut e, &mut session, &["GET", "a"]);
+    call(&mut e, &mut session, &["GET", "nope"]);
+    let reply = call(&mut e, &mut session, &["INFO"]);
+    let (frame, len) = Frame::parse(reply.as_bytes()).unwrap();
+    assert_eq!(len, reply.len());
+    let Frame::Bulk(text) = frame else {
+        panic!("a bulk string in RESP2: {reply}")
+    };
+    let text = String::from_utf8_lossy(text);
+    for field in [
+        "# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\n",
+        "uptime_in_seconds:10\r\n",
+        "\r\n\r\n# Clients\r\nconnected_clients:",
+        "maxclients:1024\r\n",
+        "\r\n\r\n# Memory\r\nused_memory:",
+        "maxmemory:67108864\r\nmaxmemory_human:64.00M\r\nmaxmemory_policy:allkeys-lru\r\n",
+        "\r\n\r\n# Stats\r\ntotal_connections_received:",
+        "keyspace_hits:1\r\nkeyspace_misses:1\r\n",
+        "\r\n\r\n# Keyspace\r\ndb0:keys=2,expires=1,avg_ttl=0\r\n",
+    ] {
+        assert!(text.contains(field), "{field:?} in\n{text}");
+    }
+    assert!(text.ends_with("avg_ttl=0\r\n"), "{text}");
+    let stats = call(&mut e, &mut session, &["INFO", "STATS", "nosuch"]);
+    // Five before it, as Redis counts: a command is counted once it is done.
+    assert!(stats.contains("total_commands_processed:5\r\n"), "{stats}");
+    assert!(!stats.contains("# Server"), "{stats}");
+    assert_eq!(
+        call(&mut e, &mut session, &["INFO", "nosuch"]),
+        "$0\r\n\r\n"
+    );
+}
+
+// `stats reset` (from a memcached connection) restarts the counters INFO shares with `stats`;
+// what the keyspace holds stays.
+#[test]
+fn stats_reset_restarts_infos_counters() {
+    let mut e = engine();
+    let mut session = resp2();
+    call(&mut e, &mut session, &["SET", "a", "1", "EX", "100"]);
+    call(&mut e, &mut session, &["GET", "a"]);
+    call(&mut e, &mut session, &["GET", "nope"]);
+    let before = call(&mut e, &mut session, &["INFO"]);
+    for field in [
+        "total_commands_processed:3\r\n",
+        "keyspace_hits:1\r\nkeyspace_misses:1\r\n",
+    ] {
+        assert!(before.contains(field), "{field:?} in\n{before}");
+    }
+    let mut admin = Session::default();
+    assert_eq!(
+        run_at(&mut e, &mut admin, b"stats reset\r\n", now()),
+        "RESET\r\n"
+    );
+    let after = call(&mut e, &mut session, &["INFO"]);
+    for field in [
+        // The reset itself, as Redis counts its CONFIG RESETSTAT.
+        "total_commands_processed:1\r\n",
+        "keyspace_hits:0\r\nkeyspace_misses:0\r\n",
+        "db0:keys=1,expires=1,avg_ttl=0\r\n",
+    ] {
+        assert!(after.contains(field), "{field:?} in\n{after}");
+    }
+}
+
+#[test]
+fn config_get_matches_patterns_as_redis_does() {
+    let mut e = engine();
+    let mut session = resp2();
+    assert_eq!(
+        call(&mut e, &mut session, &["CONFIG", "GET", "MAX*"]),
+        "*6\r\n$10\r\nmaxclients\r\n$4\r\n1024\r\n$9\r\nmaxmemory\r\n$8\r\n67108864\r\n$16\r\nmaxmemory-policy\r\n$11\r\nallkeys-lru\r\n"
+    );
+    let all = call(&mut e, &mut session, &["CONFIG", "GET", "*"]);
+    assert!(all.starts_with("*16\r\n"), "{all}");
+    assert_eq!(
+        call(
+            &mut e,
+            &mut session,
+            &["CONFIG", "GET", "s?ve", "app[a-e]ndonly", "x"]
+        ),
+        "*4\r\n$10\r\nappendonly\r\n$2\r\nno\r\n$4\r\nsave\r\n$0\r\n\r\n"
+    );
+}
+
+#[test]
+fn globs() {
+    for (pattern, text, want) in [
+        ("*", "anything", true),
+        ("", "", true),
+        ("", "a", false),
+        ("a*c", "abbbc", true),
+        ("a*c", "abbbd", false),
+        ("a?c", "abc", true),
+        ("a?c", "ac", false),
+        ("[a-c]x", "bx", true),
+        ("[^a-c]x", "bx", false),
+        ("[^a-c]x", "dx", true),
+        ("\\*x", "*x", true),
+        ("\\*x", "ax", false),
+        ("*max-*-entries*", "hash-max-listpack-entries", true),
+        ("MAXMEMORY", "maxmemory", true),
+        ("**a", "a", true),
+    ] {
+        assert_eq!(
+            super::glob(pattern.as_bytes(), text.as_bytes()),
+            want,
+            "{pattern} {text}"
+        );
+    }
+}
+
+#[test]
+fn command_describes_every_command_in_well_formed_replies() {
+    let mut e = engine();
+    for version in ["2", "3"] {
+        let mut session = resp2();
+        call(&mut e, &mut session, &["HELLO", version]);
+        let count = call(&mut e, &mut session, &["COMMAND", "COUNT"]);
+        let n: usize = count.trim_start_matches(':').trim().parse().unwrap();
+        assert_eq!(n, super::COMMANDS.len());
+        for args in [
+            &["COMMAND"][..],
+            &["COMMAND", "INFO"],
+            &["COMMAND", "INFO", "get", "nosuch", "CLIENT"],
+            &["COMMAND", "DOCS"],
+            &["COMMAND", "DOCS", "set", "config"],
+        ] {
+            let reply = call(&mut e, &mut session, args);
+            assert_eq!(
+                value_len(reply.as_bytes()),
+                Ok(reply.len()),
+                "{args:?} RESP{version}"
+            );
+        }
+        let info = call(&mut e, &mut session, &["COMMAND", "INFO", "get"]);
+        assert!(
+            info.starts_with("*1\r\n*10\r\n$3\r\nget\r\n:2\r\n"),
+            "{info}"
+        );
+        let docs = call(&mut e, &mut session, &["COMMAND", "DOCS", "client"]);
+        assert!(docs.contains("$11\r\nsubcommands\r\n"), "{docs}");
+        assert!(docs.contains("$14\r\nclient|setname\r\n"), "{docs}");
+    }
+}
+
+/// A pipeline of `MGET`s of several large values, read a little at a time: each stops at the
+/// output high-water mark and goes on from its next key, and the replies are exactly those of
+/// uninterrupted runs.
+#[test]
+fn multi_key_commands_stop_at_the_high_water_mark_and_go_on() {
+    let value = vec![b'v'; 100_000];
+    let mut setup = Vec::new();
+    for i in 0..8 {
+        setup.extend_from_slice(&command(&[b"SET", format!("k{i}").as_bytes(), &value]));
+    }
+    let keys: Vec<Vec<u8>> = (0..8).map(|i| format!("k{i}").into_bytes()).collect();
+    let mut mget: Vec<&[u8]> = vec![b"MGET"];
+    mget.extend(keys.iter().map(Vec::as_slice));
+    mget.extend(keys.iter().map(Vec::as_slice));
+    let mut input = command(&mget);
+    input.extend_from_slice(&command(&[b"DEL", b"k1", b"k2", b"nope", b"k1"]));
+    input.extend_from_slice(&command(&[b"EXISTS", b"k0", b"k1", b"k3"]));
+    // One run, all at once.
+    let mut e = engine();
+    let mut session = resp2();
+    run_at(&mut e, &mut session, &setup, now());
+    let (mut whole, mut out, mut pos) = (Vec::new(), Vec::new(), 0);
+    loop {
+        let outcome = e.execute(&mut session, &input[pos..], &mut out, now());
+        pos += outcome.consumed;
+        whole.append(&mut out);
+        if outcome.stop == Stop::Input {
+            break;
+        }
+    }
+    assert_eq!(pos, input.len());
+    // The same, with at most 10,000 bytes read between calls.
+    let mut e = engine();
+    let mut session = resp2();
+    run_at(&mut e, &mut session, &setup, now());
+    let (mut out, mut read, mut pos, mut stops) = (Vec::new(), Vec::new(), 0, 0);
+    while pos < input.len() || !out.is_empty() {
+        session.begin_turn(TURN_REQUESTS);
+        let outcome = e.execute(&mut session, &input[pos..], &mut out, now());
+        pos += outcome.consumed;
+        assert!(
+            out.len() < OUT_HIGH_WATER_BYTES + value.len() + 64,
+            "bounded output"
+        );
+        if outcome.stop == Stop::Output {
+            stops += 1;
+            assert!(session.mid_request() || outcome.consumed > 0);
+        }
+        let n = out.len().min(10_000);
+        read.extend(out.drain(..n));
+    }
+    assert!(stops >= 2, "the MGET stopped part-way");
+    assert_eq!(read, whole);
+    let tail = String::from_utf8_lossy(&whole[whole.len() - 8..]).into_owned();
+    assert_eq!(tail, ":2\r\n:2\r\n");
+}
+
+fn config(workers: usize, worker: usize) -> EngineConfig {
+    EngineConfig {
+        shard: store::ShardConfig {
+            memory_limit_bytes: 16 << 20,
+            max_item_size: 1 << 20,
+        },
+        version: VERSION,
+        started_unix_secs: NOW - 10,
+        threads: workers,
+        worker,
+        conn_limit: 1024,
+        control: crate::control::Control::new(Default::default(), 0),
+    }
+}
+
+/// Runs `input` on a connection of worker 0 of two (`home`), worker 1 (`owner`) serving what
+/// is forwarded to it and its replies delivered in batches (newest first when `reverse`), the
+/// connection's output sent as it becomes sendable; returns everything sent.
+#[track_caller]
+fn run_on_two_workers(
+    home: &mut Engine,
+    owner: &mut Engine,
+    input: &[u8],
+    reverse: bool,
+) -> String {
+    let mut conn = crate::conn::ClientConn::default();
+    conn.session = resp2();
+    conn.session.set_token(9);
+    conn.input.extend(input);
+    let mut got = Vec::new();
+    for _ in 0..10_000 {
+        conn.session.begin_turn(TURN_REQUESTS);
+        conn.execute_buffered(home, now());
+        let mut batches = Vec::new();
+        home.take_forwards(|dest, batch| {
+            assert_eq!(dest, 1);
+            batches.push(batch);
+            Ok(())
+        });
+        for batch in batches {
+            owner.serve_forwarded(0, batch, now());
+        }
+        let mut messages = Vec::new();
+        owner.take_replies(|_, replies| {
+            messages.push(replies);
+            Ok(())
+        });
+        for replies in messages {
+            let mut order: Vec<usize> = (0..replies.len()).collect();
+            if reverse {
+                order.reverse();
+            }
+            for index in order {
+                conn.deliver(home, replies.get(index).unwrap());
+            }
+            owner.recycle(replies);
+        }
+        let out = conn.pending_output().to_vec();
+        conn.sent(out.len());
+        conn.settle(home);
+        got.extend_from_slice(&out);
+        if conn.input.is_empty() && !conn.awaiting_replies() && conn.pending_output().is_empty() {
+            return String::from_utf8_lossy(&got).into_owned();
+        }
+    }
+    panic!(
+        "no end: {} bytes left, {} sent",
+        conn.input.len(),
+        got.len()
+    );
+}
+
+/// A connection on worker 0 of two whose keys live on both: the replies are exactly those of
+/// one worker alone, in request order, whatever order the other worker's replies come back in.
+#[test]
+fn keys_of_another_worker_give_one_workers_replies() {
+    let keys: Vec<String> = (0..12).map(|i| format!("key:{i}")).collect();
+    assert!(keys.iter().any(|k| owner_of(k.as_bytes(), 2) == 0));
+    assert!(keys.iter().any(|k| owner_of(k.as_bytes(), 2) == 1));
+    let mut script: Vec<Vec<&str>> = Vec::new();
+    let mut mset = vec!["MSET"];
+    for key in &keys {
+        mset.push(key);
+        mset.push(key);
+    }
+    script.push(mset);
+    script.push(
+        std::iter::once("MGET")
+            .chain(keys.iter().map(String::as_str))
+            .chain(["nope"])
+            .collect(),
+    );
+    script.push(vec!["SET", &keys[1], "x", "GET"]);
+    script.push(vec!["INCR", &keys[2]]);
+    script.push(vec!["INCR", "counter"]);
+    script.push(
+        std::iter::once("EXISTS")
+            .chain(keys.iter().map(String::as_str))
+            .chain(["nope"])
+            .collect(),
+    );
+    script.push(vec![
+        "DEL", &keys[0], &keys[1], &keys[2], &keys[3], "nope", &keys[0],
+    ]);
+    script.push(vec!["UNLINK", &keys[4], &keys[5]]);
+    script.push(
+        std::iter::once("MGET")
+            .chain(keys.iter().map(String::as_str))
+            .collect(),
+    );
+    script.push(vec!["DBSIZE"]);
+    // MSETNX whose keys the other worker owns goes there whole.
+    let theirs: Vec<&str> = keys
+        .iter()
+        .filter(|k| owner_of(k.as_bytes(), 2) == 1)
+        .map(String::as_str)
+        .collect();
+    script.push(vec!["MSETNX", theirs[0], "a", theirs[1], "b"]);
+    script.push(vec!["FLUSHALL"]);
+    script.push(vec!["DBSIZE"]);
+    script.push(vec!["PING"]);
+    let mut input = Vec::new();
+    for args in &script {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        input.extend_from_slice(&command(&args));
+    }
+    // One worker alone.
+    let mut alone = Engine::new(config(1, 0));
+    let mut session = resp2();
+    let want = run_at(&mut alone, &mut session, &input, now());
+    assert!(want.ends_with(":0\r\n+PONG\r\n"), "{want}");
+    // Two workers; the other one answers in batches, newest reply first.
+    for reverse in [false, true] {
+        let mut home = Engine::new(config(2, 0));
+        let mut owner = Engine::new(config(2, 1));
+        let got = run_on_two_workers(&mut home, &mut owner, &input, reverse);
+        assert_eq!(got, want, "reverse {reverse}");
+    }
+    // MSETNX over both workers is refused rather than half done.
+    let mixed: Vec<&str> = keys
+        .iter()
+        .take(4)
+        .flat_map(|k| [k.as_str(), "v"])
+        .collect();
+    let mut home = Engine::new(config(2, 0));
+    let mut session = resp2();
+    let mut args = vec!["MSETNX"];
+    args.extend(mixed);
+    assert_eq!(
+        call(&mut home, &mut session, &args),
+        "-CROSSSLOT Keys in request don't hash to the same slot\r\n"
+    );
+}
+
+/// Regression: a `DEL` or `EXISTS` whose keys on the other worker add up to more forwarded
+/// bytes than a connection may have awaiting replies stopped for good: its parts' bytes were
+/// counted until the whole command was answered, which could not happen before it went on.
+#[test]
+fn a_multi_key_command_larger_than_the_forwarding_limit_completes() {
+    let keys: Vec<String> = (0..6000).map(|i| format!("{i:0>120}")).collect();
+    let theirs = keys
+        .iter()
+        .filter(|k| owner_of(k.as_bytes(), 2) == 1)
+        .count();
+    assert!(theirs * 120 > FORWARD_REQUEST_HIGH_WATER_BYTES);
+    let mut input = Vec::new();
+    for name in ["MSET", "EXISTS", "DEL", "EXISTS"] {
+        let mut args: Vec<&[u8]> = vec![name.as_bytes()];
+        for key in &keys {
+            args.push(key.as_bytes());
+            if name == "MSET" {
+                args.push(b"v");
+            }
+        }
+        input.extend_from_slice(&command(&args));
+    }
+    let mut home = Engine::new(config(2, 0));
+    let mut owner = Engine::new(config(2, 1));
+    let got = run_on_two_workers(&mut home, &mut owner, &input, false);
+    assert_eq!(got, "+OK\r\n:6000\r\n:6000\r\n:0\r\n");
+}
+
+/// Regression: an `MSET` pair the other worker refused (too large for `-I`) was answered
+/// `+OK`: the owner's reply was dropped. It is the command's reply now, as on one worker.
+#[test]
+fn an_mset_pair_another_worker_refuses_is_reported() {
+    let keys: Vec<String> = (0..20).map(|i| format!("key:{i}")).collect();
+    let mine = keys
+        .iter()
+        .find(|k| owner_of(k.as_bytes(), 2) == 0)
+        .unwrap();
+    let theirs = keys
+        .iter()
+        .find(|k| owner_of(k.as_bytes(), 2) == 1)
+        .unwrap();
+    let big = vec![b'x'; 1 << 20];
+    let input = command(&[b"MSET", mine.as_bytes(), b"v", theirs.as_bytes(), &big]);
+    let want = "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n";
+    let mut alone = Engine::new(config(1, 0));
+    assert_eq!(run_at(&mut alone, &mut resp2(), &input, now()), want);
+    let mut home = Engine::new(config(2, 0));
+    let mut owner = Engine::new(config(2, 1));
+    assert_eq!(
+        run_on_two_workers(&mut home, &mut owner, &input, false),
+        want
+    );
+}
+
+/// memcached's key limit holds on RESP too: a key over 250 bytes (or an empty one) is refused
+/// by the commands that store, and is simply not there for those that read or remove.
+#[test]
+fn keys_over_250_bytes_are_refused_by_stores_and_missing_for_reads() {
+    let mut e = engine();
+    let mut session = resp2();
+    let long = "k".repeat(251);
+    let bad = "-ERR key is empty or longer than 250 bytes\r\n";
+    for args in [
+        vec!["SET", &long, "v"],
+        vec!["SET", "", "v"],
+        vec!["SETEX", &long, "10", "v"],
+        vec!["SETNX", &long, "v"],
+        vec!["INCR", &long],
+        vec!["APPEND", &long, "v"],
+        vec!["MSET", "ok", "1", &long, "2"],
+        vec!["MSETNX", &long, "2"],
+    ] {
+        assert_eq!(call(&mut e, &mut session, &args), bad, "{}", args[0]);
+    }
+    for (args, want) in [
+        (vec!["GET", &long], "$-1\r\n"),
+        (vec!["GETDEL", &long], "$-1\r\n"),
+        (vec!["EXISTS", &long, "ok"], ":1\r\n"),
+        (vec!["DEL", &long], ":0\r\n"),
+        (vec!["TTL", &long], ":-2\r\n"),
+        (vec!["EXPIRE", &long, "10"], ":0\r\n"),
+        (vec!["MGET", &long, "ok"], "*2\r\n$-1\r\n$1\r\n1\r\n"),
+    ] {
+        assert_eq!(call(&mut e, &mut session, &args), want, "{}", args[0]);
+    }
+    assert_eq!(call(&mut e, &mut session, &["PING"]), "+PONG\r\n");
+}
+
+/// Regression: a multi-key command that stopped (here at the output high-water mark) was
+/// parsed again from its first argument on every call, so a command of many keys, stopping
+/// once per turn, cost its whole length per turn. The parser's progress now stays at the
+/// command's end while it is stopped.
+#[test]
+fn a_stopped_multi_key_command_is_not_walked_again() {
+    let mut e = engine();
+    let mut session = resp2();
+    let value = vec![b'v'; 100_000];
+    run_at(
+        &mut e,
+        &mut session,
+        &command(&[b"SET", b"big", &value]),
+        now(),
+    );
+    let mut args: Vec<&[u8]> = vec![b"MGET"];
+    args.extend(std::iter::repeat_n(&b"big"[..], 10));
+    let mget = command(&args);
+    let mut out = Vec::new();
+    let outcome = e.execute(&mut session, &mget, &mut out, now());
+    assert_eq!((outcome.stop, outcome.consumed), (Stop::Output, 0));
+    assert!(session.mid_request());
+    assert_eq!(
+        (session.scan.bytes, session.scan.items),
+        (mget.len(), args.len())
+    );
+    let mut read = out.len();
+    loop {
+        out.clear();
+        let outcome = e.execute(&mut session, &mget, &mut out, now());
+        read += out.len();
+        if outcome.consumed == mget.len() {
+            break;
+        }
+        assert_eq!(outcome.stop, Stop::Output);
+    }
+    assert_eq!(
+        read,
+        "*10\r\n".len() + 10 * (value.len() + "$100000\r\n\r\n".len())
+    );
+    assert_eq!(session.scan, super::super::session::Scan::default());
+}
