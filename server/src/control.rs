@@ -647,8 +647,15 @@ impl Control {
         self.path.get().map_or(&[], Vec::as_slice)
     }
 
+    /// The listeners `stats conns` lists: one per worker, and one more per worker when Redis
+    /// clients are served.
+    pub fn listeners(&self) -> u64 {
+        let workers = self.settings.cpus.len().max(1) as u64;
+        workers * (1 + u64::from(self.settings.resp_port.is_some()))
+    }
+
     /// A record for a new connection on `worker`, numbered after the listeners (numbers
-    /// `0..threads` name the workers' listeners in `stats conns`), and kept in the registry
+    /// `0..listeners` name the workers' listeners in `stats conns`), and kept in the registry
     /// `stats conns` lists; logs it and tells `watch connevents`.
     pub fn open_connection(
         self: &Arc<Self>,
@@ -657,8 +664,7 @@ impl Control {
         local: Option<SocketAddr>,
         now: Now,
     ) -> Arc<ConnRecord> {
-        let listeners = self.settings.cpus.len().max(1) as u64;
-        let number = listeners + self.next_number.fetch_add(1, Ordering::Relaxed);
+        let number = self.listeners() + self.next_number.fetch_add(1, Ordering::Relaxed);
         let record = Arc::new(ConnRecord {
             number,
             worker,

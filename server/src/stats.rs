@@ -851,16 +851,24 @@ pub fn sizes(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&str, 
     }
 }
 
-/// Calls `emit(name, value)` for every `stats conns` line: each worker's listener, then every
-/// open connection (`<number>:addr`, `:listen_addr`, `:state`, `:secs_since_last_cmd`).
+/// Calls `emit(name, value)` for every `stats conns` line: each worker's listener (then its
+/// RESP listener, when Redis clients are served), then every open connection
+/// (`<number>:addr`, `:listen_addr`, `:state`, `:secs_since_last_cmd`).
 pub fn conns(control: &Control, now: Now, mut emit: impl FnMut(&str, &dyn Display)) {
-    let set = &control.settings;
-    for worker in 0..set.cpus.len().max(1) {
+    let interface = &control.settings.interface;
+    let ports = [Some(control.tcp_port()), control.resp_port()];
+    let workers = control.settings.cpus.len().max(1);
+    for (number, port) in ports
+        .iter()
+        .flatten()
+        .flat_map(|port| std::iter::repeat_n(port, workers))
+        .enumerate()
+    {
         emit(
-            &format!("{worker}:addr"),
-            &format!("tcp:{}:{}", set.interface, set.tcp_port),
+            &format!("{number}:addr"),
+            &format!("tcp:{interface}:{port}"),
         );
-        emit(&format!("{worker}:state"), &"conn_listening");
+        emit(&format!("{number}:state"), &"conn_listening");
     }
     for record in control.connections() {
         record.stats_lines(now, &mut emit);

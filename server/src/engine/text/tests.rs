@@ -1292,3 +1292,35 @@ fn stats_conns_lists_connections_and_listeners() {
          STAT 1:state conn_parse_cmd\r\nSTAT 1:secs_since_last_cmd 3\r\nEND\r\n"
     );
 }
+
+// Two workers serving Redis clients too: four listeners, with the ports bound (port 0 asked for
+// any), then the connection numbered after them.
+#[test]
+fn stats_conns_lists_every_listener_with_its_bound_port() {
+    let mut e = engine_with_control(crate::control::Settings {
+        tcp_port: 0,
+        resp_port: Some(0),
+        interface: "127.0.0.1".into(),
+        cpus: vec![0, 1],
+        ..Default::default()
+    });
+    let control = e.control().clone();
+    control.set_bound_ports(11211, Some(6379));
+    let record = control.open_connection(0, None, None, store::Now::from(NOW));
+    assert_eq!(record.number, 4);
+    let mut session = Session::default();
+    session.set_record(record);
+    let (conns, _) = run_bytes(&mut e, &mut session, b"stats conns\r\n");
+    let listeners: Vec<&str> = conns.lines().filter(|l| l.contains(":addr")).collect();
+    assert_eq!(
+        listeners,
+        [
+            "STAT 0:addr tcp:127.0.0.1:11211",
+            "STAT 1:addr tcp:127.0.0.1:11211",
+            "STAT 2:addr tcp:127.0.0.1:6379",
+            "STAT 3:addr tcp:127.0.0.1:6379",
+        ],
+        "{conns}"
+    );
+    assert!(conns.contains("STAT 4:state conn_parse_cmd\r\n"), "{conns}");
+}
