@@ -567,11 +567,13 @@ fn render_stats(
     snapshot: &Snapshot,
 ) {
     if group == Group::Detail {
-        let dump = snapshot
+        let mut dump = snapshot
             .prefixes
             .as_ref()
             .map(|p| p.dump())
             .unwrap_or_default();
+        // memcached's value is the text reply whole, its `END` included.
+        dump.push_str("END\r\n");
         write_success_always(out, opcode, quiet, opaque, b"detailed", dump.as_bytes());
     } else {
         let mut value = String::new();

@@ -726,7 +726,10 @@ fn binary_stat_groups_are_answered_as_memcached_answers_them() {
     let dump = stat(&mut e, b"detail dump");
     assert_eq!(dump.len(), 2);
     assert_eq!(dump[0].key, b"detailed");
-    assert_eq!(dump[0].value, b"PREFIX p get 1 hit 1 set 1 del 0\r\n");
+    assert_eq!(
+        dump[0].value, b"PREFIX p get 1 hit 1 set 1 del 0\r\nEND\r\n",
+        "memcached 1.6.18's value, END included"
+    );
     assert!(terminator_only(&dump[1..]));
     assert!(terminator_only(&stat(&mut e, b"detail off")));
     assert!(!e.control().detail());
