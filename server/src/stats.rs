@@ -584,7 +584,7 @@ pub fn render(
         Group::Items => items(snapshot, &mut emit),
         Group::Slabs => slabs(snapshot, &mut emit),
         Group::Sizes => sizes(snapshot, control, &mut emit),
-        Group::Conns => conns(control, now, &mut emit),
+        Group::Conns => conns(snapshot, control, now, &mut emit),
         Group::Latency => {
             if let Some(latency) = &snapshot.latency {
                 latency.lines(&mut emit);
@@ -854,7 +854,12 @@ pub fn sizes(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&str, 
 /// Calls `emit(name, value)` for every `stats conns` line: each worker's listener (then its
 /// RESP listener, when Redis clients are served), then every open connection
 /// (`<number>:addr`, `:listen_addr`, `:state`, `:secs_since_last_cmd`).
-pub fn conns(control: &Control, now: Now, mut emit: impl FnMut(&str, &dyn Display)) {
+pub fn conns(
+    snapshot: &Snapshot,
+    control: &Control,
+    now: Now,
+    mut emit: impl FnMut(&str, &dyn Display),
+) {
     let interface = &control.settings.interface;
     let ports = [Some(control.tcp_port()), control.resp_port()];
     let workers = control.settings.cpus.len().max(1);
@@ -869,6 +874,11 @@ pub fn conns(control: &Control, now: Now, mut emit: impl FnMut(&str, &dyn Displa
             &format!("tcp:{interface}:{port}"),
         );
         emit(&format!("{number}:state"), &"conn_listening");
+        // A listener's last command is its opening, as memcached counts it.
+        emit(
+            &format!("{number}:secs_since_last_cmd"),
+            &now.secs().saturating_sub(snapshot.started_unix_secs),
+        );
     }
     for record in control.connections() {
         record.stats_lines(now, &mut emit);

@@ -58,7 +58,7 @@ pub(super) fn stats(cx: &mut Cx<'_>, group: StatsGroup, out: &mut Vec<u8>) {
             return;
         }
         StatsGroup::Conns => {
-            let snapshot = Snapshot::default();
+            let snapshot = cx.core.snapshot(Group::Conns, cx.now);
             render(out, Group::Conns, cx, &snapshot);
             return;
         }

@@ -1272,11 +1272,18 @@ fn stats_latency_counts_every_request_with_monotonic_percentiles() {
 
 #[test]
 fn stats_conns_lists_connections_and_listeners() {
-    let mut e = engine_with_control(crate::control::Settings {
-        tcp_port: 11211,
-        interface: "127.0.0.1".into(),
-        cpus: vec![0],
-        ..Default::default()
+    let mut e = Engine::new(EngineConfig {
+        control: crate::control::Control::new(
+            crate::control::Settings {
+                tcp_port: 11211,
+                interface: "127.0.0.1".into(),
+                cpus: vec![0],
+                ..Default::default()
+            },
+            0,
+        ),
+        started_unix_secs: NOW - 100,
+        ..super::super::tests::engine_config()
     });
     let control = e.control().clone();
     let peer = "127.0.0.1:40000".parse().unwrap();
@@ -1288,6 +1295,7 @@ fn stats_conns_lists_connections_and_listeners() {
     assert_eq!(
         conns,
         "STAT 0:addr tcp:127.0.0.1:11211\r\nSTAT 0:state conn_listening\r\n\
+         STAT 0:secs_since_last_cmd 100\r\n\
          STAT 1:addr tcp:127.0.0.1:40000\r\nSTAT 1:listen_addr tcp:127.0.0.1:11211\r\n\
          STAT 1:state conn_parse_cmd\r\nSTAT 1:secs_since_last_cmd 3\r\nEND\r\n"
     );
