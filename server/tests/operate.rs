@@ -450,7 +450,21 @@ fn tap_packet_counters_are_in_stats_and_stats_workers() {
 
 #[test]
 fn kernel_verbosity_logs_one_event_per_line() {
-    let mut server = start_kernel(&["-vv"]);
+    check_verbosity(start_kernel(&["-vv"]), "127.0.0.1");
+}
+
+#[test]
+fn tap_verbosity_logs_one_event_per_line() {
+    let ns = Netns::new();
+    let server = start_tap(&ns, &["-vv"]);
+    ns.enter();
+    check_verbosity(server, "10.77.0.1");
+}
+
+/// With `-vv` a connection and its requests are logged, until `verbosity 0`; every line is
+/// whole. `peer`: the client's address as memspin sees it.
+#[track_caller]
+fn check_verbosity(mut server: Server, peer: &str) {
     let mut c = TextClient::connect(server.addr);
     c.call(b"set logged 0 0 1\r\nx\r\n").unwrap();
     c.call(b"verbosity 0\r\n").unwrap();
@@ -460,7 +474,7 @@ fn kernel_verbosity_logs_one_event_per_line() {
     assert!(status.is_some_and(|s| s.success()), "{stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
     let line_with = |text: &str| lines.iter().find(|l| l.contains(text)).copied();
-    let new = line_with("new client connection from 127.0.0.1:").expect("connection logged");
+    let new = line_with(&format!("new client connection from {peer}:")).expect("connection logged");
     assert!(new.contains(" DEBUG memspin-w0: <"), "{new}");
     assert!(line_with("set logged 0 0 1").is_some(), "{stderr}");
     assert!(
@@ -490,7 +504,21 @@ fn kernel_verbosity_logs_one_event_per_line() {
 #[test]
 fn kernel_dash_m_refuses_stores_when_memory_is_full() {
     let server = start_kernel(&["-M", "-m", "2"]);
-    let mut c = TextClient::connect(server.addr);
+    check_dash_m(server.addr);
+}
+
+#[test]
+fn tap_dash_m_refuses_stores_when_memory_is_full() {
+    let ns = Netns::new();
+    let server = start_tap(&ns, &["-M", "-m", "2"]);
+    ns.enter();
+    check_dash_m(server.addr);
+}
+
+/// Stores past `-m 2` are refused with memcached's error, counted, and nothing is evicted.
+#[track_caller]
+fn check_dash_m(addr: SocketAddr) {
+    let mut c = TextClient::connect(addr);
     let value = "v".repeat(100_000);
     let mut stored = 0;
     let mut refused = 0;
@@ -520,13 +548,42 @@ fn kernel_dash_m_refuses_stores_when_memory_is_full() {
 
 #[test]
 fn kernel_shutdown_needs_dash_a() {
-    let server = start_kernel(&[]);
-    let mut c = TextClient::connect(server.addr);
+    check_shutdown(start_kernel(&[]), start_kernel(&["-A"]));
+}
+
+#[test]
+fn tap_shutdown_needs_dash_a() {
+    let ns = Netns::new();
+    let without = start_tap(&ns, &[]);
+    ns.enter();
+    let mut c = TextClient::connect(without.addr);
     assert_eq!(
         c.call(b"shutdown\r\n").unwrap(),
         b"ERROR: shutdown not enabled\r\n"
     );
-    let mut server = start_kernel(&["-A"]);
+    drop(c);
+    drop(without);
+    // One TAP device per namespace: the second server once the first is gone.
+    let ns = Netns::new();
+    let with = start_tap(&ns, &["-A"]);
+    ns.enter();
+    check_shutdown_stops(with);
+}
+
+/// `shutdown` is refused by `without` (no `-A`) and stops `with` (`-A`).
+#[track_caller]
+fn check_shutdown(without: Server, with: Server) {
+    let mut c = TextClient::connect(without.addr);
+    assert_eq!(
+        c.call(b"shutdown\r\n").unwrap(),
+        b"ERROR: shutdown not enabled\r\n"
+    );
+    check_shutdown_stops(with);
+}
+
+/// `shutdown` closes the connection without a reply and the server exits with success.
+#[track_caller]
+fn check_shutdown_stops(mut server: Server) {
     let mut c = TextClient::connect(server.addr);
     c.send(b"shutdown\r\n").unwrap();
     assert_eq!(c.read_to_close().unwrap(), b"", "closed without a reply");
@@ -553,6 +610,25 @@ fn kernel_operator_commands_answer_as_memcached_answers_them() {
     // crawler answers asynchronously and may drop what is pipelined behind it.)
     let server = start_kernel(&[]);
     let memcached = Memcached::start();
+    let theirs = TextClient::connect(memcached.addr);
+    check_operator_commands(TextClient::connect(server.addr), theirs);
+}
+
+#[test]
+fn tap_operator_commands_answer_as_memcached_answers_them() {
+    // memcached listens on this namespace's loopback: connect before entering the test's.
+    let memcached = Memcached::start();
+    let theirs = TextClient::connect(memcached.addr);
+    let ns = Netns::new();
+    let server = start_tap(&ns, &[]);
+    ns.enter();
+    check_operator_commands(TextClient::connect(server.addr), theirs);
+}
+
+/// The same admin lines to memspin (`ours`) and to memcached 1.6 on this machine (`theirs`),
+/// answered alike where their state agrees.
+#[track_caller]
+fn check_operator_commands(mut ours: TextClient, mut theirs: TextClient) {
     let script: &[&[u8]] = &[
         b"stats detail on\r\n",
         b"get foo:bar\r\nset foo:x 0 0 1\r\nx\r\ndelete foo:q\r\nget foo:x\r\nget nocolon\r\n",
@@ -569,11 +645,19 @@ fn kernel_operator_commands_answer_as_memcached_answers_them() {
         b"verbosity 1\r\n",
         b"lru_crawler metadump 0\r\n",
         b"lru_crawler bogus\r\n",
+        b"lru_crawler metadump x\r\n",
         b"shutdown\r\n",
+        b"shutdown bogus\r\n",
         b"stats sizes_disable\r\n",
+        b"stats sizes_enable\r\n",
+        b"slabs automove ratio x\r\n",
+        b"slabs automove 3\r\n",
+        b"slabs reassign x y\r\n",
+        b"watch bogus\r\n",
+        b"verbosity 1 2 3\r\n",
+        b"stats detail bogus\r\n",
+        b"stats reset extra\r\n",
     ];
-    let mut ours = TextClient::connect(server.addr);
-    let mut theirs = TextClient::connect(memcached.addr);
     for &line in script {
         let a = ours.call(line).unwrap();
         let b = theirs.call(line).unwrap();
@@ -587,10 +671,10 @@ fn kernel_operator_commands_answer_as_memcached_answers_them() {
 }
 
 // Regression: with several workers `stats settings` (answered by one worker) reported that
-// worker's share of `-m` as `maxbytes`.
+// worker's share of `-m` as `maxbytes`; and it said port 0 when asked for any.
 #[test]
 fn kernel_settings_report_the_whole_memory_budget() {
-    let server = start_kernel(&["-t", "2", "-m", "64", "-c", "100", "-A"]);
+    let server = start_kernel(&["-t", "2", "-m", "64", "-c", "100", "-A", "--resp-port", "0"]);
     let mut c = TextClient::connect(server.addr);
     let settings = String::from_utf8(c.call(b"stats settings\r\n").unwrap()).unwrap();
     assert_eq!(stat(&settings, "maxbytes"), Some(64 << 20), "{settings}");
@@ -598,6 +682,23 @@ fn kernel_settings_report_the_whole_memory_budget() {
     assert_eq!(stat(&settings, "num_threads"), Some(2));
     assert!(settings.contains("STAT shutdown_command yes\r\n"));
     assert!(settings.contains("STAT memspin_net kernel\r\n"));
+    assert_eq!(
+        stat(&settings, "tcpport"),
+        Some(u64::from(server.addr.port()))
+    );
+    let resp_port = stat(&settings, "memspin_resp_port").expect("memspin_resp_port");
+    assert!(
+        server
+            .ready_line
+            .contains(&format!("RESP on 127.0.0.1:{resp_port}")),
+        "{settings}\n{}",
+        server.ready_line
+    );
+    let conns = String::from_utf8(c.call(b"stats conns\r\n").unwrap()).unwrap();
+    assert!(
+        conns.contains(&format!("STAT 3:addr tcp:127.0.0.1:{resp_port}\r\n")),
+        "two listeners per worker: {conns}"
+    );
     let stats = String::from_utf8(c.call(b"stats\r\n").unwrap()).unwrap();
     assert_eq!(stat(&stats, "limit_maxbytes"), Some(64 << 20), "{stats}");
 }
