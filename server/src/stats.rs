@@ -485,6 +485,83 @@ pub enum Group {
     Latency,
     /// `stats workers`: each worker's loop and packet-path figures.
     Workers,
+    /// `stats cachedump 1 <limit>`: up to `limit` items (0: no count limit), at most
+    /// [`CACHEDUMP_MAX_BYTES`] of lines.
+    CacheDump {
+        /// Items at most; 0 for no count limit.
+        limit: u32,
+    },
+}
+
+/// The most `stats cachedump` writes before its `END`, as memcached caps it (2 MiB).
+pub const CACHEDUMP_MAX_BYTES: usize = 2 << 20;
+
+/// `stats cachedump` lines, `ITEM <key> [<bytes> b; <expiry> s]` as memcached writes them
+/// (the value's length, the expiry in unix seconds or 0), up to a count and
+/// [`CACHEDUMP_MAX_BYTES`].
+#[derive(Debug, Clone, Default)]
+pub struct CacheDump {
+    /// Items at most; 0 for no count limit.
+    limit: u32,
+    /// The lines, one after another.
+    text: Vec<u8>,
+    /// Where each line ends in `text`.
+    ends: Vec<usize>,
+    full: bool,
+}
+
+impl CacheDump {
+    /// An empty dump of at most `limit` items (0: as many as fit).
+    pub fn new(limit: u32) -> CacheDump {
+        CacheDump {
+            limit,
+            ..CacheDump::default()
+        }
+    }
+
+    /// True once no more lines fit.
+    pub fn is_full(&self) -> bool {
+        self.full
+    }
+
+    /// Adds one item's line, unless the dump is full.
+    pub fn add(&mut self, key: &[u8], bytes: usize, expiry: u64) {
+        use std::io::Write as _;
+        let mut line = Vec::with_capacity(key.len() + 32);
+        line.extend_from_slice(b"ITEM ");
+        line.extend_from_slice(key);
+        let _ = write!(line, " [{bytes} b; {expiry} s]\r\n");
+        self.add_line(&line);
+    }
+
+    fn add_line(&mut self, line: &[u8]) {
+        if self.full {
+            return;
+        }
+        if self.text.len() + line.len() > CACHEDUMP_MAX_BYTES {
+            self.full = true;
+            return;
+        }
+        self.text.extend_from_slice(line);
+        self.ends.push(self.text.len());
+        if self.limit != 0 && self.ends.len() >= self.limit as usize {
+            self.full = true;
+        }
+    }
+
+    /// Adds another worker's lines while they fit.
+    pub fn merge(&mut self, other: &CacheDump) {
+        let mut start = 0;
+        for &end in &other.ends {
+            self.add_line(&other.text[start..end]);
+            start = end;
+        }
+    }
+
+    /// The lines, `\r\n` after each.
+    pub fn text(&self) -> &[u8] {
+        &self.text
+    }
 }
 
 impl Group {
@@ -526,6 +603,8 @@ pub struct Snapshot {
     pub prefixes: Option<Prefixes>,
     /// `stats latency`: the histograms.
     pub latency: Option<Box<Latency>>,
+    /// `stats cachedump`: `ITEM` lines (each worker's, one after another).
+    pub cachedump: Option<CacheDump>,
 }
 
 impl Snapshot {
@@ -557,6 +636,12 @@ impl Snapshot {
                 None => self.latency = Some(theirs.clone()),
             }
         }
+        if let Some(theirs) = &other.cachedump {
+            match self.cachedump.as_mut() {
+                Some(mine) => mine.merge(theirs),
+                None => self.cachedump = Some(theirs.clone()),
+            }
+        }
     }
 
     /// Every worker's loop figures summed.
@@ -570,7 +655,8 @@ impl Snapshot {
 }
 
 /// Calls `emit(name, value)` for every line of `group`, in memcached's order; `now` is the
-/// request's clock. [`Group::Detail`] has no `STAT` lines: see [`Prefixes::dump`].
+/// request's clock. [`Group::Detail`] has no `STAT` lines (see [`Prefixes::dump`]), nor has
+/// [`Group::CacheDump`] (see [`CacheDump`]).
 pub fn render(
     group: Group,
     snapshot: &Snapshot,
@@ -591,7 +677,7 @@ pub fn render(
             }
         }
         Group::Workers => workers(snapshot, &mut emit),
-        Group::Detail => {}
+        Group::Detail | Group::CacheDump { .. } => {}
     }
 }
 

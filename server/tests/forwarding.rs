@@ -804,3 +804,24 @@ fn resp_commands_are_timed_per_key_across_workers() {
     assert_eq!(count("delete"), "2", "{stats}");
     assert_eq!(count("other"), "2", "{stats}");
 }
+
+// `stats cachedump` over two workers: every worker's items, and the limit holds over all.
+#[test]
+fn stats_cachedump_covers_every_worker() {
+    let (l, r) = keys();
+    let mut script = String::new();
+    for k in l.iter().chain(r.iter()) {
+        script += &format!("set {k} 0 0 1\r\nx\r\n");
+    }
+    script += "stats cachedump 1 0\r\nstats cachedump 1 3\r\n";
+    let text = String::from_utf8(forwarded(&[script.as_bytes()], false)).unwrap();
+    let dumps: Vec<&str> = text.split("END\r\n").collect();
+    assert_eq!(dumps.len(), 3, "{text}");
+    for k in l.iter().chain(r.iter()) {
+        assert!(
+            dumps[0].contains(&format!("ITEM {k} [1 b; 0 s]\r\n")),
+            "{k} in {text}"
+        );
+    }
+    assert_eq!(dumps[1].matches("ITEM ").count(), 3, "{text}");
+}

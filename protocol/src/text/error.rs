@@ -73,6 +73,10 @@ pub enum ErrorReply {
     SameClass,
     /// `BADCLASS invalid src or dst class id` (`slabs reassign`).
     BadReassignClass,
+    /// `CLIENT_ERROR bad command line` (`stats cachedump` without its class and limit).
+    BadCommandLine,
+    /// `CLIENT_ERROR Illegal slab id` (`stats cachedump` of a class number past memcached's).
+    IllegalSlabId,
 }
 
 impl ErrorReply {
@@ -115,6 +119,8 @@ impl ErrorReply {
             ErrorReply::WatcherTooMany => "WATCHER_TOO_MANY log watcher limit reached",
             ErrorReply::SameClass => "SAME src and dst class are identical",
             ErrorReply::BadReassignClass => "BADCLASS invalid src or dst class id",
+            ErrorReply::BadCommandLine => "CLIENT_ERROR bad command line",
+            ErrorReply::IllegalSlabId => "CLIENT_ERROR Illegal slab id",
         }
     }
 

@@ -219,6 +219,14 @@ pub enum StatsGroup {
     Latency,
     /// `stats workers` (memspin's): each worker's loop and packet-path figures.
     Workers,
+    /// `stats cachedump <class> <limit>`: up to `limit` items of slab class `class` (0: as
+    /// many as fit memcached's 2 MiB reply).
+    CacheDump {
+        /// The slab class, below 64.
+        class: u32,
+        /// Items at most; 0 for no count limit.
+        limit: u32,
+    },
 }
 
 /// What `stats detail` asks for.
@@ -489,6 +497,10 @@ impl<'a> Request<'a> {
     }
 }
 
+/// Slab classes memcached numbers (`MAX_NUMBER_OF_SLAB_CLASSES`): `stats cachedump` of a
+/// class at or above it is refused.
+pub const MAX_SLAB_CLASSES: u32 = 64;
+
 /// `stats <group>` (memcached's `process_stat`: `reset` and `detail` whatever follows them).
 fn parse_stats(t: &[&[u8]]) -> Result<StatsGroup, Rejected> {
     Ok(match t.get(1).copied() {
@@ -503,6 +515,18 @@ fn parse_stats(t: &[&[u8]]) -> Result<StatsGroup, Rejected> {
         Some(b"reset") => StatsGroup::Reset,
         Some(b"latency") => StatsGroup::Latency,
         Some(b"workers") => StatsGroup::Workers,
+        Some(b"cachedump") => {
+            let (Some(class), Some(limit)) = (t.get(2), t.get(3)) else {
+                return Err(Rejected::reply(ErrorReply::BadCommandLine));
+            };
+            let bad = Rejected::reply(ErrorReply::BadFormat);
+            let class = parse_u32(class).ok_or(bad)?;
+            let limit = parse_u32(limit).ok_or(bad)?;
+            if class >= MAX_SLAB_CLASSES {
+                return Err(Rejected::reply(ErrorReply::IllegalSlabId));
+            }
+            StatsGroup::CacheDump { class, limit }
+        }
         Some(b"detail") => StatsGroup::Detail(match t.get(2).copied() {
             Some(b"on") => Detail::On,
             Some(b"off") => Detail::Off,

@@ -413,6 +413,20 @@ fn other_commands() {
         ("stats latency\r\n", Request::Stats(StatsGroup::Latency)),
         ("stats workers\r\n", Request::Stats(StatsGroup::Workers)),
         (
+            "stats cachedump 1 100\r\n",
+            Request::Stats(StatsGroup::CacheDump {
+                class: 1,
+                limit: 100,
+            }),
+        ),
+        (
+            "stats cachedump 63 0 extra\r\n",
+            Request::Stats(StatsGroup::CacheDump {
+                class: 63,
+                limit: 0,
+            }),
+        ),
+        (
             "stats detail on\r\n",
             Request::Stats(StatsGroup::Detail(Detail::On)),
         ),
@@ -525,7 +539,11 @@ fn every_error() {
         ("verbosity\r\n", Error, false),
         ("verbosity foo bar my\r\n", Error, false),
         ("stats bogus\r\n", Error, false),
-        ("stats cachedump 1 1\r\n", Error, false),
+        ("stats cachedump\r\n", BadCommandLine, false),
+        ("stats cachedump 1\r\n", BadCommandLine, false),
+        ("stats cachedump x 1\r\n", BadFormat, false),
+        ("stats cachedump 1 -1\r\n", BadFormat, false),
+        ("stats cachedump 64 0\r\n", IllegalSlabId, false),
         ("stats detail\r\n", DetailUsage, false),
         ("stats detail bogus\r\n", DetailUsage, false),
         ("slabs\r\n", Error, false),

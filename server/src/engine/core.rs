@@ -23,9 +23,12 @@ use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, StoreMode, Ttl, Wri
 use super::EngineConfig;
 use crate::control::{Control, EventKind, uri_encode};
 use crate::stats::{
-    Counters, Group, KINDS, Kind, Latency, Prefixes, RawPath, SIZES_STEP, ServerInfo, Snapshot,
-    WorkerFigures,
+    CacheDump, Counters, Group, KINDS, Kind, Latency, Prefixes, RawPath, SIZES_STEP, ServerInfo,
+    Snapshot, WorkerFigures,
 };
+
+/// Buckets `stats cachedump` walks between checks that the dump is full.
+const CACHEDUMP_SLICE_BUCKETS: usize = 1024;
 
 /// One worker's store shard, counters and configuration.
 pub(crate) struct Core {
@@ -696,6 +699,23 @@ impl Core {
             }
             Group::Detail => snapshot.prefixes = Some(self.prefixes.clone()),
             Group::Latency => snapshot.latency = Some(Box::new(self.latency.clone())),
+            Group::CacheDump { limit } => {
+                let mut dump = CacheDump::new(limit);
+                // The table in slices, so a limited dump stops walking once it is full.
+                let mut start = 0;
+                while !dump.is_full() && start < self.shard.num_buckets() {
+                    self.shard.visit(
+                        start,
+                        start + CACHEDUMP_SLICE_BUCKETS,
+                        now,
+                        |key, item, _| {
+                            dump.add(key, item.value.len(), u64::from(item.exptime));
+                        },
+                    );
+                    start += CACHEDUMP_SLICE_BUCKETS;
+                }
+                snapshot.cachedump = Some(dump);
+            }
             _ => {}
         }
         snapshot

@@ -1,9 +1,11 @@
-//! The text adapter's operator commands: `stats` (every group), `verbosity`, `slabs`,
-//! `lru_crawler metadump`, `watch` and `shutdown`, answered as memcached 1.6 answers them.
+//! The text adapter's operator commands: `stats` (every group, `cachedump` too), `verbosity`,
+//! `slabs`, `lru_crawler metadump`, `watch` and `shutdown`, answered as memcached 1.6 answers
+//! them.
 //!
 //! ```text
 //! stats <group> ─▶ one worker's figures, or every worker's gathered (Cx::fan_out) ─▶ STAT lines, END
 //! stats reset / detail on|off / sizes_enable ─▶ every worker's counters, or the shared switches
+//! stats cachedump 1 <n> ─▶ every worker's items (at most n, and 2 MiB of lines) ─▶ ITEM lines, END
 //! lru_crawler metadump ─▶ each worker's table in slices of buckets, local or forwarded, resumable
 //! watch ─▶ the connection becomes a watcher: the worker loop hands it log lines
 //! ```
@@ -51,6 +53,12 @@ pub(super) fn stats(cx: &mut Cx<'_>, group: StatsGroup, out: &mut Vec<u8>) {
         StatsGroup::Sizes => Group::Sizes,
         StatsGroup::Latency => Group::Latency,
         StatsGroup::Workers => Group::Workers,
+        // memspin's one class; any other (below 64) holds nothing, as an empty class.
+        StatsGroup::CacheDump { class, .. } if class != ITEM_CLASS => {
+            Response::End.emit_into(out);
+            return;
+        }
+        StatsGroup::CacheDump { limit, .. } => Group::CacheDump { limit },
         StatsGroup::Detail(Detail::Dump) => Group::Detail,
         StatsGroup::Settings => {
             let snapshot = cx.core.snapshot(Group::Settings, cx.now);
@@ -124,6 +132,13 @@ fn render_with(
     if group == Group::Detail {
         if let Some(prefixes) = &snapshot.prefixes {
             out.extend_from_slice(prefixes.dump().as_bytes());
+        }
+        Response::End.emit_into(out);
+        return;
+    }
+    if let Group::CacheDump { .. } = group {
+        if let Some(dump) = &snapshot.cachedump {
+            out.extend_from_slice(dump.text());
         }
         Response::End.emit_into(out);
         return;

@@ -1332,3 +1332,60 @@ fn stats_conns_lists_every_listener_with_its_bound_port() {
     );
     assert!(conns.contains("STAT 4:state conn_parse_cmd\r\n"), "{conns}");
 }
+
+// `stats cachedump <class> <limit>` as memcached 1.6.18 answers it (memcached's own stats test
+// reads a stored key back from it): the value's length and the expiry in unix seconds (0:
+// none), up to `limit` items (0: all), nothing for another class.
+#[test]
+fn stats_cachedump_lists_items_as_memcached_does() {
+    let mut e = engine();
+    ok(
+        &mut e,
+        "set foo 0 0 6\r\nfooval\r\nset bar 0 100 2\r\nhi\r\nset c%20 0 0 1\r\nx\r\n",
+    );
+    let all = ok(&mut e, "stats cachedump 1 0\r\n");
+    let mut lines: Vec<&str> = all.split("\r\n").collect();
+    assert_eq!(lines.pop(), Some(""));
+    assert_eq!(lines.pop(), Some("END"));
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            format!("ITEM bar [2 b; {} s]", NOW + 100).as_str(),
+            "ITEM c%20 [1 b; 0 s]",
+            "ITEM foo [6 b; 0 s]",
+        ],
+        "{all}"
+    );
+    let two = ok(&mut e, "stats cachedump 1 2\r\n");
+    assert_eq!(two.matches("ITEM ").count(), 2, "{two}");
+    assert!(two.ends_with("]\r\nEND\r\n"), "{two}");
+    assert_eq!(ok(&mut e, "stats cachedump 2 0\r\n"), "END\r\n");
+    assert_eq!(
+        ok(&mut e, "stats cachedump 64 0\r\n"),
+        "CLIENT_ERROR Illegal slab id\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "stats cachedump 1\r\n"),
+        "CLIENT_ERROR bad command line\r\n"
+    );
+}
+
+#[test]
+fn stats_cachedump_stops_at_two_mebibytes() {
+    let mut e = engine();
+    let key = "k".repeat(200);
+    let mut script = String::new();
+    for i in 0..12_000 {
+        script += &format!("set {key}{i} 0 0 1 noreply\r\nx\r\n");
+    }
+    ok(&mut e, &script);
+    let dump = ok(&mut e, "stats cachedump 1 0\r\n");
+    assert!(
+        dump.len() <= crate::stats::CACHEDUMP_MAX_BYTES + 5,
+        "{}",
+        dump.len()
+    );
+    assert!(dump.len() > crate::stats::CACHEDUMP_MAX_BYTES - 300);
+    assert!(dump.ends_with("s]\r\nEND\r\n"));
+}
