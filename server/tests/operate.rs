@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::abuse::start_tap;
+use support::veth::Veth;
 use support::{Memcached, Netns, Server, TextClient};
 
 /// Where Debian's `memcached` package installs memcached-tool.
@@ -415,37 +416,110 @@ fn tap_packet_counters_are_in_stats_and_stats_workers() {
     let ns = Netns::new();
     let server = start_tap(&ns, &[]);
     ns.enter();
-    let mut c = TextClient::connect(server.addr);
+    check_packet_counters(
+        server.addr,
+        &[
+            "tap_rx_frames",
+            "tap_tx_frames",
+            "table_frames_in",
+            "table_frames_out",
+        ],
+        &[
+            "tap_tx_eagain",
+            "table_frames_dropped",
+            "loss_probes",
+            "smoltcp_retransmits",
+        ],
+    );
+}
+
+#[test]
+fn xdp_packet_counters_are_in_stats_and_stats_workers() {
+    let veth = Veth::new();
+    let server = veth.start(&[]);
+    veth.client.enter();
+    check_packet_counters(
+        server.addr,
+        &[
+            "xdp_rx_frames",
+            "xdp_tx_frames",
+            "xdp_completions",
+            "table_frames_in",
+            "table_frames_out",
+        ],
+        &[
+            "xdp_fill_empty",
+            "xdp_tx_kick_busy",
+            "xdp_tx_dropped",
+            "xdp_kernel_rx_dropped",
+            "xdp_kernel_rx_ring_full",
+            "xdp_kernel_rx_fill_ring_empty_descs",
+            "table_frames_dropped",
+            "loss_probes",
+            "smoltcp_retransmits",
+        ],
+    );
+}
+
+#[test]
+fn kernel_packet_counters_are_in_stats_and_stats_workers() {
+    let server = start_kernel(&["-t", "2"]);
+    check_packet_counters(
+        server.addr,
+        &["kernel_accepted"],
+        &["kernel_refused", "kernel_closed", "kernel_errors"],
+    );
+}
+
+/// After 50 sets, the packet path's counters `counting` have counted something and those in
+/// `present` are there, in `stats` (`memspin_<name>`, summed) and `stats workers`
+/// (`worker:<i>:<name>`, summed here), beside the loop's figures.
+#[track_caller]
+fn check_packet_counters(addr: SocketAddr, counting: &[&str], present: &[&str]) {
+    let mut c = TextClient::connect(addr);
     for i in 0..50 {
         c.call(format!("set k{i} 0 0 1\r\nx\r\n").as_bytes())
             .unwrap();
     }
     let stats = String::from_utf8(c.call(b"stats\r\n").unwrap()).unwrap();
-    for name in [
-        "memspin_tap_rx_frames",
-        "memspin_tap_tx_frames",
-        "memspin_table_frames_in",
-        "memspin_table_frames_out",
-        "memspin_polls",
-        "memspin_polls_with_work",
-    ] {
+    let workers = String::from_utf8(c.call(b"stats workers\r\n").unwrap()).unwrap();
+    let per_worker = |name: &str| -> Option<u64> {
+        let values: Vec<u64> = workers
+            .lines()
+            .filter_map(|l| {
+                let (key, value) = l.strip_prefix("STAT worker:")?.split_once(' ')?;
+                (key.split_once(':')?.1 == name).then(|| value.parse().ok())?
+            })
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
+    };
+    for name in counting {
+        let total = stat(&stats, &format!("memspin_{name}"));
+        assert!(total.is_some_and(|v| v > 0), "{name}:\n{stats}");
+        assert!(
+            per_worker(name).is_some_and(|v| v > 0),
+            "{name}:\n{workers}"
+        );
+    }
+    for name in present {
+        assert!(
+            stat(&stats, &format!("memspin_{name}")).is_some(),
+            "{name}:\n{stats}"
+        );
+        assert!(per_worker(name).is_some(), "{name}:\n{workers}");
+    }
+    for name in ["memspin_polls", "memspin_polls_with_work"] {
         assert!(
             stat(&stats, name).is_some_and(|v| v > 0),
             "{name}:\n{stats}"
         );
     }
-    for name in ["memspin_tap_tx_eagain", "memspin_table_frames_dropped"] {
-        assert!(stat(&stats, name).is_some(), "{name}:\n{stats}");
-    }
     let busy = stat(&stats, "memspin_busy_us").unwrap();
     let idle = stat(&stats, "memspin_idle_us").unwrap();
     assert!(busy + idle > 0);
-    let workers = String::from_utf8(c.call(b"stats workers\r\n").unwrap()).unwrap();
-    assert!(
-        stat(&workers, "worker:0:tap_rx_frames").is_some_and(|v| v > 0),
-        "{workers}"
-    );
-    assert!(stat(&workers, "worker:0:busy_us").is_some(), "{workers}");
+    for name in ["busy_us", "idle_us", "polls", "polls_with_work", "parks"] {
+        assert!(per_worker(name).is_some(), "{name}:\n{workers}");
+    }
 }
 
 #[test]
@@ -657,6 +731,10 @@ fn check_operator_commands(mut ours: TextClient, mut theirs: TextClient) {
         b"verbosity 1 2 3\r\n",
         b"stats detail bogus\r\n",
         b"stats reset extra\r\n",
+        b"stats cachedump 2 0\r\n",
+        b"stats cachedump 64 0\r\n",
+        b"stats cachedump 1\r\n",
+        b"stats cachedump x y\r\n",
     ];
     for &line in script {
         let a = ours.call(line).unwrap();
@@ -666,6 +744,16 @@ fn check_operator_commands(mut ours: TextClient, mut theirs: TextClient) {
             String::from_utf8_lossy(&b),
             "{}",
             String::from_utf8_lossy(line)
+        );
+    }
+    // memcached's own stats test reads a stored key back from `stats cachedump` (memcached
+    // lists its most recent items first, memspin in table order: compare the item's line).
+    for client in [&mut ours, &mut theirs] {
+        let dump = client.call(b"stats cachedump 1 100\r\n").unwrap();
+        let dump = String::from_utf8_lossy(&dump);
+        assert!(
+            dump.contains("ITEM foo:x [1 b; 0 s]\r\n") && dump.ends_with("END\r\n"),
+            "{dump}"
         );
     }
 }
