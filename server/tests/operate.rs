@@ -535,6 +535,33 @@ fn tap_verbosity_logs_one_event_per_line() {
     check_verbosity(server, "10.77.0.1");
 }
 
+// A Redis client's commands are logged by their words, not their framing.
+#[test]
+fn kernel_verbosity_logs_resp_commands_by_their_words() {
+    let mut server = start_kernel(&["-vv", "--resp-port", "0"]);
+    let resp: SocketAddr = server
+        .ready_line
+        .split("RESP on ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("RESP address in {}", server.ready_line));
+    let mut redis = TcpStream::connect(resp).unwrap();
+    redis
+        .write_all(b"*3\r\n$3\r\nSET\r\n$6\r\nlogged\r\n$1\r\nv\r\n")
+        .unwrap();
+    let reply = read_lines_until(&mut redis, |l| !l.is_empty());
+    assert_eq!(reply, ["+OK"]);
+    drop(redis);
+    let (status, stderr) = server.stop();
+    assert!(status.is_some_and(|s| s.success()), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.ends_with(" SET logged v")),
+        "{stderr}"
+    );
+    assert!(stderr.lines().any(|l| l.ends_with(" +OK")), "{stderr}");
+}
+
 /// With `-vv` a connection and its requests are logged, until `verbosity 0`; every line is
 /// whole. `peer`: the client's address as memspin sees it.
 #[track_caller]
