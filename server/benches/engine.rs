@@ -2,7 +2,8 @@
 //! request in a realistic receive buffer and the reply into a reused output buffer; and the
 //! GET hit again with the latency instrument's clock read replaced by a constant, so the
 //! difference is what reading the clock costs per engine call (the rest of the instrument,
-//! counting and recording, is in both).
+//! counting and recording, is in both); and that recording alone: one time into the latency
+//! histograms, as an engine call records its requests.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use protocol::binary::{Opcode, RequestRepr, StoreExtras};
@@ -107,6 +108,18 @@ fn bench(c: &mut Criterion) {
             black_box(outcome)
         })
     });
+    // The instrument's recording, alone: times spread over the histogram's range, as
+    // requests' are.
+    let mut latency = server::stats::Latency::new();
+    let times: Vec<u64> = (0..1024u64).map(|i| 200 + i * i * 37).collect();
+    group.bench_function(BenchmarkId::new("latency_record", "one sample"), |b| {
+        b.iter(|| {
+            let ns = times[i % times.len()];
+            i += 1;
+            latency.record(server::stats::Kind::Get, black_box(ns), 1);
+        })
+    });
+    black_box(&latency);
     group.finish();
 }
 
