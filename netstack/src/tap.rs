@@ -161,6 +161,8 @@ struct RxRing {
     head: usize,
     /// Slots filled by the last refill.
     filled: usize,
+    /// True if the last refill ended because the kernel queue was empty (`EAGAIN`).
+    found_empty: bool,
 }
 
 /// One queue (one fd) of a TAP device, usable as a smoltcp [`Device`].
@@ -241,6 +243,7 @@ impl TapDevice {
                 lens: [0; RX_BATCH],
                 head: 0,
                 filled: 0,
+                found_empty: false,
             },
             tx_frame: vec![0u8; SLOT_BYTES].into_boxed_slice(),
             stats: TapStats::default(),
@@ -307,6 +310,14 @@ impl TapDevice {
         self.rx.filled - self.rx.head
     }
 
+    /// True if every frame read has been handed to the stack and the last read found the
+    /// kernel queue empty: nothing is waiting as of that read, so a caller with nothing else
+    /// to do may [`wait`](TapDevice::wait) at once (the wait returns at once if a frame came
+    /// in since).
+    pub fn drained(&self) -> bool {
+        self.buffered() == 0 && self.rx.found_empty
+    }
+
     /// Waits until a frame can be read, `also` (a wake-up descriptor, e.g. an eventfd other
     /// cores write to) is readable, or `timeout` passes (`None`: no limit), with `poll(2)`;
     /// returns at once if the ring still holds frames. For the park idle policy. A wake-up
@@ -338,6 +349,7 @@ impl TapDevice {
     fn refill(&mut self) {
         self.rx.head = 0;
         self.rx.filled = 0;
+        self.rx.found_empty = false;
         let fd = self.fd.as_raw_fd();
         while self.rx.filled < RX_BATCH {
             let index = self.rx.filled;
@@ -347,7 +359,10 @@ impl TapDevice {
             let n = unsafe { libc::read(fd, slot.as_mut_ptr().cast(), slot.len()) };
             if n < 0 {
                 match sys::errno() {
-                    libc::EAGAIN => self.stats.rx_empty_reads += 1,
+                    libc::EAGAIN => {
+                        self.stats.rx_empty_reads += 1;
+                        self.rx.found_empty = true;
+                    }
                     libc::EINTR => continue,
                     errno => {
                         self.stats.rx_errors += 1;

@@ -92,9 +92,12 @@ pub struct Args {
     pub idle_timeout_secs: u32,
 
     /// What a worker does with no work: `spin` keeps polling (dedicated cores); `park` waits on
-    /// the queue's file descriptor after a short spin (shared machines).
-    #[arg(long, value_enum, default_value_t = Idle::Spin)]
-    pub idle: Idle,
+    /// the queue's file descriptor after 200 µs without work; `adaptive` sleeps whenever the
+    /// wait for the next frame is expected to cost more CPU than a wake-up, learned from the
+    /// recent gaps between arrivals (shared machines, laptops). Default: `adaptive` over TAP,
+    /// `spin` on AF_XDP and kernel sockets.
+    #[arg(long, value_enum)]
+    pub idle: Option<Idle>,
 
     /// Log more to stderr, one event per line: `-v` start-up choices and operator commands,
     /// `-vv` also every connection and request, `-vvv` also the engine's own decisions. The
@@ -121,6 +124,16 @@ pub struct Args {
 }
 
 impl Args {
+    /// The idle policy: `--idle`, or the packet path's default (`adaptive` over TAP, where
+    /// people develop on laptops and shared machines; `spin` on AF_XDP, which serves from
+    /// dedicated cores, and on kernel sockets, the baseline it is compared with).
+    pub fn idle_policy(&self) -> Idle {
+        self.idle.unwrap_or(match self.net {
+            Net::Tap => Idle::Adaptive,
+            Net::Xdp | Net::Kernel => Idle::Spin,
+        })
+    }
+
     /// `--idle-timeout` as a duration; `None` when 0 (off).
     pub fn idle_timeout(&self) -> Option<std::time::Duration> {
         (self.idle_timeout_secs > 0)
@@ -214,6 +227,8 @@ pub enum Idle {
     Spin,
     /// Busy-poll for a short budget, then wait on the queue's file descriptor.
     Park,
+    /// Sleep whenever the expected wait costs more than a wake-up (see `worker::idle`).
+    Adaptive,
 }
 
 /// An IPv4 address with its prefix length.
@@ -357,7 +372,17 @@ mod tests {
         assert_eq!(args.memory_limit_mb, 64);
         assert_eq!(args.max_item_size, 1 << 20);
         assert_eq!(args.conn_limit, 1024);
-        assert_eq!(args.idle, Idle::Spin);
+        assert_eq!(args.idle, None);
+        assert_eq!(args.idle_policy(), Idle::Adaptive, "adaptive over TAP");
+        for (net, idle) in [("xdp", Idle::Spin), ("kernel", Idle::Spin)] {
+            let args = Args::parse_from(["memspin", "--net", net]);
+            assert_eq!(args.idle_policy(), idle, "--net {net}");
+        }
+        let args = Args::parse_from(["memspin", "--idle", "spin"]);
+        assert_eq!(args.idle_policy(), Idle::Spin, "--idle wins");
+        let args = Args::parse_from(["memspin", "--net", "kernel", "--idle", "adaptive"]);
+        assert_eq!(args.idle_policy(), Idle::Adaptive);
+        let args = Args::parse_from(["memspin"]);
         assert_eq!(args.cpus, None);
         assert_eq!(args.xdp_mode, XdpMode::Auto);
         assert_eq!(args.resp_port, None, "RESP off unless asked for");
@@ -481,7 +506,7 @@ mod tests {
         assert_eq!(args.idle_timeout_secs, 600);
         assert_eq!(args.host_ip, HostIp::None);
         assert_eq!(args.max_item_size, 512 << 10);
-        assert_eq!(args.idle, Idle::Park);
+        assert_eq!(args.idle, Some(Idle::Park));
         assert_eq!(
             args.rto_min,
             RtoMin(Some(std::time::Duration::from_millis(2)))

@@ -53,7 +53,7 @@ pub struct Settings {
     pub idle_timeout_secs: u32,
     /// The packet path (`--net`): `tap`, `xdp` or `kernel`.
     pub net: &'static str,
-    /// The idle policy (`--idle`): `spin` or `park`.
+    /// The idle policy (`--idle`, or its default for the path): `spin`, `park` or `adaptive`.
     pub idle: &'static str,
     /// The CPU of each worker.
     pub cpus: Vec<usize>,

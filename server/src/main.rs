@@ -50,9 +50,10 @@ fn run(args: &Args) -> Result<(), String> {
                 Net::Xdp => "xdp",
                 Net::Kernel => "kernel",
             },
-            idle: match args.idle {
+            idle: match args.idle_policy() {
                 Idle::Spin => "spin",
                 Idle::Park => "park",
+                Idle::Adaptive => "adaptive",
             },
             cpus: cpus.clone(),
             rto_min: match args.net {
@@ -87,7 +88,7 @@ fn run(args: &Args) -> Result<(), String> {
         },
         cpus,
         stop: &stop,
-        idle: args.idle,
+        idle: args.idle_policy(),
     };
     if let Some(resp_port) = args.resp_port {
         if resp_port == args.port && resp_port != 0 {
@@ -125,7 +126,7 @@ fn run(args: &Args) -> Result<(), String> {
                 let resp = resp_bound.map_or(String::new(), |a| resp_on(&a));
                 println!(
                     "memspin ready: net kernel, listening on {bound}{resp}, {placement}, idle {:?}",
-                    args.idle
+                    args.idle_policy()
                 );
             })
             .map_err(|e| format!("kernel sockets on {addr}: {e}"))
@@ -153,7 +154,7 @@ fn run(args: &Args) -> Result<(), String> {
                 let resp = resp_on(&format_args!("{}:{}", args.ip.addr, args.resp_port.unwrap_or(0)));
                 println!(
                     "memspin ready: net tap, device {} ({queues}), listening on {}:{}{resp}, {placement}, idle {:?}, rto-min {}",
-                    args.iface, args.ip.addr, args.port, args.idle, args.rto_min
+                    args.iface, args.ip.addr, args.port, args.idle_policy(), args.rto_min
                 );
             })
             .map_err(|e| format!("tap {}: {e}", args.iface))
@@ -206,7 +207,7 @@ fn run(args: &Args) -> Result<(), String> {
                     ready.prog_id,
                     args.ip.addr,
                     args.port,
-                    args.idle,
+                    args.idle_policy(),
                     args.rto_min
                 );
             })

@@ -81,6 +81,9 @@ impl<'a> Frame<'a> {
         let Some(&kind) = buf.first() else {
             return Err(FrameError::Incomplete { needed: 1 });
         };
+        if !b"+-:_,#($!=*%~>|".contains(&kind) {
+            return Err(FrameError::Invalid);
+        }
         let (text, line_len) = line(buf)?;
         let frame = match kind {
             b'+' => Frame::Simple(text),
@@ -153,8 +156,14 @@ impl<'a> Frame<'a> {
 
 /// The line at the front of `buf` after its type byte, and the line's length with `\r\n`.
 fn line(buf: &[u8]) -> Result<(&[u8], usize), FrameError> {
+    // The type byte is not part of the line, whatever it is (a `\r` there is not its end).
     let window = &buf[..buf.len().min(MAX_LINE_LEN + 2)];
-    let Some(cr) = window.iter().position(|&b| b == b'\r') else {
+    let Some(cr) = window
+        .iter()
+        .skip(1)
+        .position(|&b| b == b'\r')
+        .map(|i| i + 1)
+    else {
         return if buf.len() >= MAX_LINE_LEN + 2 {
             Err(FrameError::Invalid)
         } else {

@@ -156,6 +156,25 @@ fn progress_from_another_buffer_is_not_trusted_past_its_count() {
 }
 
 #[test]
+fn a_token_whose_type_byte_is_a_carriage_return_is_not_resp() {
+    // The type byte is not searched for the line's end: "\r\n" after an array's header
+    // once sliced the line as buf[1..0].
+    assert_eq!(value_len(b"*1\r\n\r\n"), Err(FrameError::Invalid));
+    assert_eq!(
+        Frame::parse(b"\r\n").map(|(_, n)| n),
+        Err(FrameError::Invalid)
+    );
+    assert_eq!(
+        Frame::parse(b"\r").map(|(_, n)| n),
+        Err(FrameError::Invalid)
+    );
+    assert_eq!(
+        Frame::parse(b"+\r").map(|(_, n)| n),
+        Err(FrameError::Incomplete { needed: 1 })
+    );
+}
+
+#[test]
 fn empty_commands_mean_nothing() {
     for buf in [&b"*0\r\n"[..], b"*-1\r\n", b"*-5\r\n", b"\r\n", b"   \t \n"] {
         let (args, len) = parse(buf).unwrap();

@@ -104,8 +104,8 @@ fn serve(
     plan: &Plan<'_>,
     resp_port: Option<u16>,
 ) -> io::Result<()> {
-    let mut idle_state = IdleState::new(plan.idle);
     let clock = LoopClock::new();
+    let mut idle_state = IdleState::new(plan.idle, clock.tick().at);
     let mut block = None;
     let control = Arc::clone(engine.control());
     let worker = engine.config().worker;
@@ -136,7 +136,7 @@ fn serve(
         });
         progress |= mesh.send_forwards(engine);
         progress |= mesh.receive(engine, t.now, |engine, replies| {
-            deliver(table, engine, replies, t, resp_port)
+            deliver(table, engine, replies)
         }) > 0;
         progress |= mesh.send_forwards(engine);
         progress |= engine.holds_refused();
@@ -166,15 +166,12 @@ fn serve(
     Ok(())
 }
 
-/// Puts other workers' replies into their connections and drives each connection once after
-/// its last reply in the message.
-fn deliver(
-    table: &mut KernelTable<ClientConn>,
-    engine: &mut Engine,
-    replies: &Replies,
-    now: Time,
-    resp_port: Option<u16>,
-) {
+/// Puts other workers' replies into their connections and sends them. What a connection held
+/// back meanwhile runs in its next turn in [`KernelTable::serve`]: a client whose requests
+/// other workers answer gets one turn per loop, as every other client does, however many
+/// deliveries it receives (driving it after each let a pipelining client take dozens of turns
+/// for another's one).
+fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &Replies) {
     for index in 0..replies.len() {
         let Some(token) = replies.token(index) else {
             continue;
@@ -185,9 +182,35 @@ fn deliver(
                 conn.state.deliver(engine, delivery);
             }
             if last_for_conn {
-                drive(conn, engine, now, resp_port);
+                send_delivered(conn, engine);
             }
         });
+    }
+}
+
+/// Writes a connection's replies that other workers delivered, as far as the socket takes them,
+/// and lists it for its next turn.
+fn send_delivered(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine) {
+    use std::io::Write;
+    let (client, stream) = conn.parts();
+    let mut failed = false;
+    while !client.pending_output().is_empty() {
+        match stream.write(client.pending_output()) {
+            Ok(n) => client.sent(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    client.settle(engine);
+    if failed {
+        conn.state.closing(CloseReason::Error);
+        conn.close();
+    } else {
+        conn.serve_again();
     }
 }
 

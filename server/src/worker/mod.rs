@@ -23,6 +23,7 @@
 
 #[cfg(debug_assertions)]
 pub mod failpoint;
+pub mod idle;
 pub mod kernel;
 pub mod mesh;
 pub mod tap;
@@ -43,18 +44,14 @@ use crate::conn::ClientConn;
 use crate::control::CloseReason;
 use crate::engine::{Engine, EngineConfig, Replies, Stop, TURN_REQUESTS};
 use crate::stats::{self, RawPath, Snapshot, WorkerFigures};
+pub use idle::{Activity, IdleState, PARK_MAX, SPIN_BUDGET};
 use mesh::Mesh;
 
-/// How long a parking worker spins without progress before it waits on its queue.
-pub const SPIN_BUDGET: Duration = Duration::from_micros(200);
-/// The longest a parked worker sleeps before it looks at the stop flag again.
-pub const PARK_MAX: Duration = Duration::from_millis(100);
 /// Frames read per ingress step before the worker serves connections.
 const INGRESS_BUDGET: usize = 64;
-/// Expired items examined per idle sweep.
-const SWEEP_ITEMS: usize = 256;
-/// Time between expiry sweeps.
-const SWEEP_EVERY: Duration = Duration::from_millis(100);
+/// How often a packet path reads counters it must ask the kernel for (AF_XDP's
+/// `XDP_STATISTICS`), for `stats`.
+const COUNTER_REFRESH: Duration = Duration::from_millis(100);
 
 /// Unix time in whole seconds: the engine's clock.
 pub fn unix_now() -> u64 {
@@ -130,47 +127,6 @@ impl LoopClock {
 impl Default for LoopClock {
     fn default() -> Self {
         LoopClock::new()
-    }
-}
-
-/// The idle policy's state: when a parking worker may block, and for how long.
-pub struct IdleState {
-    policy: Idle,
-    last_progress: Instant,
-    last_sweep: Instant,
-}
-
-impl IdleState {
-    /// A fresh state for `policy`.
-    pub fn new(policy: Idle) -> Self {
-        let now = Instant::now();
-        IdleState {
-            policy,
-            last_progress: now,
-            last_sweep: now,
-        }
-    }
-
-    /// Records one loop iteration that ended at `now`; returns how long the worker may block
-    /// on its queue now (`None`: do not block).
-    pub fn after_iteration(&mut self, progress: bool, now: Instant) -> Option<Duration> {
-        if progress {
-            self.last_progress = now;
-            return None;
-        }
-        match self.policy {
-            Idle::Spin => None,
-            Idle::Park if now.duration_since(self.last_progress) >= SPIN_BUDGET => Some(PARK_MAX),
-            Idle::Park => None,
-        }
-    }
-
-    /// Runs a bounded expiry sweep when one is due.
-    pub fn maybe_sweep(&mut self, engine: &mut Engine, tick: Tick) {
-        if tick.at.duration_since(self.last_sweep) >= SWEEP_EVERY {
-            self.last_sweep = tick.at;
-            engine.sweep_expired(SWEEP_ITEMS, tick.now);
-        }
     }
 }
 
@@ -564,6 +520,13 @@ pub trait Queue: Device {
     /// after every egress step. Devices that write each frame at once do nothing.
     fn flush(&mut self) {}
 
+    /// True if the last receive found the queue empty (the device looked and nothing was
+    /// there, nor is anything buffered), so a worker with nothing else to do may sleep without
+    /// polling once more. Devices that cannot tell say false.
+    fn drained(&self) -> bool {
+        false
+    }
+
     /// Blocks until a frame may be readable, `wake` is readable, or `timeout` passes.
     ///
     /// # Errors
@@ -578,7 +541,7 @@ pub trait Queue: Device {
     fn raw_path(&self, table: &netstack::TableStats) -> RawPath;
 
     /// Refreshes counters that cost a system call to read (AF_XDP's `XDP_STATISTICS`); called
-    /// every [`SWEEP_EVERY`].
+    /// every [`COUNTER_REFRESH`].
     fn refresh_counters(&mut self) {}
 }
 
@@ -627,9 +590,10 @@ fn local_addr(control: &crate::control::Control, port: u16) -> Option<std::net::
 /// Serves connections over a smoltcp `device` until `stop` is set: ingress, serve every
 /// connection with work through the engine (one turn each, [`TURN_REQUESTS`] requests at most;
 /// a connection with work left is served again on the next loop, after the others), exchange
-/// forwarded requests and replies with the other workers, egress, flush; with `Idle::Park`,
-/// waits on the device and the mesh's wake-up descriptor (never past the table's next timer)
-/// after the spin budget. Connections the table accepted on `resp_port` speak RESP.
+/// forwarded requests and replies with the other workers, egress, flush; then, when the idle
+/// policy allows it (see [`idle`]), sleeps on the device and the mesh's wake-up descriptor,
+/// never past the table's next timer. Connections the table accepted on `resp_port` speak
+/// RESP. Returns the idle policy's line for the exit report.
 ///
 /// # Errors
 /// When the device cannot wait.
@@ -641,9 +605,9 @@ pub fn serve_smoltcp<D: Queue>(
     stop: &AtomicBool,
     idle: Idle,
     resp_port: Option<u16>,
-) -> Result<(), String> {
-    let mut idle_state = IdleState::new(idle);
+) -> Result<Vec<String>, String> {
     let clock = LoopClock::new();
+    let mut idle_state = IdleState::new(idle, clock.tick().at);
     let mut again = Again::default();
     let control = Arc::clone(engine.control());
     let worker = engine.config().worker;
@@ -666,7 +630,7 @@ pub fn serve_smoltcp<D: Queue>(
         });
         let mut meshed = mesh.send_forwards(engine);
         meshed |= mesh.receive(engine, t.now, |engine, replies| {
-            deliver(table, engine, replies, t, &mut again, resp_port)
+            deliver(table, engine, replies, &mut again)
         }) > 0;
         meshed |= mesh.send_forwards(engine);
         let mut watched = false;
@@ -699,7 +663,7 @@ pub fn serve_smoltcp<D: Queue>(
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
         info.recovery = stats.recovery.into();
-        if tick.at.duration_since(last_refresh) >= SWEEP_EVERY {
+        if tick.at.duration_since(last_refresh) >= COUNTER_REFRESH {
             last_refresh = tick.at;
             device.refresh_counters();
         }
@@ -707,18 +671,37 @@ pub fn serve_smoltcp<D: Queue>(
         idle_state.maybe_sweep(engine, tick);
         meter.done(progress);
 
-        if let Some(park) = idle_state.after_iteration(progress, tick.at) {
+        // Work leaves nothing behind when the queue was found empty and no connection waits
+        // for another turn; the gap to the next arrival starts when the work ended (a second
+        // clock read, only in iterations that did work).
+        let activity = if !progress {
+            Activity::Idle
+        } else if device.drained() && !again.pending() && !engine.holds_refused() {
+            Activity::Drained
+        } else {
+            Activity::Worked
+        };
+        let ended = match activity {
+            Activity::Idle => tick.at,
+            Activity::Worked | Activity::Drained => Instant::now(),
+        };
+        if let Some(park) = idle_state.after(activity, ended) {
             let delay = table
                 .poll_delay(tick.net)
                 .map_or(park, |d| Duration::from_micros(d.total_micros()).min(park));
             if !delay.is_zero() && mesh.park() {
                 engine.figures_mut().parks += 1;
+                let sample = idle_state.sample_sleep();
+                let before = sample.then(idle::thread_cpu_time).flatten();
                 device.wait(delay, mesh.wake_fd())?;
+                if let (Some(before), Some(after)) = (before, idle::thread_cpu_time()) {
+                    idle_state.record_wake_cost(after.saturating_sub(before));
+                }
             }
             mesh.unpark();
         }
     }
-    Ok(())
+    Ok(vec![idle_state.report()])
 }
 
 /// The loop's clock reading as the engine and the latency instrument take it.
@@ -766,16 +749,12 @@ impl Again {
     }
 }
 
-/// Puts other workers' replies into their connections and drives each connection once after
-/// its last reply in the message (sending what is now in order, and executing what it held
-/// back while too much was out).
+/// Puts other workers' replies into their connections and sends them (see [`send_delivered`]).
 fn deliver(
     table: &mut ConnTable<ClientConn>,
     engine: &mut Engine,
     replies: &Replies,
-    now: Time,
     again: &mut Again,
-    resp_port: Option<u16>,
 ) {
     for index in 0..replies.len() {
         let Some(token) = replies.token(index) else {
@@ -787,10 +766,36 @@ fn deliver(
                 conn.state.deliver(engine, delivery);
             }
             if last_for_conn {
-                drive(conn, engine, now, again, resp_port);
+                send_delivered(conn, engine, again);
             }
         });
     }
+}
+
+/// Sends a connection's replies that other workers delivered, as far as the socket takes them,
+/// and lists it for a turn in the next loop to run what it held back: a client whose requests
+/// other workers answer gets one turn per loop, as every other client does, however many
+/// deliveries it receives (driving it after each let a pipelining client take dozens of turns
+/// for another's one).
+fn send_delivered(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, again: &mut Again) {
+    let id = conn.id();
+    let client = &mut *conn.state;
+    let io = &mut conn.io;
+    while !client.pending_output().is_empty() {
+        match io.send_slice(client.pending_output()) {
+            Ok(0) => break,
+            Ok(n) => client.sent(n),
+            Err(_) => {
+                io.abort();
+                return;
+            }
+        }
+    }
+    client.settle(engine);
+    if !client.pending_output().is_empty() {
+        io.want_write();
+    }
+    again.push(id, client);
 }
 
 /// Gives one connection a turn: replies out first, then requests in — parsed in place from the

@@ -115,7 +115,7 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
             )
             .map_err(|e| e.to_string())?;
             ready();
-            serve_smoltcp(
+            let idle = serve_smoltcp(
                 &mut device,
                 &mut table,
                 engine,
@@ -124,16 +124,22 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
                 plan.idle,
                 config.resp_port,
             )?;
-            Ok(vec![
+            let mut lines = vec![
                 format!("tap {} queue counters: {}", config.iface, device.report()),
                 format!("connection table: {:?}", table.stats()),
-            ])
+            ];
+            lines.extend(idle);
+            Ok(lines)
         },
         on_ready,
     )
 }
 
 impl Queue for TapDevice {
+    fn drained(&self) -> bool {
+        TapDevice::drained(self)
+    }
+
     fn wait(&mut self, timeout: Duration, wake: Option<BorrowedFd<'_>>) -> Result<(), String> {
         TapDevice::wait(self, Some(timeout), wake)
             .map(drop)

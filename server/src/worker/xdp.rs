@@ -246,7 +246,7 @@ pub fn run(
                 ),
                 format!("connection table: {:?}", table.stats()),
             ];
-            served.map(|()| lines)
+            served.map(|idle| [lines, idle].concat())
         },
         || on_ready(&ready),
     );

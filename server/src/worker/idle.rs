@@ -1,0 +1,561 @@
+//! The idle policy: what a worker does when a loop iteration leaves it without work.
+//!
+//! ```text
+//! loop iteration ─▶ Activity ─▶ IdleState::after ─▶ None: poll again (spin)
+//!                                                └▶ Some(limit): sleep on the queue's fd and the
+//!                                                   mesh's eventfd (never past the next timer)
+//! ```
+//!
+//! - `spin`: never sleeps. The lowest latency, one whole core per worker: for dedicated boxes.
+//! - `park`: sleeps after [`SPIN_BUDGET`] without work. Under a steady trickle of requests
+//!   (one every 20 µs is 50,000/s) it never reaches the budget and burns a core all the same.
+//! - `adaptive` (the default over TAP): sleeps whenever waiting for the next arrival is
+//!   expected to cost more CPU spinning than a sleep and a wake-up cost, learning where that
+//!   point lies from the recent gaps between arrivals.
+//!
+//! **Adaptive, in detail.** Each time work arrives after the worker ran out of it, the gap
+//! (from the end of the last work to the arrival) is kept; the last [`GAP_SAMPLES`] gaps stand
+//! for what comes next. A worker that spins for a window `W` before sleeping pays, per gap `g`,
+//! `min(g, W)` of spinning, plus the wake-up cost `C` when `g > W` (it slept). The spin window
+//! is the `W` that minimises the sum of those costs over the kept gaps, recomputed every
+//! [`RELEARN_EVERY`] gaps: `0` (sleep as soon as the queue is found empty) when most gaps are
+//! longer than a wake-up costs, the length of a cluster of short gaps when arrivals come in
+//! bursts (the window then covers the burst and the worker sleeps between bursts), and the
+//! longest gap seen when every gap is shorter than a wake-up (a saturated worker spins). For
+//! arrivals without memory (Poisson, as an open-loop generator makes them) the expected wait
+//! does not shrink with the time spent waiting, and the rule reduces to "sleep at once if the
+//! mean gap exceeds `C`, else spin", the optimum for such arrivals; for ordinary traffic it is
+//! the offline optimum of the recent past. Before [`GAP_SAMPLES`] gaps are known, the window
+//! is `C` itself: spinning as long as a wake-up costs never pays more than twice the best
+//! choice, whatever the arrivals (the ski-rental bound).
+//!
+//! `C` is the CPU time a sleep and its wake-up take on the worker's thread (the system call,
+//! leaving the CPU and being scheduled again), measured: the worker reads its thread's CPU
+//! clock around one sleep in [`WAKE_SAMPLE_EVERY`] and feeds the figure to
+//! [`IdleState::record_wake_cost`], which keeps a moving average (starting from
+//! [`WAKE_COST_DEFAULT`], bounded to [`WAKE_COST_MIN`]..=[`WAKE_COST_MAX`]). What the policy
+//! minimises is the worker's own CPU time, which is what `/proc/PID/stat` charges it; the
+//! latency a sleep adds (the scheduler's wake-up, tens of microseconds on a virtual machine) is
+//! not weighed, so a latency-bound deployment on its own cores keeps `--idle spin`.
+//!
+//! A sleep ends at once when a frame arrives (the TAP fd or the AF_XDP socket becomes
+//! readable), when another worker sends forwarded work (its eventfd), when the connection
+//! table's next timer is due, or after [`PARK_MAX`] (to look at the stop flag). The worker
+//! reads the time; this module only does arithmetic on the instants it is given.
+
+use std::time::{Duration, Instant};
+
+use crate::cli::Idle;
+use crate::engine::Engine;
+
+use super::Tick;
+
+/// How long a parking worker (`--idle park`) spins without progress before it waits on its
+/// queue.
+pub const SPIN_BUDGET: Duration = Duration::from_micros(200);
+/// The longest a sleeping worker sleeps before it looks at the stop flag again.
+pub const PARK_MAX: Duration = Duration::from_millis(100);
+/// Expired items examined per idle sweep.
+const SWEEP_ITEMS: usize = 256;
+/// Time between expiry sweeps.
+const SWEEP_EVERY: Duration = Duration::from_millis(100);
+
+/// Gaps between arrivals the adaptive policy learns its window from.
+pub const GAP_SAMPLES: usize = 64;
+/// New gaps between two recomputations of the window.
+pub const RELEARN_EVERY: usize = 16;
+/// The wake-up cost assumed before one is measured.
+pub const WAKE_COST_DEFAULT: Duration = Duration::from_micros(5);
+/// Lowest wake-up cost the policy believes (a measurement below is an artefact).
+pub const WAKE_COST_MIN: Duration = Duration::from_micros(1);
+/// Highest wake-up cost the policy believes (a measurement above had the thread preempted).
+pub const WAKE_COST_MAX: Duration = Duration::from_micros(100);
+/// One sleep in this many has its CPU cost measured.
+pub const WAKE_SAMPLE_EVERY: u32 = 32;
+/// A gap longer than this counts as this long (it decides nothing more, and fits 32 bits).
+const GAP_MAX_NANOS: u64 = 1 << 31;
+
+/// What one loop iteration did, as the idle policy needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// Nothing to do: no frame, no connection with work, nothing from other workers.
+    Idle,
+    /// Work done, and more may be waiting (the queue was not found empty, or work was left
+    /// for the next iteration): poll again.
+    Worked,
+    /// Work done and none left: the queue was found empty and nothing waits for another
+    /// iteration. The worker may sleep now without polling its queue once more.
+    Drained,
+}
+
+/// Recent gaps between arrivals, and the spin window they make cheapest.
+#[derive(Debug, Clone)]
+struct Gaps {
+    /// The last [`GAP_SAMPLES`] gaps in nanoseconds (a ring; `len` of them valid).
+    nanos: [u32; GAP_SAMPLES],
+    next: usize,
+    len: usize,
+    /// Gaps added since the window was last computed.
+    fresh: usize,
+    /// The window, once enough gaps are known.
+    window: Option<Duration>,
+}
+
+impl Gaps {
+    fn new() -> Gaps {
+        Gaps {
+            nanos: [0; GAP_SAMPLES],
+            next: 0,
+            len: 0,
+            fresh: 0,
+            window: None,
+        }
+    }
+
+    fn record(&mut self, gap: Duration, wake_cost: Duration) {
+        let nanos = u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX);
+        // At most GAP_MAX_NANOS (2^31), so it fits.
+        self.nanos[self.next] = nanos.min(GAP_MAX_NANOS) as u32;
+        self.next = (self.next + 1) % GAP_SAMPLES;
+        self.len = (self.len + 1).min(GAP_SAMPLES);
+        self.fresh += 1;
+        if self.len == GAP_SAMPLES && (self.window.is_none() || self.fresh >= RELEARN_EVERY) {
+            self.fresh = 0;
+            self.window = Some(best_window(&self.nanos, wake_cost));
+        }
+    }
+}
+
+/// The spin window that minimises the CPU spent waiting over `gaps` (nanoseconds): each gap
+/// `g` costs `min(g, W)` spinning, plus `wake_cost` when `g > W`. Ties go to the shorter
+/// window.
+fn best_window(gaps: &[u32], wake_cost: Duration) -> Duration {
+    let mut sorted = [0u32; GAP_SAMPLES];
+    let n = gaps.len().min(GAP_SAMPLES);
+    sorted[..n].copy_from_slice(&gaps[..n]);
+    let sorted = &mut sorted[..n];
+    sorted.sort_unstable();
+    let cost_wake = u64::try_from(wake_cost.as_nanos()).unwrap_or(u64::MAX);
+    // W = 0: every gap (none is shorter than nothing) pays a wake-up.
+    let mut best = (cost_wake.saturating_mul(n as u64), 0u64);
+    let mut spun = 0u64;
+    for (k, &gap) in sorted.iter().enumerate() {
+        let gap = u64::from(gap);
+        spun += gap;
+        // W = this gap: the k + 1 shortest are caught spinning; each longer one spins W and
+        // then sleeps (equal gaps further on are over-charged here, and priced exactly at
+        // the last of them).
+        let longer = (n - k - 1) as u64;
+        let cost = spun.saturating_add(longer.saturating_mul(gap.saturating_add(cost_wake)));
+        if cost < best.0 {
+            best = (cost, gap);
+        }
+    }
+    Duration::from_nanos(best.1)
+}
+
+/// The idle policy's state: when a worker may sleep, and for how long; and the expiry sweep.
+#[derive(Debug, Clone)]
+pub struct IdleState {
+    policy: Idle,
+    /// When the last iteration with work ran (its end, for adaptive).
+    last_work: Instant,
+    /// True once the worker ran out of work since `last_work`: the next work is an arrival.
+    waiting: bool,
+    last_sweep: Instant,
+    gaps: Gaps,
+    wake_cost: Duration,
+    sleeps: u32,
+    stats: IdleStats,
+}
+
+/// Counters of one worker's idle policy, for the exit report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IdleStats {
+    /// Sleeps the policy allowed.
+    pub sleeps: u64,
+    /// Of those, sleeps right after work, without another empty poll ([`Activity::Drained`]).
+    pub sleeps_drained: u64,
+    /// Gaps between arrivals recorded.
+    pub gaps: u64,
+}
+
+impl IdleState {
+    /// A fresh state for `policy` at `now`.
+    pub fn new(policy: Idle, now: Instant) -> Self {
+        IdleState {
+            policy,
+            last_work: now,
+            waiting: false,
+            last_sweep: now,
+            gaps: Gaps::new(),
+            wake_cost: WAKE_COST_DEFAULT,
+            sleeps: 0,
+            stats: IdleStats::default(),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> Idle {
+        self.policy
+    }
+
+    /// Records one loop iteration that ended at `now`; returns how long the worker may sleep
+    /// on its queue now (`None`: do not sleep; poll again).
+    pub fn after_iteration(&mut self, progress: bool, now: Instant) -> Option<Duration> {
+        self.after(
+            if progress {
+                Activity::Worked
+            } else {
+                Activity::Idle
+            },
+            now,
+        )
+    }
+
+    /// Records what one loop iteration did, ending at `now`; returns how long the worker may
+    /// sleep on its queue now (`None`: do not sleep; poll again).
+    pub fn after(&mut self, activity: Activity, now: Instant) -> Option<Duration> {
+        match activity {
+            Activity::Worked | Activity::Drained => {
+                if self.waiting {
+                    self.gaps.record(
+                        now.saturating_duration_since(self.last_work),
+                        self.wake_cost,
+                    );
+                    self.stats.gaps += 1;
+                }
+                self.last_work = now;
+                self.waiting = activity == Activity::Drained;
+            }
+            Activity::Idle => self.waiting = true,
+        }
+        let idle_for = now.saturating_duration_since(self.last_work);
+        let sleep = match (self.policy, activity) {
+            (Idle::Spin, _) | (_, Activity::Worked) => false,
+            (Idle::Park, Activity::Drained) => false,
+            (Idle::Park, Activity::Idle) => idle_for >= SPIN_BUDGET,
+            (Idle::Adaptive, Activity::Drained) => self.window().is_zero(),
+            (Idle::Adaptive, Activity::Idle) => idle_for >= self.window(),
+        };
+        if !sleep {
+            return None;
+        }
+        self.stats.sleeps += 1;
+        if activity == Activity::Drained {
+            self.stats.sleeps_drained += 1;
+        }
+        Some(PARK_MAX)
+    }
+
+    /// The adaptive policy's spin window now: learned from the recent gaps, or the wake-up
+    /// cost until enough are known.
+    pub fn window(&self) -> Duration {
+        self.gaps.window.unwrap_or(self.wake_cost)
+    }
+
+    /// The wake-up cost the policy assumes now.
+    pub fn wake_cost(&self) -> Duration {
+        self.wake_cost
+    }
+
+    /// True if the sleep about to start should have its CPU cost measured (one in
+    /// [`WAKE_SAMPLE_EVERY`], adaptive only).
+    pub fn sample_sleep(&mut self) -> bool {
+        if self.policy != Idle::Adaptive {
+            return false;
+        }
+        self.sleeps = self.sleeps.wrapping_add(1);
+        self.sleeps % WAKE_SAMPLE_EVERY == 1
+    }
+
+    /// Records the CPU time one sleep and its wake-up took on the worker's thread: the
+    /// wake-up cost moves an eighth of the way towards it (a value outside
+    /// [`WAKE_COST_MIN`]..=[`WAKE_COST_MAX`] is clamped first).
+    pub fn record_wake_cost(&mut self, cpu: Duration) {
+        let sample = cpu.clamp(WAKE_COST_MIN, WAKE_COST_MAX);
+        let old = self.wake_cost.as_nanos() as i128;
+        let new = old + (sample.as_nanos() as i128 - old) / 8;
+        self.wake_cost = Duration::from_nanos(u64::try_from(new.max(0)).unwrap_or(u64::MAX));
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> IdleStats {
+        self.stats
+    }
+
+    /// The exit report's line.
+    pub fn report(&self) -> String {
+        format!(
+            "idle {:?}: {:?}, spin window {:?}, wake-up cost {:?}",
+            self.policy,
+            self.stats,
+            self.window(),
+            self.wake_cost
+        )
+    }
+
+    /// Runs a bounded expiry sweep when one is due.
+    pub fn maybe_sweep(&mut self, engine: &mut Engine, tick: Tick) {
+        if tick.at.duration_since(self.last_sweep) >= SWEEP_EVERY {
+            self.last_sweep = tick.at;
+            engine.sweep_expired(SWEEP_ITEMS, tick.now);
+        }
+    }
+}
+
+/// The CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`), for measuring
+/// what a sleep costs; `None` if the clock cannot be read.
+pub fn thread_cpu_time() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is, exclusively borrowed.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return None;
+    }
+    Some(Duration::new(
+        u64::try_from(ts.tv_sec).ok()?,
+        u32::try_from(ts.tv_nsec).ok()?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Duration = Duration::from_micros(1);
+
+    /// Drives an adaptive state through `gaps` arrivals (each served in one iteration that
+    /// drains the queue), spinning `spin_step` at a time while it may not sleep; returns the
+    /// state and the time reached.
+    #[track_caller]
+    fn arrivals(state: &mut IdleState, mut now: Instant, gaps: &[Duration]) -> Instant {
+        let mut asleep = false;
+        for &gap in gaps {
+            let arrival = now + gap;
+            let mut at = now;
+            // Empty iterations until the arrival, unless asleep (until the arrival wakes it).
+            while !asleep {
+                at += US;
+                if at >= arrival {
+                    break;
+                }
+                asleep = state.after(Activity::Idle, at).is_some();
+            }
+            now = arrival;
+            asleep = state.after(Activity::Drained, now).is_some();
+        }
+        now
+    }
+
+    #[test]
+    fn spin_never_sleeps() {
+        let t0 = Instant::now();
+        let mut s = IdleState::new(Idle::Spin, t0);
+        for i in 0..1000 {
+            assert_eq!(s.after(Activity::Idle, t0 + US * i), None);
+        }
+        assert_eq!(
+            s.after(Activity::Drained, t0 + Duration::from_secs(1)),
+            None
+        );
+    }
+
+    #[test]
+    fn park_sleeps_after_its_budget_only() {
+        let t0 = Instant::now();
+        let mut s = IdleState::new(Idle::Park, t0);
+        assert_eq!(
+            s.after(Activity::Drained, t0),
+            None,
+            "park never skips the budget"
+        );
+        assert_eq!(s.after(Activity::Idle, t0 + SPIN_BUDGET - US), None);
+        assert_eq!(s.after(Activity::Idle, t0 + SPIN_BUDGET), Some(PARK_MAX));
+        // Work resets the budget.
+        let t1 = t0 + SPIN_BUDGET * 2;
+        assert_eq!(s.after(Activity::Worked, t1), None);
+        assert_eq!(s.after(Activity::Idle, t1 + SPIN_BUDGET / 2), None);
+    }
+
+    // The reason this policy exists: at 50,000 requests/s (a gap of 20 µs, never 200 µs),
+    // `park` never sleeps.
+    #[test]
+    fn park_never_sleeps_at_50k_per_second_and_adaptive_does() {
+        let t0 = Instant::now();
+        let gaps = vec![Duration::from_micros(20); 500];
+        let mut park = IdleState::new(Idle::Park, t0);
+        arrivals(&mut park, t0, &gaps);
+        assert_eq!(park.stats().sleeps, 0);
+        let mut adaptive = IdleState::new(Idle::Adaptive, t0);
+        arrivals(&mut adaptive, t0, &gaps);
+        assert_eq!(
+            adaptive.window(),
+            Duration::ZERO,
+            "20 µs gaps > a 5 µs wake-up"
+        );
+        assert!(adaptive.stats().sleeps >= 490, "{:?}", adaptive.stats());
+        assert!(
+            adaptive.stats().sleeps_drained >= 400,
+            "{:?}",
+            adaptive.stats()
+        );
+    }
+
+    #[test]
+    fn before_enough_gaps_the_window_is_the_wake_up_cost() {
+        let t0 = Instant::now();
+        let mut s = IdleState::new(Idle::Adaptive, t0);
+        assert_eq!(s.window(), WAKE_COST_DEFAULT);
+        assert_eq!(
+            s.after(Activity::Drained, t0),
+            None,
+            "the window is not zero yet"
+        );
+        assert_eq!(s.after(Activity::Idle, t0 + WAKE_COST_DEFAULT - US), None);
+        assert_eq!(
+            s.after(Activity::Idle, t0 + WAKE_COST_DEFAULT),
+            Some(PARK_MAX)
+        );
+    }
+
+    #[test]
+    fn short_gaps_make_it_spin() {
+        let t0 = Instant::now();
+        let mut s = IdleState::new(Idle::Adaptive, t0);
+        let gaps = vec![Duration::from_micros(2); GAP_SAMPLES * 2];
+        let end = arrivals(&mut s, t0, &gaps);
+        assert_eq!(s.window(), Duration::from_micros(2));
+        assert_eq!(s.after(Activity::Drained, end), None);
+        assert_eq!(s.after(Activity::Idle, end + US), None);
+    }
+
+    #[test]
+    fn bursts_are_spun_through_and_the_pauses_slept() {
+        // Bursts of 4 arrivals 1 µs apart, 100 µs between bursts: spin 1 µs, sleep between.
+        let t0 = Instant::now();
+        let mut s = IdleState::new(Idle::Adaptive, t0);
+        let mut gaps = Vec::new();
+        for _ in 0..GAP_SAMPLES {
+            gaps.extend([Duration::from_micros(100), US, US, US]);
+        }
+        arrivals(&mut s, t0, &gaps);
+        assert_eq!(s.window(), US);
+    }
+
+    #[test]
+    fn the_window_follows_a_change_of_load() {
+        let t0 = Instant::now();
+        let mut s = IdleState::new(Idle::Adaptive, t0);
+        let end = arrivals(&mut s, t0, &vec![Duration::from_micros(2); GAP_SAMPLES]);
+        assert_eq!(s.window(), Duration::from_micros(2));
+        // The load drops: gaps of 50 µs.
+        arrivals(&mut s, end, &vec![Duration::from_micros(50); GAP_SAMPLES]);
+        assert_eq!(s.window(), Duration::ZERO);
+    }
+
+    #[test]
+    fn best_window_minimises_the_cost() {
+        let c = Duration::from_micros(10);
+        // All gaps above the wake-up cost: sleep at once.
+        assert_eq!(best_window(&[20_000, 30_000, 40_000], c), Duration::ZERO);
+        // All below: spin through the longest.
+        assert_eq!(
+            best_window(&[2_000, 3_000, 4_000], c),
+            Duration::from_nanos(4_000)
+        );
+        // Half 1 µs, half 1 ms: spin 1 µs (cost 1 + 1 + 2 × (1 + 10) = 24 µs) rather than
+        // sleep every time (40 µs) or spin through (2,002 µs).
+        assert_eq!(
+            best_window(&[1_000, 1_000_000, 1_000, 1_000_000], c),
+            Duration::from_nanos(1_000)
+        );
+        // Brute force agrees on a mixed sample.
+        let gaps: Vec<u32> = (0..GAP_SAMPLES as u32)
+            .map(|i| (i * 7919 % 97) * 300)
+            .collect();
+        let cost = |w: u64| -> u64 {
+            gaps.iter()
+                .map(|&g| {
+                    let g = u64::from(g);
+                    if g <= w { g } else { w + 10_000 }
+                })
+                .sum()
+        };
+        let best = best_window(&gaps, c).as_nanos() as u64;
+        for &w in gaps
+            .iter()
+            .map(|g| u64::from(*g))
+            .collect::<Vec<_>>()
+            .iter()
+        {
+            assert!(cost(best) <= cost(w), "window {best} costs more than {w}");
+        }
+        assert!(cost(best) <= cost(0));
+    }
+
+    #[test]
+    fn the_wake_up_cost_is_learned_and_bounded() {
+        let t0 = Instant::now();
+        let mut s = IdleState::new(Idle::Adaptive, t0);
+        for _ in 0..100 {
+            s.record_wake_cost(Duration::from_micros(20));
+        }
+        let learned = s.wake_cost();
+        assert!(
+            learned > Duration::from_micros(19) && learned <= Duration::from_micros(20),
+            "{learned:?}"
+        );
+        for _ in 0..100 {
+            s.record_wake_cost(Duration::from_secs(1));
+        }
+        assert!(s.wake_cost() <= WAKE_COST_MAX);
+        for _ in 0..100 {
+            s.record_wake_cost(Duration::ZERO);
+        }
+        assert!(s.wake_cost() >= WAKE_COST_MIN);
+        // A dearer wake-up makes spinning through 20 µs gaps the better choice.
+        let mut s = IdleState::new(Idle::Adaptive, t0);
+        for _ in 0..100 {
+            s.record_wake_cost(Duration::from_micros(50));
+        }
+        arrivals(&mut s, t0, &vec![Duration::from_micros(20); GAP_SAMPLES]);
+        assert_eq!(s.window(), Duration::from_micros(20));
+    }
+
+    #[test]
+    fn sleeps_are_sampled_one_in_n_and_only_when_adaptive() {
+        let t0 = Instant::now();
+        let mut s = IdleState::new(Idle::Adaptive, t0);
+        let sampled = (0..WAKE_SAMPLE_EVERY * 4)
+            .filter(|_| s.sample_sleep())
+            .count();
+        assert_eq!(sampled, 4);
+        let mut park = IdleState::new(Idle::Park, t0);
+        assert!(!(0..100).any(|_| park.sample_sleep()));
+    }
+
+    #[test]
+    fn huge_gaps_do_not_overflow() {
+        let t0 = Instant::now();
+        let mut s = IdleState::new(Idle::Adaptive, t0);
+        arrivals(&mut s, t0, &vec![Duration::from_secs(3600); GAP_SAMPLES]);
+        assert_eq!(s.window(), Duration::ZERO);
+    }
+
+    #[test]
+    fn worked_iterations_are_not_gaps() {
+        let t0 = Instant::now();
+        let mut s = IdleState::new(Idle::Adaptive, t0);
+        for i in 0..100 {
+            assert_eq!(s.after(Activity::Worked, t0 + US * i), None);
+        }
+        assert_eq!(s.stats().gaps, 0);
+        s.after(Activity::Idle, t0 + US * 100);
+        s.after(Activity::Worked, t0 + US * 103);
+        assert_eq!(s.stats().gaps, 1);
+    }
+}
