@@ -773,16 +773,16 @@ fn check_operator_commands(mut ours: TextClient, mut theirs: TextClient) {
             String::from_utf8_lossy(line)
         );
     }
-    // memcached's own stats test reads a stored key back from `stats cachedump` (memcached
-    // lists its most recent items first, memspin in table order: compare the item's line).
-    for client in [&mut ours, &mut theirs] {
-        let dump = client.call(b"stats cachedump 1 100\r\n").unwrap();
-        let dump = String::from_utf8_lossy(&dump);
-        assert!(
-            dump.contains("ITEM foo:x [1 b; 0 s]\r\n") && dump.ends_with("END\r\n"),
-            "{dump}"
-        );
-    }
+    // memcached's own stats test reads a stored key back from `stats cachedump`, in the line
+    // memcached writes. (memcached itself lists only its class's hot segment, which its LRU
+    // maintainer drains as items age, so its dump of an item stored a while ago is not
+    // compared.)
+    let dump = ours.call(b"stats cachedump 1 100\r\n").unwrap();
+    let dump = String::from_utf8_lossy(&dump);
+    assert!(
+        dump.contains("ITEM foo:x [1 b; 0 s]\r\n") && dump.ends_with("END\r\n"),
+        "{dump}"
+    );
 }
 
 // Regression: with several workers `stats settings` (answered by one worker) reported that
