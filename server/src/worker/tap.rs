@@ -13,6 +13,7 @@ use netstack::{Admission, ConnTable, TableConfig, TapDevice};
 use super::{Plan, Queue, serve_smoltcp, spawn};
 use crate::cli::Cidr;
 use crate::conn::ClientConn;
+use crate::stats::RawPath;
 
 /// Where and how the TAP worker serves.
 #[derive(Debug, Clone)]
@@ -147,5 +148,9 @@ impl Queue for TapDevice {
 
     fn report(&mut self) -> String {
         format!("{:?}", self.stats())
+    }
+
+    fn raw_path(&self, table: &netstack::TableStats) -> RawPath {
+        RawPath::Tap(*self.stats(), *table)
     }
 }

@@ -30,6 +30,7 @@ use super::tap::{cidr, table_config};
 use super::{Plan, Queue, serve_smoltcp, spawn};
 use crate::cli::Cidr;
 use crate::conn::ClientConn;
+use crate::stats::RawPath;
 
 /// Where and how the XDP worker serves.
 #[derive(Debug, Clone)]
@@ -214,7 +215,7 @@ pub fn run(
             config.rto_min,
         )
     };
-    crate::stats::set_path_settings(ready.settings());
+    plan.engine.control.set_path_settings(ready.settings());
     let served = spawn(
         plan,
         devices,
@@ -258,6 +259,15 @@ pub fn run(
 impl Queue for XdpDevice {
     fn flush(&mut self) {
         XdpDevice::flush(self);
+    }
+
+    fn raw_path(&self, table: &netstack::TableStats) -> RawPath {
+        RawPath::Xdp(*self.stats(), *table)
+    }
+
+    fn refresh_counters(&mut self) {
+        // On failure the last reading stays; the exit report says why.
+        let _ = self.read_kernel_stats();
     }
 
     fn wait(&mut self, timeout: Duration, wake: Option<BorrowedFd<'_>>) -> Result<(), String> {
