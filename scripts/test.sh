@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 need_packages memcached libmemcached-tools iproute2 python3-pymemcache ethtool nftables g++ \
-  python3-pylibmc chromium redis-tools redis-server python3-redis
+  python3-pylibmc chromium perl nutcracker redis-tools redis-server python3-redis
 need_root_for_namespaces
 
 step "cargo fmt --all -- --check"

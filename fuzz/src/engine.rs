@@ -142,6 +142,7 @@ impl Options {
             threads: self.workers,
             worker,
             conn_limit: 1024,
+            control: server::control::Control::new(Default::default(), 0),
         })
     }
 }
@@ -685,9 +686,24 @@ impl<'p> Sim<'p> {
     }
 }
 
-/// Statistics that count how the bytes arrived (per read, per turn), not what was asked: they
-/// differ between fragmentations by design.
-const ARRIVAL_STATS: [&[u8]; 3] = [b"bytes_read", b"bytes_written", b"conn_yields"];
+/// Statistics that count how the bytes arrived (per read, per turn), not what was asked, or
+/// time (CPU used, the latency instrument's nanoseconds): they differ between fragmentations
+/// and runs by design.
+const ARRIVAL_STATS: [&[u8]; 5] = [
+    b"bytes_read",
+    b"bytes_written",
+    b"conn_yields",
+    b"rusage_user",
+    b"rusage_system",
+];
+
+/// Prefixes of statistics whose values are times (`stats latency`).
+const TIMED_STATS: &[u8] = b"latency:";
+
+/// Whether a statistic's value differs between runs (see [`ARRIVAL_STATS`]).
+fn varies(name: &[u8]) -> bool {
+    ARRIVAL_STATS.contains(&name) || name.starts_with(TIMED_STATS)
+}
 
 /// The replies with the values of the [`ARRIVAL_STATS`] taken out.
 fn normalize(pipeline: &[u8], replies: &[u8]) -> Vec<u8> {
@@ -699,7 +715,7 @@ fn normalize(pipeline: &[u8], replies: &[u8]) -> Vec<u8> {
                 out.extend_from_slice(rest);
                 break;
             };
-            if frame.opcode == Opcode::Stat && ARRIVAL_STATS.contains(&frame.key) {
+            if frame.opcode == Opcode::Stat && varies(frame.key) {
                 frame.value = b"";
             }
             frame.emit_into(&mut out);
@@ -709,16 +725,15 @@ fn normalize(pipeline: &[u8], replies: &[u8]) -> Vec<u8> {
         const STAT: &[u8] = b"STAT ";
         while let Some(at) = find(rest, STAT) {
             let name = &rest[at + STAT.len()..];
-            let counted = ARRIVAL_STATS
-                .into_iter()
-                .find(|stat| name.starts_with(stat) && name.get(stat.len()) == Some(&b' '));
-            // Keep `STAT <name> `, drop the digits after it.
-            let kept = at + STAT.len() + counted.map_or(0, |stat| stat.len() + 1);
+            let name_len = name.iter().take_while(|&&b| b != b' ').count();
+            let counted = (name_len < name.len() && varies(&name[..name_len])).then_some(name_len);
+            // Keep `STAT <name> `, drop the number after it.
+            let kept = at + STAT.len() + counted.map_or(0, |len| len + 1);
             out.extend_from_slice(&rest[..kept]);
             let digits = match counted {
                 Some(_) => rest[kept..]
                     .iter()
-                    .take_while(|b| b.is_ascii_digit())
+                    .take_while(|b| b.is_ascii_digit() || **b == b'.')
                     .count(),
                 None => 0,
             };

@@ -138,7 +138,15 @@ fn check_request(buf: &[u8], request: Request<'_>, line_len: usize) {
         | Request::Version
         | Request::Verbosity { .. }
         | Request::Stats(_)
+        | Request::Slabs(_)
+        | Request::Watch(_)
+        | Request::Shutdown(_)
         | Request::Quit => {}
+        Request::Metadump(classes) => {
+            if let protocol::text::Classes::List(list) = classes {
+                assert!(in_line(list));
+            }
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! The `memspin-loadgen` command line (names fixed by DESIGN.md's CLI contract), turned into a
-//! [`Config`] plus the output files to write.
+//! The `memspin-loadgen` command line (names fixed by the contract in `loadgen/README.md`'s
+//! options table: added to, never renamed), turned into a [`Config`] plus the output files to
+//! write.
 //!
 //! ```text
 //! argv → Args (clap) → Config + Outputs → run / sweep / search → table (stdout), JSON, hgrm,

@@ -1,4 +1,5 @@
-//! The `memspin` command line (DESIGN.md's contract: names are relied on by scripts).
+//! The `memspin` command line: the names are a contract that scripts rely on (README.md's
+//! "memspin" table); flags are added, never renamed.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
@@ -105,6 +106,21 @@ pub struct Args {
     /// `spin` on AF_XDP and kernel sockets.
     #[arg(long, value_enum)]
     pub idle: Option<Idle>,
+
+    /// Log more to stderr, one event per line: `-v` start-up choices and operator commands,
+    /// `-vv` also every connection and request, `-vvv` also the engine's own decisions. The
+    /// `verbosity` command changes it at run time.
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Refuse stores with an out-of-memory error when memory is full, instead of evicting
+    /// items (memcached's `-M`).
+    #[arg(short = 'M', long = "disable-evictions")]
+    pub disable_evictions: bool,
+
+    /// Let the `shutdown` command stop the server (memcached's `-A`).
+    #[arg(short = 'A', long = "enable-shutdown")]
+    pub enable_shutdown: bool,
 
     /// With `--net tap|xdp`: the floor of loss recovery's probe timer, a duration such as
     /// `1ms`, `500us` or `0.2s` (10us..=1s): an unacknowledged reply, FIN or SYN-ACK is sent
@@ -730,5 +746,23 @@ mod tests {
             args.rto_min,
             RtoMin(Some(std::time::Duration::from_millis(2)))
         );
+    }
+
+    #[test]
+    fn operator_flags() {
+        let args = Args::parse_from(["memspin"]);
+        assert_eq!(
+            (args.verbose, args.disable_evictions, args.enable_shutdown),
+            (0, false, false)
+        );
+        let args = Args::parse_from(["memspin", "-vv", "-M", "-A"]);
+        assert_eq!(
+            (args.verbose, args.disable_evictions, args.enable_shutdown),
+            (2, true, true)
+        );
+        let args = Args::parse_from(["memspin", "-v", "-v", "-v", "--disable-evictions"]);
+        assert_eq!((args.verbose, args.disable_evictions), (3, true));
+        let args = Args::parse_from(["memspin", "--enable-shutdown"]);
+        assert!(args.enable_shutdown);
     }
 }

@@ -128,6 +128,9 @@ pub struct ClientConn {
     pub stop: Stop,
     /// Listed by the packet path to be served again on its next loop.
     pub again: bool,
+    /// When the bytes not yet served arrived (the loop clock's reading, monotonic
+    /// nanoseconds), for `stats latency`; `None` once everything received was served.
+    arrived_ns: Option<u64>,
 }
 
 impl Default for ClientConn {
@@ -140,6 +143,7 @@ impl Default for ClientConn {
             needed: 0,
             stop: Stop::Input,
             again: false,
+            arrived_ns: None,
         }
     }
 }
@@ -220,6 +224,28 @@ impl ClientConn {
         engine.deliver(&mut self.session, &mut self.out, delivery);
     }
 
+    /// Notes that bytes arrived at `ns` (the loop clock's reading): the requests in them are
+    /// timed from then, unless earlier bytes still wait to be served.
+    pub fn arrived(&mut self, ns: u64) {
+        self.arrived_ns.get_or_insert(ns);
+    }
+
+    /// Appends `bytes` (log lines for a watcher) to the output while it is below the
+    /// high-water mark; returns how many it took.
+    pub fn push_output(&mut self, bytes: &[u8]) -> usize {
+        let room = OUT_HIGH_WATER_BYTES.saturating_sub(self.output_backlog());
+        let n = room.min(bytes.len());
+        self.out.extend_from_slice(&bytes[..n]);
+        n
+    }
+
+    /// Records why the server ends this connection (for its close event).
+    pub fn closing(&mut self, reason: crate::control::CloseReason) {
+        if let Some(record) = self.session.record() {
+            record.closing(reason);
+        }
+    }
+
     /// Runs the engine over `bytes` (a slice of the socket's receive buffer, parsed in place)
     /// and returns how many it consumed.
     pub fn execute_in_place(
@@ -229,19 +255,29 @@ impl ClientConn {
         now: impl Into<Now>,
     ) -> Outcome {
         self.compact_output();
+        self.session
+            .set_arrival(self.arrived_ns.unwrap_or_default());
         let outcome = engine.execute(&mut self.session, bytes, &mut self.out, now);
         self.needed = outcome.needed;
         self.stop = outcome.stop;
+        if outcome.stop == Stop::Input && outcome.consumed == bytes.len() && self.input.is_empty() {
+            self.arrived_ns = None;
+        }
         outcome
     }
 
     /// Runs the engine over the buffered input and drops what it consumed.
     pub fn execute_buffered(&mut self, engine: &mut Engine, now: impl Into<Now>) -> Outcome {
         self.compact_output();
+        self.session
+            .set_arrival(self.arrived_ns.unwrap_or_default());
         let outcome = engine.execute(&mut self.session, self.input.data(), &mut self.out, now);
         self.input.consume(outcome.consumed);
         self.needed = outcome.needed;
         self.stop = outcome.stop;
+        if outcome.stop == Stop::Input && self.input.is_empty() {
+            self.arrived_ns = None;
+        }
         outcome
     }
 
@@ -320,6 +356,7 @@ mod tests {
             threads: 1,
             worker: 0,
             conn_limit: 1,
+            control: crate::control::Control::new(Default::default(), 0),
         });
         let mut conn = ClientConn::default();
         // An unknown opcode with a 4 GiB body, read as the kernel path reads.

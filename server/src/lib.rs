@@ -6,10 +6,14 @@
 //! ```
 //!
 //! The engine is transport-free: every packet path (`--net`) hands it a connection's received
-//! bytes and sends what it writes.
+//! bytes and sends what it writes. What operators see and set lives beside it: `stats` (every
+//! figure and its rendering, the latency instrument), `control` (what the workers share: admin
+//! switches, connection records, log watchers) and `logging` (the stderr log and its levels).
 
 pub mod cli;
 pub mod conn;
+pub mod control;
 pub mod engine;
+pub mod logging;
 pub mod stats;
 pub mod worker;

@@ -2,12 +2,15 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 
 use netstack::xdp::{BusyPoll, ModeChoice};
-use server::cli::{Args, LinkAddrs, Net, XdpBusyPoll, XdpMode};
+use server::cli::{Args, Idle, LinkAddrs, Net, XdpBusyPoll, XdpMode};
+use server::control::{Control, Settings};
 use server::engine::{EngineConfig, VERSION};
+use server::logging;
 use server::worker::kernel::KernelConfig;
 use server::worker::tap::TapConfig;
 use server::worker::xdp::XdpWorkerConfig;
@@ -25,10 +28,57 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    logging::init(args.verbose);
     let stop = worker::stop_on_signals()?;
     let workers = usize::from(args.threads);
     let cpus = worker::cpus_for(workers, args.cpus.as_ref().map(|c| c.0.as_slice()))?;
     let memory = args.memory_limit_mb.saturating_mul(1 << 20);
+    let control = Control::new(
+        Settings {
+            memory_limit_bytes: memory as u64,
+            tcp_port: args.port,
+            resp_port: args.resp_port,
+            // memcached's `inter`: one address, the IPv4 one when memspin serves both
+            // (`stats settings` lists each family's under memspin_ipv4 and memspin_ipv6).
+            interface: match args.net {
+                Net::Kernel => args.listen.to_string(),
+                Net::Tap | Net::Xdp => args
+                    .link_addrs()?
+                    .served()
+                    .next()
+                    .map_or_else(String::new, |cidr| cidr.addr.to_string()),
+            },
+            no_evictions: args.disable_evictions,
+            shutdown_enabled: args.enable_shutdown,
+            idle_timeout_secs: args.idle_timeout_secs,
+            net: match args.net {
+                Net::Tap => "tap",
+                Net::Xdp => "xdp",
+                Net::Kernel => "kernel",
+            },
+            idle: match args.idle_policy() {
+                Idle::Spin => "spin",
+                Idle::Park => "park",
+                Idle::Adaptive => "adaptive",
+            },
+            cpus: cpus.clone(),
+            rto_min: match args.net {
+                Net::Kernel => None,
+                Net::Tap | Net::Xdp => Some(args.rto_min.to_string()),
+            },
+        },
+        args.verbose,
+    );
+    control.set_stop(Arc::clone(&stop));
+    log::info!(
+        "starting: net {}, {workers} worker(s) on CPUs {cpus:?}, -m {} MB, -I {}, -c {}, evictions {}, shutdown command {}",
+        control.settings.net,
+        args.memory_limit_mb,
+        args.max_item_size,
+        args.conn_limit,
+        if args.disable_evictions { "off" } else { "on" },
+        if args.enable_shutdown { "on" } else { "off" },
+    );
     let plan = Plan {
         engine: EngineConfig {
             shard: store::ShardConfig {
@@ -40,6 +90,7 @@ fn run(args: &Args) -> Result<(), String> {
             threads: workers,
             worker: 0,
             conn_limit: args.conn_limit,
+            control,
         },
         cpus,
         stop: &stop,

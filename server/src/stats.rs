@@ -1,18 +1,32 @@
-//! Server statistics under memcached's names.
+//! Server statistics under memcached's names, and memspin's own under `memspin_`.
 //!
-//! Each worker keeps its own [`Counters`] and its shard keeps `store::ShardStats`; a `stats`
-//! request sums them into a [`Snapshot`] (across every worker once there are several) and writes
-//! the lines in memcached's order, so the binary and text protocols share one list.
+//! Each worker keeps its own [`Counters`], its shard keeps `store::ShardStats`, and its packet
+//! path keeps [`WorkerFigures`]; a `stats` request sums them into a [`Snapshot`] (across every
+//! worker once there are several) and writes the lines of the [`Group`] asked for, so the
+//! binary and text protocols share one list per group.
 //!
-//! memspin has no slab classes: an item is one heap block of its own size. `stats items` and
-//! `stats slabs` therefore describe a single class, 1, that holds every item, and report only
-//! the figures memspin really has; memcached's per-page, chunk-size and LRU-segment lines
-//! (`chunk_size`, `total_pages`, `number_hot`, `age`, ...) are left out rather than invented.
+//! ```text
+//! stats [group] ─▶ every worker: Core::snapshot(group) ─▶ Snapshot::merge ─▶ render(group) ─▶ lines
+//! ```
+//!
+//! What memspin has no equivalent for is left out rather than invented. memspin has no slab
+//! classes: an item is one heap block of its own size, so `stats items` and `stats slabs`
+//! describe a single class, 1, that holds every item, with the lines memcached prints when
+//! its LRU maintainer is off (no hot, warm and cold segments). Pages are counted as memcached
+//! sizes them, 1 MiB of the memory items and the table hold, and a chunk as the mean item.
+//! `stats sizes` walks the shards when asked (memcached tracks it on every store once
+//! `stats sizes_enable` turned it on); `stats detail` counts per key prefix (up to the first
+//! `:`) while on.
 
+mod latency;
+
+use std::collections::HashMap;
 use std::fmt::Display;
-use std::sync::OnceLock;
 
-use store::ShardStats;
+use store::{Now, ShardStats};
+
+use crate::control::Control;
+pub use latency::{Histogram, KINDS, Kind, Latency, MAX_NS, QUANTILES};
 
 /// Command counters one worker keeps (memcached's `cmd_*` and friends).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -25,8 +39,15 @@ pub struct Counters {
     pub cmd_flush: u64,
     /// TOUCH and GAT-family requests.
     pub cmd_touch: u64,
+    /// Meta commands (`mg`, `ms`, `md`, `ma`, `mn`, `me`).
+    pub cmd_meta: u64,
     /// Frames that were refused as malformed or unknown.
     pub protocol_errors: u64,
+    /// Stores refused because the item could never fit (`-I`).
+    pub store_too_large: u64,
+    /// Stores refused because no room could be made (eviction off, `-M`, or an item larger
+    /// than the memory budget allows).
+    pub store_no_memory: u64,
     /// Requests executed, of every protocol (Redis's `total_commands_processed`).
     pub requests: u64,
     /// Bytes the engine consumed from clients.
@@ -45,7 +66,10 @@ impl Counters {
         self.cmd_set += other.cmd_set;
         self.cmd_flush += other.cmd_flush;
         self.cmd_touch += other.cmd_touch;
+        self.cmd_meta += other.cmd_meta;
         self.protocol_errors += other.protocol_errors;
+        self.store_too_large += other.store_too_large;
+        self.store_no_memory += other.store_no_memory;
         self.requests += other.requests;
         self.bytes_read += other.bytes_read;
         self.bytes_written += other.bytes_written;
@@ -58,7 +82,7 @@ impl Counters {
 pub struct ServerInfo {
     /// Open client connections.
     pub curr_connections: u64,
-    /// Connections accepted since start.
+    /// Connections accepted since start (or `stats reset`).
     pub total_connections: u64,
     /// Connections refused because the limit was reached.
     pub rejected_connections: u64,
@@ -109,6 +133,20 @@ impl ServerInfo {
 }
 
 impl Recovery {
+    /// These counters less `base` (counted since `base` was taken: `stats reset`).
+    pub fn since(&self, base: &Recovery) -> Recovery {
+        Recovery {
+            probes: self.probes.saturating_sub(base.probes),
+            sack_resends: self.sack_resends.saturating_sub(base.sack_resends),
+            recovered: self.recovered.saturating_sub(base.recovered),
+            spurious: self.spurious.saturating_sub(base.spurious),
+            smoltcp_retransmits: self
+                .smoltcp_retransmits
+                .saturating_sub(base.smoltcp_retransmits),
+            probes_withheld: self.probes_withheld.saturating_sub(base.probes_withheld),
+        }
+    }
+
     /// Adds another worker's counters to these.
     pub fn add(&mut self, other: &Recovery) {
         self.probes += other.probes;
@@ -117,6 +155,420 @@ impl Recovery {
         self.spurious += other.spurious;
         self.smoltcp_retransmits += other.smoltcp_retransmits;
         self.probes_withheld += other.probes_withheld;
+    }
+}
+
+/// Most packet-path counters one worker reports.
+pub const MAX_PATH_COUNTERS: usize = 48;
+
+/// A packet path's counters, by name (`memspin_<name>` in `stats`): what its device, its
+/// connection table and its sockets count, copied by the worker's loop. Every worker of a run
+/// has the same path, so the same names in the same order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathCounters {
+    len: usize,
+    entries: [(&'static str, u64); MAX_PATH_COUNTERS],
+}
+
+impl Default for PathCounters {
+    fn default() -> PathCounters {
+        PathCounters {
+            len: 0,
+            entries: [("", 0); MAX_PATH_COUNTERS],
+        }
+    }
+}
+
+impl PathCounters {
+    /// Starts over: the loop refills the counters.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Adds one counter (past [`MAX_PATH_COUNTERS`], it is left out).
+    #[inline]
+    pub fn push(&mut self, name: &'static str, value: u64) {
+        if let Some(slot) = self.entries.get_mut(self.len) {
+            *slot = (name, value);
+            self.len += 1;
+        }
+    }
+
+    /// The counters, in the order they were pushed.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.entries[..self.len].iter().copied()
+    }
+
+    /// Adds another worker's counters, name by name (names it lacks are appended).
+    pub fn add(&mut self, other: &PathCounters) {
+        for (name, value) in other.iter() {
+            match self.entries[..self.len]
+                .iter_mut()
+                .find(|(n, _)| *n == name)
+            {
+                Some(entry) => entry.1 += value,
+                None => self.push(name, value),
+            }
+        }
+    }
+
+    /// These counters less `base` (counted since `base` was taken), name by name.
+    pub fn since(&self, base: &PathCounters) -> PathCounters {
+        let mut out = *self;
+        for entry in &mut out.entries[..out.len] {
+            if let Some((_, b)) = base.iter().find(|(n, _)| *n == entry.0) {
+                entry.1 = entry.1.saturating_sub(b);
+            }
+        }
+        out
+    }
+}
+
+/// A packet path's counters as its device, connection table or sockets keep them: copied by
+/// the worker's loop every iteration (a copy of plain integers), named only when `stats` asks.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum RawPath {
+    /// No packet path (an engine driven directly).
+    #[default]
+    None,
+    /// smoltcp over a TAP queue: the device's and the connection table's counters.
+    Tap(netstack::TapStats, netstack::TableStats),
+    /// smoltcp over an AF_XDP socket: the device's (the kernel's `XDP_STATISTICS` among them,
+    /// read every 100 ms) and the connection table's counters.
+    Xdp(netstack::xdp::XdpStats, netstack::TableStats),
+    /// Kernel sockets: the table's counters.
+    Kernel(netstack::kernel::KernelStats),
+}
+
+impl RawPath {
+    /// The counters under their `stats` names (`memspin_<name>` in `stats`,
+    /// `worker:<i>:<name>` in `stats workers`): `tap_*`, `xdp_*`, `xdp_kernel_*`, `table_*`,
+    /// `kernel_*`. Drops are the `*_dropped`, `*_invalid`, `*_truncated`, `*_oversize`,
+    /// `*_eagain`, `*_nobufs` and `*_errors` counters; transmit retries `xdp_tx_kick_busy`;
+    /// empty fill rings `xdp_fill_empty` (memspin's refills) and
+    /// `xdp_kernel_rx_fill_ring_empty_descs` (frames the kernel dropped for want of one).
+    pub fn named(&self) -> PathCounters {
+        let mut c = PathCounters::default();
+        match self {
+            RawPath::None => {}
+            RawPath::Tap(tap, table) => {
+                c.push("tap_rx_frames", tap.rx_frames);
+                c.push("tap_rx_bytes", tap.rx_bytes);
+                c.push("tap_rx_empty_reads", tap.rx_empty_reads);
+                c.push("tap_rx_truncated", tap.rx_truncated);
+                c.push("tap_rx_errors", tap.rx_errors);
+                c.push("tap_tx_frames", tap.tx_frames);
+                c.push("tap_tx_bytes", tap.tx_bytes);
+                c.push("tap_tx_eagain", tap.tx_eagain);
+                c.push("tap_tx_nobufs", tap.tx_nobufs);
+                c.push("tap_tx_errors", tap.tx_errors);
+                c.push("tap_tx_short", tap.tx_short);
+                c.push("tap_tx_oversize", tap.tx_oversize);
+                table_counters(table, &mut c);
+            }
+            RawPath::Xdp(xdp, table) => {
+                c.push("xdp_rx_frames", xdp.rx_frames);
+                c.push("xdp_rx_bytes", xdp.rx_bytes);
+                c.push("xdp_rx_chained", xdp.rx_chained);
+                c.push("xdp_rx_batches", xdp.rx_batches);
+                c.push("xdp_rx_invalid", xdp.rx_invalid);
+                c.push("xdp_fill_empty", xdp.fill_empty);
+                c.push("xdp_fill_wakeups", xdp.fill_wakeups);
+                c.push("xdp_busy_polls", xdp.busy_polls);
+                c.push("xdp_tx_frames", xdp.tx_frames);
+                c.push("xdp_tx_bytes", xdp.tx_bytes);
+                c.push("xdp_tx_chained", xdp.tx_chained);
+                c.push("xdp_tx_kicks", xdp.tx_kicks);
+                c.push("xdp_tx_kick_busy", xdp.tx_kick_busy);
+                c.push("xdp_tx_errors", xdp.tx_errors);
+                c.push("xdp_tx_exhausted", xdp.tx_exhausted);
+                c.push("xdp_tx_dropped", xdp.tx_dropped);
+                c.push("xdp_tx_oversize", xdp.tx_oversize);
+                c.push("xdp_completions", xdp.completions);
+                c.push("xdp_bogus_completions", xdp.bogus_completions);
+                c.push("xdp_tx_in_flight", xdp.tx_in_flight);
+                let k = &xdp.kernel;
+                c.push("xdp_kernel_rx_dropped", k.rx_dropped);
+                c.push("xdp_kernel_rx_invalid_descs", k.rx_invalid_descs);
+                c.push("xdp_kernel_tx_invalid_descs", k.tx_invalid_descs);
+                c.push("xdp_kernel_rx_ring_full", k.rx_ring_full);
+                c.push(
+                    "xdp_kernel_rx_fill_ring_empty_descs",
+                    k.rx_fill_ring_empty_descs,
+                );
+                c.push("xdp_kernel_tx_ring_empty_descs", k.tx_ring_empty_descs);
+                table_counters(table, &mut c);
+            }
+            RawPath::Kernel(k) => {
+                c.push("kernel_accepted", k.accepted);
+                c.push("kernel_refused", k.refused);
+                c.push("kernel_closed", k.closed);
+                c.push("kernel_idle_closed", k.idle_closed);
+                c.push("kernel_errors", k.errors);
+            }
+        }
+        c
+    }
+}
+
+/// Whether a path counter is one of loss recovery's, which `stats` writes once from
+/// [`ServerInfo::recovery`] (under the same names) rather than among the path's.
+fn is_recovery(name: &str) -> bool {
+    name.starts_with("loss_") || name.starts_with("smoltcp_")
+}
+
+/// A smoltcp connection table's counters (frames in and out, drops, connection ends, and loss
+/// recovery's copies and retransmissions).
+fn table_counters(t: &netstack::TableStats, c: &mut PathCounters) {
+    c.push("table_frames_in", t.frames_in);
+    c.push("table_frames_tcp", t.frames_tcp);
+    c.push("table_frames_control", t.frames_control);
+    c.push("table_frames_dropped", t.frames_dropped);
+    c.push("table_frames_out", t.frames_out);
+    c.push("table_unresolved", t.unresolved);
+    c.push("table_tx_exhausted", t.tx_exhausted);
+    c.push("table_handshakes_failed", t.handshakes_failed);
+    c.push("table_syn_evicted", t.syn_evicted);
+    c.push("table_timed_out", t.timed_out);
+    c.push("table_idle_closed", t.idle_closed);
+    c.push("table_closed", t.closed);
+    let r = &t.recovery;
+    c.push("loss_probes", r.probes);
+    c.push("loss_sack_resends", r.sack_resends);
+    c.push("loss_recovered", r.recovered);
+    c.push("loss_spurious", r.spurious);
+    c.push("smoltcp_retransmits", r.smoltcp_retransmits);
+    c.push("loss_probes_withheld", r.probes_withheld);
+}
+
+/// What one worker's loop did, for CPU per request on a spinning server: time with and
+/// without work, polls, and its packet path's counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerFigures {
+    /// The worker's index.
+    pub worker: usize,
+    /// Nanoseconds of loop iterations that found work.
+    pub busy_ns: u64,
+    /// Nanoseconds of loop iterations that found none (parked time included).
+    pub idle_ns: u64,
+    /// Loop iterations (each polls the queue once).
+    pub polls: u64,
+    /// Of those, the ones that found work.
+    pub polls_with_work: u64,
+    /// Times the worker waited on its queue (`--idle park`).
+    pub parks: u64,
+    /// The packet path's counters.
+    pub path: PathCounters,
+}
+
+impl WorkerFigures {
+    /// Adds another worker's figures (for the sums in `stats`).
+    pub fn add(&mut self, other: &WorkerFigures) {
+        self.busy_ns += other.busy_ns;
+        self.idle_ns += other.idle_ns;
+        self.polls += other.polls;
+        self.polls_with_work += other.polls_with_work;
+        self.parks += other.parks;
+        self.path.add(&other.path);
+    }
+
+    /// These figures less `base` (counted since `base` was taken).
+    pub fn since(&self, base: &WorkerFigures) -> WorkerFigures {
+        WorkerFigures {
+            worker: self.worker,
+            busy_ns: self.busy_ns.saturating_sub(base.busy_ns),
+            idle_ns: self.idle_ns.saturating_sub(base.idle_ns),
+            polls: self.polls.saturating_sub(base.polls),
+            polls_with_work: self.polls_with_work.saturating_sub(base.polls_with_work),
+            parks: self.parks.saturating_sub(base.parks),
+            path: self.path.since(&base.path),
+        }
+    }
+}
+
+/// Per key prefix counts for `stats detail dump` (memcached's `PREFIX <p> get <n> hit <n> set
+/// <n> del <n>`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixCounts {
+    /// Reads of keys with the prefix.
+    pub get: u64,
+    /// Of those, hits.
+    pub hit: u64,
+    /// Stores.
+    pub set: u64,
+    /// Deletes.
+    pub del: u64,
+}
+
+/// Prefixes one worker counts while `stats detail` is on; a prefix past this is not counted.
+pub const MAX_PREFIXES: usize = 10_000;
+
+/// The character that ends a key's prefix for `stats detail` (memcached's default `-D`).
+pub const PREFIX_DELIMITER: u8 = b':';
+
+/// One worker's `stats detail` counts.
+#[derive(Debug, Default, Clone)]
+pub struct Prefixes {
+    map: HashMap<Box<[u8]>, PrefixCounts>,
+}
+
+impl Prefixes {
+    /// Counts one operation on `key` (nothing for a key without [`PREFIX_DELIMITER`]).
+    pub fn record(&mut self, key: &[u8], f: impl FnOnce(&mut PrefixCounts)) {
+        let Some(end) = key.iter().position(|&b| b == PREFIX_DELIMITER) else {
+            return;
+        };
+        let prefix = &key[..end];
+        if let Some(counts) = self.map.get_mut(prefix) {
+            f(counts);
+        } else if self.map.len() < MAX_PREFIXES {
+            f(self.map.entry(prefix.into()).or_default());
+        }
+    }
+
+    /// Adds another worker's counts.
+    pub fn add(&mut self, other: &Prefixes) {
+        for (prefix, theirs) in &other.map {
+            let mine = self.map.entry(prefix.clone()).or_default();
+            mine.get += theirs.get;
+            mine.hit += theirs.hit;
+            mine.set += theirs.set;
+            mine.del += theirs.del;
+        }
+    }
+
+    /// Forgets every count.
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    /// The `PREFIX` lines (with `\r\n`), sorted by prefix.
+    pub fn dump(&self) -> String {
+        let mut prefixes: Vec<_> = self.map.iter().collect();
+        prefixes.sort_by(|a, b| a.0.cmp(b.0));
+        let mut text = String::new();
+        for (prefix, c) in prefixes {
+            text.push_str(&format!(
+                "PREFIX {} get {} hit {} set {} del {}\r\n",
+                String::from_utf8_lossy(prefix),
+                c.get,
+                c.hit,
+                c.set,
+                c.del
+            ));
+        }
+        text
+    }
+}
+
+/// Size classes of `stats sizes`: items by their size rounded up to a multiple of this.
+pub const SIZES_STEP: usize = 32;
+
+/// The `stats` groups memspin answers (memcached's, and its own `latency` and `workers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// `stats`: the general list.
+    General,
+    /// `stats settings`.
+    Settings,
+    /// `stats items`.
+    Items,
+    /// `stats slabs`.
+    Slabs,
+    /// `stats sizes`: items per 32-byte size class.
+    Sizes,
+    /// `stats conns`: every open connection.
+    Conns,
+    /// `stats detail dump`: per key prefix counts.
+    Detail,
+    /// `stats latency`: time inside memspin per command kind.
+    Latency,
+    /// `stats workers`: each worker's loop and packet-path figures.
+    Workers,
+    /// `stats cachedump 1 <limit>`: up to `limit` items (0: no count limit), at most
+    /// [`CACHEDUMP_MAX_BYTES`] of lines.
+    CacheDump {
+        /// Items at most; 0 for no count limit.
+        limit: u32,
+    },
+}
+
+/// The most `stats cachedump` writes before its `END`, as memcached caps it (2 MiB).
+pub const CACHEDUMP_MAX_BYTES: usize = 2 << 20;
+
+/// `stats cachedump` lines, `ITEM <key> [<bytes> b; <expiry> s]` as memcached writes them
+/// (the value's length, the expiry in unix seconds or 0), up to a count and
+/// [`CACHEDUMP_MAX_BYTES`].
+#[derive(Debug, Clone, Default)]
+pub struct CacheDump {
+    /// Items at most; 0 for no count limit.
+    limit: u32,
+    /// The lines, one after another.
+    text: Vec<u8>,
+    /// Where each line ends in `text`.
+    ends: Vec<usize>,
+    full: bool,
+}
+
+impl CacheDump {
+    /// An empty dump of at most `limit` items (0: as many as fit).
+    pub fn new(limit: u32) -> CacheDump {
+        CacheDump {
+            limit,
+            ..CacheDump::default()
+        }
+    }
+
+    /// True once no more lines fit.
+    pub fn is_full(&self) -> bool {
+        self.full
+    }
+
+    /// Adds one item's line, unless the dump is full.
+    pub fn add(&mut self, key: &[u8], bytes: usize, expiry: u64) {
+        use std::io::Write as _;
+        let mut line = Vec::with_capacity(key.len() + 32);
+        line.extend_from_slice(b"ITEM ");
+        line.extend_from_slice(key);
+        let _ = write!(line, " [{bytes} b; {expiry} s]\r\n");
+        self.add_line(&line);
+    }
+
+    fn add_line(&mut self, line: &[u8]) {
+        if self.full {
+            return;
+        }
+        if self.text.len() + line.len() > CACHEDUMP_MAX_BYTES {
+            self.full = true;
+            return;
+        }
+        self.text.extend_from_slice(line);
+        self.ends.push(self.text.len());
+        if self.limit != 0 && self.ends.len() >= self.limit as usize {
+            self.full = true;
+        }
+    }
+
+    /// Adds another worker's lines while they fit.
+    pub fn merge(&mut self, other: &CacheDump) {
+        let mut start = 0;
+        for &end in &other.ends {
+            self.add_line(&other.text[start..end]);
+            start = end;
+        }
+    }
+
+    /// The lines, `\r\n` after each.
+    pub fn text(&self) -> &[u8] {
+        &self.text
+    }
+}
+
+impl Group {
+    /// Whether every worker's figures are needed (the others are answered by one worker, from
+    /// what every worker shares).
+    pub fn gathers(self) -> bool {
+        !matches!(self, Group::Settings | Group::Conns)
     }
 }
 
@@ -129,6 +581,8 @@ pub struct Snapshot {
     pub counters: Counters,
     /// Connection figures of every worker.
     pub info: ServerInfo,
+    /// Every worker's loop figures, in worker order (one entry per worker that answered).
+    pub workers: Vec<WorkerFigures>,
     /// Worker threads.
     pub threads: usize,
     /// Total memory budget in bytes (`-m`).
@@ -141,24 +595,118 @@ pub struct Snapshot {
     pub started_unix_secs: u64,
     /// Version string.
     pub version: &'static str,
+    /// `stats items`: seconds since the least recently accessed item's last access.
+    pub oldest_idle_secs: u64,
+    /// `stats sizes`: items per size class ([`SIZES_STEP`] bytes each), by class index.
+    pub sizes: Vec<u64>,
+    /// `stats detail dump`: per prefix counts.
+    pub prefixes: Option<Prefixes>,
+    /// `stats latency`: the histograms.
+    pub latency: Option<Box<Latency>>,
+    /// `stats cachedump`: `ITEM` lines (each worker's, one after another).
+    pub cachedump: Option<CacheDump>,
 }
 
 impl Snapshot {
-    /// Adds another worker's figures: its shard, counters, connections and memory budget.
-    /// Settings (threads, limits, version) are the same on every worker and stay.
+    /// Adds another worker's figures: its shard, counters, connections, loop, memory budget,
+    /// and the group's own parts. Settings (threads, limits, version) are the same on every
+    /// worker and stay.
     pub fn merge(&mut self, other: &Snapshot) {
         self.shard.add(&other.shard);
         self.counters.add(&other.counters);
         self.info.add(&other.info);
+        self.workers.extend_from_slice(&other.workers);
+        self.workers.sort_by_key(|w| w.worker);
         self.limit_maxbytes += other.limit_maxbytes;
+        self.oldest_idle_secs = self.oldest_idle_secs.max(other.oldest_idle_secs);
+        if self.sizes.len() < other.sizes.len() {
+            self.sizes.resize(other.sizes.len(), 0);
+        }
+        for (mine, theirs) in self.sizes.iter_mut().zip(&other.sizes) {
+            *mine += theirs;
+        }
+        if let Some(theirs) = &other.prefixes {
+            self.prefixes
+                .get_or_insert_with(Prefixes::default)
+                .add(theirs);
+        }
+        if let Some(theirs) = &other.latency {
+            match self.latency.as_mut() {
+                Some(mine) => mine.add(theirs),
+                None => self.latency = Some(theirs.clone()),
+            }
+        }
+        if let Some(theirs) = &other.cachedump {
+            match self.cachedump.as_mut() {
+                Some(mine) => mine.merge(theirs),
+                None => self.cachedump = Some(theirs.clone()),
+            }
+        }
+    }
+
+    /// Every worker's loop figures summed.
+    pub fn loop_totals(&self) -> WorkerFigures {
+        let mut total = WorkerFigures::default();
+        for w in &self.workers {
+            total.add(w);
+        }
+        total
     }
 }
 
-/// Calls `emit(name, value)` for every general statistic, in memcached's order.
-pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&str, &dyn Display)) {
+/// Calls `emit(name, value)` for every line of `group`, in memcached's order; `now` is the
+/// request's clock. [`Group::Detail`] has no `STAT` lines (see [`Prefixes::dump`]), nor has
+/// [`Group::CacheDump`] (see [`CacheDump`]).
+pub fn render(
+    group: Group,
+    snapshot: &Snapshot,
+    control: &Control,
+    now: Now,
+    mut emit: impl FnMut(&str, &dyn Display),
+) {
+    match group {
+        Group::General => general(snapshot, control, now.secs(), &mut emit),
+        Group::Settings => settings(snapshot, control, &mut emit),
+        Group::Items => items(snapshot, &mut emit),
+        Group::Slabs => slabs(snapshot, &mut emit),
+        Group::Sizes => sizes(snapshot, control, &mut emit),
+        Group::Conns => conns(snapshot, control, now, &mut emit),
+        Group::Latency => {
+            if let Some(latency) = &snapshot.latency {
+                latency.lines(&mut emit);
+            }
+        }
+        Group::Workers => workers(snapshot, &mut emit),
+        Group::Detail | Group::CacheDump { .. } => {}
+    }
+}
+
+/// The process's user and system CPU time, as memcached prints them (`seconds.micros`).
+fn rusage() -> (String, String) {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF is always valid.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return ("0.000000".into(), "0.000000".into());
+    }
+    // SAFETY: getrusage returned 0, so it initialised the struct (and zeroed() did before).
+    let usage = unsafe { usage.assume_init() };
+    let time = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
+    (time(usage.ru_utime), time(usage.ru_stime))
+}
+
+/// Calls `emit(name, value)` for every general statistic, in memcached's order, then
+/// memspin's own (`memspin_*`).
+pub fn general(
+    snapshot: &Snapshot,
+    control: &Control,
+    now_unix_secs: u64,
+    mut emit: impl FnMut(&str, &dyn Display),
+) {
     let s = &snapshot.shard;
     let c = &snapshot.counters;
     let i = &snapshot.info;
+    let (user, system) = rusage();
     emit("pid", &std::process::id());
     emit(
         "uptime",
@@ -167,6 +715,9 @@ pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&st
     emit("time", &now_unix_secs);
     emit("version", &snapshot.version);
     emit("pointer_size", &(usize::BITS));
+    emit("rusage_user", &user);
+    emit("rusage_system", &system);
+    emit("max_connections", &snapshot.conn_limit);
     emit("curr_connections", &i.curr_connections);
     emit("total_connections", &i.total_connections);
     emit("rejected_connections", &i.rejected_connections);
@@ -174,6 +725,7 @@ pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&st
     emit("cmd_set", &c.cmd_set);
     emit("cmd_flush", &c.cmd_flush);
     emit("cmd_touch", &c.cmd_touch);
+    emit("cmd_meta", &c.cmd_meta);
     emit("get_hits", &s.get_hits);
     emit("get_misses", &s.get_misses);
     emit("get_expired", &s.get_expired);
@@ -189,12 +741,24 @@ pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&st
     emit("cas_badval", &s.cas_badval);
     emit("touch_hits", &s.touch_hits);
     emit("touch_misses", &s.touch_misses);
+    emit("store_too_large", &c.store_too_large);
+    emit("store_no_memory", &c.store_no_memory);
     emit("protocol_errors", &c.protocol_errors);
     emit("bytes_read", &c.bytes_read);
     emit("bytes_written", &c.bytes_written);
     emit("limit_maxbytes", &snapshot.limit_maxbytes);
+    // memspin keeps listening at the connection limit and refuses the excess (memcached's
+    // `maxconns_fast`), so it never stops accepting.
+    emit("accepting_conns", &1);
+    emit("listen_disabled_num", &0);
+    emit("time_in_listen_disabled_us", &0);
     emit("threads", &snapshot.threads);
     emit("conn_yields", &c.conn_yields);
+    emit("hash_bytes", &s.heap_bytes.saturating_sub(s.bytes));
+    let (sent, skipped, watchers) = control.watchers.figures();
+    emit("log_watcher_skipped", &skipped);
+    emit("log_watcher_sent", &sent);
+    emit("log_watchers", &watchers);
     emit("bytes", &s.bytes);
     emit("curr_items", &s.curr_items);
     emit("total_items", &s.total_items);
@@ -209,61 +773,142 @@ pub fn general(snapshot: &Snapshot, now_unix_secs: u64, mut emit: impl FnMut(&st
     emit("memspin_loss_spurious", &r.spurious);
     emit("memspin_smoltcp_retransmits", &r.smoltcp_retransmits);
     emit("memspin_loss_probes_withheld", &r.probes_withheld);
+    let total = snapshot.loop_totals();
+    emit("memspin_busy_us", &(total.busy_ns / 1000));
+    emit("memspin_idle_us", &(total.idle_ns / 1000));
+    emit("memspin_polls", &total.polls);
+    emit("memspin_polls_with_work", &total.polls_with_work);
+    emit("memspin_parks", &total.parks);
+    // Loss recovery's counters are in the path's too (per worker in `stats workers`); they
+    // were written above, once.
+    for (name, value) in total.path.iter().filter(|(name, _)| !is_recovery(name)) {
+        emit(&format!("memspin_{name}"), &value);
+    }
 }
 
-/// The packet path's own settings (`memspin_*` lines), recorded once when it starts serving.
-static PATH_SETTINGS: OnceLock<Vec<(&'static str, String)>> = OnceLock::new();
-
-/// Records the packet path's settings for `stats settings`; the first call in a process wins.
-pub fn set_path_settings(lines: Vec<(&'static str, String)>) {
-    let _ = PATH_SETTINGS.set(lines);
+/// `yes` or `no`.
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
 }
 
-/// Calls `emit(name, value)` for every `stats settings` line memspin has a value for, then
-/// the packet path's `memspin_*` lines.
-pub fn settings(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
-    emit("maxbytes", &snapshot.limit_maxbytes);
+/// Calls `emit(name, value)` for every `stats settings` line memspin has a value for, in
+/// memcached's order, then memspin's own (`memspin_*`), the packet path's last.
+pub fn settings(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&str, &dyn Display)) {
+    let set = &control.settings;
+    let (automove, ratio) = control.automove();
+    // One worker answers `stats settings`: `-m` is the whole budget, not its share.
+    let maxbytes = match set.memory_limit_bytes {
+        0 => snapshot.limit_maxbytes,
+        total => total,
+    };
+    emit("maxbytes", &maxbytes);
     emit("maxconns", &snapshot.conn_limit);
+    emit("tcpport", &control.tcp_port());
+    emit("udpport", &0);
+    emit("inter", &set.interface);
+    emit("verbosity", &control.verbosity());
+    emit("evictions", &if set.no_evictions { "off" } else { "on" });
+    emit("domain_socket", &"NULL");
+    emit("shutdown_command", &yes_no(set.shutdown_enabled));
     emit("num_threads", &snapshot.threads);
+    emit("stat_key_prefix", &(PREFIX_DELIMITER as char));
+    emit("detail_enabled", &yes_no(control.detail()));
     emit("reqs_per_event", &crate::engine::TURN_REQUESTS);
-    emit("item_size_max", &snapshot.item_size_max);
-    emit("evictions", &"on");
     emit("cas_enabled", &"yes");
     emit("binding_protocol", &"auto-negotiate");
-    for (name, value) in PATH_SETTINGS.get().into_iter().flatten() {
-        emit(name, value);
+    emit("auth_enabled_sasl", &"no");
+    emit("auth_enabled_ascii", &"no");
+    emit("item_size_max", &snapshot.item_size_max);
+    emit("maxconns_fast", &"yes");
+    emit("slab_reassign", &"no");
+    emit("slab_automove", &automove);
+    emit("slab_automove_ratio", &format!("{ratio:.2}"));
+    emit("lru_crawler", &"yes");
+    emit("flush_enabled", &"yes");
+    emit("dump_enabled", &"yes");
+    emit("lru_maintainer_thread", &"no");
+    emit("lru_segmented", &"no");
+    emit("temp_lru", &"no");
+    emit("idle_timeout", &set.idle_timeout_secs);
+    emit("watcher_logbuf_size", &crate::control::WATCHER_BUFFER_BYTES);
+    emit("track_sizes", &yes_no(control.sizes()));
+    emit("ssl_enabled", &"no");
+    emit("memspin_net", &set.net);
+    emit("memspin_idle", &set.idle);
+    let cpus: Vec<String> = set.cpus.iter().map(ToString::to_string).collect();
+    emit("memspin_cpus", &cpus.join(","));
+    match control.resp_port() {
+        Some(port) => emit("memspin_resp_port", &port),
+        None => emit("memspin_resp_port", &"off"),
+    }
+    if let Some(rto_min) = &set.rto_min {
+        emit("memspin_rto_min", rto_min);
+    }
+    // The packet path's own lines follow: `memspin_xdp_*` on AF_XDP.
+    for (name, value) in control.path_settings() {
+        if *name != "memspin_net" {
+            emit(name, value);
+        }
     }
 }
 
 /// The one class memspin reports under `stats items` and `stats slabs`.
-const ITEM_CLASS: u32 = 1;
+pub const ITEM_CLASS: u32 = 1;
 
-/// Calls `emit(name, value)` for every `stats items` line memspin has a value for: one class
-/// (see the module docs), named `items:1:<stat>` as memcached names them.
+/// Bytes of a memcached slab page: `stats slabs` counts memory in these.
+const PAGE_BYTES: u64 = 1 << 20;
+
+/// Calls `emit(name, value)` for every `stats items` line: one class (see the module docs),
+/// named `items:1:<stat>` as memcached names them; nothing while the cache is empty, as
+/// memcached skips empty classes.
 pub fn items(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
     let s = &snapshot.shard;
+    if s.curr_items == 0 {
+        return;
+    }
     let mut line = |stat: &str, value: &dyn Display| {
         emit(&format!("items:{ITEM_CLASS}:{stat}"), value);
     };
     line("number", &s.curr_items);
+    line("age", &snapshot.oldest_idle_secs);
     line("mem_requested", &s.bytes);
     line("evicted", &s.evictions);
+    line("evicted_nonzero", &s.evicted_nonzero);
+    line("evicted_time", &s.evicted_time);
+    line("outofmemory", &s.outofmemory);
+    line("tailrepairs", &0);
     line("reclaimed", &s.reclaimed);
     line("expired_unfetched", &s.expired_unfetched);
     line("evicted_unfetched", &s.evicted_unfetched);
+    line("crawler_reclaimed", &0);
+    line("crawler_items_checked", &0);
+    line("lrutail_reflocked", &0);
 }
 
-/// Calls `emit(name, value)` for every `stats slabs` line memspin has a value for: the one
-/// class's item count and per-class command figures (`1:<stat>`), then `active_slabs` and
-/// `total_malloced` (the heap the store is charged for: items and hash table).
+/// Calls `emit(name, value)` for every `stats slabs` line: the one class's geometry in
+/// memcached's terms (1 MiB pages of what the store holds, a chunk the size of the mean item)
+/// and its per-class command figures (`1:<stat>`), then `active_slabs` and `total_malloced`
+/// (the heap the store is charged for: items and hash table).
 pub fn slabs(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
     let s = &snapshot.shard;
     let c = &snapshot.counters;
-    {
+    let active = u64::from(s.curr_items > 0);
+    if active == 1 {
+        let chunk_size = s.bytes.div_ceil(s.curr_items).max(1);
+        let chunks_per_page = (PAGE_BYTES / chunk_size).max(1);
+        let total_pages = s.heap_bytes.div_ceil(PAGE_BYTES).max(1);
+        let total_chunks = total_pages * chunks_per_page;
+        let used = s.curr_items.min(total_chunks);
         let mut line = |stat: &str, value: &dyn Display| {
             emit(&format!("{ITEM_CLASS}:{stat}"), value);
         };
-        line("used_chunks", &s.curr_items);
+        line("chunk_size", &chunk_size);
+        line("chunks_per_page", &chunks_per_page);
+        line("total_pages", &total_pages);
+        line("total_chunks", &total_chunks);
+        line("used_chunks", &used);
+        line("free_chunks", &(total_chunks - used));
+        line("free_chunks_end", &0);
         line("get_hits", &s.get_hits);
         line("cmd_set", &c.cmd_set);
         line("delete_hits", &s.delete_hits);
@@ -273,13 +918,340 @@ pub fn slabs(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
         line("cas_badval", &s.cas_badval);
         line("touch_hits", &s.touch_hits);
     }
-    emit("active_slabs", &1);
+    emit("active_slabs", &active);
     emit("total_malloced", &s.heap_bytes);
+}
+
+/// Calls `emit(name, value)` for every `stats sizes` line: `<size> <count>` for each
+/// [`SIZES_STEP`]-byte class holding items, or `sizes_status disabled` after `stats
+/// sizes_disable`.
+pub fn sizes(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&str, &dyn Display)) {
+    if !control.sizes() {
+        emit("sizes_status", &"disabled");
+        return;
+    }
+    for (class, &count) in snapshot.sizes.iter().enumerate() {
+        if count > 0 {
+            emit(&(class * SIZES_STEP).to_string(), &count);
+        }
+    }
+}
+
+/// Calls `emit(name, value)` for every `stats conns` line: each worker's listener (then its
+/// RESP listener, when Redis clients are served), then every open connection
+/// (`<number>:addr`, `:listen_addr`, `:state`, `:secs_since_last_cmd`).
+pub fn conns(
+    snapshot: &Snapshot,
+    control: &Control,
+    now: Now,
+    mut emit: impl FnMut(&str, &dyn Display),
+) {
+    let interface = &control.settings.interface;
+    let ports = [Some(control.tcp_port()), control.resp_port()];
+    let workers = control.settings.cpus.len().max(1);
+    for (number, port) in ports
+        .iter()
+        .flatten()
+        .flat_map(|port| std::iter::repeat_n(port, workers))
+        .enumerate()
+    {
+        emit(
+            &format!("{number}:addr"),
+            &format!("tcp:{interface}:{port}"),
+        );
+        emit(&format!("{number}:state"), &"conn_listening");
+        // A listener's last command is its opening, as memcached counts it.
+        emit(
+            &format!("{number}:secs_since_last_cmd"),
+            &now.secs().saturating_sub(snapshot.started_unix_secs),
+        );
+    }
+    for record in control.connections() {
+        record.stats_lines(now, &mut emit);
+    }
+}
+
+/// Calls `emit(name, value)` for every `stats workers` line: per worker
+/// (`worker:<i>:<stat>`), its loop's busy and idle time, polls, parks, and its packet path's
+/// counters.
+pub fn workers(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
+    for w in &snapshot.workers {
+        let i = w.worker;
+        emit(&format!("worker:{i}:busy_us"), &(w.busy_ns / 1000));
+        emit(&format!("worker:{i}:idle_us"), &(w.idle_ns / 1000));
+        emit(&format!("worker:{i}:polls"), &w.polls);
+        emit(&format!("worker:{i}:polls_with_work"), &w.polls_with_work);
+        emit(&format!("worker:{i}:parks"), &w.parks);
+        for (name, value) in w.path.iter() {
+            emit(&format!("worker:{i}:{name}"), &value);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::Settings;
+
+    fn lines(f: impl FnOnce(&mut dyn FnMut(&str, &dyn Display))) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        f(&mut |name, value| out.push((name.to_string(), value.to_string())));
+        out
+    }
+
+    fn value<'a>(lines: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        lines
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn path_counters_add_by_name_and_subtract_a_base() {
+        let mut a = PathCounters::default();
+        a.push("rx_frames", 10);
+        a.push("tx_frames", 20);
+        let mut b = PathCounters::default();
+        b.push("rx_frames", 1);
+        b.push("tx_eagain", 2);
+        a.add(&b);
+        let all: Vec<_> = a.iter().collect();
+        assert_eq!(
+            all,
+            [("rx_frames", 11), ("tx_frames", 20), ("tx_eagain", 2)]
+        );
+        let since = a.since(&b);
+        assert_eq!(
+            since.iter().collect::<Vec<_>>(),
+            [("rx_frames", 10), ("tx_frames", 20), ("tx_eagain", 0)]
+        );
+        let mut full = PathCounters::default();
+        for _ in 0..MAX_PATH_COUNTERS + 5 {
+            full.push("x", 1);
+        }
+        assert_eq!(full.iter().count(), MAX_PATH_COUNTERS);
+    }
+
+    #[test]
+    fn general_lists_memcached_names_then_memspins() {
+        let control = Control::new(Settings::default(), 0);
+        let mut snapshot = Snapshot {
+            conn_limit: 1024,
+            workers: vec![WorkerFigures {
+                worker: 0,
+                busy_ns: 3_000,
+                polls: 7,
+                ..WorkerFigures::default()
+            }],
+            ..Snapshot::default()
+        };
+        snapshot.workers[0].path.push("tx_eagain", 4);
+        snapshot.counters.store_too_large = 2;
+        let got = lines(|emit| general(&snapshot, &control, 100, emit));
+        for name in [
+            "rusage_user",
+            "rusage_system",
+            "max_connections",
+            "accepting_conns",
+            "listen_disabled_num",
+            "conn_yields",
+            "store_too_large",
+            "store_no_memory",
+            "cmd_meta",
+            "log_watchers",
+        ] {
+            assert!(value(&got, name).is_some(), "{name}");
+        }
+        assert_eq!(value(&got, "max_connections"), Some("1024"));
+        assert_eq!(value(&got, "store_too_large"), Some("2"));
+        assert_eq!(value(&got, "memspin_busy_us"), Some("3"));
+        assert_eq!(value(&got, "memspin_polls"), Some("7"));
+        assert_eq!(value(&got, "memspin_tx_eagain"), Some("4"));
+        let user = value(&got, "rusage_user").unwrap();
+        assert!(
+            user.split_once('.').is_some_and(|(_, f)| f.len() == 6),
+            "{user}"
+        );
+        let first_memspin = got
+            .iter()
+            .position(|(n, _)| n.starts_with("memspin_"))
+            .unwrap();
+        assert!(
+            got[first_memspin..]
+                .iter()
+                .all(|(n, _)| n.starts_with("memspin_"))
+        );
+    }
+
+    #[test]
+    fn settings_has_the_keys_tools_read() {
+        let control = Control::new(
+            Settings {
+                memory_limit_bytes: 128 << 20,
+                tcp_port: 11311,
+                resp_port: Some(6380),
+                interface: "10.0.0.2".into(),
+                no_evictions: true,
+                shutdown_enabled: true,
+                idle_timeout_secs: 30,
+                net: "tap",
+                idle: "spin",
+                cpus: vec![2, 3],
+                rto_min: Some("1ms".into()),
+            },
+            2,
+        );
+        control.set_path_settings(vec![
+            ("memspin_net", "xdp".into()),
+            ("memspin_xdp_zero_copy", "no".into()),
+        ]);
+        let snapshot = Snapshot {
+            conn_limit: 10,
+            item_size_max: 1 << 20,
+            threads: 2,
+            ..Snapshot::default()
+        };
+        let got = lines(|emit| settings(&snapshot, &control, emit));
+        for (name, want) in [
+            ("maxbytes", "134217728"),
+            ("domain_socket", "NULL"),
+            ("flush_enabled", "yes"),
+            ("tcpport", "11311"),
+            ("maxconns", "10"),
+            ("item_size_max", "1048576"),
+            ("verbosity", "2"),
+            ("idle_timeout", "30"),
+            ("evictions", "off"),
+            ("shutdown_command", "yes"),
+            ("num_threads", "2"),
+            ("memspin_cpus", "2,3"),
+            ("memspin_resp_port", "6380"),
+            ("memspin_rto_min", "1ms"),
+            ("memspin_xdp_zero_copy", "no"),
+        ] {
+            assert_eq!(value(&got, name), Some(want), "{name}");
+        }
+        // Ports the packet path picked (port 0 on kernel sockets) are the ones reported.
+        control.set_bound_ports(40001, Some(40002));
+        let got = lines(|emit| settings(&snapshot, &control, emit));
+        assert_eq!(value(&got, "tcpport"), Some("40001"));
+        assert_eq!(value(&got, "memspin_resp_port"), Some("40002"));
+        let off = Control::new(Settings::default(), 0);
+        let got = lines(|emit| settings(&snapshot, &off, emit));
+        assert_eq!(value(&got, "memspin_resp_port"), Some("off"));
+        assert_eq!(
+            got.iter().filter(|(n, _)| n == "memspin_net").count(),
+            1,
+            "the path's net line is not repeated"
+        );
+    }
+
+    #[test]
+    fn items_and_slabs_describe_one_class_with_memcacheds_names() {
+        let mut snapshot = Snapshot::default();
+        assert!(
+            lines(|emit| items(&snapshot, emit)).is_empty(),
+            "no class when empty"
+        );
+        let empty_slabs = lines(|emit| slabs(&snapshot, emit));
+        assert_eq!(value(&empty_slabs, "active_slabs"), Some("0"));
+        snapshot.shard.curr_items = 1000;
+        snapshot.shard.bytes = 100_000;
+        snapshot.shard.heap_bytes = 3 * (1 << 20) / 2;
+        let got = lines(|emit| items(&snapshot, emit));
+        for stat in [
+            "number",
+            "age",
+            "mem_requested",
+            "evicted",
+            "evicted_nonzero",
+            "evicted_time",
+            "outofmemory",
+            "tailrepairs",
+            "reclaimed",
+            "expired_unfetched",
+            "evicted_unfetched",
+            "crawler_reclaimed",
+            "crawler_items_checked",
+            "lrutail_reflocked",
+        ] {
+            assert!(value(&got, &format!("items:1:{stat}")).is_some(), "{stat}");
+        }
+        let got = lines(|emit| slabs(&snapshot, emit));
+        assert_eq!(value(&got, "1:chunk_size"), Some("100"));
+        assert_eq!(value(&got, "1:total_pages"), Some("2"));
+        assert_eq!(value(&got, "1:used_chunks"), Some("1000"));
+        assert_eq!(value(&got, "active_slabs"), Some("1"));
+    }
+
+    #[test]
+    fn sizes_list_classes_with_items_or_say_disabled() {
+        let control = Control::new(Settings::default(), 0);
+        let snapshot = Snapshot {
+            sizes: vec![0, 0, 5, 0, 1],
+            ..Snapshot::default()
+        };
+        let got = lines(|emit| sizes(&snapshot, &control, emit));
+        assert_eq!(got, [("64".into(), "5".into()), ("128".into(), "1".into())]);
+        control.set_sizes(false);
+        let got = lines(|emit| sizes(&snapshot, &control, emit));
+        assert_eq!(got, [("sizes_status".into(), "disabled".into())]);
+    }
+
+    #[test]
+    fn prefixes_count_keys_with_a_delimiter_and_dump_as_memcached() {
+        let mut p = Prefixes::default();
+        p.record(b"foo:1", |c| c.get += 1);
+        p.record(b"foo:2", |c| {
+            c.get += 1;
+            c.hit += 1;
+        });
+        p.record(b"bar:x", |c| c.set += 1);
+        p.record(b"nodelimiter", |c| c.del += 1);
+        let mut q = Prefixes::default();
+        q.record(b"foo:3", |c| c.del += 1);
+        p.add(&q);
+        assert_eq!(
+            p.dump(),
+            "PREFIX bar get 0 hit 0 set 1 del 0\r\nPREFIX foo get 2 hit 1 set 0 del 1\r\n"
+        );
+        p.clear();
+        assert_eq!(p.dump(), "");
+    }
+
+    #[test]
+    fn prefixes_are_bounded() {
+        let mut p = Prefixes::default();
+        for i in 0..MAX_PREFIXES + 10 {
+            p.record(format!("p{i}:k").as_bytes(), |c| c.get += 1);
+        }
+        assert_eq!(p.map.len(), MAX_PREFIXES);
+    }
+
+    #[test]
+    fn snapshots_merge_workers_and_their_parts() {
+        let worker = |i: usize| Snapshot {
+            workers: vec![WorkerFigures {
+                worker: i,
+                busy_ns: 1000 * (i as u64 + 1),
+                ..WorkerFigures::default()
+            }],
+            sizes: vec![1; i + 1],
+            oldest_idle_secs: 10 * i as u64,
+            ..Snapshot::default()
+        };
+        let mut sum = worker(1);
+        sum.merge(&worker(0));
+        assert_eq!(
+            sum.workers.iter().map(|w| w.worker).collect::<Vec<_>>(),
+            [0, 1]
+        );
+        assert_eq!(sum.loop_totals().busy_ns, 3000);
+        assert_eq!(sum.sizes, [2, 1]);
+        assert_eq!(sum.oldest_idle_secs, 10);
+        let got = lines(|emit| workers(&sum, emit));
+        assert_eq!(value(&got, "worker:1:busy_us"), Some("2"));
+    }
 
     #[test]
     fn loss_recovery_counters_are_summed_over_workers_and_reported() {
@@ -300,11 +1272,16 @@ mod tests {
         let mut sum = worker(1);
         sum.merge(&worker(10));
         let mut lines = Vec::new();
-        general(&sum, 0, |name, value| {
-            if name.starts_with("memspin_") {
-                lines.push(format!("{name} {value}"));
-            }
-        });
+        general(
+            &sum,
+            &Control::new(Settings::default(), 0),
+            0,
+            |name, value| {
+                if name.starts_with("memspin_loss") || name.starts_with("memspin_smoltcp") {
+                    lines.push(format!("{name} {value}"));
+                }
+            },
+        );
         assert_eq!(
             lines,
             [

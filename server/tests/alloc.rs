@@ -73,6 +73,7 @@ fn get_hit_and_miss_allocate_nothing() {
         threads: 1,
         worker: 0,
         conn_limit: 1024,
+        control: server::control::Control::new(Default::default(), 0),
     });
     let extras = StoreExtras {
         flags: 0,

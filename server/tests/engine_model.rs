@@ -248,6 +248,7 @@ proptest! {
             threads: 1,
             worker: 0,
             conn_limit: 16,
+            control: server::control::Control::new(Default::default(), 0),
         });
         let mut model = Model::default();
         let mut input = Vec::new();

@@ -9,6 +9,19 @@ use server::engine::{Batch, Engine, EngineConfig, Replies, VERSION, owner_of};
 const NOW: u64 = 1_700_000_000;
 
 fn engine(workers: usize, worker: usize) -> Engine {
+    engine_sharing(
+        workers,
+        worker,
+        server::control::Control::new(Default::default(), 0),
+    )
+}
+
+/// An engine sharing `control` with the other workers' engines, as a server's do.
+fn engine_sharing(
+    workers: usize,
+    worker: usize,
+    control: std::sync::Arc<server::control::Control>,
+) -> Engine {
     Engine::new(EngineConfig {
         shard: store::ShardConfig {
             memory_limit_bytes: 16 << 20,
@@ -19,6 +32,7 @@ fn engine(workers: usize, worker: usize) -> Engine {
         threads: workers,
         worker,
         conn_limit: 1024,
+        control,
     })
 }
 
@@ -60,8 +74,9 @@ struct Run {
 
 /// [`forwarded`] with a client that reads at most `read_per_round` bytes per round.
 fn forwarded_read_by(chunks: &[&[u8]], reverse: bool, read_per_round: usize) -> Run {
-    let mut home = engine(2, 0);
-    let mut owner = engine(2, 1);
+    let control = server::control::Control::new(Default::default(), 0);
+    let mut home = engine_sharing(2, 0, control.clone());
+    let mut owner = engine_sharing(2, 1, control);
     let mut conn = ClientConn::default();
     conn.session.set_token(7);
     let mut run = Run {
@@ -293,6 +308,132 @@ fn binary_replies_match_one_worker() {
     assert_eq!(mask_cas(forwarded(&[&script], true)), expected);
 }
 
+// Regression: a store refused for size is refused where the connection is, before its value
+// arrives; the item a SET (or any meta `ms`) must unlink is on the key's owner, so the
+// refusal goes there. Before, the old value survived whichever worker held it.
+#[test]
+fn stores_refused_for_size_unlink_on_the_owner() {
+    let (l, r) = keys();
+    let big = (1 << 20) + 1;
+    let body = vec![b'v'; big];
+    let mut text = Vec::new();
+    for k in l.iter().take(3).chain(r.iter().take(3)) {
+        text.extend(format!("set {k} 0 0 3\r\nold\r\n").as_bytes());
+    }
+    for (command, k) in [("set", &l[0]), ("set", &r[0]), ("add", &r[1])] {
+        text.extend(format!("{command} {k} 0 0 {big}\r\n").as_bytes());
+        text.extend(&body);
+        text.extend(b"\r\n");
+    }
+    text.extend(format!("ms {} {big} MA\r\n", r[2]).as_bytes());
+    text.extend(&body);
+    text.extend(b"\r\n");
+    text.extend(format!("get {} {} {} {} {}\r\n", l[0], r[0], r[1], r[2], l[1]).as_bytes());
+    let expected = alone(&[&text]);
+    let reply = String::from_utf8_lossy(&expected).into_owned();
+    assert!(
+        reply.ends_with(&format!(
+            "VALUE {} 0 3\r\nold\r\nVALUE {} 0 3\r\nold\r\nEND\r\n",
+            r[1], l[1]
+        )),
+        "{reply}"
+    );
+    for chunks in [vec![&text[..]], text.chunks(64 * 1024).collect()] {
+        let got = String::from_utf8_lossy(&forwarded(&chunks, false)).into_owned();
+        assert_eq!(got, reply);
+    }
+
+    let set_extras = [0u8, 0, 0, 0, 0, 0, 0, 0];
+    let mut binary = Vec::new();
+    for k in [&l[0], &r[0], &r[1]] {
+        binary.extend(binary_request(0x01, k.as_bytes(), &set_extras, b"old", 1));
+    }
+    binary.extend(binary_request(0x11, r[0].as_bytes(), &set_extras, &body, 2)); // SETQ
+    binary.extend(binary_request(0x03, r[1].as_bytes(), &set_extras, &body, 3)); // REPLACE
+    binary.extend(binary_request(0x01, l[0].as_bytes(), &set_extras, &body, 4)); // SET
+    for k in [&r[0], &r[1], &l[0]] {
+        binary.extend(binary_request(0x0c, k.as_bytes(), &[], &[], 5)); // GETK
+    }
+    let expected = mask_cas(alone(&[&binary]));
+    for chunks in [vec![&binary[..]], binary.chunks(1000).collect()] {
+        assert_eq!(mask_cas(forwarded(&chunks, true)), expected);
+    }
+    // Status of the three GETKs: the SETs unlinked, the REPLACE did not.
+    let statuses: Vec<u16> = {
+        let mut pos = 0;
+        let mut all = Vec::new();
+        while pos + 24 <= expected.len() {
+            all.push(u16::from_be_bytes([expected[pos + 6], expected[pos + 7]]));
+            pos +=
+                24 + u32::from_be_bytes(expected[pos + 8..pos + 12].try_into().unwrap()) as usize;
+        }
+        all
+    };
+    assert_eq!(&statuses[statuses.len() - 3..], [1, 0, 1], "{statuses:?}");
+}
+
+/// The `key=` fields of a metadump, sorted.
+fn dumped_keys(reply: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(reply);
+    let mut keys: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("key="))
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .collect();
+    keys.sort();
+    keys
+}
+
+// A metadump walks every worker's table: its own slices here, the others' forwarded, each
+// item once, and waits for the connection's earlier forwarded stores.
+#[test]
+fn metadump_lists_every_workers_items() {
+    let mut script = String::new();
+    for i in 0..3000 {
+        script += &format!("set key:{i} 0 0 1\r\nx\r\n");
+    }
+    script += "lru_crawler metadump all\r\n";
+    let expected = alone(&[script.as_bytes()]);
+    let keys = dumped_keys(&expected);
+    assert_eq!(keys.len(), 3000);
+    for reverse in [false, true] {
+        let got = forwarded(&[script.as_bytes()], reverse);
+        assert!(got.ends_with(b"\nEND\r\n"));
+        let got = dumped_keys(&got);
+        assert!(got == keys, "{} keys of {}", got.len(), keys.len());
+    }
+}
+
+// stats reset, detail and latency over two workers: every worker's counters, summed.
+#[test]
+fn admin_stats_cover_every_worker() {
+    let (l, r) = keys();
+    let script = format!(
+        "stats detail on\r\nset p:{} 0 0 1\r\na\r\nset p:{} 0 0 1\r\nb\r\nget p:{} p:{}\r\n\
+         stats detail dump\r\nstats reset\r\nget {} {} {}\r\n",
+        l[0], r[0], l[0], r[0], l[1], r[1], r[2]
+    );
+    // The forwarded gets' time is recorded when their replies are back: ask after that.
+    let stats = "stats\r\nstats latency\r\n";
+    let text = String::from_utf8(forwarded(&[script.as_bytes(), stats.as_bytes()], false)).unwrap();
+    assert!(
+        text.contains("PREFIX p get 2 hit 2 set 2 del 0\r\n"),
+        "{text}"
+    );
+    let stat = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+            .to_string()
+    };
+    assert_eq!(
+        stat("cmd_get"),
+        "3",
+        "counted since the reset, on both workers"
+    );
+    assert_eq!(stat("latency:get:count"), "3");
+}
+
 #[test]
 fn stats_sum_every_worker() {
     let (l, r) = keys();
@@ -508,8 +649,9 @@ proptest! {
 #[test]
 fn credit_goes_back_with_the_next_request_at_a_quarter_or_when_idle() {
     let (_, r) = keys();
-    let mut home = engine(2, 0);
-    let mut owner = engine(2, 1);
+    let control = server::control::Control::new(Default::default(), 0);
+    let mut home = engine_sharing(2, 0, control.clone());
+    let mut owner = engine_sharing(2, 1, control);
     let mut setup = ClientConn::default();
     for (k, len) in [(&r[0], 10_000), (&r[1], 10_000), (&r[2], 70_000)] {
         let mut set = format!("set {k} 0 0 {len}\r\n").into_bytes();
@@ -588,4 +730,98 @@ fn credit_goes_back_with_the_next_request_at_a_quarter_or_when_idle() {
         home.has_forwards(),
         "70 KB due: handed back without waiting"
     );
+}
+
+/// Runs `input` on a connection of `home` (worker 0 of two) until nothing moves; returns what
+/// its client got.
+fn run_conn(home: &mut Engine, owner: &mut Engine, conn: &mut ClientConn, input: &[u8]) -> Vec<u8> {
+    conn.session.set_token(7);
+    conn.input.extend(input);
+    let mut got = Vec::new();
+    loop {
+        let consumed = conn.execute_buffered(home, NOW).consumed;
+        let (exchanged, _) = exchange(home, owner, conn, false);
+        let out = conn.pending_output().to_vec();
+        conn.sent(out.len());
+        got.extend_from_slice(&out);
+        conn.settle(home);
+        if consumed == 0 && !exchanged && out.is_empty() {
+            break;
+        }
+    }
+    got
+}
+
+// RESP commands over two workers are timed like memcached's: one sample per key, whichever
+// worker stored it; a command that makes no store operation (EXISTS, INFO) is one `other`.
+#[test]
+fn resp_commands_are_timed_per_key_across_workers() {
+    use protocol::resp::write_command;
+    let (l, r) = keys();
+    let control = server::control::Control::new(Default::default(), 0);
+    let mut home = engine_sharing(2, 0, control.clone());
+    let mut owner = engine_sharing(2, 1, control);
+    let mut redis = ClientConn::default();
+    redis.accepted_on(6379, Some(6379));
+    let mut script = Vec::new();
+    let (l0, l1, r0, r1, r2) = (
+        l[0].as_bytes(),
+        l[1].as_bytes(),
+        r[0].as_bytes(),
+        r[1].as_bytes(),
+        r[2].as_bytes(),
+    );
+    for command in [
+        &[&b"SET"[..], l0, b"a"][..],
+        &[b"SET", r0, b"b"],
+        &[b"MSET", l1, b"x", r1, b"y", r2, b"z"],
+        &[b"MGET", l0, r0, r1],
+        &[b"DEL", l1, r1],
+        &[b"EXISTS", l0, r0],
+        &[b"INFO", b"stats"],
+    ] {
+        write_command(&mut script, command);
+    }
+    let got = run_conn(&mut home, &mut owner, &mut redis, &script);
+    let got = String::from_utf8_lossy(&got);
+    assert!(
+        got.starts_with("+OK\r\n+OK\r\n+OK\r\n*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\ny\r\n:2\r\n:2\r\n"),
+        "{got}"
+    );
+    assert!(got.contains("total_commands_processed:"), "{got}");
+    let mut text = ClientConn::default();
+    let stats = run_conn(&mut home, &mut owner, &mut text, b"stats latency\r\n");
+    let stats = String::from_utf8(stats).unwrap();
+    let count = |kind: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("STAT latency:{kind}:count ")))
+            .unwrap_or_else(|| panic!("{kind} in {stats}"))
+            .to_string()
+    };
+    assert_eq!(count("set"), "5", "{stats}");
+    assert_eq!(count("get"), "3", "{stats}");
+    assert_eq!(count("delete"), "2", "{stats}");
+    assert_eq!(count("other"), "2", "{stats}");
+}
+
+// `stats cachedump` over two workers: every worker's items, and the limit holds over all.
+#[test]
+fn stats_cachedump_covers_every_worker() {
+    let (l, r) = keys();
+    let mut script = String::new();
+    for k in l.iter().chain(r.iter()) {
+        script += &format!("set {k} 0 0 1\r\nx\r\n");
+    }
+    script += "stats cachedump 1 0\r\nstats cachedump 1 3\r\n";
+    let text = String::from_utf8(forwarded(&[script.as_bytes()], false)).unwrap();
+    let dumps: Vec<&str> = text.split("END\r\n").collect();
+    assert_eq!(dumps.len(), 3, "{text}");
+    for k in l.iter().chain(r.iter()) {
+        assert!(
+            dumps[0].contains(&format!("ITEM {k} [1 b; 0 s]\r\n")),
+            "{k} in {text}"
+        );
+    }
+    assert_eq!(dumps[1].matches("ITEM ").count(), 3, "{text}");
 }

@@ -62,6 +62,7 @@ fn engine() -> Engine {
         threads: 1,
         worker: 0,
         conn_limit: 1024,
+        control: server::control::Control::new(Default::default(), 0),
     })
 }
 

@@ -80,6 +80,11 @@
 //! revolution after a fill from degenerating into FIFO: without it, every bit is set when
 //! eviction starts, the hand clears them all, and then evicts hot and cold items alike.
 //!
+//! With eviction off ([`Shard::set_eviction`], memcached's `-M`) live items are never
+//! evicted: a store that needs room takes back dead items the hand meets within
+//! [`NO_EVICT_SCAN`] buckets, else fails with [`StoreError::OutOfMemory`] (counted in
+//! `outofmemory`).
+//!
 //! Why CLOCK rather than LRU: LRU needs a doubly linked list (two indices per item, more
 //! than the 32-byte bucket has room for) and relinks two neighbours on every hit, i.e.
 //! writes to cold cache lines on the read path. CLOCK approximates LRU's hit ratio, a hit
@@ -115,7 +120,10 @@ mod stats;
 pub use error::StoreError;
 pub use expiry::{Expiry, Now, REALTIME_MAXDELTA, Ttl};
 pub use item::{MAX_KEY_LEN, item_size, malloc_chunk};
-pub use shard::{Arith, Delta, ItemView, NewCas, Shard, ShardConfig, StoreMode, Write};
+pub use shard::{
+    Arith, Delta, EVICTION_LOG_LEN, Evicted, ItemView, NO_EVICT_SCAN, NewCas, Shard, ShardConfig,
+    StoreMode, Write,
+};
 pub use stats::ShardStats;
 
 #[cfg(test)]

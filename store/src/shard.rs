@@ -212,6 +212,10 @@ pub struct Shard {
     sweep_hand: usize,
     /// Live-item limit while the table cannot grow within the budget (see `reserve_slot`).
     item_cap: usize,
+    /// Whether live items may be evicted to make room (memcached's `-M` turns it off).
+    evict: bool,
+    /// Live items evicted and not yet taken, while someone wants them.
+    evictions: Option<Vec<Evicted>>,
     #[cfg(test)]
     rebuilds: usize,
 }
@@ -240,9 +244,24 @@ impl Shard {
             hand: 0,
             sweep_hand: 0,
             item_cap: usize::MAX,
+            evict: true,
+            evictions: None,
             #[cfg(test)]
             rebuilds: 0,
         }
+    }
+
+    /// Whether live items may be evicted to make room (the default). Off (memcached's `-M`), a
+    /// store that needs room takes back only dead items the clock hand meets within
+    /// [`NO_EVICT_SCAN`] buckets, and fails with [`StoreError::OutOfMemory`] if that is not
+    /// enough; live items stay until they are deleted, expire or are flushed.
+    pub fn set_eviction(&mut self, evict: bool) {
+        self.evict = evict;
+    }
+
+    /// Whether live items may be evicted to make room.
+    pub fn evicts(&self) -> bool {
+        self.evict
     }
 
     /// The configuration this shard was built with.
@@ -586,6 +605,24 @@ impl Shard {
         Ok(())
     }
 
+    /// Removes the live item under `key` whatever its CAS, without counting a delete: what
+    /// memcached does to the old item when a store is refused for its size or for memory
+    /// ("avoid stale data persisting in cache because we failed alloc"). Returns whether an
+    /// item was removed; a dead one found is reclaimed as on any access.
+    pub fn unlink(&mut self, key: &[u8], now: impl Into<Now>) -> bool {
+        let now = now.into();
+        self.advance(now);
+        if check_key(key).is_err() {
+            return false;
+        }
+        let hash = self.hasher.hash_one(key);
+        let Ok(index) = self.lookup(hash, key, now) else {
+            return false;
+        };
+        self.remove_at(index, Removal::Client);
+        true
+    }
+
     /// memcached's 64-bit unsigned decimal `incr`/`decr`; returns `(new value, new CAS)`, the
     /// CAS taken from `arith.new_cas`.
     ///
@@ -765,10 +802,72 @@ impl Shard {
         self.rebuilds
     }
 
-    /// Buckets in the table (tests only).
-    #[cfg(test)]
-    pub(crate) fn num_buckets(&self) -> usize {
-        self.table.num_buckets()
+    /// Buckets in the table (0 before the first store): the range [`Shard::visit`] walks.
+    pub fn num_buckets(&self) -> usize {
+        if self.table.allocation_size() == 0 {
+            0
+        } else {
+            self.table.num_buckets()
+        }
+    }
+
+    /// Calls `f(key, item, size)` for every live item in buckets `start..end` (clamped to the
+    /// table), in bucket order, without touching them (no fetched mark, no counters; dead
+    /// items are skipped, not reclaimed). `size` is what the item is charged
+    /// ([`item_size`](crate::item_size)). For inspection (`lru_crawler metadump`, `stats
+    /// sizes`): walking the whole table costs time in proportion to it, so a caller walks
+    /// it in slices. A table that grows between two slices moves items, so a walk in slices
+    /// may miss or repeat items stored meanwhile.
+    pub fn visit(
+        &self,
+        start: usize,
+        end: usize,
+        now: impl Into<Now>,
+        mut f: impl FnMut(&[u8], ItemView<'_>, usize),
+    ) {
+        let now = now.into();
+        let end = end.min(self.num_buckets());
+        for index in start..end {
+            let Some(item) = self.table.get_bucket(index) else {
+                continue;
+            };
+            if item.liveness(now, self.generation) == Liveness::Live {
+                f(item.key(), view(item), item.size());
+            }
+        }
+    }
+
+    /// Zeroes the counters `stats reset` resets (hits, misses, stores, evictions, ...),
+    /// keeping what describes the cache now (items, bytes, the budget).
+    pub fn reset_stats(&mut self) {
+        let kept = ShardStats {
+            curr_items: self.stats.curr_items,
+            curr_expiring: self.stats.curr_expiring,
+            bytes: self.stats.bytes,
+            heap_bytes: self.stats.heap_bytes,
+            limit_maxbytes: self.stats.limit_maxbytes,
+            ..ShardStats::default()
+        };
+        self.stats = kept;
+    }
+
+    /// Keeps a record of every live item evicted from now on (off by default), for
+    /// [`Shard::take_evictions`]; at most [`EVICTION_LOG_LEN`] wait, later ones are not kept.
+    pub fn set_eviction_log(&mut self, on: bool) {
+        if on {
+            self.evictions.get_or_insert_with(Vec::new);
+        } else {
+            self.evictions = None;
+        }
+    }
+
+    /// Hands each eviction recorded since the last call to `f`, oldest first.
+    pub fn take_evictions(&mut self, mut f: impl FnMut(&Evicted)) {
+        if let Some(list) = self.evictions.as_mut() {
+            for evicted in list.drain(..) {
+                f(&evicted);
+            }
+        }
     }
 
     // ---- internals ----
@@ -984,13 +1083,30 @@ impl Shard {
 
     /// Advances the clock hand to the next victim and removes it: a dead (expired or
     /// flushed) item is reclaimed, an item with a non-zero counter is aged and passed over,
-    /// one at zero is evicted. Returns false only if the table is empty.
+    /// one at zero is evicted. Returns false if the table is empty, or, with eviction off, if
+    /// no dead item was met within [`NO_EVICT_SCAN`] buckets (then counts `outofmemory`).
     fn evict_one(&mut self, now: Now) -> bool {
         let buckets = self.table.num_buckets();
         if self.table.is_empty() || buckets == 0 {
             return false;
         }
         let generation = self.generation;
+        if !self.evict {
+            for _ in 0..buckets.min(NO_EVICT_SCAN) {
+                let index = self.hand & (buckets - 1);
+                self.hand = index.wrapping_add(1);
+                let dead = self
+                    .table
+                    .get_bucket(index)
+                    .is_some_and(|item| item.liveness(now, generation) != Liveness::Live);
+                if dead {
+                    self.remove_at(index, Removal::Reclaimed);
+                    return true;
+                }
+            }
+            self.stats.outofmemory += 1;
+            return false;
+        }
         // Four revolutions always suffice: counters start at most at 3.
         for _ in 0..=4 * buckets {
             let index = self.hand & (buckets - 1);
@@ -1003,7 +1119,25 @@ impl Shard {
                     item.age();
                     continue;
                 }
-                Liveness::Live => Removal::Evicted,
+                Liveness::Live => {
+                    if item.deadline() != Deadline::NEVER {
+                        self.stats.evicted_nonzero += 1;
+                    }
+                    self.stats.evicted_time =
+                        now.secs().saturating_sub(u64::from(item.last_access()));
+                    if let Some(log) = self.evictions.as_mut()
+                        && log.len() < EVICTION_LOG_LEN
+                    {
+                        log.push(Evicted {
+                            key: item.key().into(),
+                            fetched: item.fetched(),
+                            exptime: item.exptime(),
+                            last_access: item.last_access(),
+                            value_len: item.value().len(),
+                        });
+                    }
+                    Removal::Evicted
+                }
                 Liveness::Expired | Liveness::Flushed => Removal::Reclaimed,
             };
             self.remove_at(index, why);
@@ -1018,6 +1152,28 @@ impl Shard {
         item::malloc_chunk(buckets * (mem::size_of::<Item>() + 1) + self.group_width)
     }
 }
+
+/// Evictions [`Shard::set_eviction_log`] keeps until they are taken.
+pub const EVICTION_LOG_LEN: usize = 1024;
+
+/// A live item that was evicted, as [`Shard::take_evictions`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evicted {
+    /// Its key.
+    pub key: Box<[u8]>,
+    /// Whether a client had fetched it.
+    pub fetched: bool,
+    /// Its expiry second (0: never).
+    pub exptime: u32,
+    /// The unix second of its last access.
+    pub last_access: u32,
+    /// Its value's length.
+    pub value_len: usize,
+}
+
+/// Buckets the clock hand looks at for a dead item when eviction is off, before a store that
+/// needs room fails: bounded, so a full cache of live items refuses a store quickly.
+pub const NO_EVICT_SCAN: usize = 1024;
 
 /// Updates the counters for an item that left the table.
 fn account_removed(stats: &mut ShardStats, table_bytes: usize, item: &Item, why: Removal) {

@@ -19,6 +19,14 @@ pub struct ShardStats {
     pub evictions: u64,
     /// Evicted items that were never fetched (get/touch).
     pub evicted_unfetched: u64,
+    /// Evicted items that had an expiry time (memcached's `evicted_nonzero`).
+    pub evicted_nonzero: u64,
+    /// Seconds between the last access of the most recently evicted item and its eviction
+    /// (memcached's `evicted_time`); summed shards keep the largest.
+    pub evicted_time: u64,
+    /// Stores that found no room: eviction is off (`-M`) and no dead item was near the clock
+    /// hand (memcached's `outofmemory`).
+    pub outofmemory: u64,
     /// Reclaimed items (expired or flushed) that were never fetched.
     pub expired_unfetched: u64,
     /// Dead items (expired or flushed) whose memory the store took back: on access, by the sweep, or by the clock hand.
@@ -67,6 +75,9 @@ impl ShardStats {
         self.heap_bytes += other.heap_bytes;
         self.evictions += other.evictions;
         self.evicted_unfetched += other.evicted_unfetched;
+        self.evicted_nonzero += other.evicted_nonzero;
+        self.evicted_time = self.evicted_time.max(other.evicted_time);
+        self.outofmemory += other.outofmemory;
         self.expired_unfetched += other.expired_unfetched;
         self.reclaimed += other.reclaimed;
         self.get_hits += other.get_hits;
@@ -97,6 +108,9 @@ impl ShardStats {
             ("heap_bytes", self.heap_bytes),
             ("evictions", self.evictions),
             ("evicted_unfetched", self.evicted_unfetched),
+            ("evicted_nonzero", self.evicted_nonzero),
+            ("evicted_time", self.evicted_time),
+            ("outofmemory", self.outofmemory),
             ("expired_unfetched", self.expired_unfetched),
             ("reclaimed", self.reclaimed),
             ("get_hits", self.get_hits),
@@ -130,15 +144,18 @@ mod tests {
         let mut b = ShardStats::default();
         // Give every field a distinct value through the name list.
         let names: Vec<&str> = b.iter().map(|(n, _)| n).collect();
-        assert_eq!(names.len(), 25);
+        assert_eq!(names.len(), 28);
         b = ShardStats {
             curr_items: 1,
-            curr_expiring: 25,
+            curr_expiring: 27,
             total_items: 2,
             bytes: 3,
             heap_bytes: 4,
             evictions: 5,
             evicted_unfetched: 6,
+            evicted_nonzero: 25,
+            evicted_time: 0,
+            outofmemory: 26,
             expired_unfetched: 7,
             reclaimed: 8,
             get_hits: 9,
@@ -161,9 +178,25 @@ mod tests {
         a.add(&b);
         a.add(&b);
         for ((name, va), (_, vb)) in a.iter().zip(b.iter()) {
+            if name == "evicted_time" {
+                continue;
+            }
             assert_eq!(va, 2 * vb, "{name}");
             assert_ne!(vb, 0, "{name}");
         }
+        // A time, not a count: the largest is kept.
+        let (mut x, y) = (ShardStats::default(), ShardStats::default());
+        x.evicted_time = 7;
+        x.add(&ShardStats {
+            evicted_time: 3,
+            ..y.clone()
+        });
+        assert_eq!(x.evicted_time, 7);
+        x.add(&ShardStats {
+            evicted_time: 9,
+            ..y
+        });
+        assert_eq!(x.evicted_time, 9);
         let mut unique = names.clone();
         unique.sort_unstable();
         unique.dedup();

@@ -350,6 +350,23 @@ fn delete_with_cas() {
     assert_eq!(s.delete(b"k", c, NOW), Err(StoreError::NotFound));
 }
 
+#[test]
+fn unlink_removes_without_counting_a_delete() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    assert!(s.unlink(b"k", NOW));
+    assert!(!s.unlink(b"k", NOW));
+    assert!(!s.unlink(b"", NOW), "an invalid key holds nothing");
+    assert_eq!(get(&mut s, b"k", NOW), None);
+    assert_eq!((s.stats().delete_hits, s.stats().delete_misses), (0, 0));
+    assert_eq!((s.stats().curr_items, s.stats().bytes), (0, 0));
+    // A dead item is reclaimed, not unlinked.
+    set(&mut s, b"e", b"v", 10, NOW);
+    assert!(!s.unlink(b"e", NOW + 10));
+    assert_eq!(s.stats().reclaimed, 1);
+    s.check_invariants();
+}
+
 // ---- CAS ----
 
 #[test]
@@ -1236,6 +1253,155 @@ fn eviction_reclaims_expired_before_counting_evictions() {
     assert_eq!(st.evictions, 0);
     assert!(st.reclaimed > 0);
     assert_eq!(st.expired_unfetched, st.reclaimed);
+}
+
+#[test]
+fn without_eviction_a_full_shard_refuses_stores_and_keeps_its_items() {
+    const BUDGET: usize = 256 * 1024;
+    let mut s = shard_with(BUDGET, 1 << 20);
+    s.set_eviction(false);
+    assert!(!s.evicts());
+    let value = [b'x'; 1000];
+    let mut stored = Vec::new();
+    let mut refused = 0;
+    for i in 0..1000u32 {
+        let key = format!("k{i}");
+        match s.store(Write::new(StoreMode::Set, key.as_bytes(), &value), NOW) {
+            Ok(_) => stored.push(key),
+            Err(StoreError::OutOfMemory) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+        s.check_invariants();
+    }
+    assert!(refused > 0 && !stored.is_empty());
+    assert_eq!(s.stats().evictions, 0);
+    assert_eq!(s.stats().outofmemory, refused);
+    for key in &stored {
+        assert!(get(&mut s, key.as_bytes(), NOW).is_some(), "{key} kept");
+    }
+    // Dead items still make room: once the first ones expire... (here: a flush) stores work.
+    s.flush_all(0, NOW);
+    set(&mut s, b"after-flush", &value, 0, NOW);
+    assert_eq!(s.stats().evictions, 0);
+}
+
+#[test]
+fn evictions_record_nonzero_ttls_and_the_idle_time_of_the_last_victim() {
+    const BUDGET: usize = 128 * 1024;
+    let mut s = shard_with(BUDGET, 1 << 20);
+    let value = [b'x'; 1000];
+    for i in 0..400u32 {
+        let exptime = if i % 2 == 0 { 0 } else { 1000 };
+        set(
+            &mut s,
+            format!("k{i}").as_bytes(),
+            &value,
+            exptime,
+            NOW + u64::from(i),
+        );
+    }
+    let st = s.stats();
+    assert!(st.evictions > 0);
+    assert!(st.evicted_nonzero > 0 && st.evicted_nonzero < st.evictions);
+    // Each victim was stored some writes (seconds, here) before it went.
+    assert!(
+        st.evicted_time > 0 && st.evicted_time < 400,
+        "{}",
+        st.evicted_time
+    );
+}
+
+#[test]
+fn the_eviction_log_records_victims_while_on() {
+    const BUDGET: usize = 128 * 1024;
+    let mut s = shard_with(BUDGET, 1 << 20);
+    let value = [b'x'; 1000];
+    for i in 0..200u32 {
+        set(&mut s, format!("a{i}").as_bytes(), &value, 0, NOW);
+    }
+    let mut seen = 0;
+    s.take_evictions(|_| seen += 1);
+    assert_eq!(seen, 0, "off by default");
+    s.set_eviction_log(true);
+    let before = s.stats().evictions;
+    for i in 0..50u32 {
+        set(&mut s, format!("b{i}").as_bytes(), &value, 0, NOW + 5);
+    }
+    let mut victims = Vec::new();
+    s.take_evictions(|e| victims.push(e.clone()));
+    assert_eq!(victims.len() as u64, s.stats().evictions - before);
+    assert!(
+        victims
+            .iter()
+            .all(|e| e.key.starts_with(b"a") && e.value_len == 1000)
+    );
+    assert!(
+        victims
+            .iter()
+            .all(|e| !e.fetched && e.last_access == NOW as u32)
+    );
+    s.take_evictions(|_| panic!("taken once"));
+    s.set_eviction_log(false);
+    set(&mut s, b"c", &value, 0, NOW);
+    s.take_evictions(|_| panic!("off again"));
+}
+
+#[test]
+fn visit_walks_live_items_in_slices_without_touching_them() {
+    let mut s = shard();
+    assert_eq!(s.num_buckets(), 0);
+    for i in 0..100u32 {
+        set(&mut s, format!("k{i}").as_bytes(), b"v", 0, NOW);
+    }
+    set(&mut s, b"dies", b"v", 5, NOW);
+    let buckets = s.num_buckets();
+    let mut keys = Vec::new();
+    let mut at = 0;
+    while at < buckets {
+        s.visit(at, at + 7, NOW + 5, |key, item, size| {
+            assert_eq!(item.value, b"v");
+            assert_eq!(size, item_size(key.len(), 1));
+            keys.push(key.to_vec());
+        });
+        at += 7;
+    }
+    keys.sort();
+    let mut want: Vec<Vec<u8>> = (0..100u32).map(|i| format!("k{i}").into_bytes()).collect();
+    want.sort();
+    assert_eq!(keys, want, "every live item once, the dead one left out");
+    let st = s.stats();
+    assert_eq!((st.get_hits, st.reclaimed, st.curr_items), (0, 0, 101));
+    s.visit(0, usize::MAX, NOW, |_, item, _| assert!(!item.fetched));
+}
+
+#[test]
+fn reset_stats_keeps_what_describes_the_cache() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    get(&mut s, b"k", NOW);
+    get(&mut s, b"nope", NOW);
+    let before = s.stats().clone();
+    s.reset_stats();
+    let after = s.stats();
+    assert_eq!(
+        (after.get_hits, after.get_misses, after.total_items),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        (
+            after.curr_items,
+            after.bytes,
+            after.heap_bytes,
+            after.limit_maxbytes
+        ),
+        (
+            before.curr_items,
+            before.bytes,
+            before.heap_bytes,
+            before.limit_maxbytes
+        )
+    );
+    s.check_invariants();
 }
 
 #[test]

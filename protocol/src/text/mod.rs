@@ -41,7 +41,8 @@ pub use line::{
     push_u64,
 };
 pub use request::{
-    ArithmeticCommand, Get, GetCommand, Keys, Request, StatsGroup, Store, StoreCommand,
+    ArithmeticCommand, Classes, Detail, Get, GetCommand, Keys, Request, ShutdownMode, SlabsCommand,
+    StatsGroup, Store, StoreCommand, WatchEvents,
 };
 pub use response::Response;
 

@@ -64,6 +64,15 @@ pub enum Request<'a> {
     },
     /// `stats [group]`.
     Stats(StatsGroup),
+    /// `slabs reassign <src> <dst>` or `slabs automove <level>|ratio <r>`.
+    Slabs(SlabsCommand),
+    /// `lru_crawler metadump <classes>|all|hash`: one line per item, then `END`.
+    Metadump(Classes<'a>),
+    /// `watch [fetchers] [mutations] [evictions] [connevents]`: the connection becomes a log
+    /// watcher (no argument: `fetchers`).
+    Watch(WatchEvents),
+    /// `shutdown [graceful]`: stop the server (when it allows it).
+    Shutdown(ShutdownMode),
     /// `quit`: close the connection.
     Quit,
     /// A meta command (`mg`, `ms`, `md`, `ma`, `mn`, `me`).
@@ -194,6 +203,126 @@ pub enum StatsGroup {
     Items,
     /// `stats slabs`.
     Slabs,
+    /// `stats sizes`: items per 32-byte size class.
+    Sizes,
+    /// `stats sizes_enable`.
+    SizesEnable,
+    /// `stats sizes_disable`.
+    SizesDisable,
+    /// `stats conns`: every open connection.
+    Conns,
+    /// `stats reset`: counters start over.
+    Reset,
+    /// `stats detail on|off|dump`.
+    Detail(Detail),
+    /// `stats latency` (memspin's): time inside the server per command kind.
+    Latency,
+    /// `stats workers` (memspin's): each worker's loop and packet-path figures.
+    Workers,
+    /// `stats cachedump <class> <limit>`: up to `limit` items of slab class `class` (0: as
+    /// many as fit memcached's 2 MiB reply).
+    CacheDump {
+        /// The slab class, below 64.
+        class: u32,
+        /// Items at most; 0 for no count limit.
+        limit: u32,
+    },
+}
+
+/// What `stats detail` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Start counting per key prefix.
+    On,
+    /// Stop counting.
+    Off,
+    /// The counts so far: `PREFIX <prefix> get <n> hit <n> set <n> del <n>` lines.
+    Dump,
+}
+
+/// A `slabs` command.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SlabsCommand {
+    /// `slabs reassign <src> <dst>`: move a page between classes.
+    Reassign {
+        /// The class to take a page from.
+        src: i32,
+        /// The class to give it to.
+        dst: i32,
+    },
+    /// `slabs automove <0|1|2> [noreply]`.
+    Automove {
+        /// The automover's level.
+        level: u8,
+        /// No reply wanted.
+        noreply: bool,
+    },
+    /// `slabs automove ratio <ratio> [noreply]`.
+    AutomoveRatio {
+        /// The free-memory ratio the automover keeps.
+        ratio: f64,
+        /// No reply wanted.
+        noreply: bool,
+    },
+}
+
+// The ratio is always finite (the parser refuses NaN and infinities), so equality is total.
+impl Eq for SlabsCommand {}
+
+/// The classes `lru_crawler metadump` walks: `all`, `hash`, or a comma-separated list of
+/// class numbers (kept as written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Classes<'a> {
+    /// `all`: every class.
+    All,
+    /// `hash`: the hash table, directly.
+    Hash,
+    /// `1,3,10`: these classes.
+    List(&'a [u8]),
+}
+
+impl Classes<'_> {
+    /// The class numbers of a [`Classes::List`] (`None` for a list with anything but numbers
+    /// in it); empty for `all` and `hash`.
+    pub fn numbers(&self) -> Option<impl Iterator<Item = u32> + '_> {
+        let (list, valid): (&[u8], bool) = match self {
+            Classes::List(list) => (
+                list,
+                list.split(|&b| b == b',').all(|n| parse_u32(n).is_some()),
+            ),
+            _ => (b"", true),
+        };
+        valid.then(|| {
+            list.split(|&b| b == b',')
+                .filter(|n| !n.is_empty())
+                .filter_map(parse_u32)
+        })
+    }
+}
+
+/// The events a `watch` asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchEvents {
+    /// Items looked up.
+    pub fetchers: bool,
+    /// Items stored (or refused).
+    pub mutations: bool,
+    /// Items evicted.
+    pub evictions: bool,
+    /// Connections opened and closed.
+    pub connevents: bool,
+}
+
+/// How `shutdown` asks the server to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// `shutdown`: as SIGINT.
+    Now,
+    /// `shutdown graceful`: as SIGUSR1.
+    Graceful,
+    /// Any other argument: answered `CLIENT_ERROR invalid shutdown mode` (when shutdown is
+    /// allowed at all).
+    Invalid,
 }
 
 impl<'a> Request<'a> {
@@ -324,13 +453,40 @@ impl<'a> Request<'a> {
                     .ok_or(Rejected::unless_noreply(ErrorReply::BadFormat, noreply))?;
                 Ok(Request::Verbosity { level, noreply })
             }
-            b"stats" => match t.get(1).copied() {
-                None => Ok(Request::Stats(StatsGroup::General)),
-                Some(b"settings") => Ok(Request::Stats(StatsGroup::Settings)),
-                Some(b"items") => Ok(Request::Stats(StatsGroup::Items)),
-                Some(b"slabs") => Ok(Request::Stats(StatsGroup::Slabs)),
-                Some(_) => Err(error),
+            b"stats" => parse_stats(t).map(Request::Stats),
+            b"slabs" => parse_slabs(t, count, noreply).map(Request::Slabs),
+            b"shutdown" => Ok(Request::Shutdown(match (count, t.get(1).copied()) {
+                (1, _) => ShutdownMode::Now,
+                (2, Some(b"graceful")) => ShutdownMode::Graceful,
+                _ => ShutdownMode::Invalid,
+            })),
+            b"lru_crawler" => match (count, t.get(1).copied()) {
+                (3, Some(b"metadump")) => Ok(Request::Metadump(match t[2] {
+                    b"all" => Classes::All,
+                    b"hash" => Classes::Hash,
+                    list => Classes::List(list),
+                })),
+                _ => Err(error),
             },
+            b"watch" => {
+                // memcached reads every token but the last as an event when there are
+                // several (`noreply` among them is refused).
+                let mut events = WatchEvents::default();
+                let args = if count > 1 { &t[1..count] } else { &[][..] };
+                for &arg in args {
+                    match arg {
+                        b"fetchers" => events.fetchers = true,
+                        b"mutations" => events.mutations = true,
+                        b"evictions" => events.evictions = true,
+                        b"connevents" => events.connevents = true,
+                        _ => return Err(error),
+                    }
+                }
+                if args.is_empty() {
+                    events.fetchers = true;
+                }
+                Ok(Request::Watch(events))
+            }
             // memcached's first-letter branches answer ERROR without looking further.
             _ if b"gsacidt".contains(&command[0]) => Err(error),
             _ if t.last().is_some_and(|last| last.starts_with(b"HTTP/")) => {
@@ -338,6 +494,86 @@ impl<'a> Request<'a> {
             }
             _ => Err(error),
         }
+    }
+}
+
+/// Slab classes memcached numbers (`MAX_NUMBER_OF_SLAB_CLASSES`): `stats cachedump` of a
+/// class at or above it is refused.
+pub const MAX_SLAB_CLASSES: u32 = 64;
+
+/// `stats <group>` (memcached's `process_stat`: `reset` and `detail` whatever follows them).
+fn parse_stats(t: &[&[u8]]) -> Result<StatsGroup, Rejected> {
+    Ok(match t.get(1).copied() {
+        None => StatsGroup::General,
+        Some(b"settings") => StatsGroup::Settings,
+        Some(b"items") => StatsGroup::Items,
+        Some(b"slabs") => StatsGroup::Slabs,
+        Some(b"sizes") => StatsGroup::Sizes,
+        Some(b"sizes_enable") => StatsGroup::SizesEnable,
+        Some(b"sizes_disable") => StatsGroup::SizesDisable,
+        Some(b"conns") => StatsGroup::Conns,
+        Some(b"reset") => StatsGroup::Reset,
+        Some(b"latency") => StatsGroup::Latency,
+        Some(b"workers") => StatsGroup::Workers,
+        Some(b"cachedump") => {
+            let (Some(class), Some(limit)) = (t.get(2), t.get(3)) else {
+                return Err(Rejected::reply(ErrorReply::BadCommandLine));
+            };
+            let bad = Rejected::reply(ErrorReply::BadFormat);
+            let class = parse_u32(class).ok_or(bad)?;
+            let limit = parse_u32(limit).ok_or(bad)?;
+            if class >= MAX_SLAB_CLASSES {
+                return Err(Rejected::reply(ErrorReply::IllegalSlabId));
+            }
+            StatsGroup::CacheDump { class, limit }
+        }
+        Some(b"detail") => StatsGroup::Detail(match t.get(2).copied() {
+            Some(b"on") => Detail::On,
+            Some(b"off") => Detail::Off,
+            Some(b"dump") => Detail::Dump,
+            _ => return Err(Rejected::reply(ErrorReply::DetailUsage)),
+        }),
+        Some(_) => return Err(Rejected::reply(ErrorReply::Error)),
+    })
+}
+
+/// `slabs reassign <src> <dst>` (exactly), `slabs automove <level>` or `slabs automove ratio
+/// <ratio>`, answered as memcached's `process_slabs_command` answers them.
+fn parse_slabs(t: &[&[u8]], count: usize, noreply: bool) -> Result<SlabsCommand, Rejected> {
+    let error = Rejected::reply(ErrorReply::Error);
+    match t.get(1).copied() {
+        Some(b"reassign") if count == 4 => {
+            let bad = Rejected::reply(ErrorReply::BadFormat);
+            let src = parse_i32(t[2]).ok_or(bad)?;
+            let dst = parse_i32(t[3]).ok_or(bad)?;
+            let (src, dst) = (
+                i32::try_from(src).map_err(|_| bad)?,
+                i32::try_from(dst).map_err(|_| bad)?,
+            );
+            Ok(SlabsCommand::Reassign { src, dst })
+        }
+        Some(b"automove") if count >= 3 => {
+            if t[2] == b"ratio" {
+                let ratio = t
+                    .get(3)
+                    .filter(|_| count >= 4)
+                    .and_then(|r| core::str::from_utf8(r).ok())
+                    .and_then(|r| r.parse::<f64>().ok())
+                    .filter(|r| r.is_finite())
+                    .ok_or(error)?;
+                return Ok(SlabsCommand::AutomoveRatio { ratio, noreply });
+            }
+            let level =
+                parse_u32(t[2]).ok_or(Rejected::unless_noreply(ErrorReply::BadFormat, noreply))?;
+            if level > 2 {
+                return Err(Rejected::unless_noreply(ErrorReply::Error, noreply));
+            }
+            Ok(SlabsCommand::Automove {
+                level: level as u8,
+                noreply,
+            })
+        }
+        _ => Err(error),
     }
 }
 

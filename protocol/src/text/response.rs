@@ -33,6 +33,8 @@ pub enum Response<'a> {
     Touched,
     /// `OK` (`flush_all`, `verbosity`).
     Ok,
+    /// `RESET` (`stats reset`).
+    Reset,
     /// The new value of `incr`/`decr`.
     Number(u64),
     /// `VERSION <version>`.
@@ -88,6 +90,7 @@ impl Response<'_> {
             Response::Deleted => "DELETED",
             Response::Touched => "TOUCHED",
             Response::Ok => "OK",
+            Response::Reset => "RESET",
             _ => "",
         }
     }

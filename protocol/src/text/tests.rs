@@ -398,6 +398,109 @@ fn other_commands() {
         ("stats settings\r\n", Request::Stats(StatsGroup::Settings)),
         ("stats items\r\n", Request::Stats(StatsGroup::Items)),
         ("stats slabs\r\n", Request::Stats(StatsGroup::Slabs)),
+        ("stats sizes\r\n", Request::Stats(StatsGroup::Sizes)),
+        (
+            "stats sizes_enable\r\n",
+            Request::Stats(StatsGroup::SizesEnable),
+        ),
+        (
+            "stats sizes_disable\r\n",
+            Request::Stats(StatsGroup::SizesDisable),
+        ),
+        ("stats conns\r\n", Request::Stats(StatsGroup::Conns)),
+        ("stats reset\r\n", Request::Stats(StatsGroup::Reset)),
+        ("stats reset now\r\n", Request::Stats(StatsGroup::Reset)),
+        ("stats latency\r\n", Request::Stats(StatsGroup::Latency)),
+        ("stats workers\r\n", Request::Stats(StatsGroup::Workers)),
+        (
+            "stats cachedump 1 100\r\n",
+            Request::Stats(StatsGroup::CacheDump {
+                class: 1,
+                limit: 100,
+            }),
+        ),
+        (
+            "stats cachedump 63 0 extra\r\n",
+            Request::Stats(StatsGroup::CacheDump {
+                class: 63,
+                limit: 0,
+            }),
+        ),
+        (
+            "stats detail on\r\n",
+            Request::Stats(StatsGroup::Detail(Detail::On)),
+        ),
+        (
+            "stats detail off\r\n",
+            Request::Stats(StatsGroup::Detail(Detail::Off)),
+        ),
+        (
+            "stats detail dump extra\r\n",
+            Request::Stats(StatsGroup::Detail(Detail::Dump)),
+        ),
+        (
+            "slabs reassign 1 -1\r\n",
+            Request::Slabs(SlabsCommand::Reassign { src: 1, dst: -1 }),
+        ),
+        (
+            "slabs automove 2\r\n",
+            Request::Slabs(SlabsCommand::Automove {
+                level: 2,
+                noreply: false,
+            }),
+        ),
+        (
+            "slabs automove 0 noreply\r\n",
+            Request::Slabs(SlabsCommand::Automove {
+                level: 0,
+                noreply: true,
+            }),
+        ),
+        (
+            "slabs automove ratio 0.5\r\n",
+            Request::Slabs(SlabsCommand::AutomoveRatio {
+                ratio: 0.5,
+                noreply: false,
+            }),
+        ),
+        (
+            "lru_crawler metadump all\r\n",
+            Request::Metadump(Classes::All),
+        ),
+        (
+            "lru_crawler metadump hash\r\n",
+            Request::Metadump(Classes::Hash),
+        ),
+        (
+            "lru_crawler metadump 1,2\r\n",
+            Request::Metadump(Classes::List(b"1,2")),
+        ),
+        (
+            "watch\r\n",
+            Request::Watch(WatchEvents {
+                fetchers: true,
+                ..WatchEvents::default()
+            }),
+        ),
+        (
+            "watch mutations connevents evictions\r\n",
+            Request::Watch(WatchEvents {
+                fetchers: false,
+                mutations: true,
+                evictions: true,
+                connevents: true,
+            }),
+        ),
+        ("shutdown\r\n", Request::Shutdown(ShutdownMode::Now)),
+        (
+            "shutdown graceful\r\n",
+            Request::Shutdown(ShutdownMode::Graceful),
+        ),
+        ("shutdown now\r\n", Request::Shutdown(ShutdownMode::Invalid)),
+        (
+            "shutdown graceful x\r\n",
+            Request::Shutdown(ShutdownMode::Invalid),
+        ),
         ("quit\r\n", Request::Quit),
         ("quit foo bar\r\n", Request::Quit),
     ];
@@ -435,10 +538,32 @@ fn every_error() {
         ("flush_all 1 2 3\r\n", Error, false),
         ("verbosity\r\n", Error, false),
         ("verbosity foo bar my\r\n", Error, false),
-        ("stats reset\r\n", Error, false),
-        ("stats detail on\r\n", Error, false),
-        ("shutdown\r\n", Error, false),
-        ("slabs reassign 1 2\r\n", Error, false),
+        ("stats bogus\r\n", Error, false),
+        ("stats cachedump\r\n", BadCommandLine, false),
+        ("stats cachedump 1\r\n", BadCommandLine, false),
+        ("stats cachedump x 1\r\n", BadFormat, false),
+        ("stats cachedump 1 -1\r\n", BadFormat, false),
+        ("stats cachedump 64 0\r\n", IllegalSlabId, false),
+        ("stats detail\r\n", DetailUsage, false),
+        ("stats detail bogus\r\n", DetailUsage, false),
+        ("slabs\r\n", Error, false),
+        ("slabs bogus\r\n", Error, false),
+        ("slabs reassign\r\n", Error, false),
+        ("slabs reassign 1\r\n", Error, false),
+        ("slabs reassign 1 2 3\r\n", Error, false),
+        ("slabs reassign x 2\r\n", BadFormat, false),
+        ("slabs automove\r\n", Error, false),
+        ("slabs automove bad\r\n", BadFormat, false),
+        ("slabs automove bad noreply\r\n", BadFormat, true),
+        ("slabs automove 3\r\n", Error, false),
+        ("slabs automove ratio\r\n", Error, false),
+        ("slabs automove ratio x\r\n", Error, false),
+        ("lru_crawler\r\n", Error, false),
+        ("lru_crawler metadump\r\n", Error, false),
+        ("lru_crawler metadump all extra\r\n", Error, false),
+        ("lru_crawler crawl all\r\n", Error, false),
+        ("watch bogus\r\n", Error, false),
+        ("watch fetchers noreply\r\n", Error, false),
         ("mx k\r\n", Error, false),
         // Keys.
         (&*format!("get {}\r\n", "k".repeat(251)), BadFormat, false),
@@ -950,4 +1075,14 @@ fn responses() {
         assert_eq!(&out[1..], *expected, "{response:?}");
         assert_eq!(response.buffer_len(), expected.len(), "{response:?}");
     }
+}
+
+#[test]
+fn metadump_class_lists() {
+    let numbers = |c: Classes<'_>| c.numbers().map(|n| n.collect::<Vec<u32>>());
+    assert_eq!(numbers(Classes::List(b"1")), Some(vec![1]));
+    assert_eq!(numbers(Classes::List(b"1,3,10")), Some(vec![1, 3, 10]));
+    assert_eq!(numbers(Classes::List(b"1,x")), None);
+    assert_eq!(numbers(Classes::List(b"")), None);
+    assert_eq!(numbers(Classes::All), Some(vec![]));
 }

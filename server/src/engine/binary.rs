@@ -9,9 +9,12 @@ use protocol::binary::{
 };
 use store::{Arith, Delta, Now, StoreError, StoreMode, Ttl, Write};
 
+use std::sync::Arc;
+
 use super::forward::{Gather, Part};
 use super::session::{Cx, FanOut, Step, Stop};
-use crate::stats::{self, Snapshot};
+use crate::control::Control;
+use crate::stats::{self, Group, Kind, Snapshot};
 
 /// The one form a binary request is forwarded in: the whole frame.
 const WHOLE: u8 = 0;
@@ -24,12 +27,18 @@ enum Flow {
 
 /// Executes (or refuses) the binary frame at the front of `buf`.
 pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
-    if let Some(frame_len) = refuse_oversize_value(cx, buf, out) {
-        cx.session.skip(frame_len as u64);
-        return Step::Done(0);
+    match refuse_oversize_value(cx, buf, out) {
+        Refusal::None => {}
+        Refusal::Skip(frame_len) => {
+            cx.session.skip(frame_len as u64);
+            return Step::Done(0);
+        }
+        Refusal::Wait(needed) => return Step::Wait(needed),
+        Refusal::Stop(stop) => return Step::Stop(stop),
     }
     match RequestRepr::parse(buf, cx.core.config().max_body()) {
         Ok((request, len)) => {
+            cx.core.classify(kind_of(request.opcode));
             if keyed(request.opcode)
                 && let Some(owner) = cx.owner_elsewhere(request.key)
             {
@@ -78,10 +87,28 @@ pub(super) fn run_forwarded(cx: &mut Cx<'_>, _part: u8, request: &[u8], out: &mu
     let _ = step(cx, request, out);
 }
 
-/// A well-formed storage frame whose value can never fit is answered "too large" from its
-/// header alone, so its body is skipped rather than buffered. Returns the frame length to skip.
-fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Option<usize> {
-    let header = RequestRepr::parse_header(buf, cx.core.config().max_body()).ok()?;
+/// What [`refuse_oversize_value`] did with the frame at the front of the input.
+enum Refusal {
+    /// Not a storage frame too large to store: parse it as usual.
+    None,
+    /// Refused (here, or by the key's owner): skip this many bytes, the whole frame.
+    Skip(usize),
+    /// Refused, but its key has not arrived yet: read this many more bytes.
+    Wait(usize),
+    /// The key's owner must refuse it (the old item is there) and its queue is full.
+    Stop(Stop),
+}
+
+/// A well-formed storage frame whose value can never fit is answered "too large" once its
+/// header, extras and key are in, so its value is skipped rather than buffered, whatever
+/// length it announces (as memcached swallows it). A SET also unlinks the item held under its
+/// key, as memcached does, so no stale value survives; when another worker owns the key, the
+/// frame's head (header, extras, key) goes there to be refused, and the value is skipped here.
+fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Refusal {
+    // No body limit here: a storage frame past it is refused like any too large for `-I`.
+    let Ok(header) = RequestRepr::parse_header(buf, u32::MAX) else {
+        return Refusal::None;
+    };
     let (opcode, quiet) = Opcode::from_wire(header.opcode());
     let storage = matches!(
         opcode,
@@ -92,9 +119,21 @@ fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Opti
             .core
             .fits(usize::from(header.key_len()), header.value_len())
     {
-        return None;
+        return Refusal::None;
     }
-    cx.core.refuse_too_large();
+    let key_start = HEADER_LEN + usize::from(header.extras_len());
+    let head_len = key_start + usize::from(header.key_len());
+    if buf.len() < head_len {
+        return Refusal::Wait(head_len - buf.len());
+    }
+    let key = &buf[key_start..head_len];
+    if let Some(owner) = cx.owner_elsewhere(key) {
+        return match cx.forward(owner, WHOLE, &buf[..head_len], out) {
+            Ok(()) => Refusal::Skip(header.frame_len()),
+            Err(stop) => Refusal::Stop(stop),
+        };
+    }
+    cx.core.refuse_too_large(key, opcode == Opcode::Set, cx.now);
     write_error(
         out,
         opcode,
@@ -103,7 +142,20 @@ fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Opti
         Status::ValueTooLarge,
         &[],
     );
-    Some(header.frame_len())
+    Refusal::Skip(header.frame_len())
+}
+
+/// The latency instrument's kind of an opcode (for a request forwarded to another worker).
+fn kind_of(opcode: Opcode) -> Kind {
+    match opcode {
+        Opcode::Get | Opcode::GetK => Kind::Get,
+        Opcode::Set | Opcode::Add | Opcode::Replace | Opcode::Append | Opcode::Prepend => Kind::Set,
+        Opcode::Delete => Kind::Delete,
+        Opcode::Increment | Opcode::Decrement => Kind::Arith,
+        Opcode::Touch | Opcode::Gat | Opcode::GatK => Kind::Touch,
+        Opcode::Flush => Kind::Flush,
+        _ => Kind::Other,
+    }
 }
 
 /// Opcodes that act on one key, executed by the worker that owns it.
@@ -178,6 +230,10 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
             match result {
                 Ok(cas) => write_success(out, request, cas, &[], &[]),
                 Err(error) => {
+                    // No stale value survives a SET refused for memory (memcached unlinks it).
+                    if error == StoreError::OutOfMemory && mode == StoreMode::Set {
+                        cx.core.unlink(request.key, now);
+                    }
                     let status = match (error, mode) {
                         // memcached's binary protocol: ADD on a live key is "exists", REPLACE on a
                         // missing key is "not found"; APPEND/PREPEND say "not stored".
@@ -233,9 +289,10 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
         Opcode::Noop => write_success(out, request, 0, &[], &[]),
         Opcode::Version => write_success(out, request, 0, &[], cx.core.version().as_bytes()),
         Opcode::Verbosity => {
-            if VerbosityExtras::parse(request.extras).is_none() {
+            let Some(extras) = VerbosityExtras::parse(request.extras) else {
                 return invalid(cx, request, out);
-            }
+            };
+            cx.core.control().change_verbosity(extras.level);
             write_success(out, request, 0, &[], &[]);
         }
         Opcode::Quit => {
@@ -364,30 +421,94 @@ fn write_error(
     .emit_into(out);
 }
 
+/// What a binary STAT request's key asks for (memcached's `process_bin_stat`: `reset`,
+/// `settings` and `detail` are matched as prefixes, other groups exactly; `conns` is text
+/// only, as in memcached).
+enum StatKey {
+    /// Lines of a group, then the terminating empty packet.
+    Group(Group),
+    /// `reset`: every worker's counters start over; the terminating packet only.
+    Reset,
+    /// `detail on` / `detail off`: the terminating packet only.
+    Detail(bool),
+    /// `detail dump`: one packet, key `detailed`, the dump as its value; then the terminator.
+    DetailDump,
+    /// `sizes_enable` / `sizes_disable`: one packet (`sizes_status`), no terminator, as
+    /// memcached sends it.
+    Sizes(bool),
+}
+
+fn stat_key(key: &[u8]) -> Option<StatKey> {
+    Some(match key {
+        b"" => StatKey::Group(Group::General),
+        k if k.starts_with(b"reset") => StatKey::Reset,
+        k if k.starts_with(b"settings") => StatKey::Group(Group::Settings),
+        k if k.starts_with(b"detail") => match &k[6..] {
+            d if d.starts_with(b" dump") => StatKey::DetailDump,
+            d if d.starts_with(b" on") => StatKey::Detail(true),
+            d if d.starts_with(b" off") => StatKey::Detail(false),
+            _ => return None,
+        },
+        b"items" => StatKey::Group(Group::Items),
+        b"slabs" => StatKey::Group(Group::Slabs),
+        b"sizes" => StatKey::Group(Group::Sizes),
+        b"sizes_enable" => StatKey::Sizes(true),
+        b"sizes_disable" => StatKey::Sizes(false),
+        b"latency" => StatKey::Group(Group::Latency),
+        b"workers" => StatKey::Group(Group::Workers),
+        _ => return None,
+    })
+}
+
 fn write_stats(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Flow {
-    let general = match request.key {
-        b"" => true,
-        b"settings" => false,
-        _ => {
-            write_request_error(out, request, Status::KeyNotFound);
+    let Some(stat) = stat_key(request.key) else {
+        write_request_error(out, request, Status::KeyNotFound);
+        return Flow::Continue;
+    };
+    let (opcode, quiet, opaque, now) = (request.opcode, request.quiet, request.opaque, cx.now);
+    let control = cx.core.control().clone();
+    let group = match stat {
+        StatKey::Group(group) => group,
+        StatKey::DetailDump => Group::Detail,
+        StatKey::Reset => {
+            log::info!("stats reset");
+            cx.core.reset_stats();
+            cx.fan_out(FanOut::Reset, None, None, out);
+            write_success_always(out, opcode, quiet, opaque, &[], &[]);
+            return Flow::Continue;
+        }
+        StatKey::Detail(on) => {
+            control.set_detail(on);
+            write_success_always(out, opcode, quiet, opaque, &[], &[]);
+            return Flow::Continue;
+        }
+        StatKey::Sizes(on) => {
+            control.set_sizes(on);
+            let value: &[u8] = if on { b"enabled" } else { b"disabled" };
+            write_success_always(out, opcode, quiet, opaque, b"sizes_status", value);
             return Flow::Continue;
         }
     };
-    let own = cx.core.snapshot();
-    let (opcode, quiet, opaque, now) = (request.opcode, request.quiet, request.opaque, cx.now);
-    if cx.workers() > 1 {
+    if group == Group::Latency {
+        // The requests this call executed before this one are done: count them too.
+        let elapsed = control.now_ns().saturating_sub(cx.session.arrived_ns);
+        cx.core.record_samples(elapsed);
+    }
+    let own = cx.core.snapshot(group, now);
+    if cx.workers() > 1 && group.gathers() {
         let stats = StatsGather {
             snapshot: None,
             opcode,
             quiet,
             opaque,
-            general,
+            group,
+            control,
             now,
         };
         let own = Some(Part::Snapshot(&own));
-        cx.fan_out(FanOut::Snapshot, Some(Box::new(stats)), own, out);
+        cx.fan_out(FanOut::Snapshot(group), Some(Box::new(stats)), own, out);
     } else {
-        render_stats(out, opcode, quiet, opaque, general, now, &own);
+        render_stats(out, opcode, quiet, opaque, group, &control, now, &own);
     }
     Flow::Continue
 }
@@ -400,8 +521,8 @@ struct StatsGather {
     opcode: Opcode,
     quiet: bool,
     opaque: u32,
-    /// The general figures, else the settings.
-    general: bool,
+    group: Group,
+    control: Arc<Control>,
     now: Now,
 }
 
@@ -418,40 +539,57 @@ impl Gather for StatsGather {
     fn finish(&mut self, out: &mut Vec<u8>) {
         if let Some(snapshot) = &self.snapshot {
             let (opcode, quiet, opaque) = (self.opcode, self.quiet, self.opaque);
-            render_stats(out, opcode, quiet, opaque, self.general, self.now, snapshot);
+            render_stats(
+                out,
+                opcode,
+                quiet,
+                opaque,
+                self.group,
+                &self.control,
+                self.now,
+                snapshot,
+            );
         }
     }
 }
 
-/// The STAT replies for `snapshot`: one frame per figure, then the terminating empty one.
-/// `general`: the general figures, else the settings.
+/// The STAT replies of `group` for `snapshot`: one frame per figure (`detail dump`: one frame,
+/// key `detailed`, with every `PREFIX` line), then the terminating empty one.
+#[allow(clippy::too_many_arguments)]
 fn render_stats(
     out: &mut Vec<u8>,
     opcode: Opcode,
     quiet: bool,
     opaque: u32,
-    general: bool,
+    group: Group,
+    control: &Control,
     now: Now,
     snapshot: &Snapshot,
 ) {
-    let mut value = String::new();
-    let mut line = |name: &str, v: &dyn std::fmt::Display| {
-        use std::fmt::Write as _;
-        value.clear();
-        let _ = write!(value, "{v}");
-        write_success_always(
-            out,
-            opcode,
-            quiet,
-            opaque,
-            name.as_bytes(),
-            value.as_bytes(),
-        );
-    };
-    if general {
-        stats::general(snapshot, now.secs(), &mut line);
+    if group == Group::Detail {
+        let mut dump = snapshot
+            .prefixes
+            .as_ref()
+            .map(|p| p.dump())
+            .unwrap_or_default();
+        // memcached's value is the text reply whole, its `END` included.
+        dump.push_str("END\r\n");
+        write_success_always(out, opcode, quiet, opaque, b"detailed", dump.as_bytes());
     } else {
-        stats::settings(snapshot, &mut line);
+        let mut value = String::new();
+        stats::render(group, snapshot, control, now, |name, v| {
+            use std::fmt::Write as _;
+            value.clear();
+            let _ = write!(value, "{v}");
+            write_success_always(
+                out,
+                opcode,
+                quiet,
+                opaque,
+                name.as_bytes(),
+                value.as_bytes(),
+            );
+        });
     }
     write_success_always(out, opcode, quiet, opaque, &[], &[]);
 }

@@ -3,25 +3,66 @@
 //!
 //! ```text
 //! adapter (binary, text, ...) ─▶ Core::get / store / touch / delete / arith / flush_all ─▶ store::Shard
-//!                                   └─ counts cmd_get, cmd_set, cmd_touch, cmd_flush, ... as it goes
+//!                                   └─ counts cmd_get, cmd_set, cmd_touch, cmd_flush, ... as it goes,
+//!                                      the latency instrument's samples, `stats detail` prefixes,
+//!                                      and `watch` events
 //! ```
 //!
 //! It knows no protocol: adapters translate requests into these calls and results back into
 //! replies, and every counter is kept here, so `cmd_get` or `cmd_set` mean the same whichever
 //! protocol a client speaks, and a new statistic is added in one place. The store's own
-//! counters (hits, misses, evictions) are counted by the store.
+//! counters (hits, misses, evictions) are counted by the store. Each operation also counts one
+//! latency sample of its kind ([`Kind`]), which the engine records once the request's engine
+//! call ends.
 
-use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, Ttl, Write};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, StoreMode, Ttl, Write};
 
 use super::EngineConfig;
-use crate::stats::{Counters, ServerInfo, Snapshot};
+use crate::control::{Control, EventKind, uri_encode};
+use crate::stats::{
+    CacheDump, Counters, Group, KINDS, Kind, Latency, Prefixes, RawPath, SIZES_STEP, ServerInfo,
+    Snapshot, WorkerFigures,
+};
+
+/// Buckets `stats cachedump` walks between checks that the dump is full.
+const CACHEDUMP_SLICE_BUCKETS: usize = 1024;
 
 /// One worker's store shard, counters and configuration.
 pub(crate) struct Core {
     shard: Shard,
     counters: Counters,
     config: EngineConfig,
+    /// Connection figures, as the packet path counts them (since start).
     info: ServerInfo,
+    /// `info` at the last `stats reset`.
+    info_base: ServerInfo,
+    /// The worker loop's figures, as it counts them (since start).
+    figures: WorkerFigures,
+    /// `figures` at the last `stats reset` (with its packet counters named).
+    figures_base: WorkerFigures,
+    /// The packet path's counters, as the loop last copied them.
+    raw_path: RawPath,
+    /// `stats detail` counts, while on.
+    prefixes: Prefixes,
+    /// `stats latency`.
+    latency: Latency,
+    /// Store operations of each kind made since the engine last recorded them.
+    samples: [u64; KINDS],
+    /// The kinds with samples (bit `kind`), and how many samples there are in all.
+    sample_kinds: u8,
+    samples_total: u64,
+    /// The kind of the request an adapter is executing (for a request it forwards).
+    kind: Kind,
+    /// The table size last published for other workers' metadumps.
+    published_buckets: usize,
+    /// `stats reset`s so far: a forwarded request stamped before the last one is not timed.
+    resets: u32,
+    /// The number of the connection whose request runs now (0: none, or another worker's),
+    /// for `watch` lines' `cfd`.
+    cfd: u64,
     /// Connection numbers handed out by this worker.
     connections_named: u64,
 }
@@ -29,13 +70,245 @@ pub(crate) struct Core {
 impl Core {
     /// A core with an empty shard.
     pub fn new(config: EngineConfig) -> Core {
+        let mut shard = Shard::new(config.shard);
+        shard.set_eviction(!config.control.settings.no_evictions);
         Core {
-            shard: Shard::new(config.shard),
+            shard,
             counters: Counters::default(),
+            figures: WorkerFigures {
+                worker: config.worker,
+                ..WorkerFigures::default()
+            },
+            figures_base: WorkerFigures::default(),
+            raw_path: RawPath::None,
             config,
             info: ServerInfo::default(),
+            info_base: ServerInfo::default(),
+            prefixes: Prefixes::default(),
+            latency: Latency::new(),
+            samples: [0; KINDS],
+            sample_kinds: 0,
+            samples_total: 0,
+            kind: Kind::Other,
+            published_buckets: 0,
+            resets: 0,
+            cfd: 0,
             connections_named: 0,
         }
+    }
+
+    /// Names the connection whose requests run next (0: another worker's), for `watch`.
+    #[inline]
+    pub fn set_cfd(&mut self, cfd: u64) {
+        self.cfd = cfd;
+    }
+
+    /// `stats reset`s so far.
+    #[inline]
+    pub fn resets(&self) -> u32 {
+        self.resets
+    }
+
+    /// Publishes the table's size when a store grew it (other workers' metadumps read it).
+    #[inline]
+    fn publish_buckets(&mut self) {
+        let buckets = self.shard.num_buckets();
+        if buckets != self.published_buckets {
+            self.published_buckets = buckets;
+            self.config
+                .control
+                .publish_table_buckets(self.config.worker, buckets);
+        }
+    }
+
+    /// What every worker shares.
+    #[inline]
+    pub fn control(&self) -> &Arc<Control> {
+        &self.config.control
+    }
+
+    /// Names the kind of the request being executed, for one the adapter forwards (local
+    /// operations count their own kind).
+    #[inline]
+    pub fn classify(&mut self, kind: Kind) {
+        self.kind = kind;
+    }
+
+    /// The kind named last with [`Core::classify`].
+    #[inline]
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Counts one latency sample of `kind`.
+    #[inline]
+    fn sample(&mut self, kind: Kind) {
+        self.samples[kind as usize] += 1;
+        self.sample_kinds |= 1 << kind as u8;
+        self.samples_total += 1;
+    }
+
+    /// Forgets the samples counted so far (a forwarded request's are timed where it arrived).
+    #[inline]
+    pub fn take_samples(&mut self) {
+        self.drain_samples(|_, _, _| {});
+    }
+
+    /// Hands each kind with samples and their count to `f`, and forgets them.
+    #[inline]
+    fn drain_samples(&mut self, mut f: impl FnMut(&mut Latency, Kind, u64)) {
+        let mut kinds = self.sample_kinds;
+        while kinds != 0 {
+            let index = kinds.trailing_zeros() as usize;
+            kinds &= kinds - 1;
+            let count = std::mem::take(&mut self.samples[index]);
+            f(&mut self.latency, Kind::from_index(index as u8), count);
+        }
+        self.sample_kinds = 0;
+        self.samples_total = 0;
+    }
+
+    /// Operations counted since they were last recorded or forgotten.
+    #[inline]
+    pub fn samples_pending(&self) -> u64 {
+        self.samples_total
+    }
+
+    /// Counts `count` samples of `kind` (the parts of a request other workers answered before
+    /// it was done here).
+    #[inline]
+    pub fn sample_parts(&mut self, kind: Kind, count: u64) {
+        if count > 0 {
+            self.samples[kind as usize] += count;
+            self.sample_kinds |= 1 << kind as u8;
+            self.samples_total += count;
+        }
+    }
+
+    /// Counts one `other` sample: a request that made no store operation.
+    #[inline]
+    pub fn record_pending_other(&mut self) {
+        self.sample(Kind::Other);
+    }
+
+    /// Records every sample counted so far as requests that spent `ns` inside memspin, and
+    /// forgets them.
+    #[inline]
+    pub fn record_samples(&mut self, ns: u64) {
+        let kinds = self.sample_kinds;
+        if kinds.is_power_of_two() {
+            // One kind, the common case: no loop.
+            let index = kinds.trailing_zeros() as usize;
+            self.samples[index] = 0;
+            let kind = Kind::from_index(index as u8);
+            self.latency.record(kind, ns, self.samples_total);
+            self.sample_kinds = 0;
+            self.samples_total = 0;
+            return;
+        }
+        self.drain_samples(|latency, kind, count| latency.record(kind, ns, count));
+    }
+
+    /// Records `count` requests of `kind` that spent `ns` inside memspin.
+    #[inline]
+    pub fn record_latency(&mut self, kind: Kind, ns: u64, count: u64) {
+        self.latency.record(kind, ns, count);
+    }
+
+    /// A read seen by `stats detail` and `watch fetchers` (`found`: the value's length).
+    #[inline]
+    fn observe_get(
+        control: &Control,
+        prefixes: &mut Prefixes,
+        cfd: u64,
+        key: &[u8],
+        found: Option<usize>,
+        now: Now,
+    ) {
+        if control.detail() {
+            prefixes.record(key, |c| {
+                c.get += 1;
+                c.hit += u64::from(found.is_some());
+            });
+        }
+        let watchers = &control.watchers;
+        if watchers.wants(EventKind::Fetchers) {
+            watchers.publish(EventKind::Fetchers, now, |line| {
+                line.push_str("type=item_get key=");
+                uri_encode(line, key);
+                let (status, class, size) = match found {
+                    Some(size) => ("found", 1, size),
+                    None => ("not_found", 0, 0),
+                };
+                let _ = write!(line, " status={status} clsid={class} cfd={cfd} size={size}");
+            });
+        }
+    }
+
+    /// A store seen by `stats detail`, `watch mutations` and `watch evictions`.
+    fn observe_store(&mut self, write: &Write<'_>, status: &str, now: Now) {
+        if self.config.control.detail() {
+            self.prefixes.record(write.key, |c| c.set += 1);
+        }
+        let watchers = &self.config.control.watchers;
+        if watchers.wants(EventKind::Mutations) {
+            let command = match (write.mode, write.cas) {
+                (StoreMode::Set, 0) => "set",
+                (_, c) if c != 0 => "cas",
+                (StoreMode::Add, _) => "add",
+                (StoreMode::Replace, _) => "replace",
+                (StoreMode::Append, _) => "append",
+                (StoreMode::Prepend, _) => "prepend",
+                (StoreMode::Set, _) => "set",
+            };
+            let ttl = match write.ttl {
+                Ttl::Exptime(e) if e > 0 && e <= store::REALTIME_MAXDELTA => e,
+                Ttl::Exptime(e) if e > 0 => e.saturating_sub(now.secs() as i64).max(0),
+                Ttl::AtMillis(at) => (at.saturating_sub(now.millis()) / 1000) as i64,
+                _ => 0,
+            };
+            let cfd = self.cfd;
+            watchers.publish(EventKind::Mutations, now, |line| {
+                line.push_str("type=item_store key=");
+                uri_encode(line, write.key);
+                let _ = write!(
+                    line,
+                    " status={status} cmd={command} ttl={ttl} clsid=1 cfd={cfd} size={}",
+                    write.value.len()
+                );
+            });
+        }
+        self.publish_evictions(now);
+    }
+
+    /// Hands the store's evictions to `watch evictions` (and keeps the store recording them
+    /// only while someone watches).
+    fn publish_evictions(&mut self, now: Now) {
+        let watchers = &self.config.control.watchers;
+        let wanted = watchers.wants(EventKind::Evictions);
+        self.shard.set_eviction_log(wanted);
+        if !wanted {
+            return;
+        }
+        let now_secs = now.secs();
+        self.shard.take_evictions(|evicted| {
+            watchers.publish(EventKind::Evictions, now, |line| {
+                line.push_str("type=eviction key=");
+                uri_encode(line, &evicted.key);
+                let ttl = if evicted.exptime == 0 {
+                    -1
+                } else {
+                    i64::from(evicted.exptime) - now_secs as i64
+                };
+                let _ = write!(
+                    line,
+                    " fetch={} ttl={ttl} la={} clsid=1 size={}",
+                    if evicted.fetched { "yes" } else { "no" },
+                    now_secs.saturating_sub(u64::from(evicted.last_access)),
+                    evicted.value_len
+                );
+            });
+        });
     }
 
     /// A number for a connection that asks for one (Redis's `CLIENT ID`), unique across workers
@@ -49,14 +322,48 @@ impl Core {
     /// A read: looks `key` up (a hit is marked fetched), counting `cmd_get`.
     pub fn get(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
         self.counters.cmd_get += 1;
-        self.shard.get(key, now)
+        self.sample(Kind::Get);
+        let observed = self.observed();
+        let item = self.shard.get(key, now);
+        if observed {
+            let found = item.map(|item| item.value.len());
+            Core::observe_get(
+                &self.config.control,
+                &mut self.prefixes,
+                self.cfd,
+                key,
+                found,
+                now,
+            );
+        }
+        item
+    }
+
+    /// True when `stats detail` or a watcher wants to see reads (one relaxed load).
+    #[inline]
+    fn observed(&self) -> bool {
+        self.config.control.observes_reads()
     }
 
     /// A read that leaves the item as it is (no fetched mark, no clock bump; meta `u`):
     /// counts `cmd_get`, not the store's hits and misses.
     pub fn get_unbumped(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
         self.counters.cmd_get += 1;
-        self.shard.peek(key, now)
+        self.sample(Kind::Get);
+        let observed = self.observed();
+        let item = self.shard.peek(key, now);
+        if observed {
+            let found = item.map(|item| item.value.len());
+            Core::observe_get(
+                &self.config.control,
+                &mut self.prefixes,
+                self.cfd,
+                key,
+                found,
+                now,
+            );
+        }
+        item
     }
 
     /// Looks at an item for the engine's own decisions (compare rules, sizes, metadata):
@@ -68,7 +375,21 @@ impl Core {
     /// A touch (or get-and-touch): new expiry for a held key, counting `cmd_touch`.
     pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
         self.counters.cmd_touch += 1;
-        self.shard.touch(key, ttl, now)
+        self.sample(Kind::Touch);
+        let observed = self.observed();
+        let item = self.shard.touch(key, ttl, now);
+        if observed {
+            let found = item.map(|item| item.value.len());
+            Core::observe_get(
+                &self.config.control,
+                &mut self.prefixes,
+                self.cfd,
+                key,
+                found,
+                now,
+            );
+        }
+        item
     }
 
     /// A new expiry set as part of another command (meta `ma` with `T`): the store counts it
@@ -77,13 +398,31 @@ impl Core {
         self.shard.touch(key, ttl, now);
     }
 
-    /// A store in any mode, counting `cmd_set`.
+    /// A store in any mode, counting `cmd_set` (and `store_no_memory` when no room could be
+    /// made for it).
     ///
     /// # Errors
     /// As [`Shard::store`].
     pub fn store(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
         self.counters.cmd_set += 1;
-        self.shard.store(write, now)
+        self.sample(Kind::Set);
+        let result = self.shard.store(write, now);
+        self.publish_buckets();
+        if result == Err(StoreError::OutOfMemory) {
+            self.counters.store_no_memory += 1;
+        }
+        if self.config.control.detail() || self.config.control.watchers.any() {
+            let status = match result {
+                Ok(_) => "stored",
+                Err(StoreError::Exists) => "exists",
+                Err(StoreError::NotFound) => "not_found",
+                Err(StoreError::TooLarge) => "too_large",
+                Err(StoreError::OutOfMemory) => "no_memory",
+                Err(_) => "not_stored",
+            };
+            self.observe_store(&write, status, now);
+        }
+        result
     }
 
     /// A store the client did not ask for as such (meta `N`: an item created on a miss, or an
@@ -92,13 +431,34 @@ impl Core {
     /// # Errors
     /// As [`Shard::store`].
     pub fn vivify(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
-        self.shard.store(write, now)
+        let result = self.shard.store(write, now);
+        self.publish_buckets();
+        if self.config.control.watchers.any() {
+            self.publish_evictions(now);
+        }
+        result
     }
 
-    /// A store refused before its value was read because it can never fit: counted in
-    /// `cmd_set` like any other store, whichever protocol it came in.
-    pub fn refuse_too_large(&mut self) {
-        self.counters.cmd_set += 1;
+    /// A store refused before its value was read because it can never fit (`-I`): counted in
+    /// `store_too_large` (not `cmd_set`, as memcached counts it), whichever protocol it came
+    /// in. With `unlink`, the item held under `key` goes too, so no stale value survives the
+    /// refused store (memcached does so for a SET, and for any meta `ms`).
+    pub fn refuse_too_large(&mut self, key: &[u8], unlink: bool, now: Now) {
+        self.counters.store_too_large += 1;
+        self.sample(Kind::Set);
+        if unlink {
+            self.shard.unlink(key, now);
+        }
+        if self.config.control.detail() || self.config.control.watchers.any() {
+            let write = Write::new(StoreMode::Set, key, b"");
+            self.observe_store(&write, "too_large", now);
+        }
+    }
+
+    /// Removes the item under `key` without counting a delete: after a store refused for
+    /// memory, as memcached does (see [`Core::refuse_too_large`]).
+    pub fn unlink(&mut self, key: &[u8], now: Now) {
+        self.shard.unlink(key, now);
     }
 
     /// Whether an item of this key and value length can ever be stored (`-I`).
@@ -111,6 +471,10 @@ impl Core {
     /// # Errors
     /// As [`Shard::delete`].
     pub fn delete(&mut self, key: &[u8], cas: u64, now: Now) -> Result<(), StoreError> {
+        self.sample(Kind::Delete);
+        if self.config.control.detail() {
+            self.prefixes.record(key, |c| c.del += 1);
+        }
         self.shard.delete(key, cas, now)
     }
 
@@ -126,6 +490,7 @@ impl Core {
         new_cas: NewCas,
         now: Now,
     ) -> Result<u64, StoreError> {
+        self.sample(Kind::Delete);
         self.shard.invalidate_with(key, cas, exptime, new_cas, now)
     }
 
@@ -139,7 +504,13 @@ impl Core {
     /// # Errors
     /// As [`Shard::incr_decr`].
     pub fn arith(&mut self, arith: Arith<'_>, now: Now) -> Result<(u64, u64), StoreError> {
-        self.shard.incr_decr(arith, now)
+        self.sample(Kind::Arith);
+        let result = self.shard.incr_decr(arith, now);
+        self.publish_buckets();
+        if self.config.control.watchers.any() {
+            self.publish_evictions(now);
+        }
+        result
     }
 
     /// A compare value no item under `key` matches, for a `cas` (or meta `C`) of 0: memcached
@@ -158,6 +529,8 @@ impl Core {
     /// [`Core::flush_for_another`]).
     pub fn flush_all(&mut self, delay: i64, now: Now) {
         self.counters.cmd_flush += 1;
+        self.sample(Kind::Flush);
+        log::info!("flush_all (delay {delay})");
         self.shard.flush_all(delay, now);
     }
 
@@ -172,6 +545,7 @@ impl Core {
     /// [`Core::clear_for_another`].
     pub fn clear(&mut self, now: Now) {
         self.counters.cmd_flush += 1;
+        self.sample(Kind::Flush);
         self.clear_for_another(now);
     }
 
@@ -184,6 +558,11 @@ impl Core {
     /// A request refused as malformed or unknown.
     pub fn protocol_error(&mut self) {
         self.counters.protocol_errors += 1;
+    }
+
+    /// A meta command (`cmd_meta`).
+    pub fn count_meta(&mut self) {
+        self.counters.cmd_meta += 1;
     }
 
     /// Bytes one execution consumed and wrote, the requests it completed, and whether it ended
@@ -232,19 +611,113 @@ impl Core {
         &mut self.info
     }
 
-    /// This worker's figures for a `stats` reply (summed with other workers' where there are
-    /// several).
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
+    /// The worker loop's figures, kept current by the loop.
+    pub fn figures_mut(&mut self) -> &mut WorkerFigures {
+        &mut self.figures
+    }
+
+    /// The packet path's counters, copied by the loop.
+    pub fn set_raw_path(&mut self, raw: RawPath) {
+        self.raw_path = raw;
+    }
+
+    /// The loop's figures with the packet counters named.
+    fn named_figures(&self) -> WorkerFigures {
+        WorkerFigures {
+            path: self.raw_path.named(),
+            ..self.figures
+        }
+    }
+
+    /// `stats reset`: zeroes the counters memcached resets (commands, hits and misses,
+    /// evictions, connections accepted and refused), this worker's loop figures and packet
+    /// counters, the latency histograms and `stats detail`'s prefixes. What describes the
+    /// cache now (items, bytes, open connections) stays.
+    pub fn reset_stats(&mut self) {
+        self.counters = Counters::default();
+        self.shard.reset_stats();
+        self.info_base = self.info;
+        self.figures_base = self.named_figures();
+        self.latency.reset();
+        self.prefixes.clear();
+        // Requests counted before the reset are not timed after it.
+        self.take_samples();
+        self.resets = self.resets.wrapping_add(1);
+    }
+
+    /// This worker's figures for a `stats` reply of `group` (summed with other workers'
+    /// where there are several); groups that need more than the counters get their part here
+    /// (`items`: the oldest item; `sizes`: the size classes; `detail`; `latency`). `sizes`
+    /// and `items` walk the shard.
+    pub fn snapshot(&self, group: Group, now: Now) -> Snapshot {
+        let info = ServerInfo {
+            curr_connections: self.info.curr_connections,
+            total_connections: self
+                .info
+                .total_connections
+                .saturating_sub(self.info_base.total_connections),
+            rejected_connections: self
+                .info
+                .rejected_connections
+                .saturating_sub(self.info_base.rejected_connections),
+            recovery: self.info.recovery.since(&self.info_base.recovery),
+        };
+        let mut snapshot = Snapshot {
             shard: self.shard.stats().clone(),
             counters: self.counters,
-            info: self.info,
+            info,
+            workers: vec![self.named_figures().since(&self.figures_base)],
             threads: self.config.threads,
             limit_maxbytes: self.config.shard.memory_limit_bytes as u64,
             item_size_max: self.config.shard.max_item_size as u64,
             conn_limit: self.config.conn_limit as u64,
             started_unix_secs: self.config.started_unix_secs,
             version: self.config.version,
+            ..Snapshot::default()
+        };
+        match group {
+            Group::Items => {
+                let mut oldest = u64::MAX;
+                self.shard.visit(0, usize::MAX, now, |_, item, _| {
+                    oldest = oldest.min(u64::from(item.last_access));
+                });
+                if oldest != u64::MAX {
+                    snapshot.oldest_idle_secs = now.secs().saturating_sub(oldest);
+                }
+            }
+            Group::Sizes if self.config.control.sizes() => {
+                let classes = self.config.shard.max_item_size.div_ceil(SIZES_STEP) + 1;
+                let mut sizes = vec![0u64; classes];
+                self.shard.visit(0, usize::MAX, now, |_, _, size| {
+                    let class = size.div_ceil(SIZES_STEP).min(classes - 1);
+                    sizes[class] += 1;
+                });
+                while sizes.last() == Some(&0) {
+                    sizes.pop();
+                }
+                snapshot.sizes = sizes;
+            }
+            Group::Detail => snapshot.prefixes = Some(self.prefixes.clone()),
+            Group::Latency => snapshot.latency = Some(Box::new(self.latency.clone())),
+            Group::CacheDump { limit } => {
+                let mut dump = CacheDump::new(limit);
+                // The table in slices, so a limited dump stops walking once it is full.
+                let mut start = 0;
+                while !dump.is_full() && start < self.shard.num_buckets() {
+                    self.shard.visit(
+                        start,
+                        start + CACHEDUMP_SLICE_BUCKETS,
+                        now,
+                        |key, item, _| {
+                            dump.add(key, item.value.len(), u64::from(item.exptime));
+                        },
+                    );
+                    start += CACHEDUMP_SLICE_BUCKETS;
+                }
+                snapshot.cachedump = Some(dump);
+            }
+            _ => {}
         }
+        snapshot
     }
 }

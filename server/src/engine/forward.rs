@@ -65,7 +65,7 @@ use std::sync::{Arc, Mutex};
 
 use store::Now;
 
-use crate::stats::Snapshot;
+use crate::stats::{Group, Snapshot};
 
 /// Open holes (forwarded requests awaiting replies) a connection may have before it stops
 /// executing until replies arrive.
@@ -143,8 +143,10 @@ pub(crate) struct Form(pub u16);
 pub(crate) enum Op {
     /// Execute the bytes, one complete request (or part of one) in this form.
     Execute(Form),
-    /// Reply with this worker's statistics.
-    Snapshot,
+    /// Reply with this worker's statistics for this `stats` group.
+    Snapshot(Group),
+    /// Reset this worker's statistics (`stats reset`). No bytes in the reply.
+    Reset,
     /// Flush this worker's shard (`flush_all` with this delay, as of `now`).
     Flush { delay: i64, now: Now },
     /// Empty this worker's shard: flush it and reclaim every item, as of `now`.
@@ -331,6 +333,20 @@ pub(crate) struct Hole {
     pub owner: Option<usize>,
     /// Bytes of the forwarded request, counted until its reply arrives.
     pub request_len: usize,
+    /// When the request arrived and its kind, for the latency instrument (set by the
+    /// adapter's [`Holes::stamp_last`]; forwarding only hands it back when the hole fills).
+    pub stamp: Option<Stamp>,
+}
+
+/// When a forwarded request arrived (monotonic nanoseconds), its kind, the samples it stands
+/// for (one request; a multi-key request's parts other workers answered) and the count of
+/// `stats reset`s before it (the latency instrument's), handed back with its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub arrived_ns: u64,
+    pub kind: u8,
+    pub count: u32,
+    pub resets: u32,
 }
 
 /// Reply bytes from one owner in the output, not sent yet: their credit goes back once they are.
@@ -412,6 +428,8 @@ pub(crate) struct Delivered {
     pub spliced: usize,
     /// The request asked to close the connection.
     pub close: bool,
+    /// The stamp of the request whose hole this reply filled.
+    pub stamp: Option<Stamp>,
 }
 
 impl Holes {
@@ -439,8 +457,25 @@ impl Holes {
             gather,
             owner,
             request_len,
+            stamp: None,
         });
         seq
+    }
+
+    /// Stamps the hole opened last with its request's arrival and kind.
+    pub fn stamp_last(&mut self, stamp: Stamp) {
+        if let Some(hole) = self.pending.back_mut() {
+            hole.stamp = Some(stamp);
+        }
+    }
+
+    /// Counts one more sample in the stamp of hole `seq` (a part another worker answers).
+    pub fn count_part(&mut self, seq: u64) {
+        if let Some(index) = self.find(seq)
+            && let Some(stamp) = self.pending[index].stamp.as_mut()
+        {
+            stamp.count += 1;
+        }
     }
 
     /// Remembers that this connection forwarded to `owner`, to tell it when the connection goes.
@@ -491,6 +526,7 @@ impl Holes {
         let mut delivered = Delivered {
             spliced: 0,
             close: false,
+            stamp: None,
         };
         let Some(index) = self.find(delivery.seq) else {
             return delivered;
@@ -520,6 +556,7 @@ impl Holes {
         if hole.awaiting > 0 || !hole.sealed {
             return delivered;
         }
+        delivered.stamp = hole.stamp;
         delivered.spliced = self.fill_at(index, out, bytes);
         delivered
     }
@@ -951,19 +988,25 @@ impl Forwarder {
 
     /// No more parts for the gathering hole `seq`: `own` (this worker's share, if it has one)
     /// goes to its gather, and the hole fills (into `out`) once its last answer is in, now if
-    /// all are.
-    pub fn seal(holes: &mut Holes, seq: u64, own: Option<Part<'_>>, out: &mut Vec<u8>) {
-        let Some(index) = holes.find(seq) else {
-            return;
-        };
+    /// all are; then its stamp is returned (nothing will deliver it).
+    pub fn seal(
+        holes: &mut Holes,
+        seq: u64,
+        own: Option<Part<'_>>,
+        out: &mut Vec<u8>,
+    ) -> Option<Stamp> {
+        let index = holes.find(seq)?;
         let hole = &mut holes.pending[index];
         if let (Some(gather), Some(own)) = (hole.gather.as_mut(), own) {
             gather.add(own);
         }
         hole.sealed = true;
         if hole.awaiting == 0 {
+            let stamp = hole.stamp;
             holes.fill_at(index, out, &[]);
+            return stamp;
         }
+        None
     }
 
     /// Sends `op` to every other worker and leaves one hole at the end of `out` that fills
@@ -987,7 +1030,8 @@ impl Forwarder {
             // The caller checked that no queue holds a batch back.
             let _ = self.part(holes, seq, dest, op, 0, |_| ());
         }
-        Forwarder::seal(holes, seq, own, out);
+        // Some other worker is always waited for: nothing fills now.
+        let _ = Forwarder::seal(holes, seq, own, out);
         true
     }
 
@@ -1371,7 +1415,7 @@ mod tests {
         for seq in 0..3 {
             let parked = Parked {
                 seq,
-                op: Op::Snapshot,
+                op: Op::Snapshot(Group::General),
                 bytes: vec![],
             };
             lanes.park(0, 7, parked);
@@ -1447,7 +1491,14 @@ mod tests {
         out.extend_from_slice(b"B");
         for (owner, len) in [(1, 10), (2, 20), (1, 5)] {
             forwarder
-                .part(&mut holes, seq, owner, Op::Snapshot, len, |_| ())
+                .part(
+                    &mut holes,
+                    seq,
+                    owner,
+                    Op::Snapshot(Group::General),
+                    len,
+                    |_| (),
+                )
                 .unwrap();
         }
         assert_eq!(holes.request_bytes, 35);
@@ -1479,7 +1530,7 @@ mod tests {
         let mut out = Vec::new();
         let seq = forwarder.gather(&mut holes, Some(Box::new(Concat::default())), 0);
         forwarder
-            .part(&mut holes, seq, 1, Op::Snapshot, 1, |_| ())
+            .part(&mut holes, seq, 1, Op::Snapshot(Group::General), 1, |_| ())
             .unwrap();
         Forwarder::seal(&mut holes, seq, None, &mut out);
         assert!(out.is_empty(), "a part is still out");
@@ -1496,12 +1547,12 @@ mod tests {
         let mut forwarder = Forwarder::new(2, 0);
         let mut holes = Holes::default();
         forwarder
-            .forward(&mut holes, 1, Op::Snapshot, 1, 0, |_| ())
+            .forward(&mut holes, 1, Op::Snapshot(Group::General), 1, 0, |_| ())
             .unwrap();
         forwarder.take_forwards(|_, batch| Err(batch));
         let seq = forwarder.gather(&mut holes, None, 0);
         assert_eq!(
-            forwarder.part(&mut holes, seq, 1, Op::Snapshot, 1, |_| ()),
+            forwarder.part(&mut holes, seq, 1, Op::Snapshot(Group::General), 1, |_| ()),
             Err(Blocked)
         );
         assert!(!forwarder.may_fan_out());

@@ -38,12 +38,15 @@ mod resp;
 mod session;
 mod text;
 
+use std::sync::Arc;
+
 use store::{Now, ShardConfig};
 
 use self::core::Core;
 use self::forward::{Answer, Forwarder, Op};
 use self::session::{Cx, Step};
-use crate::stats::{Counters, ServerInfo, Snapshot};
+use crate::control::{ConnState, Control};
+use crate::stats::{Counters, Group, Kind, RawPath, ServerInfo, Snapshot, WorkerFigures};
 
 pub use forward::{
     Batch, CREDIT_RETURN_BYTES, Delivery, FORWARD_REPLY_CREDIT_BYTES,
@@ -68,6 +71,8 @@ pub struct EngineConfig {
     pub worker: usize,
     /// Connection limit (`-c`), for `stats settings`.
     pub conn_limit: usize,
+    /// What every worker shares: settings, admin switches, watchers, connection records.
+    pub control: Arc<Control>,
 }
 
 impl EngineConfig {
@@ -76,6 +81,79 @@ impl EngineConfig {
     pub fn max_body(&self) -> u32 {
         let limit = self.shard.max_item_size.saturating_mul(2).max(1 << 20);
         u32::try_from(limit).unwrap_or(u32::MAX)
+    }
+}
+
+/// Logs one request and the first line of its reply (`-vv`), as memcached's `<fd command` and
+/// `>fd reply` lines: text as it was sent (its first line, at most 200 bytes, escaped), binary
+/// as its opcode and key.
+fn log_request(session: &Session, request: &[u8], reply: &[u8]) {
+    let number = session.record.as_ref().map_or(0, |r| r.number);
+    let first_line = |bytes: &[u8]| {
+        let end = bytes
+            .iter()
+            .position(|&b| b == b'\n')
+            .unwrap_or(bytes.len())
+            .min(200);
+        let line = &bytes[..end];
+        line.strip_suffix(b"\r")
+            .unwrap_or(line)
+            .escape_ascii()
+            .to_string()
+    };
+    match session.protocol {
+        Some(Protocol::Binary) => {
+            let opcode = request.get(1).copied().unwrap_or_default();
+            let key_len = request
+                .get(2..4)
+                .map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
+            let extras = usize::from(request.get(4).copied().unwrap_or_default());
+            let key = request
+                .get(24 + extras..24 + extras + key_len)
+                .unwrap_or_default();
+            log::debug!(
+                "<{number} binary opcode {opcode:#04x} key {}",
+                key.escape_ascii()
+            );
+            if let Some(status) = reply.get(6..8) {
+                log::debug!(
+                    ">{number} status {:#06x}",
+                    u16::from_be_bytes([status[0], status[1]])
+                );
+            }
+        }
+        Some(Protocol::Resp(_)) => {
+            // The command's words, not its framing (`*3`, `$3`, ...).
+            let limits = protocol::resp::Limits {
+                max_bulk: request.len(),
+                max_command: request.len(),
+            };
+            let mut words = String::new();
+            let mut progress = protocol::resp::Progress::default();
+            if let Ok((command, _)) =
+                protocol::resp::Command::parse(request, &limits, &mut progress)
+            {
+                for arg in command.args() {
+                    if words.len() >= 200 {
+                        break;
+                    }
+                    if !words.is_empty() {
+                        words.push(' ');
+                    }
+                    words.push_str(&arg[..arg.len().min(200)].escape_ascii().to_string());
+                }
+            }
+            log::debug!("<{number} {words}");
+            if !reply.is_empty() {
+                log::debug!(">{number} {}", first_line(reply));
+            }
+        }
+        _ => {
+            log::debug!("<{number} {}", first_line(request));
+            if !reply.is_empty() {
+                log::debug!(">{number} {}", first_line(reply));
+            }
+        }
     }
 }
 
@@ -156,6 +234,21 @@ impl Engine {
     ) -> Outcome {
         let out_start = out.len();
         let mut pos = 0;
+        if session.watching {
+            // A watcher only receives log lines; what it sends is read and dropped.
+            return Outcome {
+                consumed: input.len(),
+                needed: 0,
+                close: session.closing,
+                stop: if session.closing {
+                    Stop::Closing
+                } else {
+                    Stop::Input
+                },
+            };
+        }
+        self.core
+            .set_cfd(session.record.as_ref().map_or(0, |r| r.number));
         let mut requests = 0;
         let stopped = |pos: usize, stop: Stop| Outcome {
             consumed: pos,
@@ -194,12 +287,23 @@ impl Engine {
             if session.turn_left == 0 {
                 break stopped(pos, Stop::Turn);
             }
+            let before = (self.core.samples_pending(), session.holes.pending_len());
+            let reply_start = out.len();
             let mut cx = Cx::new(&mut self.core, &mut self.forward, session, now);
             match step(&mut cx, &input[pos..], out) {
                 Step::Done(len) => {
+                    if log::log_enabled!(log::Level::Debug) && len > 0 {
+                        log_request(session, &input[pos..pos + len], &out[reply_start..]);
+                    }
                     pos += len;
                     requests += 1;
                     session.spend_turn();
+                    // A request that made no store operation and went to no other worker
+                    // (version, stats, an error) is timed as `other`.
+                    let after = (self.core.samples_pending(), session.holes.pending_len());
+                    if after == before && len > 0 {
+                        self.core.record_pending_other();
+                    }
                 }
                 Step::Wait(needed) => {
                     break Outcome {
@@ -216,7 +320,41 @@ impl Engine {
             requests,
             outcome.stop == Stop::Turn,
         );
+        self.record_latency(session, now);
+        if outcome.stop != Stop::Input && log::log_enabled!(log::Level::Trace) {
+            let number = session.record.as_ref().map_or(0, |r| r.number);
+            log::trace!(
+                "<{number} stopped ({:?}) after {} bytes, {} bytes out, {} forwarded",
+                outcome.stop,
+                outcome.consumed,
+                out.len() - out_start,
+                session.holes.pending_len()
+            );
+        }
         outcome
+    }
+
+    /// Records the latency of every request this engine call executed (one clock read for
+    /// all of them: their replies are in the output now), and notes the connection's last
+    /// command for `stats conns`.
+    fn record_latency(&mut self, session: &Session, now: Now) {
+        if self.core.samples_pending() == 0 {
+            return;
+        }
+        let elapsed = self
+            .core
+            .control()
+            .now_ns()
+            .saturating_sub(session.arrived_ns);
+        self.core.record_samples(elapsed);
+        if let Some(record) = &session.record {
+            let state = if session.skip_bytes > 0 {
+                ConnState::Nread
+            } else {
+                ConnState::ParseCmd
+            };
+            record.touch(now, state);
+        }
     }
 
     /// Executes one entry another worker forwarded here, writing its reply bytes to `out`.
@@ -233,19 +371,27 @@ impl Engine {
                     return Answer::Bytes { close: false };
                 };
                 let mut session = Session::speaking(protocol);
+                core.set_cfd(0);
                 let mut cx = Cx::local(core, &mut session, now);
                 match protocol {
                     Protocol::Binary => binary::run_forwarded(&mut cx, part, request, out),
                     Protocol::Text => text::run_forwarded(&mut cx, part, request, out),
                     Protocol::Resp(_) => resp::run_forwarded(&mut cx, part, request, out),
                 }
+                // The request's time is recorded where it arrived, once its reply is back.
+                core.take_samples();
+                core.set_cfd(0);
                 Answer::Bytes {
                     close: session.closing,
                 }
             }
-            Op::Snapshot => Answer::Snapshot(Box::new(core.snapshot())),
+            Op::Snapshot(group) => Answer::Snapshot(Box::new(core.snapshot(group, now))),
             Op::Flush { delay, now } => {
                 core.flush_for_another(delay, now);
+                Answer::Bytes { close: false }
+            }
+            Op::Reset => {
+                core.reset_stats();
                 Answer::Bytes { close: false }
             }
             Op::Clear { now } => {
@@ -274,6 +420,21 @@ impl Engine {
     pub fn deliver(&mut self, session: &mut Session, out: &mut Vec<u8>, delivery: Delivery<'_>) {
         let delivered = session.holes.deliver(out, delivery);
         self.core.count_written(delivered.spliced);
+        if let Some(stamp) = delivered.stamp
+            && stamp.resets == self.core.resets()
+            && stamp.count > 0
+        {
+            let elapsed = self
+                .core
+                .control()
+                .now_ns()
+                .saturating_sub(stamp.arrived_ns);
+            self.core.record_latency(
+                Kind::from_index(stamp.kind),
+                elapsed,
+                u64::from(stamp.count),
+            );
+        }
         if delivered.close {
             session.close();
         }
@@ -354,9 +515,31 @@ impl Engine {
         self.core.info_mut()
     }
 
-    /// This worker's figures for a `stats` reply (summed with other workers' where there are several).
+    /// The worker loop's figures (busy and idle time, polls, packet counters), kept current
+    /// by the loop for `stats`.
+    pub fn figures_mut(&mut self) -> &mut WorkerFigures {
+        self.core.figures_mut()
+    }
+
+    /// The packet path's counters, copied by the loop for `stats`.
+    pub fn set_raw_path(&mut self, raw: RawPath) {
+        self.core.set_raw_path(raw);
+    }
+
+    /// What every worker shares.
+    pub fn control(&self) -> &Arc<Control> {
+        self.core.control()
+    }
+
+    /// This worker's general figures (summed with other workers' where there are several),
+    /// as of `now`.
     pub fn snapshot(&self) -> Snapshot {
-        self.core.snapshot()
+        self.core.snapshot(Group::General, Now::from(0u64))
+    }
+
+    /// This worker's figures for a `stats` reply of `group`, as of `now`.
+    pub fn snapshot_of(&self, group: Group, now: impl Into<Now>) -> Snapshot {
+        self.core.snapshot(group, now.into())
     }
 
     /// The configuration this engine was built with.

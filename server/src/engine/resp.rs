@@ -32,7 +32,7 @@ use store::{Now, StoreError, StoreMode, Ttl, Write};
 
 use super::forward::{Gather, Part};
 use super::session::{Cx, FanOut, Protocol, Resume, Scan, Step, Stop};
-use crate::stats::Snapshot;
+use crate::stats::{Group, Kind, Snapshot};
 
 /// The version of Redis whose commands and replies memspin follows, as `HELLO` and `INFO`
 /// report it (clients read it to decide what they may send).
@@ -330,6 +330,7 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
         return Step::Done(len);
     }
     let now = cx.now;
+    cx.core.classify(kind_of(spec.cmd));
     match spec.cmd {
         Cmd::MGet | Cmd::MSet | Cmd::Del | Cmd::Unlink | Cmd::Exists => {
             if spec.cmd == Cmd::MSet && command.argc() % 2 == 0 {
@@ -483,14 +484,14 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
             simple(out, v, if held { "string" } else { "none" });
         }
         Cmd::DbSize => {
-            let own = cx.core.snapshot();
+            let own = cx.core.snapshot(Group::General, now);
             let mut count = DbSize {
                 keys: 0,
                 version: v,
             };
             if cx.workers() > 1 {
                 cx.fan_out(
-                    FanOut::Snapshot,
+                    FanOut::Snapshot(Group::General),
                     Some(Box::new(count)),
                     Some(Part::Snapshot(&own)),
                     out,
@@ -527,7 +528,7 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
         Cmd::Hello => hello(cx, rest, out),
         Cmd::Client => client(cx, spec, rest, out),
         Cmd::Info => {
-            let own = cx.core.snapshot();
+            let own = cx.core.snapshot(Group::General, now);
             let mut info = InfoGather {
                 snapshot: None,
                 sections: Sections::of(rest),
@@ -536,7 +537,7 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
             };
             if cx.workers() > 1 {
                 cx.fan_out(
-                    FanOut::Snapshot,
+                    FanOut::Snapshot(Group::General),
                     Some(Box::new(info)),
                     Some(Part::Snapshot(&own)),
                     out,
@@ -994,6 +995,27 @@ fn multi_code(cmd: Cmd) -> u8 {
     }
 }
 
+/// The kind `stats latency` times a command as when it goes to another worker (one executed
+/// here counts the store operations it makes).
+fn kind_of(cmd: Cmd) -> Kind {
+    match cmd {
+        Cmd::Get | Cmd::MGet | Cmd::GetEx | Cmd::StrLen => Kind::Get,
+        Cmd::Set
+        | Cmd::SetNx
+        | Cmd::SetEx
+        | Cmd::PSetEx
+        | Cmd::GetSet
+        | Cmd::MSet
+        | Cmd::MSetNx
+        | Cmd::Append => Kind::Set,
+        Cmd::GetDel | Cmd::Del | Cmd::Unlink => Kind::Delete,
+        Cmd::Incr | Cmd::Decr | Cmd::IncrBy | Cmd::DecrBy => Kind::Arith,
+        Cmd::Expire | Cmd::PExpire | Cmd::ExpireAt | Cmd::PExpireAt | Cmd::Persist => Kind::Touch,
+        Cmd::FlushAll | Cmd::FlushDb => Kind::Flush,
+        _ => Kind::Other,
+    }
+}
+
 fn multi_cmd(code: u8) -> Cmd {
     match code {
         1 => Cmd::MGet,
@@ -1038,6 +1060,7 @@ fn multi_key(
         }
     };
     let cmd = multi_cmd(state.code);
+    cx.core.classify(kind_of(cmd));
     let name: &[u8] = match cmd {
         Cmd::Exists => b"EXISTS",
         Cmd::Unlink => b"UNLINK",

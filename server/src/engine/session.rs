@@ -12,10 +12,14 @@
 //! keeps the few figures adapters need between calls in protocol-free form (how far a line was
 //! scanned, where a multi-part request resumes).
 
+use std::sync::Arc;
+
 use store::Now;
 
 use super::core::Core;
-use super::forward::{self, Form, Forwarder, Gather, Holes, Op, Part};
+use super::forward::{self, Form, Forwarder, Gather, Holes, Op, Part, Stamp};
+use crate::control::ConnRecord;
+use crate::stats::{Group, Kind};
 
 /// Output backlog above which the engine stops executing until the caller has sent some of it:
 /// checked before every request and before every key of a multi-key request, so one
@@ -176,6 +180,13 @@ pub struct Session {
     pub(super) turn_left: usize,
     /// Requests forwarded to other workers whose replies are still to come.
     pub(crate) holes: Holes,
+    /// When the bytes being served first arrived (monotonic nanoseconds, the packet path's
+    /// loop clock), for the latency instrument (`stats latency`).
+    pub(crate) arrived_ns: u64,
+    /// The connection as `stats conns` and the logs name it, once the packet path gave it one.
+    pub(crate) record: Option<Arc<ConnRecord>>,
+    /// Set once the connection became a log watcher (`watch`): nothing more is executed.
+    pub(crate) watching: bool,
     /// The name the client gave its connection (Redis's `CLIENT SETNAME`).
     pub(crate) name: Option<Box<[u8]>>,
     /// The connection's number once it asked for one (Redis's `CLIENT ID`); 0 before.
@@ -192,6 +203,9 @@ impl Default for Session {
             resume: None,
             turn_left: usize::MAX,
             holes: Holes::default(),
+            arrived_ns: 0,
+            record: None,
+            watching: false,
             name: None,
             id: 0,
         }
@@ -231,6 +245,27 @@ impl Session {
     /// Names the connection for replies from other workers (its table's packed id).
     pub fn set_token(&mut self, token: forward::Token) {
         self.holes.token = token;
+    }
+
+    /// Stamps the bytes now being served with when they arrived (monotonic nanoseconds, the
+    /// clock of `Control::now_ns`), for `stats latency`.
+    pub fn set_arrival(&mut self, arrived_ns: u64) {
+        self.arrived_ns = arrived_ns;
+    }
+
+    /// Gives the connection its record (number, peers) for `stats conns` and the logs.
+    pub fn set_record(&mut self, record: Arc<ConnRecord>) {
+        self.record = Some(record);
+    }
+
+    /// The connection's record, once it has one.
+    pub fn record(&self) -> Option<&Arc<ConnRecord>> {
+        self.record.as_ref()
+    }
+
+    /// True once the connection is a log watcher: the packet path hands it log lines.
+    pub fn is_watching(&self) -> bool {
+        self.watching
     }
 
     /// Starts a turn: at most `requests` requests (and keys of multi-key reads) execute until
@@ -359,7 +394,14 @@ impl<'a> Cx<'a> {
                 out.len(),
                 write,
             )
-            .map_err(|forward::Blocked| Stop::Blocked)
+            .map_err(|forward::Blocked| Stop::Blocked)?;
+        self.session.holes.stamp_last(Stamp {
+            arrived_ns: self.session.arrived_ns,
+            kind: self.core.kind() as u8,
+            count: 1,
+            resets: self.core.resets(),
+        });
+        Ok(())
     }
 
     /// Whether a request may go to every other worker now (no queue holds a batch back).
@@ -380,25 +422,49 @@ impl<'a> Cx<'a> {
         out: &mut Vec<u8>,
     ) -> bool {
         let op = match op {
-            FanOut::Snapshot => Op::Snapshot,
+            FanOut::Snapshot(group) => Op::Snapshot(group),
             FanOut::Flush { delay } => Op::Flush {
                 delay,
                 now: self.now,
             },
+            FanOut::Reset => Op::Reset,
             FanOut::Clear => Op::Clear { now: self.now },
         };
         let Some(forward) = self.forward.as_deref_mut() else {
             return false;
         };
-        forward.fan_out(&mut self.session.holes, op, gather, own, out)
+        let sent = forward.fan_out(&mut self.session.holes, op, gather, own, out);
+        // A request that made no store operation here (stats) is timed when every worker
+        // answered; a flush was counted by its own flush here.
+        if sent && self.core.kind() == Kind::Other {
+            self.session.holes.stamp_last(Stamp {
+                arrived_ns: self.session.arrived_ns,
+                kind: Kind::Other as u8,
+                count: 1,
+                resets: self.core.resets(),
+            });
+        }
+        sent
     }
 
     /// Opens a hole at the end of `out` whose reply `gather` writes once every part sent with
     /// [`Cx::forward_part`] is answered and [`Cx::seal`] has said no more are coming (a
     /// multi-key request whose keys live on several workers); returns its sequence number.
+    ///
+    /// For `stats latency` the hole stands for the parts other workers answer, each one
+    /// request of the kind named last with `Core::classify` (the parts executed here count
+    /// themselves); a request of kind `other` is one request however many parts it has.
     pub fn gather(&mut self, gather: Box<dyn Gather>, out: &[u8]) -> Option<u64> {
         let forward = self.forward.as_deref_mut()?;
-        Some(forward.gather(&mut self.session.holes, Some(gather), out.len()))
+        let seq = forward.gather(&mut self.session.holes, Some(gather), out.len());
+        let kind = self.core.kind();
+        self.session.holes.stamp_last(Stamp {
+            arrived_ns: self.session.arrived_ns,
+            kind: kind as u8,
+            count: u32::from(kind == Kind::Other),
+            resets: self.core.resets(),
+        });
+        Some(seq)
     }
 
     /// Sends one part of the gathering hole `seq` to `owner` (its bytes written by `write`,
@@ -427,13 +493,24 @@ impl<'a> Cx<'a> {
                 request_len,
                 write,
             )
-            .map_err(|forward::Blocked| Stop::Blocked)
+            .map_err(|forward::Blocked| Stop::Blocked)?;
+        if self.core.kind() != Kind::Other {
+            self.session.holes.count_part(seq);
+        }
+        Ok(())
     }
 
     /// No more parts for the gathering hole `seq`; `own` is this worker's share. The reply is
     /// written into its place in `out` once every part is answered (now, if all are).
     pub fn seal(&mut self, seq: u64, own: Part<'_>, out: &mut Vec<u8>) {
-        Forwarder::seal(&mut self.session.holes, seq, Some(own), out);
+        // Filled now (its parts were answered while it was stopped): they are timed with this
+        // engine call's requests.
+        if let Some(stamp) = Forwarder::seal(&mut self.session.holes, seq, Some(own), out)
+            && stamp.resets == self.core.resets()
+        {
+            self.core
+                .sample_parts(Kind::from_index(stamp.kind), u64::from(stamp.count));
+        }
     }
 
     /// Why a multi-key request should stop before its next key, if it should: the output
@@ -460,13 +537,15 @@ impl<'a> Cx<'a> {
 /// What a request may ask of every other worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FanOut {
-    /// Send back your statistics.
-    Snapshot,
+    /// Send back your statistics for this `stats` group.
+    Snapshot(Group),
     /// Flush your shard (flush_all with this delay).
     Flush {
         /// The delay, memcached's exptime rules.
         delay: i64,
     },
+    /// Reset your statistics (`stats reset`).
+    Reset,
     /// Empty your shard now: flush it and reclaim every item at once (Redis's `FLUSHALL`,
     /// after which the keyspace is empty and counts no key).
     Clear,

@@ -39,15 +39,27 @@ pub(crate) fn feed_in_pieces(input: &[u8], piece: usize) -> Vec<u8> {
 /// The piece sizes every fragment sweep uses.
 pub(crate) const PIECES: [usize; 5] = [1, 2, 5, 10, 100];
 
-fn engine_with(shard: ShardConfig) -> Engine {
+pub(crate) fn engine_with(shard: ShardConfig) -> Engine {
     Engine::new(EngineConfig {
         shard,
+        ..engine_config()
+    })
+}
+
+/// The configuration of [`engine`]: one worker, 64 MiB, 1 MiB items.
+pub(crate) fn engine_config() -> EngineConfig {
+    EngineConfig {
+        shard: ShardConfig {
+            memory_limit_bytes: 64 << 20,
+            max_item_size: 1 << 20,
+        },
         version: VERSION,
         started_unix_secs: NOW - 10,
         threads: 1,
         worker: 0,
         conn_limit: 1024,
-    })
+        control: crate::control::Control::new(Default::default(), 0),
+    }
 }
 
 /// An owned reply, for comparing.
@@ -681,6 +693,67 @@ fn stats_lists_memcached_names_then_terminator() {
     assert_eq!(unknown[0].status, Status::KeyNotFound);
 }
 
+// Regression: `stats detail on` (a conformance script's first request) was answered "not
+// found". memcached's binary STAT groups: `reset`, `detail on|off` answer the terminator only,
+// `detail dump` one `detailed` packet; `conns` is text only.
+#[test]
+fn binary_stat_groups_are_answered_as_memcached_answers_them() {
+    let mut e = engine();
+    let mut session = Session::default();
+    let mut stat = |e: &mut Engine, key: &[u8]| {
+        exec(
+            e,
+            &mut session,
+            &Req {
+                opcode: Opcode::Stat,
+                key,
+                ..REQ
+            }
+            .bytes(),
+        )
+        .0
+    };
+    let terminator_only = |replies: &[Reply]| {
+        replies.len() == 1
+            && replies[0].status == Status::NoError
+            && replies[0].key.is_empty()
+            && replies[0].value.is_empty()
+    };
+    assert!(terminator_only(&stat(&mut e, b"detail on")));
+    assert!(e.control().detail());
+    one(&mut e, set(b"p:k", b"v", &set_extras(0, 0)));
+    one(&mut e, get(b"p:k"));
+    let dump = stat(&mut e, b"detail dump");
+    assert_eq!(dump.len(), 2);
+    assert_eq!(dump[0].key, b"detailed");
+    assert_eq!(
+        dump[0].value, b"PREFIX p get 1 hit 1 set 1 del 0\r\nEND\r\n",
+        "memcached 1.6.18's value, END included"
+    );
+    assert!(terminator_only(&dump[1..]));
+    assert!(terminator_only(&stat(&mut e, b"detail off")));
+    assert!(!e.control().detail());
+    assert_eq!(stat(&mut e, b"detail bogus")[0].status, Status::KeyNotFound);
+    assert!(terminator_only(&stat(&mut e, b"reset")));
+    assert_eq!(e.counters().cmd_get, 0);
+    one(&mut e, get(b"p:k"));
+    let items = stat(&mut e, b"items");
+    assert_eq!(items[0].key, b"items:1:number");
+    assert!(items.iter().any(|r| r.key == b"items:1:evicted_time"));
+    let slabs = stat(&mut e, b"slabs");
+    assert!(slabs.iter().any(|r| r.key == b"1:chunk_size"));
+    let sizes = stat(&mut e, b"sizes");
+    assert_eq!(sizes.len(), 2);
+    let latency = stat(&mut e, b"latency");
+    assert!(latency.iter().any(|r| r.key == b"latency:get:count"));
+    assert_eq!(stat(&mut e, b"conns")[0].status, Status::KeyNotFound);
+    let enable = stat(&mut e, b"sizes_enable");
+    assert_eq!(
+        (enable.len(), &enable[0].key[..]),
+        (1, &b"sizes_status"[..])
+    );
+}
+
 #[test]
 fn unknown_opcode_is_answered_skipped_and_connection_kept() {
     let mut e = engine();
@@ -725,11 +798,19 @@ fn malformed_frame_gets_einval_then_close() {
     assert!(outcome.close);
 }
 
+// A storage frame this large is refused and skipped (see
+// `a_storage_frame_of_any_length_over_the_limit_is_refused_and_skipped`); any other frame
+// announcing a body over twice `-I` closes the connection at once.
 #[test]
 fn huge_declared_body_closes_without_waiting_or_allocating() {
     let mut e = engine();
-    let extras = set_extras(0, 0);
-    let mut bytes = set(b"k", b"v", &extras).bytes();
+    let mut bytes = Req {
+        opcode: Opcode::Increment,
+        extras: &[0u8; 20],
+        key: b"k",
+        ..REQ
+    }
+    .bytes();
     bytes[8..12].copy_from_slice(&(2u32 << 30).to_be_bytes());
     let mut session = Session::default();
     let (replies, outcome) = exec(&mut e, &mut session, &bytes[..24]);
@@ -763,6 +844,91 @@ fn oversize_value_is_refused_skipped_and_connection_stays_usable() {
     assert_eq!(replies[0].status, Status::ValueTooLarge);
     assert_eq!(replies[0].value, b"Too large.");
     assert_eq!(replies[1].status, Status::KeyNotFound);
+}
+
+// Regression: a SET (or SETQ) refused for size left the old value in place; memcached's
+// binary protocol unlinks it for SET only (process_bin_update), and ADD/REPLACE/APPEND/PREPEND
+// keep it.
+#[test]
+fn a_set_refused_for_size_unlinks_the_old_item_other_stores_keep_it() {
+    let extras = set_extras(0, 0);
+    let big = vec![b'x'; (1 << 20) + 1];
+    for (opcode, quiet, kept) in [
+        (Opcode::Set, false, false),
+        (Opcode::Set, true, false),
+        (Opcode::Add, false, true),
+        (Opcode::Replace, false, true),
+        (Opcode::Append, false, true),
+        (Opcode::Prepend, false, true),
+    ] {
+        let mut e = engine();
+        assert_eq!(
+            one(&mut e, set(b"k", b"old", &extras)).status,
+            Status::NoError
+        );
+        let extras: &[u8] = if matches!(opcode, Opcode::Append | Opcode::Prepend) {
+            &[]
+        } else {
+            &extras
+        };
+        let store_extras = set_extras(0, 0);
+        let refused = Req {
+            opcode,
+            quiet,
+            extras,
+            ..set(b"k", &big, &store_extras)
+        };
+        assert_eq!(
+            one(&mut e, refused).status,
+            Status::ValueTooLarge,
+            "{opcode:?}"
+        );
+        let got = one(&mut e, get(b"k"));
+        if kept {
+            assert_eq!(got.value, b"old", "{opcode:?}");
+        } else {
+            assert_eq!(got.status, Status::KeyNotFound, "{opcode:?} quiet {quiet}");
+        }
+        assert_eq!(e.snapshot().counters.store_too_large, 1);
+    }
+}
+
+// Regression: a SET announcing more than twice `-I` was answered "invalid arguments" and its
+// connection closed before the refusal, so the old value survived (pylibmc's binary client saw
+// it after a 2 MiB set). memcached answers "too large" and swallows the value whatever its
+// length; so does memspin now, as it arrives, never buffered.
+#[test]
+fn a_storage_frame_of_any_length_over_the_limit_is_refused_and_skipped() {
+    let mut e = engine();
+    assert_eq!(
+        one(&mut e, set(b"k", b"old", &set_extras(0, 0))).status,
+        Status::NoError
+    );
+    let mut frame = Req {
+        opcode: Opcode::Set,
+        extras: &set_extras(0, 0),
+        key: b"k",
+        ..REQ
+    }
+    .bytes();
+    // Announce 4 GiB less a little; send 1 MiB of it, then the rest is taken as skipped.
+    let body = u32::MAX - 64;
+    frame[8..12].copy_from_slice(&body.to_be_bytes());
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let o = e.execute(&mut session, &frame, &mut out, NOW);
+    assert_eq!(o.consumed, frame.len());
+    assert!(!o.close);
+    let replies = parse_replies(&out);
+    assert_eq!(replies[0].status, Status::ValueTooLarge);
+    // Skipping continues for the announced length, without buffering.
+    let chunk = vec![0u8; 1 << 20];
+    let o = e.execute(&mut session, &chunk, &mut Vec::new(), NOW);
+    assert_eq!((o.consumed, o.close), (chunk.len(), false));
+    // The old value is gone (a SET).
+    let mut fresh = Session::default();
+    let (replies, _) = exec(&mut e, &mut fresh, &get(b"k").bytes());
+    assert_eq!(replies[0].status, Status::KeyNotFound);
 }
 
 #[test]

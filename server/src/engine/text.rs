@@ -16,14 +16,14 @@
 
 use protocol::text::{
     ArithmeticCommand, Close, DataError, ErrorReply, GetCommand, Keys, Line, ParseError, Request,
-    Response, StatsGroup, Store, StoreCommand, data_block,
+    Response, Store, StoreCommand, data_block,
 };
-use store::{Arith, Delta, Now, StoreError, StoreMode, Ttl, Write};
+use store::{Arith, Delta, StoreError, StoreMode, Ttl, Write};
 
-use super::forward::{Gather, Part};
 use super::session::{Cx, FanOut, Resume, Step, Stop};
-use crate::stats::{self, Snapshot};
+use crate::stats::Kind;
 
+mod admin;
 mod meta;
 
 /// Forms a text request is forwarded in (see [`run_forwarded`]).
@@ -33,11 +33,17 @@ mod part {
     /// One key of a `get`/`gets`/`gat`/`gats` line, as a line of its own: the owner leaves off
     /// the `END`, which the home writes after the line's last key.
     pub const GET_KEY: u8 = 1;
+    /// A slice of buckets of the owner's table for `lru_crawler metadump` (two little-endian
+    /// u64s: first and end bucket); the owner writes the slice's lines.
+    pub const METADUMP_SLICE: u8 = 2;
 }
 
 /// Executes (or refuses) the request line at the front of `buf`, with its data block.
 pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
     if let Some(resume) = cx.session.resume {
+        if resume.code == admin::METADUMP {
+            return admin::resume_metadump(cx, resume, buf, out);
+        }
         return resume_get(cx, resume, buf, out);
     }
     match Request::parse(buf, cx.session.scan.bytes) {
@@ -77,6 +83,10 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
 /// Executes a request another worker forwarded here (complete: the sender parsed it); one key
 /// of a retrieval is answered without its `END`.
 pub(super) fn run_forwarded(cx: &mut Cx<'_>, part: u8, request: &[u8], out: &mut Vec<u8>) {
+    if part == part::METADUMP_SLICE {
+        admin::run_metadump_slice(cx, request, out);
+        return;
+    }
     let start = out.len();
     let _ = step(cx, request, out);
     if part == part::GET_KEY && out[start..].ends_with(b"END\r\n") {
@@ -99,6 +109,7 @@ fn dispatch(
             response.emit_into(out);
         }
     };
+    cx.core.classify(kind_of(&request));
     if let Some(key) = single_key(&request)
         && let Some(owner) = cx.owner_elsewhere(key)
     {
@@ -173,14 +184,39 @@ fn dispatch(
             reply(out, noreply, Response::Ok);
         }
         Request::Version => Response::Version(cx.core.version()).emit_into(out),
-        Request::Verbosity { noreply, .. } => reply(out, noreply, Response::Ok),
-        Request::Stats(group) => write_stats(cx, group, out),
+        Request::Verbosity { level, noreply } => admin::verbosity(cx, level, noreply, out),
+        Request::Stats(group) => admin::stats(cx, group, out),
+        Request::Slabs(command) => admin::slabs(cx, command, out),
+        Request::Metadump(classes) => return admin::metadump(cx, classes, line_len, out),
+        Request::Watch(events) => admin::watch(cx, events, out),
+        Request::Shutdown(mode) => admin::shutdown(cx, mode, out),
         Request::Quit => cx.session.close(),
         Request::Meta(request) => {
             return meta::execute(cx, request, buf, line_len, out);
         }
     }
     Step::Done(line_len)
+}
+
+/// The latency instrument's kind of a request line (for one forwarded to another worker).
+fn kind_of(request: &Request<'_>) -> Kind {
+    match request {
+        Request::Get(get) if get.command.touches() => Kind::Touch,
+        Request::Get(_) => Kind::Get,
+        Request::Store(_) => Kind::Set,
+        Request::Delete { .. } => Kind::Delete,
+        Request::Arithmetic { .. } => Kind::Arith,
+        Request::Touch { .. } => Kind::Touch,
+        Request::FlushAll { .. } => Kind::Flush,
+        Request::Meta(meta) => match meta.command {
+            protocol::meta::Command::Get => Kind::Get,
+            protocol::meta::Command::Set => Kind::Set,
+            protocol::meta::Command::Delete => Kind::Delete,
+            protocol::meta::Command::Arithmetic => Kind::Arith,
+            _ => Kind::Other,
+        },
+        _ => Kind::Other,
+    }
 }
 
 /// The key of a one-line request that acts on one key (delete, incr/decr, touch); storage
@@ -332,9 +368,18 @@ fn execute_store(
 ) -> Step {
     let now = cx.now;
     if !cx.core.fits(store.key.len(), store.bytes) {
-        cx.core.refuse_too_large();
-        if !store.noreply {
-            ErrorReply::TooLarge.emit_into(out);
+        // The item a refused SET unlinks lives with the key's owner: the line goes there
+        // (the owner refuses it in turn), and the data block is skipped here.
+        if let Some(owner) = cx.owner_elsewhere(store.key) {
+            if let Err(stop) = cx.forward(owner, part::WHOLE, &buf[..line_len], out) {
+                return Step::Stop(stop);
+            }
+        } else {
+            let unlink = store.command == StoreCommand::Set;
+            cx.core.refuse_too_large(store.key, unlink, now);
+            if !store.noreply {
+                ErrorReply::TooLarge.emit_into(out);
+            }
         }
         cx.session.skip(store.bytes as u64 + 2);
         return Step::Done(line_len);
@@ -382,7 +427,13 @@ fn execute_store(
         Ok(_) => Response::Stored,
         // memcached answers NOT_STORED when an append or prepend would outgrow the item limit.
         Err(StoreError::TooLarge) if extends => Response::NotStored,
-        Err(error) => store_error(error),
+        Err(error) => {
+            // No stale value survives a SET refused for memory (memcached unlinks it).
+            if error == StoreError::OutOfMemory && store.command == StoreCommand::Set {
+                cx.core.unlink(store.key, now);
+            }
+            store_error(error)
+        }
     };
     if !store.noreply {
         response.emit_into(out);
@@ -401,69 +452,6 @@ fn store_error(error: StoreError) -> Response<'static> {
         StoreError::NonNumeric => Response::Error(ErrorReply::NonNumeric),
         StoreError::KeyTooLong => Response::Error(ErrorReply::BadFormat),
     }
-}
-
-/// `STAT <name> <value>` lines, then `END`; with several workers, once all have sent theirs.
-fn write_stats(cx: &mut Cx<'_>, group: StatsGroup, out: &mut Vec<u8>) {
-    let own = cx.core.snapshot();
-    if cx.workers() > 1 {
-        let stats = StatsGather {
-            snapshot: None,
-            group,
-            now: cx.now,
-        };
-        let own = Some(Part::Snapshot(&own));
-        cx.fan_out(FanOut::Snapshot, Some(Box::new(stats)), own, out);
-    } else {
-        render_stats(out, group, cx.now, &own);
-    }
-}
-
-/// A text `stats` request's figures, summed over every worker as they arrive.
-#[derive(Debug)]
-struct StatsGather {
-    snapshot: Option<Snapshot>,
-    group: StatsGroup,
-    now: Now,
-}
-
-impl Gather for StatsGather {
-    fn add(&mut self, part: Part<'_>) {
-        if let Part::Snapshot(snapshot) = part {
-            match self.snapshot.as_mut() {
-                Some(sum) => sum.merge(snapshot),
-                None => self.snapshot = Some(snapshot.clone()),
-            }
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        if let Some(snapshot) = &self.snapshot {
-            render_stats(out, self.group, self.now, snapshot);
-        }
-    }
-}
-
-/// The text `stats` reply for `snapshot`.
-fn render_stats(out: &mut Vec<u8>, group: StatsGroup, now: Now, snapshot: &Snapshot) {
-    let mut value = String::new();
-    let mut line = |name: &str, v: &dyn std::fmt::Display| {
-        use std::fmt::Write as _;
-        value.clear();
-        let _ = write!(value, "{v}");
-        Response::Stat {
-            name,
-            value: &value,
-        }
-        .emit_into(out);
-    };
-    match group {
-        StatsGroup::General => stats::general(snapshot, now.secs(), &mut line),
-        StatsGroup::Settings => stats::settings(snapshot, &mut line),
-        StatsGroup::Items => stats::items(snapshot, &mut line),
-        StatsGroup::Slabs => stats::slabs(snapshot, &mut line),
-    }
-    Response::End.emit_into(out);
 }
 
 #[cfg(test)]

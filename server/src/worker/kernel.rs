@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use netstack::Admission;
 use netstack::kernel::{KernelConn, KernelConnId, KernelTable};
-use store::Now;
 
 use super::mesh::Mesh;
-use super::{IdleState, LoopClock, Plan, spawn, stopping};
+use super::{IdleState, LoopClock, LoopMeter, Plan, Time, spawn, stopping};
 use crate::conn::ClientConn;
+use crate::control::CloseReason;
 use crate::engine::{Engine, Replies, Stop, TURN_REQUESTS};
+use crate::stats::RawPath;
 
 /// Where and how the kernel-socket workers serve.
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +78,7 @@ pub fn run(
         tables.push(table);
     }
     let resp_port = resp_bound.map(|addr| addr.port());
+    plan.engine.control.set_bound_ports(bound.port(), resp_port);
     spawn(
         plan,
         tables,
@@ -105,6 +107,9 @@ fn serve(
     let clock = LoopClock::new();
     let mut idle_state = IdleState::new(plan.idle, clock.tick().at);
     let mut block = None;
+    let control = Arc::clone(engine.control());
+    let worker = engine.config().worker;
+    let mut meter = LoopMeter::new(std::time::Instant::now());
     while !stopping(plan.stop) {
         // Block only when the idle policy allows it, nothing is queued, and no other worker
         // sent work while this one was deciding to sleep.
@@ -112,28 +117,50 @@ fn serve(
             Some(wait) if !table.has_ready() && mesh.park() => Some(wait),
             _ => None,
         };
+        if timeout.is_some() {
+            engine.figures_mut().parks += 1;
+        }
         let polled = table.poll(timeout)?;
         mesh.unpark();
         let tick = clock.tick();
+        meter.tick(tick.at, engine.figures_mut());
         table.expire_idle(tick.at);
-        let now = tick.now;
+        let t = Time {
+            now: tick.now,
+            ns: crate::control::monotonic_ns_at(tick.at),
+        };
         let mut progress = matches!(polled, netstack::Poll::Progress) || table.has_ready();
         table.serve(|conn| {
             progress = true;
-            drive(conn, engine, now, resp_port);
+            drive(conn, engine, t, resp_port);
         });
         progress |= mesh.send_forwards(engine);
-        progress |= mesh.receive(engine, now, |engine, replies| {
+        progress |= mesh.receive(engine, t.now, |engine, replies| {
             deliver(table, engine, replies)
         }) > 0;
         progress |= mesh.send_forwards(engine);
         progress |= engine.holds_refused();
-        let stats = table.stats();
+        if control.watchers.any() {
+            control.watchers.drain(worker, |token, bytes| {
+                progress = true;
+                table
+                    .with_conn(KernelConnId::unpack(token), |conn| {
+                        let taken = conn.state.push_output(bytes);
+                        drive(conn, engine, t, resp_port);
+                        taken
+                    })
+                    // A watcher that went away drops its lines.
+                    .unwrap_or(bytes.len())
+            });
+        }
+        let stats = *table.stats();
         let info = engine.info_mut();
         info.curr_connections = stats.active;
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
+        engine.set_raw_path(RawPath::Kernel(stats));
         idle_state.maybe_sweep(engine, tick);
+        meter.done(progress);
         block = idle_state.after_iteration(progress, tick.at);
     }
     Ok(())
@@ -180,6 +207,7 @@ fn send_delivered(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine) {
     }
     client.settle(engine);
     if failed {
+        conn.state.closing(CloseReason::Error);
         conn.close();
     } else {
         conn.serve_again();
@@ -194,12 +222,22 @@ fn send_delivered(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine) {
 fn drive(
     conn: &mut KernelConn<'_, ClientConn>,
     engine: &mut Engine,
-    now: Now,
+    time: Time,
     resp_port: Option<u16>,
 ) {
     let token = conn.id().pack();
     let local_port = conn.local_port();
     let (client, stream) = conn.parts();
+    if client.session.record().is_none() {
+        let record = engine.control().open_connection(
+            engine.config().worker,
+            stream.peer_addr().ok(),
+            stream.local_addr().ok(),
+            time.now,
+        );
+        client.session.set_record(record);
+    }
+    let now = time.now;
     client.accepted_on(local_port, resp_port);
     client.session.set_token(token);
     client.session.begin_turn(TURN_REQUESTS);
@@ -243,6 +281,7 @@ fn drive(
                 // from other workers), then close.
                 Ok(0) => client.session.close(),
                 Ok(n) => {
+                    client.arrived(time.ns);
                     client.input.filled(n);
                     read += n;
                     last = None;
@@ -259,7 +298,11 @@ fn drive(
     match result {
         Ok(Drive::Wait) => {}
         Ok(Drive::Again) => conn.serve_again(),
-        Ok(Drive::Close) | Err(_) => conn.close(),
+        Ok(Drive::Close) => conn.close(),
+        Err(_) => {
+            conn.state.closing(CloseReason::Error);
+            conn.close();
+        }
     }
 }
 

@@ -317,6 +317,7 @@ mod tests {
             threads: 2,
             worker,
             conn_limit: 16,
+            control: crate::control::Control::new(Default::default(), 0),
         })
     }
 

@@ -41,13 +41,17 @@ use store::Now;
 
 use crate::cli::Idle;
 use crate::conn::ClientConn;
+use crate::control::CloseReason;
 use crate::engine::{Engine, EngineConfig, Replies, Stop, TURN_REQUESTS};
-use crate::stats::{self, Snapshot};
+use crate::stats::{self, RawPath, Snapshot, WorkerFigures};
 pub use idle::{Activity, IdleState, PARK_MAX, SPIN_BUDGET};
 use mesh::Mesh;
 
 /// Frames read per ingress step before the worker serves connections.
 const INGRESS_BUDGET: usize = 64;
+/// How often a packet path reads counters it must ask the kernel for (AF_XDP's
+/// `XDP_STATISTICS`), for `stats`.
+const COUNTER_REFRESH: Duration = Duration::from_millis(100);
 
 /// Unix time in whole seconds: the engine's clock.
 pub fn unix_now() -> u64 {
@@ -151,9 +155,9 @@ pub fn stopping(stop: &AtomicBool) -> bool {
 }
 
 /// Writes the final statistics (summed over workers) to stderr, one `STAT name value` line each.
-pub fn report_final(snapshot: &Snapshot) {
+pub fn report_final(snapshot: &Snapshot, control: &crate::control::Control) {
     let mut text = String::from("memspin stopped; final stats:\n");
-    stats::general(snapshot, unix_now(), |name, value| {
+    stats::general(snapshot, control, unix_now(), |name, value| {
         text.push_str(&format!("STAT {name} {value}\n"));
     });
     eprint!("{text}");
@@ -383,7 +387,7 @@ pub fn spawn<Q: Send>(
         }
     }
     if let Some(total) = total {
-        report_final(&total);
+        report_final(&total, &plan.engine.control);
     }
     first_error.map_or(Ok(()), Err)
 }
@@ -459,7 +463,7 @@ fn abandon(plan: &Plan<'_>, results: &[Option<Result<Stopped, String>>], stuck: 
         }
     }
     if let Some(total) = total {
-        report_final(&total);
+        report_final(&total, &plan.engine.control);
     }
     netstack::xdp::detach_all();
     let list: Vec<String> = stuck.iter().map(ToString::to_string).collect();
@@ -531,6 +535,56 @@ pub trait Queue: Device {
 
     /// The device's counters as one line, for the exit report.
     fn report(&mut self) -> String;
+
+    /// The device's and `table`'s counters, for `stats` (a copy of plain integers, taken
+    /// every loop iteration).
+    fn raw_path(&self, table: &netstack::TableStats) -> RawPath;
+
+    /// Refreshes counters that cost a system call to read (AF_XDP's `XDP_STATISTICS`); called
+    /// every [`COUNTER_REFRESH`].
+    fn refresh_counters(&mut self) {}
+}
+
+/// What a worker's loop counts for `stats workers`: each iteration's time goes to busy or idle
+/// by whether it found work (a parked wait counts as idle).
+#[derive(Debug)]
+pub struct LoopMeter {
+    last: Instant,
+    progress: bool,
+}
+
+impl LoopMeter {
+    /// A meter whose first iteration starts at `at`.
+    pub fn new(at: Instant) -> LoopMeter {
+        LoopMeter {
+            last: at,
+            progress: false,
+        }
+    }
+
+    /// An iteration starts at `at`: the previous one (from the last call) is counted.
+    pub fn tick(&mut self, at: Instant, figures: &mut WorkerFigures) {
+        let ns = at.saturating_duration_since(self.last).as_nanos() as u64;
+        self.last = at;
+        figures.polls += 1;
+        if self.progress {
+            figures.busy_ns += ns;
+            figures.polls_with_work += 1;
+        } else {
+            figures.idle_ns += ns;
+        }
+    }
+
+    /// Whether the iteration that started at the last tick found work.
+    pub fn done(&mut self, progress: bool) {
+        self.progress = progress;
+    }
+}
+
+/// Where a connection of this worker connected to: the served address and port.
+fn local_addr(control: &crate::control::Control, port: u16) -> Option<std::net::SocketAddr> {
+    let ip: std::net::IpAddr = control.settings.interface.parse().ok()?;
+    Some(std::net::SocketAddr::new(ip, port))
 }
 
 /// Serves connections over a smoltcp `device` until `stop` is set: ingress, serve every
@@ -555,27 +609,50 @@ pub fn serve_smoltcp<D: Queue>(
     let clock = LoopClock::new();
     let mut idle_state = IdleState::new(idle, clock.tick().at);
     let mut again = Again::default();
+    let control = Arc::clone(engine.control());
+    let worker = engine.config().worker;
+    let mut meter = LoopMeter::new(Instant::now());
+    let mut last_refresh = Instant::now();
     while !stopping(stop) {
         let tick = clock.tick();
-        let now = tick.now;
+        meter.tick(tick.at, engine.figures_mut());
+        let t = Time {
+            now: tick.now,
+            ns: crate::control::monotonic_ns_at(tick.at),
+        };
         let ingress = table.poll_ingress(tick.net, device, INGRESS_BUDGET);
-        let mut served = table.serve(|conn| drive(conn, engine, now, &mut again, resp_port));
+        let mut served = table.serve(|conn| drive(conn, engine, t, &mut again, resp_port));
         served += again.serve_turns(|id, again| {
             table.with_conn(id, |conn| {
                 conn.state.again = false;
-                drive(conn, engine, now, again, resp_port)
+                drive(conn, engine, t, again, resp_port)
             })
         });
         let mut meshed = mesh.send_forwards(engine);
-        meshed |= mesh.receive(engine, now, |engine, replies| {
+        meshed |= mesh.receive(engine, t.now, |engine, replies| {
             deliver(table, engine, replies, &mut again)
         }) > 0;
         meshed |= mesh.send_forwards(engine);
+        let mut watched = false;
+        if control.watchers.any() {
+            control.watchers.drain(worker, |token, bytes| {
+                watched = true;
+                table
+                    .with_conn(ConnId::unpack(token), |conn| {
+                        let taken = conn.state.push_output(bytes);
+                        drive(conn, engine, t, &mut again, resp_port);
+                        taken
+                    })
+                    // A watcher that went away drops its lines.
+                    .unwrap_or(bytes.len())
+            });
+        }
         let egress = table.poll_egress(tick.net, device);
         device.flush();
         let progress = ingress == Poll::Progress
             || served > 0
             || meshed
+            || watched
             || egress == Poll::Progress
             || again.pending()
             || engine.holds_refused();
@@ -586,7 +663,13 @@ pub fn serve_smoltcp<D: Queue>(
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
         info.recovery = stats.recovery.into();
+        if tick.at.duration_since(last_refresh) >= COUNTER_REFRESH {
+            last_refresh = tick.at;
+            device.refresh_counters();
+        }
+        engine.set_raw_path(device.raw_path(stats));
         idle_state.maybe_sweep(engine, tick);
+        meter.done(progress);
 
         // Work leaves nothing behind when the queue was found empty and no connection waits
         // for another turn; the gap to the next arrival starts when the work ended (a second
@@ -607,6 +690,7 @@ pub fn serve_smoltcp<D: Queue>(
                 .poll_delay(tick.net)
                 .map_or(park, |d| Duration::from_micros(d.total_micros()).min(park));
             if !delay.is_zero() && mesh.park() {
+                engine.figures_mut().parks += 1;
                 let sample = idle_state.sample_sleep();
                 let before = sample.then(idle::thread_cpu_time).flatten();
                 device.wait(delay, mesh.wake_fd())?;
@@ -618,6 +702,15 @@ pub fn serve_smoltcp<D: Queue>(
         }
     }
     Ok(vec![idle_state.report()])
+}
+
+/// The loop's clock reading as the engine and the latency instrument take it.
+#[derive(Debug, Clone, Copy)]
+pub struct Time {
+    /// Unix time to the millisecond, for the engine.
+    pub now: Now,
+    /// [`crate::control::monotonic_ns`] of the same instant: when bytes read now arrived.
+    pub ns: u64,
 }
 
 /// Connections to serve again on the next loop: their turn ended with work left (more
@@ -714,17 +807,32 @@ fn send_delivered(conn: &mut Conn<'_, ClientConn>, engine: &mut Engine, again: &
 fn drive(
     conn: &mut Conn<'_, ClientConn>,
     engine: &mut Engine,
-    now: Now,
+    time: Time,
     again: &mut Again,
     resp_port: Option<u16>,
 ) {
     let id = conn.id();
     let client = &mut *conn.state;
+    if client.session.record().is_none() {
+        let control = engine.control();
+        let peer = conn
+            .io
+            .remote_endpoint()
+            .map(|ep| std::net::SocketAddr::new(ep.addr.into(), ep.port));
+        let record = control.open_connection(
+            engine.config().worker,
+            peer,
+            local_addr(control, conn.io.local_port()),
+            time.now,
+        );
+        client.session.set_record(record);
+    }
     if resp_port.is_some() && client.session.protocol().is_none() {
         client.accepted_on(conn.io.local_port(), resp_port);
     }
     client.session.set_token(id.pack());
     client.session.begin_turn(TURN_REQUESTS);
+    let now = time.now;
     let io = &mut conn.io;
     // Why the engine stopped in this turn (`None`: it has not run yet).
     let mut last: Option<Stop> = None;
@@ -734,6 +842,7 @@ fn drive(
                 Ok(0) => break,
                 Ok(n) => client.sent(n),
                 Err(_) => {
+                    client.closing(CloseReason::Error);
                     io.abort();
                     return;
                 }
@@ -776,6 +885,7 @@ fn drive(
             }
             return;
         }
+        client.arrived(time.ns);
         if client.input.is_empty() {
             let mut stop = Stop::Input;
             let moved = io.recv(|buf| {
@@ -790,6 +900,7 @@ fn drive(
                 }
             });
             if moved.is_err() {
+                client.closing(CloseReason::Error);
                 io.abort();
                 return;
             }
@@ -802,6 +913,7 @@ fn drive(
             match io.recv_slice(&mut spare[..want]) {
                 Ok(n) => client.input.filled(n),
                 Err(_) => {
+                    client.closing(CloseReason::Error);
                     io.abort();
                     return;
                 }
@@ -828,6 +940,7 @@ mod tests {
                 threads: workers,
                 worker: 0,
                 conn_limit: 16,
+                control: crate::control::Control::new(Default::default(), 0),
             },
             stop,
             idle: Idle::Park,

@@ -13,6 +13,7 @@ use netstack::{Admission, ConnTable, TableConfig, TapDevice};
 use super::{Plan, Queue, serve_smoltcp, spawn};
 use crate::cli::{Cidr, LinkAddrs};
 use crate::conn::ClientConn;
+use crate::stats::RawPath;
 
 /// Where and how the TAP worker serves.
 #[derive(Debug, Clone)]
@@ -148,9 +149,7 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
     .map_err(|e| e.to_string())?;
     let admission = Arc::new(Admission::new(config.conn_limit));
     let gateways = Arc::new(table_config.gateways());
-    let mut settings = vec![("memspin_net", "tap".to_string())];
-    settings.extend(addrs.settings());
-    crate::stats::set_path_settings(settings);
+    plan.engine.control.set_path_settings(addrs.settings());
     spawn(
         plan,
         devices,
@@ -198,5 +197,9 @@ impl Queue for TapDevice {
 
     fn report(&mut self) -> String {
         format!("{:?}", self.stats())
+    }
+
+    fn raw_path(&self, table: &netstack::TableStats) -> RawPath {
+        RawPath::Tap(*self.stats(), *table)
     }
 }

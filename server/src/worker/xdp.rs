@@ -31,6 +31,7 @@ use super::tap::table_config;
 use super::{Plan, Queue, serve_smoltcp, spawn};
 use crate::cli::LinkAddrs;
 use crate::conn::ClientConn;
+use crate::stats::RawPath;
 
 /// Where and how the XDP worker serves.
 #[derive(Debug, Clone)]
@@ -245,7 +246,7 @@ pub fn run(
     let gateways = Arc::new(table_config.gateways());
     let mut settings = ready.settings();
     settings.extend(addrs.settings());
-    crate::stats::set_path_settings(settings);
+    plan.engine.control.set_path_settings(settings);
     let served = spawn(
         plan,
         devices,
@@ -291,6 +292,15 @@ pub fn run(
 impl Queue for XdpDevice {
     fn flush(&mut self) {
         XdpDevice::flush(self);
+    }
+
+    fn raw_path(&self, table: &netstack::TableStats) -> RawPath {
+        RawPath::Xdp(*self.stats(), *table)
+    }
+
+    fn refresh_counters(&mut self) {
+        // On failure the last reading stays; the exit report says why.
+        let _ = self.read_kernel_stats();
     }
 
     fn wait(&mut self, timeout: Duration, wake: Option<BorrowedFd<'_>>) -> Result<(), String> {

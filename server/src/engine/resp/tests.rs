@@ -678,6 +678,38 @@ fn info_reports_redis_fields_in_every_section() {
     );
 }
 
+// `stats reset` (from a memcached connection) restarts the counters INFO shares with `stats`;
+// what the keyspace holds stays.
+#[test]
+fn stats_reset_restarts_infos_counters() {
+    let mut e = engine();
+    let mut session = resp2();
+    call(&mut e, &mut session, &["SET", "a", "1", "EX", "100"]);
+    call(&mut e, &mut session, &["GET", "a"]);
+    call(&mut e, &mut session, &["GET", "nope"]);
+    let before = call(&mut e, &mut session, &["INFO"]);
+    for field in [
+        "total_commands_processed:3\r\n",
+        "keyspace_hits:1\r\nkeyspace_misses:1\r\n",
+    ] {
+        assert!(before.contains(field), "{field:?} in\n{before}");
+    }
+    let mut admin = Session::default();
+    assert_eq!(
+        run_at(&mut e, &mut admin, b"stats reset\r\n", now()),
+        "RESET\r\n"
+    );
+    let after = call(&mut e, &mut session, &["INFO"]);
+    for field in [
+        // The reset itself, as Redis counts its CONFIG RESETSTAT.
+        "total_commands_processed:1\r\n",
+        "keyspace_hits:0\r\nkeyspace_misses:0\r\n",
+        "db0:keys=1,expires=1,avg_ttl=0\r\n",
+    ] {
+        assert!(after.contains(field), "{field:?} in\n{after}");
+    }
+}
+
 #[test]
 fn config_get_matches_patterns_as_redis_does() {
     let mut e = engine();
@@ -827,6 +859,7 @@ fn config(workers: usize, worker: usize) -> EngineConfig {
         threads: workers,
         worker,
         conn_limit: 1024,
+        control: crate::control::Control::new(Default::default(), 0),
     }
 }
 

@@ -67,8 +67,12 @@ pub(super) fn execute(
     {
         // The whole request goes to the key's owner; a set once its data block is here (a
         // value that can never fit, or a bad data chunk, is refused here as below).
+        // A set whose value can never fit goes as its line alone (the owner refuses it and
+        // unlinks the old item) and its data block is skipped here.
+        let too_large =
+            request.command == Command::Set && !cx.core.fits(key.len(), request.datalen);
         let len = match request.command {
-            Command::Set if !cx.core.fits(key.len(), request.datalen) => None,
+            Command::Set if too_large => Some(line_len),
             Command::Set => match data_block(&buf[line_len..], request.datalen) {
                 Ok(_) => Some(line_len + request.datalen + 2),
                 Err(DataError::Incomplete { needed }) => return Step::Wait(needed),
@@ -78,22 +82,45 @@ pub(super) fn execute(
         };
         if let Some(len) = len {
             return match cx.forward(owner, part::WHOLE, &buf[..len], out) {
-                Ok(()) => Step::Done(len),
+                Ok(()) => {
+                    if too_large {
+                        cx.session.skip(request.datalen as u64 + 2);
+                    }
+                    Step::Done(len)
+                }
                 Err(stop) => Step::Stop(stop),
             };
         }
     }
-    match request.command {
-        Command::Noop => ReplyLine::start(out, Status::Mn).finish(),
-        Command::Debug => debug(cx, key, flags, out, now),
-        Command::Get => get(cx, key, flags, out, now),
-        Command::Set => {
-            return set(cx, key, &request, buf, line_len, out, now);
+    let step = match request.command {
+        Command::Noop => {
+            ReplyLine::start(out, Status::Mn).finish();
+            Step::Done(line_len)
         }
-        Command::Delete => delete(cx, key, flags, out, now),
-        Command::Arithmetic => arithmetic(cx, key, flags, out, now),
+        Command::Debug => {
+            debug(cx, key, flags, out, now);
+            Step::Done(line_len)
+        }
+        Command::Get => {
+            get(cx, key, flags, out, now);
+            Step::Done(line_len)
+        }
+        Command::Set => set(cx, key, &request, buf, line_len, out, now),
+        Command::Delete => {
+            delete(cx, key, flags, out, now);
+            Step::Done(line_len)
+        }
+        Command::Arithmetic => {
+            arithmetic(cx, key, flags, out, now);
+            Step::Done(line_len)
+        }
+    };
+    // Counted once, where it runs (an `ms` waiting for its data block comes back here; a
+    // forwarded request is counted by its owner).
+    if let Step::Done(_) = step {
+        cx.core.count_meta();
     }
-    Step::Done(line_len)
+    step
 }
 
 /// Seconds an item has left: -1 for none, as `t` and `me` report it.
@@ -259,7 +286,8 @@ fn set(
     let flags = &request.flags;
     let datalen = request.datalen;
     if !cx.core.fits(key.len(), datalen) {
-        cx.core.refuse_too_large();
+        // memcached unlinks the old item whatever the mode.
+        cx.core.refuse_too_large(key, true, now);
         ErrorReply::TooLarge.emit_into(out);
         cx.session.skip(datalen as u64 + 2);
         return Step::Done(line_len);
@@ -346,6 +374,7 @@ fn set(
         Err(StoreError::Exists) => Status::Ex,
         Err(StoreError::NotFound) => Status::Nf,
         Err(StoreError::OutOfMemory) => {
+            cx.core.unlink(key, now);
             ErrorReply::OutOfMemory.emit_into(out);
             return Step::Done(consumed);
         }

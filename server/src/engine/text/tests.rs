@@ -292,7 +292,15 @@ fn every_error_is_answered_as_memcached_does() {
         ("get\r\n".into(), "ERROR\r\n"),
         ("set k 0 0\r\n".into(), "ERROR\r\n"),
         ("delete a b c d e\r\n".into(), "ERROR\r\n"),
-        ("stats detail\r\n".into(), "ERROR\r\n"),
+        ("stats bogus\r\n".into(), "ERROR\r\n"),
+        (
+            "stats detail\r\n".into(),
+            "CLIENT_ERROR usage: stats detail on|off|dump\r\n",
+        ),
+        (
+            "slabs automove bad\r\n".into(),
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
         (
             format!("get {long_key}\r\n"),
             "CLIENT_ERROR bad command line format\r\n",
@@ -435,11 +443,10 @@ fn oversize_value_is_refused_and_skipped_unbuffered() {
         );
     }
     assert!(pending.is_empty());
-    // The item stays as it was (memcached would also unlink it; memspin's binary protocol does
-    // not either).
+    // The old item is gone: memcached unlinks it, so no stale value survives a refused SET.
     assert_eq!(
         String::from_utf8(out).unwrap(),
-        "SERVER_ERROR object too large for cache\r\nVALUE big 0 1\r\nx\r\nEND\r\n"
+        "SERVER_ERROR object too large for cache\r\nEND\r\n"
     );
     // The largest value that fits is stored.
     let fits = (1 << 20) - 512;
@@ -452,6 +459,68 @@ fn oversize_value_is_refused_and_skipped_unbuffered() {
         (out.as_str(), outcome.consumed),
         ("STORED\r\n", input.len())
     );
+}
+
+// Regression: a SET refused for size left the old value in place, where memcached unlinks it
+// (so clients that retry a smaller value, or fall back to the database, read no stale value).
+// Other storage commands keep the item, as memcached's do; the refusal counts
+// `store_too_large`, not `cmd_set`.
+#[test]
+fn only_a_set_refused_for_size_unlinks_the_old_item() {
+    let big = (1 << 20) + 1;
+    let body = "v".repeat(big);
+    for (command, kept) in [
+        ("set", false),
+        ("add", true),
+        ("replace", true),
+        ("append", true),
+        ("prepend", true),
+        ("cas", true),
+    ] {
+        let mut e = engine();
+        ok(&mut e, "set k 0 0 3\r\nold\r\n");
+        let cas = if command == "cas" { " 1" } else { "" };
+        let line = format!("{command} k 0 0 {big}{cas}\r\n{body}\r\n");
+        assert_eq!(
+            ok(&mut e, &line),
+            "SERVER_ERROR object too large for cache\r\n",
+            "{command}"
+        );
+        let expected = if kept {
+            "VALUE k 0 3\r\nold\r\nEND\r\n"
+        } else {
+            "END\r\n"
+        };
+        assert_eq!(ok(&mut e, "get k\r\n"), expected, "{command}");
+        let snapshot = e.snapshot();
+        assert_eq!(snapshot.counters.store_too_large, 1, "{command}");
+        assert_eq!(
+            snapshot.counters.cmd_set, 1,
+            "{command}: the first set only"
+        );
+    }
+    // noreply: no answer, same effect.
+    let mut e = engine();
+    ok(&mut e, "set k 0 0 3\r\nold\r\n");
+    let line = format!("set k 0 0 {big} noreply\r\n{body}\r\nget k\r\n");
+    assert_eq!(ok(&mut e, &line), "END\r\n");
+}
+
+// The same for a SET refused for memory: a value that fits `-I` but not the budget.
+#[test]
+fn a_set_refused_for_memory_unlinks_the_old_item() {
+    let mut e = super::super::tests::engine_with(ShardConfig {
+        memory_limit_bytes: 64 * 1024,
+        max_item_size: 1 << 20,
+    });
+    ok(&mut e, "set k 0 0 3\r\nold\r\n");
+    let body = "v".repeat(100_000);
+    let line = format!("set k 0 0 {}\r\n{body}\r\nget k\r\n", body.len());
+    assert_eq!(
+        ok(&mut e, &line),
+        "SERVER_ERROR out of memory storing object\r\nEND\r\n"
+    );
+    assert_eq!(e.snapshot().counters.store_no_memory, 1);
 }
 
 #[test]
@@ -480,6 +549,7 @@ fn out_of_memory_is_a_server_error() {
         threads: 1,
         worker: 0,
         conn_limit: 16,
+        control: crate::control::Control::new(Default::default(), 0),
     });
     let mut input = b"set k 0 0 5000\r\n".to_vec();
     input.extend(vec![b'x'; 5000]);
@@ -860,4 +930,462 @@ fn exptimes_stay_whole_seconds_with_a_millisecond_clock() {
     out.clear();
     e.execute(&mut session, b"get k\r\n", &mut out, at(1000));
     assert_eq!(out, b"END\r\n");
+}
+
+/// An engine whose latency clock reads [`FAKE_NS`].
+fn engine_with_control(settings: crate::control::Settings) -> Engine {
+    Engine::new(EngineConfig {
+        control: crate::control::Control::with_clock(settings, || {
+            FAKE_NS.load(std::sync::atomic::Ordering::Relaxed)
+        }),
+        ..super::super::tests::engine_config()
+    })
+}
+
+/// The latency tests' clock.
+static FAKE_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The value of `STAT <name>` in a stats reply.
+#[track_caller]
+fn stat(reply: &str, name: &str) -> Option<String> {
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+        .map(str::to_string)
+}
+
+#[test]
+fn stats_detail_counts_per_prefix_while_on() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "stats detail dump\r\n"), "END\r\n");
+    assert_eq!(ok(&mut e, "stats detail on\r\n"), "OK\r\n");
+    ok(
+        &mut e,
+        "get foo:bar\r\nset foo:x 0 0 1\r\nx\r\ndelete foo:q\r\nget foo:x\r\nget nocolon\r\n",
+    );
+    ok(&mut e, "mg foo:x v\r\nms bar:y 1\r\ny\r\nmd bar:y\r\n");
+    assert_eq!(
+        ok(&mut e, "stats detail dump\r\n"),
+        "PREFIX bar get 0 hit 0 set 1 del 1\r\nPREFIX foo get 3 hit 2 set 1 del 1\r\nEND\r\n"
+    );
+    assert!(ok(&mut e, "stats settings\r\n").contains("STAT detail_enabled yes\r\n"));
+    // Off stops counting; the counts stay for dump, as in memcached.
+    assert_eq!(ok(&mut e, "stats detail off\r\n"), "OK\r\n");
+    ok(&mut e, "get foo:bar\r\n");
+    assert!(ok(&mut e, "stats detail dump\r\n").contains("PREFIX foo get 3 "));
+    // stats reset clears them.
+    assert_eq!(ok(&mut e, "stats reset\r\n"), "RESET\r\n");
+    assert_eq!(ok(&mut e, "stats detail dump\r\n"), "END\r\n");
+}
+
+#[test]
+fn stats_reset_restarts_counters_and_keeps_the_cache() {
+    let mut e = engine();
+    ok(&mut e, "set a 0 0 1\r\na\r\nget a\r\nget b\r\nincr a 1\r\n");
+    let before = ok(&mut e, "stats\r\n");
+    assert_eq!(stat(&before, "cmd_get").as_deref(), Some("2"));
+    assert_eq!(ok(&mut e, "stats reset\r\n"), "RESET\r\n");
+    let after = ok(&mut e, "stats\r\n");
+    for name in [
+        "cmd_get",
+        "cmd_set",
+        "get_hits",
+        "get_misses",
+        "total_items",
+        "incr_misses",
+    ] {
+        assert_eq!(stat(&after, name).as_deref(), Some("0"), "{name}");
+    }
+    assert_eq!(stat(&after, "curr_items").as_deref(), Some("1"));
+    assert_eq!(stat(&after, "bytes"), stat(&before, "bytes"));
+    // Counting goes on from zero.
+    ok(&mut e, "get a\r\n");
+    assert_eq!(
+        stat(&ok(&mut e, "stats\r\n"), "cmd_get").as_deref(),
+        Some("1")
+    );
+}
+
+#[test]
+fn stats_sizes_lists_32_byte_classes_and_can_be_turned_off() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "stats sizes\r\n"), "END\r\n");
+    ok(&mut e, "set a 0 0 1\r\na\r\nset b 0 0 1\r\nb\r\n");
+    ok(
+        &mut e,
+        &format!("set c 0 0 1000\r\n{}\r\n", "c".repeat(1000)),
+    );
+    let small = store::item_size(1, 1).div_ceil(32) * 32;
+    let large = store::item_size(1, 1000).div_ceil(32) * 32;
+    assert_eq!(
+        ok(&mut e, "stats sizes\r\n"),
+        format!("STAT {small} 2\r\nSTAT {large} 1\r\nEND\r\n")
+    );
+    // memcached ends these two replies without END.
+    assert_eq!(
+        ok(&mut e, "stats sizes_disable\r\n"),
+        "STAT sizes_status disabled\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "stats sizes\r\n"),
+        "STAT sizes_status disabled\r\nEND\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "stats sizes_enable\r\n"),
+        "STAT sizes_status enabled\r\n"
+    );
+    assert!(ok(&mut e, "stats settings\r\n").contains("STAT track_sizes yes\r\n"));
+}
+
+#[test]
+fn slabs_commands_are_answered_as_memcached_answers_them() {
+    let mut e = engine();
+    for (line, reply) in [
+        (
+            "slabs automove bad\r\n",
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
+        ("slabs automove 1\r\n", "OK\r\n"),
+        ("slabs automove 3\r\n", "ERROR\r\n"),
+        ("slabs automove 0 noreply\r\n", ""),
+        ("slabs automove ratio 0.5\r\n", "OK\r\n"),
+        (
+            "slabs reassign 1 1\r\n",
+            "SAME src and dst class are identical\r\n",
+        ),
+        (
+            "slabs reassign 1 99\r\n",
+            "BADCLASS invalid src or dst class id\r\n",
+        ),
+        (
+            "slabs reassign x 1\r\n",
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
+        ("slabs\r\n", "ERROR\r\n"),
+    ] {
+        assert_eq!(ok(&mut e, line), reply, "{line:?}");
+    }
+    let settings = ok(&mut e, "stats settings\r\n");
+    assert_eq!(stat(&settings, "slab_automove").as_deref(), Some("0"));
+    assert_eq!(
+        stat(&settings, "slab_automove_ratio").as_deref(),
+        Some("0.50")
+    );
+}
+
+#[test]
+fn metadump_lists_every_item_as_memcached_formats_it() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "lru_crawler metadump all\r\n"), "END\r\n");
+    ok(
+        &mut e,
+        "set a:b 0 0 1\r\nx\r\nset sp%ce 0 100 1\r\nx\r\nget a:b\r\n",
+    );
+    let dump = ok(&mut e, "lru_crawler metadump all\r\n");
+    let mut lines: Vec<&str> = dump.split('\n').collect();
+    assert_eq!(lines.pop(), Some(""));
+    assert_eq!(lines.pop(), Some("END\r"));
+    lines.sort_unstable();
+    let size = store::item_size(3, 1);
+    assert_eq!(
+        lines[0],
+        format!("key=a%3Ab exp=-1 la={NOW} cas=1 fetch=yes cls=1 size={size}")
+    );
+    let size = store::item_size(5, 1);
+    assert_eq!(
+        lines[1],
+        format!(
+            "key=sp%25ce exp={} la={NOW} cas=2 fetch=no cls=1 size={size}",
+            NOW + 100
+        )
+    );
+    assert_eq!(ok(&mut e, "lru_crawler metadump hash\r\n"), dump);
+    assert_eq!(ok(&mut e, "lru_crawler metadump 1,2\r\n"), dump);
+    assert_eq!(ok(&mut e, "lru_crawler metadump 2\r\n"), "END\r\n");
+    for bad in ["0", "64", "1,x"] {
+        assert_eq!(
+            ok(&mut e, &format!("lru_crawler metadump {bad}\r\n")),
+            "BADCLASS invalid class id\r\n"
+        );
+    }
+}
+
+// A dump is written a slice of buckets at a time, stopping at the output high-water mark as
+// a multi-key get does, and goes on where it stopped.
+#[test]
+fn a_large_metadump_stops_at_the_high_water_mark_and_resumes() {
+    let mut e = engine();
+    let mut input = String::new();
+    for i in 0..20_000 {
+        input += &format!("set key:{i:06}:{} 0 0 1\r\nx\r\n", "k".repeat(60));
+    }
+    ok(&mut e, &input);
+    let line = "lru_crawler metadump all\r\n";
+    let mut session = Session::default();
+    let mut all = Vec::new();
+    let mut calls = 0;
+    loop {
+        let mut out = Vec::new();
+        let outcome = e.execute(&mut session, line.as_bytes(), &mut out, NOW);
+        assert!(
+            out.len() < OUT_HIGH_WATER_BYTES + 128 * 200,
+            "{}",
+            out.len()
+        );
+        all.extend_from_slice(&out);
+        calls += 1;
+        if outcome.consumed == line.len() {
+            break;
+        }
+        assert_eq!((outcome.consumed, outcome.stop), (0, Stop::Output));
+    }
+    assert!(calls > 3, "{calls}");
+    let text = String::from_utf8(all).unwrap();
+    assert!(text.ends_with("\nEND\r\n"));
+    let mut keys: Vec<&str> = text.lines().filter(|l| l.starts_with("key=")).collect();
+    assert_eq!(keys.len(), 20_000);
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), 20_000, "each item once");
+}
+
+#[test]
+fn verbosity_sets_the_shared_level() {
+    let mut e = engine();
+    assert_eq!(ok(&mut e, "verbosity 2\r\n"), "OK\r\n");
+    assert_eq!(e.control().verbosity(), 2);
+    assert_eq!(ok(&mut e, "verbosity 9 noreply\r\n"), "");
+    assert_eq!(e.control().verbosity(), crate::control::MAX_VERBOSITY);
+    assert!(ok(&mut e, "stats settings\r\n").contains("STAT verbosity 3\r\n"));
+    ok(&mut e, "verbosity 0\r\n");
+}
+
+#[test]
+fn shutdown_needs_dash_a() {
+    let mut e = engine();
+    assert_eq!(
+        ok(&mut e, "shutdown\r\n"),
+        "ERROR: shutdown not enabled\r\n"
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut e = engine_with_control(crate::control::Settings {
+        shutdown_enabled: true,
+        ..Default::default()
+    });
+    e.control().set_stop(stop.clone());
+    assert_eq!(
+        ok(&mut e, "shutdown now\r\n"),
+        "CLIENT_ERROR invalid shutdown mode\r\n"
+    );
+    assert!(!stop.load(std::sync::atomic::Ordering::SeqCst));
+    let (out, outcome) = run(&mut e, "shutdown\r\nversion\r\n");
+    assert_eq!(out, "", "the connection closes without a reply");
+    assert!(outcome.close);
+    assert!(stop.load(std::sync::atomic::Ordering::SeqCst));
+}
+
+#[test]
+fn a_watcher_gets_events_from_other_connections() {
+    let mut e = engine();
+    let control = e.control().clone();
+    let record = control.open_connection(0, None, None, store::Now::from(NOW));
+    let mut watcher = Session::default();
+    watcher.set_token(99);
+    watcher.set_record(record.clone());
+    let (out, _) = run_bytes(&mut e, &mut watcher, b"watch fetchers mutations\r\n");
+    assert_eq!(out, "OK\r\n");
+    assert!(watcher.is_watching());
+    // What a watcher sends is dropped.
+    let (out, outcome) = run_bytes(&mut e, &mut watcher, b"get x\r\n");
+    assert_eq!((out.as_str(), outcome.consumed), ("", 7));
+    ok(
+        &mut e,
+        "set foo 0 100 3\r\nbar\r\nget foo\r\nget nope\r\nadd foo 0 0 1\r\nx\r\n",
+    );
+    let mut lines = Vec::new();
+    control.watchers.drain(0, |token, bytes| {
+        assert_eq!(token, 99);
+        lines.extend_from_slice(bytes);
+        bytes.len()
+    });
+    let text = String::from_utf8(lines).unwrap();
+    let events: Vec<&str> = text
+        .lines()
+        .map(|l| l.split_once(" type=").unwrap().1)
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "item_store key=foo status=stored cmd=set ttl=100 clsid=1 cfd=0 size=3",
+            "item_get key=foo status=found clsid=1 cfd=0 size=3",
+            "item_get key=nope status=not_found clsid=0 cfd=0 size=0",
+            "item_store key=foo status=not_stored cmd=add ttl=0 clsid=1 cfd=0 size=1",
+        ],
+        "{text}"
+    );
+    assert!(text.starts_with(&format!("ts={NOW}.0 gid=")), "{text}");
+    drop(watcher);
+    drop(record);
+    assert!(!control.watchers.any(), "a closed watcher stops the events");
+}
+
+#[test]
+fn stats_latency_counts_every_request_with_monotonic_percentiles() {
+    use std::sync::atomic::Ordering;
+    let mut e = engine_with_control(crate::control::Settings::default());
+    let mut session = Session::default();
+    // Each call's requests arrived at 1,000 ns and were done at 1,000 + 500 * call.
+    for call in 1..=100u64 {
+        session.set_arrival(1000);
+        FAKE_NS.store(1000 + 500 * call, Ordering::Relaxed);
+        run_bytes(
+            &mut e,
+            &mut session,
+            b"set k 0 0 1\r\nx\r\nget k\r\nget k j\r\nversion\r\n",
+        );
+    }
+    let stats = ok(&mut e, "stats\r\n");
+    let latency = ok(&mut e, "stats latency\r\n");
+    let count = |kind: &str| stat(&latency, &format!("latency:{kind}:count"));
+    assert_eq!(count("get"), stat(&stats, "cmd_get"), "one per key");
+    assert_eq!(count("get").as_deref(), Some("300"));
+    assert_eq!(count("set").as_deref(), Some("100"));
+    // version, and the two `stats` before this one.
+    assert_eq!(count("other").as_deref(), Some("101"));
+    assert_eq!(count("delete"), None);
+    let quantiles: Vec<u64> = ["p50", "p90", "p99", "p99_9", "p99_99", "max"]
+        .iter()
+        .map(|q| {
+            stat(&latency, &format!("latency:set:{q}_ns"))
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(quantiles.windows(2).all(|w| w[0] <= w[1]), "{quantiles:?}");
+    assert!((24_500..=25_500).contains(&quantiles[0]), "{quantiles:?}");
+    assert!((49_500..=50_500).contains(&quantiles[5]), "{quantiles:?}");
+    assert_eq!(ok(&mut e, "stats reset\r\n"), "RESET\r\n");
+    let latency = ok(&mut e, "stats latency\r\n");
+    assert_eq!(stat(&latency, "latency:get:count"), None, "{latency}");
+}
+
+#[test]
+fn stats_conns_lists_connections_and_listeners() {
+    let mut e = Engine::new(EngineConfig {
+        control: crate::control::Control::new(
+            crate::control::Settings {
+                tcp_port: 11211,
+                interface: "127.0.0.1".into(),
+                cpus: vec![0],
+                ..Default::default()
+            },
+            0,
+        ),
+        started_unix_secs: NOW - 100,
+        ..super::super::tests::engine_config()
+    });
+    let control = e.control().clone();
+    let peer = "127.0.0.1:40000".parse().unwrap();
+    let local = "127.0.0.1:11211".parse().unwrap();
+    let record = control.open_connection(0, Some(peer), Some(local), store::Now::from(NOW - 3));
+    let mut session = Session::default();
+    session.set_record(record);
+    let (conns, _) = run_bytes(&mut e, &mut session, b"stats conns\r\n");
+    assert_eq!(
+        conns,
+        "STAT 0:addr tcp:127.0.0.1:11211\r\nSTAT 0:state conn_listening\r\n\
+         STAT 0:secs_since_last_cmd 100\r\n\
+         STAT 1:addr tcp:127.0.0.1:40000\r\nSTAT 1:listen_addr tcp:127.0.0.1:11211\r\n\
+         STAT 1:state conn_parse_cmd\r\nSTAT 1:secs_since_last_cmd 3\r\nEND\r\n"
+    );
+}
+
+// Two workers serving Redis clients too: four listeners, with the ports bound (port 0 asked for
+// any), then the connection numbered after them.
+#[test]
+fn stats_conns_lists_every_listener_with_its_bound_port() {
+    let mut e = engine_with_control(crate::control::Settings {
+        tcp_port: 0,
+        resp_port: Some(0),
+        interface: "127.0.0.1".into(),
+        cpus: vec![0, 1],
+        ..Default::default()
+    });
+    let control = e.control().clone();
+    control.set_bound_ports(11211, Some(6379));
+    let record = control.open_connection(0, None, None, store::Now::from(NOW));
+    assert_eq!(record.number, 4);
+    let mut session = Session::default();
+    session.set_record(record);
+    let (conns, _) = run_bytes(&mut e, &mut session, b"stats conns\r\n");
+    let listeners: Vec<&str> = conns.lines().filter(|l| l.contains(":addr")).collect();
+    assert_eq!(
+        listeners,
+        [
+            "STAT 0:addr tcp:127.0.0.1:11211",
+            "STAT 1:addr tcp:127.0.0.1:11211",
+            "STAT 2:addr tcp:127.0.0.1:6379",
+            "STAT 3:addr tcp:127.0.0.1:6379",
+        ],
+        "{conns}"
+    );
+    assert!(conns.contains("STAT 4:state conn_parse_cmd\r\n"), "{conns}");
+}
+
+// `stats cachedump <class> <limit>` as memcached 1.6.18 answers it (memcached's own stats test
+// reads a stored key back from it): the value's length and the expiry in unix seconds (0:
+// none), up to `limit` items (0: all), nothing for another class.
+#[test]
+fn stats_cachedump_lists_items_as_memcached_does() {
+    let mut e = engine();
+    ok(
+        &mut e,
+        "set foo 0 0 6\r\nfooval\r\nset bar 0 100 2\r\nhi\r\nset c%20 0 0 1\r\nx\r\n",
+    );
+    let all = ok(&mut e, "stats cachedump 1 0\r\n");
+    let mut lines: Vec<&str> = all.split("\r\n").collect();
+    assert_eq!(lines.pop(), Some(""));
+    assert_eq!(lines.pop(), Some("END"));
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            format!("ITEM bar [2 b; {} s]", NOW + 100).as_str(),
+            "ITEM c%20 [1 b; 0 s]",
+            "ITEM foo [6 b; 0 s]",
+        ],
+        "{all}"
+    );
+    let two = ok(&mut e, "stats cachedump 1 2\r\n");
+    assert_eq!(two.matches("ITEM ").count(), 2, "{two}");
+    assert!(two.ends_with("]\r\nEND\r\n"), "{two}");
+    assert_eq!(ok(&mut e, "stats cachedump 2 0\r\n"), "END\r\n");
+    assert_eq!(
+        ok(&mut e, "stats cachedump 64 0\r\n"),
+        "CLIENT_ERROR Illegal slab id\r\n"
+    );
+    assert_eq!(
+        ok(&mut e, "stats cachedump 1\r\n"),
+        "CLIENT_ERROR bad command line\r\n"
+    );
+}
+
+#[test]
+fn stats_cachedump_stops_at_two_mebibytes() {
+    let mut e = engine();
+    let key = "k".repeat(200);
+    let mut script = String::new();
+    for i in 0..12_000 {
+        script += &format!("set {key}{i} 0 0 1 noreply\r\nx\r\n");
+    }
+    ok(&mut e, &script);
+    let dump = ok(&mut e, "stats cachedump 1 0\r\n");
+    assert!(
+        dump.len() <= crate::stats::CACHEDUMP_MAX_BYTES + 5,
+        "{}",
+        dump.len()
+    );
+    assert!(dump.len() > crate::stats::CACHEDUMP_MAX_BYTES - 300);
+    assert!(dump.ends_with("s]\r\nEND\r\n"));
 }

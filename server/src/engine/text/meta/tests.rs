@@ -252,6 +252,45 @@ fn set_data_block_errors_and_limits() {
     );
 }
 
+// Regression: an `ms` refused for size left the old value; memcached unlinks it whatever the
+// mode (proto_text.c: "avoid stale data persisting in cache because we failed alloc").
+#[test]
+fn a_set_refused_for_size_unlinks_the_old_item_in_every_mode() {
+    let size = (1 << 20) + 1;
+    let body = "v".repeat(size);
+    for mode in ["", " MS", " ME", " MA", " MP", " MR"] {
+        let mut e = engine();
+        ok(&mut e, "ms k 3\r\nold\r\n");
+        assert_eq!(
+            ok(
+                &mut e,
+                &format!("ms k {size}{mode}\r\n{body}\r\nmg k v\r\n")
+            ),
+            "SERVER_ERROR object too large for cache\r\nEN\r\n",
+            "{mode:?}"
+        );
+        assert_eq!(e.snapshot().counters.store_too_large, 1);
+    }
+}
+
+// Regression (found by the engine fuzz target): an `ms` whose data block arrived in pieces was
+// counted in `cmd_meta` once per piece.
+#[test]
+fn cmd_meta_counts_a_request_once_however_it_arrives() {
+    let input = b"ms k 10\r\n0123456789\r\nmg k v\r\nmn\r\n";
+    let mut e = engine();
+    let mut session = Session::default();
+    let mut out = Vec::new();
+    let mut pending = Vec::new();
+    for &byte in input {
+        pending.push(byte);
+        let o = e.execute(&mut session, &pending, &mut out, NOW);
+        pending.drain(..o.consumed);
+    }
+    assert_eq!(out, b"HD\r\nVA 10\r\n0123456789\r\nMN\r\n");
+    assert_eq!(e.counters().cmd_meta, 3);
+}
+
 #[test]
 fn delete() {
     let mut e = engine();

@@ -1,0 +1,412 @@
+//! The text adapter's operator commands: `stats` (every group, `cachedump` too), `verbosity`,
+//! `slabs`, `lru_crawler metadump`, `watch` and `shutdown`, answered as memcached 1.6 answers
+//! them.
+//!
+//! ```text
+//! stats <group> ─▶ one worker's figures, or every worker's gathered (Cx::fan_out) ─▶ STAT lines, END
+//! stats reset / detail on|off / sizes_enable ─▶ every worker's counters, or the shared switches
+//! stats cachedump 1 <n> ─▶ every worker's items (at most n, and 2 MiB of lines) ─▶ ITEM lines, END
+//! lru_crawler metadump ─▶ each worker's table in slices of buckets, local or forwarded, resumable
+//! watch ─▶ the connection becomes a watcher: the worker loop hands it log lines
+//! ```
+//!
+//! `lru_crawler metadump` writes one line per live item (`key=... exp=... la=... cas=...
+//! fetch=... cls=1 size=...`) and `END`. It walks worker 0's table, then worker 1's, and so on,
+//! [`METADUMP_SLICE_BUCKETS`] buckets at a time: a slice of this worker's table is written
+//! here, a slice of another's is forwarded to it (its lines come back into their place in the
+//! output). Between slices it checks the output backlog, the forwarding limits and the turn, as
+//! a multi-key `get` does between keys, and stops there when one says so: the line stays
+//! unconsumed and the next call goes on from that slice. So a dump of any size holds at most
+//! a slice or two of lines at once. Like memcached's crawler it is not a snapshot: items
+//! stored, deleted or moved by a table's growth while it runs may be missed or repeated. A
+//! dump waits until the connection's earlier forwarded requests are answered, so items those
+//! stored are in it (memcached refuses a metadump pipelined behind other commands).
+
+use std::fmt::Write as _;
+
+use protocol::text::{
+    Classes, Detail, ErrorReply, Response, ShutdownMode, SlabsCommand, StatsGroup, WatchEvents,
+};
+
+use super::part;
+use crate::control::{CloseReason, ConnState, EventKind, uri_encode};
+use crate::engine::forward::{Gather, Part};
+use crate::engine::session::{Cx, FanOut, Resume, Step, Stop};
+use crate::stats::{self, Group, ITEM_CLASS, Snapshot};
+
+/// Buckets of a table one metadump slice walks (at most 7/8 as many items).
+pub(super) const METADUMP_SLICE_BUCKETS: usize = 128;
+
+/// The code a stopped metadump keeps in its [`Resume`].
+pub(super) const METADUMP: u8 = 16;
+
+/// Highest slab class number memcached accepts (`MAX_NUMBER_OF_SLAB_CLASSES - 1`).
+const LARGEST_CLASS: u32 = 63;
+
+/// `stats <group>`: its lines and `END`, or the group's own reply.
+pub(super) fn stats(cx: &mut Cx<'_>, group: StatsGroup, out: &mut Vec<u8>) {
+    let control = cx.core.control().clone();
+    let gathered = match group {
+        StatsGroup::General => Group::General,
+        StatsGroup::Items => Group::Items,
+        StatsGroup::Slabs => Group::Slabs,
+        StatsGroup::Sizes => Group::Sizes,
+        StatsGroup::Latency => Group::Latency,
+        StatsGroup::Workers => Group::Workers,
+        // memspin's one class; any other (below 64) holds nothing, as an empty class.
+        StatsGroup::CacheDump { class, .. } if class != ITEM_CLASS => {
+            Response::End.emit_into(out);
+            return;
+        }
+        StatsGroup::CacheDump { limit, .. } => Group::CacheDump { limit },
+        StatsGroup::Detail(Detail::Dump) => Group::Detail,
+        StatsGroup::Settings => {
+            let snapshot = cx.core.snapshot(Group::Settings, cx.now);
+            render(out, Group::Settings, cx, &snapshot);
+            return;
+        }
+        StatsGroup::Conns => {
+            let snapshot = cx.core.snapshot(Group::Conns, cx.now);
+            render(out, Group::Conns, cx, &snapshot);
+            return;
+        }
+        StatsGroup::SizesEnable | StatsGroup::SizesDisable => {
+            let on = group == StatsGroup::SizesEnable;
+            control.set_sizes(on);
+            let value = if on { "enabled" } else { "disabled" };
+            // memcached ends this reply without `END`.
+            Response::Stat {
+                name: "sizes_status",
+                value,
+            }
+            .emit_into(out);
+            return;
+        }
+        StatsGroup::Detail(Detail::On | Detail::Off) => {
+            control.set_detail(group == StatsGroup::Detail(Detail::On));
+            Response::Ok.emit_into(out);
+            return;
+        }
+        StatsGroup::Reset => {
+            log::info!("stats reset");
+            cx.core.reset_stats();
+            cx.fan_out(FanOut::Reset, None, None, out);
+            Response::Reset.emit_into(out);
+            return;
+        }
+    };
+    if gathered == Group::Latency {
+        // The requests this call executed before this one are done: count them too.
+        let elapsed = control.now_ns().saturating_sub(cx.session.arrived_ns);
+        cx.core.record_samples(elapsed);
+    }
+    let own = cx.core.snapshot(gathered, cx.now);
+    if cx.workers() > 1 {
+        let gather = StatsGather {
+            snapshot: None,
+            group: gathered,
+            control,
+            now: cx.now,
+        };
+        let own = Some(Part::Snapshot(&own));
+        cx.fan_out(FanOut::Snapshot(gathered), Some(Box::new(gather)), own, out);
+    } else {
+        render(out, gathered, cx, &own);
+    }
+}
+
+/// The reply of `group` for `snapshot`.
+fn render(out: &mut Vec<u8>, group: Group, cx: &Cx<'_>, snapshot: &Snapshot) {
+    render_with(out, group, cx.core.control(), cx.now, snapshot);
+}
+
+/// The reply of `group` for `snapshot`: `STAT` lines (`stats detail dump`: `PREFIX` lines),
+/// then `END`.
+fn render_with(
+    out: &mut Vec<u8>,
+    group: Group,
+    control: &crate::control::Control,
+    now: store::Now,
+    snapshot: &Snapshot,
+) {
+    if group == Group::Detail {
+        if let Some(prefixes) = &snapshot.prefixes {
+            out.extend_from_slice(prefixes.dump().as_bytes());
+        }
+        Response::End.emit_into(out);
+        return;
+    }
+    if let Group::CacheDump { .. } = group {
+        if let Some(dump) = &snapshot.cachedump {
+            out.extend_from_slice(dump.text());
+        }
+        Response::End.emit_into(out);
+        return;
+    }
+    let mut value = String::new();
+    stats::render(group, snapshot, control, now, |name, v| {
+        value.clear();
+        let _ = write!(value, "{v}");
+        Response::Stat {
+            name,
+            value: &value,
+        }
+        .emit_into(out);
+    });
+    Response::End.emit_into(out);
+}
+
+/// A text `stats` request's figures, summed over every worker as they arrive.
+#[derive(Debug)]
+struct StatsGather {
+    snapshot: Option<Snapshot>,
+    group: Group,
+    control: std::sync::Arc<crate::control::Control>,
+    now: store::Now,
+}
+
+impl Gather for StatsGather {
+    fn add(&mut self, part: Part<'_>) {
+        if let Part::Snapshot(snapshot) = part {
+            match self.snapshot.as_mut() {
+                Some(sum) => sum.merge(snapshot),
+                None => self.snapshot = Some(snapshot.clone()),
+            }
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if let Some(snapshot) = &self.snapshot {
+            render_with(out, self.group, &self.control, self.now, snapshot);
+        }
+    }
+}
+
+/// `verbosity <level>`: what is logged from now on, on every worker.
+pub(super) fn verbosity(cx: &mut Cx<'_>, level: u32, noreply: bool, out: &mut Vec<u8>) {
+    cx.core.control().change_verbosity(level);
+    if !noreply {
+        Response::Ok.emit_into(out);
+    }
+}
+
+/// `slabs reassign` and `slabs automove`, answered as memcached answers them for a server
+/// with one class (memspin's class 1): there is no page to move, the automover has nothing
+/// to do (its settings are kept and reported).
+pub(super) fn slabs(cx: &mut Cx<'_>, command: SlabsCommand, out: &mut Vec<u8>) {
+    let control = cx.core.control();
+    match command {
+        SlabsCommand::Reassign { src, dst } => {
+            let reply = if src == dst {
+                ErrorReply::SameClass
+            } else {
+                ErrorReply::BadReassignClass
+            };
+            reply.emit_into(out);
+        }
+        SlabsCommand::Automove { level, noreply } => {
+            control.set_automove(level);
+            if !noreply {
+                Response::Ok.emit_into(out);
+            }
+        }
+        SlabsCommand::AutomoveRatio { ratio, noreply } => {
+            control.set_automove_ratio(ratio);
+            if !noreply {
+                Response::Ok.emit_into(out);
+            }
+        }
+    }
+}
+
+/// `watch ...`: the connection becomes a log watcher (`OK`), or is told why not.
+pub(super) fn watch(cx: &mut Cx<'_>, events: WatchEvents, out: &mut Vec<u8>) {
+    let mut kinds = 0;
+    for (wanted, kind) in [
+        (events.fetchers, EventKind::Fetchers),
+        (events.mutations, EventKind::Mutations),
+        (events.evictions, EventKind::Evictions),
+        (events.connevents, EventKind::ConnEvents),
+    ] {
+        if wanted {
+            kinds |= kind as u32;
+        }
+    }
+    let number = cx.session.record.as_ref().map_or(0, |r| r.number);
+    let worker = cx.core.config().worker;
+    let token = cx.session.holes.token;
+    match cx.core.control().watchers.add(number, worker, token, kinds) {
+        Ok(()) => {
+            log::debug!("<{number} watches (mask {kinds:#x})");
+            Response::Ok.emit_into(out);
+            cx.session.watching = true;
+            if let Some(record) = &cx.session.record {
+                record.set_state(ConnState::Watch);
+            }
+        }
+        Err(_) => ErrorReply::WatcherTooMany.emit_into(out),
+    }
+}
+
+/// `shutdown [graceful]`: stops the server when `-A` allowed it (the connection closes without
+/// a reply, as memcached's does); memspin's stop is the same for both modes.
+pub(super) fn shutdown(cx: &mut Cx<'_>, mode: ShutdownMode, out: &mut Vec<u8>) {
+    let control = cx.core.control().clone();
+    if !control.settings.shutdown_enabled {
+        ErrorReply::ShutdownDisabled.emit_into(out);
+        return;
+    }
+    if mode == ShutdownMode::Invalid {
+        ErrorReply::ShutdownMode.emit_into(out);
+        return;
+    }
+    log::info!("shutdown requested by a client");
+    if let Some(record) = &cx.session.record {
+        record.closing(CloseReason::Shutdown);
+    }
+    control.request_shutdown();
+    cx.session.close();
+}
+
+/// `lru_crawler metadump <classes>`: starts the dump (see the module docs) whose line, of
+/// `line_len` bytes, is at the front of the input.
+pub(super) fn metadump(
+    cx: &mut Cx<'_>,
+    classes: Classes<'_>,
+    line_len: usize,
+    out: &mut Vec<u8>,
+) -> Step {
+    let dumps = match classes {
+        Classes::All | Classes::Hash => true,
+        Classes::List(_) => match classes.numbers() {
+            Some(numbers) => {
+                let numbers: Vec<u32> = numbers.collect();
+                if numbers.is_empty() || numbers.iter().any(|&n| n == 0 || n > LARGEST_CLASS) {
+                    ErrorReply::BadClass.emit_into(out);
+                    return Step::Done(line_len);
+                }
+                numbers.contains(&ITEM_CLASS)
+            }
+            None => {
+                ErrorReply::BadClass.emit_into(out);
+                return Step::Done(line_len);
+            }
+        },
+    };
+    if !dumps {
+        Response::End.emit_into(out);
+        return Step::Done(line_len);
+    }
+    // Items the connection's earlier requests stored on other workers are in the dump.
+    if cx.session.holes.pending_len() > 0 {
+        return Step::Stop(Stop::Blocked);
+    }
+    let resume = Resume {
+        len: line_len,
+        at: 0,
+        code: METADUMP,
+        arg: 0,
+        index: 0,
+        gather: None,
+    };
+    dump_slices(cx, resume, out)
+}
+
+/// Goes on with a metadump stopped part-way.
+pub(super) fn resume_metadump(
+    cx: &mut Cx<'_>,
+    resume: Resume,
+    buf: &[u8],
+    out: &mut Vec<u8>,
+) -> Step {
+    if buf.len() < resume.len {
+        return Step::Wait(resume.len - buf.len());
+    }
+    dump_slices(cx, resume, out)
+}
+
+/// Writes (or forwards) slices from `resume`'s worker (`arg`) and bucket (`at`) on, until the
+/// last worker's table is done (then `END`, and the line is consumed) or something says to
+/// pause.
+fn dump_slices(cx: &mut Cx<'_>, mut resume: Resume, out: &mut Vec<u8>) -> Step {
+    let workers = cx.workers();
+    let me = cx.core.config().worker;
+    let mut first = true;
+    loop {
+        let worker = resume.arg as usize;
+        if worker >= workers {
+            break;
+        }
+        let buckets = if worker == me {
+            cx.core.shard().num_buckets()
+        } else {
+            cx.core.control().table_buckets(worker)
+        };
+        if resume.at >= buckets {
+            resume.arg += 1;
+            resume.at = 0;
+            continue;
+        }
+        if !first && let Some(stop) = cx.pause(out) {
+            cx.session.resume = Some(resume);
+            return Step::Stop(stop);
+        }
+        first = false;
+        let (start, end) = (resume.at, resume.at + METADUMP_SLICE_BUCKETS);
+        if worker == me {
+            dump_local(cx, start, end, out);
+        } else {
+            let sent = cx.forward_written(worker, part::METADUMP_SLICE, 16, out, |bytes| {
+                bytes.extend_from_slice(&(start as u64).to_le_bytes());
+                bytes.extend_from_slice(&(end as u64).to_le_bytes());
+            });
+            if let Err(stop) = sent {
+                cx.session.resume = Some(resume);
+                return Step::Stop(stop);
+            }
+        }
+        cx.session.spend_turn();
+        resume.at = end;
+    }
+    Response::End.emit_into(out);
+    cx.session.resume = None;
+    cx.session.scan.bytes = 0;
+    Step::Done(resume.len)
+}
+
+/// Writes the metadump lines of this worker's buckets `start..end`.
+fn dump_local(cx: &mut Cx<'_>, start: usize, end: usize, out: &mut Vec<u8>) {
+    let mut line = String::new();
+    cx.core
+        .shard()
+        .visit(start, end, cx.now, |key, item, size| {
+            line.clear();
+            line.push_str("key=");
+            uri_encode(&mut line, key);
+            let exp = if item.exptime == 0 {
+                -1
+            } else {
+                i64::from(item.exptime)
+            };
+            let _ = writeln!(
+                line,
+                " exp={exp} la={} cas={} fetch={} cls={ITEM_CLASS} size={size}",
+                item.last_access,
+                item.cas,
+                if item.fetched { "yes" } else { "no" },
+            );
+            out.extend_from_slice(line.as_bytes());
+        });
+}
+
+/// On the owner: a slice of a metadump another worker forwarded (`request`: the first and
+/// last bucket, little-endian u64s).
+pub(super) fn run_metadump_slice(cx: &mut Cx<'_>, request: &[u8], out: &mut Vec<u8>) {
+    let word = |i: usize| {
+        request
+            .get(i * 8..i * 8 + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes) as usize
+    };
+    dump_local(cx, word(0), word(1), out);
+}
