@@ -26,10 +26,14 @@ pub struct Netns {
 }
 
 impl Netns {
-    /// Creates `memspin-t<pid>-<n>` with loopback up.
+    /// Creates `memspin-t<pid>-<n>` with loopback up. The first call in a process deletes the
+    /// namespaces of test processes that no longer exist: `Drop` covers a panic, but a test
+    /// binary that was killed (a timeout, SIGKILL) leaves its namespaces behind.
     #[track_caller]
     pub fn new() -> Netns {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
+        static REAPED: std::sync::Once = std::sync::Once::new();
+        REAPED.call_once(reap_orphaned_namespaces);
         let name = format!(
             "memspin-t{}-{}",
             std::process::id(),
@@ -57,6 +61,28 @@ impl Netns {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.name, program]);
         cmd
+    }
+}
+
+/// Deletes every `memspin-t<pid>-<n>` namespace whose process `<pid>` is gone.
+fn reap_orphaned_namespaces() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        let Some(pid) = name
+            .strip_prefix("memspin-t")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+        }
     }
 }
 
