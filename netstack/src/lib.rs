@@ -7,7 +7,7 @@
 //!            ┌──────────────── one worker core ────────────────────────────────────┐
 //! TAP queue ─┤ tap::TapDevice ─ read(2) × batch ─▶ rx ring                          │
 //!  (fd)      │   conn::ConnTable::poll_ingress                                       │
-//!            │     ARP ─▶ neighbor (answer, learn)                                   │
+//!            │     ARP, NDP ─▶ neighbor (answer, learn, confirm the gateway)         │
 //!            │     demux::TcpFrame (4-tuple) ─▶ bucket = hash(src ip, src port)      │
 //!            │                               └▶ control set (ICMP, other ports)      │
 //!            │     smoltcp Interface::poll_ingress_single(IP packet, that bucket)    │
@@ -21,13 +21,15 @@
 //! - [`tap`]: [`tap::TapDevice`], one queue fd of a (multi-queue) TAP device.
 //! - [`xdp`]: [`xdp::XdpProgram`], the steering program on an interface, and
 //!   [`xdp::XdpDevice`], one AF_XDP socket per (interface, queue).
-//! - [`link`]: [`link::configure`] the kernel side (address, MTU, IPv6 off, up).
+//! - [`link`]: [`link::configure`] the kernel side (addresses, MTU, IPv6 off unless it has
+//!   an IPv6 address, up).
 //! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface, with
 //!   a SYN backlog, per-connection clocks (give-up, idle, close) and loss recovery at
 //!   round-trip scale (probes and SACK re-sends of kept copies; smoltcp alone waits 1 s).
 //! - [`admission`]: [`Admission`], the connection limit every worker's table shares.
-//! - [`neighbor`]: ARP and the neighbour cache; the table frames smoltcp's IP packets.
-//! - [`demux`]: the Ethernet/IPv4/TCP header view used to pick a bucket.
+//! - [`neighbor`]: ARP, IPv6 neighbour discovery, the neighbour cache and the gateways
+//!   (shared by the workers); the table frames smoltcp's IP packets.
+//! - [`demux`]: the Ethernet/IP/TCP header view (IPv4 and IPv6) used to pick a bucket.
 //! - [`memlink`]: an in-memory Ethernet link and a bucketed smoltcp client, for tests and
 //!   benchmarks without a kernel device.
 //! - [`kernel`]: the same server loop shape over ordinary kernel sockets (`--net kernel`),

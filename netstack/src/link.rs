@@ -14,22 +14,31 @@
 //! device we created disappears with our last fd, addresses and all, so there is nothing
 //! to undo on exit. On a pre-existing device, the host address we set stays after we exit.
 //!
-//! IPv6 is disabled on the device (`/proc/sys/net/ipv6/conf/<dev>/disable_ipv6`) before
-//! it goes up, so the kernel sends no router or neighbour solicitations into the loop.
+//! Without a kernel-side IPv6 address, IPv6 is disabled on the device
+//! (`/proc/sys/net/ipv6/conf/<dev>/disable_ipv6`) before it goes up, so the kernel sends no
+//! router or neighbour solicitations into the loop. With one (`--host-ip` given an IPv6
+//! prefix), IPv6 stays on, duplicate address detection and router solicitations are turned
+//! off for the device (memspin answers neither, and an address under detection could not be
+//! used for a second), and the address is added with `SIOCSIFADDR` on an `AF_INET6` socket.
 //! All calls act in the calling thread's network namespace.
 
 use core::fmt;
 use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
 
-use smoltcp::wire::Ipv4Cidr;
+use smoltcp::wire::{Ipv4Cidr, Ipv6Cidr};
 
 use crate::sys::{self, IfName, InvalidIfName};
 
 /// What to set on the kernel side of the link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LinkConfig {
-    /// Kernel-side address and prefix (`--host-ip ADDR/PREFIX`); `None` leaves addresses alone.
+    /// Kernel-side IPv4 address and prefix (`--host-ip ADDR/PREFIX`); `None` leaves IPv4
+    /// addresses alone.
     pub host_ip: Option<Ipv4Cidr>,
+    /// Kernel-side IPv6 address and prefix (`--host-ip` with an IPv6 prefix); `None`
+    /// disables IPv6 on the device.
+    pub host_ipv6: Option<Ipv6Cidr>,
     /// IP MTU to set; `None` keeps the device's MTU (1500 for a new TAP).
     pub mtu: Option<u32>,
     /// Frames the kernel queues for us before it drops (`txqueuelen`); `None` keeps the
@@ -47,6 +56,12 @@ pub enum LinkOp {
     Socket,
     /// Writing `disable_ipv6`.
     DisableIpv6,
+    /// Writing `disable_ipv6`, `accept_dad` or `router_solicitations` to keep IPv6 on.
+    EnableIpv6,
+    /// Opening the `AF_INET6` socket the IPv6 address ioctl goes through.
+    Socket6,
+    /// `SIOCSIFADDR` of the IPv6 address.
+    SetIpv6Address,
     /// `SIOCSIFMTU`.
     SetMtu,
     /// `SIOCGIFMTU`.
@@ -94,6 +109,9 @@ impl fmt::Display for LinkError {
                     LinkOp::Lookup => "if_nametoindex",
                     LinkOp::Socket => "socket(AF_INET)",
                     LinkOp::DisableIpv6 => "write disable_ipv6",
+                    LinkOp::EnableIpv6 => "write the device's IPv6 settings",
+                    LinkOp::Socket6 => "socket(AF_INET6)",
+                    LinkOp::SetIpv6Address => "SIOCSIFADDR (IPv6)",
                     LinkOp::SetMtu => "SIOCSIFMTU",
                     LinkOp::GetMtu => "SIOCGIFMTU",
                     LinkOp::SetAddress => "SIOCSIFADDR",
@@ -142,18 +160,31 @@ pub fn mtu(name: &str) -> Result<u32, LinkError> {
     })
 }
 
-/// Configures the kernel side of device `name`: disables IPv6, sets the MTU and the
-/// host address if given, and brings the link up. Idempotent.
+/// Configures the kernel side of device `name`: disables IPv6 (or, with an IPv6 host
+/// address, keeps it on without duplicate address detection), sets the MTU and the host
+/// addresses if given, and brings the link up. Idempotent.
 ///
 /// # Errors
 /// [`LinkError`] naming the device and the failed step; `EPERM` without `CAP_NET_ADMIN`.
-/// A kernel built without IPv6 (no `disable_ipv6` file) is not an error.
+/// A kernel built without IPv6 (no `disable_ipv6` file) is not an error unless an IPv6
+/// host address is asked for.
 pub fn configure(name: &str, config: &LinkConfig) -> Result<(), LinkError> {
     let name = IfName::new(name)?;
     let fail = |op, errno| LinkError::Sys { name, op, errno };
-    sys::if_index(&name).ok_or(LinkError::NotFound { name })?;
+    let index = sys::if_index(&name).ok_or(LinkError::NotFound { name })?;
 
-    disable_ipv6(&name).map_err(|e| fail(LinkOp::DisableIpv6, e))?;
+    match config.host_ipv6 {
+        None => disable_ipv6(&name).map_err(|e| fail(LinkOp::DisableIpv6, e))?,
+        Some(_) => {
+            for (key, value) in [
+                ("accept_dad", "0"),
+                ("router_solicitations", "0"),
+                ("disable_ipv6", "0"),
+            ] {
+                ipv6_conf(&name, key, value).map_err(|e| fail(LinkOp::EnableIpv6, e))?;
+            }
+        }
+    }
 
     let sock = sys::inet_socket().map_err(|e| fail(LinkOp::Socket, e))?;
     if let Some(mtu) = config.mtu {
@@ -182,6 +213,10 @@ pub fn configure(name: &str, config: &LinkConfig) -> Result<(), LinkError> {
             .map_err(|e| fail(LinkOp::SetNetmask, e))?;
     }
 
+    if let Some(cidr) = config.host_ipv6 {
+        add_ipv6_address(index, cidr).map_err(|(op, e)| fail(op, e))?;
+    }
+
     let mut req = sys::ifreq(&name);
     sys::ioctl_ifreq(&sock, libc::SIOCGIFFLAGS as libc::Ioctl, &mut req)
         .map_err(|e| fail(LinkOp::GetFlags, e))?;
@@ -196,13 +231,53 @@ pub fn configure(name: &str, config: &LinkConfig) -> Result<(), LinkError> {
 
 /// Writes "1" to the device's `disable_ipv6`; a missing file (no IPv6 in the kernel) is fine.
 fn disable_ipv6(name: &IfName) -> Result<(), i32> {
-    let path = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
-    match std::fs::OpenOptions::new().write(true).open(&path) {
-        Ok(mut file) => file
-            .write_all(b"1\n")
-            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+    match ipv6_conf(name, "disable_ipv6", "1") {
+        Err(libc::ENOENT) => Ok(()),
+        done => done,
+    }
+}
+
+/// Writes `value` to `/proc/sys/net/ipv6/conf/<name>/<key>`.
+fn ipv6_conf(name: &IfName, key: &str, value: &str) -> Result<(), i32> {
+    let path = format!("/proc/sys/net/ipv6/conf/{name}/{key}");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    file.write_all(format!("{value}\n").as_bytes())
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Adds `cidr` to the device with index `index` (`SIOCSIFADDR` with a `struct in6_ifreq` on
+/// an `AF_INET6` socket); an address already there is fine.
+fn add_ipv6_address(index: u32, cidr: Ipv6Cidr) -> Result<(), (LinkOp, i32)> {
+    // SAFETY: plain socket(2) call with constant arguments; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err((LinkOp::Socket6, sys::errno()));
+    }
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+    let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let mut req = libc::in6_ifreq {
+        ifr6_addr: libc::in6_addr {
+            s6_addr: cidr.address().octets(),
+        },
+        ifr6_prefixlen: u32::from(cidr.prefix_len()),
+        ifr6_ifindex: libc::c_int::try_from(index)
+            .map_err(|_| (LinkOp::SetIpv6Address, libc::EINVAL))?,
+    };
+    // SAFETY: SIOCSIFADDR on an AF_INET6 socket reads one `struct in6_ifreq`, and `req` is a
+    // valid one that lives across the call.
+    let rc = unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCSIFADDR as libc::Ioctl,
+            &mut req as *mut libc::in6_ifreq,
+        )
+    };
+    match (rc, sys::errno()) {
+        (0.., _) | (_, libc::EEXIST) => Ok(()),
+        (_, errno) => Err((LinkOp::SetIpv6Address, errno)),
     }
 }
 
@@ -251,5 +326,43 @@ mod tests {
     #[test]
     fn loopback_mtu() {
         assert!(mtu("lo").unwrap() >= 1500);
+    }
+
+    /// In a network namespace of its own (this thread's, gone when it ends): a TAP device
+    /// given an IPv6 host address has it at once (not tentative: no duplicate address
+    /// detection), configuring again is fine, and without one IPv6 is off.
+    #[test]
+    fn an_ipv6_host_address_is_usable_at_once() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root for a namespace and a TAP device");
+            return;
+        }
+        std::thread::spawn(|| {
+            // SAFETY: unshare(2) moves only this thread into a new network namespace.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
+            let show = |dev: &str| {
+                let out = std::process::Command::new("ip")
+                    .args(["-6", "addr", "show", "dev", dev])
+                    .output()
+                    .expect("ip");
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            };
+            let _tap = crate::TapDevice::open("ms6", false).expect("a TAP device");
+            let config = LinkConfig {
+                host_ipv6: Some(Ipv6Cidr::new("fd77::1".parse().unwrap(), 64)),
+                ..LinkConfig::default()
+            };
+            configure("ms6", &config).expect("configure");
+            configure("ms6", &config).expect("configure again");
+            let addrs = show("ms6");
+            assert!(addrs.contains("inet6 fd77::1/64"), "{addrs}");
+            assert!(!addrs.contains("tentative"), "{addrs}");
+            let _plain = crate::TapDevice::open("ms4", false).expect("a TAP device");
+            configure("ms4", &LinkConfig::default()).expect("configure");
+            assert!(!show("ms4").contains("inet6"), "IPv6 off: {}", show("ms4"));
+        })
+        .join()
+        .expect("the namespace thread");
     }
 }

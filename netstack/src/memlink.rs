@@ -18,7 +18,7 @@ use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
 use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
 use smoltcp::socket::tcp;
 use smoltcp::time::Instant;
-use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, IpEndpoint, Ipv4Cidr};
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, IpEndpoint};
 
 use crate::demux::TcpFrame;
 use crate::view::{Egress, OneFrame};
@@ -221,13 +221,14 @@ pub struct ClientSwarm {
 pub const FIRST_CLIENT_PORT: u16 = 10_000;
 
 impl ClientSwarm {
-    /// A client with address `ip` and MAC `mac`, sized for about `expected_conns` connections.
+    /// A client with address `ip` (IPv4 or IPv6) and MAC `mac`, sized for about
+    /// `expected_conns` connections.
     ///
     /// # Panics
     /// If `mac` or `ip` is not unicast, or `device` is not Ethernet (test support only).
     pub fn new<D: Device>(
         mac: [u8; 6],
-        ip: Ipv4Cidr,
+        ip: impl Into<IpCidr>,
         device: &mut D,
         now: Instant,
         expected_conns: usize,
@@ -236,7 +237,7 @@ impl ClientSwarm {
         config.random_seed = 0x5eed;
         let mut iface = Interface::new(config, device, now);
         iface.update_ip_addrs(|addrs| {
-            let _ = addrs.push(IpCidr::Ipv4(ip));
+            let _ = addrs.push(ip.into());
         });
         let set_count = expected_conns.div_ceil(8).max(1).next_power_of_two();
         ClientSwarm {

@@ -7,12 +7,14 @@
 //! - [`IpEgress`] forwards `transmit` to the real device.
 //! - Both wrap every transmit token in a [`FramedTx`], which asks the device for 14 more
 //!   bytes, lets smoltcp write the IP packet behind them, and then writes the Ethernet
-//!   header whose destination [`Framing`] picks (see `neighbor.rs`): the connection's own
-//!   MAC, the MAC of the frame being answered, the neighbour cache, or else the frame
-//!   becomes an ARP request for the packet's destination and the packet is dropped (as
-//!   smoltcp's own Ethernet path does; TCP sends it again). A frame of a connection is then
-//!   shown to it ([`Peers::sent`]): loss recovery (`conn/recovery.rs`) keeps a copy of
-//!   each one that takes sequence space.
+//!   header whose destination [`Framing`] picks (see `neighbor/mod.rs`): on the link, the
+//!   connection's own MAC, the MAC of the frame being answered, the neighbour cache; off
+//!   the link, the gateway's MAC (the SYN's during a handshake; then those of the
+//!   connection and of the frame being answered); or else the frame becomes an ARP request
+//!   or a neighbour solicitation for the next hop and the packet is dropped (as smoltcp's
+//!   own Ethernet path does; TCP sends it again). A frame of a connection is then shown to
+//!   it ([`Peers::sent`]): loss recovery (`conn/recovery.rs`) keeps a copy of each one that
+//!   takes sequence space.
 //!
 //! Per frame that costs a read of the IP header (version, protocol, destination, port)
 //! and a short scan of one bucket's slots, against smoltcp's scan of its neighbour map:
@@ -26,26 +28,39 @@
 
 use smoltcp::phy::{Device, DeviceCapabilities, PacketMeta, RxToken, TxToken};
 use smoltcp::time::Instant;
-use smoltcp::wire::Ipv4Address;
+use smoltcp::wire::{IpAddress, Ipv4Address, Ipv6Address};
 
 use crate::neighbor::{
-    ARP_FRAME_LEN, BROADCAST_MAC, ETHERNET_HEADER_LEN, NeighborCache, emit_arp, emit_ethernet_ipv4,
+    ARP_FRAME_LEN, ArpOut, ETHERNET_HEADER_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6, Gateways,
+    LinkAddrs, NDP_FRAME_LEN, NdpOut, NeighborCache, emit_arp, emit_ethernet, emit_ethernet_ipv4,
+    emit_ndp,
 };
 
 /// The connections with a slot in the polled bucket.
 pub(crate) trait Peers {
-    /// The slot and MAC of the connection to `addr:port`, if it has a slot here.
-    fn peer(&self, addr: Ipv4Address, port: u16) -> Option<(usize, [u8; 6])>;
+    /// The connection to `addr:port`, if it has a slot here.
+    fn peer(&self, addr: IpAddress, port: u16) -> Option<PeerMac>;
 
-    /// Connection `slot` sends `frame` (an IPv4 TCP segment, its Ethernet header written).
+    /// Connection `slot` sends `frame` (a TCP segment, its Ethernet header written).
     fn sent(&mut self, slot: usize, frame: &[u8]);
+}
+
+/// What framing needs of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerMac {
+    /// Its slot in the bucket.
+    pub(crate) slot: usize,
+    /// The MAC its SYN came from.
+    pub(crate) mac: [u8; 6],
+    /// Its handshake is in progress (the SYN-ACK goes back the way the SYN came).
+    pub(crate) handshake: bool,
 }
 
 /// No connection (the control set).
 pub(crate) struct NoPeers;
 
 impl Peers for NoPeers {
-    fn peer(&self, _: Ipv4Address, _: u16) -> Option<(usize, [u8; 6])> {
+    fn peer(&self, _: IpAddress, _: u16) -> Option<PeerMac> {
         None
     }
 
@@ -55,8 +70,10 @@ impl Peers for NoPeers {
 /// Picks each sent frame's destination MAC and writes its Ethernet header; shows each
 /// connection its own frames (loss recovery keeps copies); counts frames.
 pub(crate) struct Framing<'a, P: Peers + ?Sized> {
-    pub(crate) own_mac: [u8; 6],
-    pub(crate) own_ip: Ipv4Address,
+    /// Our MAC and addresses.
+    pub(crate) own: &'a LinkAddrs,
+    /// The next hop for destinations off the link.
+    pub(crate) gateways: &'a Gateways,
     /// The connections of the bucket being polled.
     pub(crate) peers: &'a mut P,
     /// While answering a received frame: its source MAC.
@@ -64,7 +81,7 @@ pub(crate) struct Framing<'a, P: Peers + ?Sized> {
     pub(crate) neighbors: &'a mut NeighborCache,
     /// Frames sent.
     pub(crate) sent: u64,
-    /// Frames that became ARP requests because their destination was unknown.
+    /// Frames whose next hop's MAC was unknown (sent as a request, or addressed to us).
     pub(crate) unresolved: u64,
 }
 
@@ -73,55 +90,125 @@ impl<P: Peers + ?Sized> Framing<'_, P> {
     /// a connection's frame to the connection.
     fn frame(&mut self, frame: &mut [u8]) {
         let packet = &frame[ETHERNET_HEADER_LEN..];
-        let Some(dst) = ipv4_dst(packet) else {
-            // smoltcp sends only IPv4 here; anything else is addressed to ourselves, which
+        let Some(dst) = ip_dst(packet) else {
+            // smoltcp sends only IP here; anything else is addressed to ourselves, which
             // every receiver drops.
-            emit_ethernet_ipv4(frame, self.own_mac, self.own_mac);
+            emit_ethernet_ipv4(frame, self.own.mac, self.own.mac);
             return;
         };
-        let conn = tcp_dst_port(packet).and_then(|port| self.peers.peer(dst, port));
-        if let Some((slot, mac)) = conn {
-            emit_ethernet_ipv4(frame, self.own_mac, mac);
-            self.peers.sent(slot, frame);
-            return;
-        }
-        let mac = self.reply_to.or_else(|| self.neighbors.lookup(dst));
-        match mac {
-            Some(mac) => emit_ethernet_ipv4(frame, self.own_mac, mac),
-            None => {
-                self.unresolved += 1;
-                if frame.len() >= ARP_FRAME_LEN {
-                    // Zeroes the packet too: its bytes must not go out as broadcast padding.
-                    emit_arp(frame, self.own_mac, self.own_ip, BROADCAST_MAC, dst);
-                } else {
-                    emit_ethernet_ipv4(frame, self.own_mac, self.own_mac);
+        let ethertype = match dst {
+            IpAddress::Ipv4(_) => ETHERTYPE_IPV4,
+            IpAddress::Ipv6(_) => ETHERTYPE_IPV6,
+        };
+        let connection = tcp_dst_port(packet).and_then(|port| self.peers.peer(dst, port));
+        let (next_hop, mac) = if self.own.on_link(dst) {
+            let mac = connection
+                .map(|c| c.mac)
+                .or(self.reply_to)
+                .or_else(|| self.neighbors.lookup(dst));
+            (Some(dst), mac)
+        } else {
+            // A handshake's frames go back the way the SYN came (through a router that
+            // replaced the gateway's MAC, the handshake can complete and tell the gateways);
+            // an open connection's go to the gateway.
+            let handshake = connection.filter(|c| c.handshake).map(|c| c.mac);
+            let connection = connection.map(|c| c.mac);
+            match self.gateways.route(dst) {
+                Some((gateway, mac)) => (
+                    Some(gateway),
+                    handshake.or(mac).or(connection).or(self.reply_to),
+                ),
+                // No route: the MAC the connection's SYN, or the frame answered, came from.
+                None => (None, connection.or(self.reply_to)),
+            }
+        };
+        match (mac, next_hop) {
+            (Some(mac), _) => {
+                emit_ethernet(frame, self.own.mac, mac, ethertype);
+                if let Some(connection) = connection {
+                    self.peers.sent(connection.slot, frame);
                 }
+            }
+            (None, next_hop) => {
+                self.unresolved += 1;
+                self.request(frame, next_hop, ethertype);
+            }
+        }
+    }
+
+    /// Turns `frame` into a request for `next_hop` (ARP, or a solicitation to its
+    /// solicited-node group) if it is long enough, else into a frame addressed to
+    /// ourselves; either way no byte of the packet leaves.
+    fn request(&self, frame: &mut [u8], next_hop: Option<IpAddress>, ethertype: u16) {
+        match (next_hop, self.own.ipv4, self.own.ipv6) {
+            (Some(IpAddress::Ipv4(target)), Some(own), _) if frame.len() >= ARP_FRAME_LEN => {
+                // Zeroes the packet too: its bytes must not go out as broadcast padding.
+                emit_arp(
+                    frame,
+                    self.own.mac,
+                    own.address(),
+                    ArpOut::Request {
+                        target,
+                        to_mac: None,
+                    },
+                );
+            }
+            (Some(IpAddress::Ipv6(target)), _, Some(own)) if frame.len() >= NDP_FRAME_LEN => {
+                emit_ndp(
+                    frame,
+                    self.own.mac,
+                    own.address(),
+                    NdpOut::Solicit {
+                        target,
+                        to_mac: None,
+                    },
+                );
+            }
+            _ => {
+                frame[ETHERNET_HEADER_LEN..].fill(0);
+                emit_ethernet(frame, self.own.mac, self.own.mac, ethertype);
             }
         }
     }
 }
 
-/// The destination of an IPv4 packet.
-fn ipv4_dst(packet: &[u8]) -> Option<Ipv4Address> {
-    if packet.len() < 20 || packet[0] >> 4 != 4 {
-        return None;
+/// Length of the IPv6 header.
+const IPV6_HEADER_LEN: usize = 40;
+
+/// The destination of an IPv4 or IPv6 packet.
+fn ip_dst(packet: &[u8]) -> Option<IpAddress> {
+    match packet.first()? >> 4 {
+        4 if packet.len() >= 20 => Some(IpAddress::Ipv4(Ipv4Address::new(
+            packet[16], packet[17], packet[18], packet[19],
+        ))),
+        6 if packet.len() >= IPV6_HEADER_LEN => {
+            let mut octets = [0u8; 16];
+            octets.copy_from_slice(&packet[24..40]);
+            Some(IpAddress::Ipv6(Ipv6Address::from(octets)))
+        }
+        _ => None,
     }
-    Some(Ipv4Address::new(
-        packet[16], packet[17], packet[18], packet[19],
-    ))
 }
 
-/// The destination port of an unfragmented IPv4 TCP segment.
+/// The destination port of an unfragmented IPv4 TCP segment, or of an IPv6 TCP segment
+/// without extension headers (smoltcp sends none).
 fn tcp_dst_port(packet: &[u8]) -> Option<u16> {
-    if packet.len() < 20 {
-        return None;
+    let port_at = |offset: usize| {
+        let bytes = packet.get(offset + 2..offset + 4)?;
+        Some(u16::from_be_bytes([bytes[0], bytes[1]]))
+    };
+    match packet.first()? >> 4 {
+        4 if packet.len() >= 20 => {
+            let ihl = usize::from(packet[0] & 0x0f) * 4;
+            let fragment = u16::from_be_bytes([packet[6], packet[7]]) & 0x3fff != 0;
+            if packet[9] != 6 || fragment {
+                return None;
+            }
+            port_at(ihl)
+        }
+        6 if packet.len() >= IPV6_HEADER_LEN && packet[6] == 6 => port_at(IPV6_HEADER_LEN),
+        _ => None,
     }
-    let ihl = usize::from(packet[0] & 0x0f) * 4;
-    let fragment = u16::from_be_bytes([packet[6], packet[7]]) & 0x3fff != 0;
-    if packet[9] != 6 || fragment || packet.len() < ihl + 4 {
-        return None;
-    }
-    Some(u16::from_be_bytes([packet[ihl + 2], packet[ihl + 3]]))
 }
 
 /// A transmit token that puts an Ethernet header in front of smoltcp's IP packet.
@@ -389,22 +476,50 @@ impl<D: Device> Device for Egress<'_, '_, D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use smoltcp::wire::{EthernetFrame, EthernetProtocol};
+    use crate::neighbor::{BROADCAST_MAC, ndp_input};
+    use smoltcp::time::Instant;
+    use smoltcp::wire::{EthernetFrame, EthernetProtocol, Ipv4Cidr, Ipv6Cidr};
 
     const OWN_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x02];
     const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x01];
     const CACHED_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x07];
     const REPLY_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x09];
+    const GATEWAY_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0xfe];
 
-    /// One connection, 10.77.0.1:40000 in slot 3; records the frames shown to it.
+    fn v6(text: &str) -> Ipv6Address {
+        text.parse().unwrap()
+    }
+
+    fn own() -> LinkAddrs {
+        LinkAddrs {
+            mac: OWN_MAC,
+            ipv4: Some(Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 2), 24)),
+            ipv6: Some(Ipv6Cidr::new(v6("fd77::2"), 64)),
+        }
+    }
+
+    /// The connections from 10.77.0.1:40000 (slot 3), from [fd77::1]:40000 (slot 4) and
+    /// from the off-link 10.79.0.2:40000 (slot 5), all in their handshake if `handshake`;
+    /// records the frames shown to them.
     #[derive(Default)]
-    struct OnePeer {
+    struct TestPeers {
+        handshake: bool,
         sent: Vec<(usize, Vec<u8>)>,
     }
 
-    impl Peers for OnePeer {
-        fn peer(&self, addr: Ipv4Address, port: u16) -> Option<(usize, [u8; 6])> {
-            (addr == Ipv4Address::new(10, 77, 0, 1) && port == 40000).then_some((3, PEER_MAC))
+    impl Peers for TestPeers {
+        fn peer(&self, addr: IpAddress, port: u16) -> Option<PeerMac> {
+            let ours = [
+                IpAddress::v4(10, 77, 0, 1),
+                IpAddress::Ipv6(v6("fd77::1")),
+                IpAddress::v4(10, 79, 0, 2),
+            ];
+            let slot = ours.iter().position(|&a| a == addr)?;
+            (port == 40000).then_some(PeerMac {
+                slot: 3 + slot,
+                mac: PEER_MAC,
+                handshake: self.handshake,
+            })
         }
 
         fn sent(&mut self, slot: usize, frame: &[u8]) {
@@ -413,29 +528,46 @@ mod tests {
     }
 
     /// The IP packet of the captured SYN (see `demux`), with its destination and ports
-    /// swapped to look like our reply to 10.77.0.`last`:`port`.
-    fn reply_packet(last: u8, port: u16) -> Vec<u8> {
+    /// swapped to look like our reply to `dst`:`port`.
+    fn reply_packet(dst: [u8; 4], port: u16) -> Vec<u8> {
         let mut packet = crate::demux::tests::SYN_FRAME[14..].to_vec();
         packet[12..16].copy_from_slice(&[10, 77, 0, 2]);
-        packet[16..20].copy_from_slice(&[10, 77, 0, last]);
+        packet[16..20].copy_from_slice(&dst);
         packet[20..22].copy_from_slice(&11211u16.to_be_bytes());
         packet[22..24].copy_from_slice(&port.to_be_bytes());
         packet
     }
 
-    fn frame_for(packet: &[u8], reply_to: Option<[u8; 6]>, cache: &mut NeighborCache) -> Vec<u8> {
-        frame_shown(packet, reply_to, cache, &mut OnePeer::default())
+    /// The same over IPv6, from the captured IPv6 SYN.
+    fn reply6_packet(dst: &str, port: u16) -> Vec<u8> {
+        let mut packet = crate::demux::tests::SYN6_FRAME[14..].to_vec();
+        packet[8..24].copy_from_slice(&v6("fd77::2").octets());
+        packet[24..40].copy_from_slice(&v6(dst).octets());
+        packet[40..42].copy_from_slice(&11211u16.to_be_bytes());
+        packet[42..44].copy_from_slice(&port.to_be_bytes());
+        packet
+    }
+
+    fn frame_with(
+        packet: &[u8],
+        reply_to: Option<[u8; 6]>,
+        cache: &mut NeighborCache,
+        gateways: &Gateways,
+    ) -> (Vec<u8>, u64) {
+        frame_shown(packet, reply_to, cache, gateways, &mut TestPeers::default())
     }
 
     fn frame_shown(
         packet: &[u8],
         reply_to: Option<[u8; 6]>,
         cache: &mut NeighborCache,
-        peers: &mut OnePeer,
-    ) -> Vec<u8> {
+        gateways: &Gateways,
+        peers: &mut TestPeers,
+    ) -> (Vec<u8>, u64) {
+        let own = own();
         let mut framing = Framing {
-            own_mac: OWN_MAC,
-            own_ip: Ipv4Address::new(10, 77, 0, 2),
+            own: &own,
+            gateways,
             peers,
             reply_to,
             neighbors: cache,
@@ -445,7 +577,11 @@ mod tests {
         let mut frame = vec![0xa5u8; packet.len() + ETHERNET_HEADER_LEN];
         frame[ETHERNET_HEADER_LEN..].copy_from_slice(packet);
         framing.frame(&mut frame);
-        frame
+        (frame, framing.unresolved)
+    }
+
+    fn frame_for(packet: &[u8], reply_to: Option<[u8; 6]>, cache: &mut NeighborCache) -> Vec<u8> {
+        frame_with(packet, reply_to, cache, &Gateways::default()).0
     }
 
     #[test]
@@ -453,23 +589,32 @@ mod tests {
         let mut cache = NeighborCache::new(4);
         cache.learn(Ipv4Address::new(10, 77, 0, 1), CACHED_MAC);
         cache.learn(Ipv4Address::new(10, 77, 0, 3), CACHED_MAC);
-        let conn = reply_packet(1, 40000);
-        for reply_to in [None, Some(REPLY_MAC)] {
-            let frame = frame_for(&conn, reply_to, &mut cache);
-            assert_eq!(&frame[0..6], &PEER_MAC, "the connection's own MAC");
-            assert_eq!(&frame[6..12], &OWN_MAC);
-            assert_eq!(&frame[12..14], &[0x08, 0x00]);
-            assert_eq!(&frame[14..], &conn[..], "the packet is untouched");
+        cache.learn(v6("fd77::1"), CACHED_MAC);
+        for (conn, ethertype) in [
+            (reply_packet([10, 77, 0, 1], 40000), [0x08, 0x00]),
+            (reply6_packet("fd77::1", 40000), [0x86, 0xdd]),
+        ] {
+            for reply_to in [None, Some(REPLY_MAC)] {
+                let frame = frame_for(&conn, reply_to, &mut cache);
+                assert_eq!(&frame[0..6], &PEER_MAC, "the connection's own MAC");
+                assert_eq!(&frame[6..12], &OWN_MAC);
+                assert_eq!(&frame[12..14], &ethertype);
+                assert_eq!(&frame[14..], &conn[..], "the packet is untouched");
+            }
         }
         // Another port of the same host: no slot.
-        let other = reply_packet(1, 40001);
+        for other in [
+            reply_packet([10, 77, 0, 1], 40001),
+            reply6_packet("fd77::1", 40001),
+        ] {
+            assert_eq!(
+                &frame_for(&other, Some(REPLY_MAC), &mut cache)[0..6],
+                &REPLY_MAC
+            );
+            assert_eq!(&frame_for(&other, None, &mut cache)[0..6], &CACHED_MAC);
+        }
         assert_eq!(
-            &frame_for(&other, Some(REPLY_MAC), &mut cache)[0..6],
-            &REPLY_MAC
-        );
-        assert_eq!(&frame_for(&other, None, &mut cache)[0..6], &CACHED_MAC);
-        assert_eq!(
-            &frame_for(&reply_packet(3, 1), None, &mut cache)[0..6],
+            &frame_for(&reply_packet([10, 77, 0, 3], 1), None, &mut cache)[0..6],
             &CACHED_MAC
         );
     }
@@ -478,19 +623,35 @@ mod tests {
     fn a_connection_is_shown_its_own_frames_and_only_those() {
         let mut cache = NeighborCache::new(4);
         cache.learn(Ipv4Address::new(10, 77, 0, 3), CACHED_MAC);
-        let mut peers = OnePeer::default();
-        let conn = reply_packet(1, 40000);
-        let frame = frame_shown(&conn, None, &mut cache, &mut peers);
+        let mut peers = TestPeers::default();
+        let none = Gateways::default();
+        let conn = reply_packet([10, 77, 0, 1], 40000);
+        let (frame, _) = frame_shown(&conn, None, &mut cache, &none, &mut peers);
         assert_eq!(
             peers.sent,
             vec![(3, frame)],
             "the whole frame, header written"
         );
-        frame_shown(&reply_packet(1, 40001), None, &mut cache, &mut peers);
-        frame_shown(&reply_packet(3, 40000), None, &mut cache, &mut peers);
+        let conn6 = reply6_packet("fd77::1", 40000);
+        let (frame6, _) = frame_shown(&conn6, None, &mut cache, &none, &mut peers);
+        assert_eq!(peers.sent[1], (4, frame6), "over IPv6 too");
+        frame_shown(
+            &reply_packet([10, 77, 0, 1], 40001),
+            None,
+            &mut cache,
+            &none,
+            &mut peers,
+        );
+        frame_shown(
+            &reply_packet([10, 77, 0, 3], 40000),
+            None,
+            &mut cache,
+            &none,
+            &mut peers,
+        );
         assert_eq!(
             peers.sent.len(),
-            1,
+            2,
             "other connections' frames are not shown"
         );
     }
@@ -498,7 +659,7 @@ mod tests {
     #[test]
     fn an_unknown_destination_gets_an_arp_request_and_the_data_never_leaves() {
         let mut cache = NeighborCache::new(4);
-        let packet = reply_packet(5, 40000);
+        let packet = reply_packet([10, 77, 0, 5], 40000);
         let frame = frame_for(&packet, None, &mut cache);
         let eth = EthernetFrame::new_checked(&frame[..]).unwrap();
         assert_eq!(eth.dst_addr().0, BROADCAST_MAC);
@@ -514,8 +675,120 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_ipv6_neighbour_gets_a_solicitation_or_nothing() {
+        let mut cache = NeighborCache::new(4);
+        // A SYN-ACK-sized packet (94 bytes of frame) has room for a solicitation.
+        let packet = reply6_packet("fd77::5", 40000);
+        let (frame, unresolved) = frame_with(&packet, None, &mut cache, &Gateways::default());
+        assert_eq!(unresolved, 1);
+        assert_eq!(
+            &frame[0..6],
+            &[0x33, 0x33, 0xff, 0, 0, 5],
+            "fd77::5's group"
+        );
+        // fd77::5 reads it as a solicitation for it from us.
+        let target = Ipv6Cidr::new(v6("fd77::5"), 64);
+        let input = ndp_input(&frame[..NDP_FRAME_LEN], PEER_MAC, target).unwrap();
+        assert_eq!(input.learn, Some((v6("fd77::2"), OWN_MAC)));
+        assert!(frame[NDP_FRAME_LEN..].iter().all(|&b| b == 0));
+        // A bare ACK (74 bytes) has not: it goes to our own MAC, zeroed.
+        let mut ack = packet[..60].to_vec();
+        ack[4..6].copy_from_slice(&20u16.to_be_bytes());
+        let (frame, unresolved) = frame_with(&ack, None, &mut cache, &Gateways::default());
+        assert_eq!(unresolved, 1);
+        assert_eq!(&frame[0..6], &OWN_MAC);
+        assert!(frame[ETHERNET_HEADER_LEN..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn off_the_link_frames_go_to_the_gateway() {
+        let mut cache = NeighborCache::new(4);
+        let gateway4 = Ipv4Address::new(10, 77, 0, 1);
+        let gateway6 = v6("fe80::1");
+        let gateways = Gateways::new(Some(gateway4), Some(gateway6));
+        // A cached MAC for the off-link host itself is never used.
+        cache.learn(Ipv4Address::new(10, 79, 0, 9), CACHED_MAC);
+        let off4 = reply_packet([10, 79, 0, 9], 5);
+        let conn4 = reply_packet([10, 79, 0, 2], 40000);
+        let off6 = reply6_packet("fd79::9", 5);
+        // Unresolved: the connection's or the answered frame's MAC...
+        for (packet, reply_to, want) in [
+            (&conn4, None, PEER_MAC),
+            (&conn4, Some(REPLY_MAC), PEER_MAC),
+            (&off4, Some(REPLY_MAC), REPLY_MAC),
+            (&off6, Some(REPLY_MAC), REPLY_MAC),
+        ] {
+            let (frame, unresolved) = frame_with(packet, reply_to, &mut cache, &gateways);
+            assert_eq!((&frame[0..6], unresolved), (&want[..], 0));
+        }
+        // ...else a request for the gateway, not for the destination.
+        let (frame, _) = frame_with(&off4, None, &mut cache, &gateways);
+        assert_eq!(&frame[0..6], &BROADCAST_MAC);
+        assert_eq!(&frame[38..42], &gateway4.octets(), "who has the gateway");
+        let (frame, _) = frame_with(&off6, None, &mut cache, &gateways);
+        assert_eq!(
+            &frame[0..6],
+            &[0x33, 0x33, 0xff, 0, 0, 1],
+            "fe80::1's group"
+        );
+        assert_eq!(
+            &frame[62..78],
+            &gateway6.octets(),
+            "the solicitation's target"
+        );
+        // Resolved: the gateway's MAC first, for every off-link packet.
+        gateways.confirm(gateway4.into(), GATEWAY_MAC, Instant::ZERO);
+        gateways.confirm(gateway6.into(), GATEWAY_MAC, Instant::ZERO);
+        for packet in [&off4, &conn4, &off6] {
+            for reply_to in [None, Some(REPLY_MAC)] {
+                let (frame, unresolved) = frame_with(packet, reply_to, &mut cache, &gateways);
+                assert_eq!((&frame[0..6], unresolved), (&GATEWAY_MAC[..], 0));
+                assert_eq!(&frame[14..], &packet[..]);
+            }
+        }
+        // A handshake's frames go back the way its SYN came, resolved gateway or not.
+        let mut handshaking = TestPeers {
+            handshake: true,
+            ..TestPeers::default()
+        };
+        let (frame, _) = frame_shown(
+            &conn4,
+            Some(REPLY_MAC),
+            &mut cache,
+            &gateways,
+            &mut handshaking,
+        );
+        assert_eq!(&frame[0..6], &PEER_MAC);
+        assert_eq!(
+            handshaking.sent,
+            vec![(5, frame)],
+            "shown to its connection"
+        );
+        // On the link, the gateway is not involved.
+        let on_link = reply_packet([10, 77, 0, 1], 40000);
+        assert_eq!(
+            &frame_with(&on_link, None, &mut cache, &gateways).0[0..6],
+            &PEER_MAC
+        );
+    }
+
+    #[test]
+    fn without_a_route_only_answers_leave() {
+        let mut cache = NeighborCache::new(4);
+        let off = reply_packet([10, 79, 0, 9], 5);
+        assert_eq!(
+            &frame_for(&off, Some(REPLY_MAC), &mut cache)[0..6],
+            &REPLY_MAC
+        );
+        let (frame, unresolved) = frame_with(&off, None, &mut cache, &Gateways::default());
+        assert_eq!(unresolved, 1);
+        assert_eq!(&frame[0..6], &OWN_MAC, "no ARP for a host off the link");
+        assert!(frame[14..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
     fn ports_are_read_only_from_unfragmented_tcp() {
-        let packet = reply_packet(1, 40000);
+        let packet = reply_packet([10, 77, 0, 1], 40000);
         assert_eq!(tcp_dst_port(&packet), Some(40000));
         let mut udp = packet.clone();
         udp[9] = 17;
@@ -524,9 +797,17 @@ mod tests {
         fragment[6] = 0x20;
         assert_eq!(tcp_dst_port(&fragment), None);
         assert_eq!(tcp_dst_port(&packet[..23]), None);
-        assert_eq!(ipv4_dst(&packet[..19]), None);
-        let mut v6 = packet;
-        v6[0] = 0x60;
-        assert_eq!(ipv4_dst(&v6), None);
+        assert_eq!(ip_dst(&packet[..19]), None);
+        let mut v6_version = packet;
+        v6_version[0] = 0x60;
+        assert_eq!(ip_dst(&v6_version[..39]), None);
+        let packet6 = reply6_packet("fd77::1", 40000);
+        assert_eq!(tcp_dst_port(&packet6), Some(40000));
+        assert_eq!(ip_dst(&packet6), Some(IpAddress::Ipv6(v6("fd77::1"))));
+        assert_eq!(tcp_dst_port(&packet6[..43]), None);
+        let mut icmp6 = packet6;
+        icmp6[6] = 58;
+        assert_eq!(tcp_dst_port(&icmp6), None);
+        assert_eq!(ip_dst(&[]), None);
     }
 }

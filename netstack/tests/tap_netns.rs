@@ -142,6 +142,7 @@ fn kernel_client_echoes_through_tap_in_a_namespace() {
             name,
             &LinkConfig {
                 host_ip: Some(host_ip),
+                host_ipv6: None,
                 mtu: None,
                 tx_queue_len: None,
             },
@@ -263,6 +264,7 @@ fn multi_queue_device_has_one_fd_per_queue_and_goes_away() {
             name,
             &LinkConfig {
                 host_ip: None,
+                host_ipv6: None,
                 mtu: Some(9000),
                 tx_queue_len: None,
             },

@@ -1,10 +1,10 @@
 //! The `memspin` command line: the names are a contract that scripts rely on (README.md's
 //! "memspin" table); flags are added, never renamed.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-use clap::{Parser, ValueEnum};
+use clap::{ArgAction, Parser, ValueEnum};
 
 /// memspin: a memcached-compatible cache server on a kernel-bypass packet path.
 #[derive(Debug, Clone, Parser)]
@@ -38,13 +38,21 @@ pub struct Args {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub xdp_busy_poll_budget: u16,
 
-    /// The server's own address on the link, ADDR/PREFIX.
-    #[arg(long, default_value = "10.77.0.2/24")]
-    pub ip: Cidr,
+    /// The server's own address on the link, ADDR/PREFIX, IPv4 or IPv6; give it once per
+    /// family to serve both (`--ip 10.77.0.2/24 --ip fd77::2/64`).
+    #[arg(long = "ip", default_value = "10.77.0.2/24", action = ArgAction::Append)]
+    pub ip: Vec<Cidr>,
 
-    /// The kernel side's address on the TAP link, ADDR/PREFIX, or `none` to leave it alone.
-    #[arg(long, default_value = "10.77.0.1/24")]
-    pub host_ip: HostIp,
+    /// The kernel side's address on the TAP link, ADDR/PREFIX (once per family served), or
+    /// `none` to leave its addresses alone [default: 10.77.0.1/24 when memspin serves IPv4].
+    #[arg(long = "host-ip", action = ArgAction::Append)]
+    pub host_ip: Vec<HostIp>,
+
+    /// With `--net tap` or `xdp`: the router clients off `--ip`'s subnet are reached
+    /// through, an address on the link (once per family). Without one, only clients on the
+    /// link are answered.
+    #[arg(long = "gateway", value_name = "ADDR", action = ArgAction::Append)]
+    pub gateway: Vec<IpAddr>,
 
     /// Address to listen on with `--net kernel`.
     #[arg(short = 'l', long, default_value = "127.0.0.1")]
@@ -124,6 +132,75 @@ pub struct Args {
 }
 
 impl Args {
+    /// What `--ip`, `--host-ip` and `--gateway` ask for, checked: at most one address of
+    /// each family per flag, kernel-side addresses and gateways only for a family memspin
+    /// serves, and `none` alone. (Whether a gateway is on the link is the connection
+    /// table's check.)
+    ///
+    /// # Errors
+    /// A message naming the flag.
+    pub fn link_addrs(&self) -> Result<LinkAddrs, String> {
+        let mut addrs = LinkAddrs::default();
+        for &cidr in &self.ip {
+            let slot = match cidr.addr {
+                IpAddr::V4(_) => &mut addrs.ipv4,
+                IpAddr::V6(_) => &mut addrs.ipv6,
+            };
+            if let Some(first) = slot.replace(cidr) {
+                return Err(format!(
+                    "--ip {first} and --ip {cidr}: one address per family"
+                ));
+            }
+        }
+        let serves = |addr: IpAddr| match addr {
+            IpAddr::V4(_) => addrs.ipv4.is_some(),
+            IpAddr::V6(_) => addrs.ipv6.is_some(),
+        };
+        let none = self.host_ip.contains(&HostIp::None);
+        if none && self.host_ip.len() > 1 {
+            return Err(
+                "--host-ip none leaves the kernel side alone: give no address with it".to_string(),
+            );
+        }
+        if self.host_ip.is_empty() && addrs.ipv4.is_some() {
+            addrs.host_ipv4 = Some(DEFAULT_HOST_IP);
+        }
+        for host in &self.host_ip {
+            let HostIp::Addr(cidr) = *host else { continue };
+            if !serves(cidr.addr) {
+                return Err(format!(
+                    "--host-ip {cidr}: memspin serves no address of its family (--ip)"
+                ));
+            }
+            let slot = match cidr.addr {
+                IpAddr::V4(_) => &mut addrs.host_ipv4,
+                IpAddr::V6(_) => &mut addrs.host_ipv6,
+            };
+            if let Some(first) = slot.replace(cidr) {
+                return Err(format!(
+                    "--host-ip {first} and --host-ip {cidr}: one address per family"
+                ));
+            }
+        }
+        for &gateway in &self.gateway {
+            if !serves(gateway) {
+                return Err(format!(
+                    "--gateway {gateway}: memspin serves no address of its family (--ip)"
+                ));
+            }
+            let first = match gateway {
+                IpAddr::V4(ip) => addrs.gateway4.replace(ip).map(IpAddr::V4),
+                IpAddr::V6(ip) => addrs.gateway6.replace(ip).map(IpAddr::V6),
+            };
+            if let Some(first) = first {
+                return Err(format!(
+                    "--gateway {first} and --gateway {gateway}: one gateway per family"
+                ));
+            }
+        }
+        Ok(addrs)
+    }
+
     /// The idle policy: `--idle`, or the packet path's default (`adaptive` over TAP, where
     /// people develop on laptops and shared machines; `spin` on AF_XDP, which serves from
     /// dedicated cores, and on kernel sockets, the baseline it is compared with).
@@ -231,30 +308,37 @@ pub enum Idle {
     Adaptive,
 }
 
-/// An IPv4 address with its prefix length.
+/// An IPv4 or IPv6 address with its prefix length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cidr {
     /// The address.
-    pub addr: Ipv4Addr,
-    /// The prefix length, 0..=32.
+    pub addr: IpAddr,
+    /// The prefix length, 0..=32 (IPv4) or 0..=128 (IPv6).
     pub prefix_len: u8,
 }
+
+/// `--host-ip`'s default when memspin serves IPv4.
+pub const DEFAULT_HOST_IP: Cidr = Cidr {
+    addr: IpAddr::V4(Ipv4Addr::new(10, 77, 0, 1)),
+    prefix_len: 24,
+};
 
 impl FromStr for Cidr {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (addr, prefix) = s
-            .split_once('/')
-            .ok_or_else(|| format!("`{s}`: expected ADDR/PREFIX, e.g. 10.77.0.2/24"))?;
-        let addr = addr
+        let (addr, prefix) = s.split_once('/').ok_or_else(|| {
+            format!("`{s}`: expected ADDR/PREFIX, e.g. 10.77.0.2/24 or fd77::2/64")
+        })?;
+        let addr: IpAddr = addr
             .parse()
-            .map_err(|e| format!("`{addr}`: not an IPv4 address: {e}"))?;
+            .map_err(|e| format!("`{addr}`: not an IPv4 or IPv6 address: {e}"))?;
         let prefix_len: u8 = prefix
             .parse()
             .map_err(|e| format!("`{prefix}`: not a prefix length: {e}"))?;
-        if prefix_len > 32 {
-            return Err(format!("prefix length {prefix_len} is over 32"));
+        let most = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix_len > most {
+            return Err(format!("prefix length {prefix_len} is over {most}"));
         }
         Ok(Cidr { addr, prefix_len })
     }
@@ -263,6 +347,57 @@ impl FromStr for Cidr {
 impl std::fmt::Display for Cidr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
+/// The addresses of a bypass path: memspin's own (`--ip`), the kernel side's on a TAP link
+/// (`--host-ip`) and the gateways (`--gateway`), at most one of each family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LinkAddrs {
+    /// memspin's IPv4 address.
+    pub ipv4: Option<Cidr>,
+    /// memspin's IPv6 address.
+    pub ipv6: Option<Cidr>,
+    /// The kernel side's IPv4 address (TAP).
+    pub host_ipv4: Option<Cidr>,
+    /// The kernel side's IPv6 address (TAP).
+    pub host_ipv6: Option<Cidr>,
+    /// The IPv4 gateway.
+    pub gateway4: Option<Ipv4Addr>,
+    /// The IPv6 gateway.
+    pub gateway6: Option<Ipv6Addr>,
+}
+
+impl LinkAddrs {
+    /// memspin's addresses, IPv4 first.
+    pub fn served(&self) -> impl Iterator<Item = Cidr> + '_ {
+        self.ipv4.iter().chain(self.ipv6.iter()).copied()
+    }
+
+    /// The gateways, IPv4 first.
+    pub fn gateways(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        let v4 = self.gateway4.map(IpAddr::V4);
+        let v6 = self.gateway6.map(IpAddr::V6);
+        v4.into_iter().chain(v6)
+    }
+
+    /// The `stats settings` lines of a bypass path's addresses: memspin's own and the
+    /// gateway, per family, `none` where there is none (one word per value, as tools that
+    /// split `STAT name value` on spaces expect).
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        let or_none = |value: Option<String>| value.unwrap_or_else(|| "none".to_string());
+        vec![
+            ("memspin_ipv4", or_none(self.ipv4.map(|c| c.to_string()))),
+            ("memspin_ipv6", or_none(self.ipv6.map(|c| c.to_string()))),
+            (
+                "memspin_gateway_ipv4",
+                or_none(self.gateway4.map(|g| g.to_string())),
+            ),
+            (
+                "memspin_gateway_ipv6",
+                or_none(self.gateway6.map(|g| g.to_string())),
+            ),
+        ]
     }
 }
 
@@ -361,6 +496,106 @@ mod tests {
         assert!("10.77.0.2".parse::<Cidr>().is_err());
         assert!("10.77.0.2/33".parse::<Cidr>().is_err());
         assert_eq!("none".parse::<HostIp>(), Ok(HostIp::None));
+        let c: Cidr = "fd77::2/64".parse().unwrap();
+        assert_eq!(c.addr, "fd77::2".parse::<Ipv6Addr>().unwrap());
+        assert_eq!((c.prefix_len, c.to_string().as_str()), (64, "fd77::2/64"));
+        assert!("fd77::2/129".parse::<Cidr>().is_err());
+        assert!("fd77::2".parse::<Cidr>().is_err());
+    }
+
+    #[track_caller]
+    fn addrs(args: &[&str]) -> Result<LinkAddrs, String> {
+        let mut all = vec!["memspin"];
+        all.extend_from_slice(args);
+        Args::parse_from(all).link_addrs()
+    }
+
+    #[test]
+    fn one_address_of_each_family_with_kernel_sides_and_gateways() {
+        // The defaults: 10.77.0.2/24, the kernel side 10.77.0.1/24, no gateway.
+        let plain = addrs(&[]).unwrap();
+        assert_eq!(plain.ipv4, Some("10.77.0.2/24".parse().unwrap()));
+        assert_eq!(plain.host_ipv4, Some(DEFAULT_HOST_IP));
+        assert_eq!(
+            (plain.ipv6, plain.host_ipv6, plain.gateway4),
+            (None, None, None)
+        );
+        let dual = addrs(&[
+            "--ip",
+            "10.77.0.2/24",
+            "--ip",
+            "fd77::2/64",
+            "--host-ip",
+            "fd77::1/64",
+            "--host-ip",
+            "10.77.0.1/24",
+            "--gateway",
+            "fe80::1",
+            "--gateway",
+            "10.77.0.254",
+        ])
+        .unwrap();
+        assert_eq!(dual.ipv6, Some("fd77::2/64".parse().unwrap()));
+        assert_eq!(dual.host_ipv6, Some("fd77::1/64".parse().unwrap()));
+        assert_eq!(dual.host_ipv4, Some(DEFAULT_HOST_IP));
+        assert_eq!(dual.gateway4, Some(Ipv4Addr::new(10, 77, 0, 254)));
+        assert_eq!(dual.gateway6, Some("fe80::1".parse().unwrap()));
+        assert_eq!(dual.served().count(), 2);
+        assert_eq!(dual.gateways().count(), 2);
+        let line = |(name, value): &(&str, String)| format!("{name} {value}");
+        assert_eq!(
+            dual.settings().iter().map(line).collect::<Vec<_>>(),
+            [
+                "memspin_ipv4 10.77.0.2/24",
+                "memspin_ipv6 fd77::2/64",
+                "memspin_gateway_ipv4 10.77.0.254",
+                "memspin_gateway_ipv6 fe80::1",
+            ]
+        );
+        // IPv6 only: no IPv4 kernel side by default.
+        let v6 = addrs(&["--ip", "fd77::2/64"]).unwrap();
+        assert_eq!((v6.ipv4, v6.host_ipv4), (None, None));
+        assert_eq!(
+            v6.settings().iter().map(line).collect::<Vec<_>>(),
+            [
+                "memspin_ipv4 none",
+                "memspin_ipv6 fd77::2/64",
+                "memspin_gateway_ipv4 none",
+                "memspin_gateway_ipv6 none",
+            ]
+        );
+        assert_eq!(addrs(&["--host-ip", "none"]).unwrap().host_ipv4, None);
+        for (bad, why) in [
+            (
+                &["--ip", "10.0.0.2/24", "--ip", "10.1.0.2/24"][..],
+                "one address per family",
+            ),
+            (
+                &["--ip", "fd77::2/64", "--ip", "fd78::2/64"],
+                "one address per family",
+            ),
+            (
+                &["--host-ip", "fd77::1/64"],
+                "serves no address of its family",
+            ),
+            (
+                &["--host-ip", "none", "--host-ip", "10.77.0.1/24"],
+                "give no address",
+            ),
+            (
+                &["--host-ip", "10.77.0.1/24", "--host-ip", "10.77.0.3/24"],
+                "one address per family",
+            ),
+            (&["--gateway", "fd77::1"], "serves no address of its family"),
+            (
+                &["--gateway", "10.77.0.1", "--gateway", "10.77.0.3"],
+                "one gateway per family",
+            ),
+        ] {
+            let err = addrs(bad).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+        assert!(Args::try_parse_from(["memspin", "--gateway", "10.77.0.1/24"]).is_err());
     }
 
     #[test]
@@ -504,7 +739,7 @@ mod tests {
         ]);
         assert_eq!(args.cpus, Some(CpuList(vec![1])));
         assert_eq!(args.idle_timeout_secs, 600);
-        assert_eq!(args.host_ip, HostIp::None);
+        assert_eq!(args.host_ip, vec![HostIp::None]);
         assert_eq!(args.max_item_size, 512 << 10);
         assert_eq!(args.idle, Some(Idle::Park));
         assert_eq!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::Parser;
 
 use netstack::xdp::{BusyPoll, ModeChoice};
-use server::cli::{Args, HostIp, Idle, Net, XdpBusyPoll, XdpMode};
+use server::cli::{Args, Idle, LinkAddrs, Net, XdpBusyPoll, XdpMode};
 use server::control::{Control, Settings};
 use server::engine::{EngineConfig, VERSION};
 use server::logging;
@@ -38,9 +38,15 @@ fn run(args: &Args) -> Result<(), String> {
             memory_limit_bytes: memory as u64,
             tcp_port: args.port,
             resp_port: args.resp_port,
+            // memcached's `inter`: one address, the IPv4 one when memspin serves both
+            // (`stats settings` lists each family's under memspin_ipv4 and memspin_ipv6).
             interface: match args.net {
                 Net::Kernel => args.listen.to_string(),
-                Net::Tap | Net::Xdp => args.ip.addr.to_string(),
+                Net::Tap | Net::Xdp => args
+                    .link_addrs()?
+                    .served()
+                    .next()
+                    .map_or_else(String::new, |cidr| cidr.addr.to_string()),
             },
             no_evictions: args.disable_evictions,
             shutdown_enabled: args.enable_shutdown,
@@ -132,13 +138,10 @@ fn run(args: &Args) -> Result<(), String> {
             .map_err(|e| format!("kernel sockets on {addr}: {e}"))
         }
         Net::Tap => {
+            let addrs = args.link_addrs()?;
             let config = TapConfig {
                 iface: args.iface.clone(),
-                ip: args.ip,
-                host_ip: match args.host_ip {
-                    HostIp::None => None,
-                    HostIp::Addr(cidr) => Some(cidr),
-                },
+                addrs,
                 port: args.port,
                 resp_port: args.resp_port,
                 conn_limit: args.conn_limit,
@@ -151,15 +154,20 @@ fn run(args: &Args) -> Result<(), String> {
                 } else {
                     format!("{workers} queues")
                 };
-                let resp = resp_on(&format_args!("{}:{}", args.ip.addr, args.resp_port.unwrap_or(0)));
+                let resp = resp_on(&listening(&addrs, args.resp_port.unwrap_or(0)));
                 println!(
-                    "memspin ready: net tap, device {} ({queues}), listening on {}:{}{resp}, {placement}, idle {:?}, rto-min {}",
-                    args.iface, args.ip.addr, args.port, args.idle_policy(), args.rto_min
+                    "memspin ready: net tap, device {} ({queues}), listening on {}{resp}{}, {placement}, idle {:?}, rto-min {}",
+                    args.iface,
+                    listening(&addrs, args.port),
+                    routes(&addrs),
+                    args.idle_policy(),
+                    args.rto_min
                 );
             })
             .map_err(|e| format!("tap {}: {e}", args.iface))
         }
         Net::Xdp => {
+            let addrs = args.link_addrs()?;
             let config = XdpWorkerConfig {
                 iface: args.iface.clone(),
                 mode: match args.xdp_mode {
@@ -167,7 +175,7 @@ fn run(args: &Args) -> Result<(), String> {
                     XdpMode::Native => ModeChoice::Native,
                     XdpMode::Generic => ModeChoice::Generic,
                 },
-                ip: args.ip,
+                addrs,
                 port: args.port,
                 resp_port: args.resp_port,
                 conn_limit: args.conn_limit,
@@ -194,24 +202,39 @@ fn run(args: &Args) -> Result<(), String> {
                 } else {
                     format!("queues 0-{}", workers - 1)
                 };
-                let resp = resp_on(&format_args!(
-                    "{}:{}",
-                    args.ip.addr,
-                    args.resp_port.unwrap_or(0)
-                ));
+                let resp = resp_on(&listening(&addrs, args.resp_port.unwrap_or(0)));
                 println!(
                     "memspin ready: net xdp, interface {} {queues}, {}, program id {}{replaced}, \
-                     listening on {}:{} (MAC {mac}){resp}, {placement}, idle {:?}, rto-min {}",
+                     listening on {} (MAC {mac}){resp}{}, {placement}, idle {:?}, rto-min {}",
                     args.iface,
                     ready.modes(),
                     ready.prog_id,
-                    args.ip.addr,
-                    args.port,
+                    listening(&addrs, args.port),
+                    routes(&addrs),
                     args.idle_policy(),
                     args.rto_min
                 );
             })
             .map_err(|e| format!("xdp {}: {e}", args.iface))
         }
+    }
+}
+
+/// Where a bypass path listens, for the ready line: `10.77.0.2:11211 and [fd77::2]:11211`.
+fn listening(addrs: &LinkAddrs, port: u16) -> String {
+    let served: Vec<String> = addrs
+        .served()
+        .map(|cidr| SocketAddr::new(cidr.addr, port).to_string())
+        .collect();
+    served.join(" and ")
+}
+
+/// The gateways, for the ready line: `, gateway 10.77.0.1` (nothing without one).
+fn routes(addrs: &LinkAddrs) -> String {
+    let gateways: Vec<String> = addrs.gateways().map(|g| g.to_string()).collect();
+    match gateways.len() {
+        0 => String::new(),
+        1 => format!(", gateway {}", gateways[0]),
+        _ => format!(", gateways {}", gateways.join(" and ")),
     }
 }

@@ -4,18 +4,21 @@
 //! smoltcp looks a segment's socket up by scanning every socket of the `SocketSet` it is
 //! given, and walks every socket again on egress and for `poll_at`. So the table keeps
 //! connections in many small sets ("buckets", at most [`BUCKET_LOAD`] connections each on
-//! average, a power of two of them) behind ONE `Interface` (one MAC, one IPv4 address), and
+//! average, a power of two of them) behind ONE `Interface` (one MAC; an IPv4 address, an
+//! IPv6 address or both, each with an optional default route via a gateway), and
 //! demultiplexes frames itself. A bucket holds only sockets in use, so a segment, an egress
 //! pass and a state refresh touch its own connection and rarely another:
 //!
 //! ```text
-//! frame ─▶ Ethernet: to our MAC or broadcast? ─▶ ARP ─▶ neighbor.rs (answer, learn)
+//! frame ─▶ Ethernet: to our MAC, broadcast or our solicited-node group?
+//!          ├▶ ARP, IPv6 neighbour discovery ─▶ neighbor/ (answer, learn, confirm the gateway)
 //!          └▶ demux::TcpFrame ──TCP to our address and port(s)─▶ bucket hash(src ip, src port) ─┐
 //!                            └─anything else (ICMP, other ports)─▶ control set ─────────────┤
 //!                      Interface::poll_ingress_single(the IP packet, that set) [Medium::Ip] ┘
 //! app: serve() ─ called per connection with new data / freed send space / peer close
 //! poll_egress() ─ Interface::poll_egress for dirty buckets + buckets whose timer is due;
 //!                 view.rs puts each IP packet in an Ethernet frame to its connection's MAC
+//!                 (off the link: the gateway's); then the gateway probes due, if any
 //! ```
 //!
 //! The mechanisms, each in its own module where it is more than a few lines:
@@ -61,25 +64,33 @@
 //!   its buffers, and the next SYN in any bucket takes it from there; after warm-up,
 //!   accepting a connection allocates nothing (except what `S::default()` allocates).
 //!   Sockets are created on demand, so at most `conn_limit + syn_backlog + 1` exist.
-//! - **Neighbours** (`neighbor.rs`, `view.rs`). smoltcp runs with `Medium::Ip`; the table
-//!   answers ARP itself, and every frame of a connection goes to the MAC its SYN came
-//!   from, so a reply never waits for address resolution, however many client hosts there
-//!   are. The neighbour cache for other frames learns only from validated ARP and from
-//!   completed handshakes.
+//! - **Neighbours** (`neighbor/`, `view.rs`). smoltcp runs with `Medium::Ip`; the table
+//!   answers ARP and neighbour solicitations itself, and every frame of a connection on
+//!   the link goes to the MAC its SYN came from, so a reply never waits for address
+//!   resolution, however many client hosts there are. The neighbour cache for other
+//!   frames learns only from validated ARP and NDP and from completed handshakes.
+//! - **Routes.** With a gateway ([`TableConfig::gateway4`], [`TableConfig::gateway6`]),
+//!   smoltcp's interface has a default route for that family, and frames to hosts off the
+//!   link (but a handshake's) go to the gateway's MAC, which one [`Gateways`] shared by
+//!   every table of the process resolves and refreshes: [`ConnTable::poll_egress`] sends
+//!   the probes it asks for, and completed handshakes tell it which MAC they came through
+//!   (`neighbor/gateway.rs`). Without one, a host off the link is answered through the MAC
+//!   its frames came from.
 //! - **Loss recovery** (`recovery.rs`). smoltcp never retransmits sooner than a second
 //!   and ignores SACK, so each connection keeps a copy of every frame that takes sequence
 //!   space until it is acknowledged, and the table sends copies again itself: a tail-loss
 //!   probe when nothing was acknowledged for [`TableConfig::rto_min`] + 2·RTT (RTT: the
 //!   quickest the client acknowledged data lately), paid for by the clients'
 //!   acknowledgments, and at once any copy the peer's SACK blocks show lost. The bucket's
-//!   deadline includes each connection's probe time.
+//!   deadline includes each connection's probe time. Both families alike; a copy goes out
+//!   again with the Ethernet header it first had (to the gateway's MAC of that moment).
 //! - **Sockets.** Nagle off, delayed ACK off, keep-alive off, smoltcp's own `timeout` off
 //!   (the table's clocks replace it).
 //!
 //! Memory is about `(conn_limit + syn_backlog) × (rx_buffer_bytes + tx_buffer_bytes)` at
-//! peak, plus about 100 bytes per bucket and 40 per neighbour, plus the copies loss
-//! recovery keeps (each connection's unacknowledged frames: one reply in request/response
-//! use, at most its send buffer again).
+//! peak, plus about 100 bytes per bucket and 60 per neighbour (`neighbor/mod.rs`), plus
+//! the copies loss recovery keeps (each connection's unacknowledged frames: one reply in
+//! request/response use, at most its send buffer again).
 
 mod backlog;
 mod lifetime;
@@ -96,10 +107,11 @@ use smoltcp::socket::{Socket, tcp};
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{
     EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address,
-    Ipv4Cidr,
+    Ipv4Cidr, Ipv6Address, Ipv6Cidr,
 };
 
 pub use crate::admission::Admission;
+pub use crate::neighbor::Gateways;
 pub use lifetime::{CLOSE_TIMEOUT, GIVE_UP_TIMEOUT, HANDSHAKE_TIMEOUT};
 pub use recovery::{
     DEFAULT_RTO_MIN, MAX_HANDSHAKE_PROBES, MAX_PROBES, MAX_RTO_MIN, MIN_RTO_MIN, RecoveryStats,
@@ -108,10 +120,11 @@ pub use recovery::{
 use crate::Poll;
 use crate::demux::{self, SegmentRepr, TcpFrame};
 use crate::neighbor::{
-    self, ARP_FRAME_LEN, BROADCAST_MAC, ETHERNET_HEADER_LEN, NEIGHBOR_CAPACITY, NeighborCache,
+    self, ARP_FRAME_LEN, ArpOut, ETHERNET_HEADER_LEN, LinkAddrs, NDP_FRAME_LEN, NEIGHBOR_CAPACITY,
+    NdpIgnored, NdpOut, NeighborCache,
 };
 use crate::timer::{DeadlineHeap, TimerSlot, TimerSlots};
-use crate::view::{CapsOnly, Framing, IpEgress, IpFrame, NoPeers, Peers};
+use crate::view::{CapsOnly, Framing, IpEgress, IpFrame, NoPeers, PeerMac, Peers};
 use backlog::{Backlog, BacklogSlots, Links, SlotAddr, slot_addr, split_addr};
 use lifetime::{Expiry, Lifetime, Stage};
 use recovery::{Flight, Recovery};
@@ -162,8 +175,15 @@ const EGRESS_ROUNDS: usize = 64;
 pub struct TableConfig {
     /// The server's MAC address (unicast).
     pub mac: [u8; 6],
-    /// The server's own address and prefix on the link (`--ip ADDR/PREFIX`).
-    pub ip: Ipv4Cidr,
+    /// The server's own IPv4 address and prefix on the link (`--ip ADDR/PREFIX`), if it
+    /// serves IPv4.
+    pub ipv4: Option<Ipv4Cidr>,
+    /// Its own IPv6 address and prefix (`--ip` with an IPv6 prefix), if it serves IPv6.
+    pub ipv6: Option<Ipv6Cidr>,
+    /// The IPv4 default route's gateway (`--gateway`): a host inside `ipv4`'s prefix.
+    pub gateway4: Option<Ipv4Address>,
+    /// The IPv6 default route's gateway: a host inside `ipv6`'s prefix, or link-local.
+    pub gateway6: Option<Ipv6Address>,
     /// TCP port to accept connections on (`-p, --port`).
     pub port: u16,
     /// A second TCP port to accept connections on, served alike (memspin's `--resp-port`);
@@ -189,11 +209,15 @@ pub struct TableConfig {
 }
 
 impl TableConfig {
-    /// A configuration with the default limits, buffer sizes and no idle timeout.
-    pub fn new(mac: [u8; 6], ip: Ipv4Cidr, port: u16) -> Self {
+    /// A configuration serving `ip` (either family), without a gateway, with the default
+    /// limits, buffer sizes and no idle timeout.
+    pub fn new(mac: [u8; 6], ip: impl Into<IpCidr>, port: u16) -> Self {
         TableConfig {
             mac,
-            ip,
+            ipv4: None,
+            ipv6: None,
+            gateway4: None,
+            gateway6: None,
             port,
             extra_port: None,
             conn_limit: DEFAULT_CONN_LIMIT,
@@ -202,6 +226,40 @@ impl TableConfig {
             tx_buffer_bytes: DEFAULT_TX_BUFFER_BYTES,
             idle_timeout: None,
             rto_min: Some(DEFAULT_RTO_MIN),
+        }
+        .with_ip(ip)
+    }
+
+    /// The same configuration serving `ip` too: the address of its family is replaced.
+    pub fn with_ip(mut self, ip: impl Into<IpCidr>) -> Self {
+        match ip.into() {
+            IpCidr::Ipv4(cidr) => self.ipv4 = Some(cidr),
+            IpCidr::Ipv6(cidr) => self.ipv6 = Some(cidr),
+        }
+        self
+    }
+
+    /// The same configuration with a default route via `gateway` for its family.
+    pub fn with_gateway(mut self, gateway: impl Into<IpAddress>) -> Self {
+        match gateway.into() {
+            IpAddress::Ipv4(ip) => self.gateway4 = Some(ip),
+            IpAddress::Ipv6(ip) => self.gateway6 = Some(ip),
+        }
+        self
+    }
+
+    /// The gateways' shared state for this configuration, to hand every table of a
+    /// process ([`ConnTable::with_shared`]).
+    pub fn gateways(&self) -> Gateways {
+        Gateways::new(self.gateway4, self.gateway6)
+    }
+
+    /// The MAC and the addresses served.
+    pub fn addrs(&self) -> LinkAddrs {
+        LinkAddrs {
+            mac: self.mac,
+            ipv4: self.ipv4,
+            ipv6: self.ipv6,
         }
     }
 
@@ -213,7 +271,12 @@ impl TableConfig {
             .next_power_of_two()
     }
 
-    fn check(&self) -> Result<(), TableError> {
+    /// Checks that a table can run with this configuration (what [`ConnTable::new`]
+    /// checks first).
+    ///
+    /// # Errors
+    /// The [`TableError`] the table would refuse it with.
+    pub fn check(&self) -> Result<(), TableError> {
         if self.port == 0 || self.extra_port == Some(0) {
             return Err(TableError::ZeroPort);
         }
@@ -241,13 +304,46 @@ impl TableConfig {
         if !mac.is_unicast() || self.mac == [0; 6] {
             return Err(TableError::MacNotUnicast);
         }
-        let ip = self.ip.address();
-        if ip.is_unspecified()
-            || ip.is_multicast()
-            || ip.is_broadcast()
-            || self.ip.broadcast() == Some(ip)
-        {
-            return Err(TableError::IpNotUnicast);
+        if self.ipv4.is_none() && self.ipv6.is_none() {
+            return Err(TableError::NoAddress);
+        }
+        if let Some(cidr) = self.ipv4 {
+            let ip = cidr.address();
+            if ip.is_unspecified()
+                || ip.is_multicast()
+                || ip.is_broadcast()
+                || ip.is_loopback()
+                || cidr.broadcast() == Some(ip)
+            {
+                return Err(TableError::IpNotUnicast);
+            }
+        }
+        if let Some(cidr) = self.ipv6 {
+            let ip = cidr.address();
+            if ip.is_unspecified() || ip.is_multicast() || ip.is_loopback() {
+                return Err(TableError::IpNotUnicast);
+            }
+        }
+        let addrs = self.addrs();
+        if let Some(gateway) = self.gateway4 {
+            let on_link = self.ipv4.is_some_and(|cidr| {
+                cidr.contains_addr(&gateway)
+                    && cidr.broadcast() != Some(gateway)
+                    && (cidr.network().address() != gateway || cidr.prefix_len() >= 31)
+            });
+            if !on_link || addrs.is_ours(gateway.into()) {
+                return Err(TableError::Gateway {
+                    gateway: gateway.into(),
+                });
+            }
+        }
+        if let Some(gateway) = self.gateway6 {
+            let unicast = !gateway.is_multicast() && !gateway.is_unspecified();
+            if !unicast || !addrs.on_link(gateway.into()) || addrs.is_ours(gateway.into()) {
+                return Err(TableError::Gateway {
+                    gateway: gateway.into(),
+                });
+            }
         }
         Ok(())
     }
@@ -275,8 +371,16 @@ pub enum TableError {
     },
     /// The MAC address is multicast, broadcast or all zeros.
     MacNotUnicast,
-    /// The IP address is unspecified, multicast or a broadcast address.
+    /// An IP address is unspecified, multicast, loopback or a broadcast address.
     IpNotUnicast,
+    /// Neither an IPv4 nor an IPv6 address.
+    NoAddress,
+    /// A gateway without an address of its family, or not a unicast host on that
+    /// address's link (inside its prefix, or IPv6 link-local), or one of our addresses.
+    Gateway {
+        /// The rejected gateway.
+        gateway: IpAddress,
+    },
     /// The device is not an Ethernet device.
     NotEthernet,
     /// `rto_min` outside [`MIN_RTO_MIN`]..=[`MAX_RTO_MIN`].
@@ -307,6 +411,11 @@ impl fmt::Display for TableError {
             }
             TableError::MacNotUnicast => write!(f, "MAC address is not unicast"),
             TableError::IpNotUnicast => write!(f, "IP address is not a unicast host address"),
+            TableError::NoAddress => write!(f, "no IPv4 or IPv6 address to serve"),
+            TableError::Gateway { gateway } => write!(
+                f,
+                "gateway {gateway} is not another host on the link of an address of its family"
+            ),
             TableError::NotEthernet => write!(f, "device medium is not Ethernet"),
             TableError::RtoMin { rto_min } => write!(
                 f,
@@ -350,14 +459,20 @@ pub struct TableStats {
     pub frames_in: u64,
     /// Of those, TCP segments to our address and port (went to a bucket).
     pub frames_tcp: u64,
-    /// Of those, ARP and other IPv4 (ARP handled here, the rest went to the control set).
+    /// Of those, ARP, neighbour discovery and other IP (ARP and neighbour discovery
+    /// handled here, the rest went to the control set).
     pub frames_control: u64,
     /// Of those, frames for another MAC, of another ethertype, or too short: dropped.
     pub frames_dropped: u64,
     /// Frames sent.
     pub frames_out: u64,
-    /// Of those, ARP requests sent in place of a packet whose destination was unknown.
+    /// Of those, frames whose next hop's MAC was unknown: sent as an ARP request or a
+    /// neighbour solicitation in place of the packet (or, too short for a solicitation,
+    /// addressed to ourselves).
     pub unresolved: u64,
+    /// Of those, ARP requests and solicitations this table sent for a gateway (the
+    /// [`Gateways`] shared by the tables hands each probe to one of them).
+    pub gateway_probes: u64,
     /// Times egress stopped because the device had no transmit token left.
     pub tx_exhausted: u64,
     /// What loss recovery did (`recovery.rs`).
@@ -409,7 +524,7 @@ enum Phase {
 /// The peer of a connection, from its SYN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Peer {
-    addr: Ipv4Address,
+    addr: IpAddress,
     port: u16,
     /// Where every frame of this connection goes.
     mac: [u8; 6],
@@ -465,12 +580,18 @@ impl<S> Slot<S> {
     }
 }
 
-/// The slot of the connection with `addr:port` among `slots`.
-fn find_peer<S>(slots: &[Slot<S>], addr: Ipv4Address, port: u16) -> Option<(usize, [u8; 6])> {
+/// The connection with `addr:port` among `slots`: its slot, MAC and whether its handshake
+/// is in progress.
+fn find_peer<S>(slots: &[Slot<S>], addr: IpAddress, port: u16) -> Option<PeerMac> {
     slots.iter().enumerate().find_map(|(index, slot)| {
         slot.peer
             .filter(|peer| peer.addr == addr && peer.port == port)
-            .map(|peer| (index, peer.mac))
+            .map(|peer| PeerMac {
+                slot: index,
+                mac: peer.mac,
+                // Armed for the SYN, or in the SYN backlog.
+                handshake: matches!(slot.phase, Phase::Free | Phase::Handshake),
+            })
     })
 }
 
@@ -484,7 +605,7 @@ struct BucketPeers<'a, S> {
 }
 
 impl<S> Peers for BucketPeers<'_, S> {
-    fn peer(&self, addr: Ipv4Address, port: u16) -> Option<(usize, [u8; 6])> {
+    fn peer(&self, addr: IpAddress, port: u16) -> Option<PeerMac> {
         find_peer(self.slots, addr, port)
     }
 
@@ -549,6 +670,10 @@ pub struct ConnTable<S> {
     spare: Vec<Socket<'static>>,
     backlog: Backlog,
     admission: Arc<Admission>,
+    /// The MAC and addresses served (from `config`).
+    addrs: LinkAddrs,
+    /// The gateways, shared by the tables of a process.
+    gateways: Arc<Gateways>,
     neighbors: NeighborCache,
     /// Loss recovery settings and the RTT the table has seen.
     recovery: Recovery,
@@ -600,7 +725,8 @@ impl<S: Default> ConnTable<S> {
     }
 
     /// Like [`new`](Self::new), with `conn_limit` enforced by `admission`, which other
-    /// tables (other workers) may share; `config.conn_limit` should be its limit.
+    /// tables (other workers) may share; `config.conn_limit` should be its limit. The
+    /// table resolves its gateways on its own (see [`with_shared`](Self::with_shared)).
     ///
     /// # Errors
     /// [`TableError`] for an unusable configuration or a non-Ethernet device.
@@ -610,7 +736,29 @@ impl<S: Default> ConnTable<S> {
         device: &mut D,
         now: Instant,
     ) -> Result<Self, TableError> {
+        let gateways = Arc::new(config.gateways());
+        Self::with_shared(config, admission, gateways, device, now)
+    }
+
+    /// Like [`with_admission`](Self::with_admission), with the gateways' MACs kept in
+    /// `gateways`, which the other tables (workers) of the process share: each resolves
+    /// them whichever table's queue the answers arrive on. `gateways` must be
+    /// [`TableConfig::gateways`] of a configuration with the same gateways.
+    ///
+    /// # Errors
+    /// [`TableError`] for an unusable configuration or a non-Ethernet device.
+    pub fn with_shared<D: Device>(
+        config: TableConfig,
+        admission: Arc<Admission>,
+        gateways: Arc<Gateways>,
+        device: &mut D,
+        now: Instant,
+    ) -> Result<Self, TableError> {
         config.check()?;
+        debug_assert_eq!(
+            (gateways.ipv4(), gateways.ipv6()),
+            (config.gateway4, config.gateway6)
+        );
         let device_caps = device.capabilities();
         if device_caps.medium != Medium::Ethernet {
             return Err(TableError::NotEthernet);
@@ -626,9 +774,21 @@ impl<S: Default> ConnTable<S> {
         iface_config.random_seed = random.hash_one(0_u64);
         let mut iface = Interface::new(iface_config, &mut CapsOnly(caps.clone()), now);
         iface.update_ip_addrs(|addrs| {
-            // A new interface has no addresses, so there is room for one.
-            let _ = addrs.push(IpCidr::Ipv4(config.ip));
+            // A new interface has no addresses, so there is room for these two.
+            if let Some(cidr) = config.ipv4 {
+                let _ = addrs.push(IpCidr::Ipv4(cidr));
+            }
+            if let Some(cidr) = config.ipv6 {
+                let _ = addrs.push(IpCidr::Ipv6(cidr));
+            }
         });
+        // An empty route table has room for a default route per family.
+        if let Some(gateway) = config.gateway4 {
+            let _ = iface.routes_mut().add_default_ipv4_route(gateway);
+        }
+        if let Some(gateway) = config.gateway6 {
+            let _ = iface.routes_mut().add_default_ipv6_route(gateway);
+        }
         let bucket_count = config.bucket_count();
         let buckets = (0..bucket_count)
             .map(|_| Bucket {
@@ -655,6 +815,8 @@ impl<S: Default> ConnTable<S> {
             spare: Vec::new(),
             backlog: Backlog::new(),
             admission,
+            addrs: config.addrs(),
+            gateways,
             neighbors: NeighborCache::new(NEIGHBOR_CAPACITY),
             recovery: Recovery::new(config.rto_min, frame_bytes),
             now,
@@ -677,9 +839,14 @@ impl<S: Default> ConnTable<S> {
         &self.stats
     }
 
-    /// The neighbour cache (hosts learned from ARP and completed handshakes).
+    /// The neighbour cache (hosts learned from ARP, NDP and completed handshakes).
     pub fn neighbors(&self) -> &NeighborCache {
         &self.neighbors
+    }
+
+    /// The gateways (shared with the other tables given the same value).
+    pub fn gateways(&self) -> &Gateways {
+        &self.gateways
     }
 
     /// Reads and processes up to `budget` received frames, one `poll_ingress_single` each
@@ -759,8 +926,8 @@ impl<S: Default> ConnTable<S> {
                 device: &mut *device,
                 caps: &self.caps,
                 framing: Framing {
-                    own_mac: self.config.mac,
-                    own_ip: self.config.ip.address(),
+                    own: &self.addrs,
+                    gateways: &self.gateways,
                     peers: &mut BucketPeers {
                         slots: slots.as_mut_slice(),
                         recovery: &self.recovery,
@@ -815,7 +982,57 @@ impl<S: Default> ConnTable<S> {
         batch.clear();
         batch.append(&mut self.dirty);
         self.dirty = batch;
+        if self.probe_gateways(now, device) {
+            progress = true;
+        }
         if progress { Poll::Progress } else { Poll::Idle }
+    }
+
+    /// Sends the gateway probes due now that the shared [`Gateways`] hands to this table;
+    /// true if it sent any. A probe the device has no room for is not sent: the round's
+    /// next one follows a probe interval later.
+    fn probe_gateways<D: Device>(&mut self, now: Instant, device: &mut D) -> bool {
+        let addrs = self.addrs;
+        let stats = &mut self.stats;
+        let before = stats.gateway_probes;
+        self.gateways.poll(now, |probe| {
+            let Some(tx) = device.transmit(now) else {
+                return;
+            };
+            match (probe.target, addrs.ipv4, addrs.ipv6) {
+                (IpAddress::Ipv4(target), Some(own), _) => {
+                    tx.consume(ARP_FRAME_LEN, |buf| {
+                        neighbor::emit_arp(
+                            buf,
+                            addrs.mac,
+                            own.address(),
+                            ArpOut::Request {
+                                target,
+                                to_mac: probe.to_mac,
+                            },
+                        );
+                    });
+                }
+                (IpAddress::Ipv6(target), _, Some(own)) => {
+                    tx.consume(NDP_FRAME_LEN, |buf| {
+                        neighbor::emit_ndp(
+                            buf,
+                            addrs.mac,
+                            own.address(),
+                            NdpOut::Solicit {
+                                target,
+                                to_mac: probe.to_mac,
+                            },
+                        );
+                    });
+                }
+                // A gateway without an address of its family is refused by `check`.
+                _ => return,
+            }
+            stats.frames_out += 1;
+            stats.gateway_probes += 1;
+        });
+        stats.gateway_probes > before
     }
 
     /// Time until the table next needs `poll_egress` without new frames (`Some(ZERO)` if
@@ -825,7 +1042,11 @@ impl<S: Default> ConnTable<S> {
         if !self.dirty.is_empty() || !self.ready.is_empty() || !self.touched.is_empty() {
             return Some(Duration::ZERO);
         }
-        self.timers.peek().map(|when| {
+        let next = match (self.timers.peek(), self.gateways.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        next.map(|when| {
             if when > now {
                 when - now
             } else {
@@ -850,30 +1071,42 @@ impl<S: Default> ConnTable<S> {
                 frame[at + 5],
             ]
         };
-        let dst_mac = mac(0);
-        if dst_mac != self.config.mac && dst_mac != BROADCAST_MAC {
+        if !self.addrs.takes_frames_to(mac(0)) {
             self.stats.frames_dropped += 1;
             return;
         }
         let src_mac = mac(6);
         match demux::ethertype(frame) {
-            Some(demux::ETHERTYPE_ARP) => {
+            Some(demux::ETHERTYPE_ARP) if self.addrs.ipv4.is_some() => {
                 self.stats.frames_control += 1;
-                self.arp_ingress(frame, tx);
+                self.arp_ingress(frame, tx, now);
                 return;
             }
-            Some(demux::ETHERTYPE_IPV4) => {}
+            Some(demux::ETHERTYPE_IPV4) if self.addrs.ipv4.is_some() => {}
+            Some(demux::ETHERTYPE_IPV6) if self.addrs.ipv6.is_some() => {
+                if let Some(tx) = self.ndp_ingress(frame, tx, now) {
+                    return self.ip_ingress(now, frame, src_mac, tx);
+                }
+                self.stats.frames_control += 1;
+                return;
+            }
             _ => {
                 self.stats.frames_dropped += 1;
                 return;
             }
         }
+        self.ip_ingress(now, frame, src_mac, tx);
+    }
+
+    /// An IPv4 or IPv6 frame to us: a segment of our port to a bucket, anything else to
+    /// smoltcp's control set.
+    fn ip_ingress<T: TxToken>(&mut self, now: Instant, frame: &[u8], src_mac: [u8; 6], tx: T) {
         let packet = &frame[ETHERNET_HEADER_LEN..];
         let flow = match TcpFrame::new_checked(frame) {
             Ok(tcp)
                 if (tcp.dst_port() == self.config.port
                     || Some(tcp.dst_port()) == self.config.extra_port)
-                    && tcp.dst_addr() == self.config.ip.address() =>
+                    && self.addrs.is_ours(tcp.dst_addr()) =>
             {
                 Some(tcp)
             }
@@ -886,8 +1119,8 @@ impl<S: Default> ConnTable<S> {
                 tx: Some(tx),
                 caps: &self.caps,
                 framing: Framing {
-                    own_mac: self.config.mac,
-                    own_ip: self.config.ip.address(),
+                    own: &self.addrs,
+                    gateways: &self.gateways,
                     peers: &mut NoPeers,
                     reply_to: Some(src_mac),
                     neighbors: &mut self.neighbors,
@@ -905,7 +1138,14 @@ impl<S: Default> ConnTable<S> {
         let (src_addr, src_port) = (tcp.src_addr(), tcp.src_port());
         let bucket = self.bucket_of(src_addr, src_port);
         let armed = if tcp.is_syn() {
-            self.arm_for_syn(bucket, src_addr, src_port, src_mac, tcp.dst_port())
+            self.arm_for_syn(
+                bucket,
+                src_addr,
+                src_port,
+                src_mac,
+                tcp.dst_addr(),
+                tcp.dst_port(),
+            )
         } else {
             self.recovery_ingress(bucket, &tcp, now);
             None
@@ -916,8 +1156,8 @@ impl<S: Default> ConnTable<S> {
             tx: Some(tx),
             caps: &self.caps,
             framing: Framing {
-                own_mac: self.config.mac,
-                own_ip: self.config.ip.address(),
+                own: &self.addrs,
+                gateways: &self.gateways,
                 peers: &mut BucketPeers {
                     slots: slots.as_mut_slice(),
                     recovery: &self.recovery,
@@ -941,20 +1181,59 @@ impl<S: Default> ConnTable<S> {
     }
 
     /// Answers an ARP request for our address and learns its validated sender (or the
-    /// sender of an ARP reply to us); ignores every other ARP frame.
-    fn arp_ingress<T: TxToken>(&mut self, frame: &[u8], tx: T) {
-        let own_ip = self.config.ip.address();
-        let Ok(input) = neighbor::arp_input(frame, self.config.mac, self.config.ip) else {
+    /// sender of an ARP reply to us), confirming a gateway; ignores every other ARP frame.
+    fn arp_ingress<T: TxToken>(&mut self, frame: &[u8], tx: T, now: Instant) {
+        let Some(own) = self.addrs.ipv4 else { return };
+        let Ok(input) = neighbor::arp_input(frame, self.addrs.mac, own) else {
             return;
         };
         self.neighbors.learn(input.sender_ip, input.sender_mac);
+        self.gateways
+            .confirm(input.sender_ip.into(), input.sender_mac, now);
         if input.is_request {
-            let own_mac = self.config.mac;
+            let own_mac = self.addrs.mac;
             tx.consume(ARP_FRAME_LEN, |buf| {
-                neighbor::emit_arp(buf, own_mac, own_ip, input.sender_mac, input.sender_ip);
+                neighbor::emit_arp(
+                    buf,
+                    own_mac,
+                    own.address(),
+                    ArpOut::Reply {
+                        to_ip: input.sender_ip,
+                        to_mac: input.sender_mac,
+                    },
+                );
             });
             self.stats.frames_out += 1;
         }
+    }
+
+    /// Answers a neighbour solicitation for our address and learns what a validated one,
+    /// or an advertisement to us, shows (confirming a gateway); ignores other neighbour
+    /// discovery. Returns the transmit token for a frame that is not neighbour discovery.
+    fn ndp_ingress<T: TxToken>(&mut self, frame: &[u8], tx: T, now: Instant) -> Option<T> {
+        let own = self.addrs.ipv6?;
+        let input = match neighbor::ndp_input(frame, self.addrs.mac, own) {
+            Ok(input) => input,
+            Err(NdpIgnored::NotNdp) => return Some(tx),
+            Err(_) => return None,
+        };
+        if let Some((ip, mac)) = input.learn {
+            self.neighbors.learn(ip, mac);
+            self.gateways.confirm(ip.into(), mac, now);
+        }
+        if let Some((to_ip, to_mac)) = input.answer {
+            let own_mac = self.addrs.mac;
+            tx.consume(NDP_FRAME_LEN, |buf| {
+                neighbor::emit_ndp(
+                    buf,
+                    own_mac,
+                    own.address(),
+                    NdpOut::Advert { to_ip, to_mac },
+                );
+            });
+            self.stats.frames_out += 1;
+        }
+        None
     }
 
     /// Shows a segment from a peer to its connection's loss recovery (its ACK and SACK
@@ -964,11 +1243,11 @@ impl<S: Default> ConnTable<S> {
             return;
         }
         let slots = &mut self.buckets[bucket].slots;
-        let Some((index, _)) = find_peer(slots, tcp.src_addr(), tcp.src_port()) else {
+        let Some(peer) = find_peer(slots, tcp.src_addr(), tcp.src_port()) else {
             return;
         };
         if let Ok(seg) = SegmentRepr::parse(tcp) {
-            slots[index]
+            slots[peer.slot]
                 .flight
                 .on_ack(&mut self.recovery, &mut self.stats.recovery, &seg, now);
         }
@@ -1019,27 +1298,36 @@ impl<S: Default> ConnTable<S> {
         Poll::Progress
     }
 
-    fn bucket_of(&self, addr: Ipv4Address, port: u16) -> usize {
-        let key = (u64::from(addr.to_bits()) << 16) | u64::from(port);
+    fn bucket_of(&self, addr: IpAddress, port: u16) -> usize {
+        let addr = match addr {
+            IpAddress::Ipv4(a) => u64::from(a.to_bits()),
+            IpAddress::Ipv6(a) => {
+                let bits = a.to_bits();
+                (bits as u64) ^ ((bits >> 64) as u64)
+            }
+        };
+        // An IPv4 address and port: (addr << 16) | port.
+        let key = addr.rotate_left(16) ^ u64::from(port);
         let mut h = (key ^ self.hash_keys[0]).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         h ^= h >> 29;
         h = h.wrapping_mul(self.hash_keys[1]);
         (h >> 32) as usize & self.mask
     }
 
-    /// A SYN for a new connection from `addr:port` (at `mac`) to our `local_port` is about to
-    /// enter `bucket`: arm a listening socket on that port for it, unless the 4-tuple already
-    /// has a live socket or the connection limit is reached (then smoltcp answers the SYN with
-    /// RST).
+    /// A SYN for a new connection from `addr:port` (at `mac`) to our address `local` and
+    /// our `local_port` is about to enter `bucket`: arm a listening socket on that address
+    /// and port for it, unless the 4-tuple already has a live socket or the connection limit
+    /// is reached (then smoltcp answers the SYN with RST).
     fn arm_for_syn(
         &mut self,
         bucket_index: usize,
-        addr: Ipv4Address,
+        addr: IpAddress,
         port: u16,
         mac: [u8; 6],
+        local: IpAddress,
         local_port: u16,
     ) -> Option<usize> {
-        let remote = IpEndpoint::new(IpAddress::Ipv4(addr), port);
+        let remote = IpEndpoint::new(addr, port);
         let bucket = &mut self.buckets[bucket_index];
         let mut reuse = None;
         for (index, slot) in bucket.slots.iter().enumerate() {
@@ -1084,7 +1372,7 @@ impl<S: Default> ConnTable<S> {
         let handle = bucket.slots[index].handle?;
         let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
         let endpoint = IpListenEndpoint {
-            addr: Some(IpAddress::Ipv4(self.config.ip.address())),
+            addr: Some(local),
             port: local_port,
         };
         // A closed or TIME-WAIT socket can always listen; on failure the SYN gets a RST.
@@ -1181,7 +1469,8 @@ impl<S: Default> ConnTable<S> {
     }
 
     /// A handshake completed: admit the connection under `conn_limit` (or reset it) and
-    /// teach the neighbour cache the peer's MAC, which the handshake proved.
+    /// teach the neighbour cache the peer's MAC, which the handshake proved (or, for a peer
+    /// off the link, tell the gateways which MAC it came through).
     fn establish(&mut self, bucket_index: usize, index: usize) {
         let now = self.now;
         self.backlog
@@ -1205,10 +1494,12 @@ impl<S: Default> ConnTable<S> {
         slot.seen_recv = 0;
         slot.want_write = false;
         slot.life = Lifetime::start(now);
-        if let Some(peer) = slot.peer
-            && self.config.ip.contains_addr(&peer.addr)
-        {
-            self.neighbors.learn(peer.addr, peer.mac);
+        if let Some(peer) = slot.peer {
+            if self.addrs.on_link(peer.addr) {
+                self.neighbors.learn(peer.addr, peer.mac);
+            } else {
+                self.gateways.handshake_via(peer.addr, peer.mac, now);
+            }
         }
         self.stats.in_use += 1;
         self.stats.accepted += 1;

@@ -877,13 +877,17 @@ impl Flight {
     }
 }
 
-/// Puts `ack` and `window` into the TCP header of `frame` (an Ethernet frame of an IPv4 TCP
-/// segment written by smoltcp), updating the checksum incrementally (RFC 1624, eqn. 3).
+/// Puts `ack` and `window` into the TCP header of `frame` (an Ethernet frame of a TCP
+/// segment written by smoltcp, over IPv4 or over IPv6 without extension headers), updating
+/// the checksum incrementally (RFC 1624, eqn. 3; the pseudo-header does not change).
 pub(super) fn refresh_ack(frame: &mut [u8], ack: u32, window: u16) {
     let Some(&ver_ihl) = frame.get(14) else {
         return;
     };
-    let tcp = 14 + usize::from(ver_ihl & 0x0f) * 4;
+    let tcp = match ver_ihl >> 4 {
+        6 => 14 + 40,
+        _ => 14 + usize::from(ver_ihl & 0x0f) * 4,
+    };
     if frame.len() < tcp + 20 {
         return;
     }
@@ -1666,6 +1670,22 @@ mod tests {
             let seg = seq_of(&f);
             assert_eq!((seg.ack_number, seg.window_len), (Some(ack), window));
             assert!(checksum_ok(&f), "{ack:#x} {window:#x}");
+        }
+    }
+
+    #[test]
+    fn an_incremental_checksum_holds_over_ipv6() {
+        use smoltcp::wire::Ipv6Packet;
+        for (ack, window) in [(0, 0), (u32::MAX, u16::MAX), (0x1234_5678, 0x9abc)] {
+            let mut f = crate::demux::tests::SYN6_FRAME.to_vec();
+            refresh_ack(&mut f, ack, window);
+            let ip = Ipv6Packet::new_checked(&f[14..]).unwrap();
+            let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+            assert_eq!((tcp.ack_number().0 as u32, tcp.window_len()), (ack, window));
+            assert!(
+                tcp.verify_checksum(&ip.src_addr().into(), &ip.dst_addr().into()),
+                "{ack:#x} {window:#x}"
+            );
         }
     }
 }

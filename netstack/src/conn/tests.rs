@@ -1,6 +1,7 @@
 use super::*;
 
 mod recovery;
+mod routes;
 
 #[test]
 fn conn_ids_pack_and_unpack() {
@@ -179,7 +180,7 @@ impl Net {
     }
 
     /// The peers of the handshakes in progress, oldest first.
-    fn backlog_peers(&mut self) -> Vec<(Ipv4Address, u16)> {
+    fn backlog_peers(&mut self) -> Vec<(IpAddress, u16)> {
         let table = &mut self.table;
         table
             .backlog
@@ -321,25 +322,61 @@ fn bad_configs_are_typed_errors() {
         ),
         (
             TableConfig {
-                ip: Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 255), 24),
+                ipv4: Some(Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 255), 24)),
                 ..base
             },
             TableError::IpNotUnicast,
         ),
         (
             TableConfig {
-                ip: Ipv4Cidr::new(Ipv4Address::new(224, 0, 0, 1), 24),
+                ipv4: Some(Ipv4Cidr::new(Ipv4Address::new(224, 0, 0, 1), 24)),
                 ..base
             },
             TableError::IpNotUnicast,
         ),
+        (
+            base.with_ip(Ipv6Cidr::new("ff02::2".parse().unwrap(), 64)),
+            TableError::IpNotUnicast,
+        ),
+        (TableConfig { ipv4: None, ..base }, TableError::NoAddress),
     ];
+    let gateway = |ip: IpAddress| TableError::Gateway { gateway: ip };
+    let off_link = IpAddress::v4(10, 79, 0, 1);
+    let v6_gateway = IpAddress::v6(0xfd77, 0, 0, 0, 0, 0, 0, 1);
+    let gateway_cases = [
+        (base.with_gateway(off_link), gateway(off_link)),
+        (
+            base.with_gateway(server_ip().address()),
+            gateway(server_ip().address().into()),
+        ),
+        (
+            base.with_gateway(Ipv4Address::new(10, 77, 0, 255)),
+            gateway(IpAddress::v4(10, 77, 0, 255)),
+        ),
+        (
+            base.with_gateway(Ipv4Address::new(10, 77, 0, 0)),
+            gateway(IpAddress::v4(10, 77, 0, 0)),
+        ),
+        (base.with_gateway(v6_gateway), gateway(v6_gateway)),
+        (
+            base.with_ip(Ipv6Cidr::new("fd77::2".parse().unwrap(), 64))
+                .with_gateway(IpAddress::v6(0xfd79, 0, 0, 0, 0, 0, 0, 1)),
+            gateway(IpAddress::v6(0xfd79, 0, 0, 0, 0, 0, 0, 1)),
+        ),
+    ];
+    let cases = cases.into_iter().chain(gateway_cases);
     for (config, expected) in cases {
         assert_eq!(
             ConnTable::<Echo>::new(config, &mut server, now).unwrap_err(),
             expected
         );
     }
+    // A gateway on the link, or IPv6 link-local, is fine.
+    let dual = base
+        .with_ip(Ipv6Cidr::new("fd77::2".parse().unwrap(), 64))
+        .with_gateway(Ipv4Address::new(10, 77, 0, 1))
+        .with_gateway("fe80::1".parse::<Ipv6Address>().unwrap());
+    assert!(ConnTable::<Echo>::new(dual, &mut server, now).is_ok());
 }
 
 #[test]
@@ -888,7 +925,9 @@ fn the_syn_backlog_evicts_the_oldest_and_never_takes_a_connection_slot() {
         (5, 2, 1),
         "{stats:?}"
     );
-    let kept: Vec<_> = (2..7u16).map(|i| (host(100 + i as u8), 5000 + i)).collect();
+    let kept: Vec<_> = (2..7u16)
+        .map(|i| (IpAddress::Ipv4(host(100 + i as u8)), 5000 + i))
+        .collect();
     assert_eq!(net.backlog_peers(), kept, "the two oldest gave way");
     // A retransmitted SYN of a kept handshake changes nothing.
     net.inject(&segment(

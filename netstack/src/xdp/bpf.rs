@@ -2,19 +2,31 @@
 //!
 //! No clang, libbpf or ELF loader: the program is written with the small assembler in
 //! `asm.rs` (labels, jump offsets resolved at the end) and loaded with `BPF_PROG_LOAD`.
-//! It takes only memspin's traffic and leaves everything else to the kernel:
+//! It takes only memspin's traffic and leaves everything else to the kernel. With an IPv4
+//! address ([`Steer::ipv4`]):
 //!
-//! - IPv4 TCP to [`Steer::ipv4`] and [`Steer::tcp_port`] or [`Steer::extra_tcp_port`] (any
-//!   IPv4 options, IHL 5 to 15; the first fragment of a packet, later fragments carry no port),
-//! - ARP (IPv4 over Ethernet) whose target protocol address is [`Steer::ipv4`]: requests
-//!   for our address and replies to ours,
+//! - IPv4 TCP to that address and [`Steer::tcp_port`] or [`Steer::extra_tcp_port`] (any
+//!   IPv4 options, IHL 5 to 15; the first fragment of a packet, later fragments carry no
+//!   port),
+//! - ICMP echo requests to that address (unfragmented, or the first fragment),
+//! - ARP (IPv4 over Ethernet) whose target protocol address is ours: requests for our
+//!   address and replies to ours;
 //!
-//! go to the queue's AF_XDP socket; every other frame (the host's own ARP, SSH, ICMP, UDP,
-//! IPv6, other ports and addresses, 802.1Q-tagged frames, frames too short for the headers
-//! they announce) gets `XDP_PASS`. Registers: r2 = `data`, r3 = `data_end`, r9 = the queue;
-//! every packet load comes after a check against `data_end` that covers it, as the verifier
-//! requires. A loaded field holds the wire's bytes in native order, so each constant is
-//! compared in that form (`wire_u16`, `wire_u32`), with 32-bit jumps (`w5` below).
+//! with an IPv6 address ([`Steer::ipv6`]), for IPv6 headers with no extension header:
+//!
+//! - IPv6 TCP to that address and the port,
+//! - ICMPv6 echo requests and neighbour advertisements to that address (answers to our
+//!   solicitations), and neighbour solicitations whose target is that address (sent to
+//!   its solicited-node group or to it);
+//!
+//! go to the queue's AF_XDP socket; every other frame (the host's own ARP, neighbour
+//! discovery, SSH, ping and the rest of its traffic, UDP, other ports and addresses, IPv6
+//! with extension headers or fragments, 802.1Q-tagged frames, frames too short for the
+//! headers they announce) gets `XDP_PASS`. Registers: r2 = `data`, r3 = `data_end`, r9 =
+//! the queue; every packet load comes after a check against `data_end` that covers it, as
+//! the verifier requires. A loaded field holds the wire's bytes in native order, so each
+//! constant is compared in that form (`wire_u16`, `wire_u32`), with 32-bit jumps (`w5`
+//! below); an IPv6 address is compared as four 32-bit words.
 //!
 //! ```text
 //!         r9 = *(u32 *)(r1 + 16)      ; ctx->rx_queue_index (struct xdp_md)
@@ -24,9 +36,10 @@
 //!         r5 += 14
 //!         if r5 > r3 goto pass        ; no whole Ethernet header
 //!         r5 = *(u16 *)(r2 + 12)      ; EtherType
-//!         if w5 == ETH_P_ARP goto arp
-//!         if w5 == ETH_P_IP goto ipv4
-//!         goto pass                   ; IPv6, VLAN tags, everything else
+//!         if w5 == ETH_P_ARP goto arp     ; (with an IPv4 address)
+//!         if w5 == ETH_P_IP goto ipv4     ; (with an IPv4 address)
+//!         if w5 == ETH_P_IPV6 goto ipv6   ; (with an IPv6 address)
+//!         goto pass                   ; VLAN tags, everything else
 //! arp:    r5 = r2
 //!         r5 += 42
 //!         if r5 > r3 goto pass        ; Ethernet + 28 bytes of ARP for IPv4
@@ -46,21 +59,55 @@
 //!         if w4 != 0x40 goto pass     ; version 4
 //!         r5 &= 0x0f                  ; IHL, in 32-bit words
 //!         if w5 < 5 goto pass
-//!         r4 = *(u8 *)(r2 + 23)       ; protocol
-//!         if w4 != IPPROTO_TCP goto pass
 //!         r4 = *(u32 *)(r2 + 30)      ; destination address
 //!         if w4 != IP goto pass
 //!         r4 = *(u16 *)(r2 + 20)      ; flags, fragment offset
-//!         if w4 & 0x1fff goto pass    ; a later fragment: no TCP header
+//!         if w4 & 0x1fff goto pass    ; a later fragment: no transport header
 //!         r5 <<= 2                    ; IPv4 header length, 20 to 60 bytes
 //!         r6 = r2
-//!         r6 += r5                    ; the TCP header is at r6 + 14
+//!         r6 += r5                    ; the transport header is at r6 + 14
 //!         r4 = r6
 //!         r4 += 18
-//!         if r4 > r3 goto pass        ; through the TCP destination port
+//!         if r4 > r3 goto pass        ; 4 bytes of it: ICMP type and code, or TCP ports
+//!         r4 = *(u8 *)(r2 + 23)       ; protocol
+//!         if w4 == IPPROTO_TCP goto ipv4_tcp
+//!         if w4 != IPPROTO_ICMP goto pass
+//!         r4 = *(u8 *)(r6 + 14)       ; ICMP type
+//!         if w4 != ECHO_REQUEST goto pass
+//!         goto redirect
+//! ipv4_tcp:
 //!         r4 = *(u16 *)(r6 + 16)      ; TCP destination port
 //!         if w4 != PORT goto pass     ; with an extra port: if w4 == PORT goto redirect
 //!         goto redirect               ;                     if w4 != EXTRA goto pass
+//! ipv6:   r5 = r2
+//!         r5 += 58
+//!         if r5 > r3 goto pass        ; Ethernet + IPv6 + 4 bytes (ICMPv6 type, TCP ports)
+//!         r5 = *(u8 *)(r2 + 14)       ; version, traffic class
+//!         r5 &= 0xf0
+//!         if w5 != 0x60 goto pass     ; version 6
+//!         r4 = *(u8 *)(r2 + 20)       ; next header
+//!         if w4 == IPPROTO_TCP goto ipv6_tcp
+//!         if w4 != IPPROTO_ICMPV6 goto pass
+//!         r4 = *(u8 *)(r2 + 54)       ; ICMPv6 type
+//!         if w4 == ECHO_REQUEST goto ipv6_to_us
+//!         if w4 == NEIGHBOR_ADVERT goto ipv6_to_us
+//!         if w4 != NEIGHBOR_SOLICIT goto pass
+//!         r5 = r2
+//!         r5 += 78
+//!         if r5 > r3 goto pass        ; through the solicitation's target address
+//!         r4 = *(u32 *)(r2 + 62)      ; target address, four words
+//!         if w4 != IP6[0] goto pass
+//!         ... IP6[1], IP6[2], IP6[3] at 66, 70, 74
+//!         goto redirect
+//! ipv6_tcp:
+//!         r4 = *(u16 *)(r2 + 56)      ; TCP destination port
+//!         if w4 != PORT goto pass     ; with an extra port: if w4 == PORT goto ipv6_to_us
+//!                                     ;                     if w4 != EXTRA goto pass
+//! ipv6_to_us:
+//!         r4 = *(u32 *)(r2 + 38)      ; destination address, four words
+//!         if w4 != IP6[0] goto pass
+//!         ... IP6[1], IP6[2], IP6[3] at 42, 46, 50
+//!         goto redirect
 //! redirect:
 //!         r2 = r9
 //!         r1 = map_fd ll              ; BPF_LD_IMM64 with BPF_PSEUDO_MAP_FD: the XSKMAP
@@ -72,8 +119,8 @@
 //! ```
 //!
 //! [`steering_program`] builds it as a dispatch on the EtherType followed by one section per
-//! case, each ending in a jump to `redirect` or `pass`; a new case (IPv6 and neighbour
-//! discovery for our address) is one more dispatch entry and one more section.
+//! case, each ending in a jump to `redirect` or `pass`; a family without an address has
+//! neither its dispatch entries nor its sections, so its frames all pass.
 //!
 //! On a link whose MTU needs multi-buffer frames the program is loaded with
 //! `BPF_F_XDP_HAS_FRAGS` ([`Frags::Yes`]): it reads only the first buffer (`data` to
@@ -89,7 +136,7 @@
 //! `"Dual MIT/GPL"`, which the kernel counts as GPL-compatible, so a future helper change
 //! would not refuse it.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use super::asm::{Asm, Cond, Label, R0, R1, R2, R3, R4, R5, R6, R9, Size, wire_u16, wire_u32};
@@ -147,14 +194,35 @@ const IPV4_DST: i16 = 30;
 /// The fragment offset's 13 bits of the flags/offset field.
 const IPV4_FRAG_OFFSET: u16 = 0x1fff;
 const IPPROTO_TCP: u32 = 6;
+const IPPROTO_ICMP: u32 = 1;
+/// ICMP echo request type.
+const ICMP_ECHO_REQUEST: u32 = 8;
 /// The TCP destination port, from the start of the TCP header.
 const TCP_DST_PORT: i16 = 2;
+const ETH_P_IPV6: u16 = 0x86dd;
+/// The IPv6 header, without extension headers.
+const IPV6_LEN: i32 = 40;
+const IPV6_VERSION: i16 = 14;
+const IPV6_NEXT_HEADER: i16 = 20;
+const IPV6_DST: i16 = 38;
+/// The first byte after the IPv6 header: ICMPv6 type, or the TCP header.
+const IPV6_PAYLOAD: i16 = 54;
+const IPPROTO_ICMPV6: u32 = 58;
+const ICMPV6_ECHO_REQUEST: u32 = 128;
+const ICMPV6_NEIGHBOR_SOLICIT: u32 = 135;
+const ICMPV6_NEIGHBOR_ADVERT: u32 = 136;
+/// A neighbour solicitation's target address, from the start of the ICMPv6 message.
+const NDP_TARGET: i16 = 8;
 
 /// What the program steers to the AF_XDP sockets; every other frame goes to the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Steer {
-    /// The server's IPv4 address (`--ip`): TCP to it and ARP for it.
-    pub ipv4: Ipv4Addr,
+    /// The server's IPv4 address (`--ip`), if it serves IPv4: TCP and echo requests to it,
+    /// ARP for it.
+    pub ipv4: Option<Ipv4Addr>,
+    /// The server's IPv6 address (`--ip`), if it serves IPv6: TCP, echo requests and
+    /// neighbour advertisements to it, neighbour solicitations for it.
+    pub ipv6: Option<Ipv6Addr>,
     /// The server's TCP port (`-p`).
     pub tcp_port: u16,
     /// A second TCP port of the server (`--resp-port`), if it has one.
@@ -186,14 +254,26 @@ pub fn steering_program(map_fd: RawFd, steer: &Steer) -> Vec<Insn> {
     // The dispatch: one entry per EtherType we take, then its section.
     let arp = asm.label();
     let ipv4 = asm.label();
-    asm.jmp32_imm(Cond::Eq, R5, wire_u16(ETH_P_ARP), arp);
-    asm.jmp32_imm(Cond::Eq, R5, wire_u16(ETH_P_IP), ipv4);
+    let ipv6 = asm.label();
+    if steer.ipv4.is_some() {
+        asm.jmp32_imm(Cond::Eq, R5, wire_u16(ETH_P_ARP), arp);
+        asm.jmp32_imm(Cond::Eq, R5, wire_u16(ETH_P_IP), ipv4);
+    }
+    if steer.ipv6.is_some() {
+        asm.jmp32_imm(Cond::Eq, R5, wire_u16(ETH_P_IPV6), ipv6);
+    }
     asm.ja(exits.pass);
 
-    asm.bind(arp);
-    arp_for(&mut asm, steer.ipv4, exits);
-    asm.bind(ipv4);
-    ipv4_tcp_to(&mut asm, steer, exits);
+    if let Some(ip) = steer.ipv4 {
+        asm.bind(arp);
+        arp_for(&mut asm, ip, exits);
+        asm.bind(ipv4);
+        ipv4_to(&mut asm, ip, steer, exits);
+    }
+    if let Some(ip) = steer.ipv6 {
+        asm.bind(ipv6);
+        ipv6_to(&mut asm, ip, steer, exits);
+    }
 
     asm.bind(exits.redirect);
     asm.mov(R2, R9);
@@ -204,8 +284,9 @@ pub fn steering_program(map_fd: RawFd, steer: &Steer) -> Vec<Insn> {
     asm.bind(exits.pass);
     asm.mov_imm(R0, XDP_PASS);
     asm.exit();
-    // Every label above is bound before `finish`, and the program is a few dozen
-    // instructions: the assembler cannot refuse it.
+    // Every label a jump names is bound before `finish` (a family's labels are named only
+    // by its own dispatch entries), and the program is a hundred-odd instructions: the
+    // assembler cannot refuse it.
     asm.finish().expect("the steering program's jumps resolve")
 }
 
@@ -228,9 +309,9 @@ fn arp_for(asm: &mut Asm, ip: Ipv4Addr, to: Exits) {
     asm.ja(to.redirect);
 }
 
-/// IPv4 TCP to the steered address and port (or extra port), any header length → redirect.
-fn ipv4_tcp_to(asm: &mut Asm, steer: &Steer, to: Exits) {
-    let ip = steer.ipv4;
+/// IPv4 to `ip`, any header length, not a later fragment: TCP to the steered port (or
+/// extra port), or an ICMP echo request → redirect.
+fn ipv4_to(asm: &mut Asm, ip: Ipv4Addr, steer: &Steer, to: Exits) {
     need(asm, ETH_HLEN + IPV4_MIN_LEN, to.pass);
     asm.load(Size::B, R5, R2, IPV4_VERSION_IHL);
     asm.mov(R4, R5);
@@ -238,14 +319,12 @@ fn ipv4_tcp_to(asm: &mut Asm, steer: &Steer, to: Exits) {
     asm.jmp32_imm(Cond::Ne, R4, 0x40, to.pass);
     asm.and_imm(R5, 0x0f);
     asm.jmp32_imm(Cond::Lt, R5, 5, to.pass);
-    asm.load(Size::B, R4, R2, IPV4_PROTOCOL);
-    asm.jmp32_imm(Cond::Ne, R4, IPPROTO_TCP, to.pass);
     asm.load(Size::W, R4, R2, IPV4_DST);
     asm.jmp32_imm(Cond::Ne, R4, wire_u32(ip.octets()), to.pass);
     asm.load(Size::H, R4, R2, IPV4_FRAG);
     asm.jmp32_imm(Cond::Set, R4, wire_u16(IPV4_FRAG_OFFSET), to.pass);
-    // r6 = data + header length: the TCP header starts at r6 + 14. The verifier knows the
-    // added length lies in 0..=60 (a 4-bit field times 4) and checks the loads below
+    // r6 = data + header length: the transport header starts at r6 + 14. The verifier knows
+    // the added length lies in 0..=60 (a 4-bit field times 4) and checks the loads below
     // against the bound that follows.
     asm.lsh_imm(R5, 2);
     asm.mov(R6, R2);
@@ -253,13 +332,66 @@ fn ipv4_tcp_to(asm: &mut Asm, steer: &Steer, to: Exits) {
     asm.mov(R4, R6);
     asm.add_imm(R4, ETH_HLEN + i32::from(TCP_DST_PORT) + 2);
     asm.jmp(Cond::Gt, R4, R3, to.pass);
+    let tcp = asm.label();
+    asm.load(Size::B, R4, R2, IPV4_PROTOCOL);
+    asm.jmp32_imm(Cond::Eq, R4, IPPROTO_TCP, tcp);
+    asm.jmp32_imm(Cond::Ne, R4, IPPROTO_ICMP, to.pass);
+    asm.load(Size::B, R4, R6, ETH_HLEN as i16);
+    asm.jmp32_imm(Cond::Ne, R4, ICMP_ECHO_REQUEST, to.pass);
+    asm.ja(to.redirect);
+    asm.bind(tcp);
     asm.load(Size::H, R4, R6, ETH_HLEN as i16 + TCP_DST_PORT);
+    our_port(asm, steer, to.redirect, to.pass);
+    asm.ja(to.redirect);
+}
+
+/// `r4` holds a TCP destination port: the steered port (or extra port) goes on to `ours`
+/// (by a jump, or by falling through), any other to `other`.
+fn our_port(asm: &mut Asm, steer: &Steer, ours: Label, other: Label) {
     if let Some(extra) = steer.extra_tcp_port {
-        asm.jmp32_imm(Cond::Eq, R4, wire_u16(steer.tcp_port), to.redirect);
-        asm.jmp32_imm(Cond::Ne, R4, wire_u16(extra), to.pass);
+        asm.jmp32_imm(Cond::Eq, R4, wire_u16(steer.tcp_port), ours);
+        asm.jmp32_imm(Cond::Ne, R4, wire_u16(extra), other);
     } else {
-        asm.jmp32_imm(Cond::Ne, R4, wire_u16(steer.tcp_port), to.pass);
+        asm.jmp32_imm(Cond::Ne, R4, wire_u16(steer.tcp_port), other);
     }
+}
+
+/// `if the 16 bytes at data + off != ip goto differ` (r4 is scratch; the caller has
+/// checked the bytes are in the packet).
+fn ipv6_equals(asm: &mut Asm, off: i16, ip: Ipv6Addr, differ: Label) {
+    let octets = ip.octets();
+    for (word, bytes) in octets.chunks_exact(4).enumerate() {
+        asm.load(Size::W, R4, R2, off + 4 * word as i16);
+        let bytes = [bytes[0], bytes[1], bytes[2], bytes[3]];
+        asm.jmp32_imm(Cond::Ne, R4, wire_u32(bytes), differ);
+    }
+}
+
+/// IPv6 without extension headers: TCP to `ip` and the steered port (or extra port), an
+/// ICMPv6 echo request or neighbour advertisement to `ip`, or a neighbour solicitation for
+/// `ip` → redirect.
+fn ipv6_to(asm: &mut Asm, ip: Ipv6Addr, steer: &Steer, to: Exits) {
+    let tcp = asm.label();
+    let to_us = asm.label();
+    need(asm, ETH_HLEN + IPV6_LEN + 4, to.pass);
+    asm.load(Size::B, R5, R2, IPV6_VERSION);
+    asm.and_imm(R5, 0xf0);
+    asm.jmp32_imm(Cond::Ne, R5, 0x60, to.pass);
+    asm.load(Size::B, R4, R2, IPV6_NEXT_HEADER);
+    asm.jmp32_imm(Cond::Eq, R4, IPPROTO_TCP, tcp);
+    asm.jmp32_imm(Cond::Ne, R4, IPPROTO_ICMPV6, to.pass);
+    asm.load(Size::B, R4, R2, IPV6_PAYLOAD);
+    asm.jmp32_imm(Cond::Eq, R4, ICMPV6_ECHO_REQUEST, to_us);
+    asm.jmp32_imm(Cond::Eq, R4, ICMPV6_NEIGHBOR_ADVERT, to_us);
+    asm.jmp32_imm(Cond::Ne, R4, ICMPV6_NEIGHBOR_SOLICIT, to.pass);
+    need(asm, i32::from(IPV6_PAYLOAD + NDP_TARGET) + 16, to.pass);
+    ipv6_equals(asm, IPV6_PAYLOAD + NDP_TARGET, ip, to.pass);
+    asm.ja(to.redirect);
+    asm.bind(tcp);
+    asm.load(Size::H, R4, R2, IPV6_PAYLOAD + TCP_DST_PORT);
+    our_port(asm, steer, to_us, to.pass);
+    asm.bind(to_us);
+    ipv6_equals(asm, IPV6_DST, ip, to.pass);
     asm.ja(to.redirect);
 }
 
@@ -474,7 +606,8 @@ mod tests {
     use std::os::fd::AsFd;
 
     const STEER: Steer = Steer {
-        ipv4: Ipv4Addr::new(10, 78, 0, 200),
+        ipv4: Some(Ipv4Addr::new(10, 78, 0, 200)),
+        ipv6: None,
         tcp_port: 11211,
         extra_tcp_port: None,
     };
@@ -515,39 +648,68 @@ mod tests {
     // only fall-through into the pass exit is from the redirect's `exit`.
     #[test]
     fn every_jump_lands_on_an_instruction() {
-        let program = steering_program(7, &STEER);
-        assert_eq!(program.len(), 52, "the listing in the module docs");
-        let map_load = program.iter().position(|i| i.code == 0x18).unwrap();
-        let mut jumps = 0;
-        for at in 0..program.len() {
-            if program[at].is_jump() {
-                jumps += 1;
-                let to = target(&program, at);
-                assert!(to < program.len(), "jump {at} leaves the program");
-                assert_ne!(to, map_load + 1, "jump {at} into the map load");
-                assert!(
-                    to > at,
-                    "jump {at} goes backwards (the verifier refuses loops)"
-                );
+        // (steer, instructions, jumps) for the listing in the module docs: IPv4 only, IPv6
+        // only, both.
+        for (steer, len, jumps_in) in [(STEER, 56, 21), (STEER_V6, 53, 22), (DUAL, 93, 41)] {
+            let program = steering_program(7, &steer);
+            assert_eq!(program.len(), len, "{steer:?}");
+            let map_load = program.iter().position(|i| i.code == 0x18).unwrap();
+            let mut jumps = 0;
+            for at in 0..program.len() {
+                if program[at].is_jump() {
+                    jumps += 1;
+                    let to = target(&program, at);
+                    assert!(to < program.len(), "jump {at} leaves the program");
+                    assert_ne!(to, map_load + 1, "jump {at} into the map load");
+                    assert!(
+                        to > at,
+                        "jump {at} goes backwards (the verifier refuses loops)"
+                    );
+                }
             }
+            assert_eq!(jumps, jumps_in, "{steer:?}");
+            assert_eq!(program.last().unwrap().code, 0x95);
         }
-        assert_eq!(jumps, 18);
-        assert_eq!(program.last().unwrap().code, 0x95);
     }
 
-    // The jumps that leave a section go to the two exits, and the constants compared are
-    // the wire bytes of the address, the port and the EtherTypes.
-    #[cfg(target_endian = "little")]
-    #[test]
-    fn sections_compare_the_wire_values_and_end_at_the_exits() {
-        let program = steering_program(7, &STEER);
+    const STEER_V6: Steer = Steer {
+        ipv4: None,
+        ipv6: Some(Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, 0xc8)),
+        tcp_port: 11211,
+        extra_tcp_port: None,
+    };
+
+    const DUAL: Steer = Steer {
+        ipv4: STEER.ipv4,
+        ipv6: STEER_V6.ipv6,
+        tcp_port: 11211,
+        extra_tcp_port: None,
+    };
+
+    /// The 32-bit immediates a program compares with, and how many of its jumps go to the
+    /// redirect and to the pass exit.
+    fn compared_and_exits(program: &[Insn]) -> (Vec<u32>, usize, usize) {
         let pass = program.len() - 2;
         let redirect = program.len() - 8;
-        let imms_compared: Vec<u32> = program
+        let imms = program
             .iter()
             .filter(|i| i.code & 0x07 == 0x06)
             .map(|i| i.imm as u32)
             .collect();
+        let to = |exit| {
+            (0..program.len())
+                .filter(|&at| program[at].is_jump() && target(program, at) == exit)
+                .count()
+        };
+        (imms, to(redirect), to(pass))
+    }
+
+    // The jumps that leave a section go to the two exits, and the constants compared are
+    // the wire bytes of the addresses, the port and the EtherTypes.
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn sections_compare_the_wire_values_and_end_at_the_exits() {
+        let (imms, to_redirect, to_pass) = compared_and_exits(&steering_program(7, &STEER));
         for want in [
             0x0608,      // ETH_P_ARP
             0x0008,      // ETH_P_IP
@@ -555,25 +717,43 @@ mod tests {
             0xcb2b,      // port 11211
             0x0040,      // version 4
             6,           // IPPROTO_TCP
+            1,           // IPPROTO_ICMP
+            8,           // echo request
             0xff1f,      // fragment offset bits
         ] {
-            assert!(
-                imms_compared.contains(&want),
-                "{want:#x} in {imms_compared:x?}"
-            );
+            assert!(imms.contains(&want), "{want:#x} in {imms:x?}");
+        }
+        assert_eq!(imms.iter().filter(|&&i| i == 0xc800_4e0a).count(), 2);
+        assert!(
+            !imms.contains(&0xdd86),
+            "no IPv6 dispatch without an IPv6 address"
+        );
+        assert_eq!(to_redirect, 3, "ARP, ICMP echo, TCP");
+        assert_eq!(to_pass, 15, "every failed check");
+
+        let (imms, to_redirect, to_pass) = compared_and_exits(&steering_program(7, &STEER_V6));
+        // fd78::c8, four words in wire order.
+        let words = [0x0000_78fd, 0, 0, 0xc800_0000];
+        for want in [0xdd86, 0x60, 6, 58, 128, 135, 136, 0xcb2b] {
+            assert!(imms.contains(&want), "{want:#x} in {imms:x?}");
+        }
+        for word in words {
+            assert!(imms.contains(&word), "{word:#x} in {imms:x?}");
         }
         assert_eq!(
-            imms_compared.iter().filter(|&&i| i == 0xc800_4e0a).count(),
-            2
+            imms.iter().filter(|&&i| i == 0xc800_0000).count(),
+            2,
+            "the last word of the address: solicitation target, destination"
         );
-        let to_redirect = (0..program.len())
-            .filter(|&at| program[at].is_jump() && target(&program, at) == redirect)
-            .count();
-        assert_eq!(to_redirect, 2, "one per section (ARP, IPv4 TCP)");
-        let to_pass = (0..program.len())
-            .filter(|&at| program[at].is_jump() && target(&program, at) == pass)
-            .count();
-        assert_eq!(to_pass, 14, "every failed check");
+        assert!(
+            !imms.contains(&0x0608) && !imms.contains(&0x0008),
+            "no IPv4"
+        );
+        assert_eq!(to_redirect, 2, "solicitations; the rest to our address");
+        assert_eq!(to_pass, 16, "every failed check");
+
+        let (_, to_redirect, to_pass) = compared_and_exits(&steering_program(7, &DUAL));
+        assert_eq!((to_redirect, to_pass), (5, 29), "both families' sections");
     }
 
     // With an extra port, a TCP frame to either port is redirected and every other port
@@ -581,33 +761,50 @@ mod tests {
     #[cfg(target_endian = "little")]
     #[test]
     fn an_extra_port_is_steered_too() {
-        let steer = Steer {
-            extra_tcp_port: Some(6379),
-            ..STEER
-        };
-        let program = steering_program(7, &steer);
-        assert_eq!(program.len(), 53);
-        let redirect = program.len() - 8;
-        let pass = program.len() - 2;
-        let port_checks: Vec<(u32, usize)> = (0..program.len())
-            .filter(|&at| {
-                program[at].is_jump() && matches!(program[at].imm as u32, 0xcb2b | 0xeb18)
-            })
-            .map(|at| (program[at].imm as u32, target(&program, at)))
-            .collect();
-        assert_eq!(
-            port_checks,
-            [(0xcb2b, redirect), (0xeb18, pass)],
-            "11211: redirect; not 6379: pass"
-        );
-        let to_redirect = (0..program.len())
-            .filter(|&at| program[at].is_jump() && target(&program, at) == redirect)
-            .count();
-        assert_eq!(to_redirect, 3);
-        if privileged() {
-            let map = create_xskmap(4).expect("XSKMAP");
-            load_xdp_program(&steering_program(map.as_raw_fd(), &steer), Frags::No)
-                .expect("the verifier accepts it");
+        for base in [STEER, DUAL] {
+            let steer = Steer {
+                extra_tcp_port: Some(6379),
+                ..base
+            };
+            let program = steering_program(7, &steer);
+            let plain = steering_program(7, &base);
+            let sections = usize::from(base.ipv4.is_some()) + usize::from(base.ipv6.is_some());
+            assert_eq!(program.len(), plain.len() + sections, "one per TCP section");
+            let redirect = program.len() - 8;
+            let pass = program.len() - 2;
+            let port_checks: Vec<(u32, usize)> = (0..program.len())
+                .filter(|&at| {
+                    program[at].is_jump() && matches!(program[at].imm as u32, 0xcb2b | 0xeb18)
+                })
+                .map(|at| (program[at].imm as u32, target(&program, at)))
+                .collect();
+            // IPv4: 11211 to the redirect, not 6379 to the pass exit.
+            assert_eq!(
+                port_checks[..2],
+                [(0xcb2b, redirect), (0xeb18, pass)],
+                "11211: redirect; not 6379: pass"
+            );
+            if base.ipv6.is_some() {
+                // IPv6: either port goes on to the destination check (the instruction after
+                // the 6379 comparison), any other to the pass exit.
+                let (port, to_us) = port_checks[2];
+                assert_eq!(port, 0xcb2b);
+                assert_eq!(port_checks[3].0, 0xeb18);
+                assert_eq!(port_checks[3].1, pass);
+                assert_eq!(program[to_us - 1].imm as u32, 0xeb18, "falls through to it");
+            }
+            let to_redirect = |program: &[Insn]| {
+                let redirect = program.len() - 8;
+                (0..program.len())
+                    .filter(|&at| program[at].is_jump() && target(program, at) == redirect)
+                    .count()
+            };
+            assert_eq!(to_redirect(&program), to_redirect(&plain) + 1);
+            if privileged() {
+                let map = create_xskmap(4).expect("XSKMAP");
+                load_xdp_program(&steering_program(map.as_raw_fd(), &steer), Frags::No)
+                    .expect("the verifier accepts it");
+            }
         }
     }
 
@@ -654,8 +851,15 @@ mod tests {
         let map = create_xskmap(4).expect("XSKMAP");
         let prog =
             load_xdp_program(&steering_program(map.as_raw_fd(), &STEER), Frags::No).expect("load");
+        let dual = load_xdp_program(&steering_program(map.as_raw_fd(), &DUAL), Frags::No)
+            .expect("load the dual-stack program");
+        let v6_only = load_xdp_program(&steering_program(map.as_raw_fd(), &STEER_V6), Frags::No)
+            .expect("load the IPv6 program");
         let frame = [0u8; 80];
         for len in 14..=frame.len() {
+            for other in [&dual, &v6_only] {
+                assert_eq!(test_run(other.as_fd(), &frame[..len]), Ok(XDP_PASS as u32));
+            }
             assert_eq!(
                 test_run(prog.as_fd(), &frame[..len]),
                 Ok(XDP_PASS as u32),

@@ -1,6 +1,6 @@
 //! The AF_XDP packet path: an XDP program that steers memspin's frames (TCP to its address
-//! and port, ARP for its address) from an interface queue to an AF_XDP socket and leaves the
-//! rest to the kernel, and a smoltcp [`Device`](smoltcp::phy::Device) per (interface, queue)
+//! and port, echo requests to it, ARP and neighbour discovery for it) from an interface
+//! queue to an AF_XDP socket and leaves the rest to the kernel, and a smoltcp [`Device`](smoltcp::phy::Device) per (interface, queue)
 //! over that socket's rings.
 //!
 //! ```text
@@ -15,7 +15,7 @@
 //! ```
 //!
 //! - [`XdpProgram::attach`] loads the steering program ([`bpf`], hand-assembled with the
-//!   small assembler in `asm`) for a [`Steer`] (address and ports) with an XSKMAP of one
+//!   small assembler in `asm`) for a [`Steer`] (addresses and ports) with an XSKMAP of one
 //!   slot per receive queue, and attaches it over rtnetlink, natively
 //!   (driver mode) where the driver supports it, else in generic (skb) mode. A program of
 //!   our name left behind by a killed run is replaced; anyone else's is refused. Dropping

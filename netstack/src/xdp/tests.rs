@@ -25,7 +25,8 @@ const CLIENT_IFACE: &str = "msx0";
 const PORT: u16 = 11211;
 /// What the programs in these tests steer: the server end's address and port.
 const STEER: Steer = Steer {
-    ipv4: std::net::Ipv4Addr::new(10, 78, 0, 2),
+    ipv4: Some(std::net::Ipv4Addr::new(10, 78, 0, 2)),
+    ipv6: Some(std::net::Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, 2)),
     tcp_port: PORT,
     extra_tcp_port: None,
 };
@@ -724,6 +725,49 @@ fn two_queues_bind_two_sockets() {
     .expect("server thread");
 }
 
+/// Zero-copy's fallback, the path every veth test takes: veth refuses an `XDP_ZEROCOPY` bind
+/// (what a NIC without zero-copy support does), with an errno [`XdpDevice::bind`] recognises,
+/// and the default `ZeroCopy::Auto` then binds the same queue in copy mode, for single-buffer
+/// frames and for multi-buffer ones (MTU 9000, `XDP_USE_SG`) alike. A NIC that takes
+/// zero-copy cannot be had on this machine: that path runs only on real hardware.
+#[test]
+fn zero_copy_refused_falls_back_to_copy_mode() {
+    if !is_root() {
+        eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
+        return;
+    }
+    for mtu in [1500, 9000] {
+        let pair = VethPair::with_mtu(1, mtu);
+        pair.server(move || {
+            let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, STEER).unwrap();
+            let auto = XdpConfig::for_link(16, program.mtu());
+            assert_eq!(auto.zero_copy, ZeroCopy::Auto);
+            let required = XdpConfig {
+                zero_copy: ZeroCopy::Required,
+                ..auto
+            };
+            let not_supported = [libc::EOPNOTSUPP, libc::EINVAL, 524];
+            match XdpDevice::bind(&program, 0, &required) {
+                Err(XdpError::Sys {
+                    op: XdpOp::Bind,
+                    errno,
+                    ..
+                }) if mtu == 1500 && not_supported.contains(&errno) => {}
+                // A refused bind with XDP_USE_SG is reported as multi-buffer's refusal.
+                Err(XdpError::MultiBufferRefused { errno, .. })
+                    if mtu == 9000 && not_supported.contains(&errno) => {}
+                Err(other) => panic!("MTU {mtu}: zero-copy refused otherwise: {other}"),
+                Ok(_) => panic!("MTU {mtu}: veth took a zero-copy bind"),
+            }
+            let device = XdpDevice::bind(&program, 0, &auto).expect("the copy-mode fallback");
+            assert!(!device.zero_copy(), "MTU {mtu}");
+            assert_eq!(device.multi_buffer(), mtu == 9000, "MTU {mtu}");
+        })
+        .join()
+        .expect("server thread");
+    }
+}
+
 #[test]
 fn configs_are_checked() {
     let ok = XdpConfig::default();
@@ -831,6 +875,13 @@ const ETH_P_8021Q: u16 = 0x8100;
 const TCP: u8 = 6;
 const UDP: u8 = 17;
 const ICMP: u8 = 1;
+const ICMPV6: u8 = 58;
+const OURS6: [u8; 16] = [0xfd, 0x78, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+const OTHER6: [u8; 16] = [0xfd, 0x78, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3];
+const CLIENT6: [u8; 16] = [0xfd, 0x78, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+/// ff02::1:ff00:2, the solicited-node group of fd78::2.
+const GROUP6: [u8; 16] = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 2];
+const ALL_NODES6: [u8; 16] = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
 
 fn ethernet(ethertype: u16, payload: &[u8]) -> Vec<u8> {
     let mut frame = vec![0xff; 6];
@@ -867,6 +918,26 @@ fn ipv4(protocol: u8, dst: [u8; 4], options: &[u8], frag: u16, payload: &[u8]) -
     ip
 }
 
+/// An IPv6 packet from the client to `dst` whose first (or only) next header is `next`.
+fn ipv6(next: u8, dst: [u8; 16], payload: &[u8]) -> Vec<u8> {
+    let mut ip = vec![0x60, 0, 0, 0];
+    ip.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    ip.extend_from_slice(&[next, 255]);
+    ip.extend_from_slice(&CLIENT6);
+    ip.extend_from_slice(&dst);
+    ip.extend_from_slice(payload);
+    ip
+}
+
+/// A neighbour discovery message of ICMPv6 type `kind` for `target`, with a link-layer
+/// address option.
+fn ndp(kind: u8, target: [u8; 16]) -> Vec<u8> {
+    let mut message = vec![kind, 0, 0, 0, 0, 0, 0, 0];
+    message.extend_from_slice(&target);
+    message.extend_from_slice(&[1, 1, 0x02, 0, 0, 0, 0, 1]);
+    message
+}
+
 /// A TCP SYN to `dst_port`.
 fn tcp(dst_port: u16) -> Vec<u8> {
     let mut tcp = 40000u16.to_be_bytes().to_vec();
@@ -885,7 +956,7 @@ const PASS: u32 = bpf::XDP_PASS as u32;
 /// The loaded program, run by the kernel (`BPF_PROG_TEST_RUN`) with a socket bound in its
 /// map's slot 0, so a steered frame returns `XDP_REDIRECT` and any other `XDP_PASS`.
 #[test]
-fn the_program_steers_only_our_tcp_and_arp() {
+fn the_program_steers_only_our_frames() {
     if !is_root() {
         eprintln!("skipped: needs root for namespaces, bpf() and AF_XDP");
         return;
@@ -988,6 +1059,133 @@ fn the_program_steers_only_our_tcp_and_arp() {
                     ETH_P_IP,
                     &ipv4(ICMP, OURS, &[], 0, &[8, 0, 0, 0, 0, 1, 0, 1]),
                 ),
+                REDIRECT,
+            ),
+            (
+                "ICMP echo behind 4 bytes of IPv4 options",
+                ethernet(
+                    ETH_P_IP,
+                    &ipv4(ICMP, OURS, &options_4, 0, &[8, 0, 0, 0, 0, 1, 0, 1]),
+                ),
+                REDIRECT,
+            ),
+            (
+                "ICMP echo to another address",
+                ethernet(
+                    ETH_P_IP,
+                    &ipv4(ICMP, OTHER, &[], 0, &[8, 0, 0, 0, 0, 1, 0, 1]),
+                ),
+                PASS,
+            ),
+            (
+                "ICMP echo reply to our address",
+                ethernet(
+                    ETH_P_IP,
+                    &ipv4(ICMP, OURS, &[], 0, &[0, 0, 0, 0, 0, 1, 0, 1]),
+                ),
+                PASS,
+            ),
+            (
+                "ICMP destination unreachable to our address",
+                ethernet(
+                    ETH_P_IP,
+                    &ipv4(ICMP, OURS, &[], 0, &[3, 3, 0, 0, 0, 0, 0, 0]),
+                ),
+                PASS,
+            ),
+            (
+                "IPv6 TCP to our address and port",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OURS6, &tcp(PORT))),
+                REDIRECT,
+            ),
+            (
+                "IPv6 TCP to another port",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OURS6, &tcp(22))),
+                PASS,
+            ),
+            (
+                "IPv6 TCP to another address",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OTHER6, &tcp(PORT))),
+                PASS,
+            ),
+            (
+                "IPv6 TCP behind a hop-by-hop header",
+                {
+                    let mut payload = vec![TCP, 0, 1, 4, 0, 0, 0, 0];
+                    payload.extend_from_slice(&tcp(PORT));
+                    ethernet(ETH_P_IPV6, &ipv6(0, OURS6, &payload))
+                },
+                PASS,
+            ),
+            (
+                "IPv6 UDP to our address and port",
+                ethernet(
+                    ETH_P_IPV6,
+                    &ipv6(UDP, OURS6, &[0x9c, 0x40, 0x2b, 0xcb, 0, 8, 0, 0]),
+                ),
+                PASS,
+            ),
+            (
+                "ICMPv6 echo to our address",
+                ethernet(
+                    ETH_P_IPV6,
+                    &ipv6(ICMPV6, OURS6, &[128, 0, 0, 0, 0, 1, 0, 1]),
+                ),
+                REDIRECT,
+            ),
+            (
+                "ICMPv6 echo to another address",
+                ethernet(
+                    ETH_P_IPV6,
+                    &ipv6(ICMPV6, OTHER6, &[128, 0, 0, 0, 0, 1, 0, 1]),
+                ),
+                PASS,
+            ),
+            (
+                "ICMPv6 echo reply to our address",
+                ethernet(
+                    ETH_P_IPV6,
+                    &ipv6(ICMPV6, OURS6, &[129, 0, 0, 0, 0, 1, 0, 1]),
+                ),
+                PASS,
+            ),
+            (
+                "a neighbour solicitation for our address, to its group",
+                ethernet(ETH_P_IPV6, &ipv6(ICMPV6, GROUP6, &ndp(135, OURS6))),
+                REDIRECT,
+            ),
+            (
+                "a neighbour solicitation for our address, to it",
+                ethernet(ETH_P_IPV6, &ipv6(ICMPV6, OURS6, &ndp(135, OURS6))),
+                REDIRECT,
+            ),
+            (
+                "a neighbour solicitation for another address",
+                ethernet(ETH_P_IPV6, &ipv6(ICMPV6, GROUP6, &ndp(135, OTHER6))),
+                PASS,
+            ),
+            (
+                "a neighbour advertisement to our address",
+                ethernet(ETH_P_IPV6, &ipv6(ICMPV6, OURS6, &ndp(136, CLIENT6))),
+                REDIRECT,
+            ),
+            (
+                "a neighbour advertisement to all nodes",
+                ethernet(ETH_P_IPV6, &ipv6(ICMPV6, ALL_NODES6, &ndp(136, CLIENT6))),
+                PASS,
+            ),
+            (
+                "a router solicitation",
+                ethernet(ETH_P_IPV6, &ipv6(ICMPV6, ALL_NODES6, &ndp(133, OURS6))),
+                PASS,
+            ),
+            (
+                "IPv6 EtherType, version 4",
+                {
+                    let mut f = ethernet(ETH_P_IPV6, &ipv6(TCP, OURS6, &tcp(PORT)));
+                    f[14] = 0x45;
+                    f
+                },
                 PASS,
             ),
             (
@@ -1025,12 +1223,39 @@ fn the_program_steers_only_our_tcp_and_arp() {
         }
 
         // Truncated: a frame is steered only once it holds every byte the program reads
-        // (through the ARP target address; through the TCP destination port), never before.
+        // (through the ARP target address; through the TCP destination port or the ICMP
+        // type; through the solicitation's target), never before.
         for (what, frame, needed) in [
             ("ARP", ethernet(ETH_P_ARP, &arp(1, OURS)), 14 + 28),
             ("TCP", tcp_to(OURS, PORT, &[]), 14 + 20 + 4),
             ("TCP, IHL 6", tcp_to(OURS, PORT, &options_4), 14 + 24 + 4),
             ("TCP, IHL 15", tcp_to(OURS, PORT, &options_40), 14 + 60 + 4),
+            (
+                "ICMP echo",
+                ethernet(
+                    ETH_P_IP,
+                    &ipv4(ICMP, OURS, &[], 0, &[8, 0, 0, 0, 0, 1, 0, 1]),
+                ),
+                14 + 20 + 4,
+            ),
+            (
+                "IPv6 TCP",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OURS6, &tcp(PORT))),
+                14 + 40 + 4,
+            ),
+            (
+                "ICMPv6 echo",
+                ethernet(
+                    ETH_P_IPV6,
+                    &ipv6(ICMPV6, OURS6, &[128, 0, 0, 0, 0, 1, 0, 1]),
+                ),
+                14 + 40 + 4,
+            ),
+            (
+                "neighbour solicitation",
+                ethernet(ETH_P_IPV6, &ipv6(ICMPV6, GROUP6, &ndp(135, OURS6))),
+                14 + 40 + 24,
+            ),
         ] {
             for len in 14..=frame.len() {
                 let want = if len >= needed { REDIRECT } else { PASS };
@@ -1045,7 +1270,7 @@ fn the_program_steers_only_our_tcp_and_arp() {
 }
 
 /// With a second port, TCP to either port of our address is steered, through any header
-/// length, and other ports still pass.
+/// length and over both families, and other ports still pass.
 #[test]
 fn the_program_steers_a_second_port_too() {
     if !is_root() {
@@ -1089,6 +1314,26 @@ fn the_program_steers_a_second_port_too() {
                 "ARP for our address",
                 ethernet(ETH_P_ARP, &arp(1, OURS)),
                 REDIRECT,
+            ),
+            (
+                "the first port over IPv6",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OURS6, &tcp(PORT))),
+                REDIRECT,
+            ),
+            (
+                "the second port over IPv6",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OURS6, &tcp(EXTRA))),
+                REDIRECT,
+            ),
+            (
+                "another port over IPv6",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OURS6, &tcp(EXTRA + 1))),
+                PASS,
+            ),
+            (
+                "the second port of another IPv6 address",
+                ethernet(ETH_P_IPV6, &ipv6(TCP, OTHER6, &tcp(EXTRA))),
+                PASS,
             ),
         ] {
             assert_eq!(run(&frame), want, "{what}");

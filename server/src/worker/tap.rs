@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use netstack::link::{self, LinkConfig};
 use netstack::smoltcp::time::{Duration as NetDuration, Instant};
-use netstack::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
+use netstack::smoltcp::wire::{IpAddress, IpCidr, Ipv4Cidr, Ipv6Cidr};
 use netstack::{Admission, ConnTable, TableConfig, TapDevice};
 
 use super::{Plan, Queue, serve_smoltcp, spawn};
-use crate::cli::Cidr;
+use crate::cli::{Cidr, LinkAddrs};
 use crate::conn::ClientConn;
 use crate::stats::RawPath;
 
@@ -20,10 +20,9 @@ use crate::stats::RawPath;
 pub struct TapConfig {
     /// The TAP device to create or attach to.
     pub iface: String,
-    /// The server's own address on the link.
-    pub ip: Cidr,
-    /// The kernel side's address, if memspin sets it.
-    pub host_ip: Option<Cidr>,
+    /// The server's own addresses on the link, the kernel side's (if memspin sets them)
+    /// and the gateways.
+    pub addrs: LinkAddrs,
     /// TCP port.
     pub port: u16,
     /// The RESP port (`--resp-port`), if Redis clients are served.
@@ -44,32 +43,74 @@ pub fn tx_queue_len(conn_limit: usize) -> u32 {
         .clamp(1000, 1 << 16)
 }
 
-/// A locally administered unicast MAC derived from the server's address, so a restart keeps
-/// the same MAC and the kernel's neighbour entry stays valid.
-pub fn mac_for(ip: Cidr) -> [u8; 6] {
-    let [a, b, c, d] = ip.addr.octets();
+/// A locally administered unicast MAC derived from the server's address (its IPv4 address,
+/// else the low 32 bits of its IPv6 address), so a restart keeps the same MAC and the
+/// kernel's neighbour entry stays valid.
+pub fn mac_for(addrs: &LinkAddrs) -> [u8; 6] {
+    let [a, b, c, d] = match addrs.served().next().map(|cidr| cidr.addr) {
+        Some(std::net::IpAddr::V4(ip)) => ip.octets(),
+        Some(std::net::IpAddr::V6(ip)) => {
+            let o = ip.octets();
+            [o[12], o[13], o[14], o[15]]
+        }
+        None => [0, 0, 0, 1],
+    };
     [0x02, 0x6d, a, b, c, d]
 }
 
-/// A worker's table settings: room for the whole shared `conn_limit` (the kernel may send
-/// every connection to one worker), the idle timeout and loss recovery's floor.
+/// A worker's table settings: the MAC, the addresses and gateways served on `port`, room for
+/// the whole shared `conn_limit` (the kernel may send every connection to one worker), the
+/// idle timeout and loss recovery's floor.
+///
+/// # Errors
+/// When the table would refuse the addresses (a gateway not on the link, ...).
 pub fn table_config(
-    mut table: TableConfig,
+    mac: [u8; 6],
+    addrs: &LinkAddrs,
+    port: u16,
     conn_limit: usize,
     idle_timeout: Option<Duration>,
     rto_min: Option<Duration>,
-) -> TableConfig {
+) -> Result<TableConfig, String> {
+    let mut served = addrs.served();
+    let first = served.next().ok_or("no address to serve (--ip)")?;
+    let mut table = TableConfig::new(mac, cidr(first), port);
+    for more in served {
+        table = table.with_ip(cidr(more));
+    }
+    for gateway in addrs.gateways() {
+        table = table.with_gateway(IpAddress::from(gateway));
+    }
     let net = |d: Duration| NetDuration::from_micros(d.as_micros().min(u64::MAX.into()) as u64);
     table.conn_limit = conn_limit;
     table.idle_timeout = idle_timeout.map(net);
     table.rto_min = rto_min.map(net);
-    table
+    table.check().map_err(|e| e.to_string())?;
+    Ok(table)
 }
 
-/// The server's address as smoltcp's type.
-pub fn cidr(c: Cidr) -> Ipv4Cidr {
-    let [a, b, c4, d] = c.addr.octets();
-    Ipv4Cidr::new(Ipv4Address::new(a, b, c4, d), c.prefix_len)
+/// An address and prefix as smoltcp's type.
+pub fn cidr(c: Cidr) -> IpCidr {
+    match c.addr {
+        std::net::IpAddr::V4(ip) => IpCidr::Ipv4(Ipv4Cidr::new(ip, c.prefix_len)),
+        std::net::IpAddr::V6(ip) => IpCidr::Ipv6(Ipv6Cidr::new(ip, c.prefix_len)),
+    }
+}
+
+/// An IPv4 address and prefix as smoltcp's type (`None` for IPv6).
+fn cidr4(c: Cidr) -> Option<Ipv4Cidr> {
+    match cidr(c) {
+        IpCidr::Ipv4(cidr) => Some(cidr),
+        IpCidr::Ipv6(_) => None,
+    }
+}
+
+/// An IPv6 address and prefix as smoltcp's type (`None` for IPv4).
+fn cidr6(c: Cidr) -> Option<Ipv6Cidr> {
+    match cidr(c) {
+        IpCidr::Ipv6(cidr) => Some(cidr),
+        IpCidr::Ipv4(_) => None,
+    }
 }
 
 /// Serves over the TAP device until the plan's stop flag is set, one queue per worker (a
@@ -79,6 +120,18 @@ pub fn cidr(c: Cidr) -> Ipv4Cidr {
 /// When the device cannot be opened or configured, or a worker fails.
 pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Result<(), String> {
     let workers = plan.workers();
+    let addrs = &config.addrs;
+    let table_config = TableConfig {
+        extra_port: config.resp_port,
+        ..table_config(
+            mac_for(addrs),
+            addrs,
+            config.port,
+            config.conn_limit,
+            config.idle_timeout,
+            config.rto_min,
+        )?
+    };
     let devices = (0..workers)
         .map(|queue| {
             TapDevice::open(&config.iface, workers > 1).map_err(|e| format!("queue {queue}: {e}"))
@@ -87,29 +140,24 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
     link::configure(
         &config.iface,
         &LinkConfig {
-            host_ip: config.host_ip.map(cidr),
+            host_ip: addrs.host_ipv4.and_then(cidr4),
+            host_ipv6: addrs.host_ipv6.and_then(cidr6),
             mtu: None,
             tx_queue_len: Some(tx_queue_len(config.conn_limit)),
         },
     )
     .map_err(|e| e.to_string())?;
     let admission = Arc::new(Admission::new(config.conn_limit));
-    let table_config = TableConfig {
-        extra_port: config.resp_port,
-        ..table_config(
-            TableConfig::new(mac_for(config.ip), cidr(config.ip), config.port),
-            config.conn_limit,
-            config.idle_timeout,
-            config.rto_min,
-        )
-    };
+    let gateways = Arc::new(table_config.gateways());
+    plan.engine.control.set_path_settings(addrs.settings());
     spawn(
         plan,
         devices,
         |mut device, engine, mesh, ready| {
-            let mut table = ConnTable::<ClientConn>::with_admission(
+            let mut table = ConnTable::<ClientConn>::with_shared(
                 table_config,
                 Arc::clone(&admission),
+                Arc::clone(&gateways),
                 &mut device,
                 Instant::now(),
             )
@@ -127,6 +175,7 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
             let mut lines = vec![
                 format!("tap {} queue counters: {}", config.iface, device.report()),
                 format!("connection table: {:?}", table.stats()),
+                format!("gateways: {}", table.gateways()),
             ];
             lines.extend(idle);
             Ok(lines)

@@ -1,7 +1,8 @@
 //! The AF_XDP path (`--net xdp --iface NAME`): the steering program on an existing
-//! interface (TCP to `--ip`:`-p` and `--resp-port`, and ARP for `--ip`, to memspin, the rest
-//! to the kernel), one
-//! AF_XDP socket per worker (worker i on queue i), and the same smoltcp loop as the TAP path.
+//! interface (TCP to `--ip`:`-p` and `--resp-port`, echo requests to `--ip`, ARP and
+//! neighbour discovery for `--ip`, of either family, to memspin; the rest to the kernel),
+//! one AF_XDP socket per worker (worker i on queue i), and the same smoltcp loop as the TAP
+//! path, the workers sharing one record of the gateways (`--gateway`).
 //!
 //! ```text
 //! interface queue i ─XDP redirect (XSKMAP[i])─▶ XdpDevice i ─▶ ConnTable i (core i's smoltcp) ─▶ engine i
@@ -26,9 +27,9 @@ use netstack::xdp::{
 };
 use netstack::{Admission, ConnTable, TableConfig};
 
-use super::tap::{cidr, table_config};
+use super::tap::table_config;
 use super::{Plan, Queue, serve_smoltcp, spawn};
-use crate::cli::Cidr;
+use crate::cli::LinkAddrs;
 use crate::conn::ClientConn;
 use crate::stats::RawPath;
 
@@ -39,8 +40,8 @@ pub struct XdpWorkerConfig {
     pub iface: String,
     /// Attach modes allowed.
     pub mode: ModeChoice,
-    /// The server's own address on the link.
-    pub ip: Cidr,
+    /// The server's own addresses on the link and the gateways (`host_*` are unused).
+    pub addrs: LinkAddrs,
     /// TCP port.
     pub port: u16,
     /// The RESP port (`--resp-port`), if Redis clients are served.
@@ -166,11 +167,29 @@ pub fn run(
     plan: &Plan<'_>,
     on_ready: impl FnOnce(&XdpReady),
 ) -> Result<(), String> {
+    let addrs = &config.addrs;
+    let address = |cidr: Option<crate::cli::Cidr>| cidr.map(|c| c.addr);
     let steer = Steer {
-        ipv4: config.ip.addr,
+        ipv4: match address(addrs.ipv4) {
+            Some(std::net::IpAddr::V4(ip)) => Some(ip),
+            _ => None,
+        },
+        ipv6: match address(addrs.ipv6) {
+            Some(std::net::IpAddr::V6(ip)) => Some(ip),
+            _ => None,
+        },
         tcp_port: config.port,
         extra_tcp_port: config.resp_port,
     };
+    // Checked before the program is attached; the MAC is the interface's, known after.
+    table_config(
+        [0x02, 0, 0, 0, 0, 1],
+        addrs,
+        config.port,
+        config.conn_limit,
+        config.idle_timeout,
+        config.rto_min,
+    )?;
     let program =
         XdpProgram::attach(&config.iface, config.mode, steer).map_err(|e| e.to_string())?;
     let workers = plan.workers();
@@ -206,23 +225,36 @@ pub fn run(
         mac: program.mac(),
     };
     let admission = Arc::new(Admission::new(config.conn_limit));
-    let table_config = TableConfig {
-        extra_port: config.resp_port,
-        ..table_config(
-            TableConfig::new(program.mac(), cidr(config.ip), config.port),
-            config.conn_limit,
-            config.idle_timeout,
-            config.rto_min,
-        )
+    let table_config = match table_config(
+        program.mac(),
+        addrs,
+        config.port,
+        config.conn_limit,
+        config.idle_timeout,
+        config.rto_min,
+    ) {
+        Ok(table_config) => TableConfig {
+            extra_port: config.resp_port,
+            ..table_config
+        },
+        Err(e) => {
+            drop(devices);
+            let _ = program.detach();
+            return Err(e);
+        }
     };
-    plan.engine.control.set_path_settings(ready.settings());
+    let gateways = Arc::new(table_config.gateways());
+    let mut settings = ready.settings();
+    settings.extend(addrs.settings());
+    plan.engine.control.set_path_settings(settings);
     let served = spawn(
         plan,
         devices,
         |mut device, engine, mesh, ready| {
-            let mut table = ConnTable::<ClientConn>::with_admission(
+            let mut table = ConnTable::<ClientConn>::with_shared(
                 table_config,
                 Arc::clone(&admission),
+                Arc::clone(&gateways),
                 &mut device,
                 Instant::now(),
             )
@@ -245,6 +277,7 @@ pub fn run(
                     device.report()
                 ),
                 format!("connection table: {:?}", table.stats()),
+                format!("gateways: {}", table.gateways()),
             ];
             served.map(|idle| [lines, idle].concat())
         },

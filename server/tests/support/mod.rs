@@ -5,6 +5,9 @@
 
 pub mod abuse;
 pub mod hostile;
+pub mod ping;
+pub mod routed;
+pub mod verify;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -257,6 +260,11 @@ impl Client {
         }
     }
 
+    /// Replaces the 10 s read timeout.
+    pub fn set_read_timeout(&mut self, timeout: Duration) {
+        self.stream.set_read_timeout(Some(timeout)).unwrap();
+    }
+
     /// Sends one request.
     pub fn send(&mut self, request: &RequestRepr<'_>) -> std::io::Result<()> {
         let mut bytes = Vec::with_capacity(request.buffer_len());
@@ -283,7 +291,7 @@ impl Client {
                 }
                 Err(protocol::binary::ParseError::Incomplete { .. }) => {
                     let mut chunk = [0u8; 64 * 1024];
-                    let n = self.stream.read(&mut chunk)?;
+                    let n = read_retrying(&mut self.stream, &mut chunk)?;
                     if n == 0 {
                         return Err(std::io::ErrorKind::UnexpectedEof.into());
                     }
@@ -540,12 +548,24 @@ impl TextClient {
 
     fn fill(&mut self) -> std::io::Result<()> {
         let mut chunk = [0u8; 64 * 1024];
-        let n = self.stream.read(&mut chunk)?;
+        let n = read_retrying(&mut self.stream, &mut chunk)?;
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         self.buf.extend_from_slice(&chunk[..n]);
         Ok(())
+    }
+}
+
+/// `stream.read`, again when interrupted: a read with a timeout (`SO_RCVTIMEO`) fails with
+/// `EINTR` on any signal that wakes the thread, whatever `SA_RESTART` says (signal(7)); a
+/// test's client read failed so once in a run of the AF_XDP tests on a shared machine.
+fn read_retrying(stream: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
     }
 }
 
@@ -946,6 +966,22 @@ pub fn text_stat(addr: SocketAddr, name: &str) -> Option<u64> {
             .then(|| words.next()?.trim().parse().ok())
             .flatten()
     })
+}
+
+/// Fails unless a text `stats settings` reply from `addr` has each of `lines`
+/// (`"STAT memspin_ipv6 fd77::2/64"`) as a whole line.
+#[track_caller]
+pub fn assert_settings(addr: SocketAddr, lines: &[&str]) {
+    let reply = TextClient::connect(addr)
+        .call(b"stats settings\r\n")
+        .expect("stats settings");
+    let reply = String::from_utf8_lossy(&reply).into_owned();
+    for line in lines {
+        assert!(
+            reply.lines().any(|l| l.trim_end() == *line),
+            "{line:?} in\n{reply}"
+        );
+    }
 }
 
 /// From a stopped server's stderr: every worker's line `worker i: mesh MeshStats { .. }` shows
