@@ -12,6 +12,8 @@
 #  2. Pipelined, closed loop: 32 connections x 16 in flight, ops/s of memcached -t 1 and
 #     memspin over TAP (and the other paths), same generator.
 #  3. With CONNS="FEW MANY" (e.g. "32 10000"): scripts/bench-connections.sh's MANY/FEW ratio.
+#  Over TAP it also prints, per request in the open-loop windows (from `stats` before and after):
+#  frames in and out, empty reads, sleeps, loop iterations and loss recovery's probes.
 #
 # Servers on CPU 0, memspin-loadgen on the last CPU, one server at a time, the order rotating
 # every round; medians over ROUNDS rounds, and memspin / memcached ratios. What runs where: the
@@ -22,6 +24,7 @@
 #
 # Usage: scripts/bench-efficiency.sh [ROUNDS (default 5)] [SECONDS per run (default 5)]
 #   RATES="10000 50000 100000"  SERVERS="memcached tap xdp kernel"  IDLE=adaptive|park|spin
+#   (tap-rto-off in SERVERS: memspin over TAP with --rto-min off, loss recovery's probes off)
 #   PIPELINED=1 (0: skip part 2)  CONNS="" (part 3 off; "32 10000" to run it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +66,25 @@ cpu_ns() {
 
 now_ns() { date +%s%N; }
 
+# stats_to CLIENT_NS ADDR FILE: the server's `stats` (name value per line) into FILE.
+stats_to() {
+  ip netns exec "$1" python3 - "$2" >"$3" <<'PY' || true
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=5)
+s.sendall(b"stats\r\n")
+buf = b""
+while not buf.endswith(b"END\r\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+for line in buf.decode().splitlines():
+    if line.startswith("STAT "):
+        print(line[5:])
+PY
+}
+
 # loadgen CLIENT_NS ADDR JSON ARGS...: one memspin-loadgen run on the client CPU.
 loadgen() {
   local cns=$1 addr=$2 json=$3; shift 3
@@ -77,9 +99,11 @@ start() {
     memcached)
       start_memcached "$ns" "$out/memcached-$round.log" 11311 1 "$server_cpu"
       CNS=$ns; ADDR=127.0.0.1:11311 ;;
-    tap)
-      start_server "$ns" "$out/tap-$round.log" --net tap --iface ms0 --ip 10.77.0.2/24 \
-        --host-ip 10.77.0.1/24 --cpus "$server_cpu" --idle "$idle" -m 256
+    tap|tap-rto-off)
+      local recovery=()
+      [ "$name" = tap-rto-off ] && recovery=(--rto-min off)
+      start_server "$ns" "$out/$name-$round.log" --net tap --iface ms0 --ip 10.77.0.2/24 \
+        --host-ip 10.77.0.1/24 --cpus "$server_cpu" --idle "$idle" -m 256 "${recovery[@]}"
       CNS=$ns; ADDR=10.77.0.2:11211 ;;
     xdp)
       start_server "$server_ns" "$out/xdp-$round.log" --net xdp --iface mse1 --ip 10.78.0.2/24 \
@@ -89,7 +113,7 @@ start() {
       start_server "$ns" "$out/kernel-$round.log" --net kernel -l 127.0.0.1 -p 11411 \
         --cpus "$server_cpu" --idle "$idle" -m 256
       CNS=$ns; ADDR=127.0.0.1:11411 ;;
-    *) die "unknown server $name (memcached, tap, xdp, kernel)" ;;
+    *) die "unknown server $name (memcached, tap, tap-rto-off, xdp, kernel)" ;;
   esac
 }
 
@@ -103,9 +127,11 @@ open_loop() {
   local gen=$!
   sleep 1.5
   local c0 w0 c1 w1
+  stats_to "$CNS" "$ADDR" "$out/open-$name-$rate-$round.stats0"
   c0=$(cpu_ns "$SERVER_PID"); w0=$(now_ns)
   sleep "$seconds"
   c1=$(cpu_ns "$SERVER_PID"); w1=$(now_ns)
+  stats_to "$CNS" "$ADDR" "$out/open-$name-$rate-$round.stats1"
   wait "$gen" || die "memspin-loadgen failed against $name at $rate/s"
   echo "$(( c1 - c0 )) $(( w1 - w0 ))" >"$out/open-$name-$rate-$round.cpu"
 }
@@ -167,6 +193,32 @@ for rate in rates:
         notes = " ".join(f"{r['cpu_per_m']:.1f}" + ("" if r["ok"] else "(rate!)") for r in runs)
         print(f"{rate:7d} {name:10} {m['cpu_per_m']:8.2f} {m['cpu_share']:6.2f} {m['p50']:7.1f} {m['p90']:7.1f} {m['p99']:8.1f}  "
               f"{ratio('cpu_per_m'):9.2f} {ratio('p50'):9.2f}  {notes}")
+def counters(name, rate):
+    # memspin's frames, empty reads, sleeps and loss probes per request over the windows
+    per = {}
+    keys = ("memspin_tap_rx_frames", "memspin_tap_tx_frames", "memspin_tap_rx_empty_reads",
+            "memspin_parks", "memspin_polls", "memspin_loss_probes")
+    for r in range(1, rounds + 1):
+        base = os.path.join(out, f"open-{name}-{rate}-{r}")
+        try:
+            a, b = ({l.split()[0]: l.split()[1] for l in open(base + f".stats{i}") if len(l.split()) == 2} for i in (0, 1))
+            reqs = sum(int(b[k]) - int(a[k]) for k in ("cmd_get", "cmd_set"))
+        except (OSError, KeyError, ValueError):
+            continue
+        if reqs <= 0:
+            continue
+        for k in keys:
+            if k in a and k in b:
+                per.setdefault(k, []).append((int(b[k]) - int(a[k])) / reqs)
+    return {k: med(v) for k, v in per.items()}
+rows = [(rate, name, counters(name, rate)) for rate in rates for name in servers if name.startswith("tap")]
+if any(c for _, _, c in rows):
+    print("\nmemspin over TAP, per request (medians): frames in, frames out, empty reads, sleeps, loop iterations, loss probes")
+    print(f"{'rate/s':>7} {'server':12} {'in':>6} {'out':>6} {'empty':>6} {'sleeps':>6} {'loops':>6} {'probes':>6}")
+    for rate, name, c in rows:
+        v = lambda k: c.get(k, float("nan"))
+        print(f"{rate:7d} {name:12} {v('memspin_tap_rx_frames'):6.2f} {v('memspin_tap_tx_frames'):6.2f} "
+              f"{v('memspin_tap_rx_empty_reads'):6.2f} {v('memspin_parks'):6.2f} {v('memspin_polls'):6.2f} {v('memspin_loss_probes'):6.2f}")
 if pipelined:
     print("\npipelined, closed loop, 32 connections x 16 in flight")
     print(f"{'server':10} {'ops/s':>10} {'p50':>7} {'p99':>8} {'ratio':>6}  runs (ops/s)")
