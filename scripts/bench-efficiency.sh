@@ -10,7 +10,11 @@
 #     in that window are the generator's achieved rate times its length, and a run whose
 #     achieved rate is more than 2 % off the target is marked (`rate!`) and left out.
 #  2. Pipelined, closed loop: 32 connections x 16 in flight, ops/s of memcached -t 1 and
-#     memspin over TAP (and the other paths), same generator.
+#     memspin over TAP (and the other paths), same generator. The generator runs with
+#     `--timestamps none` here (PIPELINED_TIMESTAMPS to change): reading a kernel transmit stamp
+#     for every request made the generator itself the limit of memspin's runs (2.0 M ops/s
+#     with the stamps, 2.4 M without, in alternating runs on this machine; memcached 1.11 M and
+#     1.21 M), so its latencies are from user space (they include the generator's delay).
 #  3. With CONNS="FEW MANY" (e.g. "32 10000"): scripts/bench-connections.sh's MANY/FEW ratio.
 #  Over TAP it also prints, per request in the open-loop windows (from `stats` before and after):
 #  frames in and out, empty reads, sleeps, loop iterations and loss recovery's probes.
@@ -25,17 +29,19 @@
 # Usage: scripts/bench-efficiency.sh [ROUNDS (default 5)] [SECONDS per run (default 5)]
 #   RATES="10000 50000 100000"  SERVERS="memcached tap xdp kernel"  IDLE=adaptive|park|spin
 #   (tap-rto-off in SERVERS: memspin over TAP with --rto-min off, loss recovery's probes off)
-#   PIPELINED=1 (0: skip part 2)  CONNS="" (part 3 off; "32 10000" to run it)
+#   PIPELINED=1 (0: skip part 2)  PIPELINED_TIMESTAMPS=none|software  CONNS="" (part 3 off;
+#   "32 10000" to run it)  RATES="" skips part 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 rounds=${1:-5}
 seconds=${2:-5}
-rates=(${RATES:-10000 50000 100000})
+rates=(${RATES-10000 50000 100000})
 servers=(${SERVERS:-memcached tap xdp kernel})
 idle=${IDLE:-adaptive}
 pipelined=${PIPELINED:-1}
+pipelined_timestamps=${PIPELINED_TIMESTAMPS:-none}
 conns=(${CONNS:-})
 need_packages iproute2 ethtool memcached python3
 need_root_for_namespaces
@@ -149,7 +155,7 @@ for round in $(seq 1 "$rounds"); do
     done
     if [ "$pipelined" = 1 ]; then
       loadgen "$CNS" "$ADDR" "$out/pipelined-$name-$round.json" -c 32 --pipeline 16 \
-        -d "$seconds" --warmup 1
+        -d "$seconds" --warmup 1 --timestamps "$pipelined_timestamps"
     fi
     # A failed exit spoils nothing measured; say so and go on.
     stop_server || printf 'warning: %s exited with an error (see %s)\n' "$name" "$out/$name-$round.log" >&2
@@ -158,9 +164,10 @@ done
 grep -h ready "$out"/*-1.log >&2 || true
 
 step "medians over $rounds rounds (servers on CPU $server_cpu, loadgen on CPU $client_cpu, memspin --idle $idle)"
-python3 - "$out" "$rounds" "${servers[*]}" "${rates[*]}" "$pipelined" <<'PY'
+python3 - "$out" "$rounds" "${servers[*]}" "${rates[*]:-}" "$pipelined" "$pipelined_timestamps" <<'PY'
 import json, statistics, sys, os
 out, rounds, servers, rates, pipelined = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), [int(r) for r in sys.argv[4].split()], sys.argv[5] == "1"
+pipelined_timestamps = sys.argv[6]
 def med(v):
     return statistics.median(v) if v else float("nan")
 def open_runs(name, rate):
@@ -179,8 +186,9 @@ def open_runs(name, rate):
                      "p50": d["latency_us"]["service"]["all"]["p50"], "p90": d["latency_us"]["service"]["all"]["p90"],
                      "p99": d["latency_us"]["service"]["all"]["p99"], "achieved": achieved})
     return runs
-print("\nopen loop, 32 connections x 4 in flight: server CPU s per million requests, service time µs")
-print(f"{'rate/s':>7} {'server':10} {'CPU s/M':>8} {'cores':>6} {'p50':>7} {'p90':>7} {'p99':>8}  {'CPU ratio':>9} {'p50 ratio':>9}  runs")
+if rates:
+    print("\nopen loop, 32 connections x 4 in flight: server CPU s per million requests, service time µs")
+    print(f"{'rate/s':>7} {'server':10} {'CPU s/M':>8} {'cores':>6} {'p50':>7} {'p90':>7} {'p99':>8}  {'CPU ratio':>9} {'p50 ratio':>9}  runs")
 for rate in rates:
     base = None
     for name in servers:
@@ -220,7 +228,7 @@ if any(c for _, _, c in rows):
         print(f"{rate:7d} {name:12} {v('memspin_tap_rx_frames'):6.2f} {v('memspin_tap_tx_frames'):6.2f} "
               f"{v('memspin_tap_rx_empty_reads'):6.2f} {v('memspin_parks'):6.2f} {v('memspin_polls'):6.2f} {v('memspin_loss_probes'):6.2f}")
 if pipelined:
-    print("\npipelined, closed loop, 32 connections x 16 in flight")
+    print(f"\npipelined, closed loop, 32 connections x 16 in flight (generator --timestamps {pipelined_timestamps})")
     print(f"{'server':10} {'ops/s':>10} {'p50':>7} {'p99':>8} {'ratio':>6}  runs (ops/s)")
     base = None
     for name in servers:
