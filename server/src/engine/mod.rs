@@ -48,6 +48,7 @@ use self::session::{Cx, Step};
 use crate::control::{ConnState, Control};
 use crate::stats::{Counters, Group, Kind, RawPath, ServerInfo, Snapshot, WorkerFigures};
 
+pub use self::core::{HOUSEKEEPING_ITEMS, PAGE_BYTES};
 pub use forward::{
     Batch, CREDIT_RETURN_BYTES, Delivery, FORWARD_REPLY_CREDIT_BYTES,
     FORWARD_REQUEST_HIGH_WATER_BYTES, MAX_FORWARDS_IN_FLIGHT, MIN_REPLY_CHARGE_BYTES,
@@ -500,9 +501,20 @@ impl Engine {
         self.core.shard()
     }
 
-    /// Reclaims up to `max_items` expired items; for the worker's idle moments.
+    /// The background crawler: looks at up to `max_items` items from where it stopped and
+    /// takes back the dead ones (off after `lru_crawler disable`); for the worker's idle
+    /// moments. Returns how many it took back.
     pub fn sweep_expired(&mut self, max_items: usize, now: impl Into<Now>) -> usize {
         self.core.sweep_expired(max_items, now.into())
+    }
+
+    /// Background work between turns, a bounded step of each kind that is due: a changed
+    /// memory budget (`cache_memlimit`), a page `slabs reassign` frees, a crawl `lru_crawler
+    /// crawl` asked for. The worker loop calls it every iteration; `ns` is the loop's
+    /// monotonic clock (`control::monotonic_ns_at`). Returns whether it did any work (the
+    /// loop should not sleep right after).
+    pub fn housekeep(&mut self, now: impl Into<Now>, ns: u64) -> bool {
+        self.core.housekeep(now.into(), ns)
     }
 
     /// The command counters of this engine.

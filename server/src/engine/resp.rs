@@ -1484,7 +1484,12 @@ fn config(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: &mut Vec<u8
         return error(out, v, &message);
     }
     let config = cx.core.config();
-    let memory = (config.shard.memory_limit_bytes * config.threads.max(1)).to_string();
+    // The whole budget, as `cache_memlimit` last set it.
+    let memory = match cx.core.control().memory_limit_bytes() {
+        0 => (config.shard.memory_limit_bytes * config.threads.max(1)) as u64,
+        whole => whole,
+    }
+    .to_string();
     let params: [(&str, String); 8] = [
         ("appendonly", "no".into()),
         ("databases", "1".into()),

@@ -295,12 +295,14 @@ impl IdleState {
         )
     }
 
-    /// Runs a bounded expiry sweep when one is due.
-    pub fn maybe_sweep(&mut self, engine: &mut Engine, tick: Tick) {
+    /// Runs a bounded expiry sweep (the background crawler) when one is due, and the engine's
+    /// other background work ([`Engine::housekeep`]). Returns whether that did work.
+    pub fn maybe_sweep(&mut self, engine: &mut Engine, tick: Tick) -> bool {
         if tick.at.duration_since(self.last_sweep) >= SWEEP_EVERY {
             self.last_sweep = tick.at;
             engine.sweep_expired(SWEEP_ITEMS, tick.now);
         }
+        engine.housekeep(tick.now, crate::control::monotonic_ns_at(tick.at))
     }
 }
 
