@@ -200,10 +200,10 @@ impl ConnRecord {
     pub fn stats_lines(&self, now: Now, mut emit: impl FnMut(&str, &dyn std::fmt::Display)) {
         let n = self.number;
         if let Some(peer) = self.peer {
-            emit(&format!("{n}:addr"), &format!("tcp:{peer}"));
+            emit(&format!("{n}:addr"), &conn_addr(peer));
         }
         if let Some(local) = self.local {
-            emit(&format!("{n}:listen_addr"), &format!("tcp:{local}"));
+            emit(&format!("{n}:listen_addr"), &conn_addr(local));
         }
         emit(&format!("{n}:state"), &self.state().as_str());
         let last = self.last_cmd_ms.load(Ordering::Relaxed);
@@ -237,6 +237,15 @@ impl Drop for ConnRecord {
             });
         }
         watchers.forget(self.number);
+    }
+}
+
+/// A socket address as memcached's `stats conns` writes it: `tcp:<ip>:<port>`, or for IPv6
+/// `tcp6:[<ip>]:<port>`.
+pub fn conn_addr(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => format!("tcp:{a}"),
+        SocketAddr::V6(a) => format!("tcp6:[{}]:{}", a.ip(), a.port()),
     }
 }
 
@@ -907,7 +916,7 @@ impl Control {
         local: Option<SocketAddr>,
         now: Now,
     ) -> Arc<ConnRecord> {
-        let number = self.listeners() + self.next_number.fetch_add(1, Ordering::Relaxed);
+        let number = self.allocate_number();
         let record = Arc::new(ConnRecord {
             number,
             worker,
@@ -940,6 +949,13 @@ impl Control {
             });
         }
         record
+    }
+
+    /// A connection number unique in this process, after the listeners' (the numbers
+    /// `stats conns`, `watch` lines, the logs and Redis's `CLIENT ID` give connections: one
+    /// space for all).
+    pub fn allocate_number(&self) -> u64 {
+        self.listeners() + self.next_number.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Every open connection's record, in the order they opened.

@@ -970,6 +970,10 @@ pub fn conns(
     mut emit: impl FnMut(&str, &dyn Display),
 ) {
     let interface = &control.settings.interface;
+    let listener = |port: u16| match interface.parse::<std::net::IpAddr>() {
+        Ok(ip) => crate::control::conn_addr(std::net::SocketAddr::new(ip, port)),
+        Err(_) => format!("tcp:{interface}:{port}"),
+    };
     let ports = [Some(control.tcp_port()), control.resp_port()];
     let workers = control.settings.cpus.len().max(1);
     for (number, port) in ports
@@ -978,10 +982,7 @@ pub fn conns(
         .flat_map(|port| std::iter::repeat_n(port, workers))
         .enumerate()
     {
-        emit(
-            &format!("{number}:addr"),
-            &format!("tcp:{interface}:{port}"),
-        );
+        emit(&format!("{number}:addr"), &listener(*port));
         emit(&format!("{number}:state"), &"conn_listening");
         // A listener's last command is its opening, as memcached counts it.
         emit(

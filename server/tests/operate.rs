@@ -1067,3 +1067,147 @@ fn check_reassign_memlimit_and_crawl(addr: SocketAddr) {
     let reply = c.call(b"get n999\r\n").unwrap();
     assert!(reply.starts_with(b"VALUE n999 0 1000\r\n"));
 }
+
+/// Sends `request` in one write and reads until the reply ends with `end`.
+#[track_caller]
+fn exchange(stream: &mut TcpStream, request: &[u8], end: &str) -> String {
+    stream.write_all(request).unwrap();
+    let lines = read_lines_until(stream, |l| l.last().is_some_and(|l| l == end));
+    assert_eq!(lines.last().map(String::as_str), Some(end), "{lines:?}");
+    lines.join("\n")
+}
+
+/// `(bytes_read, bytes_written)` of `stats` replies over one connection, after `stats reset`
+/// in the ways memcached's counting shows: the reset alone, the reset read together with the
+/// `stats`, and a request between them.
+fn bytes_after_reset(addr: SocketAddr) -> Vec<(Option<u64>, Option<u64>)> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let figures = |reply: &str| (stat(reply, "bytes_read"), stat(reply, "bytes_written"));
+    let mut all = Vec::new();
+    exchange(&mut s, b"stats reset\r\n", "RESET");
+    all.push(figures(&exchange(&mut s, b"stats\r\n", "END")));
+    all.push(figures(&exchange(
+        &mut s,
+        b"stats reset\r\nstats\r\n",
+        "END",
+    )));
+    exchange(&mut s, b"stats reset\r\n", "RESET");
+    exchange(&mut s, b"get nope\r\n", "END");
+    all.push(figures(&exchange(&mut s, b"stats\r\n", "END")));
+    all
+}
+
+// Regression: right after `stats reset`, `bytes_read` held the reset's own line (memspin
+// counted a request's bytes once it had run; memcached counts them as it reads them).
+#[test]
+fn kernel_bytes_read_after_a_reset_counts_as_memcached_counts() {
+    let server = start_kernel(&["-t", "2"]);
+    let memcached = Memcached::start();
+    let ours = bytes_after_reset(server.addr);
+    let theirs = bytes_after_reset(memcached.addr);
+    assert_eq!(ours, theirs);
+    assert_eq!(theirs[0], (Some(7), Some(7)), "memcached 1.6.18's figures");
+}
+
+// Regression: Redis's `CLIENT ID` numbered connections apart from `stats conns`.
+#[test]
+fn kernel_client_id_is_the_number_stats_conns_shows() {
+    let server = start_kernel(&["-t", "2", "--resp-port", "0"]);
+    let resp: SocketAddr = server
+        .ready_line
+        .split("RESP on ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("RESP address in {}", server.ready_line));
+    let mut text = TextClient::connect(server.addr);
+    let mut redis = TcpStream::connect(resp).unwrap();
+    let client = redis.local_addr().unwrap();
+    redis.write_all(b"CLIENT ID\r\n").unwrap();
+    let id = read_lines_until(&mut redis, |l| !l.is_empty());
+    let id: u64 = id[0]
+        .strip_prefix(':')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{id:?}"));
+    let conns = String::from_utf8(text.call(b"stats conns\r\n").unwrap()).unwrap();
+    assert!(
+        conns.contains(&format!("STAT {id}:addr tcp:{client}\r\n")),
+        "CLIENT ID {id}:\n{conns}"
+    );
+}
+
+/// The `stats conns` lines of the connection from `client`, its number and ports replaced by
+/// names.
+fn own_conn_lines(conns: &str, client: SocketAddr, server_port: u16) -> Vec<String> {
+    let addr_line = conns
+        .lines()
+        .find(|l| l.ends_with(&format!("[{}]:{}", client.ip(), client.port())))
+        .unwrap_or_else(|| panic!("{client} in {conns}"));
+    let number = addr_line
+        .strip_prefix("STAT ")
+        .and_then(|l| l.split(':').next())
+        .unwrap();
+    conns
+        .lines()
+        .filter(|l| l.starts_with(&format!("STAT {number}:")))
+        .filter(|l| !l.contains("secs_since_last_cmd"))
+        .map(|l| {
+            l.replacen(&format!("STAT {number}:"), "STAT N:", 1)
+                .replace(&format!(":{}", client.port()), ":CLIENT")
+                .replace(&format!(":{server_port}"), ":SERVER")
+        })
+        .collect()
+}
+
+// Regression: `stats conns` wrote IPv6 addresses as `tcp:::1:11211`; memcached writes
+// `tcp6:[::1]:11211`.
+#[test]
+fn kernel_stats_conns_writes_ipv6_addresses_as_memcached_does() {
+    let server = Server::start(
+        None,
+        &["--net", "kernel", "-l", "::1", "-p", "0", "--idle", "park"],
+        None,
+    );
+    let memcached = Memcached::start_with("memcached".as_ref(), &["-l", "::1"]);
+    let port = memcached.addr.port();
+    let mut lines = Vec::new();
+    for addr in [server.addr, SocketAddr::new("::1".parse().unwrap(), port)] {
+        let mut c = TcpStream::connect(addr).unwrap();
+        let client = c.local_addr().unwrap();
+        let conns = exchange(&mut c, b"stats conns\r\n", "END");
+        lines.push(own_conn_lines(&conns, client, addr.port()));
+        if addr == server.addr {
+            assert!(
+                conns.contains(&format!("STAT 0:addr tcp6:[::1]:{}", addr.port())),
+                "the listener:\n{conns}"
+            );
+        }
+    }
+    assert_eq!(lines[0], lines[1]);
+    assert!(lines[0].contains(&"STAT N:addr tcp6:[::1]:CLIENT".to_string()));
+}
+
+// Regression: a RESP SET too large for `-I` was counted in `cmd_set`, not `store_too_large`,
+// where memcached counts an oversize set (as memspin's text protocol does).
+#[test]
+fn kernel_an_oversize_resp_set_counts_in_store_too_large() {
+    let server = start_kernel(&["-I", "1k", "--resp-port", "0"]);
+    let resp: SocketAddr = server
+        .ready_line
+        .split("RESP on ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("RESP address in {}", server.ready_line));
+    let mut redis = TcpStream::connect(resp).unwrap();
+    let value = "x".repeat(1020);
+    redis
+        .write_all(format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1020\r\n{value}\r\n").as_bytes())
+        .unwrap();
+    let reply = read_lines_until(&mut redis, |l| !l.is_empty());
+    assert!(reply[0].starts_with('-'), "{reply:?}");
+    let mut text = TextClient::connect(server.addr);
+    let stats = String::from_utf8(text.call(b"stats\r\n").unwrap()).unwrap();
+    assert_eq!(stat(&stats, "store_too_large"), Some(1), "{stats}");
+    assert_eq!(stat(&stats, "cmd_set"), Some(0));
+}

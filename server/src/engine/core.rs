@@ -98,8 +98,6 @@ pub(crate) struct Core {
     /// The number of the connection whose request runs now (0: none, or another worker's),
     /// for `watch` lines' `cfd`.
     cfd: u64,
-    /// Connection numbers handed out by this worker.
-    connections_named: u64,
     /// Background work between turns.
     house: Housekeeping,
 }
@@ -130,7 +128,6 @@ impl Core {
             published_buckets: 0,
             resets: 0,
             cfd: 0,
-            connections_named: 0,
             house: Housekeeping::default(),
         }
     }
@@ -349,14 +346,6 @@ impl Core {
         });
     }
 
-    /// A number for a connection that asks for one (Redis's `CLIENT ID`), unique across workers
-    /// and increasing on each.
-    pub fn next_connection_id(&mut self) -> u64 {
-        self.connections_named += 1;
-        let workers = self.config.threads.max(1) as u64;
-        (self.connections_named - 1) * workers + self.config.worker as u64 + 1
-    }
-
     /// A read: looks `key` up (a hit is marked fetched), counting `cmd_get`.
     pub fn get(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
         self.counters.cmd_get += 1;
@@ -437,11 +426,21 @@ impl Core {
     }
 
     /// A store in any mode, counting `cmd_set` (and `store_no_memory` when no room could be
-    /// made for it).
+    /// made for it); one whose item can never fit (`-I`; not an append or prepend) is refused
+    /// as [`Core::refuse_too_large`] refuses it, without unlinking the old item.
     ///
     /// # Errors
     /// As [`Shard::store`].
     pub fn store(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
+        let extends = matches!(write.mode, StoreMode::Append | StoreMode::Prepend);
+        if !extends && !self.fits(write.key.len(), write.value.len()) {
+            // An item that can never fit is refused before anything is stored, and counted
+            // as memcached counts it, in `store_too_large` and not `cmd_set`, whichever
+            // protocol it came in (text, binary and meta refuse it from its header; RESP's
+            // SET gets here). An append past the limit is a store that did not happen.
+            self.refuse_too_large(write.key, false, now);
+            return Err(StoreError::TooLarge);
+        }
         self.counters.cmd_set += 1;
         self.sample(Kind::Set);
         let result = self.shard.store(write, now);
@@ -603,11 +602,17 @@ impl Core {
         self.counters.cmd_meta += 1;
     }
 
-    /// Bytes one execution consumed and wrote, the requests it completed, and whether it ended
-    /// its connection's turn with work left.
-    pub fn count_execution(&mut self, read: usize, written: usize, requests: u64, yielded: bool) {
-        self.counters.requests += requests;
+    /// Bytes received from a client, counted when they are first seen, before the requests
+    /// in them run (as memcached counts what it reads before executing it: right after a
+    /// `stats reset`, `bytes_read` holds what arrived after the reset's own line).
+    pub fn count_read(&mut self, read: usize) {
         self.counters.bytes_read += read as u64;
+    }
+
+    /// Bytes one execution wrote, the requests it completed, and whether it ended its
+    /// connection's turn with work left.
+    pub fn count_execution(&mut self, written: usize, requests: u64, yielded: bool) {
+        self.counters.requests += requests;
         self.counters.bytes_written += written as u64;
         if yielded {
             self.counters.conn_yields += 1;

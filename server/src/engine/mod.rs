@@ -235,8 +235,14 @@ impl Engine {
     ) -> Outcome {
         let out_start = out.len();
         let mut pos = 0;
+        // Bytes are counted as they first arrive, before the requests in them run; the input
+        // starts with what earlier calls left unconsumed (and counted).
+        self.core
+            .count_read(input.len().saturating_sub(session.input_counted));
+        session.input_counted = session.input_counted.max(input.len());
         if session.watching {
             // A watcher only receives log lines; what it sends is read and dropped.
+            session.input_counted = 0;
             return Outcome {
                 consumed: input.len(),
                 needed: 0,
@@ -315,12 +321,9 @@ impl Engine {
                 Step::Stop(stop) => break stopped(pos, stop),
             }
         };
-        self.core.count_execution(
-            outcome.consumed,
-            out.len() - out_start,
-            requests,
-            outcome.stop == Stop::Turn,
-        );
+        session.input_counted -= outcome.consumed;
+        self.core
+            .count_execution(out.len() - out_start, requests, outcome.stop == Stop::Turn);
         self.record_latency(session, now);
         if outcome.stop != Stop::Input && log::log_enabled!(log::Level::Trace) {
             let number = session.record.as_ref().map_or(0, |r| r.number);

@@ -1379,12 +1379,9 @@ fn hello(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
     Reply::Array(0).emit_into(v, out);
 }
 
-/// The connection's number, given on first use.
+/// The connection's number, as `stats conns` shows it.
 fn connection_id(cx: &mut Cx<'_>) -> u64 {
-    if cx.session.id == 0 {
-        cx.session.id = cx.core.next_connection_id();
-    }
-    cx.session.id
+    cx.session.number(cx.core.control())
 }
 
 /// Whether `value` may be a client name or attribute: printable ASCII without spaces.

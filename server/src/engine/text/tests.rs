@@ -1644,3 +1644,111 @@ fn stats_cachedump_stops_at_two_mebibytes() {
     assert!(dump.len() > crate::stats::CACHEDUMP_MAX_BYTES - 300);
     assert!(dump.ends_with("s]\r\nEND\r\n"));
 }
+
+// Regression: `bytes_read` counted a request's bytes once it had run, so right after `stats
+// reset` it held the reset's own line. memcached counts bytes as it reads them, before it
+// executes the requests in them.
+#[test]
+fn bytes_read_counts_bytes_as_they_arrive() {
+    let mut e = engine();
+    let figures = |e: &mut Engine, session: &mut Session, input: &str| {
+        let (out, _) = run_bytes(e, session, input.as_bytes());
+        (
+            stat(&out, "bytes_read").unwrap(),
+            stat(&out, "bytes_written").unwrap(),
+        )
+    };
+    let mut session = Session::default();
+    run_bytes(&mut e, &mut session, b"stats reset\r\n");
+    // `stats` itself was read before it ran; `RESET\r\n` was written after the reset.
+    assert_eq!(
+        figures(&mut e, &mut session, "stats\r\n"),
+        ("7".into(), "7".into())
+    );
+    // Read together with the reset: counted before it, so gone.
+    assert_eq!(
+        figures(&mut e, &mut session, "stats reset\r\nstats\r\n"),
+        ("0".into(), "0".into())
+    );
+    run_bytes(&mut e, &mut session, b"stats reset\r\n");
+    run_bytes(&mut e, &mut session, b"get nope\r\n");
+    assert_eq!(
+        figures(&mut e, &mut session, "stats\r\n"),
+        ("17".into(), "12".into())
+    );
+    // A request arriving in pieces is counted once: the caller hands the unconsumed part
+    // back with what arrived since.
+    run_bytes(&mut e, &mut session, b"stats reset\r\n");
+    let (_, outcome) = run_bytes(&mut e, &mut session, b"set k 0 0 5\r\nhel");
+    assert_eq!(outcome.consumed, 0);
+    let (out, outcome) = run_bytes(&mut e, &mut session, b"set k 0 0 5\r\nhello\r\n");
+    assert_eq!((out.as_str(), outcome.consumed), ("STORED\r\n", 20));
+    assert_eq!(
+        figures(&mut e, &mut session, "stats\r\n"),
+        ("27".into(), "15".into())
+    );
+}
+
+// Regression: `stats conns` wrote IPv6 addresses without brackets (`tcp:::1:11211`); memcached
+// writes `tcp6:[::1]:11211`.
+#[test]
+fn stats_conns_writes_ipv6_addresses_as_memcached_does() {
+    let mut e = engine_with_control(crate::control::Settings {
+        tcp_port: 11211,
+        interface: "::1".into(),
+        cpus: vec![0],
+        ..Default::default()
+    });
+    let control = e.control().clone();
+    let peer = "[::1]:40000".parse().unwrap();
+    let local = "[::1]:11211".parse().unwrap();
+    let record = control.open_connection(0, Some(peer), Some(local), store::Now::from(NOW));
+    let mut session = Session::default();
+    session.set_record(record);
+    let (conns, _) = run_bytes(&mut e, &mut session, b"stats conns\r\n");
+    let addrs: Vec<&str> = conns.lines().filter(|l| l.contains("addr ")).collect();
+    assert_eq!(
+        addrs,
+        [
+            "STAT 0:addr tcp6:[::1]:11211",
+            "STAT 1:addr tcp6:[::1]:40000",
+            "STAT 1:listen_addr tcp6:[::1]:11211",
+        ],
+        "{conns}"
+    );
+}
+
+// Regression: Redis's `CLIENT ID` numbered connections apart from `stats conns`, `watch` and
+// the logs (its own count per worker): one connection had two numbers.
+#[test]
+fn client_id_is_the_number_stats_conns_shows() {
+    let mut e = engine_with_control(crate::control::Settings {
+        tcp_port: 11211,
+        resp_port: Some(6379),
+        interface: "127.0.0.1".into(),
+        cpus: vec![0, 1],
+        ..Default::default()
+    });
+    let control = e.control().clone();
+    let peer = "127.0.0.1:40000".parse().unwrap();
+    let mut text = Session::default();
+    text.set_record(control.open_connection(0, None, None, store::Now::from(NOW)));
+    let mut redis = Session::speaking(Protocol::Resp(protocol::resp::Version::Resp2));
+    let record = control.open_connection(0, Some(peer), None, store::Now::from(NOW));
+    let number = record.number;
+    redis.set_record(record);
+    let (id, _) = run_bytes(&mut e, &mut redis, b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n");
+    assert_eq!(id, format!(":{number}\r\n"));
+    let (conns, _) = run_bytes(&mut e, &mut text, b"stats conns\r\n");
+    assert!(
+        conns.contains(&format!("STAT {number}:addr tcp:127.0.0.1:40000\r\n")),
+        "{conns}"
+    );
+    // A connection without a record (an engine driven directly) takes the next number of the
+    // same count.
+    let mut bare = Session::speaking(Protocol::Resp(protocol::resp::Version::Resp2));
+    let (id, _) = run_bytes(&mut e, &mut bare, b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n");
+    assert_eq!(id, format!(":{}\r\n", number + 1));
+    let next = control.open_connection(0, None, None, store::Now::from(NOW));
+    assert_eq!(next.number, number + 2);
+}
