@@ -610,8 +610,10 @@ impl PageMoves {
 }
 
 /// What a worker last published about its shard, for the commands another worker answers
-/// (`slabs reassign` counts pages over every shard).
+/// (`slabs reassign` counts pages over every shard). Each worker's on cache lines of its own:
+/// workers write theirs from their loops, and must not take each other's lines away.
 #[derive(Debug, Default)]
+#[repr(align(128))]
 struct ShardFigures {
     heap_bytes: AtomicU64,
     items: AtomicU64,
@@ -709,8 +711,8 @@ impl Control {
             .map_or(0, |slot| slot.load(Ordering::Acquire))
     }
 
-    /// Publishes worker `worker`'s shard figures (its loop does, every iteration: three
-    /// relaxed stores).
+    /// Publishes worker `worker`'s shard figures (its loop does, when they changed: three
+    /// relaxed stores to a cache line of its own).
     #[inline]
     pub fn publish_shard(&self, worker: usize, figures: MemoryFigures) {
         if let Some(slot) = self.shards.get(worker) {

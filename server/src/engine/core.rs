@@ -50,6 +50,8 @@ struct Housekeeping {
     background_at: usize,
     /// The page moves seen ([`crate::control::PageMoves::requested`]).
     moves_seen: u64,
+    /// The shard's figures as last published for other workers.
+    published: MemoryFigures,
     /// Bytes of this worker's share of a page still to free.
     release_left: u64,
 }
@@ -694,9 +696,13 @@ impl Core {
         worked |= self.release_step(now);
         worked |= self.crawl_step(now, ns);
         self.publish_buckets();
-        self.config
-            .control
-            .publish_shard(self.config.worker, self.memory_figures_here());
+        let figures = self.memory_figures_here();
+        if figures != self.house.published {
+            self.house.published = figures;
+            self.config
+                .control
+                .publish_shard(self.config.worker, figures);
+        }
         worked
     }
 
