@@ -52,6 +52,9 @@ struct Housekeeping {
     moves_seen: u64,
     /// The shard's figures as last published for other workers.
     published: MemoryFigures,
+    /// Set when a step towards a lowered budget freed nothing (eviction off, `-M`, and no dead
+    /// item near the hand): the next try waits for the background crawler's next turn.
+    shrink_stalled: bool,
     /// Bytes of this worker's share of a page still to free.
     release_left: u64,
 }
@@ -647,6 +650,8 @@ impl Core {
     /// (`crawler_items_checked`, `crawler_reclaimed`). Off after `lru_crawler disable`.
     /// Returns how many it took back.
     pub fn sweep_expired(&mut self, max_items: usize, now: Now) -> usize {
+        // A stalled step towards a lowered budget is tried again on this schedule.
+        self.house.shrink_stalled = false;
         if !self.config.control.crawler.enabled() {
             return 0;
         }
@@ -688,10 +693,12 @@ impl Core {
     pub fn housekeep(&mut self, now: Now, ns: u64) -> bool {
         self.apply_memory_limit();
         let mut worked = false;
-        if self.shard.over_budget() {
+        if self.shard.over_budget() && !self.house.shrink_stalled {
+            let before = self.shard.stats().heap_bytes;
             self.shard.shrink(HOUSEKEEPING_ITEMS, now);
             self.publish_evictions(now);
-            worked = true;
+            worked = self.shard.stats().heap_bytes < before;
+            self.house.shrink_stalled = !worked;
         }
         worked |= self.release_step(now);
         worked |= self.crawl_step(now, ns);
@@ -704,6 +711,16 @@ impl Core {
                 .publish_shard(self.config.worker, figures);
         }
         worked
+    }
+
+    /// How long until background work is due (`Some(0)`: now), or `None` when there is none:
+    /// a worker about to sleep sleeps no longer than this.
+    pub fn background_wait_ns(&self, ns: u64) -> Option<u64> {
+        let shrinking = self.shard.over_budget() && !self.house.shrink_stalled;
+        if shrinking || self.house.release_left > 0 {
+            return Some(0);
+        }
+        self.house.crawl.map(|run| run.due_ns.saturating_sub(ns))
     }
 
     /// This shard's memory figures.

@@ -520,6 +520,13 @@ impl Engine {
         self.core.housekeep(now.into(), ns)
     }
 
+    /// Nanoseconds until [`Engine::housekeep`] has work due again (0: now), or `None` when it
+    /// has none: a worker about to sleep sleeps no longer (a crawl paused by `lru_crawler
+    /// sleep` goes on in time on an idle worker).
+    pub fn background_wait_ns(&self, ns: u64) -> Option<u64> {
+        self.core.background_wait_ns(ns)
+    }
+
     /// The command counters of this engine.
     pub fn counters(&self) -> &Counters {
         self.core.counters()

@@ -1752,3 +1752,31 @@ fn client_id_is_the_number_stats_conns_shows() {
     let next = control.open_connection(0, None, None, store::Now::from(NOW));
     assert_eq!(next.number, number + 2);
 }
+
+// With eviction off (`-M`) live items stay over a lowered budget: the worker does not spin
+// trying to evict them, and tries again on the background crawler's schedule.
+#[test]
+fn a_lowered_budget_with_eviction_off_does_not_keep_the_worker_busy() {
+    let mut e = engine_with_control(crate::control::Settings {
+        memory_limit_bytes: 64 << 20,
+        no_evictions: true,
+        ..Default::default()
+    });
+    fill(&mut e, "live", 12_000, 1000, 0);
+    assert_eq!(ok(&mut e, "cache_memlimit 8\r\n"), "OK\r\n");
+    assert!(!e.housekeep(NOW, 1), "nothing can go");
+    assert_eq!(e.background_wait_ns(2), None, "so the worker may sleep");
+    assert_eq!(
+        ok(&mut e, "set more 0 0 5\r\nhello\r\n"),
+        "SERVER_ERROR out of memory storing object\r\n"
+    );
+    // Deletes make room; the next background turn goes on shrinking.
+    let mut deletes = String::new();
+    for i in 0..6000 {
+        deletes.push_str(&format!("delete live{i} noreply\r\n"));
+    }
+    ok(&mut e, &deletes);
+    e.sweep_expired(0, NOW);
+    assert_eq!(e.background_wait_ns(3), None, "within the budget again");
+    assert_eq!(ok(&mut e, "set more 0 0 5\r\nhello\r\n"), "STORED\r\n");
+}
