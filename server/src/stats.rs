@@ -26,6 +26,8 @@ use std::fmt::Display;
 use store::{Now, ShardStats};
 
 use crate::control::Control;
+/// Bytes of a memcached slab page: `stats slabs` counts memory in these.
+use crate::engine::PAGE_BYTES;
 pub use latency::{Histogram, KINDS, Kind, Latency, MAX_NS, QUANTILES};
 
 /// Command counters one worker keeps (memcached's `cmd_*` and friends).
@@ -746,7 +748,7 @@ pub fn general(
     emit("protocol_errors", &c.protocol_errors);
     emit("bytes_read", &c.bytes_read);
     emit("bytes_written", &c.bytes_written);
-    emit("limit_maxbytes", &snapshot.limit_maxbytes);
+    emit("limit_maxbytes", &whole_budget(snapshot, control));
     // memspin keeps listening at the connection limit and refuses the excess (memcached's
     // `maxconns_fast`), so it never stops accepting.
     emit("accepting_conns", &1);
@@ -755,6 +757,14 @@ pub fn general(
     emit("threads", &snapshot.threads);
     emit("conn_yields", &c.conn_yields);
     emit("hash_bytes", &s.heap_bytes.saturating_sub(s.bytes));
+    emit(
+        "slab_reassign_evictions_nomem",
+        &s.slab_reassign_evictions_nomem,
+    );
+    emit("slab_reassign_running", &u8::from(control.pages.running()));
+    emit("slabs_moved", &control.pages.moved());
+    emit("lru_crawler_running", &u8::from(control.crawler.running()));
+    emit("lru_crawler_starts", &control.crawler.starts());
     let (sent, skipped, watchers) = control.watchers.figures();
     emit("log_watcher_skipped", &skipped);
     emit("log_watcher_sent", &sent);
@@ -762,10 +772,18 @@ pub fn general(
     emit("bytes", &s.bytes);
     emit("curr_items", &s.curr_items);
     emit("total_items", &s.total_items);
+    // memspin's "global page pool": whole pages of the budget no item holds, which any item
+    // may take (see `slabs reassign`).
+    emit(
+        "slab_global_page_pool",
+        &(snapshot.limit_maxbytes.saturating_sub(s.heap_bytes) / PAGE_BYTES),
+    );
     emit("expired_unfetched", &s.expired_unfetched);
     emit("evicted_unfetched", &s.evicted_unfetched);
     emit("evictions", &s.evictions);
     emit("reclaimed", &s.reclaimed);
+    emit("crawler_reclaimed", &s.crawler_reclaimed);
+    emit("crawler_items_checked", &s.crawler_items_checked);
     let r = &i.recovery;
     emit("memspin_loss_probes", &r.probes);
     emit("memspin_loss_sack_resends", &r.sack_resends);
@@ -791,17 +809,22 @@ fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
+/// The whole memory budget (`-m`, or the last `cache_memlimit`): one worker may answer, so
+/// it is the shared figure, not that worker's share; an engine built without settings sums
+/// its workers' budgets.
+fn whole_budget(snapshot: &Snapshot, control: &Control) -> u64 {
+    match control.memory_limit_bytes() {
+        0 => snapshot.limit_maxbytes,
+        total => total,
+    }
+}
+
 /// Calls `emit(name, value)` for every `stats settings` line memspin has a value for, in
 /// memcached's order, then memspin's own (`memspin_*`), the packet path's last.
 pub fn settings(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&str, &dyn Display)) {
     let set = &control.settings;
     let (automove, ratio) = control.automove();
-    // One worker answers `stats settings`: `-m` is the whole budget, not its share.
-    let maxbytes = match set.memory_limit_bytes {
-        0 => snapshot.limit_maxbytes,
-        total => total,
-    };
-    emit("maxbytes", &maxbytes);
+    emit("maxbytes", &whole_budget(snapshot, control));
     emit("maxconns", &snapshot.conn_limit);
     emit("tcpport", &control.tcp_port());
     emit("udpport", &0);
@@ -820,10 +843,13 @@ pub fn settings(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&st
     emit("auth_enabled_ascii", &"no");
     emit("item_size_max", &snapshot.item_size_max);
     emit("maxconns_fast", &"yes");
-    emit("slab_reassign", &"no");
+    emit("slab_reassign", &"yes");
     emit("slab_automove", &automove);
     emit("slab_automove_ratio", &format!("{ratio:.2}"));
-    emit("lru_crawler", &"yes");
+    let crawler = &control.crawler;
+    emit("lru_crawler", &yes_no(crawler.enabled()));
+    emit("lru_crawler_sleep", &crawler.sleep_us());
+    emit("lru_crawler_tocrawl", &crawler.tocrawl());
     emit("flush_enabled", &"yes");
     emit("dump_enabled", &"yes");
     emit("lru_maintainer_thread", &"no");
@@ -855,9 +881,6 @@ pub fn settings(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&st
 /// The one class memspin reports under `stats items` and `stats slabs`.
 pub const ITEM_CLASS: u32 = 1;
 
-/// Bytes of a memcached slab page: `stats slabs` counts memory in these.
-const PAGE_BYTES: u64 = 1 << 20;
-
 /// Calls `emit(name, value)` for every `stats items` line: one class (see the module docs),
 /// named `items:1:<stat>` as memcached names them; nothing while the cache is empty, as
 /// memcached skips empty classes.
@@ -880,8 +903,8 @@ pub fn items(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
     line("reclaimed", &s.reclaimed);
     line("expired_unfetched", &s.expired_unfetched);
     line("evicted_unfetched", &s.evicted_unfetched);
-    line("crawler_reclaimed", &0);
-    line("crawler_items_checked", &0);
+    line("crawler_reclaimed", &s.crawler_reclaimed);
+    line("crawler_items_checked", &s.crawler_items_checked);
     line("lrutail_reflocked", &0);
 }
 
@@ -947,6 +970,10 @@ pub fn conns(
     mut emit: impl FnMut(&str, &dyn Display),
 ) {
     let interface = &control.settings.interface;
+    let listener = |port: u16| match interface.parse::<std::net::IpAddr>() {
+        Ok(ip) => crate::control::conn_addr(std::net::SocketAddr::new(ip, port)),
+        Err(_) => format!("tcp:{interface}:{port}"),
+    };
     let ports = [Some(control.tcp_port()), control.resp_port()];
     let workers = control.settings.cpus.len().max(1);
     for (number, port) in ports
@@ -955,10 +982,7 @@ pub fn conns(
         .flat_map(|port| std::iter::repeat_n(port, workers))
         .enumerate()
     {
-        emit(
-            &format!("{number}:addr"),
-            &format!("tcp:{interface}:{port}"),
-        );
+        emit(&format!("{number}:addr"), &listener(*port));
         emit(&format!("{number}:state"), &"conn_listening");
         // A listener's last command is its opening, as memcached counts it.
         emit(

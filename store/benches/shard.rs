@@ -90,6 +90,23 @@ fn bench(c: &mut Criterion) {
             black_box(v)
         })
     });
+
+    // One step of the LRU crawler over the large table (what a worker does per loop iteration
+    // during `lru_crawler crawl`): 256 live items looked at, in bucket order.
+    let mut cursor = 0usize;
+    group.throughput(Throughput::Elements(256));
+    group.bench_function("crawl_step/256_items_cold", |b| {
+        b.iter(|| {
+            let step = s.crawl(cursor, 256, NOW);
+            cursor = if step.next >= s.num_buckets() {
+                0
+            } else {
+                step.next
+            };
+            black_box(step.checked)
+        })
+    });
+    group.throughput(Throughput::Elements(1));
     drop(s);
     drop(cold);
 

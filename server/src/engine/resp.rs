@@ -1379,12 +1379,9 @@ fn hello(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
     Reply::Array(0).emit_into(v, out);
 }
 
-/// The connection's number, given on first use.
+/// The connection's number, as `stats conns` shows it.
 fn connection_id(cx: &mut Cx<'_>) -> u64 {
-    if cx.session.id == 0 {
-        cx.session.id = cx.core.next_connection_id();
-    }
-    cx.session.id
+    cx.session.number(cx.core.control())
 }
 
 /// Whether `value` may be a client name or attribute: printable ASCII without spaces.
@@ -1484,7 +1481,12 @@ fn config(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: &mut Vec<u8
         return error(out, v, &message);
     }
     let config = cx.core.config();
-    let memory = (config.shard.memory_limit_bytes * config.threads.max(1)).to_string();
+    // The whole budget, as `cache_memlimit` last set it.
+    let memory = match cx.core.control().memory_limit_bytes() {
+        0 => (config.shard.memory_limit_bytes * config.threads.max(1)) as u64,
+        whole => whole,
+    }
+    .to_string();
     let params: [(&str, String); 8] = [
         ("appendonly", "no".into()),
         ("databases", "1".into()),
