@@ -202,7 +202,8 @@ out, runs, rate, conns, loss, pipeline, loss_dir = sys.argv[1:8]
 servers = sys.argv[8:]
 runs = int(runs)
 kernel = ["TcpRetransSegs", "TcpExtTCPLossProbes", "TcpExtTCPDSACKRecv", "TcpExtTCPTimeouts"]
-memspin = ["probes", "sack_resends", "recovered", "spurious", "smoltcp"]
+memspin = ["probes", "probes_spurious", "probes_stretched", "sack_resends",
+           "peer_retransmit_resends", "recovered", "spurious", "smoltcp"]
 cols = ["p50", "p90", "p99", "p99_9", "p99_99", "max"]
 
 def med(xs):
@@ -269,18 +270,25 @@ def table(title, prefix, mode):
 
 def counters(title, prefix, mode):
     print(f"\n{title}: median per run")
-    print(f"{'':28}" + "".join(f"{k.replace('TcpExtTCP', '').replace('Tcp', ''):>14}" for k in kernel)
-          + "   memspin: " + " ".join(memspin))
+    print(f"{'':28}" + "".join(f"{k.replace('TcpExtTCP', '').replace('Tcp', ''):>14}" for k in kernel))
     for name in servers:
         tags = [f"{prefix}-{name}{mode}-{r}" for r in range(1, runs + 1)]
         for side in ["client", "server"] if name == "memcached" else ["client"]:
             d = [nstat(t, side) for t in tags]
             vals = [med([x.get(k) for x in d if x]) for k in kernel]
-            line = f"{name + ' kernel ' + side:28}" + "".join(fmt(v, 14) for v in vals)
-            if name != "memcached":
-                s = [exit_stats(t) for t in tags]
-                line += "   " + " ".join(fmt(med([x.get(k) for x in s if x]), 6) for k in memspin)
-            print(line)
+            print(f"{name + ' kernel ' + side:28}" + "".join(fmt(v, 14) for v in vals))
+        if name != "memcached":
+            s = [exit_stats(t) for t in tags]
+            vals = {k: med([x.get(k) for x in s if x]) for k in memspin}
+            print(f"{name + ' recovery':28}" + ", ".join(
+                f"{k} {fmt(v, 1).strip()}" for k, v in vals.items() if v is not None))
+            # Spurious probes per 1,000 requests: each costs two frames (the copy and the
+            # client's ACK of it).
+            per = [x.get("probes_spurious", x.get("spurious")) / r["ops"] * 1000
+                   for x, r in zip(s, [load(t) for t in tags])
+                   if x and r and r.get("ops") and x.get("probes_spurious", x.get("spurious")) is not None]
+            if per:
+                print(f"{'':28}spurious probes per 1,000 requests: {med(per):.1f}")
 
 for mode in ["default", "rto1ms"]:
     table(f"loss {loss}/10000 ({loss_dir}), open loop {rate}/s, {conns} connections x 1, routes: {mode}",
