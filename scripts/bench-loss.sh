@@ -48,7 +48,9 @@
 #   LOSS_DIR=both|down|up (drop only replies, server to client, or only requests)
 #   IDLE=adaptive (memspin's --idle) LOADGEN_IDLE=sleep (memspin-loadgen's --idle)
 #   RT_PRIO=10 (SCHED_FIFO priority of the open-loop runs; 0: normal class) PIPELINE=4
-#   (full-load runs) SERVERS="..."
+#   (full-load runs) SERVERS="..." ROUTES="default rto1ms" (the route settings to run with
+#   loss) NO_LOSS=1 (0: skip the runs without loss) MEMSPIN=/path (a memspin binary to
+#   measure instead of this tree's, to compare builds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -69,6 +71,8 @@ need_packages iproute2 memcached nftables ethtool python3 util-linux
 need_root_for_namespaces
 
 build_release
+MEMSPIN_BIN=${MEMSPIN:-$MEMSPIN_BIN}
+read -r -a route_modes <<<"${ROUTES:-default rto1ms}"
 
 out=results/bench-loss-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
@@ -176,7 +180,7 @@ run_one() {
 count=${#servers[@]}
 loss on
 for run in $(seq 1 "$runs"); do
-  for mode in default rto1ms; do
+  for mode in "${route_modes[@]}"; do
     step "loss $loss/10000 ($loss_dir), run $run of $runs, routes: $mode"
     # Rotate the order every run so drift in the machine's load favours no server.
     for k in $(seq 0 $(( count - 1 ))); do
@@ -187,6 +191,7 @@ for run in $(seq 1 "$runs"); do
 done
 loss off
 for run in $(seq 1 "$runs"); do
+  [ "${NO_LOSS:-1}" = 0 ] && break
   step "no loss, run $run of $runs: open loop $rate/s, and closed loop x $pipeline in flight"
   for k in $(seq 0 $(( count - 1 ))); do
     name=${servers[$(( (k + run) % count ))]}
