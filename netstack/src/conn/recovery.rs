@@ -18,16 +18,18 @@
 //!                                         smoltcp's own retransmissions counted
 //! frame in ─▶ Flight::on_ack (ACK, SACK, D-SACK) ─▶ smoltcp
 //!               drops acknowledged copies, samples the RTT, marks SACKed copies, finds
-//!               lost ones (a later one arrived), re-arms the probe timer
+//!               lost ones (a later one arrived, or the peer sent its data again), learns
+//!               from spurious probes (the stretch), re-arms the probe timer
 //! poll_egress ─▶ Flight::next_resend: lost copies at once, a probe when its timer runs out
 //! ```
 //!
 //! - **Tail-loss probe** (RFC 8985 §7). When nothing new is acknowledged for the probe
 //!   timeout (PTO), the newest copy the peer has not SACKed goes out again (the oldest, for
-//!   a peer without SACK: each probe then repairs a hole). The PTO is `rto_min` + 2·RTT.
-//!   RFC 8985 waits 2·SRTT and, for a single segment in flight, adds the worst case of the
-//!   peer's delayed ACK (200 ms); Linux adds its route's `rto_min` there. Here `rto_min`
-//!   takes that place, and RTT is
+//!   a peer without SACK: each probe then repairs a hole). The PTO is `rto_min` + 2·RTT,
+//!   plus the connection's stretch when one segment alone waits (below). RFC 8985 waits
+//!   2·SRTT and, for a single segment in flight, adds the worst case of the peer's delayed
+//!   ACK (200 ms); Linux adds its route's `rto_min` there. Here `rto_min` and the stretch
+//!   take that place, and RTT is
 //!   - for data and FINs, the smallest time the connection's client took to acknowledge
 //!     data in the last second or so, rather than the smoothed time. A request/response
 //!     client acknowledges a reply with its next request, so its smoothed RTT is its think
@@ -42,12 +44,6 @@
 //!   - for a SYN-ACK, the table's handshake round trip (SRTT + 4·RTTVAR), 0 before the
 //!     first.
 //!
-//!   The price: a client that thinks longer than the PTO before its next request, and
-//!   delays its ACK until then (Linux does, in its interactive "pingpong" mode), gets a
-//!   copy of that reply it did not need, answers it at once (with a D-SACK block), and the
-//!   table counts it as spurious. `--rto-min` sets the trade: a larger floor sends fewer
-//!   spurious copies and repairs a lost reply later.
-//!
 //!   A probe that brings no acknowledgment doubles the PTO; after [`MAX_PROBES`] of them
 //!   ([`MAX_HANDSHAKE_PROBES`] for a SYN-ACK, so forged SYNs earn little) probing stops
 //!   until the peer acknowledges something, and smoltcp's own timer (one second,
@@ -55,6 +51,38 @@
 //!   it and resets the backoff. So the SYN-ACK, the only reply of an idle connection, the
 //!   last of several segments and a FIN are repaired one PTO after they were lost, and a
 //!   lost ACK from the peer costs one spurious probe.
+//! - **The stretch: clients that acknowledge late.** A client that delays its ACK until
+//!   its next request (Linux does, in its interactive "pingpong" mode: the ACK rides on
+//!   the next request, or goes when its delayed-ACK timer fires) acknowledges a reply after
+//!   its think time, which no round-trip measurement predicts. With the floor alone, such a
+//!   client got a copy of nearly every reply it did not need, and answered each at once
+//!   with a D-SACK (at 20,000 requests/s over 64 Linux connections, 0.54 copies per
+//!   request: two frames each). So each connection learns how late its client
+//!   acknowledges, from the only evidence there is, its own probes: one that proves
+//!   spurious (a D-SACK reports it, or an ACK of the original crossed it) adds a floor to
+//!   the connection's stretch, up to [`MAX_STRETCH_FLOORS`] floors, and every segment
+//!   acknowledged before its probe takes a sixteenth of a floor off. This tracks a quantile
+//!   of the client's ACK delay, as RFC 8985 widens its reordering window on D-SACK: the
+//!   stretch settles where about one lone reply in 17 is probed spuriously, and a client
+//!   that acknowledges at once never raises it (its lone replies keep the floor). The
+//!   stretch applies only when one segment (or FIN) alone waits: with two or more in
+//!   flight a client acknowledges at once (RFC 9293 §3.8.6.3). Its limit bounds the cost:
+//!   a lost lone reply of such a connection is probed no later than 5 floors plus twice
+//!   the RTT after it went out (5.2 ms with the defaults), and sooner when the client's
+//!   own timer sends its request again (next bullet). Four floors, because the stretch must
+//!   be able to outlast the client's delayed-ACK timer: a Linux client whose route has
+//!   `rto_min 1ms` acknowledges after 4 ms at most (one tick at 250 Hz; `ss` shows
+//!   `ato:4`); measured with 64 such connections, a limit of two floors left 0.5 spurious
+//!   probes per request, four left 0.016.
+//! - **The peer's retransmission.** When the client sends again data (or a FIN) that we
+//!   had acknowledged, its retransmission timer fired without an acknowledgment: every copy
+//!   that carried one (sent after that data arrived, and not acknowledged by this segment)
+//!   was lost, and goes out again at once. This needs no timing (a request/response client
+//!   sends nothing else while it waits for a reply), so it holds on a busy host where the
+//!   time a segment waited in our queue is unknown. A late-acknowledging client's lost
+//!   reply is repaired by whichever comes first, the stretched probe or the client's own
+//!   timer (its RTO or tail-loss probe: at least its route's `rto_min`). At worst a copy
+//!   that was only late goes out twice.
 //! - **Probes are paid for** by acknowledgments: every ACK of new data (any connection's)
 //!   earns the table one probe, up to [`PROBE_CREDIT`] saved, and every probe spends one. A probe
 //!   due when none is left is withheld, and that connection's episode left to smoltcp's
@@ -75,20 +103,24 @@
 //!   fast retransmit, RACK and probes repair it; they need duplicate ACKs with SACK
 //!   blocks from us. smoltcp answers out-of-order data and duplicates at once (an ACK
 //!   with one SACK block when SACK was negotiated); the table's tests hold it to that.
+//!   A lone request that is lost is invisible to us: it costs the client's own timer (a
+//!   Linux client at 250 Hz with `rto_min 1ms`: `rto:8`, 8 ms), for any server.
 //! - **The floor, `rto_min`** (`--rto-min`, default [`DEFAULT_RTO_MIN`], 1 ms): no copy
 //!   is sent again by the timer sooner than this after the previous transmission. 1 ms is
 //!   what datacenter Linux hosts set on their routes (`ip route ... rto_min 1ms`; the
 //!   kernel's default is 200 ms), and is well above a TAP, veth or datacenter round trip
 //!   (tens to hundreds of µs) and the scheduling delays of a busy host, which a peer's ACK
 //!   may meet; with the minimum RTT in the PTO (above) it repairs a lost reply within
-//!   about a millisecond, where a tuned Linux server waits for twice its smoothed RTT,
-//!   the client's think time included. SACK re-sends need no floor: the peer's ACKs pace
-//!   them. `None` turns recovery off (smoltcp alone).
-//! - **Counters** ([`RecoveryStats`]): probes (sent and withheld) and SACK re-sends; of
-//!   the copies sent again, those that repaired a loss (acknowledged no sooner than a
-//!   round trip after they went out, and no D-SACK for them by the time data sent after
-//!   them is acknowledged: the peer had them first, and reported no duplicate) and
-//!   the spurious ones: the peer reported them as duplicates with a D-SACK block (RFC
+//!   about a millisecond (within the stretch more, for a client that acknowledges late),
+//!   where a tuned Linux server waits for twice its smoothed RTT, the client's think time
+//!   included. SACK re-sends need no floor: the peer's ACKs pace them. `None` turns
+//!   recovery off (smoltcp alone). A larger floor also means a larger stretch.
+//! - **Counters** ([`RecoveryStats`]): probes (sent, withheld, sent later because of a
+//!   stretch, and proved spurious), SACK re-sends and re-sends after a peer's
+//!   retransmission; of the copies sent again, those that repaired a loss (acknowledged no
+//!   sooner than a round trip after they went out, and no D-SACK for them by the time data
+//!   sent after them is acknowledged: the peer had them first, and reported no duplicate)
+//!   and the spurious ones: the peer reported them as duplicates with a D-SACK block (RFC
 //!   2883; Linux does when SACK is negotiated, which smoltcp does whenever the client
 //!   offers it), or acknowledged them sooner than the smallest round trip after they went
 //!   out (that ACK left the peer before the copy arrived, so the original had). Without
@@ -134,8 +166,10 @@ pub const PROBE_CREDIT: u32 = 64;
 /// Re-sent copies acknowledged and waiting one more ACK for a D-SACK.
 const PENDING: usize = 8;
 
-/// The largest stretch of a connection's lone-segment probe timeout (see
-/// [`Flight::stretch_us`]), in floors (`rto_min`): with the default floor, 4 ms.
+/// The largest stretch of a connection's lone-segment probe timeout, in floors
+/// (`rto_min`): with the default floor, 4 ms. A client that acknowledges late has a lost
+/// lone reply probed at most this many floors later than the floor and the round trip
+/// alone would (see the module's "stretch").
 pub const MAX_STRETCH_FLOORS: u32 = 4;
 
 /// A reply acknowledged before its probe takes this fraction of a floor off the stretch; a
