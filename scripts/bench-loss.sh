@@ -49,7 +49,7 @@
 #   IDLE=adaptive (memspin's --idle) LOADGEN_IDLE=sleep (memspin-loadgen's --idle)
 #   RT_PRIO=10 (SCHED_FIFO priority of the open-loop runs; 0: normal class) PIPELINE=4
 #   (full-load runs) SERVERS="..." ROUTES="default rto1ms" (the route settings to run with
-#   loss) NO_LOSS=1 (0: skip the runs without loss) MEMSPIN=/path (a memspin binary to
+#   loss; none: no runs with loss) NO_LOSS=1 (0: skip the runs without loss) MEMSPIN=/path (a memspin binary to
 #   measure instead of this tree's, to compare builds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +73,7 @@ need_root_for_namespaces
 build_release
 MEMSPIN_BIN=${MEMSPIN:-$MEMSPIN_BIN}
 read -r -a route_modes <<<"${ROUTES:-default rto1ms}"
+[ "${route_modes[*]}" = none ] && route_modes=()
 
 out=results/bench-loss-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
