@@ -109,6 +109,15 @@ pub struct Recovery {
     /// `memspin_loss_probes_withheld`: probes due but not sent, unpaid for by
     /// acknowledgments.
     pub probes_withheld: u64,
+    /// `memspin_loss_probes_spurious`: probes the client already had (each lengthens its
+    /// connection's probe timeout).
+    pub probes_spurious: u64,
+    /// `memspin_loss_probes_stretched`: probes sent later than the floor alone would have,
+    /// for a client that acknowledges late.
+    pub probes_stretched: u64,
+    /// `memspin_loss_peer_retransmit_resends`: copies sent again at once because the client
+    /// sent again data they acknowledged.
+    pub peer_retransmit_resends: u64,
 }
 
 impl From<netstack::conn::RecoveryStats> for Recovery {
@@ -120,6 +129,9 @@ impl From<netstack::conn::RecoveryStats> for Recovery {
             spurious: s.spurious,
             smoltcp_retransmits: s.smoltcp_retransmits,
             probes_withheld: s.probes_withheld,
+            probes_spurious: s.probes_spurious,
+            probes_stretched: s.probes_stretched,
+            peer_retransmit_resends: s.peer_retransmit_resends,
         }
     }
 }
@@ -146,6 +158,11 @@ impl Recovery {
                 .smoltcp_retransmits
                 .saturating_sub(base.smoltcp_retransmits),
             probes_withheld: self.probes_withheld.saturating_sub(base.probes_withheld),
+            probes_spurious: self.probes_spurious.saturating_sub(base.probes_spurious),
+            probes_stretched: self.probes_stretched.saturating_sub(base.probes_stretched),
+            peer_retransmit_resends: self
+                .peer_retransmit_resends
+                .saturating_sub(base.peer_retransmit_resends),
         }
     }
 
@@ -157,6 +174,9 @@ impl Recovery {
         self.spurious += other.spurious;
         self.smoltcp_retransmits += other.smoltcp_retransmits;
         self.probes_withheld += other.probes_withheld;
+        self.probes_spurious += other.probes_spurious;
+        self.probes_stretched += other.probes_stretched;
+        self.peer_retransmit_resends += other.peer_retransmit_resends;
     }
 }
 
@@ -341,6 +361,9 @@ fn table_counters(t: &netstack::TableStats, c: &mut PathCounters) {
     c.push("loss_spurious", r.spurious);
     c.push("smoltcp_retransmits", r.smoltcp_retransmits);
     c.push("loss_probes_withheld", r.probes_withheld);
+    c.push("loss_probes_spurious", r.probes_spurious);
+    c.push("loss_probes_stretched", r.probes_stretched);
+    c.push("loss_peer_retransmit_resends", r.peer_retransmit_resends);
 }
 
 /// What one worker's loop did, for CPU per request on a spinning server: time with and
@@ -791,6 +814,12 @@ pub fn general(
     emit("memspin_loss_spurious", &r.spurious);
     emit("memspin_smoltcp_retransmits", &r.smoltcp_retransmits);
     emit("memspin_loss_probes_withheld", &r.probes_withheld);
+    emit("memspin_loss_probes_spurious", &r.probes_spurious);
+    emit("memspin_loss_probes_stretched", &r.probes_stretched);
+    emit(
+        "memspin_loss_peer_retransmit_resends",
+        &r.peer_retransmit_resends,
+    );
     let total = snapshot.loop_totals();
     emit("memspin_busy_us", &(total.busy_ns / 1000));
     emit("memspin_idle_us", &(total.idle_ns / 1000));
@@ -1288,6 +1317,9 @@ mod tests {
                     spurious: 4 * k,
                     smoltcp_retransmits: 5 * k,
                     probes_withheld: 6 * k,
+                    probes_spurious: 7 * k,
+                    probes_stretched: 8 * k,
+                    peer_retransmit_resends: 9 * k,
                 },
                 ..ServerInfo::default()
             },
@@ -1315,6 +1347,9 @@ mod tests {
                 "memspin_loss_spurious 44",
                 "memspin_smoltcp_retransmits 55",
                 "memspin_loss_probes_withheld 66",
+                "memspin_loss_probes_spurious 77",
+                "memspin_loss_probes_stretched 88",
+                "memspin_loss_peer_retransmit_resends 99",
             ]
         );
     }
