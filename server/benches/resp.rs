@@ -62,11 +62,12 @@ fn pipelines(
     encode: fn(&mut Vec<u8>, bool, &[u8], &[u8]),
     set: impl Fn(usize) -> bool,
 ) -> Vec<Vec<u8>> {
-    (0..keys.len() / DEPTH)
-        .map(|p| {
+    keys.chunks_exact(DEPTH)
+        .enumerate()
+        .map(|(p, chunk)| {
             let mut buf = Vec::new();
-            for i in p * DEPTH..(p + 1) * DEPTH {
-                encode(&mut buf, set(i), &keys[i], value);
+            for (i, key) in chunk.iter().enumerate() {
+                encode(&mut buf, set(p * DEPTH + i), key, value);
             }
             buf
         })
