@@ -290,10 +290,16 @@ static COMMANDS: &[Spec] = &[
     },
 ];
 
-/// The command named `name` (any case).
+/// The command named `name` (any case). Every name is lower-case letters, so a byte is the
+/// name's letter in either case exactly when it is that letter with the case bit (0x20) set.
 fn lookup(name: &[u8]) -> Option<&'static Spec> {
     COMMANDS.iter().find(|spec| {
-        spec.name.len() == name.len() && spec.name.as_bytes().eq_ignore_ascii_case(name)
+        spec.name.len() == name.len()
+            && spec
+                .name
+                .bytes()
+                .zip(name)
+                .all(|(letter, &b)| b | 0x20 == letter)
     })
 }
 
