@@ -17,7 +17,8 @@
 # so that memspin (limited to MANY + 64 connections) does not refuse the next run's.
 #
 # Usage: scripts/bench-connections.sh [ROUNDS (default 5)] [SECONDS (default 5)] [FEW (32)] [MANY (1000)]
-#   NET=tap|kernel (default tap), WARMUP=SECONDS (default 3)
+#   NET=tap|kernel (default tap), WARMUP=SECONDS (default 3), IDLE=spin|park|adaptive (memspin's
+#   --idle, default spin), LOADGEN_ARGS="..." (more memspin-loadgen options for both counts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -28,6 +29,8 @@ few=${3:-32}
 many=${4:-1000}
 net=${NET:-tap}
 warmup=${WARMUP:-3}
+idle=${IDLE:-spin}
+loadgen_args=(${LOADGEN_ARGS:-})
 need_packages iproute2 python3
 need_root_for_namespaces
 
@@ -47,7 +50,7 @@ case $net in
   kernel) args=(--net kernel -l 127.0.0.1 -p 11211); addr=127.0.0.1:11211 ;;
   *) die "NET must be tap or kernel" ;;
 esac
-start_server "$ns" "$out/memspin.log" "${args[@]}" --cpus 0 --idle spin -c "$limit" -m 256
+start_server "$ns" "$out/memspin.log" "${args[@]}" --cpus 0 --idle "$idle" -c "$limit" -m 256
 
 # wait_closed: until no client socket of the last run is open or closing (30 s at most), then a
 # pause for memspin to free the slots of the connections it saw close.
@@ -68,7 +71,7 @@ for round in $(seq 1 "$rounds"); do
   for conns in "${order[@]}"; do
     ip netns exec "$ns" "$LOADGEN_BIN" -s "$addr" -t 1 --cpus "$client_cpu" -c "$conns" --pipeline 1 \
       -d "$seconds" --warmup "$warmup" --keys 10000 --value-size 32 --get-ratio 0.9 --prefill -q \
-      --json "$out/c$conns-$round.json" >/dev/null
+      "${loadgen_args[@]}" --json "$out/c$conns-$round.json" >/dev/null
     wait_closed
   done
 done

@@ -10,8 +10,14 @@
 #     in that window are the generator's achieved rate times its length, and a run whose
 #     achieved rate is more than 2 % off the target is marked (`rate!`) and left out.
 #  2. Pipelined, closed loop: 32 connections x 16 in flight, ops/s of memcached -t 1 and
-#     memspin over TAP (and the other paths), same generator.
+#     memspin over TAP (and the other paths), same generator. The generator runs with
+#     `--timestamps none` here (PIPELINED_TIMESTAMPS to change): reading a kernel transmit stamp
+#     for every request made the generator itself the limit of memspin's runs (2.0 M ops/s
+#     with the stamps, 2.4 M without, in alternating runs on this machine; memcached 1.11 M and
+#     1.21 M), so its latencies are from user space (they include the generator's delay).
 #  3. With CONNS="FEW MANY" (e.g. "32 10000"): scripts/bench-connections.sh's MANY/FEW ratio.
+#  Over TAP it also prints, per request in the open-loop windows (from `stats` before and after):
+#  frames in and out, empty reads, sleeps, loop iterations and loss recovery's probes.
 #
 # Servers on CPU 0, memspin-loadgen on the last CPU, one server at a time, the order rotating
 # every round; medians over ROUNDS rounds, and memspin / memcached ratios. What runs where: the
@@ -22,17 +28,25 @@
 #
 # Usage: scripts/bench-efficiency.sh [ROUNDS (default 5)] [SECONDS per run (default 5)]
 #   RATES="10000 50000 100000"  SERVERS="memcached tap xdp kernel"  IDLE=adaptive|park|spin
-#   PIPELINED=1 (0: skip part 2)  CONNS="" (part 3 off; "32 10000" to run it)
+#   (tap-rto-off in SERVERS: memspin over TAP with --rto-min off, loss recovery's probes off)
+#   PIPELINED=1 (0: skip part 2)  PIPELINED_TIMESTAMPS=none|software  CONNS="" (part 3 off;
+#   "32 10000" to run it)  RATES="" skips part 1
+#   PROFILE=DIR: during round 1's pipelined run over TAP, `perf record -e cpu-clock --call-graph
+#   dwarf` of memspin's worker thread into DIR/perf.data, and at the end where its samples went
+#   (frame writes with the client's TCP receive inside them, frame reads, the store, parsing,
+#   the engine, smoltcp, the table, sleeping, the clock), from DIR/script.txt; needs perf
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 rounds=${1:-5}
 seconds=${2:-5}
-rates=(${RATES:-10000 50000 100000})
+rates=(${RATES-10000 50000 100000})
 servers=(${SERVERS:-memcached tap xdp kernel})
 idle=${IDLE:-adaptive}
 pipelined=${PIPELINED:-1}
+pipelined_timestamps=${PIPELINED_TIMESTAMPS:-none}
+profile=${PROFILE:-}
 conns=(${CONNS:-})
 need_packages iproute2 ethtool memcached python3
 need_root_for_namespaces
@@ -63,6 +77,25 @@ cpu_ns() {
 
 now_ns() { date +%s%N; }
 
+# stats_to CLIENT_NS ADDR FILE: the server's `stats` (name value per line) into FILE.
+stats_to() {
+  ip netns exec "$1" python3 - "$2" >"$3" <<'PY' || true
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=5)
+s.sendall(b"stats\r\n")
+buf = b""
+while not buf.endswith(b"END\r\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+for line in buf.decode().splitlines():
+    if line.startswith("STAT "):
+        print(line[5:])
+PY
+}
+
 # loadgen CLIENT_NS ADDR JSON ARGS...: one memspin-loadgen run on the client CPU.
 loadgen() {
   local cns=$1 addr=$2 json=$3; shift 3
@@ -77,9 +110,11 @@ start() {
     memcached)
       start_memcached "$ns" "$out/memcached-$round.log" 11311 1 "$server_cpu"
       CNS=$ns; ADDR=127.0.0.1:11311 ;;
-    tap)
-      start_server "$ns" "$out/tap-$round.log" --net tap --iface ms0 --ip 10.77.0.2/24 \
-        --host-ip 10.77.0.1/24 --cpus "$server_cpu" --idle "$idle" -m 256
+    tap|tap-rto-off)
+      local recovery=()
+      [ "$name" = tap-rto-off ] && recovery=(--rto-min off)
+      start_server "$ns" "$out/$name-$round.log" --net tap --iface ms0 --ip 10.77.0.2/24 \
+        --host-ip 10.77.0.1/24 --cpus "$server_cpu" --idle "$idle" -m 256 "${recovery[@]}"
       CNS=$ns; ADDR=10.77.0.2:11211 ;;
     xdp)
       start_server "$server_ns" "$out/xdp-$round.log" --net xdp --iface mse1 --ip 10.78.0.2/24 \
@@ -89,7 +124,7 @@ start() {
       start_server "$ns" "$out/kernel-$round.log" --net kernel -l 127.0.0.1 -p 11411 \
         --cpus "$server_cpu" --idle "$idle" -m 256
       CNS=$ns; ADDR=127.0.0.1:11411 ;;
-    *) die "unknown server $name (memcached, tap, xdp, kernel)" ;;
+    *) die "unknown server $name (memcached, tap, tap-rto-off, xdp, kernel)" ;;
   esac
 }
 
@@ -103,9 +138,11 @@ open_loop() {
   local gen=$!
   sleep 1.5
   local c0 w0 c1 w1
+  stats_to "$CNS" "$ADDR" "$out/open-$name-$rate-$round.stats0"
   c0=$(cpu_ns "$SERVER_PID"); w0=$(now_ns)
   sleep "$seconds"
   c1=$(cpu_ns "$SERVER_PID"); w1=$(now_ns)
+  stats_to "$CNS" "$ADDR" "$out/open-$name-$rate-$round.stats1"
   wait "$gen" || die "memspin-loadgen failed against $name at $rate/s"
   echo "$(( c1 - c0 )) $(( w1 - w0 ))" >"$out/open-$name-$rate-$round.cpu"
 }
@@ -121,9 +158,20 @@ for round in $(seq 1 "$rounds"); do
     for rate in "${rates[@]}"; do
       open_loop "$name" "$round" "$rate"
     done
-    if [ "$pipelined" = 1 ]; then
+    if [ "$pipelined" = 1 ] && [ -n "$profile" ] && [ "$name" = tap ] && [ "$round" = 1 ]; then
       loadgen "$CNS" "$ADDR" "$out/pipelined-$name-$round.json" -c 32 --pipeline 16 \
-        -d "$seconds" --warmup 1
+        -d "$seconds" --warmup 1 --timestamps "$pipelined_timestamps" &
+      gen=$!
+      sleep 1.5
+      mkdir -p "$profile"
+      worker=$(ps -T -p "$SERVER_PID" -o spid=,comm= | awk '$2 == "memspin-w0" { print $1 }')
+      taskset -c "$client_cpu" perf record -q -e cpu-clock -F 1999 --call-graph dwarf,16384 \
+        -t "$worker" -o "$profile/perf.data" -- sleep $(( seconds > 2 ? seconds - 1 : 1 )) \
+        2>"$profile/perf.log" || printf 'warning: perf record failed (see %s)\n' "$profile/perf.log" >&2
+      wait "$gen" || die "memspin-loadgen failed against $name (pipelined)"
+    elif [ "$pipelined" = 1 ]; then
+      loadgen "$CNS" "$ADDR" "$out/pipelined-$name-$round.json" -c 32 --pipeline 16 \
+        -d "$seconds" --warmup 1 --timestamps "$pipelined_timestamps"
     fi
     # A failed exit spoils nothing measured; say so and go on.
     stop_server || printf 'warning: %s exited with an error (see %s)\n' "$name" "$out/$name-$round.log" >&2
@@ -132,9 +180,10 @@ done
 grep -h ready "$out"/*-1.log >&2 || true
 
 step "medians over $rounds rounds (servers on CPU $server_cpu, loadgen on CPU $client_cpu, memspin --idle $idle)"
-python3 - "$out" "$rounds" "${servers[*]}" "${rates[*]}" "$pipelined" <<'PY'
+python3 - "$out" "$rounds" "${servers[*]}" "${rates[*]:-}" "$pipelined" "$pipelined_timestamps" <<'PY'
 import json, statistics, sys, os
 out, rounds, servers, rates, pipelined = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), [int(r) for r in sys.argv[4].split()], sys.argv[5] == "1"
+pipelined_timestamps = sys.argv[6]
 def med(v):
     return statistics.median(v) if v else float("nan")
 def open_runs(name, rate):
@@ -153,8 +202,9 @@ def open_runs(name, rate):
                      "p50": d["latency_us"]["service"]["all"]["p50"], "p90": d["latency_us"]["service"]["all"]["p90"],
                      "p99": d["latency_us"]["service"]["all"]["p99"], "achieved": achieved})
     return runs
-print("\nopen loop, 32 connections x 4 in flight: server CPU s per million requests, service time µs")
-print(f"{'rate/s':>7} {'server':10} {'CPU s/M':>8} {'cores':>6} {'p50':>7} {'p90':>7} {'p99':>8}  {'CPU ratio':>9} {'p50 ratio':>9}  runs")
+if rates:
+    print("\nopen loop, 32 connections x 4 in flight: server CPU s per million requests, service time µs")
+    print(f"{'rate/s':>7} {'server':10} {'CPU s/M':>8} {'cores':>6} {'p50':>7} {'p90':>7} {'p99':>8}  {'CPU ratio':>9} {'p50 ratio':>9}  runs")
 for rate in rates:
     base = None
     for name in servers:
@@ -167,8 +217,34 @@ for rate in rates:
         notes = " ".join(f"{r['cpu_per_m']:.1f}" + ("" if r["ok"] else "(rate!)") for r in runs)
         print(f"{rate:7d} {name:10} {m['cpu_per_m']:8.2f} {m['cpu_share']:6.2f} {m['p50']:7.1f} {m['p90']:7.1f} {m['p99']:8.1f}  "
               f"{ratio('cpu_per_m'):9.2f} {ratio('p50'):9.2f}  {notes}")
+def counters(name, rate):
+    # memspin's frames, empty reads, sleeps and loss probes per request over the windows
+    per = {}
+    keys = ("memspin_tap_rx_frames", "memspin_tap_tx_frames", "memspin_tap_rx_empty_reads",
+            "memspin_parks", "memspin_polls", "memspin_loss_probes")
+    for r in range(1, rounds + 1):
+        base = os.path.join(out, f"open-{name}-{rate}-{r}")
+        try:
+            a, b = ({l.split()[0]: l.split()[1] for l in open(base + f".stats{i}") if len(l.split()) == 2} for i in (0, 1))
+            reqs = sum(int(b[k]) - int(a[k]) for k in ("cmd_get", "cmd_set"))
+        except (OSError, KeyError, ValueError):
+            continue
+        if reqs <= 0:
+            continue
+        for k in keys:
+            if k in a and k in b:
+                per.setdefault(k, []).append((int(b[k]) - int(a[k])) / reqs)
+    return {k: med(v) for k, v in per.items()}
+rows = [(rate, name, counters(name, rate)) for rate in rates for name in servers if name.startswith("tap")]
+if any(c for _, _, c in rows):
+    print("\nmemspin over TAP, per request (medians): frames in, frames out, empty reads, sleeps, loop iterations, loss probes")
+    print(f"{'rate/s':>7} {'server':12} {'in':>6} {'out':>6} {'empty':>6} {'sleeps':>6} {'loops':>6} {'probes':>6}")
+    for rate, name, c in rows:
+        v = lambda k: c.get(k, float("nan"))
+        print(f"{rate:7d} {name:12} {v('memspin_tap_rx_frames'):6.2f} {v('memspin_tap_tx_frames'):6.2f} "
+              f"{v('memspin_tap_rx_empty_reads'):6.2f} {v('memspin_parks'):6.2f} {v('memspin_polls'):6.2f} {v('memspin_loss_probes'):6.2f}")
 if pipelined:
-    print("\npipelined, closed loop, 32 connections x 16 in flight")
+    print(f"\npipelined, closed loop, 32 connections x 16 in flight (generator --timestamps {pipelined_timestamps})")
     print(f"{'server':10} {'ops/s':>10} {'p50':>7} {'p99':>8} {'ratio':>6}  runs (ops/s)")
     base = None
     for name in servers:
@@ -187,5 +263,69 @@ if [ ${#conns[@]} -eq 2 ]; then
   ns_cleanup
   MEMSPIN_NAMESPACES=()
   bash scripts/bench-connections.sh "$rounds" "$seconds" "${conns[0]}" "${conns[1]}" | tail -4
+fi
+if [ -n "$profile" ] && [ -s "$profile/perf.data" ]; then
+  step "where the TAP worker's samples went (pipelined, round 1; perf script, inlined frames)"
+  perf script -i "$profile/perf.data" -F comm,tid,ip,sym,dso 2>/dev/null >"$profile/script.txt"
+  python3 - "$profile/script.txt" <<'PY'
+import collections, re, sys
+# Each sample's stack, leaf first, is put in the first group that claims one of its frames
+# (kernel frames by the system call they are under).
+USER = [
+    (r"__GI___libc_write|__libc_write\b", "write(2) of frames: the system call"),
+    (r"__GI___libc_read|__libc_read\b", "read(2) of frames"),
+    (r"__GI___poll|__poll\b", "sleeping and waking (poll)"),
+    (r"clock_gettime|vdso", "the clock"),
+    (r"\bstore::|hashbrown", "the store"),
+    (r"\bprotocol::", "parsing requests, writing replies (protocol)"),
+    (r"server::engine|server::conn", "the engine (executing, replies)"),
+    (r"smoltcp::", "smoltcp"),
+    (r"netstack::", "the connection table (netstack)"),
+    (r"server::", "the worker loop, idle policy, stats"),
+]
+def kernel_group(kernel, user):
+    u = " ".join(user[:6])
+    if re.search(r"\b(__GI___libc_write|__libc_write|write)\b", u):
+        if re.search(r"tcp_v[46]_rcv|ip_rcv|ip6_rcv|__netif_receive_skb|process_backlog", kernel):
+            return "write(2) of frames: the client's TCP receive inside it"
+        if re.search(r"tun_get_user|tun_chr_write|tun_build_skb", kernel):
+            return "write(2) of frames: the TAP's work per frame"
+        return "write(2) of frames: the system call"
+    if re.search(r"\b(__GI___libc_read|__libc_read|read)\b", u):
+        return "read(2) of frames"
+    if re.search(r"poll", u):
+        return "sleeping and waking (poll)"
+    if "clock_gettime" in u:
+        return "the clock"
+    return "kernel, other (interrupts, softirqs)"
+def group(frames):
+    first_user = next((i for i, (_, dso) in enumerate(frames) if "kernel" not in dso and dso != "[unknown]"), len(frames))
+    if first_user > 0:
+        kernel = " ".join(sym for sym, _ in frames[:first_user])
+        return kernel_group(kernel, [sym for sym, _ in frames[first_user:]])
+    for sym, _ in frames:
+        for pattern, name in USER:
+            if re.search(pattern, sym):
+                return name
+    return "other"
+counts, frames = collections.Counter(), []
+def flush():
+    global frames
+    if frames:
+        counts[group(frames)] += 1
+    frames = []
+for line in open(sys.argv[1]):
+    if not line.strip() or not line[0].isspace():
+        flush()
+        continue
+    m = re.match(r"\s+[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$", line)
+    if m:
+        frames.append((re.sub(r"\+0x[0-9a-f]+$", "", m.group(1)), m.group(2)))
+flush()
+total = sum(counts.values())
+print(f"{total} samples of memspin's worker")
+for name, n in counts.most_common():
+    print(f"{100 * n / total:6.1f} %  {name}")
+PY
 fi
 printf '\nper-run JSON, CPU windows and server logs in %s\n' "$out"

@@ -12,6 +12,11 @@
 //! - TAP has no batched syscall (`recvmmsg` does not apply to a character device), so the
 //!   ring is filled with one `read(2)` per frame, up to [`RX_BATCH`] frames per refill, and
 //!   a refill ends at the first `EAGAIN`. Transmit is one `write(2)` per frame.
+//! - A refill that found the queue empty is not repeated for the same timestamp: smoltcp's
+//!   callers poll a device once per timestamp, and when the ring runs dry in that poll the
+//!   read that just found the queue empty stands (another would find it empty too, a system
+//!   call for nothing; a frame that came in meanwhile is read at the next timestamp). So a
+//!   worker that wakes for one frame pays one empty read, not two.
 //! - I/O errors never panic and are never silent: they land in [`TapStats`].
 //!
 //! Checksums: the TAP is opened without `IFF_VNET_HDR` and no `TUNSETOFFLOAD`, so the
@@ -163,6 +168,8 @@ struct RxRing {
     filled: usize,
     /// True if the last refill ended because the kernel queue was empty (`EAGAIN`).
     found_empty: bool,
+    /// The timestamp `receive` was called with when the last refill ran.
+    refilled_at: Option<Instant>,
 }
 
 /// One queue (one fd) of a TAP device, usable as a smoltcp [`Device`].
@@ -244,6 +251,7 @@ impl TapDevice {
                 head: 0,
                 filled: 0,
                 found_empty: false,
+                refilled_at: None,
             },
             tx_frame: vec![0u8; SLOT_BYTES].into_boxed_slice(),
             stats: TapStats::default(),
@@ -449,8 +457,13 @@ impl Device for TapDevice {
     type RxToken<'a> = TapRxToken<'a>;
     type TxToken<'a> = TapTxToken<'a>;
 
-    fn receive(&mut self, _timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+    fn receive(&mut self, timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
         if self.rx.head == self.rx.filled {
+            if self.rx.found_empty && self.rx.refilled_at == Some(timestamp) {
+                // This poll's read found the queue empty already (see the module docs).
+                return None;
+            }
+            self.rx.refilled_at = Some(timestamp);
             self.refill();
             if self.rx.filled == 0 {
                 return None;

@@ -291,3 +291,70 @@ fn multi_queue_device_has_one_fd_per_queue_and_goes_away() {
         "device must go away with its last queue"
     );
 }
+
+// Before: a poll whose ring ran dry read the queue again at once, a second `EAGAIN` for every
+// wake-up (two empty reads per frame at 10,000 requests/s).
+#[test]
+fn a_drained_queue_is_read_once_per_timestamp() {
+    use netstack::smoltcp::phy::{Device, RxToken};
+    if !is_root() {
+        eprintln!("skipped: needs root for ip netns, setns and /dev/net/tun");
+        return;
+    }
+    let netns = Netns::new();
+    let ns_name = netns.name.clone();
+    let result = thread::spawn(move || {
+        enter_netns(&ns_name);
+        let name = "mstapr0";
+        let mut tap = TapDevice::open(name, false).expect("open tap");
+        link::configure(
+            name,
+            &LinkConfig {
+                host_ip: Some(Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 1), 24)),
+                host_ipv6: None,
+                mtu: None,
+                tx_queue_len: None,
+            },
+        )
+        .expect("configure");
+        // Whatever the kernel sent when the link came up (IPv6 is off; nothing, usually).
+        let mut t = 0;
+        let mut at = || {
+            t += 1;
+            Instant::from_micros(t)
+        };
+        while tap.receive(at()).is_some() {}
+        let empty = |tap: &TapDevice| tap.stats().rx_empty_reads;
+        let before = empty(&tap);
+
+        let now = at();
+        assert!(tap.receive(now).is_none());
+        assert_eq!(empty(&tap), before + 1, "the first poll reads");
+        assert!(tap.receive(now).is_none());
+        assert_eq!(empty(&tap), before + 1, "the same poll does not read again");
+
+        // A frame arrives (the kernel asks for 10.77.0.2's MAC): the next poll reads it, and
+        // the empty read that ended its refill stands for the rest of that poll.
+        let udp = std::net::UdpSocket::bind("10.77.0.1:0").expect("bind");
+        udp.send_to(b"x", "10.77.0.2:9").expect("send");
+        assert_eq!(
+            tap.wait(Some(Duration::from_secs(5)), None).expect("wait"),
+            Wait::Readable
+        );
+        assert!(tap.receive(now).is_none(), "same poll, frame left queued");
+        let later = at();
+        let (rx, _tx) = tap.receive(later).expect("the frame, at the next poll");
+        let len = rx.consume(|frame| frame.len());
+        assert!(len >= 42, "an ARP request: {len} bytes");
+        while tap.receive(later).is_some() {}
+        let after_frame = empty(&tap);
+        assert!(tap.receive(later).is_none());
+        assert_eq!(empty(&tap), after_frame, "drained in this poll already");
+        assert!(tap.drained());
+        assert!(tap.receive(at()).is_none());
+        assert_eq!(empty(&tap), after_frame + 1, "a new poll reads again");
+    })
+    .join();
+    drop(netns);
+    result.expect("namespace thread panicked");
+}

@@ -134,6 +134,12 @@ impl Item {
         usize::from(self.data[KEY_LEN_AT])
     }
 
+    /// The heap block: `[cas][key_len][key][value]`.
+    #[inline]
+    pub(crate) fn block(&self) -> &[u8] {
+        &self.data
+    }
+
     /// The key bytes.
     #[inline]
     pub(crate) fn key(&self) -> &[u8] {

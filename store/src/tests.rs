@@ -2313,3 +2313,22 @@ fn an_emptied_shard_under_a_tiny_budget_gives_its_table_back() {
     set(&mut s, b"k", b"v", 0, NOW + 10);
     assert!(get(&mut s, b"k", NOW + 10).is_some());
 }
+
+#[test]
+fn block_hint_is_the_items_block_and_changes_nothing() {
+    let mut s = shard();
+    assert!(s.block_hint(b"k").is_none(), "an empty table has no block");
+    set(&mut s, b"some-key", b"its value", 0, NOW);
+    let stats = s.stats().clone();
+    let block = s.block_hint(b"some-key").expect("a stored key's block");
+    let text = String::from_utf8_lossy(block);
+    assert!(
+        text.contains("some-key") && text.ends_with("its value"),
+        "{text:?}"
+    );
+    assert_eq!(s.stats(), &stats, "a hint counts nothing");
+    assert_eq!(
+        value(&mut s, b"some-key", NOW).as_deref(),
+        Some(&b"its value"[..])
+    );
+}

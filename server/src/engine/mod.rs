@@ -214,7 +214,10 @@ impl Engine {
             },
         };
         match protocol {
-            Protocol::Binary => self.run_requests(session, input, out, now, binary::step),
+            Protocol::Binary => {
+                binary::prefetch(&self.core, &self.forward, input);
+                self.run_requests(session, input, out, now, binary::step)
+            }
             Protocol::Text => self.run_requests(session, input, out, now, text::step),
             Protocol::Resp(_) => self.run_requests(session, input, out, now, resp::step),
         }
