@@ -142,11 +142,20 @@ fn check_request(buf: &[u8], request: Request<'_>, line_len: usize) {
         | Request::Watch(_)
         | Request::Shutdown(_)
         | Request::Quit => {}
-        Request::Metadump(classes) => {
+        Request::Metadump(classes)
+        | Request::LruCrawler(protocol::text::CrawlerCommand::Crawl(classes)) => {
             if let protocol::text::Classes::List(list) = classes {
                 assert!(in_line(list));
             }
         }
+        Request::LruCrawler(protocol::text::CrawlerCommand::Sleep(us)) => {
+            assert!(us <= protocol::text::MAX_CRAWLER_SLEEP_US);
+        }
+        Request::LruCrawler(_) => {}
+        Request::CacheMemlimit { megabytes, .. } => assert!(
+            (protocol::text::MIN_MEMLIMIT_MB..=protocol::text::MAX_MEMLIMIT_MB)
+                .contains(&megabytes)
+        ),
     }
 }
 

@@ -201,6 +201,25 @@ impl Args {
         Ok(addrs)
     }
 
+    /// Flags that the packet path chosen (`--net`) would not use, refused rather than
+    /// ignored: `--gateway` with `--net kernel`, where the kernel routes replies by the
+    /// host's routing table.
+    ///
+    /// # Errors
+    /// A message naming the flag and what to do instead.
+    pub fn check_net_flags(&self) -> Result<(), String> {
+        if self.net == Net::Kernel
+            && let Some(gateway) = self.gateway.first()
+        {
+            return Err(format!(
+                "--gateway {gateway} is for --net tap and xdp (smoltcp's default route); with \
+                 --net kernel replies follow the host's routes: give the router with `ip route` \
+                 instead"
+            ));
+        }
+        Ok(())
+    }
+
     /// The idle policy: `--idle`, or the packet path's default (`adaptive` over TAP, where
     /// people develop on laptops and shared machines; `spin` on AF_XDP, which serves from
     /// dedicated cores, and on kernel sockets, the baseline it is compared with).
@@ -469,6 +488,23 @@ pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Regression: `--gateway` with `--net kernel` was silently ignored.
+    #[test]
+    fn a_gateway_is_refused_on_kernel_sockets() {
+        let parse = |args: &[&str]| Args::try_parse_from([&["memspin"], args].concat()).unwrap();
+        let kernel = parse(&["--net", "kernel", "--gateway", "10.77.0.254"]);
+        let message = kernel.check_net_flags().unwrap_err();
+        assert!(
+            message.contains("--gateway 10.77.0.254") && message.contains("host's routes"),
+            "{message}"
+        );
+        assert_eq!(parse(&["--net", "kernel"]).check_net_flags(), Ok(()));
+        for net in ["tap", "xdp"] {
+            let bypass = parse(&["--net", net, "--gateway", "10.77.0.254"]);
+            assert_eq!(bypass.check_net_flags(), Ok(()), "{net}");
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -1,11 +1,16 @@
 //! What every worker shares at run time: the settings fixed at start-up, the switches admin
-//! commands flip (`verbosity`, `stats detail on|off`, `stats sizes_enable`, `slabs automove`),
-//! the stop flag `shutdown` sets, connection numbers and records, and the log watchers
-//! (`watch`).
+//! commands flip (`verbosity`, `stats detail on|off`, `stats sizes_enable`, `slabs automove`,
+//! `lru_crawler enable|disable|sleep|tocrawl`, `cache_memlimit`), the background work they
+//! ask every worker for (a crawl, a page freed for `slabs reassign`), the stop flag
+//! `shutdown` sets, connection numbers and records, and the log watchers (`watch`).
 //!
 //! ```text
 //! main ─▶ Settings ─▶ Control (one Arc, in every EngineConfig)
-//!   admin commands (any worker) ─▶ atomics: verbosity, detail, sizes, automove; stop flag
+//!   admin commands (any worker) ─▶ atomics: verbosity, detail, sizes, automove, crawler,
+//!                                  memory budget; stop flag
+//!   lru_crawler crawl, slabs reassign ─▶ a request count ─▶ each worker's loop sees it, does
+//!                                  its share in bounded steps, says when it is done
+//!   each worker's loop ─▶ its shard's heap, items and budget ─▶ `slabs reassign`'s page count
 //!   connections ─▶ ConnRecord (number, peer, last command) ─▶ `stats conns`, connevents
 //!   events (any worker) ─▶ Watchers: one buffer per watcher ─▶ the watcher's worker sends it
 //! ```
@@ -195,10 +200,10 @@ impl ConnRecord {
     pub fn stats_lines(&self, now: Now, mut emit: impl FnMut(&str, &dyn std::fmt::Display)) {
         let n = self.number;
         if let Some(peer) = self.peer {
-            emit(&format!("{n}:addr"), &format!("tcp:{peer}"));
+            emit(&format!("{n}:addr"), &conn_addr(peer));
         }
         if let Some(local) = self.local {
-            emit(&format!("{n}:listen_addr"), &format!("tcp:{local}"));
+            emit(&format!("{n}:listen_addr"), &conn_addr(local));
         }
         emit(&format!("{n}:state"), &self.state().as_str());
         let last = self.last_cmd_ms.load(Ordering::Relaxed);
@@ -232,6 +237,15 @@ impl Drop for ConnRecord {
             });
         }
         watchers.forget(self.number);
+    }
+}
+
+/// A socket address as memcached's `stats conns` writes it: `tcp:<ip>:<port>`, or for IPv6
+/// `tcp6:[<ip>]:<port>`.
+pub fn conn_addr(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => format!("tcp:{a}"),
+        SocketAddr::V6(a) => format!("tcp6:[{}]:{}", a.ip(), a.port()),
     }
 }
 
@@ -431,6 +445,192 @@ pub fn uri_encode(out: &mut String, key: &[u8]) {
     }
 }
 
+/// The LRU crawler's switches (`lru_crawler enable|disable|sleep|tocrawl`) and the state of
+/// a requested crawl (`lru_crawler crawl`), shared by every worker.
+///
+/// A crawl is requested by bumping [`Crawler::requested`]; each worker's loop sees the new
+/// count, walks its own table a bounded step per turn, and says when it is done
+/// ([`Crawler::finished`]). The crawl runs while any worker has not finished.
+#[derive(Debug)]
+pub struct Crawler {
+    enabled: AtomicBool,
+    sleep_us: AtomicU32,
+    tocrawl: AtomicU32,
+    requested: AtomicU64,
+    running: AtomicUsize,
+    starts: AtomicU64,
+}
+
+/// `lru_crawler sleep`'s default, in microseconds (memcached's).
+pub const CRAWLER_SLEEP_DEFAULT_US: u32 = 100;
+
+impl Default for Crawler {
+    fn default() -> Crawler {
+        Crawler {
+            enabled: AtomicBool::new(true),
+            sleep_us: AtomicU32::new(CRAWLER_SLEEP_DEFAULT_US),
+            tocrawl: AtomicU32::new(0),
+            requested: AtomicU64::new(0),
+            running: AtomicUsize::new(0),
+            starts: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Crawler {
+    /// Whether the crawler is on (`lru_crawler enable`, the default): the background crawl
+    /// runs and `lru_crawler crawl` and `metadump` are served.
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// `lru_crawler enable|disable`; returns the previous state.
+    pub fn set_enabled(&self, on: bool) -> bool {
+        self.enabled.swap(on, Ordering::Relaxed)
+    }
+
+    /// Microseconds a worker waits between two steps of a requested crawl.
+    pub fn sleep_us(&self) -> u32 {
+        self.sleep_us.load(Ordering::Relaxed)
+    }
+
+    /// `lru_crawler sleep <us>`.
+    pub fn set_sleep_us(&self, us: u32) {
+        self.sleep_us.store(us, Ordering::Relaxed);
+    }
+
+    /// Items a requested crawl looks at per worker at most (0: all).
+    pub fn tocrawl(&self) -> u32 {
+        self.tocrawl.load(Ordering::Relaxed)
+    }
+
+    /// `lru_crawler tocrawl <n>`.
+    pub fn set_tocrawl(&self, n: u32) {
+        self.tocrawl.store(n, Ordering::Relaxed);
+    }
+
+    /// Crawls requested since start: a worker that has seen fewer starts the last one.
+    #[inline]
+    pub fn requested(&self) -> u64 {
+        self.requested.load(Ordering::Acquire)
+    }
+
+    /// True while a requested crawl runs on some worker (`lru_crawler_running`).
+    pub fn running(&self) -> bool {
+        self.running.load(Ordering::Acquire) > 0
+    }
+
+    /// Crawls started since start or `stats reset` (`lru_crawler_starts`).
+    pub fn starts(&self) -> u64 {
+        self.starts.load(Ordering::Relaxed)
+    }
+
+    /// Starts a crawl on `workers` workers, each of its own table; false (nothing started)
+    /// while one runs. With `workers` 0 (classes that hold no item) the crawl is counted and
+    /// done at once.
+    pub fn start(&self, workers: usize) -> bool {
+        if self
+            .running
+            .compare_exchange(0, workers, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        if workers > 0 {
+            self.requested.fetch_add(1, Ordering::AcqRel);
+        }
+        self.starts.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// A worker walked its whole share of the running crawl.
+    pub fn finished(&self) {
+        let _ = self
+            .running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+}
+
+/// `slabs reassign`'s page moves, shared by every worker: a move out of the item class is
+/// requested by bumping [`PageMoves::requested`]; each worker frees its share of the page a
+/// bounded step per turn and says when it is done ([`PageMoves::finished`]).
+#[derive(Debug, Default)]
+pub struct PageMoves {
+    requested: AtomicU64,
+    running: AtomicUsize,
+    moved: AtomicU64,
+}
+
+impl PageMoves {
+    /// Moves requested since start: a worker that has seen fewer frees its share of the last.
+    #[inline]
+    pub fn requested(&self) -> u64 {
+        self.requested.load(Ordering::Acquire)
+    }
+
+    /// True while a page is being freed (`slab_reassign_running`).
+    pub fn running(&self) -> bool {
+        self.running.load(Ordering::Acquire) > 0
+    }
+
+    /// Pages moved since start or `stats reset` (`slabs_moved`).
+    pub fn moved(&self) -> u64 {
+        self.moved.load(Ordering::Relaxed)
+    }
+
+    /// Starts freeing a page over `workers` workers; false (nothing started) while a move
+    /// runs. With `workers` 0 (a free page given to a class: nothing to free) the move is
+    /// done at once.
+    pub fn start(&self, workers: usize) -> bool {
+        if self
+            .running
+            .compare_exchange(0, workers, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        if workers > 0 {
+            self.requested.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.moved.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// A worker freed its share of the page being moved; the last one completes the move.
+    pub fn finished(&self) {
+        if self
+            .running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            == Ok(1)
+        {
+            self.moved.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What a worker last published about its shard, for the commands another worker answers
+/// (`slabs reassign` counts pages over every shard). Each worker's on cache lines of its own:
+/// workers write theirs from their loops, and must not take each other's lines away.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct ShardFigures {
+    heap_bytes: AtomicU64,
+    items: AtomicU64,
+    limit_bytes: AtomicU64,
+}
+
+/// Every shard's published figures summed: `(heap bytes, items, budget bytes)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryFigures {
+    /// Bytes items and tables take.
+    pub heap_bytes: u64,
+    /// Items held.
+    pub items: u64,
+    /// The budgets.
+    pub limit_bytes: u64,
+}
+
 /// The state every worker shares (see the module docs).
 #[derive(Debug, Default)]
 pub struct Control {
@@ -438,6 +638,14 @@ pub struct Control {
     pub settings: Settings,
     /// The log watchers.
     pub watchers: Watchers,
+    /// The LRU crawler.
+    pub crawler: Crawler,
+    /// `slabs reassign`'s page moves.
+    pub pages: PageMoves,
+    /// The whole memory budget (`-m`, then `cache_memlimit`); 0: the workers' own.
+    memory_limit_bytes: AtomicU64,
+    /// Each worker's shard figures, as it last published them.
+    shards: Vec<ShardFigures>,
     verbosity: AtomicU8,
     sizes_disabled: AtomicBool,
     automove: AtomicU8,
@@ -478,9 +686,11 @@ impl Control {
     /// Shared state for a server with these settings, logging at `verbosity`.
     pub fn new(settings: Settings, verbosity: u8) -> Arc<Control> {
         let control = Control {
+            memory_limit_bytes: AtomicU64::new(settings.memory_limit_bytes),
             settings,
             automove_ratio_bits: AtomicU64::new(0.8f64.to_bits()),
             table_buckets: (0..MAX_WORKERS).map(|_| AtomicUsize::new(0)).collect(),
+            shards: (0..MAX_WORKERS).map(|_| ShardFigures::default()).collect(),
             ..Control::default()
         };
         control.set_verbosity(u32::from(verbosity));
@@ -501,13 +711,57 @@ impl Control {
             .map_or(0, |slot| slot.load(Ordering::Acquire))
     }
 
+    /// Publishes worker `worker`'s shard figures (its loop does, when they changed: three
+    /// relaxed stores to a cache line of its own).
+    #[inline]
+    pub fn publish_shard(&self, worker: usize, figures: MemoryFigures) {
+        if let Some(slot) = self.shards.get(worker) {
+            slot.heap_bytes.store(figures.heap_bytes, Ordering::Relaxed);
+            slot.items.store(figures.items, Ordering::Relaxed);
+            slot.limit_bytes
+                .store(figures.limit_bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// The first `workers` workers' shard figures as last published, summed.
+    pub fn memory_figures(&self, workers: usize) -> MemoryFigures {
+        let mut sum = MemoryFigures::default();
+        for slot in self.shards.iter().take(workers) {
+            sum.heap_bytes += slot.heap_bytes.load(Ordering::Relaxed);
+            sum.items += slot.items.load(Ordering::Relaxed);
+            sum.limit_bytes += slot.limit_bytes.load(Ordering::Relaxed);
+        }
+        sum
+    }
+
+    /// The whole memory budget in bytes (`-m`, or the last `cache_memlimit`); 0 when the
+    /// workers were given their own (an engine built without settings).
+    #[inline]
+    pub fn memory_limit_bytes(&self) -> u64 {
+        self.memory_limit_bytes.load(Ordering::Relaxed)
+    }
+
+    /// `cache_memlimit`: the whole budget from now on; each worker takes its share on its
+    /// next loop iteration.
+    pub fn set_memory_limit_bytes(&self, bytes: u64) {
+        self.memory_limit_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// `stats reset` of the counters kept here: crawls started and pages moved.
+    pub fn reset_counters(&self) {
+        self.crawler.starts.store(0, Ordering::Relaxed);
+        self.pages.moved.store(0, Ordering::Relaxed);
+    }
+
     /// The same, with the latency instrument reading `clock` (tests: a clock they drive).
     pub fn with_clock(settings: Settings, clock: fn() -> u64) -> Arc<Control> {
         let control = Control {
+            memory_limit_bytes: AtomicU64::new(settings.memory_limit_bytes),
             settings,
             automove_ratio_bits: AtomicU64::new(0.8f64.to_bits()),
             clock: Some(clock),
             table_buckets: (0..MAX_WORKERS).map(|_| AtomicUsize::new(0)).collect(),
+            shards: (0..MAX_WORKERS).map(|_| ShardFigures::default()).collect(),
             ..Control::default()
         };
         Arc::new(control)
@@ -664,7 +918,7 @@ impl Control {
         local: Option<SocketAddr>,
         now: Now,
     ) -> Arc<ConnRecord> {
-        let number = self.listeners() + self.next_number.fetch_add(1, Ordering::Relaxed);
+        let number = self.allocate_number();
         let record = Arc::new(ConnRecord {
             number,
             worker,
@@ -697,6 +951,13 @@ impl Control {
             });
         }
         record
+    }
+
+    /// A connection number unique in this process, after the listeners' (the numbers
+    /// `stats conns`, `watch` lines, the logs and Redis's `CLIENT ID` give connections: one
+    /// space for all).
+    pub fn allocate_number(&self) -> u64 {
+        self.listeners() + self.next_number.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Every open connection's record, in the order they opened.

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    args.check_net_flags()?;
     logging::init(args.verbose);
     let stop = worker::stop_on_signals()?;
     let workers = usize::from(args.threads);

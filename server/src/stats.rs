@@ -26,6 +26,8 @@ use std::fmt::Display;
 use store::{Now, ShardStats};
 
 use crate::control::Control;
+/// Bytes of a memcached slab page: `stats slabs` counts memory in these.
+use crate::engine::PAGE_BYTES;
 pub use latency::{Histogram, KINDS, Kind, Latency, MAX_NS, QUANTILES};
 
 /// Command counters one worker keeps (memcached's `cmd_*` and friends).
@@ -107,6 +109,15 @@ pub struct Recovery {
     /// `memspin_loss_probes_withheld`: probes due but not sent, unpaid for by
     /// acknowledgments.
     pub probes_withheld: u64,
+    /// `memspin_loss_probes_spurious`: probes the client already had (each lengthens its
+    /// connection's probe timeout).
+    pub probes_spurious: u64,
+    /// `memspin_loss_probes_stretched`: probes sent later than the floor alone would have,
+    /// for a client that acknowledges late.
+    pub probes_stretched: u64,
+    /// `memspin_loss_peer_retransmit_resends`: copies sent again at once because the client
+    /// sent again data they acknowledged.
+    pub peer_retransmit_resends: u64,
 }
 
 impl From<netstack::conn::RecoveryStats> for Recovery {
@@ -118,6 +129,9 @@ impl From<netstack::conn::RecoveryStats> for Recovery {
             spurious: s.spurious,
             smoltcp_retransmits: s.smoltcp_retransmits,
             probes_withheld: s.probes_withheld,
+            probes_spurious: s.probes_spurious,
+            probes_stretched: s.probes_stretched,
+            peer_retransmit_resends: s.peer_retransmit_resends,
         }
     }
 }
@@ -144,6 +158,11 @@ impl Recovery {
                 .smoltcp_retransmits
                 .saturating_sub(base.smoltcp_retransmits),
             probes_withheld: self.probes_withheld.saturating_sub(base.probes_withheld),
+            probes_spurious: self.probes_spurious.saturating_sub(base.probes_spurious),
+            probes_stretched: self.probes_stretched.saturating_sub(base.probes_stretched),
+            peer_retransmit_resends: self
+                .peer_retransmit_resends
+                .saturating_sub(base.peer_retransmit_resends),
         }
     }
 
@@ -155,6 +174,9 @@ impl Recovery {
         self.spurious += other.spurious;
         self.smoltcp_retransmits += other.smoltcp_retransmits;
         self.probes_withheld += other.probes_withheld;
+        self.probes_spurious += other.probes_spurious;
+        self.probes_stretched += other.probes_stretched;
+        self.peer_retransmit_resends += other.peer_retransmit_resends;
     }
 }
 
@@ -339,6 +361,9 @@ fn table_counters(t: &netstack::TableStats, c: &mut PathCounters) {
     c.push("loss_spurious", r.spurious);
     c.push("smoltcp_retransmits", r.smoltcp_retransmits);
     c.push("loss_probes_withheld", r.probes_withheld);
+    c.push("loss_probes_spurious", r.probes_spurious);
+    c.push("loss_probes_stretched", r.probes_stretched);
+    c.push("loss_peer_retransmit_resends", r.peer_retransmit_resends);
 }
 
 /// What one worker's loop did, for CPU per request on a spinning server: time with and
@@ -746,7 +771,7 @@ pub fn general(
     emit("protocol_errors", &c.protocol_errors);
     emit("bytes_read", &c.bytes_read);
     emit("bytes_written", &c.bytes_written);
-    emit("limit_maxbytes", &snapshot.limit_maxbytes);
+    emit("limit_maxbytes", &whole_budget(snapshot, control));
     // memspin keeps listening at the connection limit and refuses the excess (memcached's
     // `maxconns_fast`), so it never stops accepting.
     emit("accepting_conns", &1);
@@ -755,6 +780,14 @@ pub fn general(
     emit("threads", &snapshot.threads);
     emit("conn_yields", &c.conn_yields);
     emit("hash_bytes", &s.heap_bytes.saturating_sub(s.bytes));
+    emit(
+        "slab_reassign_evictions_nomem",
+        &s.slab_reassign_evictions_nomem,
+    );
+    emit("slab_reassign_running", &u8::from(control.pages.running()));
+    emit("slabs_moved", &control.pages.moved());
+    emit("lru_crawler_running", &u8::from(control.crawler.running()));
+    emit("lru_crawler_starts", &control.crawler.starts());
     let (sent, skipped, watchers) = control.watchers.figures();
     emit("log_watcher_skipped", &skipped);
     emit("log_watcher_sent", &sent);
@@ -762,10 +795,18 @@ pub fn general(
     emit("bytes", &s.bytes);
     emit("curr_items", &s.curr_items);
     emit("total_items", &s.total_items);
+    // memspin's "global page pool": whole pages of the budget no item holds, which any item
+    // may take (see `slabs reassign`).
+    emit(
+        "slab_global_page_pool",
+        &(snapshot.limit_maxbytes.saturating_sub(s.heap_bytes) / PAGE_BYTES),
+    );
     emit("expired_unfetched", &s.expired_unfetched);
     emit("evicted_unfetched", &s.evicted_unfetched);
     emit("evictions", &s.evictions);
     emit("reclaimed", &s.reclaimed);
+    emit("crawler_reclaimed", &s.crawler_reclaimed);
+    emit("crawler_items_checked", &s.crawler_items_checked);
     let r = &i.recovery;
     emit("memspin_loss_probes", &r.probes);
     emit("memspin_loss_sack_resends", &r.sack_resends);
@@ -773,6 +814,12 @@ pub fn general(
     emit("memspin_loss_spurious", &r.spurious);
     emit("memspin_smoltcp_retransmits", &r.smoltcp_retransmits);
     emit("memspin_loss_probes_withheld", &r.probes_withheld);
+    emit("memspin_loss_probes_spurious", &r.probes_spurious);
+    emit("memspin_loss_probes_stretched", &r.probes_stretched);
+    emit(
+        "memspin_loss_peer_retransmit_resends",
+        &r.peer_retransmit_resends,
+    );
     let total = snapshot.loop_totals();
     emit("memspin_busy_us", &(total.busy_ns / 1000));
     emit("memspin_idle_us", &(total.idle_ns / 1000));
@@ -791,17 +838,22 @@ fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
+/// The whole memory budget (`-m`, or the last `cache_memlimit`): one worker may answer, so
+/// it is the shared figure, not that worker's share; an engine built without settings sums
+/// its workers' budgets.
+fn whole_budget(snapshot: &Snapshot, control: &Control) -> u64 {
+    match control.memory_limit_bytes() {
+        0 => snapshot.limit_maxbytes,
+        total => total,
+    }
+}
+
 /// Calls `emit(name, value)` for every `stats settings` line memspin has a value for, in
 /// memcached's order, then memspin's own (`memspin_*`), the packet path's last.
 pub fn settings(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&str, &dyn Display)) {
     let set = &control.settings;
     let (automove, ratio) = control.automove();
-    // One worker answers `stats settings`: `-m` is the whole budget, not its share.
-    let maxbytes = match set.memory_limit_bytes {
-        0 => snapshot.limit_maxbytes,
-        total => total,
-    };
-    emit("maxbytes", &maxbytes);
+    emit("maxbytes", &whole_budget(snapshot, control));
     emit("maxconns", &snapshot.conn_limit);
     emit("tcpport", &control.tcp_port());
     emit("udpport", &0);
@@ -820,10 +872,13 @@ pub fn settings(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&st
     emit("auth_enabled_ascii", &"no");
     emit("item_size_max", &snapshot.item_size_max);
     emit("maxconns_fast", &"yes");
-    emit("slab_reassign", &"no");
+    emit("slab_reassign", &"yes");
     emit("slab_automove", &automove);
     emit("slab_automove_ratio", &format!("{ratio:.2}"));
-    emit("lru_crawler", &"yes");
+    let crawler = &control.crawler;
+    emit("lru_crawler", &yes_no(crawler.enabled()));
+    emit("lru_crawler_sleep", &crawler.sleep_us());
+    emit("lru_crawler_tocrawl", &crawler.tocrawl());
     emit("flush_enabled", &"yes");
     emit("dump_enabled", &"yes");
     emit("lru_maintainer_thread", &"no");
@@ -855,9 +910,6 @@ pub fn settings(snapshot: &Snapshot, control: &Control, mut emit: impl FnMut(&st
 /// The one class memspin reports under `stats items` and `stats slabs`.
 pub const ITEM_CLASS: u32 = 1;
 
-/// Bytes of a memcached slab page: `stats slabs` counts memory in these.
-const PAGE_BYTES: u64 = 1 << 20;
-
 /// Calls `emit(name, value)` for every `stats items` line: one class (see the module docs),
 /// named `items:1:<stat>` as memcached names them; nothing while the cache is empty, as
 /// memcached skips empty classes.
@@ -880,8 +932,8 @@ pub fn items(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
     line("reclaimed", &s.reclaimed);
     line("expired_unfetched", &s.expired_unfetched);
     line("evicted_unfetched", &s.evicted_unfetched);
-    line("crawler_reclaimed", &0);
-    line("crawler_items_checked", &0);
+    line("crawler_reclaimed", &s.crawler_reclaimed);
+    line("crawler_items_checked", &s.crawler_items_checked);
     line("lrutail_reflocked", &0);
 }
 
@@ -947,6 +999,10 @@ pub fn conns(
     mut emit: impl FnMut(&str, &dyn Display),
 ) {
     let interface = &control.settings.interface;
+    let listener = |port: u16| match interface.parse::<std::net::IpAddr>() {
+        Ok(ip) => crate::control::conn_addr(std::net::SocketAddr::new(ip, port)),
+        Err(_) => format!("tcp:{interface}:{port}"),
+    };
     let ports = [Some(control.tcp_port()), control.resp_port()];
     let workers = control.settings.cpus.len().max(1);
     for (number, port) in ports
@@ -955,10 +1011,7 @@ pub fn conns(
         .flat_map(|port| std::iter::repeat_n(port, workers))
         .enumerate()
     {
-        emit(
-            &format!("{number}:addr"),
-            &format!("tcp:{interface}:{port}"),
-        );
+        emit(&format!("{number}:addr"), &listener(*port));
         emit(&format!("{number}:state"), &"conn_listening");
         // A listener's last command is its opening, as memcached counts it.
         emit(
@@ -1264,6 +1317,9 @@ mod tests {
                     spurious: 4 * k,
                     smoltcp_retransmits: 5 * k,
                     probes_withheld: 6 * k,
+                    probes_spurious: 7 * k,
+                    probes_stretched: 8 * k,
+                    peer_retransmit_resends: 9 * k,
                 },
                 ..ServerInfo::default()
             },
@@ -1291,6 +1347,9 @@ mod tests {
                 "memspin_loss_spurious 44",
                 "memspin_smoltcp_retransmits 55",
                 "memspin_loss_probes_withheld 66",
+                "memspin_loss_probes_spurious 77",
+                "memspin_loss_probes_stretched 88",
+                "memspin_loss_peer_retransmit_resends 99",
             ]
         );
     }

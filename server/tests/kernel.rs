@@ -63,3 +63,37 @@ fn two_workers_forward_and_verify_under_load() {
     memccapable(None, server.addr, "-a");
     check_two_workers_under_load(&mut server);
 }
+
+// Regression: `--gateway` with `--net kernel` was silently ignored (the kernel routes by the
+// host's routing table): memspin now refuses to start, saying why.
+#[test]
+fn a_gateway_with_kernel_sockets_is_refused_at_start() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memspin"))
+        .args(["--net", "kernel", "-l", "127.0.0.1", "-p", "0"])
+        .args(["--gateway", "10.77.0.254"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run memspin");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("memspin started with --gateway on kernel sockets");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(out.stdout.is_empty(), "never ready");
+    assert!(
+        stderr.contains("memspin: --gateway 10.77.0.254 is for --net tap and xdp")
+            && stderr.contains("host's routes"),
+        "{stderr}"
+    );
+}

@@ -222,14 +222,23 @@ fn verify_under_loss(link: &LossyLink, mut server: Server) {
     );
     assert!(dropped > 50, "only {dropped} frames dropped");
     let stat = |name| text_stat(addr, name).unwrap_or_else(|| panic!("no {name}"));
-    let (probes, resends, recovered) = (
+    let (probes, resends, peer, recovered) = (
         stat("memspin_loss_probes"),
         stat("memspin_loss_sack_resends"),
+        stat("memspin_loss_peer_retransmit_resends"),
         stat("memspin_loss_recovered"),
     );
     assert!(
-        probes + resends > 0 && recovered > 0,
-        "probes {probes}, SACK re-sends {resends}, recovered {recovered}"
+        probes + resends + peer > 0 && recovered > 0,
+        "probes {probes}, SACK re-sends {resends}, after the client's retransmission \
+         {peer}, recovered {recovered}"
+    );
+    // Spurious probes are among the probes, and stretched ones too.
+    let spurious = stat("memspin_loss_probes_spurious");
+    let stretched = stat("memspin_loss_probes_stretched");
+    assert!(
+        spurious <= probes && stretched <= probes,
+        "probes {probes}: spurious {spurious}, stretched {stretched}"
     );
     let (status, stderr) = server.stop();
     assert_eq!(status.and_then(|s| s.code()), Some(0), "stderr:\n{stderr}");

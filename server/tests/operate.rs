@@ -817,3 +817,397 @@ fn kernel_settings_report_the_whole_memory_budget() {
     let stats = String::from_utf8(c.call(b"stats\r\n").unwrap()).unwrap();
     assert_eq!(stat(&stats, "limit_maxbytes"), Some(64 << 20), "{stats}");
 }
+
+/// Sends `line` to `client` until `stat` of the reply satisfies `done`, for up to 10 s;
+/// returns the last reply.
+#[track_caller]
+fn poll_stats(client: &mut TextClient, line: &[u8], done: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = String::from_utf8(client.call(line).unwrap()).unwrap();
+        if done(&reply) {
+            return reply;
+        }
+        assert!(Instant::now() < deadline, "not reached in 10 s:\n{reply}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The same lines to memspin (`ours`) and memcached (`theirs`): the replies must match.
+#[track_caller]
+fn compare_lines(ours: &mut TextClient, theirs: &mut TextClient, script: &[&[u8]]) {
+    for &line in script {
+        let a = ours.call(line).unwrap();
+        let b = theirs.call(line).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&a),
+            String::from_utf8_lossy(&b),
+            "{}",
+            String::from_utf8_lossy(line)
+        );
+    }
+}
+
+/// The `stats settings` lines named `names`, as they are written.
+fn settings_lines(client: &mut TextClient, names: &[&str]) -> Vec<String> {
+    let reply = String::from_utf8(client.call(b"stats settings\r\n").unwrap()).unwrap();
+    names
+        .iter()
+        .map(|name| {
+            reply
+                .lines()
+                .find(|l| l.starts_with(&format!("STAT {name} ")))
+                .unwrap_or_else(|| panic!("{name} in {reply}"))
+                .to_string()
+        })
+        .collect()
+}
+
+// Regression: `slabs reassign` answered BADCLASS where memcached answers NOSPARE, and
+// `lru_crawler crawl|tocrawl|sleep|enable|disable` and `cache_memlimit` answered ERROR.
+#[test]
+fn kernel_crawler_reassign_and_memlimit_answer_as_memcached_answers_them() {
+    let server = start_kernel(&["-t", "2"]);
+    let memcached = Memcached::start();
+    let mut ours = TextClient::connect(server.addr);
+    let mut theirs = TextClient::connect(memcached.addr);
+    // Both empty: no class has a page to spare. (memcached's global pool starts empty, where
+    // memspin's holds the free budget, so `slabs reassign 0 <n>` is not compared.)
+    compare_lines(
+        &mut ours,
+        &mut theirs,
+        &[
+            b"slabs reassign 1 2\r\n",
+            b"slabs reassign 1 0\r\n",
+            b"slabs reassign 2 1\r\n",
+            b"slabs reassign 5 0\r\n",
+            b"slabs reassign 64 1\r\n",
+            b"slabs reassign 1 -1\r\n",
+            b"slabs reassign -2 1\r\n",
+            b"slabs reassign -1 2\r\n",
+            b"slabs reassign -1 -1\r\n",
+            b"slabs reassign 1 x\r\n",
+            b"slabs reassign 1 2 3\r\n",
+            b"lru_crawler tocrawl 5\r\n",
+            b"lru_crawler tocrawl 4294967297\r\n",
+            b"lru_crawler tocrawl -1\r\n",
+            b"lru_crawler tocrawl x\r\n",
+            b"lru_crawler tocrawl\r\n",
+            b"lru_crawler sleep 1000001\r\n",
+            b"lru_crawler sleep x\r\n",
+            b"lru_crawler sleep 250\r\n",
+            b"lru_crawler crawl 0\r\n",
+            b"lru_crawler crawl 64\r\n",
+            b"lru_crawler crawl 1,x\r\n",
+            b"lru_crawler crawl ,\r\n",
+            b"lru_crawler crawl hash\r\n",
+            b"lru_crawler crawl 1 noreply\r\n",
+            b"lru_crawler enable\r\n",
+            b"lru_crawler bogus\r\n",
+            b"cache_memlimit 7\r\n",
+            b"cache_memlimit 4294967296\r\n",
+            b"cache_memlimit 1000000001\r\n",
+            b"cache_memlimit x\r\n",
+            b"cache_memlimit 1 2 3\r\n",
+            b"cache_memlimit 5 noreply\r\n",
+            b"cache_memlimit 100\r\n",
+        ],
+    );
+    let names = [
+        "maxbytes",
+        "slab_reassign",
+        "lru_crawler",
+        "lru_crawler_sleep",
+        "lru_crawler_tocrawl",
+    ];
+    assert_eq!(
+        settings_lines(&mut ours, &names),
+        settings_lines(&mut theirs, &names)
+    );
+    // Disabled: memcached's crawler thread stops on its own time, so wait for its settings
+    // to say so before comparing.
+    compare_lines(&mut ours, &mut theirs, &[b"lru_crawler disable\r\n"]);
+    for client in [&mut ours, &mut theirs] {
+        poll_stats(client, b"stats settings\r\n", |r| {
+            r.contains("STAT lru_crawler no\r\n")
+        });
+    }
+    compare_lines(
+        &mut ours,
+        &mut theirs,
+        &[
+            b"lru_crawler crawl 1\r\n",
+            b"lru_crawler crawl all\r\n",
+            b"lru_crawler metadump all\r\n",
+            b"lru_crawler disable\r\n",
+            b"lru_crawler enable\r\n",
+            b"lru_crawler crawl 2\r\n",
+        ],
+    );
+}
+
+/// Items of `len` bytes under `count` keys `<prefix><i>`, set with `noreply` over one
+/// connection, expiring after `exptime`.
+fn store_items(client: &mut TextClient, prefix: &str, count: usize, len: usize, exptime: u32) {
+    let value = "v".repeat(len);
+    let mut batch = Vec::new();
+    for i in 0..count {
+        batch.extend_from_slice(
+            format!("set {prefix}{i} 0 {exptime} {len} noreply\r\n{value}\r\n").as_bytes(),
+        );
+        if batch.len() > 64 * 1024 {
+            client.call(&batch).unwrap();
+            batch.clear();
+        }
+    }
+    client.call(&batch).unwrap();
+}
+
+#[test]
+fn kernel_lru_crawler_crawl_reclaims_expired_items_as_memcached_does() {
+    let server = start_kernel(&["-t", "2"]);
+    // memcached's LRU maintainer would take the expired items back first (as `reclaimed`);
+    // memspin's background crawler takes them back as the crawler's.
+    let memcached = Memcached::start_with("memcached".as_ref(), &["-o", "no_lru_maintainer"]);
+    let mut ours = TextClient::connect(server.addr);
+    let mut theirs = TextClient::connect(memcached.addr);
+    // Small items, in memcached's class 1 too.
+    for client in [&mut ours, &mut theirs] {
+        store_items(client, "short", 30, 2, 1);
+        store_items(client, "long", 10, 2, 0);
+    }
+    std::thread::sleep(Duration::from_millis(2200));
+    for client in [&mut ours, &mut theirs] {
+        assert_eq!(client.call(b"lru_crawler crawl 1\r\n").unwrap(), b"OK\r\n");
+        poll_stats(client, b"stats\r\n", |r| {
+            r.contains("STAT lru_crawler_running 0\r\n")
+        });
+        let items = String::from_utf8(client.call(b"stats items\r\n").unwrap()).unwrap();
+        assert_eq!(stat(&items, "items:1:number"), Some(10), "{items}");
+        assert_eq!(
+            stat(&items, "items:1:crawler_reclaimed"),
+            Some(30),
+            "{items}"
+        );
+        let stats = String::from_utf8(client.call(b"stats\r\n").unwrap()).unwrap();
+        assert_eq!(stat(&stats, "crawler_reclaimed"), Some(30), "{stats}");
+        assert!(stat(&stats, "lru_crawler_starts").is_some_and(|n| n >= 1));
+    }
+}
+
+#[test]
+fn kernel_slabs_reassign_frees_a_page_and_cache_memlimit_evicts_to_the_new_budget() {
+    let server = start_kernel(&["-t", "2", "-m", "64"]);
+    check_reassign_memlimit_and_crawl(server.addr);
+}
+
+#[test]
+fn tap_slabs_reassign_frees_a_page_and_cache_memlimit_evicts_to_the_new_budget() {
+    let ns = Netns::new();
+    let server = start_tap(&ns, &["-t", "2", "-m", "64"]);
+    ns.enter();
+    check_reassign_memlimit_and_crawl(server.addr);
+}
+
+/// The worker loops do the background work: a page freed for `slabs reassign 1 0`, a
+/// requested crawl, and evicting down to a lowered `cache_memlimit`.
+#[track_caller]
+fn check_reassign_memlimit_and_crawl(addr: SocketAddr) {
+    let mut c = TextClient::connect(addr);
+    store_items(&mut c, "k", 4000, 1000, 0);
+    let before = String::from_utf8(c.call(b"stats\r\n").unwrap()).unwrap();
+    assert_eq!(stat(&before, "curr_items"), Some(4000));
+    assert_eq!(c.call(b"slabs reassign 1 0\r\n").unwrap(), b"OK\r\n");
+    let after = poll_stats(&mut c, b"stats\r\n", |r| {
+        r.contains("STAT slab_reassign_running 0\r\n")
+    });
+    assert_eq!(stat(&after, "slabs_moved"), Some(1), "{after}");
+    let freed = stat(&before, "bytes").unwrap() - stat(&after, "bytes").unwrap();
+    assert!(
+        (1 << 20..(1 << 20) + 4096).contains(&freed),
+        "{freed} bytes freed"
+    );
+    let evicted = stat(&after, "slab_reassign_evictions_nomem").unwrap();
+    assert_eq!(4000 - stat(&after, "curr_items").unwrap(), evicted);
+    assert_eq!(stat(&after, "evictions"), Some(0));
+    // A crawl with a long pause between steps runs for a while, then ends.
+    store_items(&mut c, "short", 2000, 10, 1);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(c.call(b"lru_crawler sleep 20000\r\n").unwrap(), b"OK\r\n");
+    assert_eq!(c.call(b"lru_crawler crawl all\r\n").unwrap(), b"OK\r\n");
+    assert_eq!(
+        c.call(b"lru_crawler crawl all\r\n").unwrap(),
+        b"BUSY currently processing crawler request\r\n"
+    );
+    let crawled = poll_stats(&mut c, b"stats\r\n", |r| {
+        r.contains("STAT lru_crawler_running 0\r\n")
+    });
+    assert_eq!(stat(&crawled, "curr_items"), stat(&after, "curr_items"));
+    assert!(stat(&crawled, "crawler_items_checked").is_some_and(|n| n >= 2000));
+    // 20 MB of items, then a budget of 8: each worker evicts its share down to 4 MiB.
+    store_items(&mut c, "m", 20_000, 1000, 0);
+    assert_eq!(c.call(b"cache_memlimit 8\r\n").unwrap(), b"OK\r\n");
+    let settings = String::from_utf8(c.call(b"stats settings\r\n").unwrap()).unwrap();
+    assert_eq!(stat(&settings, "maxbytes"), Some(8 << 20));
+    let stats = poll_stats(&mut c, b"stats\r\n", |r| {
+        stat(r, "total_malloced").is_none() && stat(r, "bytes").is_some_and(|b| b <= 8 << 20)
+    });
+    assert!(
+        stat(&stats, "evictions").is_some_and(|n| n > 10_000),
+        "{stats}"
+    );
+    assert_eq!(stat(&stats, "limit_maxbytes"), Some(8 << 20));
+    let slabs = String::from_utf8(c.call(b"stats slabs\r\n").unwrap()).unwrap();
+    assert!(
+        stat(&slabs, "total_malloced").is_some_and(|b| b <= 8 << 20),
+        "{slabs}"
+    );
+    // The cache goes on under its budget.
+    store_items(&mut c, "n", 1000, 1000, 0);
+    let reply = c.call(b"get n999\r\n").unwrap();
+    assert!(reply.starts_with(b"VALUE n999 0 1000\r\n"));
+}
+
+/// Sends `request` in one write and reads until the reply ends with `end`.
+#[track_caller]
+fn exchange(stream: &mut TcpStream, request: &[u8], end: &str) -> String {
+    stream.write_all(request).unwrap();
+    let lines = read_lines_until(stream, |l| l.last().is_some_and(|l| l == end));
+    assert_eq!(lines.last().map(String::as_str), Some(end), "{lines:?}");
+    lines.join("\n")
+}
+
+/// `(bytes_read, bytes_written)` of `stats` replies over one connection, after `stats reset`
+/// in the ways memcached's counting shows: the reset alone, the reset read together with the
+/// `stats`, and a request between them.
+fn bytes_after_reset(addr: SocketAddr) -> Vec<(Option<u64>, Option<u64>)> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let figures = |reply: &str| (stat(reply, "bytes_read"), stat(reply, "bytes_written"));
+    let mut all = Vec::new();
+    exchange(&mut s, b"stats reset\r\n", "RESET");
+    all.push(figures(&exchange(&mut s, b"stats\r\n", "END")));
+    all.push(figures(&exchange(
+        &mut s,
+        b"stats reset\r\nstats\r\n",
+        "END",
+    )));
+    exchange(&mut s, b"stats reset\r\n", "RESET");
+    exchange(&mut s, b"get nope\r\n", "END");
+    all.push(figures(&exchange(&mut s, b"stats\r\n", "END")));
+    all
+}
+
+// Regression: right after `stats reset`, `bytes_read` held the reset's own line (memspin
+// counted a request's bytes once it had run; memcached counts them as it reads them).
+#[test]
+fn kernel_bytes_read_after_a_reset_counts_as_memcached_counts() {
+    let server = start_kernel(&["-t", "2"]);
+    let memcached = Memcached::start();
+    let ours = bytes_after_reset(server.addr);
+    let theirs = bytes_after_reset(memcached.addr);
+    assert_eq!(ours, theirs);
+    assert_eq!(theirs[0], (Some(7), Some(7)), "memcached 1.6.18's figures");
+}
+
+// Regression: Redis's `CLIENT ID` numbered connections apart from `stats conns`.
+#[test]
+fn kernel_client_id_is_the_number_stats_conns_shows() {
+    let server = start_kernel(&["-t", "2", "--resp-port", "0"]);
+    let resp: SocketAddr = server
+        .ready_line
+        .split("RESP on ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("RESP address in {}", server.ready_line));
+    let mut text = TextClient::connect(server.addr);
+    let mut redis = TcpStream::connect(resp).unwrap();
+    let client = redis.local_addr().unwrap();
+    redis.write_all(b"CLIENT ID\r\n").unwrap();
+    let id = read_lines_until(&mut redis, |l| !l.is_empty());
+    let id: u64 = id[0]
+        .strip_prefix(':')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{id:?}"));
+    let conns = String::from_utf8(text.call(b"stats conns\r\n").unwrap()).unwrap();
+    assert!(
+        conns.contains(&format!("STAT {id}:addr tcp:{client}\r\n")),
+        "CLIENT ID {id}:\n{conns}"
+    );
+}
+
+/// The `stats conns` lines of the connection from `client`, its number and ports replaced by
+/// names.
+fn own_conn_lines(conns: &str, client: SocketAddr, server_port: u16) -> Vec<String> {
+    let addr_line = conns
+        .lines()
+        .find(|l| l.ends_with(&format!("[{}]:{}", client.ip(), client.port())))
+        .unwrap_or_else(|| panic!("{client} in {conns}"));
+    let number = addr_line
+        .strip_prefix("STAT ")
+        .and_then(|l| l.split(':').next())
+        .unwrap();
+    conns
+        .lines()
+        .filter(|l| l.starts_with(&format!("STAT {number}:")))
+        .filter(|l| !l.contains("secs_since_last_cmd"))
+        .map(|l| {
+            l.replacen(&format!("STAT {number}:"), "STAT N:", 1)
+                .replace(&format!(":{}", client.port()), ":CLIENT")
+                .replace(&format!(":{server_port}"), ":SERVER")
+        })
+        .collect()
+}
+
+// Regression: `stats conns` wrote IPv6 addresses as `tcp:::1:11211`; memcached writes
+// `tcp6:[::1]:11211`.
+#[test]
+fn kernel_stats_conns_writes_ipv6_addresses_as_memcached_does() {
+    let server = Server::start(
+        None,
+        &["--net", "kernel", "-l", "::1", "-p", "0", "--idle", "park"],
+        None,
+    );
+    let memcached = Memcached::start_with("memcached".as_ref(), &["-l", "::1"]);
+    let port = memcached.addr.port();
+    let mut lines = Vec::new();
+    for addr in [server.addr, SocketAddr::new("::1".parse().unwrap(), port)] {
+        let mut c = TcpStream::connect(addr).unwrap();
+        let client = c.local_addr().unwrap();
+        let conns = exchange(&mut c, b"stats conns\r\n", "END");
+        lines.push(own_conn_lines(&conns, client, addr.port()));
+        if addr == server.addr {
+            assert!(
+                conns.contains(&format!("STAT 0:addr tcp6:[::1]:{}", addr.port())),
+                "the listener:\n{conns}"
+            );
+        }
+    }
+    assert_eq!(lines[0], lines[1]);
+    assert!(lines[0].contains(&"STAT N:addr tcp6:[::1]:CLIENT".to_string()));
+}
+
+// Regression: a RESP SET too large for `-I` was counted in `cmd_set`, not `store_too_large`,
+// where memcached counts an oversize set (as memspin's text protocol does).
+#[test]
+fn kernel_an_oversize_resp_set_counts_in_store_too_large() {
+    let server = start_kernel(&["-I", "1k", "--resp-port", "0"]);
+    let resp: SocketAddr = server
+        .ready_line
+        .split("RESP on ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("RESP address in {}", server.ready_line));
+    let mut redis = TcpStream::connect(resp).unwrap();
+    let value = "x".repeat(1020);
+    redis
+        .write_all(format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1020\r\n{value}\r\n").as_bytes())
+        .unwrap();
+    let reply = read_lines_until(&mut redis, |l| !l.is_empty());
+    assert!(reply[0].starts_with('-'), "{reply:?}");
+    let mut text = TextClient::connect(server.addr);
+    let stats = String::from_utf8(text.call(b"stats\r\n").unwrap()).unwrap();
+    assert_eq!(stat(&stats, "store_too_large"), Some(1), "{stats}");
+    assert_eq!(stat(&stats, "cmd_set"), Some(0));
+}

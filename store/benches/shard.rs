@@ -91,9 +91,24 @@ fn bench(c: &mut Criterion) {
         })
     });
 
-    // The same, 16 keys at a time (a pipelined frame's GETs), without and with prefetching
-    // every block first (`block_hint` and the prefetch instruction, as the server does):
-    // the misses of the 16 then overlap. Per element, one GET.
+    // One step of the LRU crawler over the large table (what a worker does per loop iteration
+    // during `lru_crawler crawl`): 256 live items looked at, in bucket order.
+    let mut cursor = 0usize;
+    group.throughput(Throughput::Elements(256));
+    group.bench_function("crawl_step/256_items_cold", |b| {
+        b.iter(|| {
+            let step = s.crawl(cursor, 256, NOW);
+            cursor = if step.next >= s.num_buckets() {
+                0
+            } else {
+                step.next
+            };
+            black_box(step.checked)
+        })
+    });
+    // The cold GETs above, 16 keys at a time (a pipelined frame's GETs), without and with
+    // prefetching every block first (`block_hint` and the prefetch instruction, as the server
+    // does): the misses of the 16 then overlap. Per element, one GET.
     let mut i = 0usize;
     let mut batch = [0usize; 16];
     let next_batch = |i: &mut usize, batch: &mut [usize; 16]| {

@@ -64,13 +64,21 @@
 //!
 //! # Memory budget
 //!
-//! `heap_bytes = bytes + table` never exceeds `memory_limit_bytes`, where `bytes` sums
-//! [`item_size`] (the heap block as glibc sizes it) and `table` is the table's own
-//! allocation (buckets × 33 bytes + one control group, also allocator-rounded). The table
+//! `heap_bytes = bytes + table` never exceeds `memory_limit_bytes` (see below for a budget
+//! lowered at run time), where `bytes` sums [`item_size`] (the heap block as glibc sizes it)
+//! and `table` is the table's own allocation (buckets × 33 bytes + one control group, also allocator-rounded). The table
 //! grows by doubling; a doubling happens only if the bigger table fits next to the items,
 //! otherwise the table keeps its size and live items are capped at 7/8 of its capacity
 //! (tombstones are purged by an occasional rebuild). The cost of growth is thus charged
 //! before it happens, never discovered after.
+//!
+//! The budget may change at run time ([`Shard::set_memory_limit`], memcached's
+//! `cache_memlimit`). A higher one is usable at once. A lower one is reached by
+//! [`Shard::shrink`] in bounded steps, evicting with the clock hand and rebuilding the table
+//! smaller once its items fit in half of it; until then the heap as it is stands for the
+//! budget, so a store makes room for itself only and the heap never grows past what it held
+//! when the budget was lowered. [`Shard::release`] frees a given amount the same way, for
+//! memcached's `slabs reassign` (a page of memory taken from the items).
 //!
 //! # Eviction: CLOCK over the table
 //!
@@ -103,8 +111,8 @@
 //! clients give it ([`Ttl::AtMillis`]), honoured to the millisecond (an item keeps its expiry
 //! as a second and the milliseconds into it, so memcached's whole seconds cost nothing more).
 //! Dead items are found lazily (any
-//! access is a miss and reclaims them), by [`Shard::sweep_expired`] from an idle loop, and
-//! by the clock hand. Every modification takes a new CAS from a per-shard counter, or the
+//! access is a miss and reclaims them), by [`Shard::sweep_expired`] and the LRU crawler's
+//! walk ([`Shard::crawl`], counted apart) from an idle loop, and by the clock hand. Every modification takes a new CAS from a per-shard counter, or the
 //! one a client chose ([`NewCas`]). Flushing does not look at CAS values: the shard counts
 //! flush generations, stamps each item with the one it was stored in, and
 //! [`Shard::flush_all`] (at its due time for a delayed flush) moves to the next generation,
@@ -125,8 +133,8 @@ pub use error::StoreError;
 pub use expiry::{Expiry, Now, REALTIME_MAXDELTA, Ttl};
 pub use item::{MAX_KEY_LEN, item_size, malloc_chunk};
 pub use shard::{
-    Arith, Delta, EVICTION_LOG_LEN, Evicted, ItemView, NO_EVICT_SCAN, NewCas, Shard, ShardConfig,
-    StoreMode, Write,
+    Arith, Crawled, Delta, EVICTION_LOG_LEN, Evicted, ItemView, NO_EVICT_SCAN, NewCas, Shard,
+    ShardConfig, StoreMode, Write,
 };
 pub use stats::ShardStats;
 

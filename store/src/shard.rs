@@ -172,8 +172,38 @@ enum Removal {
     Client,
     /// Dead (expired or flushed) and taken back.
     Reclaimed,
+    /// Dead, and taken back by the LRU crawler ([`Shard::crawl`]): expired, or flushed.
+    Crawled(Liveness),
     /// Live, removed to make room.
     Evicted,
+    /// Live, removed to free a page for `slabs reassign` ([`Shard::release`]).
+    Released,
+}
+
+/// Who asks the clock hand for a victim ([`Shard::evict_one`]): what it may take and how
+/// the taking is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Victim {
+    /// A store that needs room: with eviction off only dead items, and a failure counts
+    /// `outofmemory`.
+    Store,
+    /// The shard shrinking to a lowered budget: as a store, but a failure is not counted.
+    Shrink,
+    /// A page freed for `slabs reassign`: live items too, even with eviction off (an
+    /// operator asked for it), counted in `slab_reassign_evictions_nomem`, not `evictions`.
+    Release,
+}
+
+/// What one [`Shard::crawl`] call did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Crawled {
+    /// Items looked at.
+    pub checked: usize,
+    /// Of those, dead ones taken back.
+    pub reclaimed: usize,
+    /// The bucket the next call starts from: [`Shard::num_buckets`] once the walk reached the
+    /// table's end.
+    pub next: usize,
 }
 
 /// Why a lookup found no live item.
@@ -218,6 +248,10 @@ pub struct Shard {
     evictions: Option<Vec<Evicted>>,
     #[cfg(test)]
     rebuilds: usize,
+    /// The heap when the budget was last lowered: the most it may hold until it is back
+    /// under the budget (tests only).
+    #[cfg(test)]
+    lowered_heap: u64,
 }
 
 impl Shard {
@@ -248,6 +282,8 @@ impl Shard {
             evictions: None,
             #[cfg(test)]
             rebuilds: 0,
+            #[cfg(test)]
+            lowered_heap: 0,
         }
     }
 
@@ -771,6 +807,125 @@ impl Shard {
         reclaimed
     }
 
+    /// The LRU crawler's walk (memcached's `lru_crawler crawl`, and memspin's background
+    /// crawler): from bucket `start`, looks at up to `max_items` items in bucket order and
+    /// takes back the dead (expired or flushed) ones, counting `crawler_items_checked`,
+    /// `crawler_reclaimed` and, for an expired item no client fetched, `expired_unfetched`.
+    /// Live items are left as they are (no clock bump, no access time). The caller keeps the
+    /// cursor ([`Crawled::next`]) between calls; a table that grows between two calls moves
+    /// items, so a walk in steps may miss or look twice at some, as memcached's crawler may.
+    pub fn crawl(&mut self, start: usize, max_items: usize, now: impl Into<Now>) -> Crawled {
+        let now = now.into();
+        self.advance(now);
+        let buckets = self.num_buckets();
+        let mut done = Crawled {
+            next: start.min(buckets),
+            ..Crawled::default()
+        };
+        while done.next < buckets && done.checked < max_items {
+            let index = done.next;
+            done.next += 1;
+            let Some(item) = self.table.get_bucket(index) else {
+                continue;
+            };
+            done.checked += 1;
+            let liveness = item.liveness(now, self.generation);
+            if liveness != Liveness::Live {
+                self.remove_at(index, Removal::Crawled(liveness));
+                done.reclaimed += 1;
+            }
+        }
+        self.stats.crawler_items_checked += done.checked as u64;
+        done
+    }
+
+    /// Frees about `bytes` of memory for a page `slabs reassign` moves out of the item class:
+    /// the clock hand takes back dead items and evicts live ones (with eviction off too: an
+    /// operator asked for it), counting them in `slab_reassign_evictions_nomem` rather than
+    /// `evictions`, as memcached counts the items of a page it moves. At most `max_items`
+    /// items go per call. Returns the bytes freed (the heap's decrease), less than `bytes`
+    /// when the call's items ran out or the shard is empty.
+    pub fn release(&mut self, bytes: usize, max_items: usize, now: impl Into<Now>) -> usize {
+        let now = now.into();
+        self.advance(now);
+        let before = self.stats.heap_bytes;
+        let mut taken = 0;
+        while before - self.stats.heap_bytes < bytes as u64 && taken < max_items {
+            if !self.evict_one(now, Victim::Release) {
+                break;
+            }
+            taken += 1;
+        }
+        (before - self.stats.heap_bytes) as usize
+    }
+
+    /// Changes the memory budget (memcached's `cache_memlimit`; this shard's share of it). A
+    /// higher budget is usable at once. Under a lower one the shard is over its budget until
+    /// [`Shard::shrink`] brings it down; meanwhile a store makes room for itself only, so the
+    /// heap does not grow, and no store pays for the whole difference.
+    pub fn set_memory_limit(&mut self, bytes: usize) {
+        #[cfg(test)]
+        {
+            self.lowered_heap = self.stats.heap_bytes;
+        }
+        self.config.memory_limit_bytes = bytes;
+        self.stats.limit_maxbytes = bytes as u64;
+    }
+
+    /// Whether the shard holds more than its budget (after [`Shard::set_memory_limit`]
+    /// lowered it).
+    pub fn over_budget(&self) -> bool {
+        self.stats.heap_bytes > self.config.memory_limit_bytes as u64
+    }
+
+    /// One bounded step down to a lowered budget: the table is rebuilt smaller when its items
+    /// fit in half of it (at most once per call, O(buckets)), else the clock hand evicts, at
+    /// most `max_items` items per call, as a store would (with eviction off, memcached's `-M`,
+    /// only dead items go, and live ones stay over the budget until they are deleted or
+    /// expire; stores needing room are refused meanwhile). Returns whether the shard is still
+    /// over its budget.
+    pub fn shrink(&mut self, max_items: usize, now: impl Into<Now>) -> bool {
+        let now = now.into();
+        self.advance(now);
+        let mut rebuilt = false;
+        let mut taken = 0;
+        while self.over_budget() {
+            if !rebuilt && self.shrink_table() {
+                rebuilt = true;
+                continue;
+            }
+            if taken >= max_items || !self.evict_one(now, Victim::Shrink) {
+                break;
+            }
+            taken += 1;
+        }
+        self.over_budget()
+    }
+
+    /// Rebuilds the table with half its buckets or fewer (room for twice its items), when its
+    /// items fit in half of them; an empty table gives its allocation back. Returns whether
+    /// it did.
+    fn shrink_table(&mut self) -> bool {
+        let buckets = self.num_buckets();
+        let len = self.table.len();
+        if buckets == 0 {
+            return false;
+        }
+        if len == 0 {
+            self.table = HashTable::new();
+        } else if buckets >= 8 && len * 2 <= full_capacity(buckets / 2) {
+            let hasher = &self.hasher;
+            self.table
+                .shrink_to(len * 2, |it| hasher.hash_one(it.key()));
+        } else {
+            return false;
+        }
+        self.table_bytes = table_charge(self.table.allocation_size());
+        self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
+        self.item_cap = usize::MAX;
+        true
+    }
+
     /// Asserts the accounting invariants (tests only).
     #[cfg(test)]
     #[track_caller]
@@ -791,7 +946,7 @@ impl Shard {
             "heap_bytes"
         );
         assert!(
-            self.stats.heap_bytes <= self.config.memory_limit_bytes as u64,
+            self.stats.heap_bytes <= (self.config.memory_limit_bytes as u64).max(self.lowered_heap),
             "heap_bytes {} over the budget {}",
             self.stats.heap_bytes,
             self.config.memory_limit_bytes
@@ -935,9 +1090,11 @@ impl Shard {
         if size > self.config.max_item_size {
             return Err(StoreError::TooLarge);
         }
-        // With every item evicted, the table (at least its smallest allocation) remains.
+        // With every item evicted, the table (at least its smallest allocation) remains. Over
+        // a lowered budget, the heap as it is stands for the budget (see `put`).
         let table_floor = self.table_bytes.max(self.table_bytes_for(4));
-        if size.saturating_add(table_floor) > self.config.memory_limit_bytes {
+        let limit = (self.config.memory_limit_bytes as u64).max(self.stats.heap_bytes);
+        if size.saturating_add(table_floor) as u64 > limit {
             return Err(StoreError::OutOfMemory);
         }
         Ok(())
@@ -970,7 +1127,9 @@ impl Shard {
     }
 
     /// Puts `item` in the table, replacing the item at `existing` (same key) if given,
-    /// evicting as needed to stay within the budget.
+    /// evicting as needed to stay within the budget. Over a budget that was lowered
+    /// ([`Shard::set_memory_limit`]), the heap as it is stands for the budget: the store makes
+    /// room for itself only, and [`Shard::shrink`] does the rest in bounded steps.
     fn put(
         &mut self,
         hash: u64,
@@ -980,7 +1139,7 @@ impl Shard {
     ) -> Result<(), StoreError> {
         item.stamp(self.generation, now);
         let size = item.size();
-        let limit = self.config.memory_limit_bytes as u64;
+        let limit = (self.config.memory_limit_bytes as u64).max(self.stats.heap_bytes);
         if let Some(index) = existing {
             let Some(slot) = self.table.get_bucket_mut(index) else {
                 return Err(StoreError::NotFound);
@@ -1002,7 +1161,7 @@ impl Shard {
             // Eviction needed: take the old item out first so the hand cannot pick it.
             self.remove_at(index, Removal::Client);
         }
-        self.make_room(size, now)?;
+        self.make_room(size, limit, now)?;
         self.reserve_slot(size, now)?;
         let hasher = &self.hasher;
         self.stats.curr_expiring += u64::from(item.expires());
@@ -1015,14 +1174,13 @@ impl Shard {
         Ok(())
     }
 
-    /// Evicts until an item of `size` bytes fits in the budget next to the current table,
+    /// Evicts until an item of `size` bytes fits in `limit` bytes next to the current table,
     /// and (while the table cannot grow) until a slot is free under `item_cap`.
-    fn make_room(&mut self, size: usize, now: Now) -> Result<(), StoreError> {
-        let limit = self.config.memory_limit_bytes as u64;
+    fn make_room(&mut self, size: usize, limit: u64, now: Now) -> Result<(), StoreError> {
         while self.stats.bytes + self.table_bytes as u64 + size as u64 > limit
             || self.table.len() >= self.item_cap
         {
-            if !self.evict_one(now) {
+            if !self.evict_one(now, Victim::Store) {
                 return Err(StoreError::OutOfMemory);
             }
         }
@@ -1073,7 +1231,7 @@ impl Shard {
         }
         self.item_cap = full_cap - (full_cap / 8).max(1);
         while self.table.len() >= self.item_cap {
-            if !self.evict_one(now) {
+            if !self.evict_one(now, Victim::Store) {
                 return Err(StoreError::OutOfMemory);
             }
         }
@@ -1096,15 +1254,16 @@ impl Shard {
 
     /// Advances the clock hand to the next victim and removes it: a dead (expired or
     /// flushed) item is reclaimed, an item with a non-zero counter is aged and passed over,
-    /// one at zero is evicted. Returns false if the table is empty, or, with eviction off, if
-    /// no dead item was met within [`NO_EVICT_SCAN`] buckets (then counts `outofmemory`).
-    fn evict_one(&mut self, now: Now) -> bool {
+    /// one at zero is evicted. Returns false if the table is empty, or, with eviction off
+    /// (and `victim` not [`Victim::Release`]), if no dead item was met within
+    /// [`NO_EVICT_SCAN`] buckets (then a store counts `outofmemory`).
+    fn evict_one(&mut self, now: Now, victim: Victim) -> bool {
         let buckets = self.table.num_buckets();
         if self.table.is_empty() || buckets == 0 {
             return false;
         }
         let generation = self.generation;
-        if !self.evict {
+        if !self.evict && victim != Victim::Release {
             for _ in 0..buckets.min(NO_EVICT_SCAN) {
                 let index = self.hand & (buckets - 1);
                 self.hand = index.wrapping_add(1);
@@ -1117,7 +1276,9 @@ impl Shard {
                     return true;
                 }
             }
-            self.stats.outofmemory += 1;
+            if victim == Victim::Store {
+                self.stats.outofmemory += 1;
+            }
             return false;
         }
         // Four revolutions always suffice: counters start at most at 3.
@@ -1132,6 +1293,7 @@ impl Shard {
                     item.age();
                     continue;
                 }
+                Liveness::Live if victim == Victim::Release => Removal::Released,
                 Liveness::Live => {
                     if item.deadline() != Deadline::NEVER {
                         self.stats.evicted_nonzero += 1;
@@ -1202,12 +1364,20 @@ fn account_removed(stats: &mut ShardStats, table_bytes: usize, item: &Item, why:
                 stats.expired_unfetched += 1;
             }
         }
+        Removal::Crawled(why) => {
+            stats.crawler_reclaimed += 1;
+            // memcached's crawler counts an unfetched item that expired, not one flushed.
+            if !item.fetched() && why == Liveness::Expired {
+                stats.expired_unfetched += 1;
+            }
+        }
         Removal::Evicted => {
             stats.evictions += 1;
             if !item.fetched() {
                 stats.evicted_unfetched += 1;
             }
         }
+        Removal::Released => stats.slab_reassign_evictions_nomem += 1,
     }
 }
 

@@ -31,6 +31,13 @@ pub struct ShardStats {
     pub expired_unfetched: u64,
     /// Dead items (expired or flushed) whose memory the store took back: on access, by the sweep, or by the clock hand.
     pub reclaimed: u64,
+    /// Dead items the LRU crawler ([`Shard::crawl`](crate::Shard::crawl)) took back.
+    pub crawler_reclaimed: u64,
+    /// Items the LRU crawler looked at.
+    pub crawler_items_checked: u64,
+    /// Live items removed to free a page of memory for `slabs reassign`
+    /// ([`Shard::release`](crate::Shard::release)), not counted in `evictions`.
+    pub slab_reassign_evictions_nomem: u64,
     /// `get` calls that returned an item.
     pub get_hits: u64,
     /// `get` calls that returned nothing (includes `get_expired` and `get_flushed`).
@@ -80,6 +87,9 @@ impl ShardStats {
         self.outofmemory += other.outofmemory;
         self.expired_unfetched += other.expired_unfetched;
         self.reclaimed += other.reclaimed;
+        self.crawler_reclaimed += other.crawler_reclaimed;
+        self.crawler_items_checked += other.crawler_items_checked;
+        self.slab_reassign_evictions_nomem += other.slab_reassign_evictions_nomem;
         self.get_hits += other.get_hits;
         self.get_misses += other.get_misses;
         self.get_expired += other.get_expired;
@@ -113,6 +123,12 @@ impl ShardStats {
             ("outofmemory", self.outofmemory),
             ("expired_unfetched", self.expired_unfetched),
             ("reclaimed", self.reclaimed),
+            ("crawler_reclaimed", self.crawler_reclaimed),
+            ("crawler_items_checked", self.crawler_items_checked),
+            (
+                "slab_reassign_evictions_nomem",
+                self.slab_reassign_evictions_nomem,
+            ),
             ("get_hits", self.get_hits),
             ("get_misses", self.get_misses),
             ("get_expired", self.get_expired),
@@ -144,7 +160,7 @@ mod tests {
         let mut b = ShardStats::default();
         // Give every field a distinct value through the name list.
         let names: Vec<&str> = b.iter().map(|(n, _)| n).collect();
-        assert_eq!(names.len(), 28);
+        assert_eq!(names.len(), 31);
         b = ShardStats {
             curr_items: 1,
             curr_expiring: 27,
@@ -158,6 +174,9 @@ mod tests {
             outofmemory: 26,
             expired_unfetched: 7,
             reclaimed: 8,
+            crawler_reclaimed: 28,
+            crawler_items_checked: 29,
+            slab_reassign_evictions_nomem: 30,
             get_hits: 9,
             get_misses: 10,
             get_expired: 11,

@@ -2115,6 +2115,205 @@ fn items_with_an_expiry_are_counted() {
     assert_eq!(s.stats().curr_expiring, 0);
 }
 
+// ---- the LRU crawler ----
+
+/// Stores `key{i}` for every `i` in `range` with `value` (no invariant check per store: the
+/// check walks the table).
+#[track_caller]
+fn fill(s: &mut Shard, prefix: &str, range: std::ops::Range<u32>, value: &[u8], exptime: i64) {
+    for i in range {
+        let key = format!("{prefix}{i}");
+        s.store(
+            Write {
+                ttl: Ttl::Exptime(exptime),
+                ..Write::new(StoreMode::Set, key.as_bytes(), value)
+            },
+            NOW,
+        )
+        .unwrap();
+    }
+    s.check_invariants();
+}
+
+#[test]
+fn crawl_takes_back_dead_items_in_bounded_steps_and_counts_them() {
+    let mut s = shard();
+    for i in 0..300u32 {
+        // A third never expire, a third expire at NOW + 10, a third are fetched and expire.
+        let exptime = if i % 3 == 0 { 0 } else { 10 };
+        set(&mut s, format!("k{i}").as_bytes(), b"v", exptime, NOW);
+        if i % 3 == 2 {
+            get(&mut s, format!("k{i}").as_bytes(), NOW);
+        }
+    }
+    let mut cursor = 0;
+    let mut checked = 0;
+    let mut reclaimed = 0;
+    let mut calls = 0;
+    while cursor < s.num_buckets() {
+        let step = s.crawl(cursor, 16, NOW + 10);
+        assert!(step.checked <= 16 && step.next > cursor, "{step:?}");
+        s.check_invariants();
+        cursor = step.next;
+        checked += step.checked;
+        reclaimed += step.reclaimed;
+        calls += 1;
+    }
+    assert!(calls >= 300 / 16, "{calls} calls");
+    assert_eq!((checked, reclaimed, s.len()), (300, 200, 100));
+    let st = s.stats();
+    assert_eq!((st.crawler_items_checked, st.crawler_reclaimed), (300, 200));
+    // Only the crawler's counters: not `reclaimed`, which counts what stores and reads take
+    // back. memcached's crawler counts the unfetched expired items in `expired_unfetched`.
+    assert_eq!((st.reclaimed, st.expired_unfetched), (0, 100));
+    // Past the end, nothing more.
+    let end = s.crawl(cursor, 16, NOW + 10);
+    assert_eq!((end.checked, end.next), (0, s.num_buckets()));
+}
+
+#[test]
+fn crawl_counts_flushed_items_reclaimed_not_unfetched() {
+    let mut s = shard();
+    for i in 0..10u32 {
+        set(&mut s, format!("k{i}").as_bytes(), b"v", 0, NOW);
+    }
+    s.flush_all(0, NOW);
+    let step = s.crawl(0, usize::MAX, NOW);
+    assert_eq!((step.checked, step.reclaimed), (10, 10));
+    assert_eq!(s.stats().expired_unfetched, 0, "flushed, not expired");
+    assert!(s.is_empty());
+}
+
+#[test]
+fn crawl_of_an_empty_shard_is_done_at_once() {
+    let mut s = shard();
+    assert_eq!(s.crawl(0, 10, NOW), Crawled::default());
+}
+
+// ---- slabs reassign: a page's worth of items released ----
+
+#[test]
+fn release_frees_about_a_page_and_counts_it_apart_from_evictions() {
+    for evict in [true, false] {
+        let mut s = shard();
+        s.set_eviction(evict);
+        fill(&mut s, "k", 0..3000, &[b'x'; 1000], 0);
+        let before = s.stats().heap_bytes;
+        let items = s.len();
+        // A few items per call: the page is freed over several calls.
+        let mut freed = 0;
+        let mut calls = 0;
+        while freed < 1 << 20 {
+            let step = s.release((1 << 20) - freed, 64, NOW);
+            assert!(step > 0, "eviction {evict}: made progress");
+            freed += step;
+            calls += 1;
+            s.check_invariants();
+        }
+        assert!(calls > 1, "bounded per call");
+        assert_eq!(before - s.stats().heap_bytes, freed as u64);
+        let gone = (items - s.len()) as u64;
+        assert!(freed <= (1 << 20) + 1100, "about one page: {freed}");
+        let st = s.stats();
+        assert_eq!(st.slab_reassign_evictions_nomem, gone, "eviction {evict}");
+        assert_eq!(st.evictions, 0);
+    }
+}
+
+#[test]
+fn release_of_an_empty_shard_frees_nothing() {
+    let mut s = shard();
+    assert_eq!(s.release(1 << 20, 100, NOW), 0);
+}
+
+// ---- cache_memlimit: the budget changed at run time ----
+
+#[test]
+fn a_raised_budget_is_usable_at_once() {
+    let mut s = shard_with(1 << 20, 1 << 20);
+    let value = vec![b'x'; 10_000];
+    fill(&mut s, "k", 0..200, &value, 0);
+    let evictions = s.stats().evictions;
+    assert!(evictions > 0);
+    s.set_memory_limit(4 << 20);
+    assert_eq!(s.stats().limit_maxbytes, 4 << 20);
+    fill(&mut s, "k", 200..300, &value, 0);
+    assert_eq!(s.stats().evictions, evictions, "room enough now");
+    assert!(s.stats().heap_bytes > 1 << 20);
+}
+
+#[test]
+fn a_lowered_budget_is_reached_in_bounded_steps_with_the_table_shrunk() {
+    let mut s = shard_with(64 << 20, 1 << 20);
+    fill(&mut s, "key:", 0..100_000, b"value", 0);
+    let buckets = s.num_buckets();
+    let heap = s.stats().heap_bytes;
+    assert!(heap > 4 << 20, "{heap}");
+    s.set_memory_limit(1 << 20);
+    assert!(s.over_budget());
+    // A store over the budget makes room for itself only: the heap does not grow, and one
+    // store does not pay for the whole difference.
+    let evictions = s.stats().evictions;
+    set(&mut s, b"new", b"value", 0, NOW);
+    assert!(s.stats().heap_bytes <= heap);
+    assert!(s.stats().evictions - evictions <= 2);
+    let mut steps = 0;
+    while s.shrink(256, NOW) {
+        steps += 1;
+        s.check_invariants();
+        assert!(steps < 10_000, "converges");
+    }
+    assert!(steps > 10, "{steps} steps of at most 256 evictions");
+    assert!(!s.over_budget());
+    assert!(s.stats().heap_bytes <= 1 << 20);
+    assert!(
+        s.num_buckets() <= buckets / 8,
+        "the table shrank too: {} of {buckets} buckets",
+        s.num_buckets()
+    );
+    s.check_invariants();
+    // The cache works on, under its new budget.
+    fill(&mut s, "again:", 0..1000, b"value", 0);
+    assert!(get(&mut s, b"again:999", NOW).is_some());
+    assert!(s.stats().heap_bytes <= 1 << 20);
+}
+
+#[test]
+fn a_lowered_budget_with_eviction_off_keeps_live_items_and_refuses_stores() {
+    let mut s = shard_with(4 << 20, 1 << 20);
+    s.set_eviction(false);
+    let value = vec![b'x'; 1000];
+    fill(&mut s, "k", 0..1000, &value, 10);
+    fill(&mut s, "k", 1000..2000, &value, 0);
+    s.set_memory_limit(1 << 20);
+    // Only the expired half may go; the live half stays over the budget.
+    while s.shrink(100, NOW + 10) {
+        if s.len() <= 1000 {
+            break;
+        }
+    }
+    assert!(s.over_budget());
+    assert_eq!(s.len(), 1000);
+    assert_eq!(s.stats().evictions, 0);
+    assert_eq!(
+        s.store(Write::new(StoreMode::Set, b"more", &value), NOW + 10),
+        Err(StoreError::OutOfMemory)
+    );
+    s.check_invariants();
+}
+
+#[test]
+fn an_emptied_shard_under_a_tiny_budget_gives_its_table_back() {
+    let mut s = shard();
+    fill(&mut s, "k", 0..10_000, b"v", 1);
+    s.set_memory_limit(4096);
+    while s.shrink(1000, NOW + 10) {}
+    assert!(s.stats().heap_bytes <= 4096);
+    assert_eq!(s.num_buckets(), 0, "{} buckets", s.num_buckets());
+    set(&mut s, b"k", b"v", 0, NOW + 10);
+    assert!(get(&mut s, b"k", NOW + 10).is_some());
+}
+
 #[test]
 fn block_hint_is_the_items_block_and_changes_nothing() {
     let mut s = shard();

@@ -18,16 +18,18 @@
 //!                                         smoltcp's own retransmissions counted
 //! frame in ─▶ Flight::on_ack (ACK, SACK, D-SACK) ─▶ smoltcp
 //!               drops acknowledged copies, samples the RTT, marks SACKed copies, finds
-//!               lost ones (a later one arrived), re-arms the probe timer
+//!               lost ones (a later one arrived, or the peer sent its data again), learns
+//!               from spurious probes (the stretch), re-arms the probe timer
 //! poll_egress ─▶ Flight::next_resend: lost copies at once, a probe when its timer runs out
 //! ```
 //!
 //! - **Tail-loss probe** (RFC 8985 §7). When nothing new is acknowledged for the probe
 //!   timeout (PTO), the newest copy the peer has not SACKed goes out again (the oldest, for
-//!   a peer without SACK: each probe then repairs a hole). The PTO is `rto_min` + 2·RTT.
-//!   RFC 8985 waits 2·SRTT and, for a single segment in flight, adds the worst case of the
-//!   peer's delayed ACK (200 ms); Linux adds its route's `rto_min` there. Here `rto_min`
-//!   takes that place, and RTT is
+//!   a peer without SACK: each probe then repairs a hole). The PTO is `rto_min` + 2·RTT,
+//!   plus the connection's stretch when one segment alone waits (below). RFC 8985 waits
+//!   2·SRTT and, for a single segment in flight, adds the worst case of the peer's delayed
+//!   ACK (200 ms); Linux adds its route's `rto_min` there. Here `rto_min` and the stretch
+//!   take that place, and RTT is
 //!   - for data and FINs, the smallest time the connection's client took to acknowledge
 //!     data in the last second or so, rather than the smoothed time. A request/response
 //!     client acknowledges a reply with its next request, so its smoothed RTT is its think
@@ -42,12 +44,6 @@
 //!   - for a SYN-ACK, the table's handshake round trip (SRTT + 4·RTTVAR), 0 before the
 //!     first.
 //!
-//!   The price: a client that thinks longer than the PTO before its next request, and
-//!   delays its ACK until then (Linux does, in its interactive "pingpong" mode), gets a
-//!   copy of that reply it did not need, answers it at once (with a D-SACK block), and the
-//!   table counts it as spurious. `--rto-min` sets the trade: a larger floor sends fewer
-//!   spurious copies and repairs a lost reply later.
-//!
 //!   A probe that brings no acknowledgment doubles the PTO; after [`MAX_PROBES`] of them
 //!   ([`MAX_HANDSHAKE_PROBES`] for a SYN-ACK, so forged SYNs earn little) probing stops
 //!   until the peer acknowledges something, and smoltcp's own timer (one second,
@@ -55,6 +51,38 @@
 //!   it and resets the backoff. So the SYN-ACK, the only reply of an idle connection, the
 //!   last of several segments and a FIN are repaired one PTO after they were lost, and a
 //!   lost ACK from the peer costs one spurious probe.
+//! - **The stretch: clients that acknowledge late.** A client that delays its ACK until
+//!   its next request (Linux does, in its interactive "pingpong" mode: the ACK rides on
+//!   the next request, or goes when its delayed-ACK timer fires) acknowledges a reply after
+//!   its think time, which no round-trip measurement predicts. With the floor alone, such a
+//!   client got a copy of nearly every reply it did not need, and answered each at once
+//!   with a D-SACK (at 20,000 requests/s over 64 Linux connections, 0.54 copies per
+//!   request: two frames each). So each connection learns how late its client
+//!   acknowledges, from the only evidence there is, its own probes: one that proves
+//!   spurious (a D-SACK reports it, or an ACK of the original crossed it) adds a floor to
+//!   the connection's stretch, up to [`MAX_STRETCH_FLOORS`] floors, and every segment
+//!   acknowledged before its probe takes a sixteenth of a floor off. This tracks a quantile
+//!   of the client's ACK delay, as RFC 8985 widens its reordering window on D-SACK: the
+//!   stretch settles where about one lone reply in 17 is probed spuriously, and a client
+//!   that acknowledges at once never raises it (its lone replies keep the floor). The
+//!   stretch applies only when one segment (or FIN) alone waits: with two or more in
+//!   flight a client acknowledges at once (RFC 9293 §3.8.6.3). Its limit bounds the cost:
+//!   a lost lone reply of such a connection is probed no later than 5 floors plus twice
+//!   the RTT after it went out (5.2 ms with the defaults), and sooner when the client's
+//!   own timer sends its request again (next bullet). Four floors, because the stretch must
+//!   be able to outlast the client's delayed-ACK timer: a Linux client whose route has
+//!   `rto_min 1ms` acknowledges after 4 ms at most (one tick at 250 Hz; `ss` shows
+//!   `ato:4`); measured with 64 such connections, a limit of two floors left 0.5 spurious
+//!   probes per request, four left 0.016.
+//! - **The peer's retransmission.** When the client sends again data (or a FIN) that we
+//!   had acknowledged, its retransmission timer fired without an acknowledgment: every copy
+//!   that carried one (sent after that data arrived, and not acknowledged by this segment)
+//!   was lost, and goes out again at once. This needs no timing (a request/response client
+//!   sends nothing else while it waits for a reply), so it holds on a busy host where the
+//!   time a segment waited in our queue is unknown. A late-acknowledging client's lost
+//!   reply is repaired by whichever comes first, the stretched probe or the client's own
+//!   timer (its RTO or tail-loss probe: at least its route's `rto_min`). At worst a copy
+//!   that was only late goes out twice.
 //! - **Probes are paid for** by acknowledgments: every ACK of new data (any connection's)
 //!   earns the table one probe, up to [`PROBE_CREDIT`] saved, and every probe spends one. A probe
 //!   due when none is left is withheld, and that connection's episode left to smoltcp's
@@ -75,20 +103,24 @@
 //!   fast retransmit, RACK and probes repair it; they need duplicate ACKs with SACK
 //!   blocks from us. smoltcp answers out-of-order data and duplicates at once (an ACK
 //!   with one SACK block when SACK was negotiated); the table's tests hold it to that.
+//!   A lone request that is lost is invisible to us: it costs the client's own timer (a
+//!   Linux client at 250 Hz with `rto_min 1ms`: `rto:8`, 8 ms), for any server.
 //! - **The floor, `rto_min`** (`--rto-min`, default [`DEFAULT_RTO_MIN`], 1 ms): no copy
 //!   is sent again by the timer sooner than this after the previous transmission. 1 ms is
 //!   what datacenter Linux hosts set on their routes (`ip route ... rto_min 1ms`; the
 //!   kernel's default is 200 ms), and is well above a TAP, veth or datacenter round trip
 //!   (tens to hundreds of µs) and the scheduling delays of a busy host, which a peer's ACK
 //!   may meet; with the minimum RTT in the PTO (above) it repairs a lost reply within
-//!   about a millisecond, where a tuned Linux server waits for twice its smoothed RTT,
-//!   the client's think time included. SACK re-sends need no floor: the peer's ACKs pace
-//!   them. `None` turns recovery off (smoltcp alone).
-//! - **Counters** ([`RecoveryStats`]): probes (sent and withheld) and SACK re-sends; of
-//!   the copies sent again, those that repaired a loss (acknowledged no sooner than a
-//!   round trip after they went out, and no D-SACK for them by the time data sent after
-//!   them is acknowledged: the peer had them first, and reported no duplicate) and
-//!   the spurious ones: the peer reported them as duplicates with a D-SACK block (RFC
+//!   about a millisecond (within the stretch more, for a client that acknowledges late),
+//!   where a tuned Linux server waits for twice its smoothed RTT, the client's think time
+//!   included. SACK re-sends need no floor: the peer's ACKs pace them. `None` turns
+//!   recovery off (smoltcp alone). A larger floor also means a larger stretch.
+//! - **Counters** ([`RecoveryStats`]): probes (sent, withheld, sent later because of a
+//!   stretch, and proved spurious), SACK re-sends and re-sends after a peer's
+//!   retransmission; of the copies sent again, those that repaired a loss (acknowledged no
+//!   sooner than a round trip after they went out, and no D-SACK for them by the time data
+//!   sent after them is acknowledged: the peer had them first, and reported no duplicate)
+//!   and the spurious ones: the peer reported them as duplicates with a D-SACK block (RFC
 //!   2883; Linux does when SACK is negotiated, which smoltcp does whenever the client
 //!   offers it), or acknowledged them sooner than the smallest round trip after they went
 //!   out (that ACK left the peer before the copy arrived, so the original had). Without
@@ -134,6 +166,17 @@ pub const PROBE_CREDIT: u32 = 64;
 /// Re-sent copies acknowledged and waiting one more ACK for a D-SACK.
 const PENDING: usize = 8;
 
+/// The largest stretch of a connection's lone-segment probe timeout, in floors
+/// (`rto_min`): with the default floor, 4 ms. A client that acknowledges late has a lost
+/// lone reply probed at most this many floors later than the floor and the round trip
+/// alone would (see the module's "stretch").
+pub const MAX_STRETCH_FLOORS: u32 = 4;
+
+/// A reply acknowledged before its probe takes this fraction of a floor off the stretch; a
+/// spurious probe adds a whole floor. So the stretch settles where about one lone reply in
+/// `STRETCH_DECAY + 1` is probed spuriously (see [`Flight::stretch_us`]).
+const STRETCH_DECAY: u32 = 16;
+
 /// Copy storage a connection keeps when it ends (more is freed).
 const RETAINED_COPY_BYTES: usize = 32 * 1024;
 
@@ -164,6 +207,15 @@ pub struct RecoveryStats {
     /// acknowledged enough to pay for them; the connection is probed again only once its
     /// client acknowledges something (smoltcp's timer carries on meanwhile).
     pub probes_withheld: u64,
+    /// Probes the peer already had (counted in `spurious` too): each lengthens its
+    /// connection's lone-segment probe timeout by a floor (the stretch).
+    pub probes_spurious: u64,
+    /// Probes sent later than the floor and the round trip alone would have sent them,
+    /// because their connection's stretch was above zero.
+    pub probes_stretched: u64,
+    /// Copies sent again at once because the peer sent again data they had acknowledged:
+    /// the peer never got them (it retransmits because no acknowledgment came).
+    pub peer_retransmit_resends: u64,
 }
 
 /// Loss recovery settings and what the table learned of the network, shared by its
@@ -210,6 +262,13 @@ impl Recovery {
     pub(crate) fn enabled(&self) -> bool {
         self.rto_min.is_some()
     }
+
+    /// The floor in µs (0 with recovery off).
+    fn floor_us(&self) -> u32 {
+        self.rto_min.map_or(0, |floor| {
+            u32::try_from(floor.total_micros()).unwrap_or(u32::MAX)
+        })
+    }
 }
 
 /// One kept frame that took sequence space `seq..end`.
@@ -232,6 +291,12 @@ struct Sent {
     sacked: bool,
     /// A SYN-ACK.
     syn: bool,
+    /// The acknowledgment number it carried when it first went out.
+    peer_ack: u32,
+    /// Last sent again by a probe (rather than a re-send of a copy found lost).
+    probed: bool,
+    /// The peer sent again data this copy acknowledged: it never arrived.
+    lost: bool,
 }
 
 /// What `next_resend` wants sent.
@@ -245,8 +310,21 @@ pub(crate) struct Resend {
 enum ResendKind {
     /// SACK showed a later segment arrived.
     Lost,
+    /// The peer sent again data this copy acknowledged.
+    PeerRetransmit,
     /// The probe timer ran out.
     Probe,
+}
+
+/// A copy sent again and acknowledged whose outcome is not yet known.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pending {
+    seq: u32,
+    end: u32,
+    /// SND.MAX when it was sent again (see [`Sent::settle`]).
+    settle: u32,
+    /// Sent again by a probe.
+    probe: bool,
 }
 
 /// The newest-sent segment known to have arrived (RACK.xmit_ts, RACK.end_seq, RACK.rtt).
@@ -280,10 +358,24 @@ pub(crate) struct Flight {
     lost_at: Option<Instant>,
     /// Probes sent since the peer last acknowledged new data.
     backoff: u8,
-    /// Copies sent again and acknowledged, outcome not yet known: (seq, end, settle).
-    /// Spurious if a D-SACK reports them, recovered once an ACK beyond `settle` comes
-    /// without one (the peer had the copy and said nothing of a duplicate).
-    pending: [(u32, u32, u32); PENDING],
+    /// How much later than `rto_min` + 2·RTT a lone segment of this connection is probed,
+    /// in µs: what its peer's spurious probes taught it of how late it acknowledges.
+    ///
+    /// A peer that delays its ACK until its next request (Linux in its interactive
+    /// "pingpong" mode does, up to its 40 ms delayed-ACK timer) acknowledges a reply after
+    /// its think time, which no round-trip measurement predicts; each probe that proves
+    /// spurious (D-SACK, or an ACK of the original that crossed it) adds a floor, and each
+    /// data segment acknowledged before its probe takes a sixteenth of a floor off
+    /// ([`STRETCH_DECAY`]). A quantile tracker, as RFC 8985 widens its reordering window on
+    /// D-SACK: the stretch settles where about one lone reply in 17 is probed spuriously
+    /// (the 94th percentile of the peer's ACK delay), or at [`MAX_STRETCH_FLOORS`] floors,
+    /// which bounds how long a lost lone reply of such a connection waits. A peer that
+    /// acknowledges at once never raises it, and keeps the floor.
+    stretch_us: u32,
+    /// Copies sent again and acknowledged, outcome not yet known. Spurious if a D-SACK
+    /// reports them, recovered once an ACK beyond `settle` comes without one (the peer had
+    /// the copy and said nothing of a duplicate).
+    pending: [Pending; PENDING],
     pending_len: usize,
 }
 
@@ -302,7 +394,8 @@ impl Default for Flight {
             probe_at: None,
             lost_at: None,
             backoff: 0,
-            pending: [(0, 0, 0); PENDING],
+            stretch_us: 0,
+            pending: [Pending::default(); PENDING],
             pending_len: 0,
         }
     }
@@ -521,6 +614,9 @@ impl Flight {
             settle: 0,
             sacked: false,
             syn,
+            peer_ack: seg.ack_number.unwrap_or(0),
+            probed: false,
+            lost: false,
         });
         self.bytes.extend(frame);
         self.snd_max = end;
@@ -551,7 +647,7 @@ impl Flight {
                     !before(left, l2) && !after(right, r2) && (left, right) != (l2, r2)
                 });
             if dsack {
-                self.duplicate_reported(left, right, stats);
+                self.duplicate_reported(left, right, recovery, stats);
                 first_sack = 1;
             }
         }
@@ -578,10 +674,18 @@ impl Flight {
                     let crossed = now - copy.sent_at < Duration::from_micros(u64::from(fastest));
                     if crossed {
                         stats.spurious += 1;
+                        if copy.probed {
+                            self.spurious_probe(recovery, stats);
+                        }
                     } else if !copy.syn {
                         // (A SYN-ACK is never reported with a D-SACK: its outcome is
                         // unknown.)
-                        self.push_pending(copy.seq, copy.end, copy.settle);
+                        self.push_pending(Pending {
+                            seq: copy.seq,
+                            end: copy.end,
+                            settle: copy.settle,
+                            probe: copy.probed,
+                        });
                     }
                 }
                 self.copies.pop_front();
@@ -595,6 +699,8 @@ impl Flight {
                 let rtt = now - copy.sent_at;
                 self.sample_rtt(recovery, rtt, copy.syn, now);
                 self.deliver(copy, rtt);
+                // Acknowledged before any probe of it: the stretch was long enough.
+                self.shrink_stretch(recovery);
             }
             self.backoff = 0;
             self.probe_at = if self.copies.is_empty() {
@@ -617,6 +723,26 @@ impl Flight {
                 self.deliver(copy, now - copy.sent_at);
             }
         }
+        // The peer sent again data (or a FIN) that we had acknowledged: no acknowledgment
+        // reached it within its retransmission timeout, so every copy that carried one was
+        // lost (or is very late). This is how a lost reply of a peer that acknowledges late
+        // is found before its stretched probe: the peer's own timer (a Linux client's
+        // probe or RTO, at least its route's `rto_min`) resends its request.
+        let len = seg.segment_len();
+        if len > 0
+            && seg.flags & flags::SYN == 0
+            && !before(ack, self.snd_una)
+            && let Some((our_ack, _)) = self.ack
+        {
+            let end = seg.seq_number.wrapping_add(len);
+            if !after(end, our_ack) {
+                for copy in self.copies.iter_mut() {
+                    if !copy.sacked && !copy.syn && !before(copy.peer_ack, end) {
+                        copy.lost = true;
+                    }
+                }
+            }
+        }
         self.detect_lost();
     }
 
@@ -633,10 +759,12 @@ impl Flight {
         }
         if self.lost_at.is_some_and(|at| at <= now) {
             if let Some(index) = (0..self.copies.len()).find(|&i| self.is_lost(i, now)) {
-                return Some(Resend {
-                    index,
-                    kind: ResendKind::Lost,
-                });
+                let kind = if self.copies[index].lost {
+                    ResendKind::PeerRetransmit
+                } else {
+                    ResendKind::Lost
+                };
+                return Some(Resend { index, kind });
             }
             self.detect_lost();
         }
@@ -708,15 +836,20 @@ impl Flight {
         resend: Resend,
         now: Instant,
     ) {
+        let stretched = self.stretch() > Duration::ZERO;
         let copy = &mut self.copies[resend.index];
         copy.sent_at = now;
         copy.resent = true;
         copy.ours |= self.sack_ok;
         copy.settle = self.snd_max;
+        copy.probed = resend.kind == ResendKind::Probe;
+        copy.lost = false;
         match resend.kind {
             ResendKind::Lost => stats.sack_resends += 1,
+            ResendKind::PeerRetransmit => stats.peer_retransmit_resends += 1,
             ResendKind::Probe => {
                 stats.probes += 1;
+                stats.probes_stretched += u64::from(stretched);
                 recovery.credit = recovery.credit.saturating_sub(1);
                 self.backoff = self.backoff.saturating_add(1);
                 self.probe_at = self.probe_time(recovery, now);
@@ -746,8 +879,34 @@ impl Flight {
                 us => u64::from(us),
             },
         };
-        let pto = rto_min + Duration::from_micros(2 * rtt_us);
+        let pto = rto_min + Duration::from_micros(2 * rtt_us) + self.stretch();
         Some(now + pto * (1u32 << self.backoff))
+    }
+
+    /// What the probe timeout adds for this connection's late acknowledgments: its
+    /// stretch, when one data segment (or FIN) alone waits for an acknowledgment (with two
+    /// or more, a peer acknowledges at once: RFC 9293 §3.8.6.3).
+    fn stretch(&self) -> Duration {
+        match (self.copies.len(), self.copies.front()) {
+            (1, Some(copy)) if !copy.syn => Duration::from_micros(u64::from(self.stretch_us)),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// A probe of this connection proved spurious: its peer acknowledges later than the
+    /// probe timeout allowed for; one floor more, up to [`MAX_STRETCH_FLOORS`].
+    fn spurious_probe(&mut self, recovery: &Recovery, stats: &mut RecoveryStats) {
+        stats.probes_spurious += 1;
+        let floor_us = recovery.floor_us();
+        self.stretch_us =
+            (self.stretch_us + floor_us).min(floor_us.saturating_mul(MAX_STRETCH_FLOORS));
+    }
+
+    /// A segment was acknowledged before any probe of it: a sixteenth of a floor less.
+    fn shrink_stretch(&mut self, recovery: &Recovery) {
+        self.stretch_us = self
+            .stretch_us
+            .saturating_sub(recovery.floor_us() / STRETCH_DECAY);
     }
 
     /// An RTT sample from a segment sent once (a SYN-ACK if `syn`) and acknowledged at
@@ -779,10 +938,15 @@ impl Flight {
         }
     }
 
-    /// When copy `index`, sent before the newest delivered segment, counts as lost.
+    /// When copy `index` counts as lost: at once if the peer's retransmission showed it
+    /// never arrived; if it was sent before the newest delivered segment, once that
+    /// segment's RTT and the reordering window have passed.
     fn lost_time(&self, index: usize) -> Option<Instant> {
-        let delivered = self.delivered?;
         let copy = &self.copies[index];
+        if copy.lost {
+            return Some(copy.sent_at);
+        }
+        let delivered = self.delivered?;
         let sent_before = copy.sent_at < delivered.sent_at
             || (copy.sent_at == delivered.sent_at && before(copy.end, delivered.end));
         if copy.sacked || !sent_before {
@@ -805,15 +969,23 @@ impl Flight {
 
     /// The peer got `left..right` twice (D-SACK): the copies we sent again there were
     /// spurious.
-    fn duplicate_reported(&mut self, left: u32, right: u32, stats: &mut RecoveryStats) {
+    fn duplicate_reported(
+        &mut self,
+        left: u32,
+        right: u32,
+        recovery: &Recovery,
+        stats: &mut RecoveryStats,
+    ) {
         let overlaps = |seq: u32, end: u32| before(seq, right) && after(end, left);
         let mut kept = 0;
+        let mut probes = 0;
         for i in 0..self.pending_len {
-            let (seq, end, settle) = self.pending[i];
-            if overlaps(seq, end) {
+            let entry = self.pending[i];
+            if overlaps(entry.seq, entry.end) {
                 stats.spurious += 1;
+                probes += u32::from(entry.probe);
             } else {
-                self.pending[kept] = (seq, end, settle);
+                self.pending[kept] = entry;
                 kept += 1;
             }
         }
@@ -822,7 +994,11 @@ impl Flight {
             if copy.ours && overlaps(copy.seq, copy.end) {
                 copy.ours = false;
                 stats.spurious += 1;
+                probes += u32::from(copy.probed);
             }
+        }
+        for _ in 0..probes {
+            self.spurious_probe(recovery, stats);
         }
     }
 
@@ -832,7 +1008,7 @@ impl Flight {
         let mut kept = 0;
         for i in 0..self.pending_len {
             let entry = self.pending[i];
-            if after(ack, entry.2) {
+            if after(ack, entry.settle) {
                 stats.recovered += 1;
             } else {
                 self.pending[kept] = entry;
@@ -842,13 +1018,13 @@ impl Flight {
         self.pending_len = kept;
     }
 
-    fn push_pending(&mut self, seq: u32, end: u32, settle: u32) {
+    fn push_pending(&mut self, entry: Pending) {
         if self.pending_len == PENDING {
             // Full: the oldest is forgotten, counted in neither.
             self.pending.copy_within(1.., 0);
             self.pending_len -= 1;
         }
-        self.pending[self.pending_len] = (seq, end, settle);
+        self.pending[self.pending_len] = entry;
         self.pending_len += 1;
     }
 
@@ -874,6 +1050,12 @@ impl Flight {
     #[cfg(test)]
     pub(crate) fn min_rtt_us(&self) -> u32 {
         self.min_rtt.micros()
+    }
+
+    /// The connection's stretch in µs (for tests).
+    #[cfg(test)]
+    pub(crate) fn stretch_us(&self) -> u32 {
+        self.stretch_us
     }
 }
 
@@ -1655,6 +1837,192 @@ mod tests {
         );
         assert_eq!((flight.copies(), flight.deadline()), (0, None));
         assert_eq!(stats.smoltcp_retransmits, 1);
+    }
+
+    /// The client's segment `seq..seq + len` (with `ack`): a request.
+    fn request(seq: u32, len: usize, ack: u32) -> SegmentRepr {
+        let payload = vec![b'r'; len];
+        frame(
+            CLIENT,
+            SERVER,
+            TcpControl::Psh,
+            seq,
+            Some(ack),
+            1000,
+            &payload,
+            &[],
+        )
+        .seg
+    }
+
+    #[test]
+    fn spurious_probes_stretch_a_lone_segments_timeout_and_timely_acks_shrink_it() {
+        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+        let floor = DEFAULT_RTO_MIN;
+        // The floor and twice the 100 µs round trip.
+        let base = floor + Duration::from_micros(200);
+        let mut seq = ISS + 1;
+        let mut now = at(1000);
+        // A client that acknowledges each reply only with its next request, after the
+        // probe: every probe is spurious (its ACK carries a D-SACK, as Linux sends), and
+        // each adds a floor, up to MAX_STRETCH_FLOORS.
+        for k in 0..6u32 {
+            send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
+            let stretch = floor * k.min(MAX_STRETCH_FLOORS);
+            assert_eq!(flight.deadline(), Some(now + base + stretch), "reply {k}");
+            let probe_at = now + base + stretch;
+            assert_eq!(
+                resend_due(&mut flight, &mut recovery, &mut stats, probe_at).len(),
+                1
+            );
+            let dsack = [(seq, seq + 10)];
+            let answer = probe_at + Duration::from_micros(100);
+            flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &dsack), answer);
+            seq += 10;
+            now = answer + Duration::from_millis(1);
+            assert_eq!(stats.probes_spurious, u64::from(k + 1));
+            assert_eq!(stats.probes_stretched, u64::from(k));
+        }
+        let most = 1000 * MAX_STRETCH_FLOORS;
+        assert_eq!(flight.stretch_us(), most);
+        assert_eq!(stats.spurious, stats.probes_spurious);
+        // Each reply acknowledged before its probe takes a sixteenth of a floor off.
+        for _ in 0..STRETCH_DECAY {
+            send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
+            now += Duration::from_micros(100);
+            flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), now);
+            seq += 10;
+        }
+        let step = 1000 / STRETCH_DECAY;
+        assert_eq!(flight.stretch_us(), most - STRETCH_DECAY * step);
+        // Two segments in flight are acknowledged at once by any client: no stretch.
+        send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
+        send(
+            &mut flight,
+            &recovery,
+            &mut stats,
+            &data(seq + 10, 10, 7),
+            now,
+        );
+        assert_eq!(flight.deadline(), Some(now + base));
+        // Once the first is acknowledged, the second waits alone: stretched again.
+        let later = now + Duration::from_micros(100);
+        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), later);
+        let stretch = Duration::from_micros(u64::from(most - (STRETCH_DECAY + 1) * step));
+        assert_eq!(flight.deadline(), Some(later + base + stretch));
+        // A new connection in the slot starts with none.
+        flight.reset();
+        assert_eq!(flight.stretch_us(), 0);
+    }
+
+    #[test]
+    fn a_probe_that_repaired_a_loss_does_not_stretch() {
+        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+        send(
+            &mut flight,
+            &recovery,
+            &mut stats,
+            &data(ISS + 1, 10, 7),
+            at(1000),
+        );
+        let probe_at = flight.deadline().unwrap();
+        assert_eq!(
+            resend_due(&mut flight, &mut recovery, &mut stats, probe_at).len(),
+            1
+        );
+        // The probe is acknowledged a round trip later, without a D-SACK, and so is the
+        // next reply: the original was lost.
+        let answer = probe_at + Duration::from_micros(100);
+        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 11, &[]), answer);
+        send(
+            &mut flight,
+            &recovery,
+            &mut stats,
+            &data(ISS + 11, 10, 7),
+            answer,
+        );
+        let later = answer + Duration::from_micros(100);
+        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 21, &[]), later);
+        assert_eq!((stats.recovered, stats.probes_spurious), (1, 0));
+        assert_eq!(flight.stretch_us(), 0);
+    }
+
+    #[test]
+    fn a_peer_retransmitting_data_a_copy_acknowledged_shows_that_copy_lost() {
+        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+        // The client's request 7..17 came; the reply acknowledges it.
+        let reply = data(ISS + 1, 100, 17);
+        send(&mut flight, &recovery, &mut stats, &reply, at(1000));
+        let probe_at = flight.deadline().unwrap();
+        // A new request (a pipelining client), and a pure ACK, whose acknowledgment does
+        // not cover the reply: no evidence, the reply may be on its way.
+        flight.on_ack(
+            &mut recovery,
+            &mut stats,
+            &request(17, 10, ISS + 1),
+            at(1100),
+        );
+        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 1, &[]), at(1150));
+        assert!(resend_due(&mut flight, &mut recovery, &mut stats, at(1150)).is_empty());
+        // smoltcp acknowledges the new request (a pure ACK); the reply did not carry that.
+        let pure = frame(
+            SERVER,
+            CLIENT,
+            TcpControl::None,
+            ISS + 101,
+            Some(27),
+            500,
+            &[],
+            &[],
+        );
+        send(&mut flight, &recovery, &mut stats, &pure, at(1160));
+        // The client sends 17..27 again: only our ACK of it (the pure ACK) is known lost.
+        flight.on_ack(
+            &mut recovery,
+            &mut stats,
+            &request(17, 10, ISS + 1),
+            at(1200),
+        );
+        assert!(resend_due(&mut flight, &mut recovery, &mut stats, at(1200)).is_empty());
+        // The client sends 7..17 again, long before the probe: it never got the reply.
+        flight.on_ack(
+            &mut recovery,
+            &mut stats,
+            &request(7, 10, ISS + 1),
+            at(1300),
+        );
+        assert!(at(1300) < probe_at);
+        let sent = resend_due(&mut flight, &mut recovery, &mut stats, at(1300));
+        assert_eq!(sent.len(), 1);
+        assert_eq!(&sent[0][54..], &reply.bytes[54..]);
+        assert_eq!(
+            (
+                stats.peer_retransmit_resends,
+                stats.probes,
+                stats.sack_resends
+            ),
+            (1, 0, 0)
+        );
+        // Sent again, it waits for the next evidence: nothing more is due.
+        assert!(resend_due(&mut flight, &mut recovery, &mut stats, at(1400)).is_empty());
+        // An old retransmission, whose acknowledgment is below what the client has since
+        // acknowledged, is stale evidence.
+        send(
+            &mut flight,
+            &recovery,
+            &mut stats,
+            &data(ISS + 101, 10, 27),
+            at(1500),
+        );
+        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 101, &[]), at(1600));
+        flight.on_ack(
+            &mut recovery,
+            &mut stats,
+            &request(7, 10, ISS + 1),
+            at(1700),
+        );
+        assert!(resend_due(&mut flight, &mut recovery, &mut stats, at(1700)).is_empty());
+        assert_eq!(stats.peer_retransmit_resends, 1);
     }
 
     #[test]

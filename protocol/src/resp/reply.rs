@@ -133,19 +133,29 @@ fn line(out: &mut Vec<u8>, kind: u8, text: &[u8]) {
 
 /// `<kind><len>\r\n<bytes>\r\n`.
 fn bulk(out: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
-    out.reserve(bytes.len() + 24);
-    out.push(kind);
-    push_u64(out, bytes.len() as u64);
-    out.extend_from_slice(b"\r\n");
+    out.reserve(bytes.len() + 26);
+    count(out, kind, bytes.len());
     out.extend_from_slice(bytes);
     out.extend_from_slice(b"\r\n");
 }
 
-/// `<kind><n>\r\n`.
-fn count(out: &mut Vec<u8>, kind: u8, n: usize) {
-    out.push(kind);
-    push_u64(out, n as u64);
-    out.extend_from_slice(b"\r\n");
+/// `<kind><n>\r\n`, assembled on the stack and appended at once.
+fn count(out: &mut Vec<u8>, kind: u8, mut n: usize) {
+    // The kind, at most 20 digits, `\r\n`: written from the end.
+    let mut line = [0u8; 23];
+    let mut at = line.len() - 2;
+    line[at..].copy_from_slice(b"\r\n");
+    loop {
+        at -= 1;
+        line[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    at -= 1;
+    line[at] = kind;
+    out.extend_from_slice(&line[at..]);
 }
 
 /// A double as RESP3 writes it: `inf`, `-inf`, `nan`, or the shortest decimal that reads back

@@ -128,17 +128,59 @@ enum Layout {
     Words,
 }
 
+/// Arguments of a multibulk command whose places [`Command::parse`] keeps as it checks them
+/// (the name and the first few after it: every argument of the usual commands), so reading
+/// them walks no header a second time.
+const SPANS: usize = 6;
+
+/// Where one argument's bytes are in the command's bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+impl Span {
+    /// The argument at `start..start + len`, if both fit in a `u32` (a command under 4 GiB).
+    fn new(start: usize, len: usize) -> Option<Span> {
+        let end = start.checked_add(len)?;
+        u32::try_from(end).ok()?;
+        Some(Span {
+            start: start as u32,
+            len: len as u32,
+        })
+    }
+
+    fn range(self) -> core::ops::Range<usize> {
+        self.start as usize..self.start as usize + self.len as usize
+    }
+}
+
 /// One command, borrowed from the buffer it was parsed from (or, for an inline line with
 /// quotes, from its decoded arguments): its arguments, in order, with
 /// [`Command::args`].
 ///
 /// A command of no arguments (`*0`, an empty line) is valid and means nothing: skip it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Command<'a> {
     bytes: Bytes<'a>,
     layout: Layout,
     argc: usize,
+    /// The places of the first `known` arguments (none for an inline line, or for a command
+    /// whose parse resumed part-way: its earlier arguments were checked by another call).
+    spans: [Span; SPANS],
+    known: u8,
 }
+
+/// Two commands are equal when they hold the same arguments in the same layout, whatever
+/// their parse kept of their places.
+impl PartialEq for Command<'_> {
+    fn eq(&self, other: &Command<'_>) -> bool {
+        self.bytes == other.bytes && self.layout == other.layout && self.argc == other.argc
+    }
+}
+
+impl Eq for Command<'_> {}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Bytes<'a> {
@@ -196,12 +238,20 @@ impl<'a> Command<'a> {
             at,
             left: self.argc,
             words: self.layout == Layout::Words,
+            spans: &self.spans[..usize::from(self.known)],
         }
     }
 
-    /// The argument at `index`, if there is one (walks the arguments before it).
+    /// The argument at `index`, if there is one (walks the arguments before it, unless the
+    /// parse kept its place).
     pub fn arg(&self, index: usize) -> Option<&[u8]> {
-        self.args().nth(index)
+        match (
+            &self.bytes,
+            self.spans[..usize::from(self.known)].get(index),
+        ) {
+            (Bytes::Borrowed(bytes), Some(span)) => bytes.get(span.range()),
+            _ => self.args().nth(index),
+        }
     }
 
     /// The arguments from `index` on, the next one starting at `offset`: where
@@ -211,6 +261,8 @@ impl<'a> Command<'a> {
         let mut args = self.args();
         args.at = offset;
         args.left = self.argc.saturating_sub(index);
+        // Walked from `offset`, whatever is there.
+        args.spans = &[];
         args
     }
 }
@@ -222,6 +274,8 @@ pub struct Args<'c> {
     at: usize,
     left: usize,
     words: bool,
+    /// Places of the arguments still to come, from the next one on, that the parse kept.
+    spans: &'c [Span],
 }
 
 impl Args<'_> {
@@ -240,6 +294,12 @@ impl<'c> Iterator for Args<'c> {
             return None;
         }
         self.left -= 1;
+        if let [span, rest @ ..] = self.spans {
+            self.spans = rest;
+            let range = span.range();
+            self.at = range.end + 2;
+            return self.bytes.get(range);
+        }
         if self.words {
             let rest = self.bytes.get(self.at..)?;
             let start = rest.iter().position(|&b| !is_space(b))?;
@@ -339,8 +399,14 @@ fn parse_multibulk<'a>(
     limits: &Limits,
     progress: &mut Progress,
 ) -> Result<(Command<'a>, usize), ParseError> {
-    let (count, first) = header(buf, ProtocolError::TooBigMbulkCount)?;
-    let argc = match parse_integer(count) {
+    let (count, first) = match plain_header(buf) {
+        Some((n, len)) => (Some(n as i64), len),
+        None => {
+            let (digits, len) = header(buf, ProtocolError::TooBigMbulkCount)?;
+            (parse_integer(digits), len)
+        }
+    };
+    let argc = match count {
         Some(n) if n > MAX_ARGS as i64 => {
             return Err(ParseError::Protocol(ProtocolError::InvalidMultibulkLength));
         }
@@ -351,18 +417,23 @@ fn parse_multibulk<'a>(
                 bytes: Bytes::Borrowed(&buf[..first]),
                 layout: Layout::Multibulk { first },
                 argc: 0,
+                spans: [Span::default(); SPANS],
+                known: 0,
             };
             return Ok((command, first));
         }
         Some(n) => n as usize,
         None => return Err(ParseError::Protocol(ProtocolError::InvalidMultibulkLength)),
     };
-    // Resume after the arguments an earlier call checked.
+    // Resume after the arguments an earlier call checked (their places are not kept).
     let (mut at, mut args) = if progress.at > first && progress.args <= argc {
         (progress.at, progress.args)
     } else {
         (first, 0)
     };
+    let mut spans = [Span::default(); SPANS];
+    let mut known = 0;
+    let keep = args == 0;
     while args < argc {
         *progress = Progress { at, args };
         let rest = &buf[at..];
@@ -373,11 +444,20 @@ fn parse_multibulk<'a>(
                 return Err(ParseError::Protocol(ProtocolError::ExpectedDollar(other)));
             }
         }
-        let (digits, header_len) = header(rest, ProtocolError::TooBigBulkCount)?;
-        let len = match parse_integer(digits) {
-            Some(len) if len >= 0 && len as u64 <= limits.max_bulk as u64 => len as usize,
-            _ => return Err(ParseError::Protocol(ProtocolError::InvalidBulkLength)),
+        let (len, header_len) = match plain_header(rest) {
+            Some(plain) => plain,
+            None => {
+                let (digits, header_len) = header(rest, ProtocolError::TooBigBulkCount)?;
+                match parse_integer(digits) {
+                    Some(len) if len >= 0 => (len as u64, header_len),
+                    _ => return Err(ParseError::Protocol(ProtocolError::InvalidBulkLength)),
+                }
+            }
         };
+        if len > limits.max_bulk as u64 {
+            return Err(ParseError::Protocol(ProtocolError::InvalidBulkLength));
+        }
+        let len = len as usize;
         // The argument and the two bytes after it (Redis skips them unread).
         let end = at + header_len + len + 2;
         if end > limits.max_command {
@@ -388,6 +468,14 @@ fn parse_multibulk<'a>(
                 needed: end - buf.len(),
             });
         }
+        if keep
+            && known < SPANS
+            && known == args
+            && let Some(span) = Span::new(at + header_len, len)
+        {
+            spans[known] = span;
+            known += 1;
+        }
         at = end;
         args += 1;
     }
@@ -396,8 +484,30 @@ fn parse_multibulk<'a>(
         bytes: Bytes::Borrowed(&buf[..at]),
         layout: Layout::Multibulk { first },
         argc,
+        spans,
+        known: known as u8,
     };
     Ok((command, at))
+}
+
+/// The usual header at the front of `buf`: its type byte, 1 to 18 digits without a leading
+/// zero (or `0` alone), `\r\n`; its number and its length. `None` for anything else (a sign,
+/// more digits, another byte, too few bytes), which [`header`] and [`parse_integer`] then read
+/// as before: a plain header reads the same both ways, only faster.
+#[inline]
+fn plain_header(buf: &[u8]) -> Option<(u64, usize)> {
+    let digits = buf.get(1..)?;
+    let mut n: u64 = 0;
+    let mut i = 0;
+    while let Some(&b) = digits.get(i) {
+        if !b.is_ascii_digit() || i == 18 {
+            break;
+        }
+        n = n * 10 + u64::from(b - b'0');
+        i += 1;
+    }
+    let plain = i > 0 && (i == 1 || digits[0] != b'0') && digits.get(i..i + 2) == Some(b"\r\n");
+    plain.then_some((n, 1 + i + 2))
 }
 
 fn parse_inline<'a>(
@@ -434,6 +544,8 @@ fn parse_inline<'a>(
             bytes: Bytes::Borrowed(line),
             layout: Layout::Words,
             argc,
+            spans: [Span::default(); SPANS],
+            known: 0,
         };
         return Ok((command, len));
     }
@@ -443,6 +555,8 @@ fn parse_inline<'a>(
         bytes: Bytes::Decoded(decoded),
         layout: Layout::Multibulk { first: 0 },
         argc,
+        spans: [Span::default(); SPANS],
+        known: 0,
     };
     Ok((command, len))
 }
@@ -579,4 +693,54 @@ fn decimal_len(mut n: usize) -> usize {
         len += 1;
     }
     len
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn plain_headers_and_the_rest() {
+        assert_eq!(plain_header(b"$0\r\n"), Some((0, 4)));
+        assert_eq!(plain_header(b"*16\r\nx"), Some((16, 5)));
+        assert_eq!(
+            plain_header(b"$999999999999999999\r\n"),
+            Some((999_999_999_999_999_999, 21))
+        );
+        // Left to `header` and `parse_integer`: a leading zero, a sign, 19 digits or more, a
+        // line not ended yet or ended otherwise, no digits.
+        for buf in [
+            &b"$01\r\n"[..],
+            b"$-1\r\n",
+            b"*-0\r\n",
+            b"$1000000000000000000\r\n",
+            b"$12",
+            b"$12\r",
+            b"$12\rx\r\n",
+            b"$1 \r\n",
+            b"$\r\n",
+            b"$",
+        ] {
+            assert_eq!(plain_header(buf), None, "{buf:?}");
+        }
+    }
+
+    proptest! {
+        /// What the fast path reads is what the general path reads.
+        #[test]
+        fn a_plain_header_reads_as_header_and_parse_integer_read_it(bytes in proptest::collection::vec(
+            prop_oneof![Just(b'\r'), Just(b'\n'), Just(b'-'), Just(b'0'), Just(b'9'), 0x30u8..0x3a, any::<u8>()],
+            0..40,
+        )) {
+            let mut buf = b"$".to_vec();
+            buf.extend_from_slice(&bytes);
+            if let Some((n, len)) = plain_header(&buf) {
+                let (digits, header_len) = header(&buf, ProtocolError::TooBigBulkCount).unwrap();
+                prop_assert_eq!(header_len, len);
+                prop_assert_eq!(parse_integer(digits), Some(n as i64));
+            }
+        }
+    }
 }

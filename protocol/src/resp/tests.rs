@@ -556,6 +556,18 @@ proptest! {
         let (got, len) = parse(&buf).unwrap();
         prop_assert_eq!(len, buf.len());
         prop_assert_eq!(&got, &args);
+        // Each argument alone, and all of them walked from the first header (the places the
+        // parse kept are not used then): the same bytes.
+        let (command, _) = Command::parse(&buf, &LIMITS, &mut Progress::default()).unwrap();
+        for (index, arg) in args.iter().enumerate() {
+            prop_assert_eq!(command.arg(index), Some(&arg[..]));
+        }
+        prop_assert_eq!(command.arg(args.len()), None);
+        let walked: Vec<Vec<u8>> = command
+            .args_from(command.args().offset(), 0)
+            .map(<[u8]>::to_vec)
+            .collect();
+        prop_assert_eq!(&walked, &args);
         // Fed in pieces with progress carried: the same command, once complete.
         let mut progress = Progress::default();
         let mut fed = 0;
@@ -567,6 +579,9 @@ proptest! {
                     prop_assert_eq!(len, buf.len());
                     let got: Vec<Vec<u8>> = command.args().map(<[u8]>::to_vec).collect();
                     prop_assert_eq!(&got, &args);
+                    for (index, arg) in args.iter().enumerate() {
+                        prop_assert_eq!(command.arg(index), Some(&arg[..]));
+                    }
                     break;
                 }
                 Err(ParseError::Incomplete { needed }) => {

@@ -77,6 +77,31 @@ pub enum ErrorReply {
     BadCommandLine,
     /// `CLIENT_ERROR Illegal slab id` (`stats cachedump` of a class number past memcached's).
     IllegalSlabId,
+    /// `BUSY currently processing reassign request` (`slabs reassign` while a page moves).
+    ReassignBusy,
+    /// `NOSPARE source class has no spare pages` (`slabs reassign` from a class of fewer than
+    /// two pages).
+    NoSpare,
+    /// `CLIENT_ERROR lru crawler disabled` (`lru_crawler crawl|metadump` after `lru_crawler
+    /// disable`).
+    CrawlerDisabled,
+    /// `BUSY currently processing crawler request` (`lru_crawler crawl|metadump` while a
+    /// crawl runs).
+    CrawlerBusy,
+    /// `NOTSTARTED no items to crawl` (`lru_crawler crawl` of an empty class list).
+    CrawlerNotStarted,
+    /// `ERROR an unknown error happened` (`lru_crawler crawl hash`: only a metadump walks the
+    /// hash table).
+    CrawlerError,
+    /// `ERROR failed to start lru crawler thread` (`lru_crawler enable` while it is enabled).
+    CrawlerStartFailed,
+    /// `CLIENT_ERROR sleep must be one second or less` (`lru_crawler sleep` over 1000000).
+    CrawlerSleepTooLong,
+    /// `MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m` (`cache_memlimit`).
+    MemlimitTooSmall,
+    /// `MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes` (`cache_memlimit` over
+    /// 1000000000).
+    MemlimitNotMegabytes,
 }
 
 impl ErrorReply {
@@ -121,6 +146,20 @@ impl ErrorReply {
             ErrorReply::BadReassignClass => "BADCLASS invalid src or dst class id",
             ErrorReply::BadCommandLine => "CLIENT_ERROR bad command line",
             ErrorReply::IllegalSlabId => "CLIENT_ERROR Illegal slab id",
+            ErrorReply::ReassignBusy => "BUSY currently processing reassign request",
+            ErrorReply::NoSpare => "NOSPARE source class has no spare pages",
+            ErrorReply::CrawlerDisabled => "CLIENT_ERROR lru crawler disabled",
+            ErrorReply::CrawlerBusy => "BUSY currently processing crawler request",
+            ErrorReply::CrawlerNotStarted => "NOTSTARTED no items to crawl",
+            ErrorReply::CrawlerError => "ERROR an unknown error happened",
+            ErrorReply::CrawlerStartFailed => "ERROR failed to start lru crawler thread",
+            ErrorReply::CrawlerSleepTooLong => "CLIENT_ERROR sleep must be one second or less",
+            ErrorReply::MemlimitTooSmall => {
+                "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
+            }
+            ErrorReply::MemlimitNotMegabytes => {
+                "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
+            }
         }
     }
 
@@ -294,11 +333,33 @@ mod tests {
             WatcherTooMany,
             SameClass,
             BadReassignClass,
+            BadCommandLine,
+            IllegalSlabId,
+            ReassignBusy,
+            NoSpare,
+            CrawlerDisabled,
+            CrawlerBusy,
+            CrawlerNotStarted,
+            CrawlerError,
+            CrawlerStartFailed,
+            CrawlerSleepTooLong,
+            MemlimitTooSmall,
+            MemlimitNotMegabytes,
         ];
         for (i, a) in all.iter().enumerate() {
             let line = a.line();
             // memcached's admin commands answer with their own words.
-            let admin = ["ERROR: ", "BADCLASS ", "SAME ", "WATCHER_TOO_MANY "];
+            let admin = [
+                "ERROR: ",
+                "ERROR ",
+                "BADCLASS ",
+                "SAME ",
+                "WATCHER_TOO_MANY ",
+                "BUSY ",
+                "NOSPARE ",
+                "NOTSTARTED ",
+                "MEMLIMIT_",
+            ];
             assert!(
                 line == "ERROR"
                     || line.starts_with("CLIENT_ERROR ")

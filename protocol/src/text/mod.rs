@@ -41,7 +41,8 @@ pub use line::{
     push_u64,
 };
 pub use request::{
-    ArithmeticCommand, Classes, Detail, Get, GetCommand, Keys, Request, ShutdownMode, SlabsCommand,
+    ArithmeticCommand, Classes, CrawlerCommand, Detail, Get, GetCommand, Keys,
+    MAX_CRAWLER_SLEEP_US, MAX_MEMLIMIT_MB, MIN_MEMLIMIT_MB, Request, ShutdownMode, SlabsCommand,
     StatsGroup, Store, StoreCommand, WatchEvents,
 };
 pub use response::Response;

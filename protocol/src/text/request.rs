@@ -68,6 +68,16 @@ pub enum Request<'a> {
     Slabs(SlabsCommand),
     /// `lru_crawler metadump <classes>|all|hash`: one line per item, then `END`.
     Metadump(Classes<'a>),
+    /// The other `lru_crawler` commands: `crawl`, `tocrawl`, `sleep`, `enable`, `disable`.
+    LruCrawler(CrawlerCommand<'a>),
+    /// `cache_memlimit <megabytes> [noreply]`: a new memory budget (checked: 8 to
+    /// 1,000,000,000).
+    CacheMemlimit {
+        /// The new budget in megabytes.
+        megabytes: u32,
+        /// No reply wanted.
+        noreply: bool,
+    },
     /// `watch [fetchers] [mutations] [evictions] [connevents]`: the connection becomes a log
     /// watcher (no argument: `fetchers`).
     Watch(WatchEvents),
@@ -269,6 +279,21 @@ pub enum SlabsCommand {
 // The ratio is always finite (the parser refuses NaN and infinities), so equality is total.
 impl Eq for SlabsCommand {}
 
+/// An `lru_crawler` command other than `metadump` (protocol.txt, "LRU_Crawler").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrawlerCommand<'a> {
+    /// `lru_crawler crawl <classes>|all`: reclaim the expired items of these classes.
+    Crawl(Classes<'a>),
+    /// `lru_crawler tocrawl <n>`: look at most at `n` items per class in a crawl (0: all).
+    ToCrawl(u32),
+    /// `lru_crawler sleep <us>`: pause between the crawler's steps, 0 to 1,000,000 µs.
+    Sleep(u32),
+    /// `lru_crawler enable`.
+    Enable,
+    /// `lru_crawler disable`.
+    Disable,
+}
+
 /// The classes `lru_crawler metadump` walks: `all`, `hash`, or a comma-separated list of
 /// class numbers (kept as written).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,21 +308,26 @@ pub enum Classes<'a> {
 
 impl Classes<'_> {
     /// The class numbers of a [`Classes::List`] (`None` for a list with anything but numbers
-    /// in it); empty for `all` and `hash`.
+    /// in it); empty for `all` and `hash`. As memcached reads the list: empty items between
+    /// commas are skipped (`1,,2,`), and a number is taken modulo 2^32.
     pub fn numbers(&self) -> Option<impl Iterator<Item = u32> + '_> {
         let (list, valid): (&[u8], bool) = match self {
-            Classes::List(list) => (
-                list,
-                list.split(|&b| b == b',').all(|n| parse_u32(n).is_some()),
-            ),
+            Classes::List(list) => (list, class_items(list).all(|n| parse_u64(n).is_some())),
             _ => (b"", true),
         };
-        valid.then(|| {
-            list.split(|&b| b == b',')
-                .filter(|n| !n.is_empty())
-                .filter_map(parse_u32)
-        })
+        valid.then(|| class_items(list).filter_map(parse_u32_wrapping))
     }
+}
+
+/// The non-empty items of a comma-separated class list.
+fn class_items(list: &[u8]) -> impl Iterator<Item = &[u8]> {
+    list.split(|&b| b == b',').filter(|n| !n.is_empty())
+}
+
+/// An unsigned decimal below 2^64 taken modulo 2^32, as memcached's `safe_strtoul` stores it
+/// in a `uint32_t` (`lru_crawler tocrawl 4294967297` sets 1).
+fn parse_u32_wrapping(token: &[u8]) -> Option<u32> {
+    parse_u64(token).map(|n| n as u32)
 }
 
 /// The events a `watch` asks for.
@@ -460,14 +490,25 @@ impl<'a> Request<'a> {
                 (2, Some(b"graceful")) => ShutdownMode::Graceful,
                 _ => ShutdownMode::Invalid,
             })),
-            b"lru_crawler" => match (count, t.get(1).copied()) {
-                (3, Some(b"metadump")) => Ok(Request::Metadump(match t[2] {
-                    b"all" => Classes::All,
-                    b"hash" => Classes::Hash,
-                    list => Classes::List(list),
-                })),
-                _ => Err(error),
-            },
+            b"lru_crawler" => parse_lru_crawler(t, count),
+            b"cache_memlimit" => {
+                want(count, 2, 3)?;
+                let megabytes = parse_u32_wrapping(t[1])
+                    .ok_or(Rejected::unless_noreply(ErrorReply::Error, noreply))?;
+                if megabytes < MIN_MEMLIMIT_MB {
+                    return Err(Rejected::unless_noreply(
+                        ErrorReply::MemlimitTooSmall,
+                        noreply,
+                    ));
+                }
+                if megabytes > MAX_MEMLIMIT_MB {
+                    return Err(Rejected::unless_noreply(
+                        ErrorReply::MemlimitNotMegabytes,
+                        noreply,
+                    ));
+                }
+                Ok(Request::CacheMemlimit { megabytes, noreply })
+            }
             b"watch" => {
                 // memcached reads every token but the last as an event when there are
                 // several (`noreply` among them is refused).
@@ -500,6 +541,45 @@ impl<'a> Request<'a> {
 /// Slab classes memcached numbers (`MAX_NUMBER_OF_SLAB_CLASSES`): `stats cachedump` of a
 /// class at or above it is refused.
 pub const MAX_SLAB_CLASSES: u32 = 64;
+
+/// The smallest budget `cache_memlimit` takes, in megabytes (memcached's).
+pub const MIN_MEMLIMIT_MB: u32 = 8;
+
+/// The largest `cache_memlimit`, in megabytes: memcached takes anything larger for bytes
+/// given by mistake.
+pub const MAX_MEMLIMIT_MB: u32 = 1_000_000_000;
+
+/// The longest `lru_crawler sleep`, in microseconds (one second).
+pub const MAX_CRAWLER_SLEEP_US: u32 = 1_000_000;
+
+/// `lru_crawler <subcommand> ...`, answered as memcached's `process_lru_crawler_command`
+/// answers it: `metadump`, `crawl`, `tocrawl` and `sleep` take exactly one argument,
+/// `enable` and `disable` none; anything else is `ERROR`.
+fn parse_lru_crawler<'a>(t: &[&'a [u8]], count: usize) -> Result<Request<'a>, Rejected> {
+    let bad = Rejected::reply(ErrorReply::BadFormat);
+    let classes = |token: &'a [u8]| match token {
+        b"all" => Classes::All,
+        b"hash" => Classes::Hash,
+        list => Classes::List(list),
+    };
+    Ok(match (count, t.get(1).copied()) {
+        (3, Some(b"metadump")) => Request::Metadump(classes(t[2])),
+        (3, Some(b"crawl")) => Request::LruCrawler(CrawlerCommand::Crawl(classes(t[2]))),
+        (3, Some(b"tocrawl")) => Request::LruCrawler(CrawlerCommand::ToCrawl(
+            parse_u32_wrapping(t[2]).ok_or(bad)?,
+        )),
+        (3, Some(b"sleep")) => {
+            let us = parse_u32_wrapping(t[2]).ok_or(bad)?;
+            if us > MAX_CRAWLER_SLEEP_US {
+                return Err(Rejected::reply(ErrorReply::CrawlerSleepTooLong));
+            }
+            Request::LruCrawler(CrawlerCommand::Sleep(us))
+        }
+        (2, Some(b"enable")) => Request::LruCrawler(CrawlerCommand::Enable),
+        (2, Some(b"disable")) => Request::LruCrawler(CrawlerCommand::Disable),
+        _ => return Err(Rejected::reply(ErrorReply::Error)),
+    })
+}
 
 /// `stats <group>` (memcached's `process_stat`: `reset` and `detail` whatever follows them).
 fn parse_stats(t: &[&[u8]]) -> Result<StatsGroup, Rejected> {

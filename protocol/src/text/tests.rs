@@ -476,6 +476,61 @@ fn other_commands() {
             Request::Metadump(Classes::List(b"1,2")),
         ),
         (
+            "lru_crawler crawl all\r\n",
+            Request::LruCrawler(CrawlerCommand::Crawl(Classes::All)),
+        ),
+        (
+            "lru_crawler crawl 1,,3,\r\n",
+            Request::LruCrawler(CrawlerCommand::Crawl(Classes::List(b"1,,3,"))),
+        ),
+        (
+            "lru_crawler crawl hash\r\n",
+            Request::LruCrawler(CrawlerCommand::Crawl(Classes::Hash)),
+        ),
+        (
+            "lru_crawler tocrawl 0\r\n",
+            Request::LruCrawler(CrawlerCommand::ToCrawl(0)),
+        ),
+        // memcached keeps a number past 32 bits modulo 2^32.
+        (
+            "lru_crawler tocrawl 4294967297\r\n",
+            Request::LruCrawler(CrawlerCommand::ToCrawl(1)),
+        ),
+        (
+            "lru_crawler sleep 1000000\r\n",
+            Request::LruCrawler(CrawlerCommand::Sleep(1_000_000)),
+        ),
+        (
+            "lru_crawler enable\r\n",
+            Request::LruCrawler(CrawlerCommand::Enable),
+        ),
+        (
+            "lru_crawler disable\r\n",
+            Request::LruCrawler(CrawlerCommand::Disable),
+        ),
+        (
+            "cache_memlimit 8\r\n",
+            Request::CacheMemlimit {
+                megabytes: 8,
+                noreply: false,
+            },
+        ),
+        (
+            "cache_memlimit 1000000000 noreply\r\n",
+            Request::CacheMemlimit {
+                megabytes: 1_000_000_000,
+                noreply: true,
+            },
+        ),
+        // Only a last `noreply` counts; another second argument is ignored.
+        (
+            "cache_memlimit 64 foo\r\n",
+            Request::CacheMemlimit {
+                megabytes: 64,
+                noreply: false,
+            },
+        ),
+        (
             "watch\r\n",
             Request::Watch(WatchEvents {
                 fetchers: true,
@@ -561,7 +616,28 @@ fn every_error() {
         ("lru_crawler\r\n", Error, false),
         ("lru_crawler metadump\r\n", Error, false),
         ("lru_crawler metadump all extra\r\n", Error, false),
-        ("lru_crawler crawl all\r\n", Error, false),
+        ("lru_crawler crawl\r\n", Error, false),
+        ("lru_crawler crawl 1 noreply\r\n", Error, false),
+        ("lru_crawler tocrawl\r\n", Error, false),
+        ("lru_crawler tocrawl 1 2\r\n", Error, false),
+        ("lru_crawler tocrawl x\r\n", BadFormat, false),
+        ("lru_crawler tocrawl -1\r\n", BadFormat, false),
+        ("lru_crawler sleep -5\r\n", BadFormat, false),
+        ("lru_crawler sleep 1000001\r\n", CrawlerSleepTooLong, false),
+        ("lru_crawler enable now\r\n", Error, false),
+        ("lru_crawler bogus\r\n", Error, false),
+        ("cache_memlimit\r\n", Error, false),
+        ("cache_memlimit 1 2 3\r\n", Error, false),
+        ("cache_memlimit x\r\n", Error, false),
+        ("cache_memlimit -1\r\n", Error, false),
+        ("cache_memlimit x noreply\r\n", Error, true),
+        ("cache_memlimit 7\r\n", MemlimitTooSmall, false),
+        ("cache_memlimit 0\r\n", MemlimitTooSmall, false),
+        // 2^32 is 0 to memcached.
+        ("cache_memlimit 4294967296\r\n", MemlimitTooSmall, false),
+        ("cache_memlimit 5 noreply\r\n", MemlimitTooSmall, true),
+        ("cache_memlimit 1000000001\r\n", MemlimitNotMegabytes, false),
+        ("cache_memlimit 4294967295\r\n", MemlimitNotMegabytes, false),
         ("watch bogus\r\n", Error, false),
         ("watch fetchers noreply\r\n", Error, false),
         ("mx k\r\n", Error, false),
@@ -1083,6 +1159,10 @@ fn metadump_class_lists() {
     assert_eq!(numbers(Classes::List(b"1")), Some(vec![1]));
     assert_eq!(numbers(Classes::List(b"1,3,10")), Some(vec![1, 3, 10]));
     assert_eq!(numbers(Classes::List(b"1,x")), None);
-    assert_eq!(numbers(Classes::List(b"")), None);
+    assert_eq!(numbers(Classes::List(b"x")), None);
+    // memcached skips empty items, and keeps a number modulo 2^32.
+    assert_eq!(numbers(Classes::List(b"1,,3,")), Some(vec![1, 3]));
+    assert_eq!(numbers(Classes::List(b",")), Some(vec![]));
+    assert_eq!(numbers(Classes::List(b"4294967297")), Some(vec![1]));
     assert_eq!(numbers(Classes::All), Some(vec![]));
 }

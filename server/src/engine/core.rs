@@ -21,7 +21,7 @@ use std::sync::Arc;
 use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, StoreMode, Ttl, Write};
 
 use super::EngineConfig;
-use crate::control::{Control, EventKind, uri_encode};
+use crate::control::{Control, EventKind, MemoryFigures, uri_encode};
 use crate::stats::{
     CacheDump, Counters, Group, KINDS, Kind, Latency, Prefixes, RawPath, SIZES_STEP, ServerInfo,
     Snapshot, WorkerFigures,
@@ -29,6 +29,46 @@ use crate::stats::{
 
 /// Buckets `stats cachedump` walks between checks that the dump is full.
 const CACHEDUMP_SLICE_BUCKETS: usize = 1024;
+
+/// Items one step of background work looks at, evicts or frees at most, each loop iteration:
+/// a requested crawl's step, shrinking to a lowered budget, freeing a page for `slabs
+/// reassign`. A few microseconds, between two turns of the connections.
+pub const HOUSEKEEPING_ITEMS: usize = 256;
+
+/// Bytes of a memcached slab page: what `slabs reassign` moves, what `stats slabs` counts in.
+pub const PAGE_BYTES: u64 = 1 << 20;
+
+/// The background work a worker does between turns: the crawl an `lru_crawler crawl` asked
+/// for, the page a `slabs reassign` frees, and the background crawler's place.
+#[derive(Debug, Default)]
+struct Housekeeping {
+    /// The requested crawls seen ([`crate::control::Crawler::requested`]).
+    crawls_seen: u64,
+    /// This worker's part of the requested crawl, while it runs.
+    crawl: Option<CrawlRun>,
+    /// Where the background crawler goes on (a bucket).
+    background_at: usize,
+    /// The page moves seen ([`crate::control::PageMoves::requested`]).
+    moves_seen: u64,
+    /// The shard's figures as last published for other workers.
+    published: MemoryFigures,
+    /// Set when a step towards a lowered budget freed nothing (eviction off, `-M`, and no dead
+    /// item near the hand): the next try waits for the background crawler's next turn.
+    shrink_stalled: bool,
+    /// Bytes of this worker's share of a page still to free.
+    release_left: u64,
+}
+
+/// This worker's part of a requested crawl.
+#[derive(Debug, Clone, Copy)]
+struct CrawlRun {
+    /// The next bucket.
+    next: usize,
+    /// Items it may still look at (`lru_crawler tocrawl`; `u64::MAX`: all).
+    left: u64,
+    /// Not before this time (the loop's monotonic nanoseconds): `lru_crawler sleep`.
+    due_ns: u64,
+}
 
 /// One worker's store shard, counters and configuration.
 pub(crate) struct Core {
@@ -63,8 +103,8 @@ pub(crate) struct Core {
     /// The number of the connection whose request runs now (0: none, or another worker's),
     /// for `watch` lines' `cfd`.
     cfd: u64,
-    /// Connection numbers handed out by this worker.
-    connections_named: u64,
+    /// Background work between turns.
+    house: Housekeeping,
 }
 
 impl Core {
@@ -93,7 +133,7 @@ impl Core {
             published_buckets: 0,
             resets: 0,
             cfd: 0,
-            connections_named: 0,
+            house: Housekeeping::default(),
         }
     }
 
@@ -311,14 +351,6 @@ impl Core {
         });
     }
 
-    /// A number for a connection that asks for one (Redis's `CLIENT ID`), unique across workers
-    /// and increasing on each.
-    pub fn next_connection_id(&mut self) -> u64 {
-        self.connections_named += 1;
-        let workers = self.config.threads.max(1) as u64;
-        (self.connections_named - 1) * workers + self.config.worker as u64 + 1
-    }
-
     /// Starts loading the item a lookup of `key` in this worker's shard will read (its heap
     /// block, see [`store::Shard::block_hint`]) without waiting for it; changes nothing.
     #[inline]
@@ -408,11 +440,21 @@ impl Core {
     }
 
     /// A store in any mode, counting `cmd_set` (and `store_no_memory` when no room could be
-    /// made for it).
+    /// made for it); one whose item can never fit (`-I`; not an append or prepend) is refused
+    /// as [`Core::refuse_too_large`] refuses it, without unlinking the old item.
     ///
     /// # Errors
     /// As [`Shard::store`].
     pub fn store(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
+        let extends = matches!(write.mode, StoreMode::Append | StoreMode::Prepend);
+        if !extends && !self.fits(write.key.len(), write.value.len()) {
+            // An item that can never fit is refused before anything is stored, and counted
+            // as memcached counts it, in `store_too_large` and not `cmd_set`, whichever
+            // protocol it came in (text, binary and meta refuse it from its header; RESP's
+            // SET gets here). An append past the limit is a store that did not happen.
+            self.refuse_too_large(write.key, false, now);
+            return Err(StoreError::TooLarge);
+        }
         self.counters.cmd_set += 1;
         self.sample(Kind::Set);
         let result = self.shard.store(write, now);
@@ -574,11 +616,17 @@ impl Core {
         self.counters.cmd_meta += 1;
     }
 
-    /// Bytes one execution consumed and wrote, the requests it completed, and whether it ended
-    /// its connection's turn with work left.
-    pub fn count_execution(&mut self, read: usize, written: usize, requests: u64, yielded: bool) {
-        self.counters.requests += requests;
+    /// Bytes received from a client, counted when they are first seen, before the requests
+    /// in them run (as memcached counts what it reads before executing it: right after a
+    /// `stats reset`, `bytes_read` holds what arrived after the reset's own line).
+    pub fn count_read(&mut self, read: usize) {
         self.counters.bytes_read += read as u64;
+    }
+
+    /// Bytes one execution wrote, the requests it completed, and whether it ended its
+    /// connection's turn with work left.
+    pub fn count_execution(&mut self, written: usize, requests: u64, yielded: bool) {
+        self.counters.requests += requests;
         self.counters.bytes_written += written as u64;
         if yielded {
             self.counters.conn_yields += 1;
@@ -605,9 +653,161 @@ impl Core {
         &self.shard
     }
 
-    /// Reclaims up to `max_items` expired items.
+    /// The background crawler (what memcached's LRU maintainer has its crawler do on its
+    /// own): looks at up to `max_items` items from where it stopped last, wrapping at the
+    /// table's end, and takes back the dead ones, counted as the crawler's
+    /// (`crawler_items_checked`, `crawler_reclaimed`). Off after `lru_crawler disable`.
+    /// Returns how many it took back.
     pub fn sweep_expired(&mut self, max_items: usize, now: Now) -> usize {
-        self.shard.sweep_expired(max_items, now)
+        // A stalled step towards a lowered budget is tried again on this schedule.
+        self.house.shrink_stalled = false;
+        if !self.config.control.crawler.enabled() {
+            return 0;
+        }
+        let step = self.shard.crawl(self.house.background_at, max_items, now);
+        self.house.background_at = if step.next >= self.shard.num_buckets() {
+            0
+        } else {
+            step.next
+        };
+        step.reclaimed
+    }
+
+    /// Takes this worker's share of the whole memory budget when it changed
+    /// (`cache_memlimit`): a higher one is usable at once, a lower one is reached by
+    /// [`Core::housekeep`] in bounded steps.
+    pub fn apply_memory_limit(&mut self) {
+        let whole = self.config.control.memory_limit_bytes();
+        if whole == 0 {
+            return;
+        }
+        let share =
+            usize::try_from(whole / self.config.threads.max(1) as u64).unwrap_or(usize::MAX);
+        if share != self.shard.config().memory_limit_bytes {
+            log::debug!(
+                "worker {}: memory budget {} bytes",
+                self.config.worker,
+                share
+            );
+            self.shard.set_memory_limit(share);
+        }
+    }
+
+    /// Background work between turns, one bounded step of each kind that is due (at most
+    /// [`HOUSEKEEPING_ITEMS`] items each): taking a changed memory budget and evicting down to
+    /// a lowered one, freeing this worker's share of a page `slabs reassign` moves, and a step
+    /// of the crawl `lru_crawler crawl` asked for (then none for `lru_crawler sleep`
+    /// microseconds); then publishes the shard's figures for other workers. `ns` is the loop's
+    /// monotonic clock. Returns whether it did any work.
+    pub fn housekeep(&mut self, now: Now, ns: u64) -> bool {
+        self.apply_memory_limit();
+        let mut worked = false;
+        if self.shard.over_budget() && !self.house.shrink_stalled {
+            let before = self.shard.stats().heap_bytes;
+            self.shard.shrink(HOUSEKEEPING_ITEMS, now);
+            self.publish_evictions(now);
+            worked = self.shard.stats().heap_bytes < before;
+            self.house.shrink_stalled = !worked;
+        }
+        worked |= self.release_step(now);
+        worked |= self.crawl_step(now, ns);
+        self.publish_buckets();
+        let figures = self.memory_figures_here();
+        if figures != self.house.published {
+            self.house.published = figures;
+            self.config
+                .control
+                .publish_shard(self.config.worker, figures);
+        }
+        worked
+    }
+
+    /// How long until background work is due (`Some(0)`: now), or `None` when there is none:
+    /// a worker about to sleep sleeps no longer than this.
+    pub fn background_wait_ns(&self, ns: u64) -> Option<u64> {
+        let shrinking = self.shard.over_budget() && !self.house.shrink_stalled;
+        if shrinking || self.house.release_left > 0 {
+            return Some(0);
+        }
+        self.house.crawl.map(|run| run.due_ns.saturating_sub(ns))
+    }
+
+    /// This shard's memory figures.
+    fn memory_figures_here(&self) -> MemoryFigures {
+        let stats = self.shard.stats();
+        MemoryFigures {
+            heap_bytes: stats.heap_bytes,
+            items: stats.curr_items,
+            limit_bytes: self.shard.config().memory_limit_bytes as u64,
+        }
+    }
+
+    /// Every shard's memory figures summed: this one's as they are, the other workers' as
+    /// they last published them (at most one loop iteration old).
+    pub fn memory_figures(&self) -> MemoryFigures {
+        let control = &self.config.control;
+        control.publish_shard(self.config.worker, self.memory_figures_here());
+        control.memory_figures(self.config.threads.max(1))
+    }
+
+    /// A step of freeing this worker's share of a page `slabs reassign` moves out of the item
+    /// class; the last worker done completes the move.
+    fn release_step(&mut self, now: Now) -> bool {
+        let requested = self.config.control.pages.requested();
+        if requested != self.house.moves_seen {
+            self.house.moves_seen = requested;
+            self.house.release_left = PAGE_BYTES.div_ceil(self.config.threads.max(1) as u64);
+        }
+        if self.house.release_left == 0 {
+            return false;
+        }
+        let left = usize::try_from(self.house.release_left).unwrap_or(usize::MAX);
+        let freed = self.shard.release(left, HOUSEKEEPING_ITEMS, now) as u64;
+        self.house.release_left = self.house.release_left.saturating_sub(freed);
+        if freed == 0 || self.house.release_left == 0 {
+            // Freed, or nothing left here to free.
+            self.house.release_left = 0;
+            self.config.control.pages.finished();
+        }
+        true
+    }
+
+    /// A step of this worker's part of a requested crawl, when one runs and its pause is
+    /// over; the last worker done ends the crawl.
+    fn crawl_step(&mut self, now: Now, ns: u64) -> bool {
+        let crawler = &self.config.control.crawler;
+        let requested = crawler.requested();
+        if requested != self.house.crawls_seen {
+            self.house.crawls_seen = requested;
+            let tocrawl = crawler.tocrawl();
+            self.house.crawl = Some(CrawlRun {
+                next: 0,
+                left: if tocrawl == 0 {
+                    u64::MAX
+                } else {
+                    u64::from(tocrawl)
+                },
+                due_ns: 0,
+            });
+        }
+        let Some(run) = self.house.crawl.as_mut() else {
+            return false;
+        };
+        if ns < run.due_ns {
+            return false;
+        }
+        let max = usize::try_from(run.left.min(HOUSEKEEPING_ITEMS as u64)).unwrap_or(0);
+        let step = self.shard.crawl(run.next, max, now);
+        run.next = step.next;
+        run.left -= step.checked as u64;
+        if run.next >= self.shard.num_buckets() || run.left == 0 {
+            log::trace!("worker {}: crawl done", self.config.worker);
+            self.house.crawl = None;
+            crawler.finished();
+        } else {
+            run.due_ns = ns.saturating_add(u64::from(crawler.sleep_us()) * 1000);
+        }
+        true
     }
 
     /// The command counters.
@@ -652,6 +852,7 @@ impl Core {
         // Requests counted before the reset are not timed after it.
         self.take_samples();
         self.resets = self.resets.wrapping_add(1);
+        self.config.control.reset_counters();
     }
 
     /// This worker's figures for a `stats` reply of `group` (summed with other workers'
@@ -677,7 +878,7 @@ impl Core {
             info,
             workers: vec![self.named_figures().since(&self.figures_base)],
             threads: self.config.threads,
-            limit_maxbytes: self.config.shard.memory_limit_bytes as u64,
+            limit_maxbytes: self.shard.config().memory_limit_bytes as u64,
             item_size_max: self.config.shard.max_item_size as u64,
             conn_limit: self.config.conn_limit as u64,
             started_unix_secs: self.config.started_unix_secs,

@@ -48,6 +48,7 @@ use self::session::{Cx, Step};
 use crate::control::{ConnState, Control};
 use crate::stats::{Counters, Group, Kind, RawPath, ServerInfo, Snapshot, WorkerFigures};
 
+pub use self::core::{HOUSEKEEPING_ITEMS, PAGE_BYTES};
 pub use forward::{
     Batch, CREDIT_RETURN_BYTES, Delivery, FORWARD_REPLY_CREDIT_BYTES,
     FORWARD_REQUEST_HIGH_WATER_BYTES, MAX_FORWARDS_IN_FLIGHT, MIN_REPLY_CHARGE_BYTES,
@@ -237,8 +238,14 @@ impl Engine {
     ) -> Outcome {
         let out_start = out.len();
         let mut pos = 0;
+        // Bytes are counted as they first arrive, before the requests in them run; the input
+        // starts with what earlier calls left unconsumed (and counted).
+        self.core
+            .count_read(input.len().saturating_sub(session.input_counted));
+        session.input_counted = session.input_counted.max(input.len());
         if session.watching {
             // A watcher only receives log lines; what it sends is read and dropped.
+            session.input_counted = 0;
             return Outcome {
                 consumed: input.len(),
                 needed: 0,
@@ -317,12 +324,9 @@ impl Engine {
                 Step::Stop(stop) => break stopped(pos, stop),
             }
         };
-        self.core.count_execution(
-            outcome.consumed,
-            out.len() - out_start,
-            requests,
-            outcome.stop == Stop::Turn,
-        );
+        session.input_counted -= outcome.consumed;
+        self.core
+            .count_execution(out.len() - out_start, requests, outcome.stop == Stop::Turn);
         self.record_latency(session, now);
         if outcome.stop != Stop::Input && log::log_enabled!(log::Level::Trace) {
             let number = session.record.as_ref().map_or(0, |r| r.number);
@@ -503,9 +507,27 @@ impl Engine {
         self.core.shard()
     }
 
-    /// Reclaims up to `max_items` expired items; for the worker's idle moments.
+    /// The background crawler: looks at up to `max_items` items from where it stopped and
+    /// takes back the dead ones (off after `lru_crawler disable`); for the worker's idle
+    /// moments. Returns how many it took back.
     pub fn sweep_expired(&mut self, max_items: usize, now: impl Into<Now>) -> usize {
         self.core.sweep_expired(max_items, now.into())
+    }
+
+    /// Background work between turns, a bounded step of each kind that is due: a changed
+    /// memory budget (`cache_memlimit`), a page `slabs reassign` frees, a crawl `lru_crawler
+    /// crawl` asked for. The worker loop calls it every iteration; `ns` is the loop's
+    /// monotonic clock (`control::monotonic_ns_at`). Returns whether it did any work (the
+    /// loop should not sleep right after).
+    pub fn housekeep(&mut self, now: impl Into<Now>, ns: u64) -> bool {
+        self.core.housekeep(now.into(), ns)
+    }
+
+    /// Nanoseconds until [`Engine::housekeep`] has work due again (0: now), or `None` when it
+    /// has none: a worker about to sleep sleeps no longer (a crawl paused by `lru_crawler
+    /// sleep` goes on in time on an idle worker).
+    pub fn background_wait_ns(&self, ns: u64) -> Option<u64> {
+        self.core.background_wait_ns(ns)
     }
 
     /// The command counters of this engine.

@@ -290,10 +290,16 @@ static COMMANDS: &[Spec] = &[
     },
 ];
 
-/// The command named `name` (any case).
+/// The command named `name` (any case). Every name is lower-case letters, so a byte is the
+/// name's letter in either case exactly when it is that letter with the case bit (0x20) set.
 fn lookup(name: &[u8]) -> Option<&'static Spec> {
     COMMANDS.iter().find(|spec| {
-        spec.name.len() == name.len() && spec.name.as_bytes().eq_ignore_ascii_case(name)
+        spec.name.len() == name.len()
+            && spec
+                .name
+                .bytes()
+                .zip(name)
+                .all(|(letter, &b)| b | 0x20 == letter)
     })
 }
 
@@ -310,12 +316,48 @@ fn arity_fits(arity: i64, argc: usize) -> bool {
 /// Arguments a command's dispatch keeps on the stack; longer commands take a `Vec`.
 const FEW_ARGS: usize = 16;
 
+/// A command's arguments from one on, as a slice (for the commands that take a variable
+/// number of them): on the stack for all but long commands.
+struct Tail<'c> {
+    few: [&'c [u8]; FEW_ARGS],
+    len: usize,
+    many: Vec<&'c [u8]>,
+}
+
+impl<'c> Tail<'c> {
+    /// The arguments of `command` from index `from` on.
+    fn of(command: &'c Command<'_>, from: usize) -> Tail<'c> {
+        let mut tail = Tail {
+            few: [&[]; FEW_ARGS],
+            len: 0,
+            many: Vec::new(),
+        };
+        let args = command.args().skip(from);
+        if command.argc().saturating_sub(from) <= FEW_ARGS {
+            for (slot, arg) in tail.few.iter_mut().zip(args) {
+                *slot = arg;
+                tail.len += 1;
+            }
+        } else {
+            tail.many = args.collect();
+        }
+        tail
+    }
+
+    fn as_slice(&self) -> &[&'c [u8]] {
+        if self.many.is_empty() {
+            &self.few[..self.len]
+        } else {
+            &self.many
+        }
+    }
+}
+
 /// The connection's command at the front of the input, parsed whole: `raw` is its bytes.
 fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>) -> Step {
     let len = raw.len();
     let v = version(cx);
-    let mut args = command.args();
-    let name = args.next().unwrap_or_default();
+    let name = command.arg(0).unwrap_or_default();
     let Some(spec) = lookup(name) else {
         cx.core.protocol_error();
         unknown_command(out, v, command);
@@ -354,34 +396,24 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
             Err(stop) => Step::Stop(stop),
         };
     }
-    // The arguments after the name, on the stack for all but long commands.
-    let mut few: [&[u8]; FEW_ARGS] = [&[]; FEW_ARGS];
-    let many: Vec<&[u8]>;
-    let rest: &[&[u8]] = if command.argc() - 1 <= FEW_ARGS {
-        let mut n = 0;
-        for arg in args {
-            few[n] = arg;
-            n += 1;
-        }
-        &few[..n]
-    } else {
-        many = args.collect();
-        &many
-    };
+    // Arguments by index (the arity was checked; the parse kept the places of the first
+    // few); the commands that take a variable number gather theirs with `Tail`.
+    let arg = |index: usize| command.arg(index).unwrap_or_default();
     match spec.cmd {
-        Cmd::Ping => match rest {
-            [] => simple(out, v, "PONG"),
-            [message] => bulk(out, v, message),
+        Cmd::Ping => match command.argc() {
+            1 => simple(out, v, "PONG"),
+            2 => bulk(out, v, arg(1)),
             _ => error(out, v, "ERR wrong number of arguments for 'ping' command"),
         },
-        Cmd::Echo => bulk(out, v, rest[0]),
-        Cmd::Get => match cx.core.get(rest[0], now) {
+        Cmd::Echo => bulk(out, v, arg(1)),
+        Cmd::Get => match cx.core.get(arg(1), now) {
             Some(item) => bulk(out, v, item.value),
             None => null(out, v),
         },
-        Cmd::Set => set(cx, rest[0], rest[1], &rest[2..], out),
+        Cmd::Set if command.argc() == 3 => set(cx, arg(1), arg(2), &[], out),
+        Cmd::Set => set(cx, arg(1), arg(2), Tail::of(command, 3).as_slice(), out),
         Cmd::SetNx => {
-            let write = Write::new(StoreMode::Add, rest[0], rest[1]);
+            let write = Write::new(StoreMode::Add, arg(1), arg(2));
             match cx.core.store(write, now) {
                 Ok(_) => integer(out, v, 1),
                 Err(StoreError::NotStored) => integer(out, v, 0),
@@ -394,12 +426,12 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
             } else {
                 Unit::Millis
             };
-            match deadline(rest[1], unit, Base::Relative, now) {
+            match deadline(arg(2), unit, Base::Relative, now) {
                 Err(e) => expire_error(out, v, e, spec.name),
                 Ok(at) => {
                     let write = Write {
                         ttl: Ttl::AtMillis(at),
-                        ..Write::new(StoreMode::Set, rest[0], rest[2])
+                        ..Write::new(StoreMode::Set, arg(1), arg(3))
                     };
                     match cx.core.store(write, now) {
                         Ok(_) => ok(out, v),
@@ -408,9 +440,9 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
                 }
             }
         }
-        Cmd::GetSet => set(cx, rest[0], rest[1], &[&b"GET"[..]], out),
+        Cmd::GetSet => set(cx, arg(1), arg(2), &[&b"GET"[..]], out),
         Cmd::GetDel => {
-            let found = match cx.core.get(rest[0], now) {
+            let found = match cx.core.get(arg(1), now) {
                 Some(item) => {
                     bulk(out, v, item.value);
                     true
@@ -421,28 +453,25 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
                 }
             };
             if found {
-                let _ = cx.core.delete(rest[0], 0, now);
+                let _ = cx.core.delete(arg(1), 0, now);
             }
         }
-        Cmd::GetEx => getex(cx, rest[0], &rest[1..], out),
+        Cmd::GetEx => getex(cx, arg(1), Tail::of(command, 2).as_slice(), out),
         Cmd::MSetNx => return msetnx(cx, command, raw, out),
-        Cmd::Incr => arith(cx, rest[0], Ok(1), out),
-        Cmd::Decr => arith(cx, rest[0], Ok(-1), out),
-        Cmd::IncrBy => arith(cx, rest[0], parse_integer(rest[1]).ok_or(NOT_INTEGER), out),
+        Cmd::Incr => arith(cx, arg(1), Ok(1), out),
+        Cmd::Decr => arith(cx, arg(1), Ok(-1), out),
+        Cmd::IncrBy => arith(cx, arg(1), parse_integer(arg(2)).ok_or(NOT_INTEGER), out),
         Cmd::DecrBy => {
-            let delta = match parse_integer(rest[1]) {
+            let delta = match parse_integer(arg(2)) {
                 None => Err(NOT_INTEGER),
                 Some(i64::MIN) => Err("ERR decrement would overflow"),
                 Some(n) => Ok(-n),
             };
-            arith(cx, rest[0], delta, out);
+            arith(cx, arg(1), delta, out);
         }
-        Cmd::Append => append(cx, rest[0], rest[1], out),
+        Cmd::Append => append(cx, arg(1), arg(2), out),
         Cmd::StrLen => {
-            let len = cx
-                .core
-                .peek(rest[0], now)
-                .map_or(0, |item| item.value.len());
+            let len = cx.core.peek(arg(1), now).map_or(0, |item| item.value.len());
             integer(out, v, len as i64);
         }
         Cmd::Expire | Cmd::PExpire | Cmd::ExpireAt | Cmd::PExpireAt => {
@@ -452,10 +481,20 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
                 Cmd::ExpireAt => (Unit::Seconds, Base::Absolute),
                 _ => (Unit::Millis, Base::Absolute),
             };
-            expire(cx, spec.name, rest[0], rest[1], &rest[2..], unit, base, out);
+            let options = Tail::of(command, 3);
+            expire(
+                cx,
+                spec.name,
+                arg(1),
+                arg(2),
+                options.as_slice(),
+                unit,
+                base,
+                out,
+            );
         }
         Cmd::Ttl | Cmd::PTtl => {
-            let ttl = match cx.core.peek(rest[0], now) {
+            let ttl = match cx.core.peek(arg(1), now) {
                 None => -2,
                 Some(item) if item.expiry_ms == 0 => -1,
                 Some(item) => {
@@ -472,15 +511,15 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
         Cmd::Persist => {
             let timed = cx
                 .core
-                .peek(rest[0], now)
+                .peek(arg(1), now)
                 .is_some_and(|item| item.expiry_ms != 0);
             if timed {
-                cx.core.touch(rest[0], Ttl::Exptime(0), now);
+                cx.core.touch(arg(1), Ttl::Exptime(0), now);
             }
             integer(out, v, i64::from(timed));
         }
         Cmd::Type => {
-            let held = cx.core.peek(rest[0], now).is_some();
+            let held = cx.core.peek(arg(1), now).is_some();
             simple(out, v, if held { "string" } else { "none" });
         }
         Cmd::DbSize => {
@@ -502,11 +541,10 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
             }
         }
         Cmd::FlushAll | Cmd::FlushDb => {
-            match rest {
-                [] => {}
-                [mode]
-                    if mode.eq_ignore_ascii_case(b"async")
-                        || mode.eq_ignore_ascii_case(b"sync") => {}
+            let mode = arg(1);
+            match command.argc() {
+                1 => {}
+                2 if mode.eq_ignore_ascii_case(b"async") || mode.eq_ignore_ascii_case(b"sync") => {}
                 _ => {
                     error(out, v, SYNTAX);
                     return Step::Done(len);
@@ -516,7 +554,7 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
             cx.fan_out(FanOut::Clear, None, None, out);
             ok(out, v);
         }
-        Cmd::Select => match parse_integer(rest[0]) {
+        Cmd::Select => match parse_integer(arg(1)) {
             None => error(out, v, NOT_INTEGER),
             Some(0) => ok(out, v),
             Some(_) => error(out, v, "ERR DB index is out of range"),
@@ -525,13 +563,13 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
             ok(out, v);
             cx.session.close();
         }
-        Cmd::Hello => hello(cx, rest, out),
-        Cmd::Client => client(cx, spec, rest, out),
+        Cmd::Hello => hello(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::Client => client(cx, spec, Tail::of(command, 1).as_slice(), out),
         Cmd::Info => {
             let own = cx.core.snapshot(Group::General, now);
             let mut info = InfoGather {
                 snapshot: None,
-                sections: Sections::of(rest),
+                sections: Sections::of(Tail::of(command, 1).as_slice()),
                 version: v,
                 now,
             };
@@ -547,8 +585,8 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
                 info.finish(out);
             }
         }
-        Cmd::Config => config(cx, spec, rest, out),
-        Cmd::Command => command_info(spec, rest, v, out),
+        Cmd::Config => config(cx, spec, Tail::of(command, 1).as_slice(), out),
+        Cmd::Command => command_info(spec, Tail::of(command, 1).as_slice(), v, out),
         Cmd::MGet | Cmd::MSet | Cmd::Del | Cmd::Unlink | Cmd::Exists => {}
     }
     Step::Done(len)
@@ -1379,12 +1417,9 @@ fn hello(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
     Reply::Array(0).emit_into(v, out);
 }
 
-/// The connection's number, given on first use.
+/// The connection's number, as `stats conns` shows it.
 fn connection_id(cx: &mut Cx<'_>) -> u64 {
-    if cx.session.id == 0 {
-        cx.session.id = cx.core.next_connection_id();
-    }
-    cx.session.id
+    cx.session.number(cx.core.control())
 }
 
 /// Whether `value` may be a client name or attribute: printable ASCII without spaces.
@@ -1484,7 +1519,12 @@ fn config(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: &mut Vec<u8
         return error(out, v, &message);
     }
     let config = cx.core.config();
-    let memory = (config.shard.memory_limit_bytes * config.threads.max(1)).to_string();
+    // The whole budget, as `cache_memlimit` last set it.
+    let memory = match cx.core.control().memory_limit_bytes() {
+        0 => (config.shard.memory_limit_bytes * config.threads.max(1)) as u64,
+        whole => whole,
+    }
+    .to_string();
     let params: [(&str, String); 8] = [
         ("appendonly", "no".into()),
         ("databases", "1".into()),

@@ -189,7 +189,11 @@ pub struct Session {
     pub(crate) watching: bool,
     /// The name the client gave its connection (Redis's `CLIENT SETNAME`).
     pub(crate) name: Option<Box<[u8]>>,
-    /// The connection's number once it asked for one (Redis's `CLIENT ID`); 0 before.
+    /// Bytes at the front of the unconsumed input already counted in `bytes_read` (the caller
+    /// hands the engine what it left unconsumed again, with what arrived since).
+    pub(super) input_counted: usize,
+    /// The connection's number, for a connection without a record that asked for one
+    /// (Redis's `CLIENT ID` of an engine driven directly); 0 before.
     pub(crate) id: u64,
 }
 
@@ -207,6 +211,7 @@ impl Default for Session {
             record: None,
             watching: false,
             name: None,
+            input_counted: 0,
             id: 0,
         }
     }
@@ -261,6 +266,18 @@ impl Session {
     /// The connection's record, once it has one.
     pub fn record(&self) -> Option<&Arc<ConnRecord>> {
         self.record.as_ref()
+    }
+
+    /// The connection's number: its record's (what `stats conns`, `watch` and the logs show),
+    /// or, without a record, one taken from the same numbering on first use.
+    pub(crate) fn number(&mut self, control: &crate::control::Control) -> u64 {
+        if let Some(record) = &self.record {
+            return record.number;
+        }
+        if self.id == 0 {
+            self.id = control.allocate_number();
+        }
+        self.id
     }
 
     /// True once the connection is a log watcher: the packet path hands it log lines.

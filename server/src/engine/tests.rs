@@ -1136,3 +1136,43 @@ fn getq_and_getkq_runs_stop_between_requests_and_resume() {
     assert_eq!(opaques, [1, 2, 4, 5, 7, 8, 10, 11, 0]);
     assert!(replies[..8].iter().all(|r| r.value == value));
 }
+
+// Regression: a RESP SET whose item can never fit (`-I`) was counted in `cmd_set` and not in
+// `store_too_large`; memcached counts an oversize set in `store_too_large` only, as memspin's
+// text and binary adapters do.
+#[test]
+fn an_oversize_resp_set_is_counted_where_memcached_counts_an_oversize_set() {
+    let mut e = engine_with(ShardConfig {
+        memory_limit_bytes: 64 << 20,
+        max_item_size: 1024,
+    });
+    // 1020 bytes: a bulk string RESP takes (at most `-I`), an item over `-I` with its key.
+    let value = "x".repeat(1020);
+    let mut resp = Session::speaking(Protocol::Resp(protocol::resp::Version::Resp2));
+    let mut out = Vec::new();
+    let set = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1020\r\n{value}\r\n");
+    let outcome = e.execute(&mut resp, set.as_bytes(), &mut out, NOW);
+    assert_eq!(outcome.consumed, set.len());
+    assert!(out.starts_with(b"-"), "{}", String::from_utf8_lossy(&out));
+    // The same store over the text protocol, for comparison.
+    let mut text = Session::default();
+    out.clear();
+    let line = format!("set k 0 0 1020\r\n{value}\r\n");
+    e.execute(&mut text, line.as_bytes(), &mut out, NOW);
+    assert_eq!(out, b"SERVER_ERROR object too large for cache\r\n");
+    assert_eq!(e.counters().store_too_large, 2);
+    assert_eq!(e.counters().cmd_set, 0);
+    // An append past the limit is a store that did not happen: `cmd_set`, as memcached.
+    out.clear();
+    let small = format!(
+        "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1000\r\n{}\r\n",
+        &value[..1000]
+    );
+    e.execute(&mut resp, small.as_bytes(), &mut out, NOW);
+    let append = "*3\r\n$6\r\nAPPEND\r\n$1\r\nk\r\n$30\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n";
+    out.clear();
+    e.execute(&mut resp, append.as_bytes(), &mut out, NOW);
+    assert!(out.starts_with(b"-"), "{}", String::from_utf8_lossy(&out));
+    assert_eq!(e.counters().store_too_large, 2);
+    assert_eq!(e.counters().cmd_set, 2);
+}

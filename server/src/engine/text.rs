@@ -188,6 +188,10 @@ fn dispatch(
         Request::Stats(group) => admin::stats(cx, group, out),
         Request::Slabs(command) => admin::slabs(cx, command, out),
         Request::Metadump(classes) => return admin::metadump(cx, classes, line_len, out),
+        Request::LruCrawler(command) => admin::lru_crawler(cx, command, out),
+        Request::CacheMemlimit { megabytes, noreply } => {
+            admin::cache_memlimit(cx, megabytes, noreply, out);
+        }
         Request::Watch(events) => admin::watch(cx, events, out),
         Request::Shutdown(mode) => admin::shutdown(cx, mode, out),
         Request::Quit => cx.session.close(),

@@ -188,6 +188,9 @@ pub struct IdleState {
     /// True once the worker ran out of work since `last_work`: the next work is an arrival.
     waiting: bool,
     last_sweep: Instant,
+    /// How long until the engine's background work is due (`None`: none pending), as
+    /// [`IdleState::maybe_sweep`] last found: a sleep ends by then.
+    background: Option<Duration>,
     gaps: Gaps,
     wake_cost: Duration,
     sleeps: u32,
@@ -213,6 +216,7 @@ impl IdleState {
             last_work: now,
             waiting: false,
             last_sweep: now,
+            background: None,
             gaps: Gaps::new(),
             wake_cost: WAKE_COST_DEFAULT,
             sleeps: 0,
@@ -263,14 +267,16 @@ impl IdleState {
             (Idle::Adaptive, Activity::Drained) => self.window().is_zero(),
             (Idle::Adaptive, Activity::Idle) => idle_for >= self.window(),
         };
-        if !sleep {
+        // Not past the engine's next background step (a paused crawl).
+        let limit = self.background.map_or(PARK_MAX, |due| due.min(PARK_MAX));
+        if !sleep || limit.is_zero() {
             return None;
         }
         self.stats.sleeps += 1;
         if activity == Activity::Drained {
             self.stats.sleeps_drained += 1;
         }
-        Some(PARK_MAX)
+        Some(limit)
     }
 
     /// The adaptive policy's spin window now: learned from the recent gaps, or the wake-up
@@ -320,12 +326,18 @@ impl IdleState {
         )
     }
 
-    /// Runs a bounded expiry sweep when one is due.
-    pub fn maybe_sweep(&mut self, engine: &mut Engine, tick: Tick) {
+    /// Runs a bounded expiry sweep (the background crawler) when one is due, and the engine's
+    /// other background work ([`Engine::housekeep`]); notes when more is due, so a sleep ends
+    /// in time for it. Returns whether that did work.
+    pub fn maybe_sweep(&mut self, engine: &mut Engine, tick: Tick) -> bool {
         if tick.at.duration_since(self.last_sweep) >= SWEEP_EVERY {
             self.last_sweep = tick.at;
             engine.sweep_expired(SWEEP_ITEMS, tick.now);
         }
+        let ns = crate::control::monotonic_ns_at(tick.at);
+        let worked = engine.housekeep(tick.now, ns);
+        self.background = engine.background_wait_ns(ns).map(Duration::from_nanos);
+        worked
     }
 }
 
@@ -613,5 +625,36 @@ mod tests {
         s.after(Activity::Idle, t0 + US * 100);
         s.after(Activity::Worked, t0 + US * 103);
         assert_eq!(s.stats().gaps, 1);
+    }
+
+    // Regression guard: a crawl paused by `lru_crawler sleep` on an idle worker went on only
+    // when the worker woke on its own (every 100 ms): a sleep now ends when the next step is
+    // due, and does not start while a lowered budget is being reached.
+    #[test]
+    fn a_sleep_ends_when_the_engines_background_work_is_due() {
+        let mut engine = crate::engine::tests::engine();
+        let clock = super::super::LoopClock::new();
+        let tick = clock.tick();
+        let mut s = IdleState::new(Idle::Park, tick.at);
+        s.maybe_sweep(&mut engine, tick);
+        let idle = tick.at + SPIN_BUDGET;
+        assert_eq!(s.after(Activity::Idle, idle), Some(PARK_MAX), "nothing due");
+        let control = engine.control().clone();
+        control.crawler.set_sleep_us(20_000);
+        // More items than one step looks at.
+        let mut requests = String::new();
+        for i in 0..2 * crate::engine::HOUSEKEEPING_ITEMS {
+            requests.push_str(&format!("set k{i} 0 0 1 noreply\r\nv\r\n"));
+        }
+        requests.push_str("lru_crawler crawl 1\r\n");
+        engine.execute(
+            &mut crate::engine::Session::default(),
+            requests.as_bytes(),
+            &mut Vec::new(),
+            tick.now,
+        );
+        assert!(s.maybe_sweep(&mut engine, tick), "a step now");
+        let limit = s.after(Activity::Idle, idle).expect("a sleep");
+        assert!(limit <= Duration::from_millis(20), "{limit:?}");
     }
 }

@@ -159,7 +159,7 @@ fn serve(
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
         engine.set_raw_path(RawPath::Kernel(stats));
-        idle_state.maybe_sweep(engine, tick);
+        progress |= idle_state.maybe_sweep(engine, tick);
         meter.done(progress);
         block = idle_state.after_iteration(progress, tick.at);
     }

@@ -668,7 +668,7 @@ pub fn serve_smoltcp<D: Queue>(
             device.refresh_counters();
         }
         engine.set_raw_path(device.raw_path(stats));
-        idle_state.maybe_sweep(engine, tick);
+        let progress = idle_state.maybe_sweep(engine, tick) || progress;
         meter.done(progress);
 
         // Work leaves nothing behind when the queue was found empty and no connection waits

@@ -790,6 +790,12 @@ impl Memcached {
     /// or a path).
     #[track_caller]
     pub fn start_bin(bin: &std::ffi::OsStr) -> Memcached {
+        Memcached::start_with(bin, &[])
+    }
+
+    /// [`Memcached::start_bin`] with more command-line arguments (`-o no_lru_maintainer`).
+    #[track_caller]
+    pub fn start_with(bin: &std::ffi::OsStr, extra: &[&str]) -> Memcached {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -805,6 +811,7 @@ impl Memcached {
                 "-u",
                 "root",
             ])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

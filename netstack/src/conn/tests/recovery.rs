@@ -904,3 +904,210 @@ fn clients_that_always_acknowledge_late_are_not_probed() {
         "{stats:?}"
     );
 }
+
+/// `a` is at or after `b` in sequence space.
+fn at_or_after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) >= 0
+}
+
+/// What a Linux client in its interactive ("pingpong") mode does that smoltcp does not:
+/// it answers a segment it already has with an ACK carrying a D-SACK block (RFC 2883).
+/// The client here is smoltcp with a delayed ACK longer than its think time, so, like
+/// Linux, it acknowledges a reply with its next request and a duplicate at once; the test
+/// adds the D-SACK block to that ACK.
+#[derive(Default)]
+struct DsackClient {
+    /// End of the server's data that reached the client.
+    received_end: Option<u32>,
+    /// A duplicate that reached the client, to report in its next segment.
+    duplicate: Option<(u32, u32)>,
+}
+
+impl Net {
+    /// One step of `STEP` with a [`DsackClient`]: `down` decides which of the server's
+    /// frames are lost.
+    fn dsack_step(&mut self, client: &mut DsackClient, down: &mut impl FnMut(&[u8]) -> bool) {
+        self.now += STEP;
+        if let Some(block) = client.duplicate {
+            let rewritten = RefCell::new(None);
+            self.server.drop_pending(|frame| {
+                let answers = rewritten.borrow().is_none()
+                    && seg_of(frame)
+                        .and_then(|s| s.ack_number)
+                        .is_some_and(|a| at_or_after(a, block.1));
+                if answers {
+                    *rewritten.borrow_mut() = Some(rewrite(frame, |tcp| {
+                        tcp.sack_ranges = [Some(block), None, None];
+                    }));
+                }
+                answers
+            });
+            if let Some(frame) = rewritten.into_inner() {
+                self.inject(&frame);
+                client.duplicate = None;
+            }
+        }
+        self.server_step(echo);
+        self.client.drop_pending(|frame| {
+            if down(frame) {
+                return true;
+            }
+            if let Some(seg) = seg_of(frame).filter(|s| s.payload_len > 0) {
+                let end = seg.seq_number.wrapping_add(seg.payload_len as u32);
+                match client.received_end {
+                    Some(have) if at_or_after(have, end) => {
+                        client.duplicate = Some((seg.seq_number, end));
+                    }
+                    _ => client.received_end = Some(end),
+                }
+            }
+            false
+        });
+        self.swarm.poll(self.now, &mut self.client);
+        // Every socket, for the client's delayed-ACK timer.
+        self.swarm.poll_all(self.now, &mut self.client);
+    }
+
+    /// Connection 0's stretch of its probe timeout.
+    fn server_stretch(&self) -> Duration {
+        let stretch = self
+            .table
+            .buckets
+            .iter()
+            .flat_map(|b| &b.slots)
+            .map(|s| s.flight.stretch_us())
+            .max()
+            .unwrap_or(0);
+        Duration::from_micros(u64::from(stretch))
+    }
+}
+
+/// Regression: a client that delays its ACK until its next request (Linux's interactive
+/// mode, a request/response client with a think time longer than the probe timeout) got a
+/// probe of nearly every reply, and answered each with a D-SACK. Here its think time is
+/// 0.5 to 3 ms (uniform), and the server learns from the spurious probes how late it
+/// acknowledges: at most one reply in ten is probed. A reply lost on the way is still
+/// repaired within the probe timeout and the largest stretch.
+#[test]
+fn a_client_that_acknowledges_with_its_next_request_is_rarely_probed() {
+    let mut net = Net::warm();
+    assert_eq!(net.server_stretch(), Duration::ZERO);
+    let min_rtt = net.server_min_rtt();
+    net.swarm
+        .socket(0)
+        .set_ack_delay(Some(Duration::from_millis(40)));
+    let mut client = DsackClient::default();
+    let replies = 1500;
+    let lost_reply = 1200;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut think = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        Duration::from_micros(500 + seed % 2500)
+    };
+    let start = net.now;
+    let mut next = net.now;
+    let mut waiting: Option<(Vec<u8>, Instant)> = None;
+    let mut done = 0;
+    let mut repair = None;
+    while done < replies {
+        assert!(net.now - start < Duration::from_secs(20), "{done} replies");
+        if waiting.is_none() && net.now >= next {
+            let request = format!("request {done:05}\n").into_bytes();
+            net.swarm.socket(0).send_slice(&request).unwrap();
+            waiting = Some((request, net.now));
+        }
+        // The reply to request `lost_reply` (not a probe of the reply before it).
+        let armed = done == lost_reply && waiting.is_some() && repair.is_none();
+        let mut lose = armed;
+        net.dsack_step(&mut client, &mut |frame: &[u8]| {
+            let drop = lose && has_data(frame);
+            lose &= !drop;
+            drop
+        });
+        if armed && !lose {
+            repair = Some(net.now);
+        }
+        if let Some((request, sent)) = waiting.take() {
+            if net.swarm.socket_ref(0).recv_queue() < request.len() {
+                waiting = Some((request, sent));
+                continue;
+            }
+            assert_eq!(net.received(0), request, "reply {done}");
+            if done == lost_reply {
+                let took = net.now - sent;
+                let bound = DEFAULT_RTO_MIN * (1 + MAX_STRETCH_FLOORS) + min_rtt * 2 + STEP * 4;
+                assert!(took <= bound, "the lost reply took {took}, bound {bound}");
+                assert!(took >= DEFAULT_RTO_MIN, "{took}: it was lost");
+            }
+            done += 1;
+            next = net.now + think();
+        }
+    }
+    assert!(repair.is_some(), "a reply was lost");
+    let stats = net.recovery();
+    assert!(
+        stats.probes <= replies as u64 / 10,
+        "{} probes for {replies} replies: {stats:?}",
+        stats.probes
+    );
+    assert!(stats.recovered >= 1, "{stats:?}");
+    assert_eq!(stats.smoltcp_retransmits, 0, "{stats:?}");
+    assert!(net.server_stretch() > Duration::ZERO, "it learned");
+}
+
+/// When a reply is lost, its client's own retransmission timer (a Linux client's probe or
+/// RTO, at least its route's `rto_min`) sends the request again; the request's ACK shows
+/// the reply never arrived, and the server sends it again at once, without waiting for its
+/// probe (here 50 ms away).
+#[test]
+fn a_lost_reply_is_sent_again_when_the_client_sends_its_request_again() {
+    let mut net = Net::warm_with(Some(Duration::from_millis(50)), true);
+    net.swarm.socket(0).send_slice(b"ping").unwrap();
+    // The request on its way, kept to be sent again as the client's timer would
+    // (smoltcp's own waits a second).
+    net.now += STEP;
+    net.swarm.poll(net.now, &mut net.client);
+    let request = RefCell::new(None);
+    net.server.drop_pending(|frame| {
+        if has_data(frame) {
+            *request.borrow_mut() = Some(frame.to_vec());
+        }
+        false
+    });
+    let request = request.into_inner().expect("the request");
+    let lost = Cell::new(0);
+    let mut loss = Loss {
+        down: first(&lost, has_data),
+        up: never,
+    };
+    let start = net.now;
+    net.lossy_until("4 ms", Duration::from_millis(5), &mut loss, |net| {
+        net.now - start >= Duration::from_millis(4)
+    });
+    assert_eq!(lost.get(), 1);
+    assert_eq!(
+        net.swarm.socket_ref(0).recv_queue(),
+        0,
+        "the reply was lost"
+    );
+    net.inject(&request);
+    let took = net.lossy_until("the reply", Duration::from_millis(1), &mut loss, |net| {
+        net.swarm.socket_ref(0).recv_queue() == 4
+    });
+    assert!(took <= STEP * 2, "{took}");
+    assert_eq!(net.received(0), b"ping");
+    let stats = net.recovery();
+    assert_eq!(
+        (
+            stats.peer_retransmit_resends,
+            stats.probes,
+            stats.smoltcp_retransmits
+        ),
+        (1, 0, 0),
+        "{stats:?}"
+    );
+    net.echo_round(b"after");
+    assert_eq!(net.server_copies(), 0);
+}

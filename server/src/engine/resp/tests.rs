@@ -258,6 +258,57 @@ const SCRIPT: &[(&[&str], &str)] = &[
 ];
 
 #[test]
+fn command_names_are_found_in_any_case_and_only_them() {
+    use super::{COMMANDS, lookup};
+    for spec in COMMANDS {
+        // What `lookup`'s comparison relies on.
+        assert!(
+            spec.name.bytes().all(|b| b.is_ascii_lowercase()),
+            "{}",
+            spec.name
+        );
+        let upper = spec.name.to_ascii_uppercase();
+        let mixed: String = spec
+            .name
+            .chars()
+            .enumerate()
+            .map(|(i, c)| {
+                if i % 2 == 0 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c
+                }
+            })
+            .collect();
+        for name in [spec.name, &upper, &mixed] {
+            assert_eq!(lookup(name.as_bytes()).map(|s| s.name), Some(spec.name));
+        }
+        // A byte that differs from a letter in more than its case bit, anywhere, is another
+        // name: `get` is not `ge\x14` (0x14 | 0x20 is `4`) nor `GE@`.
+        for at in 0..spec.name.len() {
+            for other in [
+                0x14u8,
+                b'@',
+                b'`',
+                b'{',
+                0xf4,
+                spec.name.as_bytes()[at] ^ 0x01,
+            ] {
+                let mut name = spec.name.as_bytes().to_vec();
+                name[at] = other;
+                assert!(
+                    lookup(&name).is_none_or(|s| s.name.as_bytes() == name),
+                    "{:?}",
+                    name.escape_ascii().to_string()
+                );
+            }
+        }
+    }
+    assert!(lookup(b"").is_none());
+    assert!(lookup(b"gett").is_none());
+}
+
+#[test]
 fn every_command_and_error_as_redis_answers_them() {
     let mut e = engine();
     let mut session = resp2();

@@ -1,6 +1,8 @@
 //! The text adapter's operator commands: `stats` (every group, `cachedump` too), `verbosity`,
-//! `slabs`, `lru_crawler metadump`, `watch` and `shutdown`, answered as memcached 1.6 answers
-//! them.
+//! `slabs`, `lru_crawler` (`metadump`, `crawl` and its settings), `cache_memlimit`, `watch`
+//! and `shutdown`, answered as memcached 1.6 answers them. What `slabs reassign`,
+//! `lru_crawler crawl` and a lowered `cache_memlimit` start, each worker's loop carries out a
+//! bounded step per iteration (`Core::housekeep`).
 //!
 //! ```text
 //! stats <group> ─▶ one worker's figures, or every worker's gathered (Cx::fan_out) ─▶ STAT lines, END
@@ -25,11 +27,13 @@
 use std::fmt::Write as _;
 
 use protocol::text::{
-    Classes, Detail, ErrorReply, Response, ShutdownMode, SlabsCommand, StatsGroup, WatchEvents,
+    Classes, CrawlerCommand, Detail, ErrorReply, Response, ShutdownMode, SlabsCommand, StatsGroup,
+    WatchEvents,
 };
 
 use super::part;
 use crate::control::{CloseReason, ConnState, EventKind, uri_encode};
+use crate::engine::core::PAGE_BYTES;
 use crate::engine::forward::{Gather, Part};
 use crate::engine::session::{Cx, FanOut, Resume, Step, Stop};
 use crate::stats::{self, Group, ITEM_CLASS, Snapshot};
@@ -190,20 +194,16 @@ pub(super) fn verbosity(cx: &mut Cx<'_>, level: u32, noreply: bool, out: &mut Ve
     }
 }
 
-/// `slabs reassign` and `slabs automove`, answered as memcached answers them for a server
-/// with one class (memspin's class 1): there is no page to move, the automover has nothing
-/// to do (its settings are kept and reported).
+/// `slabs reassign` and `slabs automove`, answered as memcached answers them (see
+/// [`reassign`]); the automover has nothing to do with one class that holds every item (its
+/// settings are kept and reported).
 pub(super) fn slabs(cx: &mut Cx<'_>, command: SlabsCommand, out: &mut Vec<u8>) {
     let control = cx.core.control();
     match command {
-        SlabsCommand::Reassign { src, dst } => {
-            let reply = if src == dst {
-                ErrorReply::SameClass
-            } else {
-                ErrorReply::BadReassignClass
-            };
-            reply.emit_into(out);
-        }
+        SlabsCommand::Reassign { src, dst } => match reassign(cx, src, dst) {
+            Ok(()) => Response::Ok.emit_into(out),
+            Err(reply) => reply.emit_into(out),
+        },
         SlabsCommand::Automove { level, noreply } => {
             control.set_automove(level);
             if !noreply {
@@ -216,6 +216,158 @@ pub(super) fn slabs(cx: &mut Cx<'_>, command: SlabsCommand, out: &mut Vec<u8>) {
                 Response::Ok.emit_into(out);
             }
         }
+    }
+}
+
+/// `slabs reassign <src> <dst>`: moves a page (1 MiB) of memory from class `src` to class
+/// `dst`, in memspin's terms. memspin's memory is not cut into pages per size class: class 1
+/// holds every item, and memory no item holds is class 0, memcached's global page pool,
+/// which every item can use. So a page out of class 1 (to the pool, or to a class 2 to 63,
+/// which hold nothing and take memory from the pool as memcached's empty classes do) is
+/// freed: every worker evicts its share of 1 MiB of items with the clock hand, a bounded step
+/// per turn, counted in `slab_reassign_evictions_nomem`, and the move runs
+/// (`slab_reassign_running`, `BUSY` to another move) until all are done (`slabs_moved`). A
+/// page out of the pool into a class is already that class's to take: the move is done at
+/// once. memcached's answers, in its order: `BUSY` while a move runs, `SAME`, `BADCLASS` for
+/// a class outside 0..=63 (`src` -1 picks class 1 when it has pages to spare, as memcached's
+/// "any class"), `NOSPARE` when `src` has fewer than two pages (class 1: `stats slabs`'
+/// `1:total_pages`; the pool: whole free pages of the budget), else `OK`.
+fn reassign(cx: &mut Cx<'_>, src: i32, dst: i32) -> Result<(), ErrorReply> {
+    let control = cx.core.control().clone();
+    if control.pages.running() {
+        return Err(ErrorReply::ReassignBusy);
+    }
+    if src == dst {
+        return Err(ErrorReply::SameClass);
+    }
+    let memory = cx.core.memory_figures();
+    let item_pages = if memory.items == 0 {
+        0
+    } else {
+        memory.heap_bytes.div_ceil(PAGE_BYTES)
+    };
+    let pool_pages = memory.limit_bytes.saturating_sub(memory.heap_bytes) / PAGE_BYTES;
+    let item_class = ITEM_CLASS as i32;
+    let src = if src == -1 && dst != item_class && item_pages >= 2 {
+        item_class
+    } else {
+        src
+    };
+    let classes = 0..=LARGEST_CLASS as i32;
+    if !classes.contains(&src) || !classes.contains(&dst) {
+        return Err(ErrorReply::BadReassignClass);
+    }
+    let pages = match src {
+        0 => pool_pages,
+        1 => item_pages,
+        _ => 0,
+    };
+    if pages < 2 {
+        return Err(ErrorReply::NoSpare);
+    }
+    let workers = if src == item_class { cx.workers() } else { 0 };
+    if !control.pages.start(workers) {
+        return Err(ErrorReply::ReassignBusy);
+    }
+    log::info!("slabs reassign {src} {dst}: {pages} pages in class {src}");
+    Ok(())
+}
+
+/// The other `lru_crawler` commands, answered as memcached answers them. `crawl` starts a
+/// crawl of memspin's one class on every worker (each walks its own table, a bounded step
+/// per turn, pausing `sleep` microseconds between steps, looking at `tocrawl` items at
+/// most); a list without class 1 holds nothing to crawl, and is done at once. `enable` and
+/// `disable` switch the background crawler and the `crawl` and `metadump` commands.
+pub(super) fn lru_crawler(cx: &mut Cx<'_>, command: CrawlerCommand<'_>, out: &mut Vec<u8>) {
+    let reply = match command {
+        CrawlerCommand::Crawl(classes) => crawl(cx, classes),
+        CrawlerCommand::ToCrawl(n) => {
+            cx.core.control().crawler.set_tocrawl(n);
+            Ok(())
+        }
+        CrawlerCommand::Sleep(us) => {
+            cx.core.control().crawler.set_sleep_us(us);
+            Ok(())
+        }
+        CrawlerCommand::Enable => {
+            if cx.core.control().crawler.set_enabled(true) {
+                Err(ErrorReply::CrawlerStartFailed)
+            } else {
+                log::info!("lru_crawler enabled");
+                Ok(())
+            }
+        }
+        CrawlerCommand::Disable => {
+            if cx.core.control().crawler.set_enabled(false) {
+                log::info!("lru_crawler disabled");
+            }
+            Ok(())
+        }
+    };
+    match reply {
+        Ok(()) => Response::Ok.emit_into(out),
+        Err(reply) => reply.emit_into(out),
+    }
+}
+
+/// `lru_crawler crawl <classes>`: memcached's checks in its order (disabled, a bad class,
+/// busy, `hash`, an empty list), then the crawl starts.
+fn crawl(cx: &mut Cx<'_>, classes: Classes<'_>) -> Result<(), ErrorReply> {
+    let crawls_items = classes_to_walk(cx, classes)?;
+    let crawler = &cx.core.control().crawler;
+    if classes == Classes::Hash {
+        // Only a metadump walks the hash table.
+        return Err(if crawler.running() {
+            ErrorReply::CrawlerBusy
+        } else {
+            ErrorReply::CrawlerError
+        });
+    }
+    let workers = if crawls_items { cx.workers() } else { 0 };
+    if !crawler.start(workers) {
+        return Err(ErrorReply::CrawlerBusy);
+    }
+    log::info!("lru_crawler crawl started");
+    Ok(())
+}
+
+/// Whether `classes` includes memspin's one class (`all` and `hash` do), after the checks
+/// `lru_crawler crawl` and `metadump` share: the crawler is enabled, every class is a number
+/// from 1 to 63, no crawl runs, and the list names a class at all.
+fn classes_to_walk(cx: &Cx<'_>, classes: Classes<'_>) -> Result<bool, ErrorReply> {
+    let crawler = &cx.core.control().crawler;
+    if !crawler.enabled() {
+        return Err(ErrorReply::CrawlerDisabled);
+    }
+    let (walks, named) = match classes {
+        Classes::All | Classes::Hash => (true, true),
+        Classes::List(_) => {
+            let numbers: Vec<u32> = classes.numbers().ok_or(ErrorReply::BadClass)?.collect();
+            if numbers.iter().any(|&n| n == 0 || n > LARGEST_CLASS) {
+                return Err(ErrorReply::BadClass);
+            }
+            (numbers.contains(&ITEM_CLASS), !numbers.is_empty())
+        }
+    };
+    if crawler.running() {
+        return Err(ErrorReply::CrawlerBusy);
+    }
+    if !named {
+        return Err(ErrorReply::CrawlerNotStarted);
+    }
+    Ok(walks)
+}
+
+/// `cache_memlimit <megabytes>`: the whole memory budget from now on (`stats settings`'
+/// `maxbytes`). This worker's shard takes its share at once, the others on their next loop
+/// iteration; a lower budget is reached by evicting a bounded step per turn.
+pub(super) fn cache_memlimit(cx: &mut Cx<'_>, megabytes: u32, noreply: bool, out: &mut Vec<u8>) {
+    let bytes = u64::from(megabytes) << 20;
+    cx.core.control().set_memory_limit_bytes(bytes);
+    cx.core.apply_memory_limit();
+    log::info!("maxbytes adjusted to {megabytes}m");
+    if !noreply {
+        Response::Ok.emit_into(out);
     }
 }
 
@@ -276,22 +428,12 @@ pub(super) fn metadump(
     line_len: usize,
     out: &mut Vec<u8>,
 ) -> Step {
-    let dumps = match classes {
-        Classes::All | Classes::Hash => true,
-        Classes::List(_) => match classes.numbers() {
-            Some(numbers) => {
-                let numbers: Vec<u32> = numbers.collect();
-                if numbers.is_empty() || numbers.iter().any(|&n| n == 0 || n > LARGEST_CLASS) {
-                    ErrorReply::BadClass.emit_into(out);
-                    return Step::Done(line_len);
-                }
-                numbers.contains(&ITEM_CLASS)
-            }
-            None => {
-                ErrorReply::BadClass.emit_into(out);
-                return Step::Done(line_len);
-            }
-        },
+    let dumps = match classes_to_walk(cx, classes) {
+        Ok(dumps) => dumps,
+        Err(reply) => {
+            reply.emit_into(out);
+            return Step::Done(line_len);
+        }
     };
     if !dumps {
         Response::End.emit_into(out);

@@ -1073,6 +1073,259 @@ fn slabs_commands_are_answered_as_memcached_answers_them() {
     );
 }
 
+/// Runs `e`'s background work as its loop would, a step per call from `from_ns` on with
+/// `step_ns` between calls, until a call does none; returns how many did some.
+#[track_caller]
+fn housekeep_until_idle(e: &mut Engine, now: u64, from_ns: u64, step_ns: u64) -> usize {
+    let mut ns = from_ns;
+    let mut steps = 0;
+    while e.housekeep(now, ns) {
+        steps += 1;
+        ns += step_ns;
+        assert!(steps < 100_000, "background work ends");
+    }
+    steps
+}
+
+/// Stores `count` items `<prefix><i>` of `len` bytes, expiring after `exptime`.
+#[track_caller]
+fn fill(e: &mut Engine, prefix: &str, count: usize, len: usize, exptime: i64) {
+    let value = "v".repeat(len);
+    let mut session = Session::default();
+    for i in 0..count {
+        let line = format!("set {prefix}{i} 0 {exptime} {len} noreply\r\n{value}\r\n");
+        let (out, outcome) = run_bytes(e, &mut session, line.as_bytes());
+        assert_eq!((out.as_str(), outcome.consumed), ("", line.len()));
+    }
+}
+
+// Regression: `slabs reassign` answered BADCLASS where memcached answers NOSPARE, and no
+// page could ever move.
+#[test]
+fn slabs_reassign_moves_a_page_as_memcached_answers_it() {
+    let mut e = engine();
+    let nospare = "NOSPARE source class has no spare pages\r\n";
+    let badclass = "BADCLASS invalid src or dst class id\r\n";
+    // No item yet: class 1 has no page, a class 2 to 63 never has one.
+    for (line, reply) in [
+        ("slabs reassign 1 2\r\n", nospare),
+        ("slabs reassign 1 0\r\n", nospare),
+        ("slabs reassign 2 1\r\n", nospare),
+        ("slabs reassign 63 0\r\n", nospare),
+        ("slabs reassign 64 1\r\n", badclass),
+        ("slabs reassign 1 64\r\n", badclass),
+        ("slabs reassign -2 1\r\n", badclass),
+        ("slabs reassign 1 -1\r\n", badclass),
+        // "Any class": none has a page to spare.
+        ("slabs reassign -1 2\r\n", badclass),
+        (
+            "slabs reassign -1 -1\r\n",
+            "SAME src and dst class are identical\r\n",
+        ),
+        // The pool (the 64 MiB no item holds) gives a page at once.
+        ("slabs reassign 0 1\r\n", "OK\r\n"),
+    ] {
+        assert_eq!(ok(&mut e, line), reply, "{line:?}");
+    }
+    let stats = ok(&mut e, "stats\r\n");
+    assert_eq!(stat(&stats, "slabs_moved").as_deref(), Some("1"));
+    assert_eq!(stat(&stats, "slab_reassign_running").as_deref(), Some("0"));
+    assert_eq!(stat(&stats, "slab_global_page_pool").as_deref(), Some("64"));
+    fill(&mut e, "k", 3000, 1000, 0);
+    let slabs = ok(&mut e, "stats slabs\r\n");
+    let pages: u64 = stat(&slabs, "1:total_pages").unwrap().parse().unwrap();
+    assert!(pages >= 3, "{slabs}");
+    let bytes_before: u64 = stat(&ok(&mut e, "stats\r\n"), "bytes")
+        .unwrap()
+        .parse()
+        .unwrap();
+    // A page of items goes back to the pool, over several turns; another move waits.
+    assert_eq!(ok(&mut e, "slabs reassign 1 0\r\n"), "OK\r\n");
+    assert_eq!(
+        ok(&mut e, "slabs reassign 1 5\r\n"),
+        "BUSY currently processing reassign request\r\n"
+    );
+    let stats = ok(&mut e, "stats\r\n");
+    assert_eq!(stat(&stats, "slab_reassign_running").as_deref(), Some("1"));
+    let steps = housekeep_until_idle(&mut e, NOW, 1, 1000);
+    assert!(steps >= 2, "bounded steps: {steps}");
+    let stats = ok(&mut e, "stats\r\n");
+    let number = |name: &str| -> u64 { stat(&stats, name).unwrap().parse().unwrap() };
+    assert_eq!(number("slab_reassign_running"), 0);
+    assert_eq!(number("slabs_moved"), 2);
+    let freed = bytes_before - number("bytes");
+    assert!(
+        (PAGE_BYTES..PAGE_BYTES + 2000).contains(&freed),
+        "{freed} bytes of items freed"
+    );
+    let evicted = number("slab_reassign_evictions_nomem");
+    assert_eq!(3000 - number("curr_items"), evicted);
+    assert_eq!(number("evictions"), 0, "a page move is not an eviction");
+    // "Any class" picks the item class.
+    assert_eq!(ok(&mut e, "slabs reassign -1 7\r\n"), "OK\r\n");
+    housekeep_until_idle(&mut e, NOW, 1, 1000);
+    let stats = ok(&mut e, "stats\r\n");
+    assert_eq!(stat(&stats, "slabs_moved").as_deref(), Some("3"));
+    assert!(ok(&mut e, "stats settings\r\n").contains("STAT slab_reassign yes\r\n"));
+    // `stats reset` starts the count over.
+    ok(&mut e, "stats reset\r\n");
+    assert_eq!(
+        stat(&ok(&mut e, "stats\r\n"), "slabs_moved").as_deref(),
+        Some("0")
+    );
+}
+
+// Regression: `lru_crawler crawl`, `tocrawl`, `sleep`, `enable` and `disable` answered ERROR;
+// memcached crawls.
+#[test]
+fn lru_crawler_crawl_reclaims_expired_items_a_step_per_turn() {
+    let mut e = engine();
+    let settings = ok(&mut e, "stats settings\r\n");
+    for (name, value) in [
+        ("lru_crawler", "yes"),
+        ("lru_crawler_sleep", "100"),
+        ("lru_crawler_tocrawl", "0"),
+    ] {
+        assert_eq!(stat(&settings, name).as_deref(), Some(value), "{name}");
+    }
+    fill(&mut e, "live", 200, 10, 0);
+    fill(&mut e, "short", 400, 10, 1);
+    let later = NOW + 2;
+    assert_eq!(ok(&mut e, "lru_crawler crawl 1\r\n"), "OK\r\n");
+    let busy = "BUSY currently processing crawler request\r\n";
+    assert_eq!(ok(&mut e, "lru_crawler crawl all\r\n"), busy);
+    assert_eq!(ok(&mut e, "lru_crawler metadump all\r\n"), busy);
+    let stats = ok(&mut e, "stats\r\n");
+    assert_eq!(stat(&stats, "lru_crawler_running").as_deref(), Some("1"));
+    assert_eq!(stat(&stats, "lru_crawler_starts").as_deref(), Some("1"));
+    // A step, then nothing until `lru_crawler sleep` (100 us) has passed.
+    assert!(e.housekeep(later, 1_000));
+    assert!(!e.housekeep(later, 50_000), "paused");
+    assert!(e.housekeep(later, 101_000));
+    let steps = 2 + housekeep_until_idle(&mut e, later, 201_000, 100_000);
+    assert!(steps >= 600 / HOUSEKEEPING_ITEMS, "{steps} steps");
+    let stats = ok(&mut e, "stats\r\n");
+    let number = |name: &str| -> u64 { stat(&stats, name).unwrap().parse().unwrap() };
+    assert_eq!(number("lru_crawler_running"), 0);
+    assert_eq!(number("crawler_reclaimed"), 400);
+    assert_eq!(number("crawler_items_checked"), 600);
+    assert_eq!(number("curr_items"), 200);
+    assert_eq!(number("reclaimed"), 0, "the crawler's are counted apart");
+    let items = ok(&mut e, "stats items\r\n");
+    assert_eq!(
+        stat(&items, "items:1:crawler_reclaimed").as_deref(),
+        Some("400")
+    );
+    // `tocrawl` bounds a crawl; a class without items is crawled at once.
+    assert_eq!(ok(&mut e, "lru_crawler tocrawl 10\r\n"), "OK\r\n");
+    assert_eq!(ok(&mut e, "lru_crawler crawl 1,2\r\n"), "OK\r\n");
+    housekeep_until_idle(&mut e, later, 1_000_000, 100_000);
+    assert_eq!(ok(&mut e, "lru_crawler crawl 2,3\r\n"), "OK\r\n");
+    let stats = ok(&mut e, "stats\r\n");
+    assert_eq!(
+        stat(&stats, "crawler_items_checked").as_deref(),
+        Some("610")
+    );
+    assert_eq!(stat(&stats, "lru_crawler_running").as_deref(), Some("0"));
+    assert_eq!(stat(&stats, "lru_crawler_starts").as_deref(), Some("3"));
+    for (line, reply) in [
+        (
+            "lru_crawler crawl ,\r\n",
+            "NOTSTARTED no items to crawl\r\n",
+        ),
+        ("lru_crawler crawl 0\r\n", "BADCLASS invalid class id\r\n"),
+        ("lru_crawler crawl 64\r\n", "BADCLASS invalid class id\r\n"),
+        ("lru_crawler crawl 1,x\r\n", "BADCLASS invalid class id\r\n"),
+        (
+            "lru_crawler crawl hash\r\n",
+            "ERROR an unknown error happened\r\n",
+        ),
+        (
+            "lru_crawler sleep 1000001\r\n",
+            "CLIENT_ERROR sleep must be one second or less\r\n",
+        ),
+        ("lru_crawler sleep 0\r\n", "OK\r\n"),
+        (
+            "lru_crawler enable\r\n",
+            "ERROR failed to start lru crawler thread\r\n",
+        ),
+        ("lru_crawler disable\r\n", "OK\r\n"),
+        ("lru_crawler disable\r\n", "OK\r\n"),
+        (
+            "lru_crawler crawl 1\r\n",
+            "CLIENT_ERROR lru crawler disabled\r\n",
+        ),
+        (
+            "lru_crawler metadump all\r\n",
+            "CLIENT_ERROR lru crawler disabled\r\n",
+        ),
+    ] {
+        assert_eq!(ok(&mut e, line), reply, "{line:?}");
+    }
+    let settings = ok(&mut e, "stats settings\r\n");
+    assert_eq!(stat(&settings, "lru_crawler").as_deref(), Some("no"));
+    assert_eq!(stat(&settings, "lru_crawler_sleep").as_deref(), Some("0"));
+    assert_eq!(
+        stat(&settings, "lru_crawler_tocrawl").as_deref(),
+        Some("10")
+    );
+    // Disabled, the background crawler takes nothing back either.
+    fill(&mut e, "again", 100, 10, 1);
+    assert_eq!(e.sweep_expired(usize::MAX, later), 0);
+    assert_eq!(ok(&mut e, "lru_crawler enable\r\n"), "OK\r\n");
+    assert_eq!(e.sweep_expired(usize::MAX, later), 100);
+    assert_eq!(ok(&mut e, "lru_crawler crawl 1\r\n"), "OK\r\n");
+}
+
+// Regression: `cache_memlimit` answered ERROR; memcached changes its budget at run time.
+#[test]
+fn cache_memlimit_changes_the_budget_and_a_lower_one_is_reached_in_steps() {
+    let mut e = engine_with_control(crate::control::Settings {
+        memory_limit_bytes: 64 << 20,
+        ..Default::default()
+    });
+    for (line, reply) in [
+        (
+            "cache_memlimit 7\r\n",
+            "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
+        ),
+        (
+            "cache_memlimit 1000000001\r\n",
+            "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n",
+        ),
+        ("cache_memlimit x\r\n", "ERROR\r\n"),
+        ("cache_memlimit 5 noreply\r\n", ""),
+    ] {
+        assert_eq!(ok(&mut e, line), reply, "{line:?}");
+    }
+    fill(&mut e, "k", 20_000, 1000, 0);
+    let number = |reply: &str, name: &str| -> u64 { stat(reply, name).unwrap().parse().unwrap() };
+    let stats = ok(&mut e, "stats\r\n");
+    assert!(number(&stats, "bytes") > 16 << 20);
+    assert_eq!(number(&stats, "evictions"), 0);
+    assert_eq!(ok(&mut e, "cache_memlimit 8\r\n"), "OK\r\n");
+    let settings = ok(&mut e, "stats settings\r\n");
+    assert_eq!(number(&settings, "maxbytes"), 8 << 20);
+    assert_eq!(number(&ok(&mut e, "stats\r\n"), "limit_maxbytes"), 8 << 20);
+    // Evicted down to the new budget a bounded step per turn.
+    let steps = housekeep_until_idle(&mut e, NOW, 1, 1000);
+    assert!(steps > 10_000 / HOUSEKEEPING_ITEMS, "{steps} steps");
+    let stats = ok(&mut e, "stats\r\n");
+    assert!(number(&stats, "bytes") <= 8 << 20);
+    let evictions = number(&stats, "evictions");
+    assert!(evictions > 10_000, "{evictions}");
+    // A higher budget is room at once.
+    assert_eq!(ok(&mut e, "cache_memlimit 16 noreply\r\n"), "");
+    fill(&mut e, "more", 5000, 1000, 0);
+    let stats = ok(&mut e, "stats\r\n");
+    assert_eq!(number(&stats, "evictions"), evictions);
+    assert!(number(&stats, "bytes") > 8 << 20);
+    assert_eq!(
+        number(&ok(&mut e, "stats settings\r\n"), "maxbytes"),
+        16 << 20
+    );
+}
+
 #[test]
 fn metadump_lists_every_item_as_memcached_formats_it() {
     let mut e = engine();
@@ -1102,6 +1355,8 @@ fn metadump_lists_every_item_as_memcached_formats_it() {
     assert_eq!(ok(&mut e, "lru_crawler metadump hash\r\n"), dump);
     assert_eq!(ok(&mut e, "lru_crawler metadump 1,2\r\n"), dump);
     assert_eq!(ok(&mut e, "lru_crawler metadump 2\r\n"), "END\r\n");
+    // Empty items of the list are skipped, as memcached's list reading skips them.
+    assert_eq!(ok(&mut e, "lru_crawler metadump ,1,,\r\n"), dump);
     for bad in ["0", "64", "1,x"] {
         assert_eq!(
             ok(&mut e, &format!("lru_crawler metadump {bad}\r\n")),
@@ -1388,4 +1643,140 @@ fn stats_cachedump_stops_at_two_mebibytes() {
     );
     assert!(dump.len() > crate::stats::CACHEDUMP_MAX_BYTES - 300);
     assert!(dump.ends_with("s]\r\nEND\r\n"));
+}
+
+// Regression: `bytes_read` counted a request's bytes once it had run, so right after `stats
+// reset` it held the reset's own line. memcached counts bytes as it reads them, before it
+// executes the requests in them.
+#[test]
+fn bytes_read_counts_bytes_as_they_arrive() {
+    let mut e = engine();
+    let figures = |e: &mut Engine, session: &mut Session, input: &str| {
+        let (out, _) = run_bytes(e, session, input.as_bytes());
+        (
+            stat(&out, "bytes_read").unwrap(),
+            stat(&out, "bytes_written").unwrap(),
+        )
+    };
+    let mut session = Session::default();
+    run_bytes(&mut e, &mut session, b"stats reset\r\n");
+    // `stats` itself was read before it ran; `RESET\r\n` was written after the reset.
+    assert_eq!(
+        figures(&mut e, &mut session, "stats\r\n"),
+        ("7".into(), "7".into())
+    );
+    // Read together with the reset: counted before it, so gone.
+    assert_eq!(
+        figures(&mut e, &mut session, "stats reset\r\nstats\r\n"),
+        ("0".into(), "0".into())
+    );
+    run_bytes(&mut e, &mut session, b"stats reset\r\n");
+    run_bytes(&mut e, &mut session, b"get nope\r\n");
+    assert_eq!(
+        figures(&mut e, &mut session, "stats\r\n"),
+        ("17".into(), "12".into())
+    );
+    // A request arriving in pieces is counted once: the caller hands the unconsumed part
+    // back with what arrived since.
+    run_bytes(&mut e, &mut session, b"stats reset\r\n");
+    let (_, outcome) = run_bytes(&mut e, &mut session, b"set k 0 0 5\r\nhel");
+    assert_eq!(outcome.consumed, 0);
+    let (out, outcome) = run_bytes(&mut e, &mut session, b"set k 0 0 5\r\nhello\r\n");
+    assert_eq!((out.as_str(), outcome.consumed), ("STORED\r\n", 20));
+    assert_eq!(
+        figures(&mut e, &mut session, "stats\r\n"),
+        ("27".into(), "15".into())
+    );
+}
+
+// Regression: `stats conns` wrote IPv6 addresses without brackets (`tcp:::1:11211`); memcached
+// writes `tcp6:[::1]:11211`.
+#[test]
+fn stats_conns_writes_ipv6_addresses_as_memcached_does() {
+    let mut e = engine_with_control(crate::control::Settings {
+        tcp_port: 11211,
+        interface: "::1".into(),
+        cpus: vec![0],
+        ..Default::default()
+    });
+    let control = e.control().clone();
+    let peer = "[::1]:40000".parse().unwrap();
+    let local = "[::1]:11211".parse().unwrap();
+    let record = control.open_connection(0, Some(peer), Some(local), store::Now::from(NOW));
+    let mut session = Session::default();
+    session.set_record(record);
+    let (conns, _) = run_bytes(&mut e, &mut session, b"stats conns\r\n");
+    let addrs: Vec<&str> = conns.lines().filter(|l| l.contains("addr ")).collect();
+    assert_eq!(
+        addrs,
+        [
+            "STAT 0:addr tcp6:[::1]:11211",
+            "STAT 1:addr tcp6:[::1]:40000",
+            "STAT 1:listen_addr tcp6:[::1]:11211",
+        ],
+        "{conns}"
+    );
+}
+
+// Regression: Redis's `CLIENT ID` numbered connections apart from `stats conns`, `watch` and
+// the logs (its own count per worker): one connection had two numbers.
+#[test]
+fn client_id_is_the_number_stats_conns_shows() {
+    let mut e = engine_with_control(crate::control::Settings {
+        tcp_port: 11211,
+        resp_port: Some(6379),
+        interface: "127.0.0.1".into(),
+        cpus: vec![0, 1],
+        ..Default::default()
+    });
+    let control = e.control().clone();
+    let peer = "127.0.0.1:40000".parse().unwrap();
+    let mut text = Session::default();
+    text.set_record(control.open_connection(0, None, None, store::Now::from(NOW)));
+    let mut redis = Session::speaking(Protocol::Resp(protocol::resp::Version::Resp2));
+    let record = control.open_connection(0, Some(peer), None, store::Now::from(NOW));
+    let number = record.number;
+    redis.set_record(record);
+    let (id, _) = run_bytes(&mut e, &mut redis, b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n");
+    assert_eq!(id, format!(":{number}\r\n"));
+    let (conns, _) = run_bytes(&mut e, &mut text, b"stats conns\r\n");
+    assert!(
+        conns.contains(&format!("STAT {number}:addr tcp:127.0.0.1:40000\r\n")),
+        "{conns}"
+    );
+    // A connection without a record (an engine driven directly) takes the next number of the
+    // same count.
+    let mut bare = Session::speaking(Protocol::Resp(protocol::resp::Version::Resp2));
+    let (id, _) = run_bytes(&mut e, &mut bare, b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n");
+    assert_eq!(id, format!(":{}\r\n", number + 1));
+    let next = control.open_connection(0, None, None, store::Now::from(NOW));
+    assert_eq!(next.number, number + 2);
+}
+
+// With eviction off (`-M`) live items stay over a lowered budget: the worker does not spin
+// trying to evict them, and tries again on the background crawler's schedule.
+#[test]
+fn a_lowered_budget_with_eviction_off_does_not_keep_the_worker_busy() {
+    let mut e = engine_with_control(crate::control::Settings {
+        memory_limit_bytes: 64 << 20,
+        no_evictions: true,
+        ..Default::default()
+    });
+    fill(&mut e, "live", 12_000, 1000, 0);
+    assert_eq!(ok(&mut e, "cache_memlimit 8\r\n"), "OK\r\n");
+    assert!(!e.housekeep(NOW, 1), "nothing can go");
+    assert_eq!(e.background_wait_ns(2), None, "so the worker may sleep");
+    assert_eq!(
+        ok(&mut e, "set more 0 0 5\r\nhello\r\n"),
+        "SERVER_ERROR out of memory storing object\r\n"
+    );
+    // Deletes make room; the next background turn goes on shrinking.
+    let mut deletes = String::new();
+    for i in 0..6000 {
+        deletes.push_str(&format!("delete live{i} noreply\r\n"));
+    }
+    ok(&mut e, &deletes);
+    e.sweep_expired(0, NOW);
+    assert_eq!(e.background_wait_ns(3), None, "within the budget again");
+    assert_eq!(ok(&mut e, "set more 0 0 5\r\nhello\r\n"), "STORED\r\n");
 }
