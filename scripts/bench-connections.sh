@@ -18,7 +18,8 @@
 #
 # Usage: scripts/bench-connections.sh [ROUNDS (default 5)] [SECONDS (default 5)] [FEW (32)] [MANY (1000)]
 #   NET=tap|kernel (default tap), WARMUP=SECONDS (default 3), IDLE=spin|park|adaptive (memspin's
-#   --idle, default spin), LOADGEN_ARGS="..." (more memspin-loadgen options for both counts)
+#   --idle, default spin), SERVER_ARGS="..." (more memspin options, e.g. --rto-min off),
+#   LOADGEN_ARGS="..." (more memspin-loadgen options for both counts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -31,6 +32,7 @@ net=${NET:-tap}
 warmup=${WARMUP:-3}
 idle=${IDLE:-spin}
 loadgen_args=(${LOADGEN_ARGS:-})
+server_args=(${SERVER_ARGS:-})
 need_packages iproute2 python3
 need_root_for_namespaces
 
@@ -50,7 +52,8 @@ case $net in
   kernel) args=(--net kernel -l 127.0.0.1 -p 11211); addr=127.0.0.1:11211 ;;
   *) die "NET must be tap or kernel" ;;
 esac
-start_server "$ns" "$out/memspin.log" "${args[@]}" --cpus 0 --idle "$idle" -c "$limit" -m 256
+start_server "$ns" "$out/memspin.log" "${args[@]}" --cpus 0 --idle "$idle" -c "$limit" -m 256 \
+  "${server_args[@]}"
 
 # wait_closed: until no client socket of the last run is open or closing (30 s at most), then a
 # pause for memspin to free the slots of the connections it saw close.

@@ -16,7 +16,14 @@
 //! **Adaptive, in detail.** Each time work arrives after the worker ran out of it, the gap
 //! (from the end of the last work to the arrival) is kept; the last [`GAP_SAMPLES`] gaps stand
 //! for what comes next. A worker that spins for a window `W` before sleeping pays, per gap `g`,
-//! `min(g, W)` of spinning, plus the wake-up cost `C` when `g > W` (it slept). The spin window
+//! `min(g, W)` of spinning, plus what the sleep costs when `g > W`: the wake-up cost `C`, or,
+//! when the rest of the wait `g - W` is shorter than that, only the wait and the system call
+//! ([`SLEEP_FLOOR`]): a sleep whose frame is already queued, or comes during the call, returns
+//! before the thread leaves its CPU. (Over TAP that case is common: a peer's kernel that
+//! answers a frame at once, a duplicate's D-SACK or a new connection's quick ACKs, does it
+//! inside the worker's own write, so the answer is queued when the write returns. Charged a
+//! whole wake-up, those near-zero gaps taught the worker to spin a few microseconds after every
+//! reply.) The spin window
 //! is the `W` that minimises the sum of those costs over the kept gaps, recomputed every
 //! [`RELEARN_EVERY`] gaps: `0` (sleep as soon as the queue is found empty) when most gaps are
 //! longer than a wake-up costs, the length of a cluster of short gaps when arrivals come in
@@ -74,6 +81,9 @@ pub const WAKE_COST_MAX: Duration = Duration::from_micros(100);
 pub const WAKE_SAMPLE_EVERY: u32 = 32;
 /// A gap longer than this counts as this long (it decides nothing more, and fits 32 bits).
 const GAP_MAX_NANOS: u64 = 1 << 31;
+/// What a sleep costs beyond the wait itself when it ends before the thread leaves its CPU
+/// (the frame is already queued, or comes during the system call): the `poll(2)` call.
+pub const SLEEP_FLOOR: Duration = Duration::from_micros(1);
 
 /// What one loop iteration did, as the idle policy needs to know it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,28 +137,43 @@ impl Gaps {
 }
 
 /// The spin window that minimises the CPU spent waiting over `gaps` (nanoseconds): each gap
-/// `g` costs `min(g, W)` spinning, plus `wake_cost` when `g > W`. Ties go to the shorter
-/// window.
+/// `g` costs `g` when it is at most the window `W` (spun through), else `W` of spinning and
+/// then the sleep: `min(g - W + SLEEP_FLOOR, wake_cost)` (a short rest of the wait ends the
+/// sleep before the thread leaves its CPU). The windows tried are `0` and each gap; ties go
+/// to the shorter window.
 fn best_window(gaps: &[u32], wake_cost: Duration) -> Duration {
     let mut sorted = [0u32; GAP_SAMPLES];
     let n = gaps.len().min(GAP_SAMPLES);
     sorted[..n].copy_from_slice(&gaps[..n]);
     let sorted = &mut sorted[..n];
     sorted.sort_unstable();
-    let cost_wake = u64::try_from(wake_cost.as_nanos()).unwrap_or(u64::MAX);
-    // W = 0: every gap (none is shorter than nothing) pays a wake-up.
-    let mut best = (cost_wake.saturating_mul(n as u64), 0u64);
-    let mut spun = 0u64;
-    for (k, &gap) in sorted.iter().enumerate() {
-        let gap = u64::from(gap);
-        spun += gap;
-        // W = this gap: the k + 1 shortest are caught spinning; each longer one spins W and
-        // then sleeps (equal gaps further on are over-charged here, and priced exactly at
-        // the last of them).
-        let longer = (n - k - 1) as u64;
-        let cost = spun.saturating_add(longer.saturating_mul(gap.saturating_add(cost_wake)));
-        if cost < best.0 {
-            best = (cost, gap);
+    // prefix[i]: the sum of the i shortest gaps.
+    let mut prefix = [0u64; GAP_SAMPLES + 1];
+    for (i, &gap) in sorted.iter().enumerate() {
+        prefix[i + 1] = prefix[i] + u64::from(gap);
+    }
+    let wake = u64::try_from(wake_cost.as_nanos()).unwrap_or(u64::MAX);
+    let floor = SLEEP_FLOOR.as_nanos() as u64;
+    let cost = |window: u64| -> u64 {
+        // Gaps up to the window are spun through.
+        let spun = sorted.partition_point(|&g| u64::from(g) <= window);
+        // The others spin the window and sleep; a sleep whose rest of the wait plus the
+        // floor is under a wake-up costs that (gap + floor), from this index on a wake-up.
+        let dear_from = window.saturating_add(wake.saturating_sub(floor));
+        let cheap_end = spun + sorted[spun..].partition_point(|&g| u64::from(g) < dear_from);
+        let cheap = (cheap_end - spun) as u64;
+        let dear = (n - cheap_end) as u64;
+        prefix[spun]
+            .saturating_add(prefix[cheap_end] - prefix[spun])
+            .saturating_add(cheap.saturating_mul(floor))
+            .saturating_add(dear.saturating_mul(window.saturating_add(wake)))
+    };
+    let mut best = (cost(0), 0u64);
+    for &gap in sorted.iter() {
+        let window = u64::from(gap);
+        let c = cost(window);
+        if c < best.0 {
+            best = (c, window);
         }
     }
     Duration::from_nanos(best.1)
@@ -479,21 +504,33 @@ mod tests {
             best_window(&[2_000, 3_000, 4_000], c),
             Duration::from_nanos(4_000)
         );
-        // Half 1 µs, half 1 ms: spin 1 µs (cost 1 + 1 + 2 × (1 + 10) = 24 µs) rather than
-        // sleep every time (40 µs) or spin through (2,002 µs).
+        // Half 3 µs, half 1 ms: sleeping at once costs each 3 µs gap its wait and the floor
+        // (4 µs) and each 1 ms gap a wake-up, 4 + 4 + 10 + 10 = 28 µs, less than spinning
+        // 3 µs first (3 + 3 + 2 × (3 + 10) = 32 µs) or spinning through (2,006 µs).
         assert_eq!(
-            best_window(&[1_000, 1_000_000, 1_000, 1_000_000], c),
+            best_window(&[3_000, 1_000_000, 3_000, 1_000_000], c),
+            Duration::ZERO
+        );
+        // Bursts of three 1 µs gaps after each 1 ms one: spin 1 µs (3 + 11 = 14 per burst)
+        // rather than sleep (3 × 2 + 10 = 16).
+        assert_eq!(
+            best_window(&[1_000, 1_000, 1_000, 1_000_000], c),
             Duration::from_nanos(1_000)
         );
         // Brute force agrees on a mixed sample.
         let gaps: Vec<u32> = (0..GAP_SAMPLES as u32)
             .map(|i| (i * 7919 % 97) * 300)
             .collect();
+        let floor = SLEEP_FLOOR.as_nanos() as u64;
         let cost = |w: u64| -> u64 {
             gaps.iter()
                 .map(|&g| {
                     let g = u64::from(g);
-                    if g <= w { g } else { w + 10_000 }
+                    if g <= w {
+                        g
+                    } else {
+                        w + (g - w + floor).min(10_000)
+                    }
                 })
                 .sum()
         };
@@ -507,6 +544,25 @@ mod tests {
             assert!(cost(best) <= cost(w), "window {best} costs more than {w}");
         }
         assert!(cost(best) <= cost(0));
+    }
+
+    // Before: a sleep was charged a whole wake-up however soon it ended. Over TAP a probe's
+    // D-SACK (or any answer the peer's kernel sends at once) is queued by the time the
+    // worker's write returns, so one near-zero gap in three taught it to spin a microsecond
+    // or more after every reply, where sleeping at once costs a `poll` that returns at once.
+    #[test]
+    fn answers_already_queued_do_not_make_it_spin() {
+        let t0 = Instant::now();
+        let mut s = IdleState::new(Idle::Adaptive, t0);
+        for _ in 0..100 {
+            s.record_wake_cost(Duration::from_micros(15));
+        }
+        let mut gaps = Vec::new();
+        for _ in 0..GAP_SAMPLES {
+            gaps.extend([Duration::from_micros(100), Duration::from_micros(100), US]);
+        }
+        arrivals(&mut s, t0, &gaps);
+        assert_eq!(s.window(), Duration::ZERO);
     }
 
     #[test]
