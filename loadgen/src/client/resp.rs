@@ -13,7 +13,7 @@
 //! A TTL follows memcached's rules, as every protocol of the generator does: up to 30 days it
 //! is relative (`EX`), beyond it a unix time (`EXAT`).
 
-use protocol::resp::{Frame, FrameError, MAX_HEADER_LEN, parse_integer, write_command};
+use protocol::resp::{Frame, FrameError, MAX_HEADER_LEN, parse_integer, write_bulk, write_header};
 
 use super::{DecodeError, Expect, InvalidReply, MultiHit, Reply, Request};
 use crate::workload::Command;
@@ -21,34 +21,54 @@ use crate::workload::Command;
 /// memcached's largest relative TTL: larger ones are unix times.
 const MAX_RELATIVE_TTL: u32 = 60 * 60 * 24 * 30;
 
-/// Appends the request.
+/// Appends the request: the command's header and name as constants, each argument with
+/// `write_bulk` (nothing allocated, no argument list built).
 pub fn encode(r: &Request<'_>, out: &mut Vec<u8>) {
     match r.command {
-        Command::Get => write_command(out, &[&b"GET"[..], r.key]),
-        Command::Set if r.ttl == 0 => write_command(out, &[&b"SET"[..], r.key, r.value]),
-        Command::Set => {
-            let option: &[u8] = if r.ttl <= MAX_RELATIVE_TTL {
-                b"EX"
-            } else {
-                b"EXAT"
-            };
-            let ttl = r.ttl.to_string();
-            write_command(out, &[&b"SET"[..], r.key, r.value, option, ttl.as_bytes()]);
+        Command::Get => {
+            out.extend_from_slice(b"*2\r\n$3\r\nGET\r\n");
+            write_bulk(out, r.key);
         }
-        Command::Delete => write_command(out, &[&b"DEL"[..], r.key]),
-        Command::MultiGet => {
-            // `*<n>` then each key, as `write_command` would write them, without a list.
-            out.push(b'*');
-            out.extend_from_slice((r.multi.len() + 1).to_string().as_bytes());
-            out.extend_from_slice(b"\r\n$4\r\nMGET\r\n");
-            for i in 0..r.multi.len() {
-                let key = r.multi.key(i);
-                out.push(b'$');
-                out.extend_from_slice(key.len().to_string().as_bytes());
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(key);
-                out.extend_from_slice(b"\r\n");
+        Command::Set if r.ttl == 0 => {
+            out.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
+            write_bulk(out, r.key);
+            write_bulk(out, r.value);
+        }
+        Command::Set => {
+            out.extend_from_slice(b"*5\r\n$3\r\nSET\r\n");
+            write_bulk(out, r.key);
+            write_bulk(out, r.value);
+            if r.ttl <= MAX_RELATIVE_TTL {
+                out.extend_from_slice(b"$2\r\nEX\r\n");
+            } else {
+                out.extend_from_slice(b"$4\r\nEXAT\r\n");
             }
+            let mut digits = [0u8; 10];
+            write_bulk(out, decimal(r.ttl, &mut digits));
+        }
+        Command::Delete => {
+            out.extend_from_slice(b"*2\r\n$3\r\nDEL\r\n");
+            write_bulk(out, r.key);
+        }
+        Command::MultiGet => {
+            write_header(out, r.multi.len() + 1);
+            out.extend_from_slice(b"$4\r\nMGET\r\n");
+            for i in 0..r.multi.len() {
+                write_bulk(out, r.multi.key(i));
+            }
+        }
+    }
+}
+
+/// `n` in decimal, written into the end of `digits`.
+fn decimal(mut n: u32, digits: &mut [u8; 10]) -> &[u8] {
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &digits[at..];
         }
     }
 }
@@ -175,6 +195,59 @@ mod tests {
              *2\r\n$3\r\nDEL\r\n$2\r\nk1\r\n\
              *3\r\n$4\r\nMGET\r\n$2\r\nk2\r\n$2\r\nk0\r\n"
         );
+    }
+
+    /// Each request is what `write_command` writes for its words (the general encoder).
+    #[test]
+    fn requests_are_what_write_command_writes() {
+        use protocol::resp::write_command;
+        let ks = Keyspace::new(40, 16).unwrap();
+        let keys: Vec<u64> = (0..40).collect();
+        for ttl in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            MAX_RELATIVE_TTL,
+            MAX_RELATIVE_TTL + 1,
+            u32::MAX,
+        ] {
+            for (command, key) in [
+                (Command::Get, &b"k"[..]),
+                (Command::Get, &[b'x'; 250][..]),
+                (Command::Set, b"key:0000000001"),
+                (Command::Delete, b"k2"),
+            ] {
+                let mut got = Vec::new();
+                encode(&request(command, key, MultiKeys::default(), ttl), &mut got);
+                let ttl_text = ttl.to_string();
+                let option: &[u8] = if ttl <= MAX_RELATIVE_TTL {
+                    b"EX"
+                } else {
+                    b"EXAT"
+                };
+                let words: Vec<&[u8]> = match command {
+                    Command::Get => vec![b"GET", key],
+                    Command::Set if ttl == 0 => vec![b"SET", key, b"hello"],
+                    Command::Set => vec![b"SET", key, b"hello", option, ttl_text.as_bytes()],
+                    _ => vec![b"DEL", key],
+                };
+                let mut want = Vec::new();
+                write_command(&mut want, &words);
+                assert_eq!(got, want, "{command:?} ttl {ttl}");
+            }
+        }
+        for n in [1, 2, 9, 10, 11, 40] {
+            let mut got = Vec::new();
+            let multi = MultiKeys::new(&ks, &keys[..n]);
+            encode(&request(Command::MultiGet, b"", multi, 0), &mut got);
+            let mut words: Vec<&[u8]> = vec![b"MGET"];
+            words.extend((0..n).map(|i| multi.key(i)));
+            let mut want = Vec::new();
+            write_command(&mut want, &words);
+            assert_eq!(got, want, "mget of {n}");
+        }
     }
 
     /// Replies as redis-server 7 sends them, fed in pieces of every size.

@@ -34,5 +34,5 @@ pub use frame::{Frame, FrameError, MAX_LINE_LEN, value_len};
 pub use reply::{Reply, Version};
 pub use request::{
     Args, Command, Limits, MAX_ARGS, MAX_HEADER_LEN, MAX_INLINE_LEN, ParseError, Progress,
-    ProtocolError, command_len, parse_integer, write_command,
+    ProtocolError, command_len, parse_integer, write_bulk, write_command, write_header,
 };

@@ -134,13 +134,19 @@ fn line(out: &mut Vec<u8>, kind: u8, text: &[u8]) {
 /// `<kind><len>\r\n<bytes>\r\n`.
 fn bulk(out: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
     out.reserve(bytes.len() + 26);
-    count(out, kind, bytes.len());
+    number_line(out, kind, bytes.len() as u64);
     out.extend_from_slice(bytes);
     out.extend_from_slice(b"\r\n");
 }
 
-/// `<kind><n>\r\n`, assembled on the stack and appended at once.
-fn count(out: &mut Vec<u8>, kind: u8, mut n: usize) {
+/// `<kind><n>\r\n`.
+fn count(out: &mut Vec<u8>, kind: u8, n: usize) {
+    number_line(out, kind, n as u64);
+}
+
+/// `<kind><n>\r\n`, assembled on the stack and appended at once (a header of a reply or of a
+/// command).
+pub(super) fn number_line(out: &mut Vec<u8>, kind: u8, mut n: u64) {
     // The kind, at most 20 digits, `\r\n`: written from the end.
     let mut line = [0u8; 23];
     let mut at = line.len() - 2;

@@ -656,21 +656,24 @@ fn hex(digit: u8) -> u8 {
     }
 }
 
-/// Appends `$<len>\r\n<bytes>\r\n`.
-fn write_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.push(b'$');
-    crate::text::push_u64(out, bytes.len() as u64);
-    out.extend_from_slice(b"\r\n");
+/// Appends one argument as [`write_command`] writes each, `$<len>\r\n<bytes>\r\n`: for a
+/// client that writes a command's header ([`write_header`]) and arguments itself.
+pub fn write_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.reserve(bytes.len() + 26);
+    super::reply::number_line(out, b'$', bytes.len() as u64);
     out.extend_from_slice(bytes);
     out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a command's header, `*<argc>\r\n`; its `argc` arguments follow ([`write_bulk`]).
+pub fn write_header(out: &mut Vec<u8>, argc: usize) {
+    super::reply::number_line(out, b'*', argc as u64);
 }
 
 /// Appends a command in multibulk form, as clients send it: `*<n>\r\n` and one bulk string
 /// per argument.
 pub fn write_command<A: AsRef<[u8]>>(out: &mut Vec<u8>, args: &[A]) {
-    out.push(b'*');
-    crate::text::push_u64(out, args.len() as u64);
-    out.extend_from_slice(b"\r\n");
+    write_header(out, args.len());
     for arg in args {
         write_bulk(out, arg.as_ref());
     }
