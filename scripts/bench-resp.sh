@@ -6,13 +6,18 @@
 #   - redis-benchmark -t set,get -n N -r N -c 120 (the seed's run; N = 1,000,000 there),
 #   - the same with -P 16,
 #   - memspin-loadgen --protocol resp: 1 connection with 1 request in flight (latency), and
-#     32 connections with 16 in flight each (throughput); 90 % GET, 32-byte values.
+#     32 connections with 16 in flight each (throughput); 90 % GET, 32-byte values. The
+#     throughput run reads no kernel timestamps (`--timestamps none`, PIPELINED_TIMESTAMPS to
+#     change): a transmit stamp read per request makes the generator, not the server, the limit
+#     of memspin's pipelined runs (see bench-efficiency.sh); its latencies are then from user
+#     space and include the generator's own delay.
 # Prints medians over the rounds and memspin's ratios against redis-server.
 #
 # Usage: scripts/bench-resp.sh [ROUNDS (default 3)] [N requests per redis-benchmark test
 #                              (default 200000; the seed's run: 1000000)] [SECONDS per loadgen
 #                              run (default 5)]
-#   IDLE=spin|park  memspin's idle policy (default spin: nothing else runs on its core)
+#   IDLE=spin|park|adaptive  memspin's idle policy (default spin: nothing else runs on its core)
+#   PIPELINED_TIMESTAMPS=none|software  the generator's timestamps in the 32 x 16 run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -21,6 +26,7 @@ rounds=${1:-3}
 requests=${2:-200000}
 seconds=${3:-5}
 idle=${IDLE:-spin}
+pipelined_timestamps=${PIPELINED_TIMESTAMPS:-none}
 need_packages iproute2 redis-server redis-tools python3
 need_root_for_namespaces
 
@@ -62,7 +68,7 @@ bench() {
     --get-ratio 0.9 --prefill -q --json "$out/latency-$name-$round.json" >/dev/null
   ip netns exec "$ns" "$LOADGEN_BIN" -s "$host:$port" --protocol resp -t 1 --cpus "$client_cpu" \
     -c 32 --pipeline 16 -d "$seconds" --warmup 1 --keys 10000 --key-size 16 --value-size 32 \
-    --get-ratio 0.9 --prefill -q --json "$out/throughput-$name-$round.json" >/dev/null
+    --get-ratio 0.9 --prefill --timestamps "$pipelined_timestamps" -q --json "$out/throughput-$name-$round.json" >/dev/null
 }
 
 run_server() {
@@ -89,9 +95,9 @@ for round in $(seq 1 "$rounds"); do
 done
 
 step "medians over $rounds rounds (servers on CPU $server_cpu, clients on CPU $client_cpu, memspin --idle $idle)"
-python3 - "$out" "$requests" <<'PY'
+python3 - "$out" "$requests" "$pipelined_timestamps" <<'PY'
 import csv, glob, json, os, statistics, sys
-out, requests = sys.argv[1], sys.argv[2]
+out, requests, pipelined_timestamps = sys.argv[1], sys.argv[2], sys.argv[3]
 servers = ["redis-server", "memspin-tap"]
 
 def median(values):
@@ -122,9 +128,12 @@ for kind, label in [("seed", f"redis-benchmark -t set,get -n {requests} -r {requ
         sp, gp = bench(kind, name, "SET", "p50_latency_ms"), bench(kind, name, "GET", "p50_latency_ms")
         print(f"{name:14} {s:10.0f} {g:10.0f} {sp:8.3f} {gp:8.3f}   {(s + g) / base:9.2f}")
 
-for kind, label in [("latency", "memspin-loadgen --protocol resp, 1 connection, 1 in flight"),
-                    ("throughput", "memspin-loadgen --protocol resp, 32 connections x 16 in flight")]:
-    print(f"\n{label}, 90 % GET, 32-byte values (service time, µs)")
+for kind, label, stamps in [
+        ("latency", "memspin-loadgen --protocol resp, 1 connection, 1 in flight", "software"),
+        ("throughput", "memspin-loadgen --protocol resp, 32 connections x 16 in flight",
+         pipelined_timestamps)]:
+    clock = "kernel timestamps" if stamps != "none" else "user-space clock, --timestamps none"
+    print(f"\n{label}, 90 % GET, 32-byte values (service time, µs; {clock})")
     print(f"{'server':14} {'ops/s':>10} {'p50':>8} {'p90':>8} {'p99':>8}   {'ops ratio':>9} {'p50 ratio':>9}")
     base_ops, base_p50 = loadgen(kind, "redis-server", "ops"), loadgen(kind, "redis-server", "p50")
     for name in servers:
