@@ -1111,3 +1111,190 @@ fn a_lost_reply_is_sent_again_when_the_client_sends_its_request_again() {
     net.echo_round(b"after");
     assert_eq!(net.server_copies(), 0);
 }
+
+impl Net {
+    /// Requests `first..first + count` on connection 0, one at a time, with a
+    /// [`DsackClient`]: each sent a `think()` after the reply to the one before arrived (the
+    /// first at once), its echo checked byte for byte. The reply to request `lost` is lost
+    /// once on its way; returns how long that exchange took, request to reply.
+    fn exchanges(
+        &mut self,
+        client: &mut DsackClient,
+        first: usize,
+        count: usize,
+        mut think: impl FnMut() -> Duration,
+        lost: Option<usize>,
+    ) -> Option<Duration> {
+        let start = self.now;
+        let mut next = self.now;
+        let mut took = None;
+        for number in first..first + count {
+            while self.now < next {
+                self.dsack_step(client, &mut never);
+            }
+            let request = format!("request {number:05}\n").into_bytes();
+            self.swarm.socket(0).send_slice(&request).unwrap();
+            let sent = self.now;
+            let mut lose = lost == Some(number);
+            while self.swarm.socket_ref(0).recv_queue() < request.len() {
+                assert!(
+                    self.now - start < Duration::from_millis(100) * count as u32,
+                    "request {number}: {:?}",
+                    self.recovery()
+                );
+                self.dsack_step(client, &mut |frame: &[u8]| {
+                    let drop = lose && has_data(frame);
+                    lose &= !drop;
+                    drop
+                });
+            }
+            assert_eq!(self.received(0), request, "reply {number}");
+            if lost == Some(number) {
+                took = Some(self.now - sent);
+            }
+            next = self.now + think();
+        }
+        took
+    }
+
+    /// Connection 0's lone segments go unprobed: its client acknowledges too late.
+    fn server_late_client(&self) -> bool {
+        self.table
+            .buckets
+            .iter()
+            .flat_map(|b| &b.slots)
+            .any(|s| s.flight.late_client())
+    }
+}
+
+/// Think times of a request/response client: exponential, mean 3.2 ms (20,000 requests/s
+/// over 64 connections), from a fixed seed.
+fn exponential_think() -> impl FnMut() -> Duration {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let uniform = ((seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        Duration::from_micros((-uniform.ln() * 3200.0) as u64)
+    }
+}
+
+/// The longest a lost lone reply may take to come back, request to reply, on a connection
+/// whose minimum RTT is `min_rtt`: the request's step, the probe timeout at the largest
+/// stretch, and the steps of the probe's way.
+fn lone_repair_bound(min_rtt: Duration) -> Duration {
+    DEFAULT_RTO_MIN * (1 + MAX_STRETCH_FLOORS) + min_rtt * 2 + STEP * 4
+}
+
+/// Regression: a client that acknowledges every reply later than the longest stretch (at
+/// 10,000 connections a Linux client acknowledges with its next request 100 ms later, or
+/// with its 40 ms delayed-ACK timer) got a probe of nearly every reply, each answered with
+/// a D-SACK. Here it acknowledges each reply 50 ms late: after the stretch has grown to its
+/// largest and the probes still prove spurious, its lone replies are no longer probed.
+#[test]
+fn a_client_that_always_acknowledges_50_ms_late_gets_a_few_probes_only() {
+    let mut net = Net::warm();
+    net.swarm
+        .socket(0)
+        .set_ack_delay(Some(Duration::from_millis(50)));
+    let mut client = DsackClient::default();
+    let replies = 200;
+    net.exchanges(&mut client, 0, replies, || Duration::from_millis(55), None);
+    let stats = net.recovery();
+    assert!(
+        stats.probes <= 8,
+        "{} probes for {replies} replies: {stats:?}",
+        stats.probes
+    );
+    assert!(stats.lone_unprobed >= 1, "{stats:?}");
+    assert_eq!(
+        (stats.smoltcp_retransmits, stats.recovered),
+        (0, 0),
+        "{stats:?}"
+    );
+}
+
+/// What the late client's rule must not cost: a client that acknowledges within 4 ms (a
+/// Linux client whose route has `rto_min 1ms`: its ACK rides on its next request, 3.2 ms
+/// later on average, or goes when its delayed-ACK timer fires, within 4 ms) keeps its lone
+/// replies probed, and one lost on its way is sent again within the probe timeout at the
+/// largest stretch.
+#[test]
+fn a_client_that_acknowledges_within_4_ms_has_a_lost_lone_reply_probed_in_time() {
+    let mut net = Net::warm();
+    let min_rtt = net.server_min_rtt();
+    net.swarm
+        .socket(0)
+        .set_ack_delay(Some(Duration::from_millis(4)));
+    let mut client = DsackClient::default();
+    let took = net
+        .exchanges(&mut client, 0, 200, exponential_think(), Some(150))
+        .unwrap();
+    let bound = lone_repair_bound(min_rtt);
+    assert!(
+        took <= bound,
+        "the lost reply took {took}, bound {bound}: {:?}, stretch {}",
+        net.recovery(),
+        net.server_stretch()
+    );
+    assert!(took >= DEFAULT_RTO_MIN, "{took}: it was lost");
+    assert!(!net.server_late_client());
+    let stats = net.recovery();
+    assert!(stats.recovered >= 1, "{stats:?}");
+    assert_eq!(
+        (stats.lone_unprobed, stats.smoltcp_retransmits),
+        (0, 0),
+        "{stats:?}"
+    );
+    assert!(stats.probes <= 20, "{stats:?}");
+}
+
+/// A client that acknowledged late and then acknowledges in time is probed again at once:
+/// a lone reply lost after the change is sent again within the probe timeout at the
+/// largest stretch, not after smoltcp's second.
+#[test]
+fn a_client_that_turns_from_late_to_timely_is_probed_again() {
+    let mut net = Net::warm();
+    let min_rtt = net.server_min_rtt();
+    net.swarm
+        .socket(0)
+        .set_ack_delay(Some(Duration::from_millis(50)));
+    let mut client = DsackClient::default();
+    let late = 15;
+    net.exchanges(&mut client, 0, late, || Duration::from_millis(55), None);
+    let before = net.recovery();
+    assert!(
+        before.probes <= 8,
+        "{} probes for {late} replies: {before:?}",
+        before.probes
+    );
+    assert!(net.server_late_client(), "{before:?}");
+    net.swarm
+        .socket(0)
+        .set_ack_delay(Some(Duration::from_millis(4)));
+    let took = net
+        .exchanges(&mut client, late, 20, exponential_think(), Some(late + 15))
+        .unwrap();
+    let bound = lone_repair_bound(min_rtt);
+    assert!(
+        took <= bound,
+        "the lost reply took {took}, bound {bound}: {:?}, stretch {}",
+        net.recovery(),
+        net.server_stretch()
+    );
+    assert!(took >= DEFAULT_RTO_MIN, "{took}: it was lost");
+    assert!(!net.server_late_client());
+    let stats = net.recovery();
+    // The lost reply was probed (the client's own timer, smoltcp's here, waits a second).
+    assert!(stats.probes > before.probes, "{stats:?}");
+    assert_eq!(
+        (
+            stats.recovered,
+            stats.peer_retransmit_resends,
+            stats.smoltcp_retransmits
+        ),
+        (1, 0, 0),
+        "{stats:?}"
+    );
+}
