@@ -24,8 +24,7 @@
 # Usage: scripts/bench-connections.sh [ROUNDS (default 5)] [SECONDS (default 5)] [FEW (32)] [MANY (1000)]
 #   NET=tap|kernel (default tap), WARMUP=SECONDS (default 3), IDLE=spin|park|adaptive (memspin's
 #   --idle, default spin), SERVER_ARGS="..." (more memspin options, e.g. --rto-min off),
-#   LOADGEN_ARGS="..." (more memspin-loadgen options for both counts), MEMSPIN=/path (a memspin
-#   binary to measure instead of this checkout's)
+#   LOADGEN_ARGS="..." (more memspin-loadgen options for both counts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -43,7 +42,6 @@ need_packages iproute2 python3
 need_root_for_namespaces
 
 build_release
-MEMSPIN_BIN=${MEMSPIN:-$MEMSPIN_BIN}
 
 out=results/connections-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"

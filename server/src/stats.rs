@@ -118,9 +118,6 @@ pub struct Recovery {
     /// `memspin_loss_peer_retransmit_resends`: copies sent again at once because the client
     /// sent again data they acknowledged.
     pub peer_retransmit_resends: u64,
-    /// `memspin_loss_lone_unprobed`: lone segments sent without a probe, because their
-    /// client acknowledges later than any probe may wait.
-    pub lone_unprobed: u64,
 }
 
 impl From<netstack::conn::RecoveryStats> for Recovery {
@@ -135,7 +132,6 @@ impl From<netstack::conn::RecoveryStats> for Recovery {
             probes_spurious: s.probes_spurious,
             probes_stretched: s.probes_stretched,
             peer_retransmit_resends: s.peer_retransmit_resends,
-            lone_unprobed: s.lone_unprobed,
         }
     }
 }
@@ -167,7 +163,6 @@ impl Recovery {
             peer_retransmit_resends: self
                 .peer_retransmit_resends
                 .saturating_sub(base.peer_retransmit_resends),
-            lone_unprobed: self.lone_unprobed.saturating_sub(base.lone_unprobed),
         }
     }
 
@@ -182,12 +177,11 @@ impl Recovery {
         self.probes_spurious += other.probes_spurious;
         self.probes_stretched += other.probes_stretched;
         self.peer_retransmit_resends += other.peer_retransmit_resends;
-        self.lone_unprobed += other.lone_unprobed;
     }
 }
 
 /// Most packet-path counters one worker reports.
-pub const MAX_PATH_COUNTERS: usize = 56;
+pub const MAX_PATH_COUNTERS: usize = 48;
 
 /// A packet path's counters, by name (`memspin_<name>` in `stats`): what its device, its
 /// connection table and its sockets count, copied by the worker's loop. Every worker of a run
@@ -370,7 +364,6 @@ fn table_counters(t: &netstack::TableStats, c: &mut PathCounters) {
     c.push("loss_probes_spurious", r.probes_spurious);
     c.push("loss_probes_stretched", r.probes_stretched);
     c.push("loss_peer_retransmit_resends", r.peer_retransmit_resends);
-    c.push("loss_lone_unprobed", r.lone_unprobed);
 }
 
 /// What one worker's loop did, for CPU per request on a spinning server: time with and
@@ -827,7 +820,6 @@ pub fn general(
         "memspin_loss_peer_retransmit_resends",
         &r.peer_retransmit_resends,
     );
-    emit("memspin_loss_lone_unprobed", &r.lone_unprobed);
     let total = snapshot.loop_totals();
     emit("memspin_busy_us", &(total.busy_ns / 1000));
     emit("memspin_idle_us", &(total.idle_ns / 1000));
@@ -1328,7 +1320,6 @@ mod tests {
                     probes_spurious: 7 * k,
                     probes_stretched: 8 * k,
                     peer_retransmit_resends: 9 * k,
-                    lone_unprobed: 10 * k,
                 },
                 ..ServerInfo::default()
             },
@@ -1359,7 +1350,6 @@ mod tests {
                 "memspin_loss_probes_spurious 77",
                 "memspin_loss_probes_stretched 88",
                 "memspin_loss_peer_retransmit_resends 99",
-                "memspin_loss_lone_unprobed 110",
             ]
         );
     }

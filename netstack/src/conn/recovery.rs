@@ -74,33 +74,6 @@
 //!   `rto_min 1ms` acknowledges after 4 ms at most (one tick at 250 Hz; `ss` shows
 //!   `ato:4`); measured with 64 such connections, a limit of two floors left 0.5 spurious
 //!   probes per request, four left 0.016.
-//! - **Clients that acknowledge later than any probe may wait.** A client whose lone
-//!   replies are acknowledged later than the limit (the floor, twice the RTT and the
-//!   largest stretch) makes every probe spurious: a Linux client without `rto_min 1ms`
-//!   acknowledges with its next request or with its 40 ms delayed-ACK timer, and one
-//!   thread serving 10,000 connections sends its next request 100 ms after the reply
-//!   (there, one spurious probe per two or three requests took a third of the server's
-//!   throughput: each costs the copy and the client's D-SACK, whose TCP processing runs
-//!   inside the server's TAP write). So each connection also keeps a score of its lone
-//!   segments (see [`Flight::late`]): one up for a lone segment acknowledged later than the
-//!   limit (measured directly when it was not probed) and for a probe that proved spurious
-//!   although sent with the stretch within a floor of its largest; one down for a lone
-//!   segment acknowledged within the limit. At [`LATE_ACKS`] its lone segments are not
-//!   probed (counted in `lone_unprobed`). They still give RTT samples, so such a client's
-//!   acknowledgments are measured: one in time takes a step off, and the connection is
-//!   probed again. A walk of ±1 tracks the median: a client that acknowledges late more
-//!   often than in time stops being probed after about [`LATE_ACKS`] probes at the largest
-//!   stretch; one that is late less often (the default-route client of a request/response
-//!   benchmark: think time 3.2 ms on average, exponential, late for about one reply in
-//!   five) is left unprobed for about one lone reply in a hundred (the walk's share at its
-//!   top), and the next timely ACK ends that. A lost lone reply of a client that is not probed is
-//!   repaired by its own timer: its request comes again (a Linux client's tail-loss probe or
-//!   RTO, at least its route's `rto_min`, 200 ms by default) and the copy goes out at once
-//!   (next bullet); what a kernel TCP server waits too (RFC 8985 and Linux wait 2·SRTT,
-//!   the think time included, plus the peer's worst-case delayed ACK, Linux its route's
-//!   `rto_min`, before probing a lone segment). When the client's acknowledgments have been
-//!   late for a second, its minimum RTT rises to its ACK delay (see [`MinRtt`]), the limit
-//!   with it, and its lone segments are probed again at that longer timeout, like a kernel's.
 //! - **The peer's retransmission.** When the client sends again data (or a FIN) that we
 //!   had acknowledged, its retransmission timer fired without an acknowledgment: every copy
 //!   that carried one (sent after that data arrived, and not acknowledged by this segment)
@@ -143,8 +116,8 @@
 //!   included. SACK re-sends need no floor: the peer's ACKs pace them. `None` turns
 //!   recovery off (smoltcp alone). A larger floor also means a larger stretch.
 //! - **Counters** ([`RecoveryStats`]): probes (sent, withheld, sent later because of a
-//!   stretch, and proved spurious), lone segments left unprobed for a late client, SACK
-//!   re-sends and re-sends after a peer's retransmission; of the copies sent again, those that repaired a loss (acknowledged no
+//!   stretch, and proved spurious), SACK re-sends and re-sends after a peer's
+//!   retransmission; of the copies sent again, those that repaired a loss (acknowledged no
 //!   sooner than a round trip after they went out, and no D-SACK for them by the time data
 //!   sent after them is acknowledged: the peer had them first, and reported no duplicate)
 //!   and the spurious ones: the peer reported them as duplicates with a D-SACK block (RFC
@@ -189,12 +162,6 @@ pub const MAX_HANDSHAKE_PROBES: u8 = 2;
 /// Probes a table may send without acknowledgments to pay for them (see
 /// [`Recovery::credit`]).
 pub const PROBE_CREDIT: u32 = 64;
-
-/// How far a connection's lone-segment acknowledgments must lean to "too late to probe"
-/// before its lone segments go unprobed: a lone segment acknowledged later than the longest
-/// stretch allows (or a spurious probe sent with the stretch within a floor of it) counts
-/// one up, one acknowledged in time one down (see [`Flight::late`]).
-pub const LATE_ACKS: u8 = 3;
 
 /// Re-sent copies acknowledged and waiting one more ACK for a D-SACK.
 const PENDING: usize = 8;
@@ -249,10 +216,6 @@ pub struct RecoveryStats {
     /// Copies sent again at once because the peer sent again data they had acknowledged:
     /// the peer never got them (it retransmits because no acknowledgment came).
     pub peer_retransmit_resends: u64,
-    /// Lone segments (a reply or FIN sent with nothing else unacknowledged) sent without a
-    /// probe, because their connection's client acknowledges later than the longest
-    /// stretch: a probe would only have been spurious.
-    pub lone_unprobed: u64,
 }
 
 /// Loss recovery settings and what the table learned of the network, shared by its
@@ -409,19 +372,6 @@ pub(crate) struct Flight {
     /// which bounds how long a lost lone reply of such a connection waits. A peer that
     /// acknowledges at once never raises it, and keeps the floor.
     stretch_us: u32,
-    /// How this connection's client acknowledges lone segments against the longest probe
-    /// timeout, the floor, twice the RTT and [`MAX_STRETCH_FLOORS`] floors (the limit): one
-    /// up for each lone segment acknowledged later than the limit, and for each probe that
-    /// proved spurious although sent with the stretch within a floor of its largest; one down
-    /// for each lone segment acknowledged within the limit; 0 to [`LATE_ACKS`]. At
-    /// [`LATE_ACKS`] lone segments are not probed: the client acknowledges later than any
-    /// probe may wait, so a probe would be spurious (each costs two frames, the copy and the
-    /// client's D-SACK), and a lost lone reply is left to the client's own timer (its
-    /// request comes again, see "the peer's retransmission") or smoltcp's. A random walk that
-    /// tracks the median: a client that acknowledges late more often than in time reaches
-    /// it; one that acknowledges in time more often than late rarely does, and one lone
-    /// segment acknowledged in time takes it off.
-    late: u8,
     /// Copies sent again and acknowledged, outcome not yet known. Spurious if a D-SACK
     /// reports them, recovered once an ACK beyond `settle` comes without one (the peer had
     /// the copy and said nothing of a duplicate).
@@ -445,7 +395,6 @@ impl Default for Flight {
             lost_at: None,
             backoff: 0,
             stretch_us: 0,
-            late: 0,
             pending: [Pending::default(); PENDING],
             pending_len: 0,
         }
@@ -672,9 +621,6 @@ impl Flight {
         self.bytes.extend(frame);
         self.snd_max = end;
         self.probe_at = self.probe_time(recovery, now);
-        if self.unprobed_lone() {
-            stats.lone_unprobed += 1;
-        }
     }
 
     /// A segment of this connection arrived at `now` (before smoltcp sees it).
@@ -708,20 +654,6 @@ impl Flight {
         self.settle_pending(ack, stats);
         if after(ack, self.snd_una) {
             self.snd_una = ack;
-            // A lone data segment (or FIN) sent once, acknowledged now: how late does the
-            // client acknowledge? Measured against the longest probe timeout, before this
-            // sample changes the RTT.
-            let lone = match (self.copies.len(), self.copies.front()) {
-                (1, Some(copy)) if !copy.syn && !copy.resent && !after(copy.end, ack) => self
-                    .lone_limit(recovery)
-                    .map(|limit| now - copy.sent_at > limit),
-                _ => None,
-            };
-            match lone {
-                Some(true) => self.late = (self.late + 1).min(LATE_ACKS),
-                Some(false) => self.late = self.late.saturating_sub(1),
-                None => {}
-            }
             // Something new arrived: one more probe is paid for.
             recovery.credit = recovery.credit.saturating_add(1).min(PROBE_CREDIT);
             let mut sample = None;
@@ -937,43 +869,18 @@ impl Flight {
         if self.backoff >= limit {
             return None;
         }
-        if self.unprobed_lone() {
-            return None;
-        }
         let rtt_us = match self.copies.front() {
             Some(copy) if copy.syn => recovery.handshake_rtt.timeout_us(),
-            _ => self.data_rtt_us(recovery)?,
+            _ => match self.min_rtt.micros() {
+                // Nothing known of how soon clients acknowledge data (a table that just
+                // started): smoltcp's timer.
+                0 if recovery.data_delay.is_empty() => return None,
+                0 => recovery.data_delay.timeout_us(),
+                us => u64::from(us),
+            },
         };
         let pto = rto_min + Duration::from_micros(2 * rtt_us) + self.stretch();
         Some(now + pto * (1u32 << self.backoff))
-    }
-
-    /// The RTT a probe of data waits for, in µs: the connection's minimum RTT, or before
-    /// it has one what the table's clients usually take; `None` before any client
-    /// acknowledged data (a table that just started: smoltcp's timer).
-    fn data_rtt_us(&self, recovery: &Recovery) -> Option<u64> {
-        match self.min_rtt.micros() {
-            0 if recovery.data_delay.is_empty() => None,
-            0 => Some(recovery.data_delay.timeout_us()),
-            us => Some(u64::from(us)),
-        }
-    }
-
-    /// The longest a lone segment's first probe may wait: the floor, twice the RTT and the
-    /// largest stretch; `None` with recovery off or no RTT known.
-    fn lone_limit(&self, recovery: &Recovery) -> Option<Duration> {
-        let rto_min = recovery.rto_min?;
-        let rtt_us = self.data_rtt_us(recovery)?;
-        Some(rto_min * (1 + MAX_STRETCH_FLOORS) + Duration::from_micros(2 * rtt_us))
-    }
-
-    /// One data segment (or FIN) alone waits for an acknowledgment, from a client that
-    /// acknowledges later than the longest probe timeout (see [`Flight::late`]): it is not
-    /// probed.
-    fn unprobed_lone(&self) -> bool {
-        self.late >= LATE_ACKS
-            && self.copies.len() == 1
-            && self.copies.front().is_some_and(|copy| !copy.syn)
     }
 
     /// What the probe timeout adds for this connection's late acknowledgments: its
@@ -991,13 +898,8 @@ impl Flight {
     fn spurious_probe(&mut self, recovery: &Recovery, stats: &mut RecoveryStats) {
         stats.probes_spurious += 1;
         let floor_us = recovery.floor_us();
-        let most_us = floor_us.saturating_mul(MAX_STRETCH_FLOORS);
-        if self.stretch_us.saturating_add(floor_us) >= most_us {
-            // Sent with the stretch within a floor of its largest, and still too soon: the
-            // client acknowledges about as late as any probe may wait, or later.
-            self.late = (self.late + 1).min(LATE_ACKS);
-        }
-        self.stretch_us = (self.stretch_us + floor_us).min(most_us);
+        self.stretch_us =
+            (self.stretch_us + floor_us).min(floor_us.saturating_mul(MAX_STRETCH_FLOORS));
     }
 
     /// A segment was acknowledged before any probe of it: a sixteenth of a floor less.
@@ -1154,12 +1056,6 @@ impl Flight {
     #[cfg(test)]
     pub(crate) fn stretch_us(&self) -> u32 {
         self.stretch_us
-    }
-
-    /// The connection's lone segments go unprobed (for tests).
-    #[cfg(test)]
-    pub(crate) fn late_client(&self) -> bool {
-        self.late >= LATE_ACKS
     }
 }
 
