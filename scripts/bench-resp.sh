@@ -19,7 +19,11 @@
 # Usage: scripts/bench-resp.sh [ROUNDS (default 3)] [N requests per redis-benchmark test
 #                              (default 200000; the seed's run: 1000000)] [SECONDS per loadgen
 #                              run (default 5)]
-#   IDLE=spin|park|adaptive  memspin's idle policy (default spin: nothing else runs on its core)
+#   IDLE=spin|park|adaptive  memspin's idle policy (default spin). Spin stays the default on
+#     this 2-vCPU VM too, where a spinning worker takes host CPU from the clients' vCPU: in
+#     alternating runs with SERVERS=memspin-adaptive beside it, adaptive gained 4 % in the 32 x 16
+#     run, lost 16 % with -P 16, and took the 1-in-flight p50 from 3.8 to 15.5 µs (README,
+#     "Measured here")
 #   PIPELINED_TIMESTAMPS=none|software  the generator's timestamps in the 32 x 16 run
 #   WORKLOADS="seed pipelined latency throughput"  the runs to make, in this order (e.g.
 #     WORKLOADS="pipelined throughput": only the pipelined ones)
