@@ -11,13 +11,31 @@
 #     change): a transmit stamp read per request makes the generator, not the server, the limit
 #     of memspin's pipelined runs (see bench-efficiency.sh); its latencies are then from user
 #     space and include the generator's own delay.
-# Prints medians over the rounds and memspin's ratios against redis-server.
+# Prints medians over the rounds and memspin's ratios against redis-server; then, per workload,
+# the CPU each side used (cores: the client's user and system time per wall second, the
+# server's on-CPU time from its threads' schedstat) and memspin's TAP frames per request each
+# way (its `stats` before and after each run).
 #
 # Usage: scripts/bench-resp.sh [ROUNDS (default 3)] [N requests per redis-benchmark test
 #                              (default 200000; the seed's run: 1000000)] [SECONDS per loadgen
 #                              run (default 5)]
-#   IDLE=spin|park|adaptive  memspin's idle policy (default spin: nothing else runs on its core)
+#   IDLE=spin|park|adaptive  memspin's idle policy (default spin). Spin stays the default on
+#     this 2-vCPU VM too, where a spinning worker takes host CPU from the clients' vCPU: in
+#     alternating runs with SERVERS=memspin-adaptive beside it, adaptive gained 4 % in the 32 x 16
+#     run, lost 16 % with -P 16, and took the 1-in-flight p50 from 3.8 to 15.5 µs (README,
+#     "Measured here")
 #   PIPELINED_TIMESTAMPS=none|software  the generator's timestamps in the 32 x 16 run
+#   WORKLOADS="seed pipelined latency throughput"  the runs to make, in this order (e.g.
+#     WORKLOADS="pipelined throughput": only the pipelined ones)
+#   SERVERS="redis-server memspin-tap"  the servers (the order rotates every round); also
+#     memspin-adaptive (memspin over TAP with --idle adaptive, whatever IDLE says) and
+#     memspin-baseline (memspin over TAP, IDLE, the binary BASELINE=/path/to/memspin: another
+#     build, for before/after medians from alternating runs)
+#   PROFILE=DIR  during round 1's memspin-tap runs of `-P 16` and of the 32 x 16 loadgen run, `perf
+#     record -e cpu-clock --call-graph dwarf` of memspin's worker into DIR/pipelined/ and
+#     DIR/throughput/, and at the end where its samples went (scripts/profile-groups.py, as
+#     bench-efficiency.sh groups them); perf runs on the clients' CPU, so these rounds'
+#     figures are not comparable with others
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -27,6 +45,9 @@ requests=${2:-200000}
 seconds=${3:-5}
 idle=${IDLE:-spin}
 pipelined_timestamps=${PIPELINED_TIMESTAMPS:-none}
+workloads=(${WORKLOADS:-seed pipelined latency throughput})
+profile=${PROFILE:-}
+servers=(${SERVERS:-redis-server memspin-tap})
 need_packages iproute2 redis-server redis-tools python3
 need_root_for_namespaces
 
@@ -56,19 +77,94 @@ start_redis() {
   die "redis-server did not start"
 }
 
-# bench NAME HOST PORT ROUND: every workload against the server that is up now.
+# cpu_ns PID: nanoseconds on CPU of all of PID's threads so far.
+cpu_ns() {
+  local total=0 t run
+  for t in /proc/"$1"/task/*/schedstat; do
+    read -r run _ <"$t" || continue
+    total=$(( total + run ))
+  done
+  echo "$total"
+}
+
+# stats_to ADDR FILE: memspin's memcached `stats` (name value per line) into FILE.
+stats_to() {
+  ip netns exec "$ns" python3 - "$1" >"$2" <<'PY' || true
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=5)
+s.sendall(b"stats\r\n")
+buf = b""
+while not buf.endswith(b"END\r\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+for line in buf.decode().splitlines():
+    if line.startswith("STAT "):
+        print(line[5:])
+PY
+}
+
+# measured BASE CMD...: runs the client CMD on the client CPU; writes BASE.cpu (the client's
+# wall, user and system seconds; the server's on-CPU nanoseconds and the wall nanoseconds over
+# the run) and, for memspin, BASE.stats0 and BASE.stats1 (`stats` before and after). With
+# PROFILE, round 1's memspin runs of the pipelined workloads are recorded by perf meanwhile.
+measured() {
+  local base=$1; shift
+  [ -n "$STATS_ADDR" ] && stats_to "$STATS_ADDR" "$base.stats0"
+  local perf_pid=""
+  if [ -n "$PROFILE_TO" ]; then
+    local worker
+    worker=$(ps -T -p "$SERVER_PID" -o spid=,comm= | awk '$2 == "memspin-w0" { print $1 }')
+    mkdir -p "$PROFILE_TO"
+    taskset -c "$client_cpu" perf record -q -e cpu-clock -F 1999 --call-graph dwarf,16384 \
+      -t "$worker" -o "$PROFILE_TO/perf.data" >/dev/null 2>"$PROFILE_TO/perf.log" &
+    perf_pid=$!
+    sleep 0.5
+  fi
+  local c0 t0 c1 t1
+  c0=$(cpu_ns "$SERVER_PID"); t0=$(date +%s%N)
+  /usr/bin/time -f '%e %U %S' -o "$base.time" ip netns exec "$ns" taskset -c "$client_cpu" "$@"
+  c1=$(cpu_ns "$SERVER_PID"); t1=$(date +%s%N)
+  if [ -n "$perf_pid" ]; then
+    kill -INT "$perf_pid"
+    wait "$perf_pid" || printf 'warning: perf record failed (see %s)\n' "$PROFILE_TO/perf.log" >&2
+  fi
+  echo "$(cat "$base.time") $(( c1 - c0 )) $(( t1 - t0 ))" >"$base.cpu"
+  rm -f "$base.time"
+  [ -n "$STATS_ADDR" ] && stats_to "$STATS_ADDR" "$base.stats1"
+  return 0
+}
+
+# bench NAME HOST PORT ROUND: the workloads of WORKLOADS against the server that is up now.
 bench() {
   local name=$1 host=$2 port=$3 round=$4
-  local base=(ip netns exec "$ns" taskset -c "$client_cpu" redis-benchmark -h "$host" -p "$port"
-    -t set,get -n "$requests" -r "$requests" -c 120 --csv)
-  "${base[@]}" >"$out/seed-$name-$round.csv"
-  "${base[@]}" -P 16 >"$out/pipelined-$name-$round.csv"
-  ip netns exec "$ns" "$LOADGEN_BIN" -s "$host:$port" --protocol resp -t 1 --cpus "$client_cpu" \
-    -c 1 --pipeline 1 -d "$seconds" --warmup 1 --keys 10000 --key-size 16 --value-size 32 \
-    --get-ratio 0.9 --prefill -q --json "$out/latency-$name-$round.json" >/dev/null
-  ip netns exec "$ns" "$LOADGEN_BIN" -s "$host:$port" --protocol resp -t 1 --cpus "$client_cpu" \
-    -c 32 --pipeline 16 -d "$seconds" --warmup 1 --keys 10000 --key-size 16 --value-size 32 \
-    --get-ratio 0.9 --prefill --timestamps "$pipelined_timestamps" -q --json "$out/throughput-$name-$round.json" >/dev/null
+  local rb=(redis-benchmark -h "$host" -p "$port" -t set,get -n "$requests" -r "$requests" -c 120
+    --csv)
+  local lg=("$LOADGEN_BIN" -s "$host:$port" --protocol resp -t 1 --cpus "$client_cpu" -d "$seconds"
+    --warmup 1 --keys 10000 --key-size 16 --value-size 32 --get-ratio 0.9 --prefill -q)
+  local profile_base=""
+  [ -n "$profile" ] && [ "$name" = memspin-tap ] && [ "$round" = 1 ] && profile_base=$profile
+  local w
+  for w in "${workloads[@]}"; do
+    PROFILE_TO=""
+    case $w in
+      seed)
+        measured "$out/seed-$name-$round" "${rb[@]}" >"$out/seed-$name-$round.csv" ;;
+      pipelined)
+        [ -n "$profile_base" ] && PROFILE_TO=$profile_base/pipelined
+        measured "$out/pipelined-$name-$round" "${rb[@]}" -P 16 >"$out/pipelined-$name-$round.csv" ;;
+      latency)
+        measured "$out/latency-$name-$round" "${lg[@]}" -c 1 --pipeline 1 \
+          --json "$out/latency-$name-$round.json" >/dev/null ;;
+      throughput)
+        [ -n "$profile_base" ] && PROFILE_TO=$profile_base/throughput
+        measured "$out/throughput-$name-$round" "${lg[@]}" -c 32 --pipeline 16 \
+          --timestamps "$pipelined_timestamps" --json "$out/throughput-$name-$round.json" >/dev/null ;;
+      *) die "unknown workload $w (WORKLOADS: seed pipelined latency throughput)" ;;
+    esac
+  done
 }
 
 run_server() {
@@ -76,29 +172,36 @@ run_server() {
   case $name in
     redis-server)
       start_redis "$out/$name-$round.log" 6380
+      STATS_ADDR=""
       bench "$name" 127.0.0.1 6380 "$round" ;;
-    memspin-tap)
-      start_server "$ns" "$out/$name-$round.log" --net tap --iface ms0 --ip 10.77.0.2/24 \
-        --host-ip 10.77.0.1/24 --resp-port 6379 --cpus "$server_cpu" --idle "$idle" -m 1024
+    memspin-tap|memspin-adaptive|memspin-baseline)
+      local bin=$MEMSPIN_BIN policy=$idle
+      [ "$name" = memspin-adaptive ] && policy=adaptive
+      [ "$name" = memspin-baseline ] && bin=${BASELINE:?memspin-baseline needs BASELINE=/path/to/memspin}
+      MEMSPIN_BIN=$bin start_server "$ns" "$out/$name-$round.log" --net tap --iface ms0 \
+        --ip 10.77.0.2/24 --host-ip 10.77.0.1/24 --resp-port 6379 --cpus "$server_cpu" \
+        --idle "$policy" -m 1024
+      STATS_ADDR=10.77.0.2:11211
       bench "$name" 10.77.0.2 6379 "$round" ;;
+    *) die "unknown server $name (redis-server, memspin-tap, memspin-adaptive, memspin-baseline)" ;;
   esac
   stop_server || true
 }
 
-servers=(redis-server memspin-tap)
 for round in $(seq 1 "$rounds"); do
   step "round $round of $rounds"
-  # Swap the order every round so drift in the machine's load does not favour one server.
-  for k in 0 1; do
-    run_server "${servers[$(( (k + round) % 2 ))]}" "$round"
+  # Rotate the order every round so drift in the machine's load does not favour one server.
+  n=${#servers[@]}
+  for k in $(seq 0 $(( n - 1 ))); do
+    run_server "${servers[$(( (k + round) % n ))]}" "$round"
   done
 done
 
 step "medians over $rounds rounds (servers on CPU $server_cpu, clients on CPU $client_cpu, memspin --idle $idle)"
-python3 - "$out" "$requests" "$pipelined_timestamps" <<'PY'
+python3 - "$out" "$requests" "$pipelined_timestamps" "${servers[*]}" <<'PY'
 import csv, glob, json, os, statistics, sys
 out, requests, pipelined_timestamps = sys.argv[1], sys.argv[2], sys.argv[3]
-servers = ["redis-server", "memspin-tap"]
+servers = sys.argv[4].split()
 
 def median(values):
     return statistics.median(values) if values else float("nan")
@@ -121,12 +224,12 @@ def loadgen(kind, name, key):
 for kind, label in [("seed", f"redis-benchmark -t set,get -n {requests} -r {requests} -c 120"),
                     ("pipelined", f"redis-benchmark -t set,get -n {requests} -r {requests} -c 120 -P 16")]:
     print(f"\n{label} (requests/s; p50 in ms)")
-    print(f"{'server':14} {'SET rps':>10} {'GET rps':>10} {'SET p50':>8} {'GET p50':>8}   {'rps ratio':>9}")
+    print(f"{'server':16} {'SET rps':>10} {'GET rps':>10} {'SET p50':>8} {'GET p50':>8}   {'rps ratio':>9}")
     base = bench(kind, "redis-server", "GET", "rps") + bench(kind, "redis-server", "SET", "rps")
     for name in servers:
         s, g = bench(kind, name, "SET", "rps"), bench(kind, name, "GET", "rps")
         sp, gp = bench(kind, name, "SET", "p50_latency_ms"), bench(kind, name, "GET", "p50_latency_ms")
-        print(f"{name:14} {s:10.0f} {g:10.0f} {sp:8.3f} {gp:8.3f}   {(s + g) / base:9.2f}")
+        print(f"{name:16} {s:10.0f} {g:10.0f} {sp:8.3f} {gp:8.3f}   {(s + g) / base:9.2f}")
 
 for kind, label, stamps in [
         ("latency", "memspin-loadgen --protocol resp, 1 connection, 1 in flight", "software"),
@@ -134,10 +237,45 @@ for kind, label, stamps in [
          pipelined_timestamps)]:
     clock = "kernel timestamps" if stamps != "none" else "user-space clock, --timestamps none"
     print(f"\n{label}, 90 % GET, 32-byte values (service time, µs; {clock})")
-    print(f"{'server':14} {'ops/s':>10} {'p50':>8} {'p90':>8} {'p99':>8}   {'ops ratio':>9} {'p50 ratio':>9}")
+    print(f"{'server':16} {'ops/s':>10} {'p50':>8} {'p90':>8} {'p99':>8}   {'ops ratio':>9} {'p50 ratio':>9}")
     base_ops, base_p50 = loadgen(kind, "redis-server", "ops"), loadgen(kind, "redis-server", "p50")
     for name in servers:
         ops, p50, p90, p99 = (loadgen(kind, name, k) for k in ("ops", "p50", "p90", "p99"))
-        print(f"{name:14} {ops:10.0f} {p50:8.1f} {p90:8.1f} {p99:8.1f}   {ops / base_ops:9.2f} {p50 / base_p50:9.2f}")
+        print(f"{name:16} {ops:10.0f} {p50:8.1f} {p90:8.1f} {p99:8.1f}   {ops / base_ops:9.2f} {p50 / base_p50:9.2f}")
+
+# What each side used (cores: on-CPU seconds per wall second over the run; the client's from
+# its user and system time, the server's from its threads' schedstat) and, for memspin, TAP
+# frames per request each way (from `stats` before and after the run, prefill included).
+print("\nCPU use (cores) and memspin's TAP frames per request, medians")
+print(f"{'workload':12} {'server':16} {'client':>7} {'server':>7} {'in/req':>7} {'out/req':>7} {'req/in':>7}")
+for kind in ["seed", "pipelined", "latency", "throughput"]:
+    for name in servers:
+        client, server, fin, fout = [], [], [], []
+        for path in glob.glob(os.path.join(out, f"{kind}-{name}-*.cpu")):
+            wall, user, system, cpu_ns, wall_ns = open(path).read().split()
+            client.append((float(user) + float(system)) / float(wall))
+            server.append(int(cpu_ns) / int(wall_ns))
+            base = path[:-len(".cpu")]
+            try:
+                a, b = ({l.split()[0]: l.split()[1] for l in open(base + f".stats{i}") if len(l.split()) == 2}
+                        for i in (0, 1))
+                reqs = sum(int(b[k]) - int(a[k]) for k in ("cmd_get", "cmd_set"))
+                if reqs > 0:
+                    fin.append((int(b["memspin_tap_rx_frames"]) - int(a["memspin_tap_rx_frames"])) / reqs)
+                    fout.append((int(b["memspin_tap_tx_frames"]) - int(a["memspin_tap_tx_frames"])) / reqs)
+            except (OSError, KeyError, ValueError):
+                pass
+        if not client:
+            continue
+        inv = 1 / median(fin) if fin else float("nan")
+        print(f"{kind:12} {name:16} {median(client):7.2f} {median(server):7.2f} {median(fin):7.3f} {median(fout):7.3f} {inv:7.1f}")
 PY
-printf '\nper-run CSV and JSON in %s\n' "$out"
+if [ -n "$profile" ]; then
+  for w in pipelined throughput; do
+    [ -s "$profile/$w/perf.data" ] || continue
+    step "where memspin's worker's samples went ($w, round 1; perf script, inlined frames)"
+    perf script -i "$profile/$w/perf.data" -F comm,tid,ip,sym,dso 2>/dev/null >"$profile/$w/script.txt"
+    python3 scripts/profile-groups.py "$profile/$w/script.txt"
+  done
+fi
+printf '\nper-run CSV, JSON, CPU and stats files in %s\n' "$out"

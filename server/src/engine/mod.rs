@@ -219,7 +219,10 @@ impl Engine {
                 self.run_requests(session, input, out, now, binary::step)
             }
             Protocol::Text => self.run_requests(session, input, out, now, text::step),
-            Protocol::Resp(_) => self.run_requests(session, input, out, now, resp::step),
+            Protocol::Resp(_) => {
+                resp::prefetch(&self.core, &self.forward, input);
+                self.run_requests(session, input, out, now, resp::step)
+            }
         }
     }
 

@@ -343,6 +343,51 @@ fn the_script_in_pieces_and_pipelined_gives_the_same_replies() {
     }
 }
 
+/// The adapter warms the store for the keys of a pipeline before running it (`prefetch`): a
+/// hint that must change no reply, whatever the pipeline holds and wherever it is cut.
+#[test]
+fn prefetching_a_pipeline_changes_no_reply() {
+    let mut run = Vec::new();
+    for i in 0..40u8 {
+        let key = [b'k', b'0' + i / 5];
+        match i % 5 {
+            0 => run.extend_from_slice(&command(&[b"SET", &key, &[b'a' + i % 26; 5]])),
+            1 => run.extend_from_slice(&command(&[b"GET", &key])),
+            2 => run.extend_from_slice(&command(&[b"MGET", &key, b"absent", b"k1"])),
+            3 => run.extend_from_slice(b"GET k3\r\n"),
+            _ => run.extend_from_slice(&command(&[b"INCR", b"n"])),
+        }
+    }
+    let replies = |piece: usize| {
+        let (mut e, mut session, mut out) = (engine(), resp2(), Vec::new());
+        let mut pending: Vec<u8> = Vec::new();
+        for chunk in run.chunks(piece) {
+            pending.extend_from_slice(chunk);
+            let outcome = e.execute(&mut session, &pending, &mut out, now());
+            pending.drain(..outcome.consumed);
+            assert!(!outcome.close, "piece {piece}");
+        }
+        assert!(pending.is_empty(), "piece {piece}");
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let one_by_one = replies(1);
+    assert!(
+        one_by_one.contains("$5\r\n") && one_by_one.ends_with(":8\r\n"),
+        "{one_by_one}"
+    );
+    for piece in [run.len(), 7, 26, 100, 999] {
+        assert_eq!(replies(piece), one_by_one, "pieces of {piece}");
+    }
+    for cut in 0..run.len() {
+        let (mut e, mut session, mut out) = (engine(), resp2(), Vec::new());
+        let outcome = e.execute(&mut session, &run[..cut], &mut out, now());
+        assert!(outcome.consumed <= cut && !outcome.close, "cut at {cut}");
+    }
+    let mut garbage = b"*9\r\n$3\r\nGET\r\n$-5\r\n".to_vec();
+    garbage.extend_from_slice(&run);
+    let _ = engine().execute(&mut resp2(), &garbage, &mut Vec::new(), now());
+}
+
 #[test]
 fn every_truncation_consumes_nothing_and_asks_for_more() {
     let mut input = command(&[b"SET", b"key", b"value", b"PX", b"100"]);
