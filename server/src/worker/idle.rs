@@ -300,20 +300,17 @@ impl IdleState {
         self.sleeps % WAKE_SAMPLE_EVERY == 1
     }
 
-    /// Runs `sleep`; if this sleep is sampled ([`IdleState::sample_sleep`]), reads the
-    /// thread's CPU time with `cpu_time` before and after it and records the difference
+    /// Runs `sleep`; if it is `sampled` ([`IdleState::sample_sleep`]), reads the thread's CPU
+    /// time with `cpu_time` before and after it and records the difference
     /// ([`IdleState::record_wake_cost`]). The clock is a system call
     /// (`CLOCK_THREAD_CPUTIME_ID` has no vDSO path), so the other sleeps do not read it.
     pub fn measured_sleep<T>(
         &mut self,
+        sampled: bool,
         mut cpu_time: impl FnMut() -> Option<Duration>,
         sleep: impl FnOnce() -> T,
     ) -> T {
-        let before = if self.sample_sleep() {
-            cpu_time()
-        } else {
-            None
-        };
+        let before = if sampled { cpu_time() } else { None };
         let result = sleep();
         if let Some(before) = before
             && let Some(after) = cpu_time()
@@ -638,7 +635,9 @@ mod tests {
         let mut reads = 0u32;
         let mut cpu = Duration::ZERO;
         for _ in 0..WAKE_SAMPLE_EVERY * 4 {
+            let sampled = s.sample_sleep();
             let slept = s.measured_sleep(
+                sampled,
                 || {
                     reads += 1;
                     cpu += Duration::from_micros(10);
@@ -651,7 +650,9 @@ mod tests {
         assert_eq!(reads, 8, "two reads per sampled sleep, four sampled");
         assert!(s.wake_cost() > WAKE_COST_DEFAULT, "{:?}", s.wake_cost());
         let mut park = IdleState::new(Idle::Park, t0);
+        let sampled = park.sample_sleep();
         park.measured_sleep(
+            sampled,
             || -> Option<Duration> { panic!("park measures nothing") },
             || (),
         );

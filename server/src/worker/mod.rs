@@ -695,8 +695,15 @@ pub fn serve_smoltcp<D: Queue>(
                 .map_or(park, |d| Duration::from_micros(d.total_micros()).min(park));
             if !delay.is_zero() && mesh.park() {
                 engine.figures_mut().parks += 1;
-                idle_state
-                    .measured_sleep(idle::thread_cpu_time, || device.wait(delay, mesh.wake_fd()))?;
+                let sampled = idle_state.sample_sleep();
+                if sampled {
+                    // The measured sleep is the sleep alone, not the sends AF_XDP's poll
+                    // would make.
+                    device.flush();
+                }
+                idle_state.measured_sleep(sampled, idle::thread_cpu_time, || {
+                    device.wait(delay, mesh.wake_fd())
+                })?;
                 slept = true;
             }
             mesh.unpark();
