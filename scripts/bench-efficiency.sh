@@ -28,7 +28,9 @@
 #
 # Usage: scripts/bench-efficiency.sh [ROUNDS (default 5)] [SECONDS per run (default 5)]
 #   RATES="10000 50000 100000"  SERVERS="memcached tap xdp kernel"  IDLE=adaptive|park|spin
-#   (tap-rto-off in SERVERS: memspin over TAP with --rto-min off, loss recovery's probes off)
+#   (tap-rto-off in SERVERS: memspin over TAP with --rto-min off, loss recovery's probes off;
+#   tap-spin, xdp-spin: --idle spin whatever IDLE says; tap-base, xdp-base: the memspin binary
+#   BASE_BIN, e.g. a copy of an earlier build, for before/after rounds that alternate)
 #   PIPELINED=1 (0: skip part 2)  PIPELINED_TIMESTAMPS=none|software  CONNS="" (part 3 off;
 #   "32 10000" to run it)  RATES="" skips part 1
 #   PROFILE=DIR: during round 1's pipelined run over TAP, `perf record -e cpu-clock --call-graph
@@ -110,21 +112,27 @@ start() {
     memcached)
       start_memcached "$ns" "$out/memcached-$round.log" 11311 1 "$server_cpu"
       CNS=$ns; ADDR=127.0.0.1:11311 ;;
-    tap|tap-rto-off)
-      local recovery=()
+    tap|tap-rto-off|tap-spin|tap-base)
+      local recovery=() policy=$idle bin=$MEMSPIN_BIN
       [ "$name" = tap-rto-off ] && recovery=(--rto-min off)
-      start_server "$ns" "$out/$name-$round.log" --net tap --iface ms0 --ip 10.77.0.2/24 \
-        --host-ip 10.77.0.1/24 --cpus "$server_cpu" --idle "$idle" -m 256 "${recovery[@]}"
+      [ "$name" = tap-spin ] && policy=spin
+      [ "$name" = tap-base ] && bin=${BASE_BIN:?BASE_BIN: the memspin binary tap-base runs}
+      MEMSPIN_BIN=$bin start_server "$ns" "$out/$name-$round.log" --net tap --iface ms0 \
+        --ip 10.77.0.2/24 --host-ip 10.77.0.1/24 --cpus "$server_cpu" --idle "$policy" -m 256 \
+        "${recovery[@]}"
       CNS=$ns; ADDR=10.77.0.2:11211 ;;
-    xdp)
-      start_server "$server_ns" "$out/xdp-$round.log" --net xdp --iface mse1 --ip 10.78.0.2/24 \
-        --cpus "$server_cpu" --idle "$idle" -m 256
+    xdp|xdp-spin|xdp-base)
+      local policy=$idle bin=$MEMSPIN_BIN
+      [ "$name" = xdp-spin ] && policy=spin
+      [ "$name" = xdp-base ] && bin=${BASE_BIN:?BASE_BIN: the memspin binary xdp-base runs}
+      MEMSPIN_BIN=$bin start_server "$server_ns" "$out/$name-$round.log" --net xdp \
+        --iface mse1 --ip 10.78.0.2/24 --cpus "$server_cpu" --idle "$policy" -m 256
       CNS=$client_ns; ADDR=10.78.0.2:11211 ;;
     kernel)
       start_server "$ns" "$out/kernel-$round.log" --net kernel -l 127.0.0.1 -p 11411 \
         --cpus "$server_cpu" --idle "$idle" -m 256
       CNS=$ns; ADDR=127.0.0.1:11411 ;;
-    *) die "unknown server $name (memcached, tap, tap-rto-off, xdp, kernel)" ;;
+    *) die "unknown server $name (memcached, tap, tap-rto-off, tap-spin, tap-base, xdp, xdp-spin, xdp-base, kernel)" ;;
   esac
 }
 
@@ -217,11 +225,13 @@ for rate in rates:
         notes = " ".join(f"{r['cpu_per_m']:.1f}" + ("" if r["ok"] else "(rate!)") for r in runs)
         print(f"{rate:7d} {name:10} {m['cpu_per_m']:8.2f} {m['cpu_share']:6.2f} {m['p50']:7.1f} {m['p90']:7.1f} {m['p99']:8.1f}  "
               f"{ratio('cpu_per_m'):9.2f} {ratio('p50'):9.2f}  {notes}")
-def counters(name, rate):
-    # memspin's frames, empty reads, sleeps and loss probes per request over the windows
-    per = {}
-    keys = ("memspin_tap_rx_frames", "memspin_tap_tx_frames", "memspin_tap_rx_empty_reads",
+TAP_KEYS = ("memspin_tap_rx_frames", "memspin_tap_tx_frames", "memspin_tap_rx_empty_reads",
             "memspin_parks", "memspin_polls", "memspin_loss_probes")
+XDP_KEYS = ("memspin_xdp_rx_frames", "memspin_xdp_tx_frames", "memspin_xdp_tx_kicks",
+            "memspin_parks", "memspin_polls", "memspin_loss_probes")
+def counters(name, rate, keys):
+    # memspin's frames, empty reads or kicks, sleeps and loss probes per request over the windows
+    per = {}
     for r in range(1, rounds + 1):
         base = os.path.join(out, f"open-{name}-{rate}-{r}")
         try:
@@ -235,14 +245,14 @@ def counters(name, rate):
             if k in a and k in b:
                 per.setdefault(k, []).append((int(b[k]) - int(a[k])) / reqs)
     return {k: med(v) for k, v in per.items()}
-rows = [(rate, name, counters(name, rate)) for rate in rates for name in servers if name.startswith("tap")]
-if any(c for _, _, c in rows):
-    print("\nmemspin over TAP, per request (medians): frames in, frames out, empty reads, sleeps, loop iterations, loss probes")
-    print(f"{'rate/s':>7} {'server':12} {'in':>6} {'out':>6} {'empty':>6} {'sleeps':>6} {'loops':>6} {'probes':>6}")
-    for rate, name, c in rows:
-        v = lambda k: c.get(k, float("nan"))
-        print(f"{rate:7d} {name:12} {v('memspin_tap_rx_frames'):6.2f} {v('memspin_tap_tx_frames'):6.2f} "
-              f"{v('memspin_tap_rx_empty_reads'):6.2f} {v('memspin_parks'):6.2f} {v('memspin_polls'):6.2f} {v('memspin_loss_probes'):6.2f}")
+for path, keys, third in (("tap", TAP_KEYS, "empty reads"), ("xdp", XDP_KEYS, "sendto kicks")):
+    rows = [(rate, name, counters(name, rate, keys)) for rate in rates for name in servers if name.startswith(path)]
+    if any(c for _, _, c in rows):
+        print(f"\nmemspin over {path.upper()}, per request (medians): frames in, frames out, {third}, sleeps, loop iterations, loss probes")
+        print(f"{'rate/s':>7} {'server':12} {'in':>6} {'out':>6} {third.split()[-1][:6]:>6} {'sleeps':>6} {'loops':>6} {'probes':>6}")
+        for rate, name, c in rows:
+            v = [c.get(k, float("nan")) for k in keys]
+            print(f"{rate:7d} {name:12} " + " ".join(f"{x:6.2f}" for x in v))
 if pipelined:
     print(f"\npipelined, closed loop, 32 connections x 16 in flight (generator --timestamps {pipelined_timestamps})")
     print(f"{'server':10} {'ops/s':>10} {'p50':>7} {'p99':>8} {'ratio':>6}  runs (ops/s)")

@@ -17,6 +17,15 @@
 //!   read that just found the queue empty stands (another would find it empty too, a system
 //!   call for nothing; a frame that came in meanwhile is read at the next timestamp). So a
 //!   worker that wakes for one frame pays one empty read, not two.
+//! - The first refill after a [`TapDevice::wait`] that found the queue readable reads one
+//!   frame and stops there, without the read that would find the queue empty: a sleeper
+//!   woken at a low rate is woken for one frame, and the worker, once it has answered,
+//!   sleeps again with `poll(2)`, which returns at once if more came in (the next refill then
+//!   reads on until the queue is empty). So a wake-up for one frame costs `poll`, `read`,
+//!   the replies' `write`s, and no empty `read`; a wake-up that finds several frames queued
+//!   costs one `poll` more than reading on would. [`TapDevice::drained`] says true after
+//!   such a refill (no frame buffered, none known to be waiting), and, as after an empty
+//!   read, the same timestamp does not refill again.
 //! - I/O errors never panic and are never silent: they land in [`TapStats`].
 //!
 //! Checksums: the TAP is opened without `IFF_VNET_HDR` and no `TUNSETOFFLOAD`, so the
@@ -59,6 +68,8 @@ pub struct TapStats {
     pub rx_bytes: u64,
     /// `read(2)` calls that found the queue empty (`EAGAIN`), one per refill that ended early.
     pub rx_empty_reads: u64,
+    /// Refills after a wake-up that read one frame and stopped without an empty read.
+    pub rx_wake_reads: u64,
     /// Frames larger than [`MAX_MTU`] allows, dropped.
     pub rx_truncated: u64,
     /// `read(2)` failures other than `EAGAIN`/`EINTR` (e.g. `EBADFD` after the device was deleted).
@@ -170,6 +181,11 @@ struct RxRing {
     found_empty: bool,
     /// The timestamp `receive` was called with when the last refill ran.
     refilled_at: Option<Instant>,
+    /// True from a wait that found the queue readable until the next refill, which then
+    /// reads one frame only (see the module docs).
+    woken: bool,
+    /// True if the last refill was such a one-frame refill after a wake-up.
+    stopped_after_wake: bool,
 }
 
 /// One queue (one fd) of a TAP device, usable as a smoltcp [`Device`].
@@ -252,6 +268,8 @@ impl TapDevice {
                 filled: 0,
                 found_empty: false,
                 refilled_at: None,
+                woken: false,
+                stopped_after_wake: false,
             },
             tx_frame: vec![0u8; SLOT_BYTES].into_boxed_slice(),
             stats: TapStats::default(),
@@ -318,24 +336,25 @@ impl TapDevice {
         self.rx.filled - self.rx.head
     }
 
-    /// True if every frame read has been handed to the stack and the last read found the
-    /// kernel queue empty: nothing is waiting as of that read, so a caller with nothing else
-    /// to do may [`wait`](TapDevice::wait) at once (the wait returns at once if a frame came
-    /// in since).
+    /// True if every frame read has been handed to the stack and the last refill found the
+    /// kernel queue empty, or was the one-frame refill after a wake-up: no frame is known to
+    /// be waiting, so a caller with nothing else to do may [`wait`](TapDevice::wait) at once
+    /// (the wait returns at once if a frame is queued).
     pub fn drained(&self) -> bool {
-        self.buffered() == 0 && self.rx.found_empty
+        self.buffered() == 0 && (self.rx.found_empty || self.rx.stopped_after_wake)
     }
 
     /// Waits until a frame can be read, `also` (a wake-up descriptor, e.g. an eventfd other
     /// cores write to) is readable, or `timeout` passes (`None`: no limit), with `poll(2)`;
     /// returns at once if the ring still holds frames. For the park idle policy. A wake-up
-    /// through `also` is reported as [`Wait::TimedOut`].
+    /// through `also` is reported as [`Wait::TimedOut`]. After [`Wait::Readable`], the next
+    /// refill reads one frame (see the module docs).
     ///
     /// # Errors
     /// [`TapError::Sys`] with [`TapOp::Poll`] if poll(2) fails (not on `EINTR`, which is
     /// reported as [`Wait::TimedOut`] so the caller re-checks its own state).
     pub fn wait(
-        &self,
+        &mut self,
         timeout: Option<Duration>,
         also: Option<BorrowedFd<'_>>,
     ) -> Result<Wait, TapError> {
@@ -343,7 +362,10 @@ impl TapDevice {
             return Ok(Wait::Readable);
         }
         match sys::poll_readable(self.fd.as_fd(), also, timeout) {
-            Ok(true) => Ok(Wait::Readable),
+            Ok(true) => {
+                self.rx.woken = true;
+                Ok(Wait::Readable)
+            }
             Ok(false) => Ok(Wait::TimedOut),
             Err(errno) => Err(TapError::Sys {
                 name: self.name,
@@ -353,13 +375,20 @@ impl TapDevice {
         }
     }
 
-    /// Reads up to [`RX_BATCH`] frames into the ring; called when the ring is empty.
+    /// Reads up to [`RX_BATCH`] frames into the ring (one, right after a wake-up); called when
+    /// the ring is empty.
     fn refill(&mut self) {
         self.rx.head = 0;
         self.rx.filled = 0;
         self.rx.found_empty = false;
+        self.rx.stopped_after_wake = false;
+        let limit = if core::mem::take(&mut self.rx.woken) {
+            1
+        } else {
+            RX_BATCH
+        };
         let fd = self.fd.as_raw_fd();
-        while self.rx.filled < RX_BATCH {
+        while self.rx.filled < limit {
             let index = self.rx.filled;
             let slot = &mut self.rx.slots[index * SLOT_BYTES..(index + 1) * SLOT_BYTES];
             // SAFETY: `slot` is a valid, exclusively borrowed buffer of SLOT_BYTES bytes and
@@ -392,6 +421,10 @@ impl TapDevice {
             self.rx.filled += 1;
             self.stats.rx_frames += 1;
             self.stats.rx_bytes += len as u64;
+        }
+        if limit == 1 && self.rx.filled == 1 {
+            self.rx.stopped_after_wake = true;
+            self.stats.rx_wake_reads += 1;
         }
     }
 }
@@ -459,8 +492,11 @@ impl Device for TapDevice {
 
     fn receive(&mut self, timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
         if self.rx.head == self.rx.filled {
-            if self.rx.found_empty && self.rx.refilled_at == Some(timestamp) {
-                // This poll's read found the queue empty already (see the module docs).
+            if (self.rx.found_empty || self.rx.stopped_after_wake)
+                && self.rx.refilled_at == Some(timestamp)
+            {
+                // This poll's read found the queue empty already, or this poll's refill was
+                // the one frame after a wake-up (see the module docs).
                 return None;
             }
             self.rx.refilled_at = Some(timestamp);

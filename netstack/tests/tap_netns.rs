@@ -348,6 +348,14 @@ fn a_drained_queue_is_read_once_per_timestamp() {
         assert!(len >= 42, "an ARP request: {len} bytes");
         while tap.receive(later).is_some() {}
         let after_frame = empty(&tap);
+        // Before: the refill after the wake-up read on until the queue was empty, a read
+        // for nothing per wake-up; the wait's poll is what finds the queue empty now.
+        assert_eq!(
+            after_frame,
+            before + 1,
+            "the wake-up's refill reads the frame only"
+        );
+        assert_eq!(tap.stats().rx_wake_reads, 1);
         assert!(tap.receive(later).is_none());
         assert_eq!(empty(&tap), after_frame, "drained in this poll already");
         assert!(tap.drained());

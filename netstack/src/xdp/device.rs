@@ -26,6 +26,13 @@
 //! - `XDP_USE_NEED_WAKEUP` is always asked for: transmit kicks (`sendto`) happen only when
 //!   the tx ring's flag asks for one (copy mode always does: the copy is done inside
 //!   `sendto`), and the fill ring is woken with `recvfrom` only when its flag is set.
+//! - A sleep leaves the transmit kick to `poll(2)`: with `XDP_USE_NEED_WAKEUP`, the kernel's
+//!   poll of the socket drives transmission itself (copy mode sends the tx ring from inside
+//!   it, zero copy wakes the driver), so a worker that answers and then sleeps pays one
+//!   system call, not a `sendto` and a `poll`. Copy mode sends at most 32 descriptors per
+//!   call, so a longer tx ring is kicked with `sendto` first, as is every ring when busy
+//!   polling. [`XdpDevice::drained`] tells a worker when the rx ring was found empty, so it
+//!   may sleep without polling once more.
 //! - Preferred busy polling ([`XdpDevice::set_busy_poll`]): the socket asks the kernel to
 //!   leave the queue's NAPI to this thread. Then a refill that finds the rx ring empty calls
 //!   `recvfrom`, which runs the NAPI once (receive and transmit completions) before we look
@@ -52,6 +59,10 @@ use crate::tap::{ETHERNET_HEADER_LEN, Wait};
 
 /// Receive descriptors taken per batch (the fill ring is topped up after each).
 pub const RX_BATCH: usize = 64;
+
+/// Most pending transmit descriptors a sleep leaves to `poll(2)` to send (the kernel's copy
+/// mode sends 32 per call); more are kicked with `sendto` first.
+const POLL_SENDS: u32 = 32;
 
 /// Transmit descriptors published before a `sendto` kick without waiting for `flush`
 /// (the kernel's copy-mode transmit also works in batches of 32).
@@ -293,6 +304,8 @@ pub struct XdpStats {
     pub tx_chained: u64,
     /// `sendto` kicks.
     pub tx_kicks: u64,
+    /// Sleeps that left pending transmit descriptors to `poll(2)` to send.
+    pub tx_poll_kicks: u64,
     /// Kicks answered `EAGAIN`/`EBUSY`/`ENOBUFS` (retried after reaping completions).
     pub tx_kick_busy: u64,
     /// Kicks failed otherwise (e.g. `ENETDOWN`); the frames stay queued.
@@ -331,6 +344,8 @@ pub struct XdpDevice {
     frame_size: u32,
     busy_poll: Option<BusyPoll>,
     need_wakeup: bool,
+    /// True if the last refill found the rx ring empty.
+    found_empty: bool,
     stats: XdpStats,
 }
 
@@ -639,6 +654,7 @@ impl XdpDevice {
             frame_size: config.frame_size,
             busy_poll: None,
             need_wakeup: true,
+            found_empty: false,
             stats: XdpStats::default(),
         })
     }
@@ -789,6 +805,14 @@ impl XdpDevice {
         self.rx.buffered()
     }
 
+    /// True if every packet taken has been handed to the stack and the last refill found the
+    /// rx ring empty: nothing was waiting as of that look, so a caller with nothing else to
+    /// do may [`wait`](XdpDevice::wait) at once (the wait returns at once if a frame came
+    /// in since).
+    pub fn drained(&self) -> bool {
+        self.buffered() == 0 && self.found_empty
+    }
+
     /// Reads the kernel's `XDP_STATISTICS` into [`XdpStats::kernel`] and returns them.
     ///
     /// # Errors
@@ -835,8 +859,9 @@ impl XdpDevice {
 
     /// Waits until a frame can be read, `also` (a wake-up descriptor, e.g. an eventfd other
     /// cores write to) is readable, or `timeout` passes (`None`: no limit), with `poll(2)`,
-    /// after flushing transmit frames; returns at once if the batch still holds frames. For the
-    /// park idle policy. A wake-up through `also` is reported as [`Wait::TimedOut`].
+    /// which also sends the frames transmit tokens queued (see the module docs); returns at
+    /// once if the batch still holds frames. For the park idle policy. A wake-up through
+    /// `also` is reported as [`Wait::TimedOut`].
     ///
     /// # Errors
     /// [`XdpError::Sys`] with [`XdpOp::Poll`] if poll(2) fails (not on `EINTR`, which is
@@ -849,7 +874,18 @@ impl XdpDevice {
         if self.buffered() > 0 {
             return Ok(Wait::Readable);
         }
-        self.flush();
+        self.tx.reap(&mut self.stats);
+        let pending = self.tx.pending();
+        if pending > 0 {
+            if self.need_wakeup && self.busy_poll.is_none() && pending <= POLL_SENDS {
+                // poll(2) sends them (see the module docs); the next refill kicks whatever
+                // it left.
+                self.stats.tx_poll_kicks += 1;
+            } else {
+                let when = self.kick_when();
+                self.tx.kick(&mut self.stats, when);
+            }
+        }
         match sys::poll_readable(self.fd.as_fd(), also, timeout) {
             Ok(true) => Ok(Wait::Readable),
             Ok(false) => Ok(Wait::TimedOut),
@@ -900,14 +936,16 @@ impl XdpDevice {
         if self.tx.unkicked > 0 {
             self.flush();
         }
-        if self.rx.take(&mut self.stats) == 0 && self.busy_poll.is_some() {
+        let mut taken = self.rx.take(&mut self.stats);
+        if taken == 0 && self.busy_poll.is_some() {
             // The take may have dropped a broken chain's descriptors: their frames go back
             // before the next take starts a batch.
             self.rx.give_back();
             self.stats.busy_polls += 1;
             self.recv_kick();
-            self.rx.take(&mut self.stats);
+            taken = self.rx.take(&mut self.stats);
         }
+        self.found_empty = taken == 0;
     }
 }
 

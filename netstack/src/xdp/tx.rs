@@ -144,6 +144,11 @@ impl TxPath {
         (index < self.in_flight.len() as u64).then_some(index as u32)
     }
 
+    /// Descriptors on the tx ring the kernel has not taken yet.
+    pub(crate) fn pending(&mut self) -> u32 {
+        self.ring.pending()
+    }
+
     /// Makes the kernel send what the tx ring holds, as `when` says.
     pub(crate) fn kick(&mut self, stats: &mut XdpStats, when: Kick) {
         self.unkicked = 0;

@@ -517,7 +517,8 @@ pub fn raise_fd_limit(conn_limit: usize) -> Result<(), String> {
 /// for frames (the park policy) and push out frames it queued.
 pub trait Queue: Device {
     /// Sends frames that transmit tokens queued but the device has not pushed yet; called
-    /// after every egress step. Devices that write each frame at once do nothing.
+    /// after every egress step unless the worker goes to sleep: [`Queue::wait`] sends them
+    /// then. Devices that write each frame at once do nothing.
     fn flush(&mut self) {}
 
     /// True if the last receive found the queue empty (the device looked and nothing was
@@ -527,7 +528,8 @@ pub trait Queue: Device {
         false
     }
 
-    /// Blocks until a frame may be readable, `wake` is readable, or `timeout` passes.
+    /// Sends what [`Queue::flush`] would, then blocks until a frame may be readable, `wake` is
+    /// readable, or `timeout` passes.
     ///
     /// # Errors
     /// When waiting fails; the message names the device.
@@ -648,7 +650,6 @@ pub fn serve_smoltcp<D: Queue>(
             });
         }
         let egress = table.poll_egress(tick.net, device);
-        device.flush();
         let progress = ingress == Poll::Progress
             || served > 0
             || meshed
@@ -685,20 +686,30 @@ pub fn serve_smoltcp<D: Queue>(
             Activity::Idle => tick.at,
             Activity::Worked | Activity::Drained => Instant::now(),
         };
+        // The egress step's frames go out now, or with the sleep (one system call for both
+        // where the device can: AF_XDP's poll sends them).
+        let mut slept = false;
         if let Some(park) = idle_state.after(activity, ended) {
             let delay = table
                 .poll_delay(tick.net)
                 .map_or(park, |d| Duration::from_micros(d.total_micros()).min(park));
             if !delay.is_zero() && mesh.park() {
                 engine.figures_mut().parks += 1;
-                let sample = idle_state.sample_sleep();
-                let before = sample.then(idle::thread_cpu_time).flatten();
-                device.wait(delay, mesh.wake_fd())?;
-                if let (Some(before), Some(after)) = (before, idle::thread_cpu_time()) {
-                    idle_state.record_wake_cost(after.saturating_sub(before));
+                let sampled = idle_state.sample_sleep();
+                if sampled {
+                    // The measured sleep is the sleep alone, not the sends AF_XDP's poll
+                    // would make.
+                    device.flush();
                 }
+                idle_state.measured_sleep(sampled, idle::thread_cpu_time, || {
+                    device.wait(delay, mesh.wake_fd())
+                })?;
+                slept = true;
             }
             mesh.unpark();
+        }
+        if !slept {
+            device.flush();
         }
     }
     Ok(vec![idle_state.report()])

@@ -294,6 +294,10 @@ impl Queue for XdpDevice {
         XdpDevice::flush(self);
     }
 
+    fn drained(&self) -> bool {
+        XdpDevice::drained(self)
+    }
+
     fn raw_path(&self, table: &netstack::TableStats) -> RawPath {
         RawPath::Xdp(*self.stats(), *table)
     }
