@@ -93,10 +93,8 @@ pub(crate) fn errno() -> i32 {
 /// Interface index of `name` in the calling thread's network namespace, `None` if absent.
 /// Waits with poll(2) until `fd` (or `also`, e.g. a worker's wake-up eventfd) is readable or
 /// `timeout` passes (`None`: no limit). Returns whether `fd` is readable; an interrupted wait
-/// (`EINTR`) counts as not readable, so the caller re-checks its own state. The timeout is kept
-/// to the microsecond (ppoll(2)): a deadline such as a loss probe's 4.1 ms is not rounded up to
-/// the next whole millisecond, as poll(2) would have it (that added up to a millisecond to the
-/// repair of a lost reply).
+/// (`EINTR`) counts as not readable, so the caller re-checks its own state. Timeouts are rounded
+/// up to whole milliseconds, so a 100 µs deadline does not turn into a busy 0 ms poll.
 ///
 /// # Errors
 /// poll(2)'s errno.
@@ -106,10 +104,10 @@ pub(crate) fn poll_readable(
     timeout: Option<std::time::Duration>,
 ) -> Result<bool, i32> {
     use std::os::fd::AsRawFd;
-    let timespec = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    });
+    let timeout_ms: libc::c_int = match timeout {
+        None => -1,
+        Some(t) => t.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
+    };
     let entry = |fd: libc::c_int| libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -120,13 +118,9 @@ pub(crate) fn poll_readable(
         entry(also.map_or(-1, |a| a.as_raw_fd())),
     ];
     let nfds: libc::nfds_t = if also.is_some() { 2 } else { 1 };
-    let timespec_ptr = timespec
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `pfds` holds `nfds` valid pollfds (a negative fd is ignored by ppoll), exclusively
-    // borrowed for the call; `timespec_ptr` is null (no limit) or points at a timespec that
-    // lives until the call returns; a null signal mask leaves the thread's mask as it is.
-    let rc = unsafe { libc::ppoll(pfds.as_mut_ptr(), nfds, timespec_ptr, std::ptr::null()) };
+    // SAFETY: `pfds` holds `nfds` valid pollfds (a negative fd is ignored by poll), exclusively
+    // borrowed for the call.
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), nfds, timeout_ms) };
     match rc {
         0 => Ok(false),
         n if n > 0 => Ok(pfds[0].revents != 0),
