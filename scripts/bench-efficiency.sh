@@ -67,36 +67,7 @@ veth_pair_create "$client_ns" "$server_ns" mse0 mse1 10.78.0.1/24
 server_cpu=0
 client_cpu=$(( $(nproc) - 1 ))
 
-# cpu_ns PID: nanoseconds on CPU of all of PID's threads so far.
-cpu_ns() {
-  local total=0 t run
-  for t in /proc/"$1"/task/*/schedstat; do
-    read -r run _ <"$t" || continue
-    total=$(( total + run ))
-  done
-  echo "$total"
-}
-
 now_ns() { date +%s%N; }
-
-# stats_to CLIENT_NS ADDR FILE: the server's `stats` (name value per line) into FILE.
-stats_to() {
-  ip netns exec "$1" python3 - "$2" >"$3" <<'PY' || true
-import socket, sys
-host, port = sys.argv[1].rsplit(":", 1)
-s = socket.create_connection((host, int(port)), timeout=5)
-s.sendall(b"stats\r\n")
-buf = b""
-while not buf.endswith(b"END\r\n"):
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    buf += chunk
-for line in buf.decode().splitlines():
-    if line.startswith("STAT "):
-        print(line[5:])
-PY
-}
 
 # loadgen CLIENT_NS ADDR JSON ARGS...: one memspin-loadgen run on the client CPU.
 loadgen() {

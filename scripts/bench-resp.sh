@@ -77,42 +77,13 @@ start_redis() {
   die "redis-server did not start"
 }
 
-# cpu_ns PID: nanoseconds on CPU of all of PID's threads so far.
-cpu_ns() {
-  local total=0 t run
-  for t in /proc/"$1"/task/*/schedstat; do
-    read -r run _ <"$t" || continue
-    total=$(( total + run ))
-  done
-  echo "$total"
-}
-
-# stats_to ADDR FILE: memspin's memcached `stats` (name value per line) into FILE.
-stats_to() {
-  ip netns exec "$ns" python3 - "$1" >"$2" <<'PY' || true
-import socket, sys
-host, port = sys.argv[1].rsplit(":", 1)
-s = socket.create_connection((host, int(port)), timeout=5)
-s.sendall(b"stats\r\n")
-buf = b""
-while not buf.endswith(b"END\r\n"):
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    buf += chunk
-for line in buf.decode().splitlines():
-    if line.startswith("STAT "):
-        print(line[5:])
-PY
-}
-
 # measured BASE CMD...: runs the client CMD on the client CPU; writes BASE.cpu (the client's
 # wall, user and system seconds; the server's on-CPU nanoseconds and the wall nanoseconds over
 # the run) and, for memspin, BASE.stats0 and BASE.stats1 (`stats` before and after). With
 # PROFILE, round 1's memspin runs of the pipelined workloads are recorded by perf meanwhile.
 measured() {
   local base=$1; shift
-  [ -n "$STATS_ADDR" ] && stats_to "$STATS_ADDR" "$base.stats0"
+  [ -n "$STATS_ADDR" ] && stats_to "$ns" "$STATS_ADDR" "$base.stats0"
   local perf_pid=""
   if [ -n "$PROFILE_TO" ]; then
     local worker
@@ -133,7 +104,7 @@ measured() {
   fi
   echo "$(cat "$base.time") $(( c1 - c0 )) $(( t1 - t0 ))" >"$base.cpu"
   rm -f "$base.time"
-  [ -n "$STATS_ADDR" ] && stats_to "$STATS_ADDR" "$base.stats1"
+  [ -n "$STATS_ADDR" ] && stats_to "$ns" "$STATS_ADDR" "$base.stats1"
   return 0
 }
 

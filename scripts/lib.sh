@@ -121,3 +121,33 @@ veth_pair_create() {
   ip netns exec "$cns" ethtool -K "$cif" tx off >/dev/null
   ip netns exec "$cns" sysctl -q -w net.core.txrehash=0
 }
+
+# cpu_ns PID: nanoseconds on CPU of all of PID's threads so far (their schedstat).
+cpu_ns() {
+  local total=0 t run
+  for t in /proc/"$1"/task/*/schedstat; do
+    read -r run _ <"$t" || continue
+    total=$(( total + run ))
+  done
+  echo "$total"
+}
+
+# stats_to NS ADDR FILE: the memcached `stats` of the server at ADDR (host:port), asked from
+# namespace NS, into FILE as "name value" lines; FILE is left empty if the server does not answer.
+stats_to() {
+  ip netns exec "$1" python3 - "$2" >"$3" <<'PY' || true
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=5)
+s.sendall(b"stats\r\n")
+buf = b""
+while not buf.endswith(b"END\r\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+for line in buf.decode().splitlines():
+    if line.startswith("STAT "):
+        print(line[5:])
+PY
+}
