@@ -456,8 +456,7 @@ pub struct Crawler {
     enabled: AtomicBool,
     sleep_us: AtomicU32,
     tocrawl: AtomicU32,
-    requested: AtomicU64,
-    running: AtomicUsize,
+    round: WorkerRound,
     starts: AtomicU64,
 }
 
@@ -470,8 +469,7 @@ impl Default for Crawler {
             enabled: AtomicBool::new(true),
             sleep_us: AtomicU32::new(CRAWLER_SLEEP_DEFAULT_US),
             tocrawl: AtomicU32::new(0),
-            requested: AtomicU64::new(0),
-            running: AtomicUsize::new(0),
+            round: WorkerRound::default(),
             starts: AtomicU64::new(0),
         }
     }
@@ -512,12 +510,12 @@ impl Crawler {
     /// Crawls requested since start: a worker that has seen fewer starts the last one.
     #[inline]
     pub fn requested(&self) -> u64 {
-        self.requested.load(Ordering::Acquire)
+        self.round.requested()
     }
 
     /// True while a requested crawl runs on some worker (`lru_crawler_running`).
     pub fn running(&self) -> bool {
-        self.running.load(Ordering::Acquire) > 0
+        self.round.running()
     }
 
     /// Crawls started since start or `stats reset` (`lru_crawler_starts`).
@@ -529,15 +527,8 @@ impl Crawler {
     /// while one runs. With `workers` 0 (classes that hold no item) the crawl is counted and
     /// done at once.
     pub fn start(&self, workers: usize) -> bool {
-        if self
-            .running
-            .compare_exchange(0, workers, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        if !self.round.start(workers) {
             return false;
-        }
-        if workers > 0 {
-            self.requested.fetch_add(1, Ordering::AcqRel);
         }
         self.starts.fetch_add(1, Ordering::Relaxed);
         true
@@ -545,9 +536,7 @@ impl Crawler {
 
     /// A worker walked its whole share of the running crawl.
     pub fn finished(&self) {
-        let _ = self
-            .running
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        self.round.finished();
     }
 }
 
@@ -556,8 +545,7 @@ impl Crawler {
 /// bounded step per turn and says when it is done ([`PageMoves::finished`]).
 #[derive(Debug, Default)]
 pub struct PageMoves {
-    requested: AtomicU64,
-    running: AtomicUsize,
+    round: WorkerRound,
     moved: AtomicU64,
 }
 
@@ -565,12 +553,12 @@ impl PageMoves {
     /// Moves requested since start: a worker that has seen fewer frees its share of the last.
     #[inline]
     pub fn requested(&self) -> u64 {
-        self.requested.load(Ordering::Acquire)
+        self.round.requested()
     }
 
     /// True while a page is being freed (`slab_reassign_running`).
     pub fn running(&self) -> bool {
-        self.running.load(Ordering::Acquire) > 0
+        self.round.running()
     }
 
     /// Pages moved since start or `stats reset` (`slabs_moved`).
@@ -582,6 +570,47 @@ impl PageMoves {
     /// runs. With `workers` 0 (a free page given to a class: nothing to free) the move is
     /// done at once.
     pub fn start(&self, workers: usize) -> bool {
+        if !self.round.start(workers) {
+            return false;
+        }
+        if workers == 0 {
+            self.moved.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// A worker freed its share of the page being moved; the last one completes the move.
+    pub fn finished(&self) {
+        if self.round.finished() {
+            self.moved.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One piece of work every worker does its share of, at most one at a time (a requested
+/// crawl, a page move): started by bumping [`WorkerRound::requested`], which each worker's
+/// loop compares with the last round it saw; done when the last worker says it finished.
+#[derive(Debug, Default)]
+struct WorkerRound {
+    requested: AtomicU64,
+    running: AtomicUsize,
+}
+
+impl WorkerRound {
+    /// Rounds requested since start.
+    #[inline]
+    fn requested(&self) -> u64 {
+        self.requested.load(Ordering::Acquire)
+    }
+
+    /// True while some worker has not finished its share of the round.
+    fn running(&self) -> bool {
+        self.running.load(Ordering::Acquire) > 0
+    }
+
+    /// Starts a round over `workers` workers; false (nothing started) while one runs. With
+    /// `workers` 0 nothing is requested: the round is done as it starts.
+    fn start(&self, workers: usize) -> bool {
         if self
             .running
             .compare_exchange(0, workers, Ordering::AcqRel, Ordering::Acquire)
@@ -591,21 +620,15 @@ impl PageMoves {
         }
         if workers > 0 {
             self.requested.fetch_add(1, Ordering::AcqRel);
-        } else {
-            self.moved.fetch_add(1, Ordering::Relaxed);
         }
         true
     }
 
-    /// A worker freed its share of the page being moved; the last one completes the move.
-    pub fn finished(&self) {
-        if self
-            .running
+    /// A worker finished its share; true for the last one (the round is done).
+    fn finished(&self) -> bool {
+        self.running
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             == Ok(1)
-        {
-            self.moved.fetch_add(1, Ordering::Relaxed);
-        }
     }
 }
 
