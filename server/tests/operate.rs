@@ -539,13 +539,7 @@ fn tap_verbosity_logs_one_event_per_line() {
 #[test]
 fn kernel_verbosity_logs_resp_commands_by_their_words() {
     let mut server = start_kernel(&["-vv", "--resp-port", "0"]);
-    let resp: SocketAddr = server
-        .ready_line
-        .split("RESP on ")
-        .nth(1)
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|addr| addr.parse().ok())
-        .unwrap_or_else(|| panic!("RESP address in {}", server.ready_line));
+    let resp = server.resp_addr();
     let mut redis = TcpStream::connect(resp).unwrap();
     redis
         .write_all(b"*3\r\n$3\r\nSET\r\n$6\r\nlogged\r\n$1\r\nv\r\n")
@@ -1113,13 +1107,7 @@ fn kernel_bytes_read_after_a_reset_counts_as_memcached_counts() {
 #[test]
 fn kernel_client_id_is_the_number_stats_conns_shows() {
     let server = start_kernel(&["-t", "2", "--resp-port", "0"]);
-    let resp: SocketAddr = server
-        .ready_line
-        .split("RESP on ")
-        .nth(1)
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|addr| addr.parse().ok())
-        .unwrap_or_else(|| panic!("RESP address in {}", server.ready_line));
+    let resp = server.resp_addr();
     let mut text = TextClient::connect(server.addr);
     let mut redis = TcpStream::connect(resp).unwrap();
     let client = redis.local_addr().unwrap();
@@ -1192,13 +1180,7 @@ fn kernel_stats_conns_writes_ipv6_addresses_as_memcached_does() {
 #[test]
 fn kernel_an_oversize_resp_set_counts_in_store_too_large() {
     let server = start_kernel(&["-I", "1k", "--resp-port", "0"]);
-    let resp: SocketAddr = server
-        .ready_line
-        .split("RESP on ")
-        .nth(1)
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|addr| addr.parse().ok())
-        .unwrap_or_else(|| panic!("RESP address in {}", server.ready_line));
+    let resp = server.resp_addr();
     let mut redis = TcpStream::connect(resp).unwrap();
     let value = "x".repeat(1020);
     redis

@@ -674,17 +674,6 @@ fn loadgen_verify(resp: SocketAddr, mixed: bool) {
     );
 }
 
-/// The RESP address a kernel-socket server's ready line names.
-fn resp_addr(server: &Server) -> SocketAddr {
-    server
-        .ready_line
-        .split("RESP on ")
-        .nth(1)
-        .and_then(|rest| rest.split([',', ' ']).next())
-        .and_then(|addr| addr.parse().ok())
-        .unwrap_or_else(|| panic!("no RESP address in {:?}", server.ready_line))
-}
-
 fn kernel(workers: &str) {
     let _one = one_at_a_time();
     let mut server = Server::start(
@@ -705,7 +694,7 @@ fn kernel(workers: &str) {
         ],
         None,
     );
-    let resp = resp_addr(&server);
+    let resp = server.resp_addr();
     check_server(None, &mut server, resp, workers.parse().unwrap());
 }
 

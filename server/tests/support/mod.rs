@@ -129,6 +129,18 @@ pub struct Server {
 }
 
 impl Server {
+    /// The RESP address the ready line names (`--resp-port` on kernel sockets, where `0`
+    /// picks a free port).
+    #[track_caller]
+    pub fn resp_addr(&self) -> SocketAddr {
+        self.ready_line
+            .split("RESP on ")
+            .nth(1)
+            .and_then(|rest| rest.split([',', ' ']).next())
+            .and_then(|addr| addr.parse().ok())
+            .unwrap_or_else(|| panic!("no RESP address in {:?}", self.ready_line))
+    }
+
     /// Starts memspin with `args` (inside `netns` when given) and waits up to 30 s for `ready`.
     /// `addr` is where clients connect; with `--net kernel -p 0` it is read from the ready line.
     #[track_caller]
