@@ -25,7 +25,8 @@
 #   NET=tap|kernel (default tap), WARMUP=SECONDS (default 3), IDLE=spin|park|adaptive (memspin's
 #   --idle, default spin), SERVER_ARGS="..." (more memspin options, e.g. --rto-min off),
 #   LOADGEN_ARGS="..." (more memspin-loadgen options for both counts), MEMSPIN=/path (another
-#   memspin binary, e.g. an earlier build, run with the same settings), PROFILE=DIR (during
+#   memspin binary, e.g. an earlier build, run with the same settings), BUILD=0 (target/release's
+#   binaries as they are, no cargo build), PROFILE=DIR (during
 #   round 1, `perf record -e cpu-clock --call-graph dwarf` of the worker thread for each count,
 #   DIR/cFEW.data and DIR/cMANY.data, and where its samples went; that round's figures then
 #   include perf's cost)
@@ -46,7 +47,13 @@ profile=${PROFILE:-}
 need_packages iproute2 python3
 need_root_for_namespaces
 
-build_release
+# BUILD=0: the binaries already in target/release, without cargo (a cargo frozen by another
+# benchmark may hold the package cache's lock).
+if [ "${BUILD:-1}" = 0 ]; then
+  MEMSPIN_BIN=$PWD/target/release/memspin LOADGEN_BIN=$PWD/target/release/memspin-loadgen
+else
+  build_release
+fi
 MEMSPIN_BIN=${MEMSPIN:-$MEMSPIN_BIN}
 
 out=results/connections-$(date +%Y%m%d-%H%M%S)

@@ -37,6 +37,7 @@
 #   dwarf` of memspin's worker thread into DIR/perf.data, and at the end where its samples went
 #   (frame writes with the client's TCP receive inside them, frame reads, the store, parsing,
 #   the engine, smoltcp, the table, sleeping, the clock), from DIR/script.txt; needs perf
+#   BUILD=0: run target/release's binaries as they are (no cargo build)
 #   OPEN_PROFILE=DIR: during round 1's open-loop windows, `perf record -e cpu-clock -g` of the
 #   server's CPU (every task on it, the idle task included) into DIR/SERVER-RATE.data, and at
 #   the end each one's shares by task and library, and its leading symbols
@@ -57,7 +58,13 @@ conns=(${CONNS:-})
 need_packages iproute2 ethtool memcached python3
 need_root_for_namespaces
 
-build_release
+# BUILD=0: the binaries already in target/release, without cargo (a cargo frozen by another
+# benchmark may hold the package cache's lock).
+if [ "${BUILD:-1}" = 0 ]; then
+  MEMSPIN_BIN=$PWD/target/release/memspin LOADGEN_BIN=$PWD/target/release/memspin-loadgen
+else
+  build_release
+fi
 
 out=results/efficiency-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
