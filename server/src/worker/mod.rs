@@ -594,9 +594,10 @@ fn local_addr(control: &crate::control::Control, port: u16) -> Option<std::net::
 /// connection with work through the engine (one turn each, [`TURN_REQUESTS`] requests at most;
 /// a connection with work left is served again on the next loop, after the others), exchange
 /// forwarded requests and replies with the other workers, egress, flush; then, when the idle
-/// policy allows it (see [`idle`]), sleeps on the device and the mesh's wake-up descriptor,
-/// never past the table's next timer. Connections the table accepted on `resp_port` speak
-/// RESP. Returns the idle policy's line for the exit report.
+/// policy allows it (see [`idle`]), sleeps on the device, the mesh's wake-up descriptor and a
+/// [`SleepTimer`] kept armed across sleeps (no timeout on the sleep itself), never past the
+/// table's next timer (rounded up to whole milliseconds). Connections the table accepted on
+/// `resp_port` speak RESP. Returns the idle policy's line for the exit report.
 ///
 /// # Errors
 /// When the device cannot wait.
