@@ -52,7 +52,7 @@
 //! [`item_size`] charges.
 //!
 //! The trade-off, against the alternatives considered:
-//! - *One block per item (chosen)*: one allocation per store, exact sizes, freeing is
+//! - *One block per item (chosen)*: at most one allocation per store (none for a value that keeps its length), exact sizes, freeing is
 //!   `free`; the allocator's 8-byte header and 16-byte rounding are the per-item cost and
 //!   are charged ([`item_size`]). Metadata stays in the bucket, so the clock hand and the
 //!   expiry sweep read only the table's contiguous array, never the blocks.
