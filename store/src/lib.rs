@@ -52,10 +52,11 @@
 //! [`item_size`] charges.
 //!
 //! The trade-off, against the alternatives considered:
-//! - *One block per item (chosen)*: at most one allocation per store (none for a value that keeps its length), exact sizes, freeing is
-//!   `free`; the allocator's 8-byte header and 16-byte rounding are the per-item cost and
-//!   are charged ([`item_size`]). Metadata stays in the bucket, so the clock hand and the
-//!   expiry sweep read only the table's contiguous array, never the blocks.
+//! - *One block per item (chosen)*: at most one allocation per store (none for a value that
+//!   keeps its length), exact sizes, freeing is `free`; the allocator's 8-byte header and
+//!   16-byte rounding are the per-item cost and are charged ([`item_size`]). Metadata stays
+//!   in the bucket, so the clock hand and the expiry sweep read only the table's contiguous
+//!   array, never the blocks.
 //! - *Slab/arena with size classes* (memcached, Pelikan segments): no allocator calls and
 //!   no fragmentation outside the arena, but slab-class waste (memcached's 1.25 growth
 //!   factor wastes up to 20 %) and rebalancing logic; the crate would need its own
