@@ -25,6 +25,9 @@
 #     run, lost 16 % with -P 16, and took the 1-in-flight p50 from 3.8 to 15.5 µs (README,
 #     "Measured here")
 #   PIPELINED_TIMESTAMPS=none|software  the generator's timestamps in the 32 x 16 run
+#   PIPELINED_N=N  requests per test of the `-P 16` run (default: N, the second argument; the
+#     keys stay `-r N`): at 200,000 that run lasts about a tenth of a second per test, which
+#     redis-benchmark times to the millisecond, so it takes more to tell builds apart
 #   WORKLOADS="seed pipelined latency throughput"  the runs to make, in this order (e.g.
 #     WORKLOADS="pipelined throughput": only the pipelined ones)
 #   SERVERS="redis-server memspin-tap"  the servers (the order rotates every round); also
@@ -43,6 +46,7 @@ source scripts/lib.sh
 rounds=${1:-3}
 requests=${2:-200000}
 seconds=${3:-5}
+pipelined_requests=${PIPELINED_N:-$requests}
 idle=${IDLE:-spin}
 pipelined_timestamps=${PIPELINED_TIMESTAMPS:-none}
 workloads=(${WORKLOADS:-seed pipelined latency throughput})
@@ -125,7 +129,8 @@ bench() {
         measured "$out/seed-$name-$round" "${rb[@]}" >"$out/seed-$name-$round.csv" ;;
       pipelined)
         [ -n "$profile_base" ] && PROFILE_TO=$profile_base/pipelined
-        measured "$out/pipelined-$name-$round" "${rb[@]}" -P 16 >"$out/pipelined-$name-$round.csv" ;;
+        measured "$out/pipelined-$name-$round" "${rb[@]}" -P 16 -n "$pipelined_requests" \
+          >"$out/pipelined-$name-$round.csv" ;;
       latency)
         measured "$out/latency-$name-$round" "${lg[@]}" -c 1 --pipeline 1 \
           --json "$out/latency-$name-$round.json" >/dev/null ;;
@@ -169,10 +174,11 @@ for round in $(seq 1 "$rounds"); do
 done
 
 step "medians over $rounds rounds (servers on CPU $server_cpu, clients on CPU $client_cpu, memspin --idle $idle)"
-python3 - "$out" "$requests" "$pipelined_timestamps" "${servers[*]}" <<'PY'
+python3 - "$out" "$requests" "$pipelined_timestamps" "${servers[*]}" "$pipelined_requests" <<'PY'
 import csv, glob, json, os, statistics, sys
 out, requests, pipelined_timestamps = sys.argv[1], sys.argv[2], sys.argv[3]
 servers = sys.argv[4].split()
+pipelined_requests = sys.argv[5]
 
 def median(values):
     return statistics.median(values) if values else float("nan")
@@ -193,7 +199,7 @@ def loadgen(kind, name, key):
     return median(values)
 
 for kind, label in [("seed", f"redis-benchmark -t set,get -n {requests} -r {requests} -c 120"),
-                    ("pipelined", f"redis-benchmark -t set,get -n {requests} -r {requests} -c 120 -P 16")]:
+                    ("pipelined", f"redis-benchmark -t set,get -n {pipelined_requests} -r {requests} -c 120 -P 16")]:
     print(f"\n{label} (requests/s; p50 in ms)")
     print(f"{'server':16} {'SET rps':>10} {'GET rps':>10} {'SET p50':>8} {'GET p50':>8}   {'rps ratio':>9}")
     base = bench(kind, "redis-server", "GET", "rps") + bench(kind, "redis-server", "SET", "rps")

@@ -107,8 +107,9 @@ fn bench(c: &mut Criterion) {
         })
     });
     // The cold GETs above, 16 keys at a time (a pipelined frame's GETs), without and with
-    // prefetching every block first (`block_hint` and the prefetch instruction, as the server
-    // does): the misses of the 16 then overlap. Per element, one GET.
+    // prefetching first, as the server does: every block (`Hint::block`, which reads the
+    // bucket), or every bucket and then every block (`Hint::bucket`, then `Hint::block`). The
+    // misses of the 16 then overlap. Per element, one GET.
     let mut i = 0usize;
     let mut batch = [0usize; 16];
     let next_batch = |i: &mut usize, batch: &mut [usize; 16]| {
@@ -131,13 +132,53 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             next_batch(&mut i, &mut batch);
             for &k in &batch {
-                if let Some(block) = s.block_hint(black_box(&cold[k])) {
-                    prefetch(block);
+                if let Some(hint) = s.hint(black_box(&cold[k])) {
+                    prefetch_lines(hint.block());
                 }
             }
             for &k in &batch {
                 let v = s.get(black_box(&cold[k]), NOW).map(|v| v.value.len());
                 black_box(v);
+            }
+        })
+    });
+    group.bench_function("get_hit_cold_x16_prefetched_2stage/key16/value32", |b| {
+        b.iter(|| {
+            next_batch(&mut i, &mut batch);
+            let mut hints = [None; 16];
+            for (hint, &k) in hints.iter_mut().zip(&batch) {
+                *hint = s.hint(black_box(&cold[k]));
+                if let Some(hint) = hint {
+                    prefetch(hint.bucket());
+                }
+            }
+            for hint in hints.iter().flatten() {
+                prefetch_lines(hint.block());
+            }
+            for &k in &batch {
+                let v = s.get(black_box(&cold[k]), NOW).map(|v| v.value.len());
+                black_box(v);
+            }
+        })
+    });
+    // SETs over existing cold keys, 16 at a time, with the two-stage prefetch: the same-length
+    // overwrite rewrites each block in place.
+    group.bench_function("set_cold_x16_prefetched_2stage/key16/value32", |b| {
+        b.iter(|| {
+            next_batch(&mut i, &mut batch);
+            let mut hints = [None; 16];
+            for (hint, &k) in hints.iter_mut().zip(&batch) {
+                *hint = s.hint(black_box(&cold[k]));
+                if let Some(hint) = hint {
+                    prefetch(hint.bucket());
+                }
+            }
+            for hint in hints.iter().flatten() {
+                prefetch_lines(hint.block());
+            }
+            for &k in &batch {
+                let r = s.store(Write::new(StoreMode::Set, black_box(&cold[k]), &value), NOW);
+                black_box(r.is_ok());
             }
         })
     });
@@ -165,19 +206,24 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-/// The prefetch the server issues for a block (`server/src/engine/core.rs`).
-fn prefetch(bytes: &[u8]) {
+/// The prefetches the server issues (`server/src/engine/core.rs`): the first and last cache
+/// lines of a block, and the one line holding an address.
+fn prefetch_lines(bytes: &[u8]) {
+    prefetch(bytes.as_ptr());
+    prefetch(bytes.as_ptr().wrapping_add(bytes.len().saturating_sub(1)));
+}
+
+fn prefetch(at: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let first = bytes.as_ptr();
-        let last = first.wrapping_add(bytes.len().saturating_sub(1));
         // SAFETY: a prefetch never faults and reads nothing the program sees.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(first.cast());
-            _mm_prefetch::<_MM_HINT_T0>(last.cast());
+            _mm_prefetch::<_MM_HINT_T0>(at.cast());
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
 }
 
 criterion_group!(benches, bench);

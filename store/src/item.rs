@@ -230,6 +230,19 @@ impl Item {
         self.last_access = expiry::clamp_u32(now.secs());
     }
 
+    /// Replaces the value with one of the same length, in place (no allocation), and leaves
+    /// the item as [`Item::new`] builds one: the new flags, deadline and CAS, clock counter 1,
+    /// neither fetched, stale nor won. The caller stamps it ([`Item::stamp`]) as it would a new
+    /// item entering the table.
+    #[inline]
+    pub(crate) fn overwrite(&mut self, value: &[u8], flags: u32, deadline: Deadline, cas: u64) {
+        self.value_mut().copy_from_slice(value);
+        self.set_cas(cas);
+        self.flags = flags;
+        self.meta = 1;
+        self.set_deadline(deadline);
+    }
+
     /// The clock counter (0..=3).
     #[inline]
     pub(crate) fn clock(&self) -> u32 {

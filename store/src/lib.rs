@@ -40,9 +40,10 @@
 //! Key and value are copied once, into that one heap block, when an item is stored; a GET hit
 //! walks control bytes → bucket → block and allocates nothing. The bucket and the block are
 //! two dependent cache misses when the table is cold; a caller with several keys in hand
-//! (a pipelined frame's GETs) prefetches each key's block first ([`Shard::block_hint`]), so
-//! that the misses overlap (`cargo bench -p store -- get_hit_cold`: 16 cold GETs take less than
-//! half the time that way).
+//! (a pipelined frame's GETs) prefetches every key's bucket, then every key's block
+//! ([`Shard::hint`], [`Hint`]), so that the misses of all keys overlap at each stage
+//! (`cargo bench -p store -- get_hit_cold`). A store over a live item whose value keeps its
+//! length rewrites the block in place, allocating nothing.
 //!
 //! The CAS lives in the block, in front of the key, because it is a full 64-bit value (the
 //! meta protocol's `E` lets a client choose any) and is only ever read or written together
@@ -51,10 +52,11 @@
 //! [`item_size`] charges.
 //!
 //! The trade-off, against the alternatives considered:
-//! - *One block per item (chosen)*: one allocation per store, exact sizes, freeing is
-//!   `free`; the allocator's 8-byte header and 16-byte rounding are the per-item cost and
-//!   are charged ([`item_size`]). Metadata stays in the bucket, so the clock hand and the
-//!   expiry sweep read only the table's contiguous array, never the blocks.
+//! - *One block per item (chosen)*: at most one allocation per store (none for a value that
+//!   keeps its length), exact sizes, freeing is `free`; the allocator's 8-byte header and
+//!   16-byte rounding are the per-item cost and are charged ([`item_size`]). Metadata stays
+//!   in the bucket, so the clock hand and the expiry sweep read only the table's contiguous
+//!   array, never the blocks.
 //! - *Slab/arena with size classes* (memcached, Pelikan segments): no allocator calls and
 //!   no fragmentation outside the arena, but slab-class waste (memcached's 1.25 growth
 //!   factor wastes up to 20 %) and rebalancing logic; the crate would need its own
@@ -133,7 +135,7 @@ pub use error::StoreError;
 pub use expiry::{Expiry, Now, REALTIME_MAXDELTA, Ttl};
 pub use item::{MAX_KEY_LEN, item_size, malloc_chunk};
 pub use shard::{
-    Arith, Crawled, Delta, EVICTION_LOG_LEN, Evicted, ItemView, NO_EVICT_SCAN, NewCas, Shard,
+    Arith, Crawled, Delta, EVICTION_LOG_LEN, Evicted, Hint, ItemView, NO_EVICT_SCAN, NewCas, Shard,
     ShardConfig, StoreMode, Write,
 };
 pub use stats::ShardStats;

@@ -165,6 +165,31 @@ impl ItemView<'_> {
     }
 }
 
+/// Where a lookup will read, from [`Shard::hint`], for a caller that prefetches. The item's
+/// bucket and its heap block are two dependent loads: prefetch [`Hint::bucket`] for every key
+/// first, then (the buckets arriving meanwhile) [`Hint::block`] for every key, and the misses
+/// of all keys overlap at each stage.
+#[derive(Debug, Clone, Copy)]
+pub struct Hint<'a> {
+    item: &'a Item,
+}
+
+impl<'a> Hint<'a> {
+    /// The address of the item's bucket in the table (32 bytes, within one cache line):
+    /// only for a prefetch; taking it reads nothing.
+    #[inline]
+    pub fn bucket(self) -> *const u8 {
+        core::ptr::from_ref(self.item).cast()
+    }
+
+    /// The item's heap block, which a lookup reads after the bucket (it compares the key
+    /// there): only for a prefetch of its cache lines. Finding it reads the bucket.
+    #[inline]
+    pub fn block(self) -> &'a [u8] {
+        self.item.block()
+    }
+}
+
 /// Why an item leaves the table, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Removal {
@@ -370,17 +395,18 @@ impl Shard {
         }
     }
 
-    /// The item's heap block (its CAS, key and value) that a lookup of `key` would read last,
-    /// for a caller that prefetches it: with several keys in hand, prefetching every block
-    /// before looking any key up lets their cache misses overlap instead of following one
-    /// another (a GET hit misses on the table's bucket and on the block). Finding it reads
-    /// the table's control bytes and bucket, not the block. Only a hint: the bucket taken is
-    /// the first whose 7-bit tag matches, the key's in all but rare cases, dead or alive;
-    /// nothing changes and nothing is counted.
+    /// Where a lookup of `key` will read, for a caller that prefetches: with several keys in
+    /// hand, warming every key's item before looking any of them up lets their cache misses
+    /// overlap instead of following one another. A lookup reads the table's control bytes,
+    /// then the item's bucket, then its heap block (the key, CAS and value), each load
+    /// waiting for the one before; see [`Hint`] for taking them in stages. Finding the hint
+    /// reads the control bytes only. Only a hint: the bucket taken is the first whose 7-bit
+    /// tag matches, the key's in all but rare cases, dead or alive; nothing changes and
+    /// nothing is counted.
     #[inline]
-    pub fn block_hint(&self, key: &[u8]) -> Option<&[u8]> {
+    pub fn hint(&self, key: &[u8]) -> Option<Hint<'_>> {
         let hash = self.hasher.hash_one(key);
-        self.table.find(hash, |_| true).map(Item::block)
+        self.table.find(hash, |_| true).map(|item| Hint { item })
     }
 
     /// TOUCH / GAT: gives a live item a new expiry (`ttl` as in [`Shard::store`]) and
@@ -614,6 +640,26 @@ impl Shard {
                 }
                 self.stats.total_items += 1;
                 return Ok(self.take_cas(new_cas));
+            }
+            if old.value().len() == value.len() {
+                // Same length (a counter, a fixed-size record): rewrite the block in place
+                // instead of allocating a new one and freeing the old; nothing is charged
+                // differently and the item stays in its bucket.
+                let new_cas = self.take_cas(new_cas);
+                let generation = self.generation;
+                let Some(item) = self.table.get_bucket_mut(index) else {
+                    return Err(StoreError::NotFound);
+                };
+                let expired = item.expires();
+                item.overwrite(value, flags, deadline, new_cas);
+                item.stamp(generation, now);
+                self.stats.curr_expiring =
+                    self.stats.curr_expiring - u64::from(expired) + u64::from(item.expires());
+                self.stats.total_items += 1;
+                if cas != 0 {
+                    self.stats.cas_hits += 1;
+                }
+                return Ok(new_cas);
             }
             Item::new(key, [value, b""], flags, deadline, 0)
         };

@@ -2315,20 +2315,96 @@ fn an_emptied_shard_under_a_tiny_budget_gives_its_table_back() {
 }
 
 #[test]
-fn block_hint_is_the_items_block_and_changes_nothing() {
+fn hint_is_the_items_bucket_and_block_and_changes_nothing() {
     let mut s = shard();
-    assert!(s.block_hint(b"k").is_none(), "an empty table has no block");
+    assert!(s.hint(b"k").is_none(), "an empty table has no item");
     set(&mut s, b"some-key", b"its value", 0, NOW);
+    set(&mut s, b"other-key", b"other value", 0, NOW);
     let stats = s.stats().clone();
-    let block = s.block_hint(b"some-key").expect("a stored key's block");
-    let text = String::from_utf8_lossy(block);
+    let hint = s.hint(b"some-key").expect("a stored key's item");
+    let text = String::from_utf8_lossy(hint.block());
     assert!(
         text.contains("some-key") && text.ends_with("its value"),
         "{text:?}"
     );
+    let other = s.hint(b"other-key").expect("a stored key's item");
+    assert_ne!(hint.bucket(), other.bucket(), "one bucket per item");
+    assert_eq!(hint.bucket(), s.hint(b"some-key").unwrap().bucket());
     assert_eq!(s.stats(), &stats, "a hint counts nothing");
     assert_eq!(
         value(&mut s, b"some-key", NOW).as_deref(),
         Some(&b"its value"[..])
     );
+}
+
+#[test]
+fn a_same_length_store_rewrites_the_block_in_place_as_a_new_item() {
+    let mut s = shard();
+    let first = s
+        .store(
+            Write {
+                flags: 7,
+                ttl: Ttl::Exptime(60),
+                ..Write::new(StoreMode::Set, b"k", b"one")
+            },
+            NOW,
+        )
+        .unwrap();
+    assert!(s.get(b"k", NOW).is_some());
+    s.claim_win(b"k", NOW);
+    s.invalidate(b"k", 0, None, NOW).unwrap();
+    let block = s.hint(b"k").unwrap().block().as_ptr();
+    let stats = s.stats().clone();
+    // Flags, expiry, CAS and the item's state all come from the new store.
+    let cas = s
+        .store(
+            Write {
+                flags: 9,
+                ..Write::new(StoreMode::Replace, b"k", b"two")
+            },
+            NOW + 5,
+        )
+        .unwrap();
+    s.check_invariants();
+    assert!(cas > first);
+    assert_eq!(
+        s.hint(b"k").unwrap().block().as_ptr(),
+        block,
+        "no new block"
+    );
+    let item = s.peek(b"k", NOW + 100).unwrap();
+    assert_eq!(
+        (item.value, item.flags, item.cas, item.exptime),
+        (&b"two"[..], 9, cas, 0)
+    );
+    assert!(!item.fetched && !item.stale && !item.win_sent);
+    assert_eq!(item.last_access, (NOW + 5) as u32);
+    assert_eq!(s.stats().bytes, stats.bytes);
+    assert_eq!(s.stats().curr_items, 1);
+    assert_eq!(s.stats().curr_expiring, 0);
+    assert_eq!(s.stats().total_items, stats.total_items + 1);
+    // And back to an expiring item, through a CAS store.
+    let again = s
+        .store(
+            Write {
+                ttl: Ttl::Exptime(10),
+                cas,
+                ..Write::new(StoreMode::Set, b"k", b"three"[..3].as_ref())
+            },
+            NOW + 5,
+        )
+        .unwrap();
+    assert_eq!(s.stats().curr_expiring, 1);
+    assert_eq!(s.stats().cas_hits, 1);
+    assert_eq!(
+        get(&mut s, b"k", NOW + 14),
+        Some((b"thr".to_vec(), 0, again))
+    );
+    assert_eq!(get(&mut s, b"k", NOW + 15), None, "expired");
+    // A value of another length takes a new block.
+    set(&mut s, b"k", b"abc", 0, NOW + 20);
+    let block = s.hint(b"k").unwrap().block().as_ptr();
+    set(&mut s, b"k", b"longer", 0, NOW + 20);
+    assert_ne!(s.hint(b"k").unwrap().block().as_ptr(), block);
+    assert_eq!(s.stats().bytes, item_size(1, 6) as u64);
 }

@@ -1,4 +1,4 @@
-//! A GET hit allocates nothing; a store allocates exactly one block.
+//! A GET hit allocates nothing; a store allocates at most one block (none when the value keeps its length).
 //!
 //! Counts allocations made by this thread through a wrapping global allocator. This
 //! file is its own test binary, so the allocator affects nothing else.
@@ -67,9 +67,16 @@ fn get_hit_allocates_nothing_and_store_allocates_once() {
     assert_eq!(found, keys.len());
     assert_eq!(allocations() - before, 0, "GET hits allocated");
 
-    // An overwrite with room to spare: one block for key + value, nothing else.
+    // An overwrite with a value of the same length rewrites the block in place.
     let before = allocations();
     s.store(Write::new(StoreMode::Set, &keys[0], &[b'w'; 32]), NOW)
+        .unwrap();
+    assert_eq!(allocations() - before, 0);
+    assert_eq!(s.get(&keys[0], NOW).unwrap().value, [b'w'; 32]);
+
+    // One of another length with room to spare: one block for key + value, nothing else.
+    let before = allocations();
+    s.store(Write::new(StoreMode::Set, &keys[0], &[b'x'; 33]), NOW)
         .unwrap();
     assert_eq!(allocations() - before, 1);
 

@@ -254,6 +254,19 @@ impl<'a> Command<'a> {
         }
     }
 
+    /// [`Command::arg`], borrowed for as long as the buffer the command was parsed from (to
+    /// keep it past the command): only for an argument whose place the parse kept (the first
+    /// few of a multibulk command parsed in one call); `None` for others.
+    pub fn kept_arg(&self, index: usize) -> Option<&'a [u8]> {
+        match (
+            &self.bytes,
+            self.spans[..usize::from(self.known)].get(index),
+        ) {
+            (&Bytes::Borrowed(bytes), Some(span)) => bytes.get(span.range()),
+            _ => None,
+        }
+    }
+
     /// The arguments from `index` on, the next one starting at `offset`: where
     /// [`Args::offset`] said it does, for this command (or one parsed from the same bytes).
     /// Another offset gives whatever arguments are found there, or none.

@@ -61,6 +61,34 @@ fn a_captured_get_field_by_field() {
 }
 
 #[test]
+fn kept_arguments_outlive_the_command() {
+    let key = {
+        let (command, _) = Command::parse(GET_K, &LIMITS, &mut Progress::default()).unwrap();
+        assert_eq!(command.kept_arg(0), Some(&b"GET"[..]));
+        assert_eq!(command.kept_arg(2), None);
+        command.kept_arg(1)
+    };
+    assert_eq!(key, Some(&b"k"[..]));
+    // Past the first few arguments, and for inline commands, the parse keeps no places.
+    let many = write_command_vec(&[&b"MGET"[..], b"1", b"2", b"3", b"4", b"5", b"6", b"7"]);
+    let (command, _) = Command::parse(&many, &LIMITS, &mut Progress::default()).unwrap();
+    assert_eq!(command.kept_arg(1), Some(&b"1"[..]));
+    assert_eq!(command.kept_arg(7), None);
+    assert_eq!(command.arg(7), Some(&b"7"[..]));
+    let (command, _) = Command::parse(b"GET k\r\n", &LIMITS, &mut Progress::default()).unwrap();
+    assert_eq!(
+        (command.arg(1), command.kept_arg(1)),
+        (Some(&b"k"[..]), None)
+    );
+}
+
+fn write_command_vec(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_command(&mut out, args);
+    out
+}
+
+#[test]
 fn arguments_go_on_from_where_they_stopped() {
     let inline = b"MGET a \"b c\" d\r\n";
     for buf in [SET_THEN_PING, &inline[..], b"MGET  a  b\td\r\n"] {

@@ -83,7 +83,7 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
 }
 
 /// Frames at the front of the input whose keys [`prefetch`] warms.
-const PREFETCH_AHEAD: usize = 16;
+const PREFETCH_AHEAD: usize = super::core::PREFETCH_MAX;
 
 /// When `buf` holds more than one complete frame, warms the store for the keys of the first
 /// [`PREFETCH_AHEAD`] keyed frames this worker owns, before any of them runs: their cache misses
@@ -91,16 +91,17 @@ const PREFETCH_AHEAD: usize = 16;
 /// following one another. Reads the headers only; a frame that is incomplete, malformed or of
 /// another worker is passed over, and what `step` then does is unchanged.
 pub(super) fn prefetch(core: &super::core::Core, forward: &super::forward::Forwarder, buf: &[u8]) {
+    let mut keys: [&[u8]; PREFETCH_AHEAD] = [&[]; PREFETCH_AHEAD];
+    let mut found = 0;
     let mut pos = 0;
-    let mut frames = 0;
-    while frames < PREFETCH_AHEAD {
+    for _ in 0..PREFETCH_AHEAD {
         let Ok(header) = RequestHeader::new_checked(&buf[pos..]) else {
-            return;
+            break;
         };
         let end = pos.saturating_add(header.frame_len());
         if end > buf.len() || (pos == 0 && end == buf.len()) {
             // Incomplete, or the only frame: nothing to overlap with.
-            return;
+            break;
         }
         let key_at = pos + HEADER_LEN + usize::from(header.extras_len());
         let key = &buf[key_at..key_at + usize::from(header.key_len())];
@@ -108,11 +109,12 @@ pub(super) fn prefetch(core: &super::core::Core, forward: &super::forward::Forwa
             && !key.is_empty()
             && forward.owner_elsewhere(key).is_none()
         {
-            core.prefetch(key);
+            keys[found] = key;
+            found += 1;
         }
         pos = end;
-        frames += 1;
     }
+    core.prefetch(&keys[..found]);
 }
 
 /// Executes a frame another worker forwarded here (complete: the sender parsed it).

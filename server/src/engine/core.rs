@@ -351,17 +351,39 @@ impl Core {
         });
     }
 
-    /// Starts loading the item a lookup of `key` in this worker's shard will read (its heap
-    /// block, see [`store::Shard::block_hint`]) without waiting for it; changes nothing.
+    /// Starts loading the items lookups of `keys` in this worker's shard will read, without
+    /// waiting for them; changes nothing. In two stages ([`store::Hint`]): every key's bucket,
+    /// then every key's heap block (reading a bucket that the first stage brought, or is
+    /// bringing), so that the misses of all keys overlap at each stage instead of each key's
+    /// two following one another. Keys past [`PREFETCH_MAX`] are not looked at.
     #[inline]
-    pub fn prefetch(&self, key: &[u8]) {
-        if let Some(block) = self.shard.block_hint(key) {
-            prefetch_lines(block);
+    pub fn prefetch(&self, keys: &[&[u8]]) {
+        let mut hints: [Option<store::Hint<'_>>; PREFETCH_MAX] = [None; PREFETCH_MAX];
+        for (hint, key) in hints.iter_mut().zip(keys) {
+            *hint = self.shard.hint(key);
+            if let Some(hint) = hint {
+                prefetch_line(hint.bucket());
+            }
+        }
+        for hint in hints.iter().take(keys.len()).flatten() {
+            prefetch_lines(hint.block());
         }
     }
 
     /// A read: looks `key` up (a hit is marked fetched), counting `cmd_get`.
     pub fn get(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
+        self.get_view(key, now)
+    }
+
+    /// [`Core::get`] for a caller that needs the value only (RESP `GET`): the value comes back
+    /// in registers, not in a copy of the whole view in memory whose wide loads would wait for
+    /// the narrow stores that wrote it.
+    pub fn get_value(&mut self, key: &[u8], now: Now) -> Option<&[u8]> {
+        self.get_view(key, now).map(|item| item.value)
+    }
+
+    #[inline(always)]
+    fn get_view(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
         self.counters.cmd_get += 1;
         self.sample(Kind::Get);
         let observed = self.observed();
@@ -932,23 +954,31 @@ impl Core {
     }
 }
 
+/// Keys one [`Core::prefetch`] call warms at most (a pipelined frame's worth).
+pub const PREFETCH_MAX: usize = 16;
+
 /// Asks the CPU to bring the first and last cache lines of `bytes` towards it (the T0 hint)
 /// without waiting: the load that later needs them finds them there, or on their way.
 #[inline]
 fn prefetch_lines(bytes: &[u8]) {
+    let first = bytes.as_ptr();
+    prefetch_line(first);
+    prefetch_line(first.wrapping_add(bytes.len().saturating_sub(1)));
+}
+
+/// [`prefetch_lines`] for the one cache line holding `at`.
+#[inline]
+fn prefetch_line(at: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let first = bytes.as_ptr();
-        let last = first.wrapping_add(bytes.len().saturating_sub(1));
         // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults,
-        // whatever the address (here both point into one live allocation); SSE, which it
+        // whatever the address (every caller's points into a live allocation); SSE, which it
         // needs, is part of every x86-64 CPU.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(first.cast());
-            _mm_prefetch::<_MM_HINT_T0>(last.cast());
+            _mm_prefetch::<_MM_HINT_T0>(at.cast());
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
+    let _ = at;
 }

@@ -112,7 +112,7 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
 }
 
 /// Commands at the front of the input whose keys [`prefetch`] warms.
-const PREFETCH_AHEAD: usize = 16;
+const PREFETCH_AHEAD: usize = super::core::PREFETCH_MAX;
 
 /// When `buf` holds more than one complete command, warms the store for the key of each of the
 /// first [`PREFETCH_AHEAD`] commands that name one first (`GET`, `SET`, `INCR`, ...; the first
@@ -124,21 +124,23 @@ const PREFETCH_AHEAD: usize = 16;
 /// does is unchanged.
 pub(super) fn prefetch(core: &super::core::Core, forward: &super::forward::Forwarder, buf: &[u8]) {
     let limits = limits(core.config());
+    let mut keys: [&[u8]; PREFETCH_AHEAD] = [&[]; PREFETCH_AHEAD];
+    let mut found = 0;
     let mut pos = 0;
     for _ in 0..PREFETCH_AHEAD {
         let rest = &buf[pos..];
         // `*1\r\n` to `*9\r\n`: a command that takes a few headers to walk.
         if !matches!(rest, [b'*', b'1'..=b'9', b'\r', b'\n', ..]) {
-            return;
+            break;
         }
         let Ok((command, len)) = Command::parse(rest, &limits, &mut Progress::default()) else {
-            return;
+            break;
         };
         if pos == 0 && len == buf.len() {
             // The only command: nothing to overlap with.
             return;
         }
-        if let Some(key) = command.arg(1)
+        if let Some(key) = command.kept_arg(1)
             && !key.is_empty()
             && command
                 .arg(0)
@@ -146,10 +148,12 @@ pub(super) fn prefetch(core: &super::core::Core, forward: &super::forward::Forwa
                 .is_some_and(|spec| spec.keys.0 == 1)
             && forward.owner_elsewhere(key).is_none()
         {
-            core.prefetch(key);
+            keys[found] = key;
+            found += 1;
         }
         pos += len;
     }
+    core.prefetch(&keys[..found]);
 }
 
 /// Executes a command another worker forwarded here (complete: the sender parsed it; `_part`
@@ -446,8 +450,8 @@ fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>
             _ => error(out, v, "ERR wrong number of arguments for 'ping' command"),
         },
         Cmd::Echo => bulk(out, v, arg(1)),
-        Cmd::Get => match cx.core.get(arg(1), now) {
-            Some(item) => bulk(out, v, item.value),
+        Cmd::Get => match cx.core.get_value(arg(1), now) {
+            Some(value) => bulk(out, v, value),
             None => null(out, v),
         },
         Cmd::Set if command.argc() == 3 => set(cx, arg(1), arg(2), &[], out),
