@@ -228,7 +228,7 @@ servers = sys.argv[8:]
 runs = int(runs)
 kernel = ["TcpRetransSegs", "TcpExtTCPLossProbes", "TcpExtTCPDSACKRecv", "TcpExtTCPTimeouts"]
 memspin = ["probes", "probes_spurious", "probes_stretched", "sack_resends",
-           "peer_retransmit_resends", "recovered", "spurious", "smoltcp"]
+           "peer_retransmit_resends", "recovered", "spurious", "smoltcp", "probes_recovered"]
 cols = ["p50", "p90", "p99", "p99_9", "p99_99", "max"]
 
 def med(xs):
@@ -327,6 +327,12 @@ def counters(title, prefix, mode):
                    if x and r and r.get("ops") and x.get("probes_spurious", x.get("spurious")) is not None]
             if per:
                 print(f"{'':28}spurious probes per 1,000 requests: {med(per):.1f}")
+            # How long a lost segment waited for the probe that repaired it, on average.
+            wait = [x["probes_recovered_us"] / x["probes_recovered"] for x in s
+                    if x and x.get("probes_recovered")]
+            if wait:
+                print(f"{'':28}mean wait from a lost segment's transmission to its repairing "
+                      f"probe: {med(wait) / 1000:.2f} ms")
 
 for mode in ["default", "rto1ms"]:
     table(f"loss {loss}/10000 ({loss_dir}), open loop {rate}/s, {conns} connections x 1, routes: {mode}",

@@ -114,8 +114,8 @@ pub use crate::admission::Admission;
 pub use crate::neighbor::Gateways;
 pub use lifetime::{CLOSE_TIMEOUT, GIVE_UP_TIMEOUT, HANDSHAKE_TIMEOUT};
 pub use recovery::{
-    DEFAULT_RTO_MIN, MAX_HANDSHAKE_PROBES, MAX_PROBES, MAX_RTO_MIN, MAX_STRETCH_FLOORS,
-    MIN_RTO_MIN, RecoveryStats,
+    ACK_DELAY_SAMPLES, DEFAULT_RTO_MIN, MAX_ACK_DELAY, MAX_HANDSHAKE_PROBES, MAX_PROBES,
+    MAX_RTO_MIN, MIN_RTO_MIN, RecoveryStats,
 };
 
 use crate::Poll;

@@ -166,16 +166,17 @@ pub const PROBE_CREDIT: u32 = 64;
 /// Re-sent copies acknowledged and waiting one more ACK for a D-SACK.
 const PENDING: usize = 8;
 
-/// The largest stretch of a connection's lone-segment probe timeout, in floors
-/// (`rto_min`): with the default floor, 4 ms. A client that acknowledges late has a lost
-/// lone reply probed at most this many floors later than the floor and the round trip
-/// alone would (see the module's "stretch").
-pub const MAX_STRETCH_FLOORS: u32 = 4;
+/// The longest a lone segment's probe waits for its client's acknowledgment: RFC 8985's
+/// worst-case delayed ACK (`WCDelAckT`). A client that acknowledges later than this still
+/// has its lone segments probed after this long (see the module's "ACK delay").
+pub const MAX_ACK_DELAY: Duration = Duration::from_millis(200);
 
-/// A reply acknowledged before its probe takes this fraction of a floor off the stretch; a
-/// spurious probe adds a whole floor. So the stretch settles where about one lone reply in
-/// `STRETCH_DECAY + 1` is probed spuriously (see [`Flight::stretch_us`]).
-const STRETCH_DECAY: u32 = 16;
+/// How many of its client's latest acknowledgment delays of lone segments a connection
+/// keeps ([`AckDelays`]).
+pub const ACK_DELAY_SAMPLES: usize = 32;
+
+/// Unit of a kept delay, µs: a `u16` holds up to 524 ms, past [`MAX_ACK_DELAY`].
+const ACK_DELAY_UNIT_US: u32 = 8;
 
 /// Copy storage a connection keeps when it ends (more is freed).
 const RETAINED_COPY_BYTES: usize = 32 * 1024;
@@ -207,12 +208,19 @@ pub struct RecoveryStats {
     /// acknowledged enough to pay for them; the connection is probed again only once its
     /// client acknowledges something (smoltcp's timer carries on meanwhile).
     pub probes_withheld: u64,
-    /// Probes the peer already had (counted in `spurious` too): each lengthens its
-    /// connection's lone-segment probe timeout by a floor (the stretch).
+    /// Probes the peer already had (counted in `spurious` too). Of a lone segment, each
+    /// is one of its connection's ACK delay samples (at least the timeout it was sent at).
     pub probes_spurious: u64,
     /// Probes sent later than the floor and the round trip alone would have sent them,
-    /// because their connection's stretch was above zero.
+    /// because their lone segment's client acknowledges later than that (its measured ACK
+    /// delay set the timeout).
     pub probes_stretched: u64,
+    /// Probes that repaired a loss (counted in `recovered` too).
+    pub probes_recovered: u64,
+    /// The time from the original transmission to the probe, summed over
+    /// `probes_recovered`, in µs: divided by it, how long a lost segment waited for its
+    /// repair.
+    pub probes_recovered_us: u64,
     /// Copies sent again at once because the peer sent again data they had acknowledged:
     /// the peer never got them (it retransmits because no acknowledgment came).
     pub peer_retransmit_resends: u64,
@@ -280,6 +288,9 @@ struct Sent {
     len: u32,
     /// Last time it went out (by smoltcp or by us).
     sent_at: Instant,
+    /// When smoltcp sent it (first, or again itself): what a probe's wait and an ACK delay
+    /// are measured from.
+    first_sent: Instant,
     /// Sent more than once: no RTT sample from it (Karn).
     resent: bool,
     /// Sent again by us, outcome not yet known (SACK peers only).
@@ -297,6 +308,8 @@ struct Sent {
     probed: bool,
     /// The peer sent again data this copy acknowledged: it never arrived.
     lost: bool,
+    /// The peer reported it as a duplicate (D-SACK) since we sent it again.
+    duplicate: bool,
 }
 
 /// What `next_resend` wants sent.
@@ -325,6 +338,11 @@ struct Pending {
     settle: u32,
     /// Sent again by a probe.
     probe: bool,
+    /// From the original transmission to the probe, µs.
+    wait_us: u32,
+    /// A probe of a lone segment: from the original transmission to its ACK, µs (an ACK
+    /// delay sample if the probe proves spurious); 0 otherwise.
+    delay_us: u32,
 }
 
 /// The newest-sent segment known to have arrived (RACK.xmit_ts, RACK.end_seq, RACK.rtt).
@@ -353,25 +371,18 @@ pub(crate) struct Flight {
     sack_ok: bool,
     /// The smallest RTT sample of the last second or so (see [`MinRtt`]).
     min_rtt: MinRtt,
+    /// The smallest RTT sample of the connection's life, its SYN-ACK's included, µs; 0:
+    /// none. A lower bound of its round trip even when its client has acknowledged every
+    /// reply late for a while (and `min_rtt` rose): what tells a probe's own ACK from one
+    /// that crossed it.
+    least_rtt_us: u32,
     delivered: Option<Delivered>,
     probe_at: Option<Instant>,
     lost_at: Option<Instant>,
     /// Probes sent since the peer last acknowledged new data.
     backoff: u8,
-    /// How much later than `rto_min` + 2·RTT a lone segment of this connection is probed,
-    /// in µs: what its peer's spurious probes taught it of how late it acknowledges.
-    ///
-    /// A peer that delays its ACK until its next request (Linux in its interactive
-    /// "pingpong" mode does, up to its 40 ms delayed-ACK timer) acknowledges a reply after
-    /// its think time, which no round-trip measurement predicts; each probe that proves
-    /// spurious (D-SACK, or an ACK of the original that crossed it) adds a floor, and each
-    /// data segment acknowledged before its probe takes a sixteenth of a floor off
-    /// ([`STRETCH_DECAY`]). A quantile tracker, as RFC 8985 widens its reordering window on
-    /// D-SACK: the stretch settles where about one lone reply in 17 is probed spuriously
-    /// (the 94th percentile of the peer's ACK delay), or at [`MAX_STRETCH_FLOORS`] floors,
-    /// which bounds how long a lost lone reply of such a connection waits. A peer that
-    /// acknowledges at once never raises it, and keeps the floor.
-    stretch_us: u32,
+    /// How long the peer took to acknowledge this connection's latest lone segments.
+    ack_delays: AckDelays,
     /// Copies sent again and acknowledged, outcome not yet known. Spurious if a D-SACK
     /// reports them, recovered once an ACK beyond `settle` comes without one (the peer had
     /// the copy and said nothing of a duplicate).
@@ -390,11 +401,12 @@ impl Default for Flight {
             ack: None,
             sack_ok: false,
             min_rtt: MinRtt::default(),
+            least_rtt_us: 0,
             delivered: None,
             probe_at: None,
             lost_at: None,
             backoff: 0,
-            stretch_us: 0,
+            ack_delays: AckDelays::default(),
             pending: [Pending::default(); PENDING],
             pending_len: 0,
         }
@@ -490,6 +502,72 @@ impl Smoothed {
     }
 }
 
+/// The time a connection's peer took to acknowledge each of its latest
+/// [`ACK_DELAY_SAMPLES`] lone segments (a data segment or FIN alone in flight), from the
+/// segment's last transmission to the ACK, and a high quantile of them: the largest, or
+/// once all are kept the second largest (about the 94th percentile: one outlier, such as
+/// a client descheduled for a while, does not count). A request/response client that
+/// delays its ACK until its next request (Linux in its interactive "pingpong" mode)
+/// acknowledges after its think time, which no round trip predicts but which these
+/// samples measure. A probe that proved spurious tells only that the delay was longer
+/// than the time until its D-SACK (or the original's ACK) came: it counts as twice that,
+/// so a client that acknowledges far later than its connection has seen (one whose
+/// replies were all probed: no sample below the timeout comes) is learned after a few
+/// spurious probes, as a timer backs off. 70 bytes a connection.
+#[derive(Debug, Clone, Copy, Default)]
+struct AckDelays {
+    /// In units of [`ACK_DELAY_UNIT_US`], oldest overwritten first.
+    samples: [u16; ACK_DELAY_SAMPLES],
+    /// Samples kept (up to [`ACK_DELAY_SAMPLES`]).
+    len: u8,
+    /// Where the next sample goes.
+    next: u8,
+    /// The quantile in µs; 0: no sample yet.
+    quantile_us: u32,
+}
+
+impl AckDelays {
+    fn add(&mut self, delay: Duration) {
+        let units = delay.total_micros() / u64::from(ACK_DELAY_UNIT_US);
+        self.samples[usize::from(self.next)] = u16::try_from(units).unwrap_or(u16::MAX);
+        self.next = ((usize::from(self.next) + 1) % ACK_DELAY_SAMPLES) as u8;
+        self.len = self.len.saturating_add(1).min(ACK_DELAY_SAMPLES as u8);
+        let (mut first, mut second) = (0u16, 0u16);
+        for &sample in &self.samples[..usize::from(self.len)] {
+            if sample > first {
+                second = first;
+                first = sample;
+            } else if sample > second {
+                second = sample;
+            }
+        }
+        let quantile = if usize::from(self.len) == ACK_DELAY_SAMPLES {
+            second
+        } else {
+            first
+        };
+        self.quantile_us = (u32::from(quantile) * ACK_DELAY_UNIT_US).max(1);
+    }
+
+    /// A probe that proved spurious was acknowledged `delay` after the original went out:
+    /// the original's own ACK would have come later still.
+    fn add_censored(&mut self, delay: Duration) {
+        self.add(delay * 2);
+    }
+
+    /// How long a lone segment waits for its ACK: the quantile and a margin (a quarter of
+    /// the floor, or a sixteenth of the quantile if more); `None` before any sample.
+    fn timeout(&self, floor_us: u32) -> Option<Duration> {
+        if self.quantile_us == 0 {
+            return None;
+        }
+        let margin = (floor_us / 4).max(self.quantile_us / 16);
+        Some(Duration::from_micros(
+            u64::from(self.quantile_us) + u64::from(margin),
+        ))
+    }
+}
+
 /// `a` is before `b` in sequence space (RFC 9293 §3.4, modulo 2^32).
 #[inline]
 fn before(a: u32, b: u32) -> bool {
@@ -581,6 +659,7 @@ impl Flight {
             for copy in self.copies.iter_mut() {
                 if before(copy.seq, end) && after(copy.end, seq) {
                     copy.sent_at = now;
+                    copy.first_sent = now;
                     copy.resent = true;
                 }
             }
@@ -609,6 +688,7 @@ impl Flight {
             end,
             len: frame.len() as u32,
             sent_at: now,
+            first_sent: now,
             resent: overlaps,
             ours: false,
             settle: 0,
@@ -617,6 +697,7 @@ impl Flight {
             peer_ack: seg.ack_number.unwrap_or(0),
             probed: false,
             lost: false,
+            duplicate: false,
         });
         self.bytes.extend(frame);
         self.snd_max = end;
@@ -647,12 +728,14 @@ impl Flight {
                     !before(left, l2) && !after(right, r2) && (left, right) != (l2, r2)
                 });
             if dsack {
-                self.duplicate_reported(left, right, recovery, stats);
+                self.duplicate_reported(left, right, stats);
                 first_sack = 1;
             }
         }
         self.settle_pending(ack, stats);
         if after(ack, self.snd_una) {
+            // A data segment (or FIN) alone in flight: its ACK delay is a sample.
+            let lone = self.copies.len() == 1 && self.copies.front().is_some_and(|c| !c.syn);
             self.snd_una = ack;
             // Something new arrived: one more probe is paid for.
             recovery.credit = recovery.credit.saturating_add(1).min(PROBE_CREDIT);
@@ -664,10 +747,13 @@ impl Flight {
                 if !copy.resent {
                     sample = Some(copy);
                 }
+                // The original's ACK delay, if this is a probe of a lone segment that may
+                // prove spurious.
+                let delay = (lone && copy.probed).then(|| now - copy.first_sent);
                 if copy.ours {
                     // An acknowledgment sooner than any round trip after the copy went out
                     // was sent before the copy arrived: the original had.
-                    let fastest = match (self.min_rtt.micros(), recovery.net_rtt.micros()) {
+                    let fastest = match (self.least_rtt_us, recovery.net_rtt.micros()) {
                         (0, t) | (t, 0) => t,
                         (c, t) => c.min(t),
                     };
@@ -675,18 +761,30 @@ impl Flight {
                     if crossed {
                         stats.spurious += 1;
                         if copy.probed {
-                            self.spurious_probe(recovery, stats);
+                            stats.probes_spurious += 1;
+                            if let Some(delay) = delay {
+                                self.ack_delays.add_censored(delay);
+                            }
                         }
                     } else if !copy.syn {
                         // (A SYN-ACK is never reported with a D-SACK: its outcome is
                         // unknown.)
+                        let micros =
+                            |d: Duration| u32::try_from(d.total_micros()).unwrap_or(u32::MAX);
                         self.push_pending(Pending {
                             seq: copy.seq,
                             end: copy.end,
                             settle: copy.settle,
                             probe: copy.probed,
+                            wait_us: micros(copy.sent_at - copy.first_sent),
+                            delay_us: delay.map_or(0, micros),
                         });
                     }
+                } else if copy.duplicate
+                    && let Some(delay) = delay
+                {
+                    // Reported as a duplicate by this very segment (its D-SACK).
+                    self.ack_delays.add_censored(delay);
                 }
                 self.copies.pop_front();
                 if self.copies.is_empty() {
@@ -699,8 +797,9 @@ impl Flight {
                 let rtt = now - copy.sent_at;
                 self.sample_rtt(recovery, rtt, copy.syn, now);
                 self.deliver(copy, rtt);
-                // Acknowledged before any probe of it: the stretch was long enough.
-                self.shrink_stretch(recovery);
+                if lone {
+                    self.ack_delays.add(rtt);
+                }
             }
             self.backoff = 0;
             self.probe_at = if self.copies.is_empty() {
@@ -836,7 +935,7 @@ impl Flight {
         resend: Resend,
         now: Instant,
     ) {
-        let stretched = self.stretch() > Duration::ZERO;
+        let stretched = self.pto(recovery).is_some_and(|(_, by_delay)| by_delay);
         let copy = &mut self.copies[resend.index];
         copy.sent_at = now;
         copy.resent = true;
@@ -844,6 +943,7 @@ impl Flight {
         copy.settle = self.snd_max;
         copy.probed = resend.kind == ResendKind::Probe;
         copy.lost = false;
+        copy.duplicate = false;
         match resend.kind {
             ResendKind::Lost => stats.sack_resends += 1,
             ResendKind::PeerRetransmit => stats.peer_retransmit_resends += 1,
@@ -861,7 +961,7 @@ impl Flight {
     /// When the next probe is due if one is sent or acknowledged at `now`; `None` once
     /// the probes of this episode are used up or recovery is off.
     fn probe_time(&self, recovery: &Recovery, now: Instant) -> Option<Instant> {
-        let rto_min = recovery.rto_min?;
+        recovery.rto_min?;
         let limit = match self.copies.front() {
             Some(copy) if copy.syn => MAX_HANDSHAKE_PROBES,
             _ => MAX_PROBES,
@@ -869,44 +969,44 @@ impl Flight {
         if self.backoff >= limit {
             return None;
         }
-        let rtt_us = match self.copies.front() {
-            Some(copy) if copy.syn => recovery.handshake_rtt.timeout_us(),
-            _ => match self.min_rtt.micros() {
+        let (pto, _) = self.pto(recovery)?;
+        Some(now + pto * (1u32 << self.backoff))
+    }
+
+    /// The probe timeout before backoff, and whether the client's measured ACK delay set
+    /// it (rather than the floor and the round trip); `None`: smoltcp's timer.
+    ///
+    /// One data segment (or FIN) alone in flight, once its client acknowledged one,
+    /// waits for that quantile of the client's ACK delay and a margin ([`AckDelays`]): a
+    /// client that delays its ACK until its next request is probed just after it usually
+    /// acknowledges, one that acknowledges at once after the floor. At least the floor; at
+    /// most [`MAX_ACK_DELAY`] (RFC 8985's worst case of a delayed ACK), or the floor and
+    /// twice the RTT if longer (a client every one of whose acknowledgments took longer
+    /// for a second). With two or more in flight, a peer acknowledges at once (RFC 9293
+    /// §3.8.6.3): the floor and twice the RTT.
+    fn pto(&self, recovery: &Recovery) -> Option<(Duration, bool)> {
+        let rto_min = recovery.rto_min?;
+        let front = self.copies.front()?;
+        let rtt_us = if front.syn {
+            recovery.handshake_rtt.timeout_us()
+        } else {
+            match self.min_rtt.micros() {
                 // Nothing known of how soon clients acknowledge data (a table that just
                 // started): smoltcp's timer.
                 0 if recovery.data_delay.is_empty() => return None,
                 0 => recovery.data_delay.timeout_us(),
                 us => u64::from(us),
-            },
+            }
         };
-        let pto = rto_min + Duration::from_micros(2 * rtt_us) + self.stretch();
-        Some(now + pto * (1u32 << self.backoff))
-    }
-
-    /// What the probe timeout adds for this connection's late acknowledgments: its
-    /// stretch, when one data segment (or FIN) alone waits for an acknowledgment (with two
-    /// or more, a peer acknowledges at once: RFC 9293 §3.8.6.3).
-    fn stretch(&self) -> Duration {
-        match (self.copies.len(), self.copies.front()) {
-            (1, Some(copy)) if !copy.syn => Duration::from_micros(u64::from(self.stretch_us)),
-            _ => Duration::ZERO,
+        let base = rto_min + Duration::from_micros(2 * rtt_us);
+        if self.copies.len() == 1
+            && !front.syn
+            && let Some(wait) = self.ack_delays.timeout(recovery.floor_us())
+        {
+            let wait = wait.min(MAX_ACK_DELAY.max(base)).max(rto_min);
+            return Some((wait, wait > base));
         }
-    }
-
-    /// A probe of this connection proved spurious: its peer acknowledges later than the
-    /// probe timeout allowed for; one floor more, up to [`MAX_STRETCH_FLOORS`].
-    fn spurious_probe(&mut self, recovery: &Recovery, stats: &mut RecoveryStats) {
-        stats.probes_spurious += 1;
-        let floor_us = recovery.floor_us();
-        self.stretch_us =
-            (self.stretch_us + floor_us).min(floor_us.saturating_mul(MAX_STRETCH_FLOORS));
-    }
-
-    /// A segment was acknowledged before any probe of it: a sixteenth of a floor less.
-    fn shrink_stretch(&mut self, recovery: &Recovery) {
-        self.stretch_us = self
-            .stretch_us
-            .saturating_sub(recovery.floor_us() / STRETCH_DECAY);
+        Some((base, false))
     }
 
     /// An RTT sample from a segment sent once (a SYN-ACK if `syn`) and acknowledged at
@@ -916,6 +1016,9 @@ impl Flight {
     fn sample_rtt(&mut self, recovery: &mut Recovery, rtt: Duration, syn: bool, now: Instant) {
         let rtt_us = u32::try_from(rtt.total_micros()).unwrap_or(u32::MAX).max(1);
         recovery.net_rtt.update(rtt_us, now);
+        if self.least_rtt_us == 0 || rtt_us < self.least_rtt_us {
+            self.least_rtt_us = rtt_us;
+        }
         if syn {
             recovery.handshake_rtt.update(rtt_us);
         } else {
@@ -969,13 +1072,7 @@ impl Flight {
 
     /// The peer got `left..right` twice (D-SACK): the copies we sent again there were
     /// spurious.
-    fn duplicate_reported(
-        &mut self,
-        left: u32,
-        right: u32,
-        recovery: &Recovery,
-        stats: &mut RecoveryStats,
-    ) {
+    fn duplicate_reported(&mut self, left: u32, right: u32, stats: &mut RecoveryStats) {
         let overlaps = |seq: u32, end: u32| before(seq, right) && after(end, left);
         let mut kept = 0;
         let mut probes = 0;
@@ -983,7 +1080,11 @@ impl Flight {
             let entry = self.pending[i];
             if overlaps(entry.seq, entry.end) {
                 stats.spurious += 1;
-                probes += u32::from(entry.probe);
+                probes += u64::from(entry.probe);
+                if entry.delay_us > 0 {
+                    self.ack_delays
+                        .add_censored(Duration::from_micros(u64::from(entry.delay_us)));
+                }
             } else {
                 self.pending[kept] = entry;
                 kept += 1;
@@ -993,13 +1094,12 @@ impl Flight {
         for copy in self.copies.iter_mut() {
             if copy.ours && overlaps(copy.seq, copy.end) {
                 copy.ours = false;
+                copy.duplicate = true;
                 stats.spurious += 1;
-                probes += u32::from(copy.probed);
+                probes += u64::from(copy.probed);
             }
         }
-        for _ in 0..probes {
-            self.spurious_probe(recovery, stats);
-        }
+        stats.probes_spurious += probes;
     }
 
     /// Copies acknowledged, and not reported as duplicates by the time `ack` acknowledges
@@ -1010,6 +1110,10 @@ impl Flight {
             let entry = self.pending[i];
             if after(ack, entry.settle) {
                 stats.recovered += 1;
+                if entry.probe {
+                    stats.probes_recovered += 1;
+                    stats.probes_recovered_us += u64::from(entry.wait_us);
+                }
             } else {
                 self.pending[kept] = entry;
                 kept += 1;
@@ -1052,10 +1156,11 @@ impl Flight {
         self.min_rtt.micros()
     }
 
-    /// The connection's stretch in µs (for tests).
+    /// The quantile of the connection's ACK delays of lone segments in µs, 0 before
+    /// enough samples (for tests).
     #[cfg(test)]
-    pub(crate) fn stretch_us(&self) -> u32 {
-        self.stretch_us
+    pub(crate) fn ack_delay_us(&self) -> u32 {
+        self.ack_delays.quantile_us
     }
 }
 
@@ -1336,11 +1441,13 @@ mod tests {
         let floor = |rtt_us: u64| DEFAULT_RTO_MIN + Duration::from_micros(2 * rtt_us);
         let mut seq = ISS + 1;
         let mut now = at(1000);
-        // A reply, acknowledged `ack_us` later; returns the PTO it was sent with.
+        // A reply of two segments, acknowledged `ack_us` later; returns the PTO it was sent
+        // with. (A lone segment waits for its client's ACK delay instead.)
         let mut round = |ack_us: u64, flight: &mut Flight| {
             now += Duration::from_micros(10);
             send(flight, &recovery, &mut stats, &data(seq, 10, 7), now);
-            seq += 10;
+            send(flight, &recovery, &mut stats, &data(seq + 10, 10, 7), now);
+            seq += 20;
             let pto = flight.deadline().unwrap() - now;
             now += Duration::from_micros(ack_us);
             flight.on_ack(&mut recovery, &mut stats, &ack(seq, &[]), now);
@@ -1494,7 +1601,8 @@ mod tests {
             second.deadline(),
             Some(at(10_200) + DEFAULT_RTO_MIN + usual * 2)
         );
-        // The first connection, with its own sample, is probed after its own 3 ms.
+        // The first connection, with an ACK delay of its own, is probed just after it: 3
+        // ms and a quarter of the floor.
         send(
             &mut first,
             &recovery,
@@ -1504,7 +1612,7 @@ mod tests {
         );
         assert_eq!(
             first.deadline(),
-            Some(at(20_000) + DEFAULT_RTO_MIN + Duration::from_micros(6000))
+            Some(at(20_000) + Duration::from_micros(3000 + 250))
         );
     }
 
@@ -1855,47 +1963,98 @@ mod tests {
         .seg
     }
 
+    /// Sends a lone reply at `now`, acknowledges it `ack_us` later, and returns the probe
+    /// timeout it was sent with.
+    fn lone_round(
+        flight: &mut Flight,
+        recovery: &mut Recovery,
+        stats: &mut RecoveryStats,
+        seq: &mut u32,
+        now: &mut Instant,
+        ack_us: u64,
+    ) -> Duration {
+        send(flight, recovery, stats, &data(*seq, 10, 7), *now);
+        *seq += 10;
+        let pto = flight.deadline().unwrap() - *now;
+        *now += Duration::from_micros(ack_us);
+        flight.on_ack(recovery, stats, &ack(*seq, &[]), *now);
+        *now += Duration::from_micros(100);
+        pto
+    }
+
     #[test]
-    fn spurious_probes_stretch_a_lone_segments_timeout_and_timely_acks_shrink_it() {
+    fn a_lone_segments_timeout_follows_its_clients_ack_delay() {
         let (mut recovery, mut stats, mut flight) = synced(ISS, true);
-        let floor = DEFAULT_RTO_MIN;
-        // The floor and twice the 100 µs round trip.
-        let base = floor + Duration::from_micros(200);
-        let mut seq = ISS + 1;
-        let mut now = at(1000);
-        // A client that acknowledges each reply only with its next request, after the
-        // probe: every probe is spurious (its ACK carries a D-SACK, as Linux sends), and
-        // each adds a floor, up to MAX_STRETCH_FLOORS.
-        for k in 0..6u32 {
-            send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
-            let stretch = floor * k.min(MAX_STRETCH_FLOORS);
-            assert_eq!(flight.deadline(), Some(now + base + stretch), "reply {k}");
-            let probe_at = now + base + stretch;
-            assert_eq!(
-                resend_due(&mut flight, &mut recovery, &mut stats, probe_at).len(),
-                1
+        let base = DEFAULT_RTO_MIN + Duration::from_micros(200);
+        let (mut seq, mut now) = (ISS + 1, at(1000));
+        let us = Duration::from_micros;
+        // Before any ACK delay of its own: the floor and twice the 100 µs round trip.
+        let first = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            3000,
+        );
+        assert_eq!(first, base);
+        // A client that acknowledges each reply with its next request, 3.0 to 3.4 ms later
+        // (in steps of 104 µs: whole units of 8 µs): the largest delay so far and a
+        // quarter of the floor.
+        for k in 1..ACK_DELAY_SAMPLES as u64 {
+            let pto = lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                3000 + 104 * (k % 5),
             );
-            let dsack = [(seq, seq + 10)];
-            let answer = probe_at + Duration::from_micros(100);
-            flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &dsack), answer);
-            seq += 10;
-            now = answer + Duration::from_millis(1);
-            assert_eq!(stats.probes_spurious, u64::from(k + 1));
-            assert_eq!(stats.probes_stretched, u64::from(k));
+            let largest = 3000 + 104 * (k - 1).min(4);
+            assert_eq!(pto, us(largest + 250), "reply {k}");
         }
-        let most = 1000 * MAX_STRETCH_FLOORS;
-        assert_eq!(flight.stretch_us(), most);
-        assert_eq!(stats.spurious, stats.probes_spurious);
-        // Each reply acknowledged before its probe takes a sixteenth of a floor off.
-        for _ in 0..STRETCH_DECAY {
-            send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
-            now += Duration::from_micros(100);
-            flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), now);
-            seq += 10;
-        }
-        let step = 1000 / STRETCH_DECAY;
-        assert_eq!(flight.stretch_us(), most - STRETCH_DECAY * step);
-        // Two segments in flight are acknowledged at once by any client: no stretch.
+        // All 32 kept: the second largest. One outlier (a client descheduled for 30 ms)
+        // does not count; a second one does.
+        lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            30_000,
+        );
+        let pto = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            3000,
+        );
+        assert_eq!(pto, us(3416 + 250));
+        lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            30_000,
+        );
+        let pto = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            3000,
+        );
+        assert_eq!(
+            pto,
+            us(30_000 + 30_000 / 16),
+            "a sixteenth of the delay, more than 250 µs"
+        );
+        // Two segments in flight are acknowledged at once by any client: the floor and the
+        // round trip.
         send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
         send(
             &mut flight,
@@ -1905,46 +2064,185 @@ mod tests {
             now,
         );
         assert_eq!(flight.deadline(), Some(now + base));
-        // Once the first is acknowledged, the second waits alone: stretched again.
-        let later = now + Duration::from_micros(100);
-        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), later);
-        let stretch = Duration::from_micros(u64::from(most - (STRETCH_DECAY + 1) * step));
-        assert_eq!(flight.deadline(), Some(later + base + stretch));
+        // Once the first is acknowledged, the second waits alone.
+        now += us(100);
+        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), now);
+        assert_eq!(flight.deadline(), Some(now + us(30_000 + 30_000 / 16)));
+        now += us(100);
+        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 20, &[]), now);
+        seq += 20;
+        // A client that acknowledges at once: within 32 replies, the floor alone.
+        for _ in 0..ACK_DELAY_SAMPLES {
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                100,
+            );
+        }
+        let pto = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            100,
+        );
+        assert_eq!(pto, DEFAULT_RTO_MIN);
+        assert_eq!(stats, RecoveryStats::default(), "no probe was due");
         // A new connection in the slot starts with none.
         flight.reset();
-        assert_eq!(flight.stretch_us(), 0);
+        assert_eq!(flight.ack_delay_us(), 0);
     }
 
     #[test]
-    fn a_probe_that_repaired_a_loss_does_not_stretch() {
+    fn a_lone_segments_timeout_is_at_most_the_worst_delayed_ack() {
         let (mut recovery, mut stats, mut flight) = synced(ISS, true);
-        send(
+        let (mut seq, mut now) = (ISS + 1, at(1000));
+        // A client that acknowledges 300 ms late now and then, and at once otherwise: its
+        // lone replies wait 200 ms at most.
+        for k in 0..10 {
+            let ack_us = if k % 2 == 0 { 300_000 } else { 100 };
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                ack_us,
+            );
+        }
+        let pto = lone_round(
             &mut flight,
-            &recovery,
+            &mut recovery,
             &mut stats,
-            &data(ISS + 1, 10, 7),
-            at(1000),
+            &mut seq,
+            &mut now,
+            100,
         );
+        assert_eq!(pto, MAX_ACK_DELAY);
+        // One whose every acknowledgment took 300 ms for over a second: its round trip is
+        // that long, and so is its timeout (the floor and twice the round trip, or less).
+        for _ in 0..10 {
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                300_000,
+            );
+        }
+        assert_eq!(flight.min_rtt_us(), 300_000);
+        let pto = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            300_000,
+        );
+        assert_eq!(pto, Duration::from_micros(300_000 + 300_000 / 16));
+        assert_eq!(stats, RecoveryStats::default(), "no probe was due");
+    }
+
+    #[test]
+    fn spurious_probes_of_a_lone_segment_lengthen_its_timeout_fast() {
+        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+        let (mut seq, mut now) = (ISS + 1, at(1000));
+        // A client that acknowledged at once, then delays every ACK until its next request,
+        // 50 ms later (a D-SACK answers a probe at once, as Linux does).
+        for _ in 0..ACK_DELAY_SAMPLES {
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                100,
+            );
+        }
+        let mut probes = Vec::new();
+        for _ in 0..20 {
+            send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
+            let sent = now;
+            let probe_at = flight.deadline().unwrap();
+            if probe_at - sent < Duration::from_millis(50) {
+                resend_due(&mut flight, &mut recovery, &mut stats, probe_at);
+                probes.push(probe_at - sent);
+                // The D-SACK acknowledges the original too, a round trip after the probe.
+                now = probe_at + Duration::from_micros(100);
+                let dsack = [(seq, seq + 10)];
+                flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &dsack), now);
+            }
+            if flight.copies() == 1 {
+                now = sent + Duration::from_millis(50);
+                flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), now);
+            }
+            seq += 10;
+            now += Duration::from_micros(100);
+        }
+        // Each spurious probe counts as twice its wait, and once two are kept the timeout
+        // follows: after a dozen, the client's 50 ms delay is its timeout.
+        assert!(probes.len() <= 12, "{probes:?}");
+        assert_eq!(stats.probes_spurious, probes.len() as u64, "{stats:?}");
+        assert_eq!(stats.probes_recovered, 0);
+        let pto = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            50_000,
+        );
+        assert!(pto > Duration::from_millis(50), "{pto}");
+    }
+
+    #[test]
+    fn a_probe_that_repaired_a_loss_is_counted_with_its_wait_and_no_delay_sample() {
+        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+        let (mut seq, mut now) = (ISS + 1, at(1000));
+        for _ in 0..4 {
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                3000,
+            );
+        }
+        assert_eq!(flight.ack_delay_us(), 3000);
+        let sent = now;
+        send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), sent);
         let probe_at = flight.deadline().unwrap();
+        assert_eq!(probe_at - sent, Duration::from_micros(3250));
         assert_eq!(
             resend_due(&mut flight, &mut recovery, &mut stats, probe_at).len(),
             1
         );
-        // The probe is acknowledged a round trip later, without a D-SACK, and so is the
-        // next reply: the original was lost.
-        let answer = probe_at + Duration::from_micros(100);
-        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 11, &[]), answer);
+        // The probe is acknowledged (with the client's next request) 3 ms later, without a
+        // D-SACK, and so is the next reply: the original was lost.
+        let answer = probe_at + Duration::from_millis(3);
+        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), answer);
         send(
             &mut flight,
             &recovery,
             &mut stats,
-            &data(ISS + 11, 10, 7),
+            &data(seq + 10, 10, 7),
             answer,
         );
         let later = answer + Duration::from_micros(100);
-        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 21, &[]), later);
+        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 20, &[]), later);
         assert_eq!((stats.recovered, stats.probes_spurious), (1, 0));
-        assert_eq!(flight.stretch_us(), 0);
+        assert_eq!(
+            (stats.probes_recovered, stats.probes_recovered_us),
+            (1, 3250)
+        );
+        // A loss is no delay of the client's: the timeout stays.
+        assert_eq!(flight.ack_delay_us(), 3000);
     }
 
     #[test]
