@@ -18,18 +18,19 @@
 //!                                         smoltcp's own retransmissions counted
 //! frame in ─▶ Flight::on_ack (ACK, SACK, D-SACK) ─▶ smoltcp
 //!               drops acknowledged copies, samples the RTT, marks SACKed copies, finds
-//!               lost ones (a later one arrived, or the peer sent its data again), learns
-//!               from spurious probes (the stretch), re-arms the probe timer
+//!               lost ones (a later one arrived, or the peer sent its data again), measures
+//!               the peer's ACK delay of lone segments, re-arms the probe timer
 //! poll_egress ─▶ Flight::next_resend: lost copies at once, a probe when its timer runs out
 //! ```
 //!
 //! - **Tail-loss probe** (RFC 8985 §7). When nothing new is acknowledged for the probe
 //!   timeout (PTO), the newest copy the peer has not SACKed goes out again (the oldest, for
-//!   a peer without SACK: each probe then repairs a hole). The PTO is `rto_min` + 2·RTT,
-//!   plus the connection's stretch when one segment alone waits (below). RFC 8985 waits
-//!   2·SRTT and, for a single segment in flight, adds the worst case of the peer's delayed
-//!   ACK (200 ms); Linux adds its route's `rto_min` there. Here `rto_min` and the stretch
-//!   take that place, and RTT is
+//!   a peer without SACK: each probe then repairs a hole). With two or more segments in
+//!   flight the PTO is `rto_min` + 2·RTT; one segment alone waits for its peer's measured
+//!   ACK delay instead (below). RFC 8985 waits 2·SRTT and, for a single segment in flight,
+//!   adds the worst case of the peer's delayed ACK (200 ms); Linux adds its route's
+//!   `rto_min` there (with `rto_min 1ms`, 2·SRTT + 1 ms, the client's think time in SRTT).
+//!   RTT is
 //!   - for data and FINs, the smallest time the connection's client took to acknowledge
 //!     data in the last second or so, rather than the smoothed time. A request/response
 //!     client acknowledges a reply with its next request, so its smoothed RTT is its think
@@ -51,38 +52,46 @@
 //!   it and resets the backoff. So the SYN-ACK, the only reply of an idle connection, the
 //!   last of several segments and a FIN are repaired one PTO after they were lost, and a
 //!   lost ACK from the peer costs one spurious probe.
-//! - **The stretch: clients that acknowledge late.** A client that delays its ACK until
-//!   its next request (Linux does, in its interactive "pingpong" mode: the ACK rides on
-//!   the next request, or goes when its delayed-ACK timer fires) acknowledges a reply after
-//!   its think time, which no round-trip measurement predicts. With the floor alone, such a
-//!   client got a copy of nearly every reply it did not need, and answered each at once
-//!   with a D-SACK (at 20,000 requests/s over 64 Linux connections, 0.54 copies per
-//!   request: two frames each). So each connection learns how late its client
-//!   acknowledges, from the only evidence there is, its own probes: one that proves
-//!   spurious (a D-SACK reports it, or an ACK of the original crossed it) adds a floor to
-//!   the connection's stretch, up to [`MAX_STRETCH_FLOORS`] floors, and every segment
-//!   acknowledged before its probe takes a sixteenth of a floor off. This tracks a quantile
-//!   of the client's ACK delay, as RFC 8985 widens its reordering window on D-SACK: the
-//!   stretch settles where about one lone reply in 17 is probed spuriously, and a client
-//!   that acknowledges at once never raises it (its lone replies keep the floor). The
-//!   stretch applies only when one segment (or FIN) alone waits: with two or more in
-//!   flight a client acknowledges at once (RFC 9293 §3.8.6.3). Its limit bounds the cost:
-//!   a lost lone reply of such a connection is probed no later than 5 floors plus twice
-//!   the RTT after it went out (5.2 ms with the defaults), and sooner when the client's
-//!   own timer sends its request again (next bullet). Four floors, because the stretch must
-//!   be able to outlast the client's delayed-ACK timer: a Linux client whose route has
-//!   `rto_min 1ms` acknowledges after 4 ms at most (one tick at 250 Hz; `ss` shows
-//!   `ato:4`); measured with 64 such connections, a limit of two floors left 0.5 spurious
-//!   probes per request, four left 0.016.
+//! - **A lone segment waits for its peer's ACK delay.** A client that delays its ACK
+//!   until its next request (Linux does, in its interactive "pingpong" mode: the ACK rides
+//!   on the next request, or goes when its delayed-ACK timer fires) acknowledges a reply
+//!   after its think time, which no round-trip measurement predicts. So each connection
+//!   measures it ([`AckDelays`]): the time from each lone segment's (last) transmission to
+//!   its ACK, over its last [`ACK_DELAY_SAMPLES`] lone segments. A lone data segment or
+//!   FIN is probed after the second largest of them (the largest before 32 are kept; about
+//!   the 94th percentile, and one outlier does not count) plus a margin, a quarter of the
+//!   floor or a sixteenth of the delay if more; at least the floor, at most
+//!   [`MAX_ACK_DELAY`] (RFC 8985's worst case, 200 ms) unless `rto_min` + 2·RTT is longer
+//!   (every ACK of the last second took longer). With two or more in flight a client
+//!   acknowledges at once (RFC 9293 §3.8.6.3): `rto_min` + 2·RTT. A probe that proves
+//!   spurious (D-SACK, or the original's ACK crossed it) shows only that the delay was
+//!   longer than its wait, and counts as twice that: a connection whose client turns slow,
+//!   every lone reply then probed before its ACK, learns within a few probes, as a timer
+//!   backs off. A probe that repaired a loss is no sample. Measured with the client of
+//!   `bench-loss.sh` (one thread sending a Poisson stream round-robin over 64 Linux
+//!   connections with `rto_min 1ms`: each connection's next request, and its ACK, 3.2 ms
+//!   ± 0.4 ms after the last; its delayed-ACK timer, `ato:4`, rarely fires first), a lost
+//!   reply waited 4.4 ms on average for its probe and 1.4 to 1.7 % of replies were probed
+//!   for nothing. This replaced a stretch learned from spurious probes alone (one floor
+//!   more for each, a sixteenth less for each timely ACK, up to four floors), which sees
+//!   only whether a delay passed the timeout, not the delay: there 2.2 to 4.4 % were
+//!   probed for nothing, a lost reply waited up to 5.2 ms (and 2·RTT more whenever no
+//!   quick ACK had come for a second and the minimum RTT rose), and a client later than
+//!   5.2 ms (at 10,000 connections, 100 to 170 ms) had nearly every reply probed.
 //! - **The peer's retransmission.** When the client sends again data (or a FIN) that we
 //!   had acknowledged, its retransmission timer fired without an acknowledgment: every copy
 //!   that carried one (sent after that data arrived, and not acknowledged by this segment)
 //!   was lost, and goes out again at once. This needs no timing (a request/response client
 //!   sends nothing else while it waits for a reply), so it holds on a busy host where the
 //!   time a segment waited in our queue is unknown. A late-acknowledging client's lost
-//!   reply is repaired by whichever comes first, the stretched probe or the client's own
-//!   timer (its RTO or tail-loss probe: at least its route's `rto_min`). At worst a copy
-//!   that was only late goes out twice.
+//!   reply is repaired by whichever comes first, its probe or the client's own timer (its
+//!   RTO or tail-loss probe: at least its route's `rto_min`). At worst a copy that was only
+//!   late goes out twice. The client retransmits only if the lost segment carried the
+//!   first acknowledgment of its data: the last segment of a multi-segment reply, or a
+//!   reply whose request smoltcp had acknowledged on its own, leaves it nothing to
+//!   retransmit, and only a probe repairs that. So lone segments are always probed,
+//!   however late their client acknowledges (leaving them unprobed made the 1 % loss test
+//!   of `server/tests/loss.rs` wait for smoltcp's second).
 //! - **Probes are paid for** by acknowledgments: every ACK of new data (any connection's)
 //!   earns the table one probe, up to [`PROBE_CREDIT`] saved, and every probe spends one. A probe
 //!   due when none is left is withheld, and that connection's episode left to smoltcp's
@@ -111,19 +120,22 @@
 //!   kernel's default is 200 ms), and is well above a TAP, veth or datacenter round trip
 //!   (tens to hundreds of µs) and the scheduling delays of a busy host, which a peer's ACK
 //!   may meet; with the minimum RTT in the PTO (above) it repairs a lost reply within
-//!   about a millisecond (within the stretch more, for a client that acknowledges late),
+//!   about a millisecond (after its ACK delay, for a client that acknowledges late),
 //!   where a tuned Linux server waits for twice its smoothed RTT, the client's think time
 //!   included. SACK re-sends need no floor: the peer's ACKs pace them. `None` turns
-//!   recovery off (smoltcp alone). A larger floor also means a larger stretch.
+//!   recovery off (smoltcp alone). A larger floor also means a larger margin on a lone
+//!   segment's ACK delay.
 //! - **Counters** ([`RecoveryStats`]): probes (sent, withheld, sent later because of a
-//!   stretch, and proved spurious), SACK re-sends and re-sends after a peer's
+//!   client's ACK delay, proved spurious, and repaired a loss, with their wait), SACK
+//!   re-sends and re-sends after a peer's
 //!   retransmission; of the copies sent again, those that repaired a loss (acknowledged no
 //!   sooner than a round trip after they went out, and no D-SACK for them by the time data
 //!   sent after them is acknowledged: the peer had them first, and reported no duplicate)
 //!   and the spurious ones: the peer reported them as duplicates with a D-SACK block (RFC
 //!   2883; Linux does when SACK is negotiated, which smoltcp does whenever the client
-//!   offers it), or acknowledged them sooner than the smallest round trip after they went
-//!   out (that ACK left the peer before the copy arrived, so the original had). Without
+//!   offers it), or acknowledged them sooner than the connection's smallest round trip
+//!   (its SYN-ACK's included) after they went out (that ACK left the peer before the copy
+//!   arrived, so the original had). Without
 //!   SACK, for a SYN-ACK, and for a copy whose connection ends before the next ACK, the
 //!   outcome is unknown and counted in neither. smoltcp's own retransmissions are counted
 //!   from the frames (a segment below the highest sequence number sent).
@@ -172,7 +184,7 @@ const PENDING: usize = 8;
 pub const MAX_ACK_DELAY: Duration = Duration::from_millis(200);
 
 /// How many of its client's latest acknowledgment delays of lone segments a connection
-/// keeps ([`AckDelays`]).
+/// keeps (see the module's "a lone segment waits for its peer's ACK delay").
 pub const ACK_DELAY_SAMPLES: usize = 32;
 
 /// Unit of a kept delay, µs: a `u16` holds up to 524 ms, past [`MAX_ACK_DELAY`].
@@ -825,7 +837,7 @@ impl Flight {
         // The peer sent again data (or a FIN) that we had acknowledged: no acknowledgment
         // reached it within its retransmission timeout, so every copy that carried one was
         // lost (or is very late). This is how a lost reply of a peer that acknowledges late
-        // is found before its stretched probe: the peer's own timer (a Linux client's
+        // is found before its probe: the peer's own timer (a Linux client's
         // probe or RTO, at least its route's `rto_min`) resends its request.
         let len = seg.segment_len();
         if len > 0
