@@ -65,9 +65,9 @@
 //!   (every ACK of the last second took longer). With two or more in flight a client
 //!   acknowledges at once (RFC 9293 §3.8.6.3): `rto_min` + 2·RTT. A probe that proves
 //!   spurious (D-SACK, or the original's ACK crossed it) shows only that the delay was
-//!   longer than its wait, and counts as twice that: a connection whose client turns slow,
-//!   every lone reply then probed before its ACK, learns within a few probes, as a timer
-//!   backs off. A probe that repaired a loss is no sample. Measured with the client of
+//!   longer than its wait: it counts as that wait, and each one more before an ACK comes in
+//!   time as twice its wait, so a connection whose client turns slow, every lone reply then
+//!   probed before its ACK, learns within a few probes, as a timer backs off. A probe that repaired a loss is no sample. Measured with the client of
 //!   `bench-loss.sh` (one thread sending a Poisson stream round-robin over 64 Linux
 //!   connections with `rto_min 1ms`: each connection's next request, and its ACK, 3.2 ms
 //!   ± 0.4 ms after the last; its delayed-ACK timer, `ato:4`, rarely fires first), a lost
@@ -522,10 +522,11 @@ impl Smoothed {
 /// delays its ACK until its next request (Linux in its interactive "pingpong" mode)
 /// acknowledges after its think time, which no round trip predicts but which these
 /// samples measure. A probe that proved spurious tells only that the delay was longer
-/// than the time until its D-SACK (or the original's ACK) came: it counts as twice that,
-/// so a client that acknowledges far later than its connection has seen (one whose
-/// replies were all probed: no sample below the timeout comes) is learned after a few
-/// spurious probes, as a timer backs off. 70 bytes a connection.
+/// than the time until its D-SACK (or the original's ACK) came: one counts as that time,
+/// each one more in a row as twice it, so a client that acknowledges far later than its
+/// connection has seen (one whose replies are all probed: no sample below the timeout
+/// comes) is learned after a few spurious probes, as a timer backs off. 72 bytes a
+/// connection.
 #[derive(Debug, Clone, Copy, Default)]
 struct AckDelays {
     /// In units of [`ACK_DELAY_UNIT_US`], oldest overwritten first.
@@ -536,10 +537,17 @@ struct AckDelays {
     next: u8,
     /// The quantile in µs; 0: no sample yet.
     quantile_us: u32,
+    /// Spurious probes since the last ACK that came before its probe.
+    censored: u8,
 }
 
 impl AckDelays {
     fn add(&mut self, delay: Duration) {
+        self.censored = 0;
+        self.push(delay);
+    }
+
+    fn push(&mut self, delay: Duration) {
         let units = delay.total_micros() / u64::from(ACK_DELAY_UNIT_US);
         self.samples[usize::from(self.next)] = u16::try_from(units).unwrap_or(u16::MAX);
         self.next = ((usize::from(self.next) + 1) % ACK_DELAY_SAMPLES) as u8;
@@ -562,9 +570,13 @@ impl AckDelays {
     }
 
     /// A probe that proved spurious was acknowledged `delay` after the original went out:
-    /// the original's own ACK would have come later still.
+    /// the original's own ACK would have come later still. One such sample counts as
+    /// `delay` (the quantile's margin already lets it through now and then); each one more
+    /// before an ACK comes in time counts as twice its delay, as a timer backs off.
     fn add_censored(&mut self, delay: Duration) {
-        self.add(delay * 2);
+        let factor = if self.censored == 0 { 1 } else { 2 };
+        self.censored = self.censored.saturating_add(1);
+        self.push(delay * factor);
     }
 
     /// How long a lone segment waits for its ACK: the quantile and a margin (a quarter of
