@@ -254,6 +254,13 @@ pub(crate) struct Recovery {
     /// The round trip of handshakes (SYN-ACK to ACK), smoothed: the probe timeout of a
     /// SYN-ACK.
     handshake_rtt: Smoothed,
+    /// How long clients take to acknowledge lone segments, over all connections (RFC
+    /// 6298's smoothing, no variation assumed at first): what a connection that has not
+    /// yet measured 32 of its own expects at least. A table's clients are usually alike
+    /// (one generator, one kind of application), and a new connection's first lone replies
+    /// are acknowledged at once (Linux's quick-ACK mode at the start of a connection,
+    /// up to 16 segments), which tells nothing of how late the client acknowledges later.
+    lone_delay: Smoothed,
     /// Probes the table may send now: each acknowledgment of new data earns one (up to
     /// [`PROBE_CREDIT`]), each probe spends one. So probing is clocked by what the clients
     /// acknowledge: it can never send more copies than they answer, and clients that stop
@@ -273,6 +280,7 @@ impl Recovery {
             net_rtt: MinRtt::default(),
             data_delay: Smoothed::default(),
             handshake_rtt: Smoothed::default(),
+            lone_delay: Smoothed::default(),
             credit: PROBE_CREDIT,
             reserve_bytes: (2 * frame_bytes).min(RESERVED_COPY_BYTES),
         }
@@ -281,6 +289,19 @@ impl Recovery {
     /// Recovery is on (else only smoltcp's retransmissions are counted).
     pub(crate) fn enabled(&self) -> bool {
         self.rto_min.is_some()
+    }
+
+    /// A lone segment's ACK delay (as a connection recorded it), for the table's prior.
+    fn lone_delay_sample(&mut self, us: u32) {
+        let us = us.max(1);
+        if self.lone_delay.is_empty() {
+            self.lone_delay = Smoothed {
+                srtt_us: us,
+                rttvar_us: 0,
+            };
+        } else {
+            self.lone_delay.update(us);
+        }
     }
 
     /// The floor in µs (0 with recovery off).
@@ -542,14 +563,16 @@ struct AckDelays {
 }
 
 impl AckDelays {
-    fn add(&mut self, delay: Duration) {
+    /// An ACK `delay` after the segment went out; returns the sample kept, µs.
+    fn add(&mut self, delay: Duration) -> u32 {
         self.censored = 0;
-        self.push(delay);
+        self.push(delay)
     }
 
-    fn push(&mut self, delay: Duration) {
+    fn push(&mut self, delay: Duration) -> u32 {
         let units = delay.total_micros() / u64::from(ACK_DELAY_UNIT_US);
-        self.samples[usize::from(self.next)] = u16::try_from(units).unwrap_or(u16::MAX);
+        let units = u16::try_from(units).unwrap_or(u16::MAX);
+        self.samples[usize::from(self.next)] = units;
         self.next = ((usize::from(self.next) + 1) % ACK_DELAY_SAMPLES) as u8;
         self.len = self.len.saturating_add(1).min(ACK_DELAY_SAMPLES as u8);
         let (mut first, mut second) = (0u16, 0u16);
@@ -567,27 +590,33 @@ impl AckDelays {
             first
         };
         self.quantile_us = (u32::from(quantile) * ACK_DELAY_UNIT_US).max(1);
+        u32::from(units) * ACK_DELAY_UNIT_US
     }
 
     /// A probe that proved spurious was acknowledged `delay` after the original went out:
     /// the original's own ACK would have come later still. One such sample counts as
     /// `delay` (the quantile's margin already lets it through now and then); each one more
     /// before an ACK comes in time counts as twice its delay, as a timer backs off.
-    fn add_censored(&mut self, delay: Duration) {
+    fn add_censored(&mut self, delay: Duration) -> u32 {
         let factor = if self.censored == 0 { 1 } else { 2 };
         self.censored = self.censored.saturating_add(1);
-        self.push(delay * factor);
+        self.push(delay * factor)
     }
 
-    /// How long a lone segment waits for its ACK: the quantile and a margin (a quarter of
-    /// the floor, or a sixteenth of the quantile if more); `None` before any sample.
-    fn timeout(&self, floor_us: u32) -> Option<Duration> {
-        if self.quantile_us == 0 {
+    /// How long a lone segment waits for its ACK: the quantile, at least the table's
+    /// `prior_us` until all [`ACK_DELAY_SAMPLES`] are the connection's own, and a margin (a
+    /// quarter of the floor, or a sixteenth of that if more); `None` before any sample.
+    fn timeout(&self, floor_us: u32, prior_us: u32) -> Option<Duration> {
+        let mut quantile = self.quantile_us;
+        if usize::from(self.len) < ACK_DELAY_SAMPLES {
+            quantile = quantile.max(prior_us);
+        }
+        if quantile == 0 {
             return None;
         }
-        let margin = (floor_us / 4).max(self.quantile_us / 16);
+        let margin = (floor_us / 4).max(quantile / 16);
         Some(Duration::from_micros(
-            u64::from(self.quantile_us) + u64::from(margin),
+            u64::from(quantile) + u64::from(margin),
         ))
     }
 }
@@ -752,7 +781,7 @@ impl Flight {
                     !before(left, l2) && !after(right, r2) && (left, right) != (l2, r2)
                 });
             if dsack {
-                self.duplicate_reported(left, right, stats);
+                self.duplicate_reported(left, right, recovery, stats);
                 first_sack = 1;
             }
         }
@@ -787,7 +816,8 @@ impl Flight {
                         if copy.probed {
                             stats.probes_spurious += 1;
                             if let Some(delay) = delay {
-                                self.ack_delays.add_censored(delay);
+                                let us = self.ack_delays.add_censored(delay);
+                                recovery.lone_delay_sample(us);
                             }
                         }
                     } else if !copy.syn {
@@ -808,7 +838,8 @@ impl Flight {
                     && let Some(delay) = delay
                 {
                     // Reported as a duplicate by this very segment (its D-SACK).
-                    self.ack_delays.add_censored(delay);
+                    let us = self.ack_delays.add_censored(delay);
+                    recovery.lone_delay_sample(us);
                 }
                 self.copies.pop_front();
                 if self.copies.is_empty() {
@@ -822,7 +853,8 @@ impl Flight {
                 self.sample_rtt(recovery, rtt, copy.syn, now);
                 self.deliver(copy, rtt);
                 if lone {
-                    self.ack_delays.add(rtt);
+                    let us = self.ack_delays.add(rtt);
+                    recovery.lone_delay_sample(us);
                 }
             }
             self.backoff = 0;
@@ -1025,7 +1057,10 @@ impl Flight {
         let base = rto_min + Duration::from_micros(2 * rtt_us);
         if self.copies.len() == 1
             && !front.syn
-            && let Some(wait) = self.ack_delays.timeout(recovery.floor_us())
+            && let Some(wait) = self.ack_delays.timeout(
+                recovery.floor_us(),
+                u32::try_from(recovery.lone_delay.timeout_us()).unwrap_or(u32::MAX),
+            )
         {
             let wait = wait.min(MAX_ACK_DELAY.max(base)).max(rto_min);
             return Some((wait, wait > base));
@@ -1096,7 +1131,13 @@ impl Flight {
 
     /// The peer got `left..right` twice (D-SACK): the copies we sent again there were
     /// spurious.
-    fn duplicate_reported(&mut self, left: u32, right: u32, stats: &mut RecoveryStats) {
+    fn duplicate_reported(
+        &mut self,
+        left: u32,
+        right: u32,
+        recovery: &mut Recovery,
+        stats: &mut RecoveryStats,
+    ) {
         let overlaps = |seq: u32, end: u32| before(seq, right) && after(end, left);
         let mut kept = 0;
         let mut probes = 0;
@@ -1106,8 +1147,9 @@ impl Flight {
                 stats.spurious += 1;
                 probes += u64::from(entry.probe);
                 if entry.delay_us > 0 {
-                    self.ack_delays
-                        .add_censored(Duration::from_micros(u64::from(entry.delay_us)));
+                    let delay = Duration::from_micros(u64::from(entry.delay_us));
+                    let us = self.ack_delays.add_censored(delay);
+                    recovery.lone_delay_sample(us);
                 }
             } else {
                 self.pending[kept] = entry;
@@ -1620,10 +1662,11 @@ mod tests {
             &data(9001, 10, 7),
             at(10_200),
         );
-        let usual = Duration::from_micros(3000 + 4 * 1500);
+        // Its first reply, a lone one, waits for what the table's clients took to
+        // acknowledge a lone segment (3 ms, no variation yet) and a quarter of the floor.
         assert_eq!(
             second.deadline(),
-            Some(at(10_200) + DEFAULT_RTO_MIN + usual * 2)
+            Some(at(10_200) + Duration::from_micros(3000 + 250))
         );
         // The first connection, with an ACK delay of its own, is probed just after it: 3
         // ms and a quarter of the floor.
@@ -2023,9 +2066,11 @@ mod tests {
         );
         assert_eq!(first, base);
         // A client that acknowledges each reply with its next request, 3.0 to 3.4 ms later
-        // (in steps of 104 µs: whole units of 8 µs): the largest delay so far and a
-        // quarter of the floor.
+        // (in steps of 104 µs: whole units of 8 µs): the largest delay so far, or until 32
+        // are its own what the table's clients take if longer (smoothed, plus four
+        // deviations), and a quarter of the floor.
         for k in 1..ACK_DELAY_SAMPLES as u64 {
+            let prior = recovery.lone_delay.timeout_us();
             let pto = lone_round(
                 &mut flight,
                 &mut recovery,
@@ -2035,7 +2080,7 @@ mod tests {
                 3000 + 104 * (k % 5),
             );
             let largest = 3000 + 104 * (k - 1).min(4);
-            assert_eq!(pto, us(largest + 250), "reply {k}");
+            assert_eq!(pto, us(largest.max(prior) + 250), "reply {k}");
         }
         // All 32 kept: the second largest. One outlier (a client descheduled for 30 ms)
         // does not count; a second one does.
@@ -2160,6 +2205,18 @@ mod tests {
             );
         }
         assert_eq!(flight.min_rtt_us(), 300_000);
+        // Once 32 are its own (the table's smoothed delays, of both kinds, no longer
+        // count).
+        for _ in 0..ACK_DELAY_SAMPLES {
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                300_000,
+            );
+        }
         let pto = lone_round(
             &mut flight,
             &mut recovery,
