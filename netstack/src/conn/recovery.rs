@@ -61,7 +61,8 @@
 //!   FIN is probed after the second largest of them (the largest before 32 are kept; about
 //!   the 94th percentile, and one outlier does not count) plus a margin, a quarter of the
 //!   floor or a sixteenth of the delay if more; at least the floor, at most
-//!   [`MAX_ACK_DELAY`] (RFC 8985's worst case, 200 ms) unless `rto_min` + 2·RTT is longer
+//!   [`MAX_ACK_DELAY`] (500 ms; RFC 8985's worst-case delayed ACK is 200 ms, but a
+//!   client's think time may be longer) unless `rto_min` + 2·RTT is longer
 //!   (every ACK of the last second took longer). With two or more in flight a client
 //!   acknowledges at once (RFC 9293 §3.8.6.3): `rto_min` + 2·RTT. A probe that proves
 //!   spurious (D-SACK, or the original's ACK crossed it) shows only that the delay was
@@ -178,10 +179,14 @@ pub const PROBE_CREDIT: u32 = 64;
 /// Re-sent copies acknowledged and waiting one more ACK for a D-SACK.
 const PENDING: usize = 8;
 
-/// The longest a lone segment's probe waits for its client's acknowledgment: RFC 8985's
-/// worst-case delayed ACK (`WCDelAckT`). A client that acknowledges later than this still
-/// has its lone segments probed after this long (see the module's "ACK delay").
-pub const MAX_ACK_DELAY: Duration = Duration::from_millis(200);
+/// The longest a lone segment's probe waits for its client's acknowledgment (unless every
+/// ACK of the last second took longer): half of smoltcp's own one-second timer. RFC 8985
+/// waits at most its worst-case delayed ACK (`WCDelAckT`, 200 ms), but a client whose ACK
+/// rides on its next request acknowledges after its think time, which may be longer (one
+/// thread serving 10,000 connections: up to 250 ms); a probe before that is sent for
+/// nothing every time. A client that acknowledges later than this still has its lone
+/// segments probed after this long (see the module's "ACK delay").
+pub const MAX_ACK_DELAY: Duration = Duration::from_millis(500);
 
 /// How many of its client's latest acknowledgment delays of lone segments a connection
 /// keeps (see the module's "a lone segment waits for its peer's ACK delay").
@@ -1036,7 +1041,7 @@ impl Flight {
     /// waits for that quantile of the client's ACK delay and a margin ([`AckDelays`]): a
     /// client that delays its ACK until its next request is probed just after it usually
     /// acknowledges, one that acknowledges at once after the floor. At least the floor; at
-    /// most [`MAX_ACK_DELAY`] (RFC 8985's worst case of a delayed ACK), or the floor and
+    /// most [`MAX_ACK_DELAY`] (beyond RFC 8985's worst case of a delayed ACK), or the floor and
     /// twice the RTT if longer (a client every one of whose acknowledgments took longer
     /// for a second). With two or more in flight, a peer acknowledges at once (RFC 9293
     /// §3.8.6.3): the floor and twice the RTT.
@@ -2167,13 +2172,13 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_segments_timeout_is_at_most_the_worst_delayed_ack() {
+    fn a_lone_segments_timeout_is_at_most_max_ack_delay() {
         let (mut recovery, mut stats, mut flight) = synced(ISS, true);
         let (mut seq, mut now) = (ISS + 1, at(1000));
         // A client that acknowledges 300 ms late now and then, and at once otherwise: its
-        // lone replies wait 200 ms at most.
+        // lone replies wait 500 ms at most.
         for k in 0..10 {
-            let ack_us = if k % 2 == 0 { 300_000 } else { 100 };
+            let ack_us = if k % 2 == 0 { 520_000 } else { 100 };
             lone_round(
                 &mut flight,
                 &mut recovery,
@@ -2201,10 +2206,10 @@ mod tests {
                 &mut stats,
                 &mut seq,
                 &mut now,
-                300_000,
+                520_000,
             );
         }
-        assert_eq!(flight.min_rtt_us(), 300_000);
+        assert_eq!(flight.min_rtt_us(), 520_000);
         // Once 32 are its own (the table's smoothed delays, of both kinds, no longer
         // count).
         for _ in 0..ACK_DELAY_SAMPLES {
@@ -2214,7 +2219,7 @@ mod tests {
                 &mut stats,
                 &mut seq,
                 &mut now,
-                300_000,
+                520_000,
             );
         }
         let pto = lone_round(
@@ -2223,9 +2228,9 @@ mod tests {
             &mut stats,
             &mut seq,
             &mut now,
-            300_000,
+            520_000,
         );
-        assert_eq!(pto, Duration::from_micros(300_000 + 300_000 / 16));
+        assert_eq!(pto, Duration::from_micros(520_000 + 520_000 / 16));
         assert_eq!(stats, RecoveryStats::default(), "no probe was due");
     }
 
