@@ -8,7 +8,9 @@
 # full load (PIPELINE requests in flight per connection), to count spurious retransmissions.
 # Prints medians over the runs of the corrected latency (p50, p90, p99, p99.9, p99.99, max),
 # of memspin's recovery counters (its exit statistics) and of the kernel's retransmission
-# counters on both ends (nstat), and the rows of README's table.
+# counters on both ends (nstat), the frames the loss rules dropped each way, and the rows of
+# README's table. Each run also leaves the client's `ss -tin` halfway through (its rto, ato and
+# retransmissions per connection) in TAG.ss.txt.
 #
 # What is measured: the servers, not the machine's housekeeping. On a small virtual machine the
 # tail without any loss is set by other tasks of the guest that take a vCPU for 3 to 35 ms at a
@@ -122,6 +124,17 @@ EOF
   done
 }
 
+# drops: frames the loss rules dropped so far, "down UP" (replies, requests).
+drops() {
+  local ns n counts=()
+  for ns in "$client" "$middle"; do
+    n=$(ip netns exec "$ns" nft list table netdev memspin_loss 2>/dev/null |
+      sed -n 's/.*counter packets \([0-9]*\).*/\1/p' || true)
+    counts+=("${n:-0}")
+  done
+  echo "${counts[*]}"
+}
+
 # routes MODE: the connected routes of the client and of memcached's end, with `rto_min 1ms`
 # (MODE rto1ms) or as the kernel made them (default). memspin has no kernel route of its own.
 routes() {
@@ -169,12 +182,18 @@ run_one() {
   [ ${#rt[@]} -gt 0 ] && chrt -f -a -p "$rt_prio" "$SERVER_PID" >/dev/null
   counters "$client" "$out/$tag.client-before.json"
   counters "$middle" "$out/$tag.server-before.json"
+  drops >"$out/$tag.drops-before.txt"
+  # The client's view of its connections (rto, ato, retransmissions) halfway through.
+  ( sleep $(( seconds / 2 + 2 )); ip netns exec "$client" ss -tin >"$out/$tag.ss.txt" 2>&1 ) &
+  local ss_pid=$!
   ip netns exec "$client" "${rt[@]}" "$LOADGEN_BIN" -s "$addr" -t 1 --cpus "$client_cpu" \
     -c "$conns" --idle "$waiting" --warmup 2 --keys 10000 --key-size 16 --value-size 32 \
     --get-ratio 0.9 --prefill \
     --timeout-ms 5000 -q --json "$out/$tag.json" "$@" >"$out/$tag.loadgen.txt" 2>&1 || true
   counters "$client" "$out/$tag.client-after.json"
   counters "$middle" "$out/$tag.server-after.json"
+  drops >"$out/$tag.drops-after.txt"
+  wait "$ss_pid" 2>/dev/null || true
   stop_server || printf 'warning: %s exited with an error (see %s)\n' "$name" "$out/$tag.log" >&2
 }
 
@@ -209,7 +228,7 @@ servers = sys.argv[8:]
 runs = int(runs)
 kernel = ["TcpRetransSegs", "TcpExtTCPLossProbes", "TcpExtTCPDSACKRecv", "TcpExtTCPTimeouts"]
 memspin = ["probes", "probes_spurious", "probes_stretched", "sack_resends",
-           "peer_retransmit_resends", "recovered", "spurious", "smoltcp"]
+           "peer_retransmit_resends", "recovered", "spurious", "smoltcp", "probes_recovered"]
 cols = ["p50", "p90", "p99", "p99_9", "p99_99", "max"]
 
 def med(xs):
@@ -231,6 +250,14 @@ def nstat(tag, side):
     except (OSError, ValueError):
         return {}
     return {k: b.get(k, 0) - a.get(k, 0) for k in kernel}
+
+def drops(tag):
+    try:
+        a = [int(x) for x in open(os.path.join(out, tag + ".drops-before.txt")).read().split()]
+        b = [int(x) for x in open(os.path.join(out, tag + ".drops-after.txt")).read().split()]
+    except (OSError, ValueError):
+        return None
+    return [y - x for x, y in zip(a, b)] if len(a) == len(b) == 2 else None
 
 def exit_stats(tag):
     found = {}
@@ -283,6 +310,11 @@ def counters(title, prefix, mode):
             d = [nstat(t, side) for t in tags]
             vals = [med([x.get(k) for x in d if x]) for k in kernel]
             print(f"{name + ' kernel ' + side:28}" + "".join(fmt(v, 14) for v in vals))
+        d = [drops(t) for t in tags]
+        d = [x for x in d if x]
+        if d and any(sum(x) for x in d):
+            print(f"{'':28}frames dropped: replies {fmt(med([x[0] for x in d]), 1).strip()}, "
+                  f"requests {fmt(med([x[1] for x in d]), 1).strip()}")
         if name != "memcached":
             s = [exit_stats(t) for t in tags]
             vals = {k: med([x.get(k) for x in s if x]) for k in memspin}
@@ -295,6 +327,12 @@ def counters(title, prefix, mode):
                    if x and r and r.get("ops") and x.get("probes_spurious", x.get("spurious")) is not None]
             if per:
                 print(f"{'':28}spurious probes per 1,000 requests: {med(per):.1f}")
+            # How long a lost segment waited for the probe that repaired it, on average.
+            wait = [x["probes_recovered_us"] / x["probes_recovered"] for x in s
+                    if x and x.get("probes_recovered")]
+            if wait:
+                print(f"{'':28}mean wait from a lost segment's transmission to its repairing "
+                      f"probe: {med(wait) / 1000:.2f} ms")
 
 for mode in ["default", "rto1ms"]:
     table(f"loss {loss}/10000 ({loss_dir}), open loop {rate}/s, {conns} connections x 1, routes: {mode}",

@@ -109,15 +109,20 @@ pub struct Recovery {
     /// `memspin_loss_probes_withheld`: probes due but not sent, unpaid for by
     /// acknowledgments.
     pub probes_withheld: u64,
-    /// `memspin_loss_probes_spurious`: probes the client already had (each lengthens its
-    /// connection's probe timeout).
+    /// `memspin_loss_probes_spurious`: probes the client already had (of a lone reply,
+    /// each is a sample of its connection's ACK delay).
     pub probes_spurious: u64,
     /// `memspin_loss_probes_stretched`: probes sent later than the floor alone would have,
-    /// for a client that acknowledges late.
+    /// for a client that acknowledges late (its measured ACK delay set the timeout).
     pub probes_stretched: u64,
     /// `memspin_loss_peer_retransmit_resends`: copies sent again at once because the client
     /// sent again data they acknowledged.
     pub peer_retransmit_resends: u64,
+    /// `memspin_loss_probes_recovered`: probes that repaired a loss.
+    pub probes_recovered: u64,
+    /// `memspin_loss_probes_recovered_us`: from the original transmission to the probe,
+    /// summed over those probes, µs.
+    pub probes_recovered_us: u64,
 }
 
 impl From<netstack::conn::RecoveryStats> for Recovery {
@@ -132,6 +137,8 @@ impl From<netstack::conn::RecoveryStats> for Recovery {
             probes_spurious: s.probes_spurious,
             probes_stretched: s.probes_stretched,
             peer_retransmit_resends: s.peer_retransmit_resends,
+            probes_recovered: s.probes_recovered,
+            probes_recovered_us: s.probes_recovered_us,
         }
     }
 }
@@ -163,6 +170,10 @@ impl Recovery {
             peer_retransmit_resends: self
                 .peer_retransmit_resends
                 .saturating_sub(base.peer_retransmit_resends),
+            probes_recovered: self.probes_recovered.saturating_sub(base.probes_recovered),
+            probes_recovered_us: self
+                .probes_recovered_us
+                .saturating_sub(base.probes_recovered_us),
         }
     }
 
@@ -177,6 +188,8 @@ impl Recovery {
         self.probes_spurious += other.probes_spurious;
         self.probes_stretched += other.probes_stretched;
         self.peer_retransmit_resends += other.peer_retransmit_resends;
+        self.probes_recovered += other.probes_recovered;
+        self.probes_recovered_us += other.probes_recovered_us;
     }
 }
 
@@ -364,6 +377,8 @@ fn table_counters(t: &netstack::TableStats, c: &mut PathCounters) {
     c.push("loss_probes_spurious", r.probes_spurious);
     c.push("loss_probes_stretched", r.probes_stretched);
     c.push("loss_peer_retransmit_resends", r.peer_retransmit_resends);
+    c.push("loss_probes_recovered", r.probes_recovered);
+    c.push("loss_probes_recovered_us", r.probes_recovered_us);
 }
 
 /// What one worker's loop did, for CPU per request on a spinning server: time with and
@@ -820,6 +835,8 @@ pub fn general(
         "memspin_loss_peer_retransmit_resends",
         &r.peer_retransmit_resends,
     );
+    emit("memspin_loss_probes_recovered", &r.probes_recovered);
+    emit("memspin_loss_probes_recovered_us", &r.probes_recovered_us);
     let total = snapshot.loop_totals();
     emit("memspin_busy_us", &(total.busy_ns / 1000));
     emit("memspin_idle_us", &(total.idle_ns / 1000));
@@ -1320,6 +1337,8 @@ mod tests {
                     probes_spurious: 7 * k,
                     probes_stretched: 8 * k,
                     peer_retransmit_resends: 9 * k,
+                    probes_recovered: 10 * k,
+                    probes_recovered_us: 11 * k,
                 },
                 ..ServerInfo::default()
             },
@@ -1350,6 +1369,8 @@ mod tests {
                 "memspin_loss_probes_spurious 77",
                 "memspin_loss_probes_stretched 88",
                 "memspin_loss_peer_retransmit_resends 99",
+                "memspin_loss_probes_recovered 110",
+                "memspin_loss_probes_recovered_us 121",
             ]
         );
     }

@@ -80,7 +80,8 @@
 //!   and ignores SACK, so each connection keeps a copy of every frame that takes sequence
 //!   space until it is acknowledged, and the table sends copies again itself: a tail-loss
 //!   probe when nothing was acknowledged for [`TableConfig::rto_min`] + 2·RTT (RTT: the
-//!   quickest the client acknowledged data lately), paid for by the clients'
+//!   quickest the client acknowledged data lately; a lone segment waits for its client's
+//!   measured ACK delay instead, at least `rto_min`), paid for by the clients'
 //!   acknowledgments, and at once any copy the peer's SACK blocks show lost. The bucket's
 //!   deadline includes each connection's probe time. Both families alike; a copy goes out
 //!   again with the Ethernet header it first had (to the gateway's MAC of that moment).
@@ -114,8 +115,8 @@ pub use crate::admission::Admission;
 pub use crate::neighbor::Gateways;
 pub use lifetime::{CLOSE_TIMEOUT, GIVE_UP_TIMEOUT, HANDSHAKE_TIMEOUT};
 pub use recovery::{
-    DEFAULT_RTO_MIN, MAX_HANDSHAKE_PROBES, MAX_PROBES, MAX_RTO_MIN, MAX_STRETCH_FLOORS,
-    MIN_RTO_MIN, RecoveryStats,
+    ACK_DELAY_SAMPLES, DEFAULT_RTO_MIN, MAX_ACK_DELAY, MAX_HANDSHAKE_PROBES, MAX_PROBES,
+    MAX_RTO_MIN, MIN_RTO_MIN, RecoveryStats,
 };
 
 use crate::Poll;

@@ -18,18 +18,19 @@
 //!                                         smoltcp's own retransmissions counted
 //! frame in ─▶ Flight::on_ack (ACK, SACK, D-SACK) ─▶ smoltcp
 //!               drops acknowledged copies, samples the RTT, marks SACKed copies, finds
-//!               lost ones (a later one arrived, or the peer sent its data again), learns
-//!               from spurious probes (the stretch), re-arms the probe timer
+//!               lost ones (a later one arrived, or the peer sent its data again), measures
+//!               the peer's ACK delay of lone segments, re-arms the probe timer
 //! poll_egress ─▶ Flight::next_resend: lost copies at once, a probe when its timer runs out
 //! ```
 //!
 //! - **Tail-loss probe** (RFC 8985 §7). When nothing new is acknowledged for the probe
 //!   timeout (PTO), the newest copy the peer has not SACKed goes out again (the oldest, for
-//!   a peer without SACK: each probe then repairs a hole). The PTO is `rto_min` + 2·RTT,
-//!   plus the connection's stretch when one segment alone waits (below). RFC 8985 waits
-//!   2·SRTT and, for a single segment in flight, adds the worst case of the peer's delayed
-//!   ACK (200 ms); Linux adds its route's `rto_min` there. Here `rto_min` and the stretch
-//!   take that place, and RTT is
+//!   a peer without SACK: each probe then repairs a hole). With two or more segments in
+//!   flight the PTO is `rto_min` + 2·RTT; one segment alone waits for its peer's measured
+//!   ACK delay instead (below). RFC 8985 waits 2·SRTT and, for a single segment in flight,
+//!   adds the worst case of the peer's delayed ACK (200 ms); Linux adds its route's
+//!   `rto_min` there (with `rto_min 1ms`, 2·SRTT + 1 ms, the client's think time in SRTT).
+//!   RTT is
 //!   - for data and FINs, the smallest time the connection's client took to acknowledge
 //!     data in the last second or so, rather than the smoothed time. A request/response
 //!     client acknowledges a reply with its next request, so its smoothed RTT is its think
@@ -51,38 +52,47 @@
 //!   it and resets the backoff. So the SYN-ACK, the only reply of an idle connection, the
 //!   last of several segments and a FIN are repaired one PTO after they were lost, and a
 //!   lost ACK from the peer costs one spurious probe.
-//! - **The stretch: clients that acknowledge late.** A client that delays its ACK until
-//!   its next request (Linux does, in its interactive "pingpong" mode: the ACK rides on
-//!   the next request, or goes when its delayed-ACK timer fires) acknowledges a reply after
-//!   its think time, which no round-trip measurement predicts. With the floor alone, such a
-//!   client got a copy of nearly every reply it did not need, and answered each at once
-//!   with a D-SACK (at 20,000 requests/s over 64 Linux connections, 0.54 copies per
-//!   request: two frames each). So each connection learns how late its client
-//!   acknowledges, from the only evidence there is, its own probes: one that proves
-//!   spurious (a D-SACK reports it, or an ACK of the original crossed it) adds a floor to
-//!   the connection's stretch, up to [`MAX_STRETCH_FLOORS`] floors, and every segment
-//!   acknowledged before its probe takes a sixteenth of a floor off. This tracks a quantile
-//!   of the client's ACK delay, as RFC 8985 widens its reordering window on D-SACK: the
-//!   stretch settles where about one lone reply in 17 is probed spuriously, and a client
-//!   that acknowledges at once never raises it (its lone replies keep the floor). The
-//!   stretch applies only when one segment (or FIN) alone waits: with two or more in
-//!   flight a client acknowledges at once (RFC 9293 §3.8.6.3). Its limit bounds the cost:
-//!   a lost lone reply of such a connection is probed no later than 5 floors plus twice
-//!   the RTT after it went out (5.2 ms with the defaults), and sooner when the client's
-//!   own timer sends its request again (next bullet). Four floors, because the stretch must
-//!   be able to outlast the client's delayed-ACK timer: a Linux client whose route has
-//!   `rto_min 1ms` acknowledges after 4 ms at most (one tick at 250 Hz; `ss` shows
-//!   `ato:4`); measured with 64 such connections, a limit of two floors left 0.5 spurious
-//!   probes per request, four left 0.016.
+//! - **A lone segment waits for its peer's ACK delay.** A client that delays its ACK
+//!   until its next request (Linux does, in its interactive "pingpong" mode: the ACK rides
+//!   on the next request, or goes when its delayed-ACK timer fires) acknowledges a reply
+//!   after its think time, which no round-trip measurement predicts. So each connection
+//!   measures it ([`AckDelays`]): the time from each lone segment's (last) transmission to
+//!   its ACK, over its last [`ACK_DELAY_SAMPLES`] lone segments. A lone data segment or
+//!   FIN is probed after the second largest of them (the largest before 32 are kept; about
+//!   the 94th percentile, and one outlier does not count) plus a margin, a quarter of the
+//!   floor or a sixteenth of the delay if more; at least the floor, at most
+//!   [`MAX_ACK_DELAY`] (500 ms; RFC 8985's worst-case delayed ACK is 200 ms, but a
+//!   client's think time may be longer) unless `rto_min` + 2·RTT is longer
+//!   (every ACK of the last second took longer). With two or more in flight a client
+//!   acknowledges at once (RFC 9293 §3.8.6.3): `rto_min` + 2·RTT. A probe that proves
+//!   spurious (D-SACK, or the original's ACK crossed it) shows only that the delay was
+//!   longer than its wait: it counts as that wait, and each one more before an ACK comes in
+//!   time as twice its wait, so a connection whose client turns slow, every lone reply then
+//!   probed before its ACK, learns within a few probes, as a timer backs off. A probe that repaired a loss is no sample. Measured with the client of
+//!   `bench-loss.sh` (one thread sending a Poisson stream round-robin over 64 Linux
+//!   connections with `rto_min 1ms`: each connection's next request, and its ACK, 3.2 ms
+//!   ± 0.4 ms after the last; its delayed-ACK timer, `ato:4`, rarely fires first), a lost
+//!   reply waited 4.4 ms on average for its probe and 1.4 to 1.7 % of replies were probed
+//!   for nothing. This replaced a stretch learned from spurious probes alone (one floor
+//!   more for each, a sixteenth less for each timely ACK, up to four floors), which sees
+//!   only whether a delay passed the timeout, not the delay: there 2.2 to 4.4 % were
+//!   probed for nothing, a lost reply waited up to 5.2 ms (and 2·RTT more whenever no
+//!   quick ACK had come for a second and the minimum RTT rose), and a client later than
+//!   5.2 ms (at 10,000 connections, 100 to 170 ms) had nearly every reply probed.
 //! - **The peer's retransmission.** When the client sends again data (or a FIN) that we
 //!   had acknowledged, its retransmission timer fired without an acknowledgment: every copy
 //!   that carried one (sent after that data arrived, and not acknowledged by this segment)
 //!   was lost, and goes out again at once. This needs no timing (a request/response client
 //!   sends nothing else while it waits for a reply), so it holds on a busy host where the
 //!   time a segment waited in our queue is unknown. A late-acknowledging client's lost
-//!   reply is repaired by whichever comes first, the stretched probe or the client's own
-//!   timer (its RTO or tail-loss probe: at least its route's `rto_min`). At worst a copy
-//!   that was only late goes out twice.
+//!   reply is repaired by whichever comes first, its probe or the client's own timer (its
+//!   RTO or tail-loss probe: at least its route's `rto_min`). At worst a copy that was only
+//!   late goes out twice. The client retransmits only if the lost segment carried the
+//!   first acknowledgment of its data: the last segment of a multi-segment reply, or a
+//!   reply whose request smoltcp had acknowledged on its own, leaves it nothing to
+//!   retransmit, and only a probe repairs that. So lone segments are always probed,
+//!   however late their client acknowledges (leaving them unprobed made the 1 % loss test
+//!   of `server/tests/loss.rs` wait for smoltcp's second).
 //! - **Probes are paid for** by acknowledgments: every ACK of new data (any connection's)
 //!   earns the table one probe, up to [`PROBE_CREDIT`] saved, and every probe spends one. A probe
 //!   due when none is left is withheld, and that connection's episode left to smoltcp's
@@ -111,19 +121,22 @@
 //!   kernel's default is 200 ms), and is well above a TAP, veth or datacenter round trip
 //!   (tens to hundreds of µs) and the scheduling delays of a busy host, which a peer's ACK
 //!   may meet; with the minimum RTT in the PTO (above) it repairs a lost reply within
-//!   about a millisecond (within the stretch more, for a client that acknowledges late),
+//!   about a millisecond (after its ACK delay, for a client that acknowledges late),
 //!   where a tuned Linux server waits for twice its smoothed RTT, the client's think time
 //!   included. SACK re-sends need no floor: the peer's ACKs pace them. `None` turns
-//!   recovery off (smoltcp alone). A larger floor also means a larger stretch.
+//!   recovery off (smoltcp alone). A larger floor also means a larger margin on a lone
+//!   segment's ACK delay.
 //! - **Counters** ([`RecoveryStats`]): probes (sent, withheld, sent later because of a
-//!   stretch, and proved spurious), SACK re-sends and re-sends after a peer's
+//!   client's ACK delay, proved spurious, and repaired a loss, with their wait), SACK
+//!   re-sends and re-sends after a peer's
 //!   retransmission; of the copies sent again, those that repaired a loss (acknowledged no
 //!   sooner than a round trip after they went out, and no D-SACK for them by the time data
 //!   sent after them is acknowledged: the peer had them first, and reported no duplicate)
 //!   and the spurious ones: the peer reported them as duplicates with a D-SACK block (RFC
 //!   2883; Linux does when SACK is negotiated, which smoltcp does whenever the client
-//!   offers it), or acknowledged them sooner than the smallest round trip after they went
-//!   out (that ACK left the peer before the copy arrived, so the original had). Without
+//!   offers it), or acknowledged them sooner than the connection's smallest round trip
+//!   (its SYN-ACK's included) after they went out (that ACK left the peer before the copy
+//!   arrived, so the original had). Without
 //!   SACK, for a SYN-ACK, and for a copy whose connection ends before the next ACK, the
 //!   outcome is unknown and counted in neither. smoltcp's own retransmissions are counted
 //!   from the frames (a segment below the highest sequence number sent).
@@ -166,16 +179,21 @@ pub const PROBE_CREDIT: u32 = 64;
 /// Re-sent copies acknowledged and waiting one more ACK for a D-SACK.
 const PENDING: usize = 8;
 
-/// The largest stretch of a connection's lone-segment probe timeout, in floors
-/// (`rto_min`): with the default floor, 4 ms. A client that acknowledges late has a lost
-/// lone reply probed at most this many floors later than the floor and the round trip
-/// alone would (see the module's "stretch").
-pub const MAX_STRETCH_FLOORS: u32 = 4;
+/// The longest a lone segment's probe waits for its client's acknowledgment (unless every
+/// ACK of the last second took longer): half of smoltcp's own one-second timer. RFC 8985
+/// waits at most its worst-case delayed ACK (`WCDelAckT`, 200 ms), but a client whose ACK
+/// rides on its next request acknowledges after its think time, which may be longer (one
+/// thread serving 10,000 connections: up to 250 ms); a probe before that is sent for
+/// nothing every time. A client that acknowledges later than this still has its lone
+/// segments probed after this long (see the module's "ACK delay").
+pub const MAX_ACK_DELAY: Duration = Duration::from_millis(500);
 
-/// A reply acknowledged before its probe takes this fraction of a floor off the stretch; a
-/// spurious probe adds a whole floor. So the stretch settles where about one lone reply in
-/// `STRETCH_DECAY + 1` is probed spuriously (see [`Flight::stretch_us`]).
-const STRETCH_DECAY: u32 = 16;
+/// How many of its client's latest acknowledgment delays of lone segments a connection
+/// keeps (see the module's "a lone segment waits for its peer's ACK delay").
+pub const ACK_DELAY_SAMPLES: usize = 32;
+
+/// Unit of a kept delay, µs: a `u16` holds up to 524 ms, past [`MAX_ACK_DELAY`].
+const ACK_DELAY_UNIT_US: u32 = 8;
 
 /// Copy storage a connection keeps when it ends (more is freed).
 const RETAINED_COPY_BYTES: usize = 32 * 1024;
@@ -207,12 +225,19 @@ pub struct RecoveryStats {
     /// acknowledged enough to pay for them; the connection is probed again only once its
     /// client acknowledges something (smoltcp's timer carries on meanwhile).
     pub probes_withheld: u64,
-    /// Probes the peer already had (counted in `spurious` too): each lengthens its
-    /// connection's lone-segment probe timeout by a floor (the stretch).
+    /// Probes the peer already had (counted in `spurious` too). Of a lone segment, each
+    /// is one of its connection's ACK delay samples (at least the timeout it was sent at).
     pub probes_spurious: u64,
     /// Probes sent later than the floor and the round trip alone would have sent them,
-    /// because their connection's stretch was above zero.
+    /// because their lone segment's client acknowledges later than that (its measured ACK
+    /// delay set the timeout).
     pub probes_stretched: u64,
+    /// Probes that repaired a loss (counted in `recovered` too).
+    pub probes_recovered: u64,
+    /// The time from the original transmission to the probe, summed over
+    /// `probes_recovered`, in µs: divided by it, how long a lost segment waited for its
+    /// repair.
+    pub probes_recovered_us: u64,
     /// Copies sent again at once because the peer sent again data they had acknowledged:
     /// the peer never got them (it retransmits because no acknowledgment came).
     pub peer_retransmit_resends: u64,
@@ -234,6 +259,13 @@ pub(crate) struct Recovery {
     /// The round trip of handshakes (SYN-ACK to ACK), smoothed: the probe timeout of a
     /// SYN-ACK.
     handshake_rtt: Smoothed,
+    /// How long clients take to acknowledge lone segments, over all connections (RFC
+    /// 6298's smoothing, no variation assumed at first): what a connection that has not
+    /// yet measured 32 of its own expects at least. A table's clients are usually alike
+    /// (one generator, one kind of application), and a new connection's first lone replies
+    /// are acknowledged at once (Linux's quick-ACK mode at the start of a connection,
+    /// up to 16 segments), which tells nothing of how late the client acknowledges later.
+    lone_delay: Smoothed,
     /// Probes the table may send now: each acknowledgment of new data earns one (up to
     /// [`PROBE_CREDIT`]), each probe spends one. So probing is clocked by what the clients
     /// acknowledge: it can never send more copies than they answer, and clients that stop
@@ -253,6 +285,7 @@ impl Recovery {
             net_rtt: MinRtt::default(),
             data_delay: Smoothed::default(),
             handshake_rtt: Smoothed::default(),
+            lone_delay: Smoothed::default(),
             credit: PROBE_CREDIT,
             reserve_bytes: (2 * frame_bytes).min(RESERVED_COPY_BYTES),
         }
@@ -261,6 +294,19 @@ impl Recovery {
     /// Recovery is on (else only smoltcp's retransmissions are counted).
     pub(crate) fn enabled(&self) -> bool {
         self.rto_min.is_some()
+    }
+
+    /// A lone segment's ACK delay (as a connection recorded it), for the table's prior.
+    fn lone_delay_sample(&mut self, us: u32) {
+        let us = us.max(1);
+        if self.lone_delay.is_empty() {
+            self.lone_delay = Smoothed {
+                srtt_us: us,
+                rttvar_us: 0,
+            };
+        } else {
+            self.lone_delay.update(us);
+        }
     }
 
     /// The floor in µs (0 with recovery off).
@@ -280,6 +326,9 @@ struct Sent {
     len: u32,
     /// Last time it went out (by smoltcp or by us).
     sent_at: Instant,
+    /// When smoltcp sent it (first, or again itself): what a probe's wait and an ACK delay
+    /// are measured from.
+    first_sent: Instant,
     /// Sent more than once: no RTT sample from it (Karn).
     resent: bool,
     /// Sent again by us, outcome not yet known (SACK peers only).
@@ -297,6 +346,8 @@ struct Sent {
     probed: bool,
     /// The peer sent again data this copy acknowledged: it never arrived.
     lost: bool,
+    /// The peer reported it as a duplicate (D-SACK) since we sent it again.
+    duplicate: bool,
 }
 
 /// What `next_resend` wants sent.
@@ -325,6 +376,11 @@ struct Pending {
     settle: u32,
     /// Sent again by a probe.
     probe: bool,
+    /// From the original transmission to the probe, µs.
+    wait_us: u32,
+    /// A probe of a lone segment: from the original transmission to its ACK, µs (an ACK
+    /// delay sample if the probe proves spurious); 0 otherwise.
+    delay_us: u32,
 }
 
 /// The newest-sent segment known to have arrived (RACK.xmit_ts, RACK.end_seq, RACK.rtt).
@@ -353,25 +409,18 @@ pub(crate) struct Flight {
     sack_ok: bool,
     /// The smallest RTT sample of the last second or so (see [`MinRtt`]).
     min_rtt: MinRtt,
+    /// The smallest RTT sample of the connection's life, its SYN-ACK's included, µs; 0:
+    /// none. A lower bound of its round trip even when its client has acknowledged every
+    /// reply late for a while (and `min_rtt` rose): what tells a probe's own ACK from one
+    /// that crossed it.
+    least_rtt_us: u32,
     delivered: Option<Delivered>,
     probe_at: Option<Instant>,
     lost_at: Option<Instant>,
     /// Probes sent since the peer last acknowledged new data.
     backoff: u8,
-    /// How much later than `rto_min` + 2·RTT a lone segment of this connection is probed,
-    /// in µs: what its peer's spurious probes taught it of how late it acknowledges.
-    ///
-    /// A peer that delays its ACK until its next request (Linux in its interactive
-    /// "pingpong" mode does, up to its 40 ms delayed-ACK timer) acknowledges a reply after
-    /// its think time, which no round-trip measurement predicts; each probe that proves
-    /// spurious (D-SACK, or an ACK of the original that crossed it) adds a floor, and each
-    /// data segment acknowledged before its probe takes a sixteenth of a floor off
-    /// ([`STRETCH_DECAY`]). A quantile tracker, as RFC 8985 widens its reordering window on
-    /// D-SACK: the stretch settles where about one lone reply in 17 is probed spuriously
-    /// (the 94th percentile of the peer's ACK delay), or at [`MAX_STRETCH_FLOORS`] floors,
-    /// which bounds how long a lost lone reply of such a connection waits. A peer that
-    /// acknowledges at once never raises it, and keeps the floor.
-    stretch_us: u32,
+    /// How long the peer took to acknowledge this connection's latest lone segments.
+    ack_delays: AckDelays,
     /// Copies sent again and acknowledged, outcome not yet known. Spurious if a D-SACK
     /// reports them, recovered once an ACK beyond `settle` comes without one (the peer had
     /// the copy and said nothing of a duplicate).
@@ -390,11 +439,12 @@ impl Default for Flight {
             ack: None,
             sack_ok: false,
             min_rtt: MinRtt::default(),
+            least_rtt_us: 0,
             delivered: None,
             probe_at: None,
             lost_at: None,
             backoff: 0,
-            stretch_us: 0,
+            ack_delays: AckDelays::default(),
             pending: [Pending::default(); PENDING],
             pending_len: 0,
         }
@@ -490,6 +540,92 @@ impl Smoothed {
     }
 }
 
+/// The time a connection's peer took to acknowledge each of its latest
+/// [`ACK_DELAY_SAMPLES`] lone segments (a data segment or FIN alone in flight), from the
+/// segment's last transmission to the ACK, and a high quantile of them: the largest, or
+/// once all are kept the second largest (about the 94th percentile: one outlier, such as
+/// a client descheduled for a while, does not count). A request/response client that
+/// delays its ACK until its next request (Linux in its interactive "pingpong" mode)
+/// acknowledges after its think time, which no round trip predicts but which these
+/// samples measure. A probe that proved spurious tells only that the delay was longer
+/// than the time until its D-SACK (or the original's ACK) came: one counts as that time,
+/// each one more in a row as twice it, so a client that acknowledges far later than its
+/// connection has seen (one whose replies are all probed: no sample below the timeout
+/// comes) is learned after a few spurious probes, as a timer backs off. 72 bytes a
+/// connection.
+#[derive(Debug, Clone, Copy, Default)]
+struct AckDelays {
+    /// In units of [`ACK_DELAY_UNIT_US`], oldest overwritten first.
+    samples: [u16; ACK_DELAY_SAMPLES],
+    /// Samples kept (up to [`ACK_DELAY_SAMPLES`]).
+    len: u8,
+    /// Where the next sample goes.
+    next: u8,
+    /// The quantile in µs; 0: no sample yet.
+    quantile_us: u32,
+    /// Spurious probes since the last ACK that came before its probe.
+    censored: u8,
+}
+
+impl AckDelays {
+    /// An ACK `delay` after the segment went out; returns the sample kept, µs.
+    fn add(&mut self, delay: Duration) -> u32 {
+        self.censored = 0;
+        self.push(delay)
+    }
+
+    fn push(&mut self, delay: Duration) -> u32 {
+        let units = delay.total_micros() / u64::from(ACK_DELAY_UNIT_US);
+        let units = u16::try_from(units).unwrap_or(u16::MAX);
+        self.samples[usize::from(self.next)] = units;
+        self.next = ((usize::from(self.next) + 1) % ACK_DELAY_SAMPLES) as u8;
+        self.len = self.len.saturating_add(1).min(ACK_DELAY_SAMPLES as u8);
+        let (mut first, mut second) = (0u16, 0u16);
+        for &sample in &self.samples[..usize::from(self.len)] {
+            if sample > first {
+                second = first;
+                first = sample;
+            } else if sample > second {
+                second = sample;
+            }
+        }
+        let quantile = if usize::from(self.len) == ACK_DELAY_SAMPLES {
+            second
+        } else {
+            first
+        };
+        self.quantile_us = (u32::from(quantile) * ACK_DELAY_UNIT_US).max(1);
+        u32::from(units) * ACK_DELAY_UNIT_US
+    }
+
+    /// A probe that proved spurious was acknowledged `delay` after the original went out:
+    /// the original's own ACK would have come later still. One such sample counts as
+    /// `delay` (the quantile's margin already lets it through now and then); each one more
+    /// before an ACK comes in time counts as twice its delay, as a timer backs off.
+    fn add_censored(&mut self, delay: Duration) -> u32 {
+        let factor = if self.censored == 0 { 1 } else { 2 };
+        self.censored = self.censored.saturating_add(1);
+        self.push(delay * factor)
+    }
+
+    /// How long a lone segment waits for its ACK: the quantile, at least the table's
+    /// `prior_us` until all [`ACK_DELAY_SAMPLES`] are the connection's own, and a margin (a
+    /// quarter of the floor, or a sixteenth of that if more); `None` before any sample.
+    fn timeout(&self, floor_us: u32, prior_us: u32) -> Option<Duration> {
+        let mut quantile = self.quantile_us;
+        if usize::from(self.len) < ACK_DELAY_SAMPLES {
+            quantile = quantile.max(prior_us);
+        }
+        if quantile == 0 {
+            return None;
+        }
+        let margin = (floor_us / 4).max(quantile / 16);
+        Some(Duration::from_micros(
+            u64::from(quantile) + u64::from(margin),
+        ))
+    }
+}
+
 /// `a` is before `b` in sequence space (RFC 9293 §3.4, modulo 2^32).
 #[inline]
 fn before(a: u32, b: u32) -> bool {
@@ -581,6 +717,7 @@ impl Flight {
             for copy in self.copies.iter_mut() {
                 if before(copy.seq, end) && after(copy.end, seq) {
                     copy.sent_at = now;
+                    copy.first_sent = now;
                     copy.resent = true;
                 }
             }
@@ -609,6 +746,7 @@ impl Flight {
             end,
             len: frame.len() as u32,
             sent_at: now,
+            first_sent: now,
             resent: overlaps,
             ours: false,
             settle: 0,
@@ -617,6 +755,7 @@ impl Flight {
             peer_ack: seg.ack_number.unwrap_or(0),
             probed: false,
             lost: false,
+            duplicate: false,
         });
         self.bytes.extend(frame);
         self.snd_max = end;
@@ -653,6 +792,8 @@ impl Flight {
         }
         self.settle_pending(ack, stats);
         if after(ack, self.snd_una) {
+            // A data segment (or FIN) alone in flight: its ACK delay is a sample.
+            let lone = self.copies.len() == 1 && self.copies.front().is_some_and(|c| !c.syn);
             self.snd_una = ack;
             // Something new arrived: one more probe is paid for.
             recovery.credit = recovery.credit.saturating_add(1).min(PROBE_CREDIT);
@@ -664,10 +805,13 @@ impl Flight {
                 if !copy.resent {
                     sample = Some(copy);
                 }
+                // The original's ACK delay, if this is a probe of a lone segment that may
+                // prove spurious.
+                let delay = (lone && copy.probed).then(|| now - copy.first_sent);
                 if copy.ours {
                     // An acknowledgment sooner than any round trip after the copy went out
                     // was sent before the copy arrived: the original had.
-                    let fastest = match (self.min_rtt.micros(), recovery.net_rtt.micros()) {
+                    let fastest = match (self.least_rtt_us, recovery.net_rtt.micros()) {
                         (0, t) | (t, 0) => t,
                         (c, t) => c.min(t),
                     };
@@ -675,18 +819,32 @@ impl Flight {
                     if crossed {
                         stats.spurious += 1;
                         if copy.probed {
-                            self.spurious_probe(recovery, stats);
+                            stats.probes_spurious += 1;
+                            if let Some(delay) = delay {
+                                let us = self.ack_delays.add_censored(delay);
+                                recovery.lone_delay_sample(us);
+                            }
                         }
                     } else if !copy.syn {
                         // (A SYN-ACK is never reported with a D-SACK: its outcome is
                         // unknown.)
+                        let micros =
+                            |d: Duration| u32::try_from(d.total_micros()).unwrap_or(u32::MAX);
                         self.push_pending(Pending {
                             seq: copy.seq,
                             end: copy.end,
                             settle: copy.settle,
                             probe: copy.probed,
+                            wait_us: micros(copy.sent_at - copy.first_sent),
+                            delay_us: delay.map_or(0, micros),
                         });
                     }
+                } else if copy.duplicate
+                    && let Some(delay) = delay
+                {
+                    // Reported as a duplicate by this very segment (its D-SACK).
+                    let us = self.ack_delays.add_censored(delay);
+                    recovery.lone_delay_sample(us);
                 }
                 self.copies.pop_front();
                 if self.copies.is_empty() {
@@ -699,8 +857,10 @@ impl Flight {
                 let rtt = now - copy.sent_at;
                 self.sample_rtt(recovery, rtt, copy.syn, now);
                 self.deliver(copy, rtt);
-                // Acknowledged before any probe of it: the stretch was long enough.
-                self.shrink_stretch(recovery);
+                if lone {
+                    let us = self.ack_delays.add(rtt);
+                    recovery.lone_delay_sample(us);
+                }
             }
             self.backoff = 0;
             self.probe_at = if self.copies.is_empty() {
@@ -726,7 +886,7 @@ impl Flight {
         // The peer sent again data (or a FIN) that we had acknowledged: no acknowledgment
         // reached it within its retransmission timeout, so every copy that carried one was
         // lost (or is very late). This is how a lost reply of a peer that acknowledges late
-        // is found before its stretched probe: the peer's own timer (a Linux client's
+        // is found before its probe: the peer's own timer (a Linux client's
         // probe or RTO, at least its route's `rto_min`) resends its request.
         let len = seg.segment_len();
         if len > 0
@@ -836,7 +996,7 @@ impl Flight {
         resend: Resend,
         now: Instant,
     ) {
-        let stretched = self.stretch() > Duration::ZERO;
+        let stretched = self.pto(recovery).is_some_and(|(_, by_delay)| by_delay);
         let copy = &mut self.copies[resend.index];
         copy.sent_at = now;
         copy.resent = true;
@@ -844,6 +1004,7 @@ impl Flight {
         copy.settle = self.snd_max;
         copy.probed = resend.kind == ResendKind::Probe;
         copy.lost = false;
+        copy.duplicate = false;
         match resend.kind {
             ResendKind::Lost => stats.sack_resends += 1,
             ResendKind::PeerRetransmit => stats.peer_retransmit_resends += 1,
@@ -861,7 +1022,7 @@ impl Flight {
     /// When the next probe is due if one is sent or acknowledged at `now`; `None` once
     /// the probes of this episode are used up or recovery is off.
     fn probe_time(&self, recovery: &Recovery, now: Instant) -> Option<Instant> {
-        let rto_min = recovery.rto_min?;
+        recovery.rto_min?;
         let limit = match self.copies.front() {
             Some(copy) if copy.syn => MAX_HANDSHAKE_PROBES,
             _ => MAX_PROBES,
@@ -869,44 +1030,47 @@ impl Flight {
         if self.backoff >= limit {
             return None;
         }
-        let rtt_us = match self.copies.front() {
-            Some(copy) if copy.syn => recovery.handshake_rtt.timeout_us(),
-            _ => match self.min_rtt.micros() {
+        let (pto, _) = self.pto(recovery)?;
+        Some(now + pto * (1u32 << self.backoff))
+    }
+
+    /// The probe timeout before backoff, and whether the client's measured ACK delay set
+    /// it (rather than the floor and the round trip); `None`: smoltcp's timer.
+    ///
+    /// One data segment (or FIN) alone in flight, once its client acknowledged one,
+    /// waits for that quantile of the client's ACK delay and a margin ([`AckDelays`]): a
+    /// client that delays its ACK until its next request is probed just after it usually
+    /// acknowledges, one that acknowledges at once after the floor. At least the floor; at
+    /// most [`MAX_ACK_DELAY`] (beyond RFC 8985's worst case of a delayed ACK), or the floor and
+    /// twice the RTT if longer (a client every one of whose acknowledgments took longer
+    /// for a second). With two or more in flight, a peer acknowledges at once (RFC 9293
+    /// §3.8.6.3): the floor and twice the RTT.
+    fn pto(&self, recovery: &Recovery) -> Option<(Duration, bool)> {
+        let rto_min = recovery.rto_min?;
+        let front = self.copies.front()?;
+        let rtt_us = if front.syn {
+            recovery.handshake_rtt.timeout_us()
+        } else {
+            match self.min_rtt.micros() {
                 // Nothing known of how soon clients acknowledge data (a table that just
                 // started): smoltcp's timer.
                 0 if recovery.data_delay.is_empty() => return None,
                 0 => recovery.data_delay.timeout_us(),
                 us => u64::from(us),
-            },
+            }
         };
-        let pto = rto_min + Duration::from_micros(2 * rtt_us) + self.stretch();
-        Some(now + pto * (1u32 << self.backoff))
-    }
-
-    /// What the probe timeout adds for this connection's late acknowledgments: its
-    /// stretch, when one data segment (or FIN) alone waits for an acknowledgment (with two
-    /// or more, a peer acknowledges at once: RFC 9293 §3.8.6.3).
-    fn stretch(&self) -> Duration {
-        match (self.copies.len(), self.copies.front()) {
-            (1, Some(copy)) if !copy.syn => Duration::from_micros(u64::from(self.stretch_us)),
-            _ => Duration::ZERO,
+        let base = rto_min + Duration::from_micros(2 * rtt_us);
+        if self.copies.len() == 1
+            && !front.syn
+            && let Some(wait) = self.ack_delays.timeout(
+                recovery.floor_us(),
+                u32::try_from(recovery.lone_delay.timeout_us()).unwrap_or(u32::MAX),
+            )
+        {
+            let wait = wait.min(MAX_ACK_DELAY.max(base)).max(rto_min);
+            return Some((wait, wait > base));
         }
-    }
-
-    /// A probe of this connection proved spurious: its peer acknowledges later than the
-    /// probe timeout allowed for; one floor more, up to [`MAX_STRETCH_FLOORS`].
-    fn spurious_probe(&mut self, recovery: &Recovery, stats: &mut RecoveryStats) {
-        stats.probes_spurious += 1;
-        let floor_us = recovery.floor_us();
-        self.stretch_us =
-            (self.stretch_us + floor_us).min(floor_us.saturating_mul(MAX_STRETCH_FLOORS));
-    }
-
-    /// A segment was acknowledged before any probe of it: a sixteenth of a floor less.
-    fn shrink_stretch(&mut self, recovery: &Recovery) {
-        self.stretch_us = self
-            .stretch_us
-            .saturating_sub(recovery.floor_us() / STRETCH_DECAY);
+        Some((base, false))
     }
 
     /// An RTT sample from a segment sent once (a SYN-ACK if `syn`) and acknowledged at
@@ -916,6 +1080,9 @@ impl Flight {
     fn sample_rtt(&mut self, recovery: &mut Recovery, rtt: Duration, syn: bool, now: Instant) {
         let rtt_us = u32::try_from(rtt.total_micros()).unwrap_or(u32::MAX).max(1);
         recovery.net_rtt.update(rtt_us, now);
+        if self.least_rtt_us == 0 || rtt_us < self.least_rtt_us {
+            self.least_rtt_us = rtt_us;
+        }
         if syn {
             recovery.handshake_rtt.update(rtt_us);
         } else {
@@ -973,7 +1140,7 @@ impl Flight {
         &mut self,
         left: u32,
         right: u32,
-        recovery: &Recovery,
+        recovery: &mut Recovery,
         stats: &mut RecoveryStats,
     ) {
         let overlaps = |seq: u32, end: u32| before(seq, right) && after(end, left);
@@ -983,7 +1150,12 @@ impl Flight {
             let entry = self.pending[i];
             if overlaps(entry.seq, entry.end) {
                 stats.spurious += 1;
-                probes += u32::from(entry.probe);
+                probes += u64::from(entry.probe);
+                if entry.delay_us > 0 {
+                    let delay = Duration::from_micros(u64::from(entry.delay_us));
+                    let us = self.ack_delays.add_censored(delay);
+                    recovery.lone_delay_sample(us);
+                }
             } else {
                 self.pending[kept] = entry;
                 kept += 1;
@@ -993,13 +1165,12 @@ impl Flight {
         for copy in self.copies.iter_mut() {
             if copy.ours && overlaps(copy.seq, copy.end) {
                 copy.ours = false;
+                copy.duplicate = true;
                 stats.spurious += 1;
-                probes += u32::from(copy.probed);
+                probes += u64::from(copy.probed);
             }
         }
-        for _ in 0..probes {
-            self.spurious_probe(recovery, stats);
-        }
+        stats.probes_spurious += probes;
     }
 
     /// Copies acknowledged, and not reported as duplicates by the time `ack` acknowledges
@@ -1010,6 +1181,10 @@ impl Flight {
             let entry = self.pending[i];
             if after(ack, entry.settle) {
                 stats.recovered += 1;
+                if entry.probe {
+                    stats.probes_recovered += 1;
+                    stats.probes_recovered_us += u64::from(entry.wait_us);
+                }
             } else {
                 self.pending[kept] = entry;
                 kept += 1;
@@ -1052,10 +1227,11 @@ impl Flight {
         self.min_rtt.micros()
     }
 
-    /// The connection's stretch in µs (for tests).
+    /// The quantile of the connection's ACK delays of lone segments in µs, 0 before
+    /// enough samples (for tests).
     #[cfg(test)]
-    pub(crate) fn stretch_us(&self) -> u32 {
-        self.stretch_us
+    pub(crate) fn ack_delay_us(&self) -> u32 {
+        self.ack_delays.quantile_us
     }
 }
 
@@ -1336,11 +1512,13 @@ mod tests {
         let floor = |rtt_us: u64| DEFAULT_RTO_MIN + Duration::from_micros(2 * rtt_us);
         let mut seq = ISS + 1;
         let mut now = at(1000);
-        // A reply, acknowledged `ack_us` later; returns the PTO it was sent with.
+        // A reply of two segments, acknowledged `ack_us` later; returns the PTO it was sent
+        // with. (A lone segment waits for its client's ACK delay instead.)
         let mut round = |ack_us: u64, flight: &mut Flight| {
             now += Duration::from_micros(10);
             send(flight, &recovery, &mut stats, &data(seq, 10, 7), now);
-            seq += 10;
+            send(flight, &recovery, &mut stats, &data(seq + 10, 10, 7), now);
+            seq += 20;
             let pto = flight.deadline().unwrap() - now;
             now += Duration::from_micros(ack_us);
             flight.on_ack(&mut recovery, &mut stats, &ack(seq, &[]), now);
@@ -1489,12 +1667,14 @@ mod tests {
             &data(9001, 10, 7),
             at(10_200),
         );
-        let usual = Duration::from_micros(3000 + 4 * 1500);
+        // Its first reply, a lone one, waits for what the table's clients took to
+        // acknowledge a lone segment (3 ms, no variation yet) and a quarter of the floor.
         assert_eq!(
             second.deadline(),
-            Some(at(10_200) + DEFAULT_RTO_MIN + usual * 2)
+            Some(at(10_200) + Duration::from_micros(3000 + 250))
         );
-        // The first connection, with its own sample, is probed after its own 3 ms.
+        // The first connection, with an ACK delay of its own, is probed just after it: 3
+        // ms and a quarter of the floor.
         send(
             &mut first,
             &recovery,
@@ -1504,7 +1684,7 @@ mod tests {
         );
         assert_eq!(
             first.deadline(),
-            Some(at(20_000) + DEFAULT_RTO_MIN + Duration::from_micros(6000))
+            Some(at(20_000) + Duration::from_micros(3000 + 250))
         );
     }
 
@@ -1855,47 +2035,100 @@ mod tests {
         .seg
     }
 
+    /// Sends a lone reply at `now`, acknowledges it `ack_us` later, and returns the probe
+    /// timeout it was sent with.
+    fn lone_round(
+        flight: &mut Flight,
+        recovery: &mut Recovery,
+        stats: &mut RecoveryStats,
+        seq: &mut u32,
+        now: &mut Instant,
+        ack_us: u64,
+    ) -> Duration {
+        send(flight, recovery, stats, &data(*seq, 10, 7), *now);
+        *seq += 10;
+        let pto = flight.deadline().unwrap() - *now;
+        *now += Duration::from_micros(ack_us);
+        flight.on_ack(recovery, stats, &ack(*seq, &[]), *now);
+        *now += Duration::from_micros(100);
+        pto
+    }
+
     #[test]
-    fn spurious_probes_stretch_a_lone_segments_timeout_and_timely_acks_shrink_it() {
+    fn a_lone_segments_timeout_follows_its_clients_ack_delay() {
         let (mut recovery, mut stats, mut flight) = synced(ISS, true);
-        let floor = DEFAULT_RTO_MIN;
-        // The floor and twice the 100 µs round trip.
-        let base = floor + Duration::from_micros(200);
-        let mut seq = ISS + 1;
-        let mut now = at(1000);
-        // A client that acknowledges each reply only with its next request, after the
-        // probe: every probe is spurious (its ACK carries a D-SACK, as Linux sends), and
-        // each adds a floor, up to MAX_STRETCH_FLOORS.
-        for k in 0..6u32 {
-            send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
-            let stretch = floor * k.min(MAX_STRETCH_FLOORS);
-            assert_eq!(flight.deadline(), Some(now + base + stretch), "reply {k}");
-            let probe_at = now + base + stretch;
-            assert_eq!(
-                resend_due(&mut flight, &mut recovery, &mut stats, probe_at).len(),
-                1
+        let base = DEFAULT_RTO_MIN + Duration::from_micros(200);
+        let (mut seq, mut now) = (ISS + 1, at(1000));
+        let us = Duration::from_micros;
+        // Before any ACK delay of its own: the floor and twice the 100 µs round trip.
+        let first = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            3000,
+        );
+        assert_eq!(first, base);
+        // A client that acknowledges each reply with its next request, 3.0 to 3.4 ms later
+        // (in steps of 104 µs: whole units of 8 µs): the largest delay so far, or until 32
+        // are its own what the table's clients take if longer (smoothed, plus four
+        // deviations), and a quarter of the floor.
+        for k in 1..ACK_DELAY_SAMPLES as u64 {
+            let prior = recovery.lone_delay.timeout_us();
+            let pto = lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                3000 + 104 * (k % 5),
             );
-            let dsack = [(seq, seq + 10)];
-            let answer = probe_at + Duration::from_micros(100);
-            flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &dsack), answer);
-            seq += 10;
-            now = answer + Duration::from_millis(1);
-            assert_eq!(stats.probes_spurious, u64::from(k + 1));
-            assert_eq!(stats.probes_stretched, u64::from(k));
+            let largest = 3000 + 104 * (k - 1).min(4);
+            assert_eq!(pto, us(largest.max(prior) + 250), "reply {k}");
         }
-        let most = 1000 * MAX_STRETCH_FLOORS;
-        assert_eq!(flight.stretch_us(), most);
-        assert_eq!(stats.spurious, stats.probes_spurious);
-        // Each reply acknowledged before its probe takes a sixteenth of a floor off.
-        for _ in 0..STRETCH_DECAY {
-            send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
-            now += Duration::from_micros(100);
-            flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), now);
-            seq += 10;
-        }
-        let step = 1000 / STRETCH_DECAY;
-        assert_eq!(flight.stretch_us(), most - STRETCH_DECAY * step);
-        // Two segments in flight are acknowledged at once by any client: no stretch.
+        // All 32 kept: the second largest. One outlier (a client descheduled for 30 ms)
+        // does not count; a second one does.
+        lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            30_000,
+        );
+        let pto = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            3000,
+        );
+        assert_eq!(pto, us(3416 + 250));
+        lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            30_000,
+        );
+        let pto = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            3000,
+        );
+        assert_eq!(
+            pto,
+            us(30_000 + 30_000 / 16),
+            "a sixteenth of the delay, more than 250 µs"
+        );
+        // Two segments in flight are acknowledged at once by any client: the floor and the
+        // round trip.
         send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
         send(
             &mut flight,
@@ -1905,46 +2138,197 @@ mod tests {
             now,
         );
         assert_eq!(flight.deadline(), Some(now + base));
-        // Once the first is acknowledged, the second waits alone: stretched again.
-        let later = now + Duration::from_micros(100);
-        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), later);
-        let stretch = Duration::from_micros(u64::from(most - (STRETCH_DECAY + 1) * step));
-        assert_eq!(flight.deadline(), Some(later + base + stretch));
+        // Once the first is acknowledged, the second waits alone.
+        now += us(100);
+        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), now);
+        assert_eq!(flight.deadline(), Some(now + us(30_000 + 30_000 / 16)));
+        now += us(100);
+        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 20, &[]), now);
+        seq += 20;
+        // A client that acknowledges at once: within 32 replies, the floor alone.
+        for _ in 0..ACK_DELAY_SAMPLES {
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                100,
+            );
+        }
+        let pto = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            100,
+        );
+        assert_eq!(pto, DEFAULT_RTO_MIN);
+        assert_eq!(stats, RecoveryStats::default(), "no probe was due");
         // A new connection in the slot starts with none.
         flight.reset();
-        assert_eq!(flight.stretch_us(), 0);
+        assert_eq!(flight.ack_delay_us(), 0);
     }
 
     #[test]
-    fn a_probe_that_repaired_a_loss_does_not_stretch() {
+    fn a_lone_segments_timeout_is_at_most_max_ack_delay() {
         let (mut recovery, mut stats, mut flight) = synced(ISS, true);
-        send(
+        let (mut seq, mut now) = (ISS + 1, at(1000));
+        // A client that acknowledges 300 ms late now and then, and at once otherwise: its
+        // lone replies wait 500 ms at most.
+        for k in 0..10 {
+            let ack_us = if k % 2 == 0 { 520_000 } else { 100 };
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                ack_us,
+            );
+        }
+        let pto = lone_round(
             &mut flight,
-            &recovery,
+            &mut recovery,
             &mut stats,
-            &data(ISS + 1, 10, 7),
-            at(1000),
+            &mut seq,
+            &mut now,
+            100,
         );
+        assert_eq!(pto, MAX_ACK_DELAY);
+        // One whose every acknowledgment took 300 ms for over a second: its round trip is
+        // that long, and so is its timeout (the floor and twice the round trip, or less).
+        for _ in 0..10 {
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                520_000,
+            );
+        }
+        assert_eq!(flight.min_rtt_us(), 520_000);
+        // Once 32 are its own (the table's smoothed delays, of both kinds, no longer
+        // count).
+        for _ in 0..ACK_DELAY_SAMPLES {
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                520_000,
+            );
+        }
+        let pto = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            520_000,
+        );
+        assert_eq!(pto, Duration::from_micros(520_000 + 520_000 / 16));
+        assert_eq!(stats, RecoveryStats::default(), "no probe was due");
+    }
+
+    #[test]
+    fn spurious_probes_of_a_lone_segment_lengthen_its_timeout_fast() {
+        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+        let (mut seq, mut now) = (ISS + 1, at(1000));
+        // A client that acknowledged at once, then delays every ACK until its next request,
+        // 50 ms later (a D-SACK answers a probe at once, as Linux does).
+        for _ in 0..ACK_DELAY_SAMPLES {
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                100,
+            );
+        }
+        let mut probes = Vec::new();
+        for _ in 0..20 {
+            send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
+            let sent = now;
+            let probe_at = flight.deadline().unwrap();
+            if probe_at - sent < Duration::from_millis(50) {
+                resend_due(&mut flight, &mut recovery, &mut stats, probe_at);
+                probes.push(probe_at - sent);
+                // The D-SACK acknowledges the original too, a round trip after the probe.
+                now = probe_at + Duration::from_micros(100);
+                let dsack = [(seq, seq + 10)];
+                flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &dsack), now);
+            }
+            if flight.copies() == 1 {
+                now = sent + Duration::from_millis(50);
+                flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), now);
+            }
+            seq += 10;
+            now += Duration::from_micros(100);
+        }
+        // Each spurious probe counts as twice its wait, and once two are kept the timeout
+        // follows: after a dozen, the client's 50 ms delay is its timeout.
+        assert!(probes.len() <= 12, "{probes:?}");
+        assert_eq!(stats.probes_spurious, probes.len() as u64, "{stats:?}");
+        assert_eq!(stats.probes_recovered, 0);
+        let pto = lone_round(
+            &mut flight,
+            &mut recovery,
+            &mut stats,
+            &mut seq,
+            &mut now,
+            50_000,
+        );
+        assert!(pto > Duration::from_millis(50), "{pto}");
+    }
+
+    #[test]
+    fn a_probe_that_repaired_a_loss_is_counted_with_its_wait_and_no_delay_sample() {
+        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+        let (mut seq, mut now) = (ISS + 1, at(1000));
+        for _ in 0..4 {
+            lone_round(
+                &mut flight,
+                &mut recovery,
+                &mut stats,
+                &mut seq,
+                &mut now,
+                3000,
+            );
+        }
+        assert_eq!(flight.ack_delay_us(), 3000);
+        let sent = now;
+        send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), sent);
         let probe_at = flight.deadline().unwrap();
+        assert_eq!(probe_at - sent, Duration::from_micros(3250));
         assert_eq!(
             resend_due(&mut flight, &mut recovery, &mut stats, probe_at).len(),
             1
         );
-        // The probe is acknowledged a round trip later, without a D-SACK, and so is the
-        // next reply: the original was lost.
-        let answer = probe_at + Duration::from_micros(100);
-        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 11, &[]), answer);
+        // The probe is acknowledged (with the client's next request) 3 ms later, without a
+        // D-SACK, and so is the next reply: the original was lost.
+        let answer = probe_at + Duration::from_millis(3);
+        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), answer);
         send(
             &mut flight,
             &recovery,
             &mut stats,
-            &data(ISS + 11, 10, 7),
+            &data(seq + 10, 10, 7),
             answer,
         );
         let later = answer + Duration::from_micros(100);
-        flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 21, &[]), later);
+        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 20, &[]), later);
         assert_eq!((stats.recovered, stats.probes_spurious), (1, 0));
-        assert_eq!(flight.stretch_us(), 0);
+        assert_eq!(
+            (stats.probes_recovered, stats.probes_recovered_us),
+            (1, 3250)
+        );
+        // A loss is no delay of the client's: the timeout stays.
+        assert_eq!(flight.ack_delay_us(), 3000);
     }
 
     #[test]
