@@ -24,7 +24,12 @@
 # Usage: scripts/bench-connections.sh [ROUNDS (default 5)] [SECONDS (default 5)] [FEW (32)] [MANY (1000)]
 #   NET=tap|kernel (default tap), WARMUP=SECONDS (default 3), IDLE=spin|park|adaptive (memspin's
 #   --idle, default spin), SERVER_ARGS="..." (more memspin options, e.g. --rto-min off),
-#   LOADGEN_ARGS="..." (more memspin-loadgen options for both counts)
+#   LOADGEN_ARGS="..." (more memspin-loadgen options for both counts), MEMSPIN=/path (another
+#   memspin binary, e.g. an earlier build, run with the same settings), BUILD=0 (target/release's
+#   binaries as they are, no cargo build), PROFILE=DIR (during
+#   round 1, `perf record -e cpu-clock --call-graph dwarf` of the worker thread for each count,
+#   DIR/cFEW.data and DIR/cMANY.data, and where its samples went; that round's figures then
+#   include perf's cost)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -38,10 +43,18 @@ warmup=${WARMUP:-3}
 idle=${IDLE:-spin}
 loadgen_args=(--timestamps none ${LOADGEN_ARGS:-})
 server_args=(${SERVER_ARGS:-})
+profile=${PROFILE:-}
 need_packages iproute2 python3
 need_root_for_namespaces
 
-build_release
+# BUILD=0: the binaries already in target/release, without cargo (a cargo frozen by another
+# benchmark may hold the package cache's lock).
+if [ "${BUILD:-1}" = 0 ]; then
+  MEMSPIN_BIN=$PWD/target/release/memspin LOADGEN_BIN=$PWD/target/release/memspin-loadgen
+else
+  build_release
+fi
+MEMSPIN_BIN=${MEMSPIN:-$MEMSPIN_BIN}
 
 out=results/connections-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
@@ -77,9 +90,22 @@ for round in $(seq 1 "$rounds"); do
   order=("$few" "$many")
   [ $((round % 2)) -eq 0 ] && order=("$many" "$few")
   for conns in "${order[@]}"; do
+    stats_to "$ns" "$addr" "$out/c$conns-$round.stats0"
     ip netns exec "$ns" "$LOADGEN_BIN" -s "$addr" -t 1 --cpus "$client_cpu" -c "$conns" --pipeline 1 \
       -d "$seconds" --warmup "$warmup" --keys 10000 --value-size 32 --get-ratio 0.9 --prefill -q \
-      "${loadgen_args[@]}" --json "$out/c$conns-$round.json" >/dev/null
+      "${loadgen_args[@]}" --json "$out/c$conns-$round.json" >/dev/null &
+    gen=$!
+    if [ -n "$profile" ] && [ "$round" = 1 ]; then
+      # Into the measured window, then perf for all but its last second.
+      sleep $(( warmup + 1 ))
+      mkdir -p "$profile"
+      worker=$(ps -T -p "$SERVER_PID" -o spid=,comm= | awk '$2 == "memspin-w0" { print $1 }')
+      taskset -c "$client_cpu" perf record -q -e cpu-clock -F 999 --call-graph dwarf,16384 \
+        -t "$worker" -o "$profile/c$conns.data" -- sleep $(( seconds > 3 ? seconds - 2 : 1 )) \
+        2>"$profile/c$conns.log" || printf 'warning: perf record failed (see %s)\n' "$profile/c$conns.log" >&2
+    fi
+    wait "$gen" || die "memspin-loadgen failed with $conns connections"
+    stats_to "$ns" "$addr" "$out/c$conns-$round.stats1"
     wait_closed
   done
 done
@@ -100,6 +126,36 @@ for c in (few, many):
 ops = lambda c, r: json.load(open(os.path.join(out, f"c{c}-{r}.json")))["ops_per_sec"]
 rounds = sorted(int(p.rsplit("-", 1)[1][:-5]) for p in glob.glob(os.path.join(out, f"c{few}-*.json")))
 print("per round (same round, adjacent runs): " + " ".join(f"{ops(many, r) / ops(few, r):.2f}" for r in rounds))
+def stats(path):
+    try:
+        return {k: int(v) for k, v in (l.split()[:2] for l in open(path) if len(l.split()) >= 2) if v.isdigit()}
+    except OSError:
+        return {}
+KEYS = ("memspin_tap_rx_frames", "memspin_tap_tx_frames", "memspin_tap_rx_empty_reads",
+        "memspin_polls", "memspin_loss_probes")
+def per_request(conns):
+    # The whole run (prefill and warm-up included), per get or set; medians over the rounds.
+    vals = {k: [] for k in KEYS}
+    for r in rounds:
+        a, b = (stats(os.path.join(out, f"c{conns}-{r}.stats{i}")) for i in (0, 1))
+        reqs = sum(b.get(k, 0) - a.get(k, 0) for k in ("cmd_get", "cmd_set"))
+        for k in KEYS:
+            if reqs > 0 and k in a and k in b:
+                vals[k].append((b[k] - a[k]) / reqs)
+    return {k: statistics.median(v) for k, v in vals.items() if v}
+figures = {c: per_request(c) for c in (few, many)}
+if any(figures.values()):
+    print(f"\nper request (memspin's stats over each whole run): " + ", ".join(k.removeprefix("memspin_") for k in KEYS))
+    for c in (few, many):
+        print(f"{c:>11} " + " ".join(f"{figures[c].get(k, float('nan')):8.2f}" for k in KEYS))
 print(f"\nthroughput ratio {many}/{few} connections: {med(many,'ops')/med(few,'ops'):.2f}")
 PY
+if [ -n "$profile" ]; then
+  for conns in "$few" "$many"; do
+    [ -s "$profile/c$conns.data" ] || continue
+    step "where the worker's samples went with $conns connections (round 1; perf script, inlined frames)"
+    perf script -i "$profile/c$conns.data" -F comm,tid,ip,sym,dso 2>/dev/null >"$profile/c$conns.txt"
+    python3 scripts/profile-groups.py "$profile/c$conns.txt"
+  done
+fi
 printf '\nper-run JSON in %s\n' "$out"

@@ -37,6 +37,10 @@
 #   dwarf` of memspin's worker thread into DIR/perf.data, and at the end where its samples went
 #   (frame writes with the client's TCP receive inside them, frame reads, the store, parsing,
 #   the engine, smoltcp, the table, sleeping, the clock), from DIR/script.txt; needs perf
+#   BUILD=0: run target/release's binaries as they are (no cargo build)
+#   OPEN_PROFILE=DIR: during round 1's open-loop windows, `perf record -e cpu-clock -g` of the
+#   server's CPU (every task on it, the idle task included) into DIR/SERVER-RATE.data, and at
+#   the end each one's shares by task and library, and its leading symbols
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -49,11 +53,18 @@ idle=${IDLE:-adaptive}
 pipelined=${PIPELINED:-1}
 pipelined_timestamps=${PIPELINED_TIMESTAMPS:-none}
 profile=${PROFILE:-}
+open_profile=${OPEN_PROFILE:-}
 conns=(${CONNS:-})
 need_packages iproute2 ethtool memcached python3
 need_root_for_namespaces
 
-build_release
+# BUILD=0: the binaries already in target/release, without cargo (a cargo frozen by another
+# benchmark may hold the package cache's lock).
+if [ "${BUILD:-1}" = 0 ]; then
+  MEMSPIN_BIN=$PWD/target/release/memspin LOADGEN_BIN=$PWD/target/release/memspin-loadgen
+else
+  build_release
+fi
 
 out=results/efficiency-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
@@ -119,7 +130,14 @@ open_loop() {
   local c0 w0 c1 w1
   stats_to "$CNS" "$ADDR" "$out/open-$name-$rate-$round.stats0"
   c0=$(cpu_ns "$SERVER_PID"); w0=$(now_ns)
-  sleep "$seconds"
+  if [ -n "$open_profile" ] && [ "$round" = 1 ]; then
+    mkdir -p "$open_profile"
+    taskset -c "$client_cpu" perf record -q -e cpu-clock -F 4999 -g -C "$server_cpu" \
+      -o "$open_profile/$name-$rate.data" -- sleep "$seconds" \
+      2>"$open_profile/$name-$rate.log" || printf 'warning: perf record failed (see %s)\n' "$open_profile/$name-$rate.log" >&2
+  else
+    sleep "$seconds"
+  fi
   c1=$(cpu_ns "$SERVER_PID"); w1=$(now_ns)
   stats_to "$CNS" "$ADDR" "$out/open-$name-$rate-$round.stats1"
   wait "$gen" || die "memspin-loadgen failed against $name at $rate/s"
@@ -249,5 +267,13 @@ if [ -n "$profile" ] && [ -s "$profile/perf.data" ]; then
   step "where the TAP worker's samples went (pipelined, round 1; perf script, inlined frames)"
   perf script -i "$profile/perf.data" -F comm,tid,ip,sym,dso 2>/dev/null >"$profile/script.txt"
   python3 scripts/profile-groups.py "$profile/script.txt"
+fi
+if [ -n "$open_profile" ]; then
+  for data in "$open_profile"/*.data; do
+    [ -s "$data" ] || continue
+    step "the server's CPU at $(basename "$data" .data) (open loop, round 1; every task on CPU $server_cpu)"
+    perf report -i "$data" --no-children --sort comm,dso -q --stdio 2>/dev/null | grep -v '^$' | head -12
+    perf report -i "$data" --no-children --sort sym -g none -q --stdio 2>/dev/null | grep -v '^$' | head -30
+  done
 fi
 printf '\nper-run JSON, CPU windows and server logs in %s\n' "$out"

@@ -53,7 +53,7 @@ pub mod xdp;
 pub use admission::Admission;
 pub use conn::{Conn, ConnId, ConnTable, Io, TableConfig, TableError, TableStats};
 pub use link::{LinkConfig, LinkError};
-pub use sys::{IfName, InvalidIfName};
+pub use sys::{IfName, InvalidIfName, MAX_ALSO, SleepTimer};
 pub use tap::{TapDevice, TapError, TapStats, Wait};
 
 /// What one bounded poll step did.

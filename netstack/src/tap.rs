@@ -344,9 +344,10 @@ impl TapDevice {
         self.buffered() == 0 && (self.rx.found_empty || self.rx.stopped_after_wake)
     }
 
-    /// Waits until a frame can be read, `also` (a wake-up descriptor, e.g. an eventfd other
-    /// cores write to) is readable, or `timeout` passes (`None`: no limit), with `poll(2)`;
-    /// returns at once if the ring still holds frames. For the park idle policy. A wake-up
+    /// Waits until a frame can be read, one of `also` (wake-up descriptors: an eventfd other
+    /// cores write to, a sleep timer; at most [`MAX_ALSO`](crate::MAX_ALSO)) is readable, or
+    /// `timeout` passes (`None`: no limit), with `poll(2)`; returns at once if the ring still
+    /// holds frames. For the park idle policy. A wake-up
     /// through `also` is reported as [`Wait::TimedOut`]. After [`Wait::Readable`], the next
     /// refill reads one frame (see the module docs).
     ///
@@ -356,7 +357,7 @@ impl TapDevice {
     pub fn wait(
         &mut self,
         timeout: Option<Duration>,
-        also: Option<BorrowedFd<'_>>,
+        also: &[BorrowedFd<'_>],
     ) -> Result<Wait, TapError> {
         if self.buffered() > 0 {
             return Ok(Wait::Readable);

@@ -113,7 +113,7 @@ fn serve(mut tap: TapDevice, stop: Arc<AtomicBool>) -> (TableStats, TapStats) {
                 .map(Duration::from)
                 .unwrap_or(Duration::from_millis(5));
             let _: Wait = tap
-                .wait(Some(delay.min(Duration::from_millis(5))), None)
+                .wait(Some(delay.min(Duration::from_millis(5))), &[])
                 .expect("poll tap");
         }
     }
@@ -338,7 +338,7 @@ fn a_drained_queue_is_read_once_per_timestamp() {
         let udp = std::net::UdpSocket::bind("10.77.0.1:0").expect("bind");
         udp.send_to(b"x", "10.77.0.2:9").expect("send");
         assert_eq!(
-            tap.wait(Some(Duration::from_secs(5)), None).expect("wait"),
+            tap.wait(Some(Duration::from_secs(5)), &[]).expect("wait"),
             Wait::Readable
         );
         assert!(tap.receive(now).is_none(), "same poll, frame left queued");

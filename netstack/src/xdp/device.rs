@@ -857,9 +857,9 @@ impl XdpDevice {
         self.tx.kick(&mut self.stats, when);
     }
 
-    /// Waits until a frame can be read, `also` (a wake-up descriptor, e.g. an eventfd other
-    /// cores write to) is readable, or `timeout` passes (`None`: no limit), with `poll(2)`,
-    /// which also sends the frames transmit tokens queued (see the module docs); returns at
+    /// Waits until a frame can be read, one of `also` (wake-up descriptors: an eventfd other
+    /// cores write to, a sleep timer; at most [`MAX_ALSO`](crate::MAX_ALSO)) is readable, or
+    /// `timeout` passes (`None`: no limit), with `poll(2)`, which also sends the frames transmit tokens queued (see the module docs); returns at
     /// once if the batch still holds frames. For the park idle policy. A wake-up through
     /// `also` is reported as [`Wait::TimedOut`].
     ///
@@ -869,7 +869,7 @@ impl XdpDevice {
     pub fn wait(
         &mut self,
         timeout: Option<Duration>,
-        also: Option<BorrowedFd<'_>>,
+        also: &[BorrowedFd<'_>],
     ) -> Result<Wait, XdpError> {
         if self.buffered() > 0 {
             return Ok(Wait::Readable);

@@ -242,7 +242,7 @@ fn serve_echo(setup: Setup, stop: Arc<AtomicBool>, ready: Arc<AtomicBool>) -> Se
                 .map(Duration::from)
                 .unwrap_or(Duration::from_millis(5));
             let _: Wait = device
-                .wait(Some(delay.min(Duration::from_millis(5))), None)
+                .wait(Some(delay.min(Duration::from_millis(5))), &[])
                 .expect("poll");
         }
     }

@@ -189,8 +189,8 @@ impl Queue for TapDevice {
         TapDevice::drained(self)
     }
 
-    fn wait(&mut self, timeout: Duration, wake: Option<BorrowedFd<'_>>) -> Result<(), String> {
-        TapDevice::wait(self, Some(timeout), wake)
+    fn wait(&mut self, wake: &[BorrowedFd<'_>]) -> Result<(), String> {
+        TapDevice::wait(self, None, wake)
             .map(drop)
             .map_err(|e| e.to_string())
     }

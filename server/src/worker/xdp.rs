@@ -307,8 +307,8 @@ impl Queue for XdpDevice {
         let _ = self.read_kernel_stats();
     }
 
-    fn wait(&mut self, timeout: Duration, wake: Option<BorrowedFd<'_>>) -> Result<(), String> {
-        XdpDevice::wait(self, Some(timeout), wake)
+    fn wait(&mut self, wake: &[BorrowedFd<'_>]) -> Result<(), String> {
+        XdpDevice::wait(self, None, wake)
             .map(drop)
             .map_err(|e| e.to_string())
     }
