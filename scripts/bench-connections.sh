@@ -47,13 +47,7 @@ profile=${PROFILE:-}
 need_packages iproute2 python3
 need_root_for_namespaces
 
-# BUILD=0: the binaries already in target/release, without cargo (a cargo frozen by another
-# benchmark may hold the package cache's lock).
-if [ "${BUILD:-1}" = 0 ]; then
-  MEMSPIN_BIN=$PWD/target/release/memspin LOADGEN_BIN=$PWD/target/release/memspin-loadgen
-else
-  build_release
-fi
+build_release
 MEMSPIN_BIN=${MEMSPIN:-$MEMSPIN_BIN}
 
 out=results/connections-$(date +%Y%m%d-%H%M%S)
@@ -99,7 +93,7 @@ for round in $(seq 1 "$rounds"); do
       # Into the measured window, then perf for all but its last second.
       sleep $(( warmup + 1 ))
       mkdir -p "$profile"
-      worker=$(ps -T -p "$SERVER_PID" -o spid=,comm= | awk '$2 == "memspin-w0" { print $1 }')
+      worker=$(worker_tid "$SERVER_PID")
       taskset -c "$client_cpu" perf record -q -e cpu-clock -F 999 --call-graph dwarf,16384 \
         -t "$worker" -o "$profile/c$conns.data" -- sleep $(( seconds > 3 ? seconds - 2 : 1 )) \
         2>"$profile/c$conns.log" || printf 'warning: perf record failed (see %s)\n' "$profile/c$conns.log" >&2

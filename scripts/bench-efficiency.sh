@@ -58,13 +58,7 @@ conns=(${CONNS:-})
 need_packages iproute2 ethtool memcached python3
 need_root_for_namespaces
 
-# BUILD=0: the binaries already in target/release, without cargo (a cargo frozen by another
-# benchmark may hold the package cache's lock).
-if [ "${BUILD:-1}" = 0 ]; then
-  MEMSPIN_BIN=$PWD/target/release/memspin LOADGEN_BIN=$PWD/target/release/memspin-loadgen
-else
-  build_release
-fi
+build_release
 
 out=results/efficiency-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
@@ -161,7 +155,7 @@ for round in $(seq 1 "$rounds"); do
       gen=$!
       sleep 1.5
       mkdir -p "$profile"
-      worker=$(ps -T -p "$SERVER_PID" -o spid=,comm= | awk '$2 == "memspin-w0" { print $1 }')
+      worker=$(worker_tid "$SERVER_PID")
       taskset -c "$client_cpu" perf record -q -e cpu-clock -F 1999 --call-graph dwarf,16384 \
         -t "$worker" -o "$profile/perf.data" -- sleep $(( seconds > 2 ? seconds - 1 : 1 )) \
         2>"$profile/perf.log" || printf 'warning: perf record failed (see %s)\n' "$profile/perf.log" >&2

@@ -91,7 +91,7 @@ measured() {
   local perf_pid=""
   if [ -n "$PROFILE_TO" ]; then
     local worker
-    worker=$(ps -T -p "$SERVER_PID" -o spid=,comm= | awk '$2 == "memspin-w0" { print $1 }')
+    worker=$(worker_tid "$SERVER_PID")
     mkdir -p "$PROFILE_TO"
     taskset -c "$client_cpu" perf record -q -e cpu-clock -F 1999 --call-graph dwarf,16384 \
       -t "$worker" -o "$PROFILE_TO/perf.data" >/dev/null 2>"$PROFILE_TO/perf.log" &

@@ -51,13 +51,24 @@ ns_create() {
 # start_server NS LOG ARGS...: starts memspin inside NS, waits for its `ready` line (30 s at most).
 # Sets SERVER_PID.
 # build_release: release binaries of memspin and memspin-loadgen; sets MEMSPIN_BIN, LOADGEN_BIN.
+# BUILD=0: the binaries already in target/release, without cargo (a cargo frozen by another
+# benchmark may hold the package cache's lock).
 build_release() {
+  if [ "${BUILD:-1}" = 0 ]; then
+    MEMSPIN_BIN=$PWD/target/release/memspin LOADGEN_BIN=$PWD/target/release/memspin-loadgen
+    return
+  fi
   step "cargo build --release"
   cargo build --release -q -p server -p loadgen
   local target_dir
   target_dir=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
   MEMSPIN_BIN=$target_dir/release/memspin
   LOADGEN_BIN=$target_dir/release/memspin-loadgen
+}
+
+# worker_tid PID: the thread id of memspin PID's first worker (memspin-w0), for perf -t.
+worker_tid() {
+  ps -T -p "$1" -o spid=,comm= | awk '$2 == "memspin-w0" { print $1 }'
 }
 
 # start_memcached NS LOG PORT THREADS [CPU] [ADDR]: memcached -t THREADS on ADDR:PORT (default
