@@ -145,16 +145,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("get_hit_cold_x16_prefetched_2stage/key16/value32", |b| {
         b.iter(|| {
             next_batch(&mut i, &mut batch);
-            let mut hints = [None; 16];
-            for (hint, &k) in hints.iter_mut().zip(&batch) {
-                *hint = s.hint(black_box(&cold[k]));
-                if let Some(hint) = hint {
-                    prefetch(hint.bucket());
-                }
-            }
-            for hint in hints.iter().flatten() {
-                prefetch_lines(hint.block());
-            }
+            prefetch_two_stage(&s, &cold, &batch);
             for &k in &batch {
                 let v = s.get(black_box(&cold[k]), NOW).map(|v| v.value.len());
                 black_box(v);
@@ -166,16 +157,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("set_cold_x16_prefetched_2stage/key16/value32", |b| {
         b.iter(|| {
             next_batch(&mut i, &mut batch);
-            let mut hints = [None; 16];
-            for (hint, &k) in hints.iter_mut().zip(&batch) {
-                *hint = s.hint(black_box(&cold[k]));
-                if let Some(hint) = hint {
-                    prefetch(hint.bucket());
-                }
-            }
-            for hint in hints.iter().flatten() {
-                prefetch_lines(hint.block());
-            }
+            prefetch_two_stage(&s, &cold, &batch);
             for &k in &batch {
                 let r = s.store(Write::new(StoreMode::Set, black_box(&cold[k]), &value), NOW);
                 black_box(r.is_ok());
@@ -204,6 +186,21 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+}
+
+/// The server's two-stage prefetch of a pipeline's keys: every key's bucket, then (the
+/// buckets arriving meanwhile) every key's block.
+fn prefetch_two_stage(s: &Shard, cold: &[[u8; 16]], batch: &[usize; 16]) {
+    let mut hints = [None; 16];
+    for (hint, &k) in hints.iter_mut().zip(batch) {
+        *hint = s.hint(black_box(&cold[k]));
+        if let Some(hint) = hint {
+            prefetch(hint.bucket());
+        }
+    }
+    for hint in hints.iter().flatten() {
+        prefetch_lines(hint.block());
+    }
 }
 
 /// The prefetches the server issues (`server/src/engine/core.rs`): the first and last cache
