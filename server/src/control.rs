@@ -536,7 +536,7 @@ impl Crawler {
 
     /// A worker walked its whole share of the running crawl.
     pub fn finished(&self) {
-        self.round.finished();
+        self.round.finished(|| {});
     }
 }
 
@@ -579,11 +579,12 @@ impl PageMoves {
         true
     }
 
-    /// A worker freed its share of the page being moved; the last one completes the move.
+    /// A worker freed its share of the page being moved; the last one completes the move
+    /// (counted before the move stops running, so whoever sees it stopped sees it counted).
     pub fn finished(&self) {
-        if self.round.finished() {
+        self.round.finished(|| {
             self.moved.fetch_add(1, Ordering::Relaxed);
-        }
+        });
     }
 }
 
@@ -624,11 +625,20 @@ impl WorkerRound {
         true
     }
 
-    /// A worker finished its share; true for the last one (the round is done).
-    fn finished(&self) -> bool {
-        self.running
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            == Ok(1)
+    /// A worker finished its share. The last one runs `done` before the round stops
+    /// running: what `done` writes is seen by whoever sees [`WorkerRound::running`] false.
+    fn finished(&self, done: impl FnOnce()) {
+        let not_last = self
+            .running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > 1).then(|| n - 1)
+            });
+        if not_last == Err(1) {
+            // Every other worker has finished its share, and no round starts while this one
+            // runs: nothing else writes the count until it is 0.
+            done();
+            self.running.store(0, Ordering::Release);
+        }
     }
 }
 
@@ -1099,6 +1109,29 @@ mod tests {
             control.watchers.add(99, 0, 0, 1),
             Err(WatchRefused::TooMany)
         );
+    }
+
+    // Regression: the last worker of a page move counted it after the move stopped running,
+    // so a `stats` reply could say it had stopped with `slabs_moved` still 0.
+    #[test]
+    fn the_last_worker_of_a_round_finishes_it_while_it_still_runs() {
+        let round = WorkerRound::default();
+        assert!(round.start(2));
+        assert!(!round.start(1), "one round at a time");
+        let mut last = Vec::new();
+        round.finished(|| last.push(round.running()));
+        assert!(round.running() && last.is_empty());
+        round.finished(|| last.push(round.running()));
+        assert_eq!(last, [true]);
+        assert!(!round.running());
+        let moves = PageMoves::default();
+        assert!(moves.start(2));
+        moves.finished();
+        assert_eq!((moves.running(), moves.moved()), (true, 0));
+        moves.finished();
+        assert_eq!((moves.running(), moves.moved()), (false, 1));
+        assert!(moves.start(0), "a page the pool gives: nothing to free");
+        assert_eq!((moves.running(), moves.moved()), (false, 2));
     }
 
     #[test]

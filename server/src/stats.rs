@@ -645,6 +645,41 @@ pub struct Snapshot {
     pub latency: Option<Box<Latency>>,
     /// `stats cachedump`: `ITEM` lines (each worker's, one after another).
     pub cachedump: Option<CacheDump>,
+    /// The background work every worker shares, as each worker saw it before taking its
+    /// figures.
+    pub background: Background,
+}
+
+/// The shared background work (`slabs reassign`'s move, a requested crawl) as a worker saw
+/// it just before taking its figures. Merged, a move or crawl runs if any worker saw it
+/// running: a reply says it stopped only when every worker's figures were taken after it
+/// stopped, and so hold everything it did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Background {
+    /// `slab_reassign_running`.
+    pub reassign_running: bool,
+    /// `slabs_moved`.
+    pub slabs_moved: u64,
+    /// `lru_crawler_running`.
+    pub crawler_running: bool,
+}
+
+impl Background {
+    /// What `control` says now.
+    pub fn now(control: &Control) -> Self {
+        Background {
+            reassign_running: control.pages.running(),
+            slabs_moved: control.pages.moved(),
+            crawler_running: control.crawler.running(),
+        }
+    }
+
+    /// Adds another worker's view.
+    fn add(&mut self, other: &Background) {
+        self.reassign_running |= other.reassign_running;
+        self.slabs_moved = self.slabs_moved.max(other.slabs_moved);
+        self.crawler_running |= other.crawler_running;
+    }
 }
 
 impl Snapshot {
@@ -653,6 +688,7 @@ impl Snapshot {
     /// worker and stay.
     pub fn merge(&mut self, other: &Snapshot) {
         self.shard.add(&other.shard);
+        self.background.add(&other.background);
         self.counters.add(&other.counters);
         self.info.add(&other.info);
         self.workers.extend_from_slice(&other.workers);
@@ -799,9 +835,13 @@ pub fn general(
         "slab_reassign_evictions_nomem",
         &s.slab_reassign_evictions_nomem,
     );
-    emit("slab_reassign_running", &u8::from(control.pages.running()));
-    emit("slabs_moved", &control.pages.moved());
-    emit("lru_crawler_running", &u8::from(control.crawler.running()));
+    let background = &snapshot.background;
+    emit(
+        "slab_reassign_running",
+        &u8::from(background.reassign_running),
+    );
+    emit("slabs_moved", &background.slabs_moved);
+    emit("lru_crawler_running", &u8::from(background.crawler_running));
     emit("lru_crawler_starts", &control.crawler.starts());
     let (sent, skipped, watchers) = control.watchers.figures();
     emit("log_watcher_skipped", &skipped);
@@ -1321,6 +1361,33 @@ mod tests {
         assert_eq!(sum.oldest_idle_secs, 10);
         let got = lines(|emit| workers(&sum, emit));
         assert_eq!(value(&got, "worker:1:busy_us"), Some("2"));
+    }
+
+    // Regression: a `stats` reply read `slab_reassign_running` after gathering the workers'
+    // figures, so it could say the move had stopped beside a worker's figures taken before
+    // that worker's last step (CI saw 768 KiB of a 1 MiB page freed).
+    #[test]
+    fn background_work_seen_running_by_any_worker_is_reported_running() {
+        let control = Control::new(Settings::default(), 0);
+        let worker = |running: bool, moved: u64| Snapshot {
+            background: Background {
+                reassign_running: running,
+                slabs_moved: moved,
+                crawler_running: running,
+            },
+            ..Snapshot::default()
+        };
+        let mut sum = worker(false, 1);
+        sum.merge(&worker(true, 0));
+        let got = lines(|emit| general(&sum, &control, 100, emit));
+        assert_eq!(value(&got, "slab_reassign_running"), Some("1"));
+        assert_eq!(value(&got, "lru_crawler_running"), Some("1"));
+        assert_eq!(value(&got, "slabs_moved"), Some("1"));
+        let mut sum = worker(false, 1);
+        sum.merge(&worker(false, 1));
+        let got = lines(|emit| general(&sum, &control, 100, emit));
+        assert_eq!(value(&got, "slab_reassign_running"), Some("0"));
+        assert_eq!(value(&got, "lru_crawler_running"), Some("0"));
     }
 
     #[test]

@@ -23,8 +23,8 @@ use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, StoreMode, Ttl, Wri
 use super::EngineConfig;
 use crate::control::{Control, EventKind, MemoryFigures, uri_encode};
 use crate::stats::{
-    CacheDump, Counters, Group, KINDS, Kind, Latency, Prefixes, RawPath, SIZES_STEP, ServerInfo,
-    Snapshot, WorkerFigures,
+    Background, CacheDump, Counters, Group, KINDS, Kind, Latency, Prefixes, RawPath, SIZES_STEP,
+    ServerInfo, Snapshot, WorkerFigures,
 };
 
 /// Buckets `stats cachedump` walks between checks that the dump is full.
@@ -882,6 +882,8 @@ impl Core {
     /// (`items`: the oldest item; `sizes`: the size classes; `detail`; `latency`). `sizes`
     /// and `items` walk the shard.
     pub fn snapshot(&self, group: Group, now: Now) -> Snapshot {
+        // Before the figures: a move or crawl seen stopped here has done all its work in them.
+        let background = Background::now(&self.config.control);
         let info = ServerInfo {
             curr_connections: self.info.curr_connections,
             total_connections: self
@@ -905,6 +907,7 @@ impl Core {
             conn_limit: self.config.conn_limit as u64,
             started_unix_secs: self.config.started_unix_secs,
             version: self.config.version,
+            background,
             ..Snapshot::default()
         };
         match group {
