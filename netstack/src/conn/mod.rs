@@ -532,25 +532,30 @@ struct Peer {
     mac: [u8; 6],
 }
 
+/// One connection's place in its bucket. In declaration order (`repr(C)`): what a segment's
+/// lookup and the refresh read of every connection (its peer, phase, queues and clocks)
+/// first, then the application's state, then loss recovery's, whose hot part starts at a
+/// cache line of its own (see [`Flight`]).
+#[repr(C)]
 struct Slot<S> {
+    /// Set from the SYN that armed the slot; `None` while free.
+    peer: Option<Peer>,
     handle: Option<SocketHandle>,
     phase: Phase,
-    generation: u32,
-    session: Option<S>,
     /// The application has output pending and wants a call when send space frees up.
     want_write: bool,
     /// Present in the ready list.
     queued: bool,
-    /// `recv_queue()` when the application last returned.
-    seen_recv: usize,
     /// TCP state when last examined.
     seen_state: tcp::State,
-    /// Set from the SYN that armed the slot; `None` while free.
-    peer: Option<Peer>,
+    generation: u32,
+    /// `recv_queue()` when the application last returned.
+    seen_recv: usize,
     /// The connection's clocks.
     life: Lifetime,
     /// Place in the SYN backlog (handshakes only).
     links: Links,
+    session: Option<S>,
     /// Unacknowledged frames and loss recovery state.
     flight: Flight,
 }
