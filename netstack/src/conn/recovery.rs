@@ -802,7 +802,20 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     }
 }
 
+/// Bytes at the start of a [`Flight`] that an ACK of a lone small copy reads and its
+/// successor's copy writes (the fields before `copies`, the inline copy and its frame).
+const HOT_BYTES: usize = 384;
+
 impl Flight {
+    /// Prefetches the cache lines an ACK and the next copy touch (see [`HOT_BYTES`]).
+    #[inline]
+    pub(crate) fn prefetch(&self) {
+        let start: *const u8 = (self as *const Flight).cast();
+        for offset in (0..HOT_BYTES.min(size_of::<Flight>())).step_by(64) {
+            super::prefetch_line(start.wrapping_add(offset));
+        }
+    }
+
     /// When the table must call [`next_resend`](Self::next_resend) without new frames.
     #[inline]
     pub(crate) fn deadline(&self) -> Option<Instant> {
