@@ -89,9 +89,10 @@
 //!   (the table's clocks replace it).
 //!
 //! Memory is about `(conn_limit + syn_backlog) × (rx_buffer_bytes + tx_buffer_bytes)` at
-//! peak, plus about 100 bytes per bucket and 60 per neighbour (`neighbor/mod.rs`), plus
-//! the copies loss recovery keeps (each connection's unacknowledged frames: one reply in
-//! request/response use, at most its send buffer again).
+//! peak, plus about 100 bytes per bucket, 60 per neighbour (`neighbor/mod.rs`) and 1 KiB
+//! per slot (its state, loss recovery's included, with room for one small reply's copy),
+//! plus the copies loss recovery keeps on the heap (a connection's unacknowledged frames
+//! beyond one small reply: at most its send buffer again).
 
 mod backlog;
 mod lifetime;

@@ -148,7 +148,14 @@
 //! Costs: a copy of each frame sent with data (a memcpy of the frame, about 100
 //! instructions per frame besides), and per segment received a read of its options. The
 //! copies of a connection hold at most its unacknowledged bytes plus 54 bytes of headers
-//! per segment: in request/response use one reply, at worst the send buffer again.
+//! per segment: in request/response use one reply, at worst the send buffer again. At
+//! thousands of connections a connection's state is out of cache whenever its next segment
+//! comes, so what matters there is how many cache lines an ACK and a reply touch, not the
+//! instructions: [`Flight`] keeps everything both read in its first few lines, a lone copy
+//! of up to [`INLINE_FRAME_BYTES`] included ([`Copies`]; in heap queues, each kept and
+//! dropped reply touched three more allocations), and the table prefetches those lines
+//! with the slot's when a segment comes, so the misses overlap (at 10,000 connections,
+//! about 8 % more requests per second with one reply in flight each).
 
 use std::collections::VecDeque;
 
