@@ -119,7 +119,11 @@ for c in (few, many):
     print(f"{c:>11} {med(c,'ops'):10.0f} {med(c,'p50'):8.1f} {med(c,'p90'):8.1f} {med(c,'p99'):8.1f}")
 ops = lambda c, r: json.load(open(os.path.join(out, f"c{c}-{r}.json")))["ops_per_sec"]
 rounds = sorted(int(p.rsplit("-", 1)[1][:-5]) for p in glob.glob(os.path.join(out, f"c{few}-*.json")))
-print("per round (same round, adjacent runs): " + " ".join(f"{ops(many, r) / ops(few, r):.2f}" for r in rounds))
+ratios = [ops(many, r) / ops(few, r) for r in rounds]
+print("per round (same round, adjacent runs): " + " ".join(f"{x:.2f}" for x in ratios)
+      + f"  (lowest {min(ratios):.2f})")
+for c in (few, many):
+    print(f"  k ops/s per round, {c:>5} connections: " + " ".join(f"{ops(c, r) / 1000:5.0f}" for r in rounds))
 def stats(path):
     try:
         return {k: int(v) for k, v in (l.split()[:2] for l in open(path) if len(l.split()) >= 2) if v.isdigit()}
