@@ -18,6 +18,12 @@
 # generator, not memspin, the limit at 10,000 connections (measured on a shared 2-vCPU machine:
 # ratio 0.61 with timestamps, 0.73 without). So the latency columns are the generator's own
 # clock (its delay in reading a reply included), for comparing the two counts only.
+# memspin spins (--idle spin) at both counts, though its default over TAP is adaptive: with 32
+# connections the generator, not memspin, is the limit, and a memspin that sleeps between the
+# generator's batches delays each batch by its wake-up, which lowers the 32-connection figure (and
+# raises the ratio: 0.89 against 0.64 to 0.74 on the shared 2-vCPU machine) for a reason that has
+# nothing to do with the cost per connection. Spinning costs the generator some of its host CPU
+# instead, which makes the 32-connection figure, and so the ratio, vary from round to round.
 # Between runs the script waits until the previous run's connections are closed on both sides,
 # so that memspin (limited to MANY + 64 connections) does not refuse the next run's.
 #
