@@ -125,7 +125,7 @@ fn two_workers_serve_clients_behind_a_router() {
     routed.client.enter();
     check_verify_patiently(server6(), Protocol::Binary, 16, 10_000);
     // The two-worker load of the other paths' tests (support's
-    // `check_two_workers_under_load`), with the patient timeout.
+    // `check_two_workers_under_load`).
     check_verify_patiently(server4(), Protocol::Binary, 64, 100_000);
     check_verify_patiently(server4(), Protocol::Text, 16, 10_000);
     assert_eq!(text_stat(server4(), "threads"), Some(2));

@@ -219,27 +219,32 @@ fn busy_poll_flags_set_the_socket_options_and_serve() {
     memccapable(Some(&veth.client), server.addr, "-b");
     veth.client.enter();
     // Open loop at a modest rate: the point is serving with the options, not load (the
-    // other tests of this file run beside it on a small machine).
+    // other tests of this file run beside it on a small machine). Enough connections that a
+    // debug build slowed by its neighbours still has one free for each request due, a patient
+    // timeout, and a generator that sleeps while it waits rather than spin on a shared CPU;
+    // at least a quarter of the 4,000 requests due must be answered.
     let report = loadgen::run(&loadgen::Config {
         servers: vec![server.addr],
-        connections: 8,
+        connections: 32,
         threads: 1,
         pipeline: 1,
         rate: Some(2_000.0),
         duration: Duration::from_secs(2),
         warmup: Duration::from_millis(200),
+        timeout: Duration::from_secs(5),
         keys: 1_000,
         value_min: 32,
         value_max: 2_000,
         get_ratio: 0.5,
         verify: true,
         progress: false,
+        idle: loadgen::config::Idle::Sleep,
         ..loadgen::Config::default()
     })
     .expect("loadgen run");
     assert_eq!(report.errors.total(), 0, "{}", report.table());
     assert_eq!(report.verify.mismatches, 0, "{}", report.table());
-    assert!(report.completed() >= 2_000, "{}", report.table());
+    assert!(report.completed() >= 1_000, "{}", report.table());
     let settings = settings(server.addr);
     for line in [
         "STAT memspin_xdp_busy_poll on",
@@ -430,11 +435,26 @@ fn a_restart_after_sigkill_replaces_the_stale_program() {
 
 /// 3,000 connections, each with requests in flight, send more frames at once than the
 /// smallest UMEM holds (2,048 receive frames): the receive half grows with `-c`, so the kernel
-/// never finds the fill ring empty and drops nothing.
+/// never finds the fill ring empty and drops nothing. The kernel's own counter is the check.
+///
+/// The receive half holds two frames per connection, which is all a client sends while its
+/// request waits, until a retransmission timer fires, the client's (200 ms at first) or the
+/// server's (a copy of a reply whose ACK waits in the server's own receive ring, answered
+/// by a duplicate ACK). A debug build on a loaded 2-core machine can take seconds to get
+/// round 3,000 requests, and then those timers send more frames than any receive half
+/// holds. So no timer fires within the run: the client retransmits no earlier than after
+/// 30 s (the route's `rto_min`), the server has only smoltcp's timer (`--rto-min off`; loss
+/// recovery is for lossy links, and a veth loses nothing), and the requests get a patient
+/// timeout, 15 s: with 3,000 in flight a slowed server answering 1,000 a second makes each
+/// wait 3 s (a request timed out is reconnected, and the reconnect refused while the old
+/// connection holds its slot). A frame dropped still fails the run, as a request timed out.
 #[test]
 fn three_thousand_busy_connections_drop_no_frame() {
     let veth = Veth::with_queues(1);
-    let mut server = veth.start(&["-c", "3100"]);
+    let c = veth.client.name.as_str();
+    #[rustfmt::skip]
+    run("ip", &["-n", c, "route", "add", "10.78.0.2/32", "dev", CLIENT_IFACE, "rto_min", "30s"]);
+    let mut server = veth.start(&["-c", "3100", "--rto-min", "off"]);
     veth.client.enter();
     raise_fd_limit();
     let config = loadgen::Config {
@@ -442,11 +462,15 @@ fn three_thousand_busy_connections_drop_no_frame() {
         connections: 3000,
         threads: 1,
         pipeline: 1,
-        duration: Duration::from_secs(3),
+        duration: Duration::from_secs(5),
         warmup: Duration::from_millis(500),
+        timeout: Duration::from_secs(15),
         keys: 5_000,
         verify: true,
         progress: false,
+        // A correctness run: the generator sleeps while it waits rather than spin on a CPU
+        // the server and the test running beside this one need.
+        idle: loadgen::config::Idle::Sleep,
         ..loadgen::Config::default()
     };
     let report = loadgen::run(&config).expect("loadgen run");

@@ -908,72 +908,6 @@ pub fn check_meta_round_trip(addr: SocketAddr) {
     );
 }
 
-/// A mixed get/set memspin-loadgen run with `--verify` against `addr` from many connections,
-/// repeated (each run 3 s) until at least `min_ops` operations completed, bounded at 60 s:
-/// every run must report zero mismatches, zero lost values and zero errors. Returns the
-/// operations completed.
-#[track_caller]
-pub fn check_loadgen_verify(
-    addr: SocketAddr,
-    protocol: loadgen::client::Protocol,
-    connections: usize,
-    min_ops: u64,
-) -> u64 {
-    let started = Instant::now();
-    let mut total = 0;
-    let mut round = 0;
-    while total < min_ops && started.elapsed() < Duration::from_secs(60) {
-        round += 1;
-        let config = loadgen::Config {
-            servers: vec![addr],
-            protocol,
-            connections,
-            threads: 1,
-            pipeline: 8,
-            duration: Duration::from_secs(3),
-            warmup: Duration::from_millis(200),
-            keys: 20_000,
-            key_size: 16,
-            value_min: 32,
-            value_max: 2_000,
-            get_ratio: 0.5,
-            verify: true,
-            progress: false,
-            seed: round,
-            // A correctness run: sleep between replies rather than spin on a CPU that a
-            // memspin worker of these tests may be pinned to.
-            idle: loadgen::config::Idle::Sleep,
-            ..loadgen::Config::default()
-        };
-        let report = loadgen::run(&config).expect("loadgen run");
-        assert_eq!(
-            report.errors.total(),
-            0,
-            "round {round}:\n{}",
-            report.table()
-        );
-        assert_eq!(
-            report.verify.mismatches,
-            0,
-            "round {round}:\n{}",
-            report.table()
-        );
-        assert_eq!(report.verify.lost, 0, "round {round}:\n{}", report.table());
-        assert!(
-            report.verify.checked > 0,
-            "round {round}:\n{}",
-            report.table()
-        );
-        total += report.completed();
-    }
-    assert!(
-        total >= min_ops,
-        "only {total} operations in {round} rounds ({:?})",
-        started.elapsed()
-    );
-    total
-}
-
 /// The value of `name` in a text `stats` reply from `addr`.
 pub fn text_stat(addr: SocketAddr, name: &str) -> Option<u64> {
     let mut client = TextClient::connect(addr);
@@ -1027,15 +961,16 @@ pub fn assert_forwarded_both_ways(stderr: &str, workers: usize) {
 }
 
 /// The common part of the two-worker tests of every packet path, run from where the server is
-/// reachable: loadgen `--verify` runs until at least 100,000 binary operations (64 connections),
-/// a text run, `threads` is 2; then SIGTERM: a clean exit, forwarding in both directions and
-/// connections accepted by both workers. Returns the server's stderr.
+/// reachable: loadgen `--verify` runs (with the patient timeout of
+/// [`verify::check_verify_patiently`]) until at least 100,000 binary operations (64
+/// connections), a text run, `threads` is 2; then SIGTERM: a clean exit, forwarding in both
+/// directions and connections accepted by both workers. Returns the server's stderr.
 #[track_caller]
 pub fn check_two_workers_under_load(server: &mut Server) -> String {
     use loadgen::client::Protocol;
-    let ops = check_loadgen_verify(server.addr, Protocol::Binary, 64, 100_000);
+    let ops = verify::check_verify_patiently(server.addr, Protocol::Binary, 64, 100_000);
     assert!(ops >= 100_000);
-    check_loadgen_verify(server.addr, Protocol::Text, 16, 10_000);
+    verify::check_verify_patiently(server.addr, Protocol::Text, 16, 10_000);
     assert_eq!(text_stat(server.addr, "threads"), Some(2));
     let (status, stderr) = server.stop();
     assert!(status.is_some_and(|s| s.success()), "{stderr}");

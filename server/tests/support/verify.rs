@@ -1,8 +1,8 @@
-//! `memspin-loadgen --verify` with a patient request timeout, for the tests whose clients
-//! cross a router or a second address family: on a shared machine a server, a forwarding
-//! kernel and the generator can all be starved of their CPU for more than loadgen's default
-//! second, which is not what these tests check. Every value read back is still verified,
-//! and a request that takes longer than 5 s still fails the run.
+//! `memspin-loadgen --verify` with a patient request timeout, for the tests that check values
+//! under load: on a slow or shared 2-core machine a debug-built server, a forwarding kernel
+//! and the generator can all be starved of their CPU for more than loadgen's default second,
+//! which is not what these tests check (stalls have tests of their own). Every value read back
+//! is still verified, and a request that takes longer than 5 s still fails the run.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
