@@ -343,8 +343,9 @@ fn the_script_in_pieces_and_pipelined_gives_the_same_replies() {
     }
 }
 
-/// The adapter warms the store for the keys of a pipeline before running it (`prefetch`): a
-/// hint that must change no reply, whatever the pipeline holds and wherever it is cut.
+/// The adapter parses a pipeline ahead, 16 commands at a time, warms the store for their keys
+/// and runs them from that parse (`Ahead`): that must change no reply, whatever the pipeline
+/// holds (more than 16 commands, inline ones among them) and wherever it is cut.
 #[test]
 fn prefetching_a_pipeline_changes_no_reply() {
     let mut run = Vec::new();
