@@ -2330,6 +2330,8 @@ fn hint_is_the_items_bucket_and_block_and_changes_nothing() {
     let other = s.hint(b"other-key").expect("a stored key's item");
     assert_ne!(hint.bucket(), other.bucket(), "one bucket per item");
     assert_eq!(hint.bucket(), s.hint(b"some-key").unwrap().bucket());
+    let [first, last] = hint.bucket();
+    assert_eq!(last.addr() - first.addr(), 31, "the bucket's two ends");
     assert_eq!(s.stats(), &stats, "a hint counts nothing");
     assert_eq!(
         value(&mut s, b"some-key", NOW).as_deref(),

@@ -33,6 +33,6 @@ mod tests;
 pub use frame::{Frame, FrameError, MAX_LINE_LEN, value_len};
 pub use reply::{Reply, Version};
 pub use request::{
-    Args, Command, Limits, MAX_ARGS, MAX_HEADER_LEN, MAX_INLINE_LEN, ParseError, Progress,
+    Args, Command, Limits, MAX_ARGS, MAX_HEADER_LEN, MAX_INLINE_LEN, ParseError, Parsed, Progress,
     ProtocolError, command_len, parse_integer, write_bulk, write_command, write_header,
 };

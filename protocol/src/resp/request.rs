@@ -267,6 +267,50 @@ impl<'a> Command<'a> {
         }
     }
 
+    /// What the parse of this command learnt, to take it again from the same bytes with
+    /// [`Command::from_parsed`]: for a multibulk command parsed in one call (whose places the
+    /// parse kept) of `len` bytes, `len` being what [`Command::parse`] returned with it; `None`
+    /// for an inline line, a command parsed in pieces, or one of 4 GiB or more.
+    pub fn parsed(&self, len: usize) -> Option<Parsed> {
+        let Layout::Multibulk { first } = self.layout else {
+            return None;
+        };
+        let Bytes::Borrowed(bytes) = self.bytes else {
+            return None;
+        };
+        let all_known = usize::from(self.known) == self.argc.min(SPANS);
+        if !all_known || bytes.len() != len {
+            return None;
+        }
+        Some(Parsed {
+            len: u32::try_from(len).ok()?,
+            first: u32::try_from(first).ok()?,
+            argc: u32::try_from(self.argc).ok()?,
+            known: self.known,
+            spans: self.spans,
+        })
+    }
+
+    /// The command [`Command::parsed`] described, taken from `buf` without walking it again,
+    /// with its length: `buf` must start with the same bytes the command was parsed from (it
+    /// may go on past them). Other bytes give whatever arguments are found at the places kept
+    /// (never a panic: every place is checked against `buf`); `None` when `buf` is shorter
+    /// than the command.
+    pub fn from_parsed(buf: &'a [u8], parsed: &Parsed) -> Option<(Command<'a>, usize)> {
+        let len = parsed.len();
+        let bytes = buf.get(..len)?;
+        let command = Command {
+            bytes: Bytes::Borrowed(bytes),
+            layout: Layout::Multibulk {
+                first: parsed.first as usize,
+            },
+            argc: parsed.argc as usize,
+            spans: parsed.spans,
+            known: parsed.known,
+        };
+        Some((command, len))
+    }
+
     /// The arguments from `index` on, the next one starting at `offset`: where
     /// [`Args::offset`] said it does, for this command (or one parsed from the same bytes).
     /// Another offset gives whatever arguments are found there, or none.
@@ -277,6 +321,34 @@ impl<'a> Command<'a> {
         // Walked from `offset`, whatever is there.
         args.spans = &[];
         args
+    }
+}
+
+/// What [`Command::parse`] learnt of a complete multibulk command, small and `Copy`, to take
+/// the command again from the same bytes without walking them ([`Command::from_parsed`]): a
+/// server that parses a pipeline ahead (to warm its store for the keys) executes from these
+/// instead of parsing every command twice. Nothing in it points anywhere: its places are
+/// offsets from the command's first byte.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Parsed {
+    /// The command's length in bytes.
+    len: u32,
+    /// Where its first argument's header starts.
+    first: u32,
+    argc: u32,
+    known: u8,
+    spans: [Span; SPANS],
+}
+
+impl Parsed {
+    /// The command's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True for a command of no arguments (`*0`).
+    pub fn is_empty(&self) -> bool {
+        self.argc == 0
     }
 }
 

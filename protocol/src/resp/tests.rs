@@ -108,6 +108,50 @@ fn arguments_go_on_from_where_they_stopped() {
 }
 
 #[test]
+fn a_parsed_command_is_taken_again_without_a_walk() {
+    let many = write_command_vec(&[&b"MSET"[..], b"a", b"1", b"b", b"2", b"c", b"3", b"d"]);
+    let mut buf = many.clone();
+    buf.extend_from_slice(SET_THEN_PING);
+    for (front, expected) in [
+        (&buf[..], &many[..]),
+        (SET_THEN_PING, &SET_THEN_PING[..39]),
+        (GET_K, GET_K),
+        (b"*0\r\n", b"*0\r\n"),
+    ] {
+        let (command, len) = Command::parse(front, &LIMITS, &mut Progress::default()).unwrap();
+        assert_eq!(len, expected.len());
+        let parsed = command
+            .parsed(len)
+            .expect("a multibulk command parsed whole");
+        assert_eq!((parsed.len(), parsed.is_empty()), (len, command.is_empty()));
+        let (again, again_len) = Command::from_parsed(front, &parsed).unwrap();
+        assert_eq!(again_len, len);
+        assert_eq!(again, command);
+        let args: Vec<&[u8]> = command.args().collect();
+        assert_eq!(again.args().collect::<Vec<_>>(), args);
+        for index in 0..=args.len() {
+            assert_eq!(again.arg(index), command.arg(index));
+            assert_eq!(again.kept_arg(index), command.kept_arg(index));
+        }
+        // Not there whole: nothing.
+        assert!(Command::from_parsed(&front[..len - 1], &parsed).is_none());
+    }
+    // Inline lines and commands parsed in pieces keep no places: nothing to take again.
+    let (command, len) = Command::parse(b"GET k\r\n", &LIMITS, &mut Progress::default()).unwrap();
+    assert_eq!(command.parsed(len), None);
+    let mut progress = Progress::default();
+    assert!(Command::parse(&GET_K[..15], &LIMITS, &mut progress).is_err());
+    let (command, len) = Command::parse(GET_K, &LIMITS, &mut progress).unwrap();
+    assert_eq!(command.parsed(len), None);
+    // Other bytes at the places kept: arguments read from them, or none, never a panic.
+    let (command, len) = Command::parse(&many, &LIMITS, &mut Progress::default()).unwrap();
+    let parsed = command.parsed(len).unwrap();
+    let other = vec![b'x'; len];
+    let (wrong, _) = Command::from_parsed(&other, &parsed).unwrap();
+    let _ = wrong.args().count();
+}
+
+#[test]
 fn pipelined_commands_leave_what_follows_untouched() {
     let (args, len) = parse(SET_THEN_PING).unwrap();
     assert_eq!(args, strings(&["SET", "key", "value", ""]));
@@ -596,6 +640,12 @@ proptest! {
             .map(<[u8]>::to_vec)
             .collect();
         prop_assert_eq!(&walked, &args);
+        // Taken again from what the parse learnt: the same arguments.
+        let parsed = command.parsed(len).unwrap();
+        let (again, again_len) = Command::from_parsed(&buf, &parsed).unwrap();
+        prop_assert_eq!(again_len, len);
+        let again: Vec<Vec<u8>> = again.args().map(<[u8]>::to_vec).collect();
+        prop_assert_eq!(&again, &args);
         // Fed in pieces with progress carried: the same command, once complete.
         let mut progress = Progress::default();
         let mut fed = 0;

@@ -362,7 +362,9 @@ impl Core {
         for (hint, key) in hints.iter_mut().zip(keys) {
             *hint = self.shard.hint(key);
             if let Some(hint) = hint {
-                prefetch_line(hint.bucket());
+                let [first, last] = hint.bucket();
+                prefetch_line(first);
+                prefetch_line(last);
             }
         }
         for hint in hints.iter().take(keys.len()).flatten() {

@@ -169,6 +169,8 @@ const SKIP_READ_HINT_BYTES: usize = 64 * 1024;
 pub struct Engine {
     core: Core,
     forward: Forwarder,
+    /// RESP commands parsed ahead within one [`Engine::execute`] call.
+    ahead: resp::Ahead,
 }
 
 impl Engine {
@@ -177,6 +179,7 @@ impl Engine {
         Engine {
             forward: Forwarder::new(config.threads, config.worker),
             core: Core::new(config),
+            ahead: resp::Ahead::default(),
         }
     }
 
@@ -213,15 +216,25 @@ impl Engine {
                 }
             },
         };
+        let Engine {
+            core,
+            forward,
+            ahead,
+        } = self;
         match protocol {
             Protocol::Binary => {
-                binary::prefetch(&self.core, &self.forward, input);
-                self.run_requests(session, input, out, now, binary::step)
+                binary::prefetch(core, forward, input);
+                Engine::run_requests(core, forward, session, input, out, now, binary::step)
             }
-            Protocol::Text => self.run_requests(session, input, out, now, text::step),
+            Protocol::Text => {
+                Engine::run_requests(core, forward, session, input, out, now, text::step)
+            }
             Protocol::Resp(_) => {
-                resp::prefetch(&self.core, &self.forward, input);
-                self.run_requests(session, input, out, now, resp::step)
+                // What was parsed ahead in an earlier call described that call's input.
+                ahead.clear();
+                Engine::run_requests(core, forward, session, input, out, now, |cx, buf, out| {
+                    resp::step(cx, Some(&mut *ahead), buf, out)
+                })
             }
         }
     }
@@ -232,19 +245,19 @@ impl Engine {
     /// input runs out, and counts bytes in and out. `step` handles the one request at the front
     /// of the input.
     fn run_requests(
-        &mut self,
+        core: &mut Core,
+        forward: &mut Forwarder,
         session: &mut Session,
         input: &[u8],
         out: &mut Vec<u8>,
         now: Now,
-        step: fn(&mut Cx<'_>, &[u8], &mut Vec<u8>) -> Step,
+        mut step: impl FnMut(&mut Cx<'_>, &[u8], &mut Vec<u8>) -> Step,
     ) -> Outcome {
         let out_start = out.len();
         let mut pos = 0;
         // Bytes are counted as they first arrive, before the requests in them run; the input
         // starts with what earlier calls left unconsumed (and counted).
-        self.core
-            .count_read(input.len().saturating_sub(session.input_counted));
+        core.count_read(input.len().saturating_sub(session.input_counted));
         session.input_counted = session.input_counted.max(input.len());
         if session.watching {
             // A watcher only receives log lines; what it sends is read and dropped.
@@ -260,8 +273,7 @@ impl Engine {
                 },
             };
         }
-        self.core
-            .set_cfd(session.record.as_ref().map_or(0, |r| r.number));
+        core.set_cfd(session.record.as_ref().map_or(0, |r| r.number));
         let mut requests = 0;
         let stopped = |pos: usize, stop: Stop| Outcome {
             consumed: pos,
@@ -300,9 +312,9 @@ impl Engine {
             if session.turn_left == 0 {
                 break stopped(pos, Stop::Turn);
             }
-            let before = (self.core.samples_pending(), session.holes.pending_len());
+            let before = (core.samples_pending(), session.holes.pending_len());
             let reply_start = out.len();
-            let mut cx = Cx::new(&mut self.core, &mut self.forward, session, now);
+            let mut cx = Cx::new(core, forward, session, now);
             match step(&mut cx, &input[pos..], out) {
                 Step::Done(len) => {
                     if log::log_enabled!(log::Level::Debug) && len > 0 {
@@ -313,9 +325,9 @@ impl Engine {
                     session.spend_turn();
                     // A request that made no store operation and went to no other worker
                     // (version, stats, an error) is timed as `other`.
-                    let after = (self.core.samples_pending(), session.holes.pending_len());
+                    let after = (core.samples_pending(), session.holes.pending_len());
                     if after == before && len > 0 {
-                        self.core.record_pending_other();
+                        core.record_pending_other();
                     }
                 }
                 Step::Wait(needed) => {
@@ -328,9 +340,8 @@ impl Engine {
             }
         };
         session.input_counted -= outcome.consumed;
-        self.core
-            .count_execution(out.len() - out_start, requests, outcome.stop == Stop::Turn);
-        self.record_latency(session, now);
+        core.count_execution(out.len() - out_start, requests, outcome.stop == Stop::Turn);
+        Engine::record_latency(core, session, now);
         if outcome.stop != Stop::Input && log::log_enabled!(log::Level::Trace) {
             let number = session.record.as_ref().map_or(0, |r| r.number);
             log::trace!(
@@ -347,16 +358,12 @@ impl Engine {
     /// Records the latency of every request this engine call executed (one clock read for
     /// all of them: their replies are in the output now), and notes the connection's last
     /// command for `stats conns`.
-    fn record_latency(&mut self, session: &Session, now: Now) {
-        if self.core.samples_pending() == 0 {
+    fn record_latency(core: &mut Core, session: &Session, now: Now) {
+        if core.samples_pending() == 0 {
             return;
         }
-        let elapsed = self
-            .core
-            .control()
-            .now_ns()
-            .saturating_sub(session.arrived_ns);
-        self.core.record_samples(elapsed);
+        let elapsed = core.control().now_ns().saturating_sub(session.arrived_ns);
+        core.record_samples(elapsed);
         if let Some(record) = &session.record {
             let state = if session.skip_bytes > 0 {
                 ConnState::Nread

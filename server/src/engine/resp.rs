@@ -26,7 +26,8 @@
 //!   acknowledged but nothing shows it (there is no `CLIENT LIST`).
 
 use protocol::resp::{
-    Command, Frame, Limits, ParseError, Progress, Reply, Version, parse_integer, write_command,
+    Command, Frame, Limits, ParseError, Parsed, Progress, Reply, Version, parse_integer,
+    write_command,
 };
 use store::{Now, StoreError, StoreMode, Ttl, Write};
 
@@ -51,37 +52,38 @@ const BAD_KEY: &str = "ERR key is empty or longer than 250 bytes";
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
 
-/// Executes (or refuses) the command at the front of `buf`.
-pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
-    let limits = limits(cx.core.config());
+/// Executes (or refuses) the command at the front of `buf`. `ahead` holds the commands an
+/// earlier step of the same engine call parsed ahead ([`Ahead`]); `None` where nothing is
+/// parsed ahead (a command another worker forwarded).
+pub(super) fn step(
+    cx: &mut Cx<'_>,
+    ahead: Option<&mut Ahead>,
+    buf: &[u8],
+    out: &mut Vec<u8>,
+) -> Step {
     if let Some(resume) = cx.session.resume {
-        if buf.len() < resume.len {
-            // The command is there but not contiguous yet (a receive ring wrapped).
-            return Step::Wait(resume.len - buf.len());
-        }
-        // A multibulk command was checked whole before it stopped: `pause` left the parser's
-        // progress at its end, so it is taken again without walking its arguments (a command
-        // of many keys stops every turn; walking it each time would cost its length per turn).
-        let mut progress = match buf.first() {
-            Some(b'*') => Progress {
-                at: cx.session.scan.bytes,
-                args: cx.session.scan.items,
-            },
-            _ => Progress::default(),
-        };
-        return match Command::parse(&buf[..resume.len], &limits, &mut progress) {
-            Ok((command, len)) if len == resume.len => {
-                multi_key(cx, &command, len, Some(resume), out)
-            }
-            // Not the command that stopped (cannot happen: input is only ever consumed from
-            // the front); start over with whatever is there.
-            _ => {
-                cx.session.resume = None;
-                cx.session.scan = Scan::default();
-                Step::Wait(0)
-            }
-        };
+        return resume_step(cx, resume, buf, out);
     }
+    if let Some(ahead) = ahead {
+        let kept = match ahead.take(buf) {
+            Some(kept) => Some(kept),
+            None => {
+                ahead.parse(cx, buf);
+                ahead.take(buf)
+            }
+        };
+        if let Some((parsed, spec)) = kept
+            && let Some((command, len)) = Command::from_parsed(buf, &parsed)
+        {
+            // What an earlier parse of an incomplete command left is done with.
+            cx.session.scan = Scan::default();
+            if command.is_empty() {
+                return Step::Done(len);
+            }
+            return execute(cx, spec, &command, &buf[..len], out);
+        }
+    }
+    let limits = limits(cx.core.config());
     let mut progress = Progress {
         at: cx.session.scan.bytes,
         args: cx.session.scan.items,
@@ -92,7 +94,8 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
             if command.is_empty() {
                 return Step::Done(len);
             }
-            execute(cx, &command, &buf[..len], out)
+            let spec = lookup(command.arg(0).unwrap_or_default());
+            execute(cx, spec, &command, &buf[..len], out)
         }
         Err(ParseError::Incomplete { needed }) => {
             cx.session.scan = Scan {
@@ -111,55 +114,136 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
     }
 }
 
-/// Commands at the front of the input whose keys [`prefetch`] warms.
-const PREFETCH_AHEAD: usize = super::core::PREFETCH_MAX;
-
-/// When `buf` holds more than one complete command, warms the store for the key of each of the
-/// first [`PREFETCH_AHEAD`] commands that name one first (`GET`, `SET`, `INCR`, ...; the first
-/// key of `MGET`, `DEL`, ...) and that this worker owns, before any of them runs, as the
-/// binary adapter does for its frames: their cache misses (a `GET` hit misses on the table's
-/// bucket and on the item's block) then overlap instead of following one another. Only
-/// multibulk commands of at most 9 arguments are looked at (their headers, not their bytes);
-/// the walk ends at the first other, incomplete or malformed command, and what `step` then
-/// does is unchanged.
-pub(super) fn prefetch(core: &super::core::Core, forward: &super::forward::Forwarder, buf: &[u8]) {
-    let limits = limits(core.config());
-    let mut keys: [&[u8]; PREFETCH_AHEAD] = [&[]; PREFETCH_AHEAD];
-    let mut found = 0;
-    let mut pos = 0;
-    for _ in 0..PREFETCH_AHEAD {
-        let rest = &buf[pos..];
-        // `*1\r\n` to `*9\r\n`: a command that takes a few headers to walk.
-        if !matches!(rest, [b'*', b'1'..=b'9', b'\r', b'\n', ..]) {
-            break;
-        }
-        let Ok((command, len)) = Command::parse(rest, &limits, &mut Progress::default()) else {
-            break;
-        };
-        if pos == 0 && len == buf.len() {
-            // The only command: nothing to overlap with.
-            return;
-        }
-        if let Some(key) = command.kept_arg(1)
-            && !key.is_empty()
-            && command
-                .arg(0)
-                .and_then(lookup)
-                .is_some_and(|spec| spec.keys.0 == 1)
-            && forward.owner_elsewhere(key).is_none()
-        {
-            keys[found] = key;
-            found += 1;
-        }
-        pos += len;
+/// Goes on with the multi-key command at the front of `buf` that stopped part-way.
+fn resume_step(cx: &mut Cx<'_>, resume: Resume, buf: &[u8], out: &mut Vec<u8>) -> Step {
+    if buf.len() < resume.len {
+        // The command is there but not contiguous yet (a receive ring wrapped).
+        return Step::Wait(resume.len - buf.len());
     }
-    core.prefetch(&keys[..found]);
+    let limits = limits(cx.core.config());
+    // A multibulk command was checked whole before it stopped: `pause` left the parser's
+    // progress at its end, so it is taken again without walking its arguments (a command
+    // of many keys stops every turn; walking it each time would cost its length per turn).
+    let mut progress = match buf.first() {
+        Some(b'*') => Progress {
+            at: cx.session.scan.bytes,
+            args: cx.session.scan.items,
+        },
+        _ => Progress::default(),
+    };
+    match Command::parse(&buf[..resume.len], &limits, &mut progress) {
+        Ok((command, len)) if len == resume.len => multi_key(cx, &command, len, Some(resume), out),
+        // Not the command that stopped (cannot happen: input is only ever consumed from
+        // the front); start over with whatever is there.
+        _ => {
+            cx.session.resume = None;
+            cx.session.scan = Scan::default();
+            Step::Wait(0)
+        }
+    }
+}
+
+/// Commands [`Ahead::parse`] parses at once.
+const AHEAD: usize = super::core::PREFETCH_MAX;
+
+/// The commands at the front of the input parsed ahead, so that each is parsed once: a step
+/// that finds none kept for its command parses the next [`AHEAD`] complete ones (multibulk
+/// commands of at most 9 arguments: their headers, not their bytes), warms the store for
+/// their keys, and executes from what it kept ([`Parsed`]); the steps after it take theirs
+/// without a parse.
+///
+/// A kept command is found by the address of its first byte in the input, so it is valid for
+/// one engine call only (the input does not change during a call; the next call's may be other
+/// bytes at the same address): [`Ahead::clear`] at the start of each call.
+pub(super) struct Ahead {
+    kept: [(Parsed, Option<&'static Spec>); AHEAD],
+    /// Kept commands, and the next one to take.
+    len: usize,
+    next: usize,
+    /// Where the next one to take starts (an address in the caller's input).
+    at: usize,
+}
+
+impl Default for Ahead {
+    fn default() -> Ahead {
+        Ahead {
+            kept: [(Parsed::default(), None); AHEAD],
+            len: 0,
+            next: 0,
+            at: 0,
+        }
+    }
+}
+
+impl Ahead {
+    /// Forgets what was kept (a new input).
+    pub(super) fn clear(&mut self) {
+        self.len = 0;
+        self.next = 0;
+    }
+
+    /// The next kept command, if it is the one at the front of `buf`, and its command's spec.
+    #[inline]
+    fn take(&mut self, buf: &[u8]) -> Option<(Parsed, Option<&'static Spec>)> {
+        if self.next == self.len || buf.as_ptr().addr() != self.at {
+            return None;
+        }
+        let kept = self.kept[self.next];
+        self.next += 1;
+        self.at += kept.0.len();
+        Some(kept)
+    }
+
+    /// Parses the complete commands at the front of `buf`, up to [`AHEAD`] of them, keeping
+    /// what each parse learnt; when there are several, warms the store for the key of each
+    /// that names one first (`GET`, `SET`, `INCR`, ...; the first key of `MGET`, `DEL`, ...)
+    /// and that this worker owns, before any of them runs, as the binary adapter does for its
+    /// frames: their cache misses (a `GET` hit misses on the table's bucket and on the item's
+    /// block) then overlap instead of following one another. The walk ends at the first
+    /// other, incomplete or malformed command, which `step` then parses as it comes.
+    fn parse(&mut self, cx: &Cx<'_>, buf: &[u8]) {
+        self.clear();
+        self.at = buf.as_ptr().addr();
+        let limits = limits(cx.core.config());
+        let mut keys: [&[u8]; AHEAD] = [&[]; AHEAD];
+        let mut found = 0;
+        let mut pos = 0;
+        while self.len < AHEAD {
+            let rest = &buf[pos..];
+            // `*1\r\n` to `*9\r\n`: a command that takes a few headers to walk (and, if it is
+            // not complete yet, as few to walk again once it is).
+            if !matches!(rest, [b'*', b'1'..=b'9', b'\r', b'\n', ..]) {
+                break;
+            }
+            let Ok((command, len)) = Command::parse(rest, &limits, &mut Progress::default()) else {
+                break;
+            };
+            let Some(parsed) = command.parsed(len) else {
+                break;
+            };
+            let spec = command.kept_arg(0).and_then(lookup);
+            if let Some(key) = command.kept_arg(1)
+                && !key.is_empty()
+                && spec.is_some_and(|spec| spec.keys.0 == 1)
+                && cx.owner_elsewhere(key).is_none()
+            {
+                keys[found] = key;
+                found += 1;
+            }
+            self.kept[self.len] = (parsed, spec);
+            self.len += 1;
+            pos += len;
+        }
+        if self.len > 1 {
+            cx.core.prefetch(&keys[..found]);
+        }
+    }
 }
 
 /// Executes a command another worker forwarded here (complete: the sender parsed it; `_part`
 /// is always [`WHOLE`]).
 pub(super) fn run_forwarded(cx: &mut Cx<'_>, _part: u8, request: &[u8], out: &mut Vec<u8>) {
-    let _ = step(cx, request, out);
+    let _ = step(cx, None, request, out);
 }
 
 /// The command limits: a bulk string up to the item limit, a command up to twice it.
@@ -398,11 +482,17 @@ impl<'c> Tail<'c> {
 }
 
 /// The connection's command at the front of the input, parsed whole: `raw` is its bytes.
-fn execute(cx: &mut Cx<'_>, command: &Command<'_>, raw: &[u8], out: &mut Vec<u8>) -> Step {
+/// `spec` is [`lookup`]'s for its name.
+fn execute(
+    cx: &mut Cx<'_>,
+    spec: Option<&'static Spec>,
+    command: &Command<'_>,
+    raw: &[u8],
+    out: &mut Vec<u8>,
+) -> Step {
     let len = raw.len();
     let v = version(cx);
-    let name = command.arg(0).unwrap_or_default();
-    let Some(spec) = lookup(name) else {
+    let Some(spec) = spec else {
         cx.core.protocol_error();
         unknown_command(out, v, command);
         return Step::Done(len);

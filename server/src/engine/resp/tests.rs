@@ -343,8 +343,9 @@ fn the_script_in_pieces_and_pipelined_gives_the_same_replies() {
     }
 }
 
-/// The adapter warms the store for the keys of a pipeline before running it (`prefetch`): a
-/// hint that must change no reply, whatever the pipeline holds and wherever it is cut.
+/// The adapter parses a pipeline ahead, 16 commands at a time, warms the store for their keys
+/// and runs them from that parse (`Ahead`): that must change no reply, whatever the pipeline
+/// holds (more than 16 commands, inline ones among them) and wherever it is cut.
 #[test]
 fn prefetching_a_pipeline_changes_no_reply() {
     let mut run = Vec::new();
@@ -386,6 +387,43 @@ fn prefetching_a_pipeline_changes_no_reply() {
     let mut garbage = b"*9\r\n$3\r\nGET\r\n$-5\r\n".to_vec();
     garbage.extend_from_slice(&run);
     let _ = engine().execute(&mut resp2(), &garbage, &mut Vec::new(), now());
+}
+
+/// A pipeline is parsed ahead once and executed from what the parse kept, for one engine
+/// call only: a call that stops part-way (its turn used up) and the next call, given other
+/// bytes in the same buffer where the rest of the pipeline was, answers those bytes.
+#[test]
+fn commands_parsed_ahead_are_not_taken_from_the_next_calls_bytes() {
+    let (mut e, mut session) = (engine(), resp2());
+    let set = command(&[b"SET", b"k", b"v"]);
+    let get = command(&[b"GET", b"k"]);
+    let mut buf = set.clone();
+    for _ in 0..8 {
+        buf.extend_from_slice(&get);
+    }
+    let mut out = Vec::new();
+    session.begin_turn(2);
+    let outcome = e.execute(&mut session, &buf, &mut out, now());
+    assert_eq!(outcome.consumed, set.len() + get.len());
+    assert_eq!(String::from_utf8_lossy(&out), "+OK\r\n$1\r\nv\r\n");
+    // Other commands arrive where the rest of the pipeline was (the caller's buffer changed
+    // between calls), and the next call starts where the next kept `GET` would have been.
+    let consumed = outcome.consumed;
+    let mut next = command(&[b"ECHO", b"hello"]);
+    next.extend_from_slice(&command(&[b"STRLEN", b"k"]));
+    next.extend_from_slice(&command(&[b"PING"]));
+    assert!(next.len() <= buf.len() - consumed);
+    buf.truncate(consumed);
+    buf.extend_from_slice(&next);
+    let rest = &buf[consumed..];
+    session.begin_turn(64);
+    out.clear();
+    let outcome = e.execute(&mut session, rest, &mut out, now());
+    assert_eq!(outcome.consumed, next.len());
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "$5\r\nhello\r\n:1\r\n+PONG\r\n"
+    );
 }
 
 #[test]
