@@ -195,9 +195,7 @@ fn prefetch_two_stage(s: &Shard, cold: &[[u8; 16]], batch: &[usize; 16]) {
     for (hint, &k) in hints.iter_mut().zip(batch) {
         *hint = s.hint(black_box(&cold[k]));
         if let Some(hint) = hint {
-            let [first, last] = hint.bucket();
-            prefetch(first);
-            prefetch(last);
+            prefetch(hint.bucket());
         }
     }
     for hint in hints.iter().flatten() {
@@ -206,7 +204,7 @@ fn prefetch_two_stage(s: &Shard, cold: &[[u8; 16]], batch: &[usize; 16]) {
 }
 
 /// The prefetches the server issues (`server/src/engine/core.rs`): the first and last cache
-/// lines of a block, and the one line holding an address (each end of a bucket).
+/// lines of a block, and the one line holding an address.
 fn prefetch_lines(bytes: &[u8]) {
     prefetch(bytes.as_ptr());
     prefetch(bytes.as_ptr().wrapping_add(bytes.len().saturating_sub(1)));

@@ -175,14 +175,11 @@ pub struct Hint<'a> {
 }
 
 impl<'a> Hint<'a> {
-    /// The addresses of the first and the last byte of the item's bucket in the table (32
-    /// bytes): only for a prefetch of both, as half the buckets straddle two cache lines (a
-    /// large table's allocation starts 16 bytes past a line, `malloc`'s chunk header); taking
-    /// them reads nothing.
+    /// The address of the item's bucket in the table (32 bytes, within one cache line):
+    /// only for a prefetch; taking it reads nothing.
     #[inline]
-    pub fn bucket(self) -> [*const u8; 2] {
-        let first: *const u8 = core::ptr::from_ref(self.item).cast();
-        [first, first.wrapping_add(size_of::<Item>() - 1)]
+    pub fn bucket(self) -> *const u8 {
+        core::ptr::from_ref(self.item).cast()
     }
 
     /// The item's heap block, which a lookup reads after the bucket (it compares the key

@@ -362,9 +362,7 @@ impl Core {
         for (hint, key) in hints.iter_mut().zip(keys) {
             *hint = self.shard.hint(key);
             if let Some(hint) = hint {
-                let [first, last] = hint.bucket();
-                prefetch_line(first);
-                prefetch_line(last);
+                prefetch_line(hint.bucket());
             }
         }
         for hint in hints.iter().take(keys.len()).flatten() {
