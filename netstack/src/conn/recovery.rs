@@ -2258,300 +2258,240 @@ mod tests {
         .seg
     }
 
-    /// Sends a lone reply at `now`, acknowledges it `ack_us` later, and returns the probe
-    /// timeout it was sent with.
-    fn lone_round(
-        flight: &mut Flight,
-        recovery: &mut Recovery,
-        stats: &mut RecoveryStats,
-        seq: &mut u32,
-        now: &mut Instant,
-        ack_us: u64,
-    ) -> Duration {
-        send(flight, recovery, stats, &data(*seq, 10, 7), *now);
-        *seq += 10;
-        let pto = flight.deadline().unwrap() - *now;
-        *now += Duration::from_micros(ack_us);
-        flight.on_ack(recovery, stats, &ack(*seq, &[]), *now);
-        *now += Duration::from_micros(100);
-        pto
+    /// A synced connection with its table's recovery state, its next sequence number and
+    /// the clock, for a run of lone segments.
+    struct Lone {
+        recovery: Recovery,
+        stats: RecoveryStats,
+        flight: Flight,
+        seq: u32,
+        now: Instant,
+    }
+
+    impl Lone {
+        fn new() -> Self {
+            let (recovery, stats, flight) = synced(ISS, true);
+            Lone {
+                recovery,
+                stats,
+                flight,
+                seq: ISS + 1,
+                now: at(1000),
+            }
+        }
+
+        /// Sends a lone segment, has it acknowledged `ack_us` later, and returns the probe
+        /// timeout it had.
+        fn round(&mut self, ack_us: u64) -> Duration {
+            let Lone {
+                recovery,
+                stats,
+                flight,
+                seq,
+                now,
+            } = self;
+            send(flight, recovery, stats, &data(*seq, 10, 7), *now);
+            *seq += 10;
+            let pto = flight.deadline().unwrap() - *now;
+            *now += Duration::from_micros(ack_us);
+            flight.on_ack(recovery, stats, &ack(*seq, &[]), *now);
+            *now += Duration::from_micros(100);
+            pto
+        }
     }
 
     #[test]
     fn a_lone_segments_timeout_follows_its_clients_ack_delay() {
-        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+        let mut c = Lone::new();
         let base = DEFAULT_RTO_MIN + Duration::from_micros(200);
-        let (mut seq, mut now) = (ISS + 1, at(1000));
         let us = Duration::from_micros;
         // Before any ACK delay of its own: the floor and twice the 100 µs round trip.
-        let first = lone_round(
-            &mut flight,
-            &mut recovery,
-            &mut stats,
-            &mut seq,
-            &mut now,
-            3000,
-        );
+        let first = c.round(3000);
         assert_eq!(first, base);
         // A client that acknowledges each reply with its next request, 3.0 to 3.4 ms later
         // (in steps of 104 µs: whole units of 8 µs): the largest delay so far, or until 32
         // are its own what the table's clients take if longer (smoothed, plus four
         // deviations), and a quarter of the floor.
         for k in 1..ACK_DELAY_SAMPLES as u64 {
-            let prior = recovery.lone_delay.timeout_us();
-            let pto = lone_round(
-                &mut flight,
-                &mut recovery,
-                &mut stats,
-                &mut seq,
-                &mut now,
-                3000 + 104 * (k % 5),
-            );
+            let prior = c.recovery.lone_delay.timeout_us();
+            let pto = c.round(3000 + 104 * (k % 5));
             let largest = 3000 + 104 * (k - 1).min(4);
             assert_eq!(pto, us(largest.max(prior) + 250), "reply {k}");
         }
         // All 32 kept: the second largest. One outlier (a client descheduled for 30 ms)
         // does not count; a second one does.
-        lone_round(
-            &mut flight,
-            &mut recovery,
-            &mut stats,
-            &mut seq,
-            &mut now,
-            30_000,
-        );
-        let pto = lone_round(
-            &mut flight,
-            &mut recovery,
-            &mut stats,
-            &mut seq,
-            &mut now,
-            3000,
-        );
+        c.round(30_000);
+        let pto = c.round(3000);
         assert_eq!(pto, us(3416 + 250));
-        lone_round(
-            &mut flight,
-            &mut recovery,
-            &mut stats,
-            &mut seq,
-            &mut now,
-            30_000,
-        );
-        let pto = lone_round(
-            &mut flight,
-            &mut recovery,
-            &mut stats,
-            &mut seq,
-            &mut now,
-            3000,
-        );
+        c.round(30_000);
+        let pto = c.round(3000);
         assert_eq!(
             pto,
             us(30_000 + 30_000 / 16),
             "a sixteenth of the delay, more than 250 µs"
         );
-        // Two segments in flight are acknowledged at once by any client: the floor and the
+        // Two segments in c.flight are acknowledged at once by any client: the floor and the
         // round trip.
-        send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
         send(
-            &mut flight,
-            &recovery,
-            &mut stats,
-            &data(seq + 10, 10, 7),
-            now,
+            &mut c.flight,
+            &c.recovery,
+            &mut c.stats,
+            &data(c.seq, 10, 7),
+            c.now,
         );
-        assert_eq!(flight.deadline(), Some(now + base));
+        send(
+            &mut c.flight,
+            &c.recovery,
+            &mut c.stats,
+            &data(c.seq + 10, 10, 7),
+            c.now,
+        );
+        assert_eq!(c.flight.deadline(), Some(c.now + base));
         // Once the first is acknowledged, the second waits alone.
-        now += us(100);
-        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), now);
-        assert_eq!(flight.deadline(), Some(now + us(30_000 + 30_000 / 16)));
-        now += us(100);
-        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 20, &[]), now);
-        seq += 20;
+        c.now += us(100);
+        c.flight
+            .on_ack(&mut c.recovery, &mut c.stats, &ack(c.seq + 10, &[]), c.now);
+        assert_eq!(c.flight.deadline(), Some(c.now + us(30_000 + 30_000 / 16)));
+        c.now += us(100);
+        c.flight
+            .on_ack(&mut c.recovery, &mut c.stats, &ack(c.seq + 20, &[]), c.now);
+        c.seq += 20;
         // A client that acknowledges at once: within 32 replies, the floor alone.
         for _ in 0..ACK_DELAY_SAMPLES {
-            lone_round(
-                &mut flight,
-                &mut recovery,
-                &mut stats,
-                &mut seq,
-                &mut now,
-                100,
-            );
+            c.round(100);
         }
-        let pto = lone_round(
-            &mut flight,
-            &mut recovery,
-            &mut stats,
-            &mut seq,
-            &mut now,
-            100,
-        );
+        let pto = c.round(100);
         assert_eq!(pto, DEFAULT_RTO_MIN);
-        assert_eq!(stats, RecoveryStats::default(), "no probe was due");
+        assert_eq!(c.stats, RecoveryStats::default(), "no probe was due");
         // A new connection in the slot starts with none.
-        flight.reset();
-        assert_eq!(flight.ack_delay_us(), 0);
+        c.flight.reset();
+        assert_eq!(c.flight.ack_delay_us(), 0);
     }
 
     #[test]
     fn a_lone_segments_timeout_is_at_most_max_ack_delay() {
-        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
-        let (mut seq, mut now) = (ISS + 1, at(1000));
-        // A client that acknowledges 300 ms late now and then, and at once otherwise: its
+        let mut c = Lone::new();
+        // A client that acknowledges 300 ms late c.now and then, and at once otherwise: its
         // lone replies wait 500 ms at most.
         for k in 0..10 {
             let ack_us = if k % 2 == 0 { 520_000 } else { 100 };
-            lone_round(
-                &mut flight,
-                &mut recovery,
-                &mut stats,
-                &mut seq,
-                &mut now,
-                ack_us,
-            );
+            c.round(ack_us);
         }
-        let pto = lone_round(
-            &mut flight,
-            &mut recovery,
-            &mut stats,
-            &mut seq,
-            &mut now,
-            100,
-        );
+        let pto = c.round(100);
         assert_eq!(pto, MAX_ACK_DELAY);
         // One whose every acknowledgment took 300 ms for over a second: its round trip is
         // that long, and so is its timeout (the floor and twice the round trip, or less).
         for _ in 0..10 {
-            lone_round(
-                &mut flight,
-                &mut recovery,
-                &mut stats,
-                &mut seq,
-                &mut now,
-                520_000,
-            );
+            c.round(520_000);
         }
-        assert_eq!(flight.min_rtt_us(), 520_000);
+        assert_eq!(c.flight.min_rtt_us(), 520_000);
         // Once 32 are its own (the table's smoothed delays, of both kinds, no longer
         // count).
         for _ in 0..ACK_DELAY_SAMPLES {
-            lone_round(
-                &mut flight,
-                &mut recovery,
-                &mut stats,
-                &mut seq,
-                &mut now,
-                520_000,
-            );
+            c.round(520_000);
         }
-        let pto = lone_round(
-            &mut flight,
-            &mut recovery,
-            &mut stats,
-            &mut seq,
-            &mut now,
-            520_000,
-        );
+        let pto = c.round(520_000);
         assert_eq!(pto, Duration::from_micros(520_000 + 520_000 / 16));
-        assert_eq!(stats, RecoveryStats::default(), "no probe was due");
+        assert_eq!(c.stats, RecoveryStats::default(), "no probe was due");
     }
 
     #[test]
     fn spurious_probes_of_a_lone_segment_lengthen_its_timeout_fast() {
-        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
-        let (mut seq, mut now) = (ISS + 1, at(1000));
+        let mut c = Lone::new();
         // A client that acknowledged at once, then delays every ACK until its next request,
         // 50 ms later (a D-SACK answers a probe at once, as Linux does).
         for _ in 0..ACK_DELAY_SAMPLES {
-            lone_round(
-                &mut flight,
-                &mut recovery,
-                &mut stats,
-                &mut seq,
-                &mut now,
-                100,
-            );
+            c.round(100);
         }
         let mut probes = Vec::new();
         for _ in 0..20 {
-            send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), now);
-            let sent = now;
-            let probe_at = flight.deadline().unwrap();
+            send(
+                &mut c.flight,
+                &c.recovery,
+                &mut c.stats,
+                &data(c.seq, 10, 7),
+                c.now,
+            );
+            let sent = c.now;
+            let probe_at = c.flight.deadline().unwrap();
             if probe_at - sent < Duration::from_millis(50) {
-                resend_due(&mut flight, &mut recovery, &mut stats, probe_at);
+                resend_due(&mut c.flight, &mut c.recovery, &mut c.stats, probe_at);
                 probes.push(probe_at - sent);
                 // The D-SACK acknowledges the original too, a round trip after the probe.
-                now = probe_at + Duration::from_micros(100);
-                let dsack = [(seq, seq + 10)];
-                flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &dsack), now);
+                c.now = probe_at + Duration::from_micros(100);
+                let dsack = [(c.seq, c.seq + 10)];
+                c.flight.on_ack(
+                    &mut c.recovery,
+                    &mut c.stats,
+                    &ack(c.seq + 10, &dsack),
+                    c.now,
+                );
             }
-            if flight.copies() == 1 {
-                now = sent + Duration::from_millis(50);
-                flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), now);
+            if c.flight.copies() == 1 {
+                c.now = sent + Duration::from_millis(50);
+                c.flight
+                    .on_ack(&mut c.recovery, &mut c.stats, &ack(c.seq + 10, &[]), c.now);
             }
-            seq += 10;
-            now += Duration::from_micros(100);
+            c.seq += 10;
+            c.now += Duration::from_micros(100);
         }
         // Each spurious probe counts as twice its wait, and once two are kept the timeout
         // follows: after a dozen, the client's 50 ms delay is its timeout.
         assert!(probes.len() <= 12, "{probes:?}");
-        assert_eq!(stats.probes_spurious, probes.len() as u64, "{stats:?}");
-        assert_eq!(stats.probes_recovered, 0);
-        let pto = lone_round(
-            &mut flight,
-            &mut recovery,
-            &mut stats,
-            &mut seq,
-            &mut now,
-            50_000,
+        assert_eq!(
+            c.stats.probes_spurious,
+            probes.len() as u64,
+            "{:?}",
+            c.stats
         );
+        assert_eq!(c.stats.probes_recovered, 0);
+        let pto = c.round(50_000);
         assert!(pto > Duration::from_millis(50), "{pto}");
     }
 
     #[test]
     fn a_probe_that_repaired_a_loss_is_counted_with_its_wait_and_no_delay_sample() {
-        let (mut recovery, mut stats, mut flight) = synced(ISS, true);
-        let (mut seq, mut now) = (ISS + 1, at(1000));
+        let mut c = Lone::new();
         for _ in 0..4 {
-            lone_round(
-                &mut flight,
-                &mut recovery,
-                &mut stats,
-                &mut seq,
-                &mut now,
-                3000,
-            );
+            c.round(3000);
         }
-        assert_eq!(flight.ack_delay_us(), 3000);
-        let sent = now;
-        send(&mut flight, &recovery, &mut stats, &data(seq, 10, 7), sent);
-        let probe_at = flight.deadline().unwrap();
+        assert_eq!(c.flight.ack_delay_us(), 3000);
+        let sent = c.now;
+        send(
+            &mut c.flight,
+            &c.recovery,
+            &mut c.stats,
+            &data(c.seq, 10, 7),
+            sent,
+        );
+        let probe_at = c.flight.deadline().unwrap();
         assert_eq!(probe_at - sent, Duration::from_micros(3250));
         assert_eq!(
-            resend_due(&mut flight, &mut recovery, &mut stats, probe_at).len(),
+            resend_due(&mut c.flight, &mut c.recovery, &mut c.stats, probe_at).len(),
             1
         );
         // The probe is acknowledged (with the client's next request) 3 ms later, without a
         // D-SACK, and so is the next reply: the original was lost.
         let answer = probe_at + Duration::from_millis(3);
-        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 10, &[]), answer);
+        c.flight
+            .on_ack(&mut c.recovery, &mut c.stats, &ack(c.seq + 10, &[]), answer);
         send(
-            &mut flight,
-            &recovery,
-            &mut stats,
-            &data(seq + 10, 10, 7),
+            &mut c.flight,
+            &c.recovery,
+            &mut c.stats,
+            &data(c.seq + 10, 10, 7),
             answer,
         );
         let later = answer + Duration::from_micros(100);
-        flight.on_ack(&mut recovery, &mut stats, &ack(seq + 20, &[]), later);
-        assert_eq!((stats.recovered, stats.probes_spurious), (1, 0));
+        c.flight
+            .on_ack(&mut c.recovery, &mut c.stats, &ack(c.seq + 20, &[]), later);
+        assert_eq!((c.stats.recovered, c.stats.probes_spurious), (1, 0));
         assert_eq!(
-            (stats.probes_recovered, stats.probes_recovered_us),
+            (c.stats.probes_recovered, c.stats.probes_recovered_us),
             (1, 3250)
         );
         // A loss is no delay of the client's: the timeout stays.
-        assert_eq!(flight.ack_delay_us(), 3000);
+        assert_eq!(c.flight.ack_delay_us(), 3000);
     }
 
     #[test]
