@@ -98,11 +98,7 @@ for round in $(seq 1 "$rounds"); do
     if [ -n "$profile" ] && [ "$round" = 1 ]; then
       # Into the measured window, then perf for all but its last second.
       sleep $(( warmup + 1 ))
-      mkdir -p "$profile"
-      worker=$(worker_tid "$SERVER_PID")
-      taskset -c "$client_cpu" perf record -q -e cpu-clock -F 999 --call-graph dwarf,16384 \
-        -t "$worker" -o "$profile/c$conns.data" -- sleep $(( seconds > 3 ? seconds - 2 : 1 )) \
-        2>"$profile/c$conns.log" || printf 'warning: perf record failed (see %s)\n' "$profile/c$conns.log" >&2
+      profile_worker "$SERVER_PID" "$client_cpu" "$profile/c$conns" 999 $(( seconds > 3 ? seconds - 2 : 1 ))
     fi
     wait "$gen" || die "memspin-loadgen failed with $conns connections"
     stats_to "$ns" "$addr" "$out/c$conns-$round.stats1"

@@ -154,11 +154,7 @@ for round in $(seq 1 "$rounds"); do
         -d "$seconds" --warmup 1 --timestamps "$pipelined_timestamps" &
       gen=$!
       sleep 1.5
-      mkdir -p "$profile"
-      worker=$(worker_tid "$SERVER_PID")
-      taskset -c "$client_cpu" perf record -q -e cpu-clock -F 1999 --call-graph dwarf,16384 \
-        -t "$worker" -o "$profile/perf.data" -- sleep $(( seconds > 2 ? seconds - 1 : 1 )) \
-        2>"$profile/perf.log" || printf 'warning: perf record failed (see %s)\n' "$profile/perf.log" >&2
+      profile_worker "$SERVER_PID" "$client_cpu" "$profile/perf" 1999 $(( seconds > 2 ? seconds - 1 : 1 ))
       wait "$gen" || die "memspin-loadgen failed against $name (pipelined)"
     elif [ "$pipelined" = 1 ]; then
       loadgen "$CNS" "$ADDR" "$out/pipelined-$name-$round.json" -c 32 --pipeline 16 \

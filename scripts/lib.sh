@@ -71,6 +71,18 @@ worker_tid() {
   ps -T -p "$1" -o spid=,comm= | awk '$2 == "memspin-w0" { print $1 }'
 }
 
+# profile_worker PID CPU OUT HZ SECONDS: `perf record -e cpu-clock --call-graph dwarf` of memspin
+# PID's first worker thread for SECONDS, perf itself pinned to CPU, into OUT.data (its messages in
+# OUT.log); a failed record is a warning, not the end of the benchmark.
+profile_worker() {
+  local pid=$1 cpu=$2 out=$3 hz=$4 seconds=$5 worker
+  mkdir -p "$(dirname "$out")"
+  worker=$(worker_tid "$pid")
+  taskset -c "$cpu" perf record -q -e cpu-clock -F "$hz" --call-graph dwarf,16384 \
+    -t "$worker" -o "$out.data" -- sleep "$seconds" \
+    2>"$out.log" || printf 'warning: perf record failed (see %s)\n' "$out.log" >&2
+}
+
 # start_memcached NS LOG PORT THREADS [CPU] [ADDR]: memcached -t THREADS on ADDR:PORT (default
 # 127.0.0.1) inside NS (pinned to CPU when given), stopped like memspin by stop_server and on exit.
 start_memcached() {
