@@ -99,6 +99,13 @@ for round in $(seq 1 "$rounds"); do
       # Into the measured window, then perf for all but its last second.
       sleep $(( warmup + 1 ))
       profile_worker "$SERVER_PID" "$client_cpu" "$profile/c$conns" 999 $(( seconds > 3 ? seconds - 2 : 1 ))
+    elif [ "$seconds" -ge 3 ]; then
+      # memspin's counters over most of the measured window (its first and last half second
+      # left out): what a request costs once the connections have started.
+      sleep "$warmup.5"
+      stats_to "$ns" "$addr" "$out/c$conns-$round.window0"
+      sleep $(( seconds - 1 ))
+      stats_to "$ns" "$addr" "$out/c$conns-$round.window1"
     fi
     wait "$gen" || die "memspin-loadgen failed with $conns connections"
     stats_to "$ns" "$addr" "$out/c$conns-$round.stats1"
@@ -132,22 +139,26 @@ def stats(path):
     except OSError:
         return {}
 KEYS = ("memspin_tap_rx_frames", "memspin_tap_tx_frames", "memspin_tap_rx_empty_reads",
-        "memspin_polls", "memspin_loss_probes")
-def per_request(conns):
-    # The whole run (prefill and warm-up included), per get or set; medians over the rounds.
+        "memspin_polls", "memspin_loss_probes", "memspin_loss_probes_spurious",
+        "memspin_loss_probes_withheld")
+def per_request(conns, suffix):
+    # Per get or set between the two snapshots; medians over the rounds.
     vals = {k: [] for k in KEYS}
     for r in rounds:
-        a, b = (stats(os.path.join(out, f"c{conns}-{r}.stats{i}")) for i in (0, 1))
+        a, b = (stats(os.path.join(out, f"c{conns}-{r}.{suffix}{i}")) for i in (0, 1))
         reqs = sum(b.get(k, 0) - a.get(k, 0) for k in ("cmd_get", "cmd_set"))
         for k in KEYS:
             if reqs > 0 and k in a and k in b:
                 vals[k].append((b[k] - a[k]) / reqs)
     return {k: statistics.median(v) for k, v in vals.items() if v}
-figures = {c: per_request(c) for c in (few, many)}
-if any(figures.values()):
-    print(f"\nper request (memspin's stats over each whole run): " + ", ".join(k.removeprefix("memspin_") for k in KEYS))
-    for c in (few, many):
-        print(f"{c:>11} " + " ".join(f"{figures[c].get(k, float('nan')):8.2f}" for k in KEYS))
+for suffix, what in (("stats", "each whole run, prefill and warm-up included"),
+                    ("window", "the measured window but its first and last half second")):
+    figures = {c: per_request(c, suffix) for c in (few, many)}
+    if any(figures.values()):
+        print(f"\nper request (memspin's stats over {what}): "
+              + ", ".join(k.removeprefix("memspin_").removeprefix("tap_").removeprefix("loss_") for k in KEYS))
+        for c in (few, many):
+            print(f"{c:>11} " + " ".join(f"{figures[c].get(k, float('nan')):8.3f}" for k in KEYS))
 print(f"\nthroughput ratio {many}/{few} connections: {med(many,'ops')/med(few,'ops'):.2f}")
 PY
 if [ -n "$profile" ]; then

@@ -59,8 +59,10 @@
 //!   measures it ([`AckDelays`]): the time from each lone segment's (last) transmission to
 //!   its ACK, over its last [`ACK_DELAY_SAMPLES`] lone segments. A lone data segment or
 //!   FIN is probed after the second largest of them (the largest before 32 are kept; about
-//!   the 94th percentile, and one outlier does not count) plus a margin, a quarter of the
-//!   floor or a sixteenth of the delay if more; at least the floor, at most
+//!   the 94th percentile, and one outlier does not count) plus a margin: a quarter of the
+//!   floor, a sixteenth of the delay if more, and for a delay of over four floors a
+//!   quarter of it less the floor if more still (a long delay is a client's pass over
+//!   many connections, whose pace drifts with its load, below); at least the floor, at most
 //!   [`MAX_ACK_DELAY`] (500 ms; RFC 8985's worst-case delayed ACK is 200 ms, but a
 //!   client's think time may be longer) unless `rto_min` + 2·RTT is longer
 //!   (every ACK of the last second took longer). With two or more in flight a client
@@ -79,6 +81,14 @@
 //!   probed for nothing, a lost reply waited up to 5.2 ms (and 2·RTT more whenever no
 //!   quick ACK had come for a second and the minimum RTT rose), and a client later than
 //!   5.2 ms (at 10,000 connections, 100 to 170 ms) had nearly every reply probed.
+//!   The margin of long delays: one thread serving 10,000 connections acknowledges each
+//!   reply with its next request, a whole pass over its connections later, and that pass
+//!   slows for every connection at once when the thread gets less CPU. With a sixteenth
+//!   as the margin, each such slowdown of more than 6 % (the client's throughput varied by
+//!   more than that from second to second) had the replies of every connection probed
+//!   for nothing, dozens in one pass of the table, until each connection had learned the
+//!   new delay from its own probes: 3 to 6 probes per 100 requests once the connections
+//!   had started. With a quarter, none (at 100 ms, a lost reply waits 24 ms more).
 //! - **The peer's retransmission.** When the client sends again data (or a FIN) that we
 //!   had acknowledged, its retransmission timer fired without an acknowledgment: every copy
 //!   that carried one (sent after that data arrived, and not acknowledged by this segment)
@@ -774,7 +784,8 @@ impl AckDelays {
 
     /// How long a lone segment waits for its ACK: the quantile, at least the table's
     /// `prior_us` until all [`ACK_DELAY_SAMPLES`] are the connection's own, and a margin (a
-    /// quarter of the floor, or a sixteenth of that if more); `None` before any sample.
+    /// quarter of the floor; a sixteenth of that if more; a quarter of it less the floor if
+    /// more still); `None` before any sample.
     fn timeout(&self, floor_us: u32, prior_us: u32) -> Option<Duration> {
         let mut quantile = self.quantile_us;
         if usize::from(self.len) < ACK_DELAY_SAMPLES {
@@ -783,7 +794,9 @@ impl AckDelays {
         if quantile == 0 {
             return None;
         }
-        let margin = (floor_us / 4).max(quantile / 16);
+        let margin = (floor_us / 4)
+            .max(quantile / 16)
+            .max((quantile / 4).saturating_sub(floor_us));
         Some(Duration::from_micros(
             u64::from(quantile) + u64::from(margin),
         ))
@@ -2327,8 +2340,8 @@ mod tests {
         let pto = c.round(3000);
         assert_eq!(
             pto,
-            us(30_000 + 30_000 / 16),
-            "a sixteenth of the delay, more than 250 µs"
+            us(30_000 + 30_000 / 4 - 1000),
+            "a quarter of the delay less the floor, more than 250 µs and a sixteenth"
         );
         // Two segments in c.flight are acknowledged at once by any client: the floor and the
         // round trip.
@@ -2351,7 +2364,10 @@ mod tests {
         c.now += us(100);
         c.flight
             .on_ack(&mut c.recovery, &mut c.stats, &ack(c.seq + 10, &[]), c.now);
-        assert_eq!(c.flight.deadline(), Some(c.now + us(30_000 + 30_000 / 16)));
+        assert_eq!(
+            c.flight.deadline(),
+            Some(c.now + us(30_000 + 30_000 / 4 - 1000))
+        );
         c.now += us(100);
         c.flight
             .on_ack(&mut c.recovery, &mut c.stats, &ack(c.seq + 20, &[]), c.now);
@@ -2391,8 +2407,46 @@ mod tests {
             c.round(520_000);
         }
         let pto = c.round(520_000);
-        assert_eq!(pto, Duration::from_micros(520_000 + 520_000 / 16));
+        assert_eq!(pto, Duration::from_micros(520_000 + 520_000 / 4 - 1000));
         assert_eq!(c.stats, RecoveryStats::default(), "no probe was due");
+    }
+
+    #[test]
+    fn a_lone_segments_margin_is_a_sixteenth_of_a_few_floors_and_a_quarter_of_long_delays() {
+        let mut c = Lone::new();
+        let us = Duration::from_micros;
+        for _ in 0..ACK_DELAY_SAMPLES {
+            c.round(4000);
+        }
+        // Up to four floors: a quarter of the floor, or a sixteenth of the delay if more.
+        assert_eq!(c.round(4000), us(4000 + 250));
+        for _ in 0..ACK_DELAY_SAMPLES {
+            c.round(8000);
+        }
+        assert_eq!(c.round(8000), us(8000 + 1000));
+        // Longer: a quarter of the delay less the floor.
+        for _ in 0..ACK_DELAY_SAMPLES {
+            c.round(100_000);
+        }
+        assert_eq!(c.round(100_000), us(100_000 + 24_000));
+    }
+
+    /// One thread serving 10,000 connections acknowledges each reply with its next request,
+    /// one pass over all of them later (about 100 ms), and that pass takes every connection
+    /// as long as the others: when the thread slows down by a tenth (it gets less CPU for a
+    /// while), every connection's delay grows by a tenth at once. With a sixteenth as the
+    /// margin, every lone reply was then probed for nothing, thousands at a time, until each
+    /// connection had learned the new delay from its own spurious probes.
+    #[test]
+    fn a_client_whose_pace_slows_by_a_tenth_is_not_probed() {
+        let mut c = Lone::new();
+        for k in 0..4 * ACK_DELAY_SAMPLES as u64 {
+            c.round(98_000 + 1000 * (k % 5));
+        }
+        for _ in 0..ACK_DELAY_SAMPLES {
+            let pto = c.round(112_000);
+            assert!(pto > Duration::from_millis(112), "{pto}");
+        }
     }
 
     #[test]
