@@ -25,11 +25,12 @@ use support::differential::{
 use support::{Memcached, Server};
 
 /// The seeds CI runs, per protocol, 1,500 steps each. Text and binary seeds are those whose
-/// whole run agrees today: other seeds still reach differences not triaged yet (two stores
-/// that part after a few hundred steps of the text and binary mixes, found with
-/// `MEMSPIN_DIFF_PROBE=1`), which a run with `MEMSPIN_DIFF_SEED` shows.
+/// whole run agrees today: other seeds still reach differences not fixed yet (an item `mg`
+/// creates with `N` is not marked fetched, as memcached marks it; a binary counter whose two
+/// stores part now and then after a few hundred steps, not triaged), which a run with
+/// `MEMSPIN_DIFF_SEED` shows.
 const TEXT_SEEDS: &[u64] = &[3, 6];
-const BINARY_SEEDS: &[u64] = &[4, 5];
+const BINARY_SEEDS: &[u64] = &[1, 2, 4];
 const RESP_SEEDS: &[u64] = &[1, 2, 3];
 const STEPS: usize = 1500;
 
@@ -654,15 +655,18 @@ fn meta(rng: &mut Rng) -> Step {
     some_flags(rng, pool, &mut flags);
     // memcached applies `mg`'s (and `ma`'s) `T` and `N` in the order of the tokens, and `t` reports the
     // TTL as of its place among them (an `N` after `T` on a miss keeps N's TTL, a `t` before
-    // `T` the old one); memspin applies both first. A client sends `T` before `t` (memcached's
-    // own tests do), and not both `N` and `T`: the generator does too.
+    // `T` the old one, a `t` before `N` on a miss -1); memspin applies both first. A client
+    // sends `T` and `N` before `t` (memcached's own tests do), and not both: the generator too.
     if command == "mg" || command == "ma" {
         if flags.iter().any(|f| f.starts_with('N')) {
             flags.retain(|f| !f.starts_with('T'));
         }
-        if let Some(at) = flags.iter().position(|f| f.starts_with('T')) {
-            let touch = flags.remove(at);
-            flags.insert(0, touch);
+        if let Some(at) = flags
+            .iter()
+            .position(|f| f.starts_with('T') || f.starts_with('N'))
+        {
+            let ttl = flags.remove(at);
+            flags.insert(0, ttl);
         }
     }
     // memcached 1.6.18 has no `N` on append and prepend (later releases create the item,
@@ -760,7 +764,32 @@ fn generate_text(rng: &mut Rng, count: usize) -> Vec<Step> {
         steps.push(step);
     }
     steps.push(Step::new("get a b\r\nquit\r\nget a\r\n").closing());
+    no_delay_after_flush(&mut steps, |step| {
+        let delayed = step.bytes.starts_with(b"flush_all 1000");
+        if delayed {
+            step.bytes = b"flush_all 0\r\n".to_vec();
+        }
+        (delayed, step.bytes.starts_with(b"flush_all") && !delayed)
+    });
     steps
+}
+
+/// memcached 1.6.18 marks a flush by a time and a CAS, and removes flushed items only when it
+/// meets them: a `flush_all` with a delay after an immediate one moves that time ahead, and
+/// items flushed but not reclaimed yet (how many depends on its background crawler, so on
+/// timing) come back. memspin keeps them flushed, as protocol.txt says. Once a sequence has
+/// flushed at once, `change` turns its later delayed flushes into immediate ones (it returns
+/// whether the step was a delayed flush, and whether it flushes at once).
+fn no_delay_after_flush(steps: &mut [Step], change: fn(&mut Step) -> (bool, bool)) {
+    let mut flushed = false;
+    for step in steps {
+        let original = step.clone();
+        let (delayed, now) = change(step);
+        if delayed && !flushed {
+            *step = original;
+        }
+        flushed |= now || (delayed && flushed);
+    }
 }
 
 #[test]
@@ -925,15 +954,18 @@ fn generate_binary(rng: &mut Rng, count: usize) -> Vec<Step> {
         steps.push(binary_step(rng));
     }
     let _ = binary_marker();
+    no_delay_after_flush(&mut steps, |step| {
+        let flush = matches!(step.bytes[1], 0x08 | 0x18) && step.bytes[0] == 0x80;
+        let delayed = flush && step.bytes.len() == 28 && step.bytes[24..] != [0; 4];
+        if delayed {
+            step.bytes[24..].copy_from_slice(&[0; 4]);
+        }
+        (delayed, flush && !delayed)
+    });
     steps
 }
 
-/// Ignored in CI: seeds 4 and 5 agree in most runs, but now and then (one run in three here)
-/// the two stores part after about a thousand steps, in a way not triaged yet (a run's
-/// timing matters, so it is not the generator). `cargo test -p server --test differential
-/// -- --ignored` runs it; `binary_regressions_match_memcached` keeps what it found fixed.
 #[test]
-#[ignore = "open: binary runs part now and then after about 1,000 steps (not triaged)"]
 fn binary_replies_match_memcached() {
     run_seeds(Proto::Binary, BINARY_SEEDS, generate_binary);
 }
@@ -1333,6 +1365,11 @@ fn binary_regressions_match_memcached() {
         Step::new(frame(0x0e, 7, &[], b"nope", b"x")).cas(CasRef::Never),
         Step::new(frame(0x1a, 8, &[], b"nope", b"x")).cas(CasRef::Never),
         Step::new(frame(0x00, 9, &[], b"k", &[])),
+        // An empty value is non-numeric before a wrong CAS is "exists".
+        Step::new(frame(0x01, 10, &extras, b"e", b"")),
+        Step::new(frame(0x05, 11, &[0; 20], b"e", &[])).cas(CasRef::Never),
+        Step::new(frame(0x01, 12, &extras, b"e", b"x")),
+        Step::new(frame(0x05, 13, &[0; 20], b"e", &[])).cas(CasRef::Never),
     ];
     run_fixed(Proto::Binary, &steps);
 }

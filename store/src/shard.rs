@@ -779,6 +779,11 @@ impl Shard {
         let Some(old) = self.table.get_bucket(index) else {
             return Err(StoreError::NotFound);
         };
+        // memcached: an empty value is non-numeric before the CAS is compared, any other
+        // value after.
+        if old.value().is_empty() {
+            return Err(StoreError::NonNumeric);
+        }
         if cas != 0 && old.cas() != cas {
             return Err(StoreError::Exists);
         }

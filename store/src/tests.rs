@@ -840,6 +840,26 @@ fn incr_reads_numbers_as_memcached_does() {
     }
 }
 
+// Regression: incr with a wrong CAS on an empty value said "exists"; memcached finds an empty
+// value non-numeric first (and any other value's CAS before its digits).
+#[test]
+fn incr_on_an_empty_value_is_non_numeric_before_the_cas() {
+    let mut s = shard();
+    let c = set(&mut s, b"e", b"", 0, NOW);
+    let wrong = |s: &mut Shard, key: &[u8]| {
+        s.incr_decr(
+            Arith {
+                cas: c + 100,
+                ..Arith::new(key, Delta::Incr, 1)
+            },
+            NOW,
+        )
+    };
+    assert_eq!(wrong(&mut s, b"e"), Err(StoreError::NonNumeric));
+    set(&mut s, b"x", b"abc", 0, NOW);
+    assert_eq!(wrong(&mut s, b"x"), Err(StoreError::Exists));
+}
+
 #[test]
 fn incr_non_numeric() {
     let mut s = shard();
