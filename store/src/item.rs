@@ -322,18 +322,32 @@ impl Item {
 /// Longest decimal `u64` (`18446744073709551615`).
 pub(crate) const MAX_DIGITS: usize = 20;
 
-/// Parses a value as memcached's incr/decr operand: ASCII digits whose value fits in a `u64`
-/// (leading zeros allowed, as memcached's `strtoull` allows them).
+/// Parses a value as memcached's incr/decr operand, as its `safe_strtoull` reads the item's
+/// data: leading white space, an optional sign, ASCII digits whose value fits in a `u64`
+/// (leading zeros allowed), then the end or white space (what follows is ignored: memcached
+/// pads a result shorter than the old value with spaces, and reads it back so). A `-` is
+/// refused unless the number it makes is not negative as a signed 64-bit one (`-0`).
 pub(crate) fn parse_decimal(value: &[u8]) -> Option<u64> {
-    if value.is_empty() {
+    let space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c);
+    let start = value.iter().position(|b| !space(b))?;
+    let (negative, rest) = match &value[start..] {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        rest => (false, rest),
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || rest.get(digits).is_some_and(|b| !space(b)) {
         return None;
     }
     let mut n: u64 = 0;
-    for &b in value {
-        if !b.is_ascii_digit() {
+    for &b in &rest[..digits] {
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    if negative {
+        n = n.wrapping_neg();
+        if (n as i64) < 0 {
             return None;
         }
-        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
     }
     Some(n)
 }
@@ -527,10 +541,17 @@ mod tests {
             "leading zeros"
         );
         assert_eq!(parse_decimal(b""), None);
-        assert_eq!(parse_decimal(b"12 "), None);
-        assert_eq!(parse_decimal(b" 12"), None);
+        // memcached's strtoull: white space around the number, a sign.
+        assert_eq!(parse_decimal(b"12 "), Some(12));
+        assert_eq!(parse_decimal(b" 12"), Some(12));
+        assert_eq!(parse_decimal(b"12 x"), Some(12));
+        assert_eq!(parse_decimal(b"+12"), Some(12));
+        assert_eq!(parse_decimal(b"-0"), Some(0));
         assert_eq!(parse_decimal(b"-1"), None);
+        assert_eq!(parse_decimal(b"- 1"), None);
+        assert_eq!(parse_decimal(b"  "), None);
         assert_eq!(parse_decimal(b"1a"), None);
+        assert_eq!(parse_decimal(b"1.5"), None);
     }
 
     #[test]

@@ -213,11 +213,27 @@ fn key_ok(key: &[u8]) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY_LEN
 }
 
+/// memcached's `safe_strtoull` over an item's data: white space, a sign, digits, then white
+/// space or the end.
 fn decimal(value: &[u8]) -> Option<u64> {
-    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+    let text = String::from_utf8_lossy(value);
+    let text = text.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let (negative, text) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let tail = &text[end..];
+    if end == 0 || !(tail.is_empty() || tail.starts_with([' ', '\t', '\n', '\r', '\x0b', '\x0c'])) {
         return None;
     }
-    std::str::from_utf8(value).ok()?.parse().ok()
+    let n: u64 = text[..end].parse().ok()?;
+    match negative {
+        false => Some(n),
+        true => Some(n.wrapping_neg()).filter(|&m| (m as i64) >= 0),
+    }
 }
 
 impl Model {
@@ -286,6 +302,9 @@ impl Model {
             return Err(StoreError::TooLarge);
         }
         let Some(old) = self.live(key, now).cloned() else {
+            if extends {
+                return Err(StoreError::NotStored);
+            }
             if cas != 0 {
                 return Err(StoreError::NotFound);
             }

@@ -569,9 +569,9 @@ impl Shard {
     ///
     /// - [`StoreError::KeyTooLong`]: the key is empty or longer than 250 bytes.
     /// - [`StoreError::TooLarge`]: `item_size(key, resulting value) > max_item_size`.
-    /// - [`StoreError::NotFound`]: `cas != 0` and the key is missing.
-    /// - [`StoreError::NotStored`]: `Add` on a live key (whatever `cas`), or
-    ///   `Replace`/`Append`/`Prepend` on a missing key.
+    /// - [`StoreError::NotFound`]: `cas != 0` and the key is missing (`Set`, `Replace`).
+    /// - [`StoreError::NotStored`]: `Add` on a live key (whatever `cas`), `Replace` on a
+    ///   missing key, or `Append`/`Prepend` on a missing key (whatever `cas`, as memcached).
     /// - [`StoreError::Exists`]: `cas != 0` and the live item's CAS differs.
     /// - [`StoreError::OutOfMemory`]: the item does not fit in the budget even alone.
     ///
@@ -595,6 +595,11 @@ impl Shard {
         }
         let hash = self.hasher.hash_one(key);
         let Ok(index) = self.lookup(hash, key, now) else {
+            // memcached: append and prepend need an item, and say "not stored" without one,
+            // a CAS given or not (only set and replace, its compare-and-swap forms, miss).
+            if extends {
+                return Err(StoreError::NotStored);
+            }
             if cas != 0 {
                 self.stats.cas_misses += 1;
                 return Err(StoreError::NotFound);
@@ -774,6 +779,11 @@ impl Shard {
         let Some(old) = self.table.get_bucket(index) else {
             return Err(StoreError::NotFound);
         };
+        // memcached: an empty value is non-numeric before the CAS is compared, any other
+        // value after.
+        if old.value().is_empty() {
+            return Err(StoreError::NonNumeric);
+        }
         if cas != 0 && old.cas() != cas {
             return Err(StoreError::Exists);
         }

@@ -447,6 +447,15 @@ fn cas_applies_to_every_mode() {
             Err(StoreError::Exists),
             "{mode:?}"
         );
+        // Regression: append and prepend with a CAS on a missing key said "not found" (meta
+        // `NF`, binary 0x0001); memcached says "not stored" (`NS`, 0x0005), as without a CAS,
+        // and counts no CAS miss. Replace with a CAS is memcached's `cas`: not found.
+        let missing = if mode == StoreMode::Replace {
+            StoreError::NotFound
+        } else {
+            StoreError::NotStored
+        };
+        let misses = s.stats().cas_misses;
         assert_eq!(
             s.store(
                 Write {
@@ -455,9 +464,11 @@ fn cas_applies_to_every_mode() {
                 },
                 NOW
             ),
-            Err(StoreError::NotFound),
+            Err(missing),
             "{mode:?}"
         );
+        let counted = u64::from(mode == StoreMode::Replace);
+        assert_eq!(s.stats().cas_misses, misses + counted, "{mode:?}");
     }
     // Add on a live key is NotStored whatever the CAS.
     assert_eq!(
@@ -797,6 +808,58 @@ fn incr_twenty_digits_max() {
     );
 }
 
+// Regression: a number with white space around it (memcached's own padding of a shorter
+// result, a value stored with a newline) was refused as non-numeric; memcached's strtoull
+// reads it, and so does memspin now. The result replaces the whole value.
+#[test]
+fn incr_reads_numbers_as_memcached_does() {
+    let mut s = shard();
+    for (text, number) in [
+        (&b" 7"[..], 7),
+        (b"7 ", 7),
+        (b"7   ", 7),
+        (b"\t7\n", 7),
+        (b"+7", 7),
+        (b"7 a\r\nb", 7),
+        (b"-0", 0),
+        (b"0000000000000000000000000000042", 42),
+    ] {
+        set(&mut s, b"n", text, 0, NOW);
+        assert_eq!(
+            s.incr_decr(Arith::new(b"n", Delta::Incr, 1), NOW)
+                .unwrap()
+                .0,
+            number + 1,
+            "{:?}",
+            String::from_utf8_lossy(text)
+        );
+        assert_eq!(
+            value(&mut s, b"n", NOW),
+            Some((number + 1).to_string().into_bytes())
+        );
+    }
+}
+
+// Regression: incr with a wrong CAS on an empty value said "exists"; memcached finds an empty
+// value non-numeric first (and any other value's CAS before its digits).
+#[test]
+fn incr_on_an_empty_value_is_non_numeric_before_the_cas() {
+    let mut s = shard();
+    let c = set(&mut s, b"e", b"", 0, NOW);
+    let wrong = |s: &mut Shard, key: &[u8]| {
+        s.incr_decr(
+            Arith {
+                cas: c + 100,
+                ..Arith::new(key, Delta::Incr, 1)
+            },
+            NOW,
+        )
+    };
+    assert_eq!(wrong(&mut s, b"e"), Err(StoreError::NonNumeric));
+    set(&mut s, b"x", b"abc", 0, NOW);
+    assert_eq!(wrong(&mut s, b"x"), Err(StoreError::Exists));
+}
+
 #[test]
 fn incr_non_numeric() {
     let mut s = shard();
@@ -804,11 +867,11 @@ fn incr_non_numeric() {
         &b"abc"[..],
         b"",
         b"12a",
-        b" 1",
-        b"1 ",
+        b" ",
         b"-1",
-        b"+1",
+        b"- 1",
         b"1.5",
+        b"1a 2",
         b"18446744073709551616",
         b"99999999999999999999",
     ] {

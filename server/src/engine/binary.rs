@@ -246,6 +246,9 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
                         return invalid(cx, request, out);
                     };
                     let mode = match opcode {
+                        // memcached: a binary store with a CAS is a compare-and-swap, an ADD
+                        // too (a matching CAS replaces the item).
+                        Opcode::Add if request.cas != 0 => StoreMode::Set,
                         Opcode::Add => StoreMode::Add,
                         Opcode::Replace => StoreMode::Replace,
                         _ => StoreMode::Set,

@@ -887,7 +887,8 @@ fn set(cx: &mut Cx<'_>, key: &[u8], value: &[u8], options: &[&[u8]], out: &mut V
     let mut cond = Cond::Any;
     let mut get = false;
     let mut keep_ttl = false;
-    let mut expiry: Option<(Unit, Base, &[u8])> = None;
+    // The expiry's unit, base, value and option name.
+    let mut expiry: Option<(Unit, Base, &[u8], &[u8])> = None;
     let mut i = 0;
     while i < options.len() {
         let option = options[i];
@@ -902,7 +903,8 @@ fn set(cx: &mut Cx<'_>, key: &[u8], value: &[u8], options: &[&[u8]], out: &mut V
         } else if is("keepttl") && expiry.is_none() {
             keep_ttl = true;
         } else if (is("ex") || is("px") || is("exat") || is("pxat"))
-            && expiry.is_none()
+            // Redis takes the same expiry option again (the last one counts), not another.
+            && expiry.is_none_or(|(_, _, _, name)| option.eq_ignore_ascii_case(name))
             && !keep_ttl
             && let Some(&next) = next
         {
@@ -915,7 +917,7 @@ fn set(cx: &mut Cx<'_>, key: &[u8], value: &[u8], options: &[&[u8]], out: &mut V
             } else {
                 (Unit::Millis, Base::Absolute)
             };
-            expiry = Some((unit, base, next));
+            expiry = Some((unit, base, next, option));
             i += 1;
         } else {
             error(out, v, SYNTAX);
@@ -924,7 +926,7 @@ fn set(cx: &mut Cx<'_>, key: &[u8], value: &[u8], options: &[&[u8]], out: &mut V
         i += 1;
     }
     let ttl = match expiry {
-        Some((unit, base, text)) => match deadline(text, unit, base, now) {
+        Some((unit, base, text, _)) => match deadline(text, unit, base, now) {
             Ok(at) => Ttl::AtMillis(at),
             Err(e) => return expire_error(out, v, e, "set"),
         },
@@ -977,15 +979,17 @@ fn getex(cx: &mut Cx<'_>, key: &[u8], options: &[&[u8]], out: &mut Vec<u8>) {
     let v = version(cx);
     let now = cx.now;
     let mut persist = false;
-    let mut expiry: Option<(Unit, Base, &[u8])> = None;
+    // The expiry's unit, base, value and option name.
+    let mut expiry: Option<(Unit, Base, &[u8], &[u8])> = None;
     let mut i = 0;
     while i < options.len() {
         let option = options[i];
         let is = |name: &str| option.eq_ignore_ascii_case(name.as_bytes());
-        if is("persist") && expiry.is_none() && !persist {
+        // As for `SET`, an option may come again (the last one counts), another may not.
+        if is("persist") && expiry.is_none() {
             persist = true;
         } else if (is("ex") || is("px") || is("exat") || is("pxat"))
-            && expiry.is_none()
+            && expiry.is_none_or(|(_, _, _, name)| option.eq_ignore_ascii_case(name))
             && !persist
             && let Some(&next) = options.get(i + 1)
         {
@@ -999,7 +1003,7 @@ fn getex(cx: &mut Cx<'_>, key: &[u8], options: &[&[u8]], out: &mut Vec<u8>) {
             } else {
                 Base::Absolute
             };
-            expiry = Some((unit, base, next));
+            expiry = Some((unit, base, next, option));
             i += 1;
         } else {
             return error(out, v, SYNTAX);
@@ -1007,8 +1011,10 @@ fn getex(cx: &mut Cx<'_>, key: &[u8], options: &[&[u8]], out: &mut Vec<u8>) {
         i += 1;
     }
     let ttl = match expiry {
-        Some((unit, base, text)) => match deadline(text, unit, base, now) {
+        Some((unit, base, text, _)) => match deadline(text, unit, base, now) {
             Ok(at) => Some(Ttl::AtMillis(at)),
+            // Redis looks the key up before it reads the expiry: a missing key is nil.
+            Err(_) if cx.core.peek(key, now).is_none() => return null(out, v),
             Err(e) => return expire_error(out, v, e, "getex"),
         },
         None if persist => Some(Ttl::Exptime(0)),

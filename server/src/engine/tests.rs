@@ -373,6 +373,32 @@ fn cas_set_and_delete() {
     assert_eq!(one(&mut e, delete).status, Status::KeyNotFound);
 }
 
+// Regression: a binary ADD with a CAS on a live item was refused ("exists") even when the CAS
+// matched; memcached makes any binary store with a non-zero CAS a compare-and-swap (an ADD
+// too), so the matching one stores, another is "exists", and a missing key "not found".
+#[test]
+fn add_with_a_cas_is_a_compare_and_swap() {
+    let mut e = engine();
+    let extras = set_extras(0, 0);
+    let first = one(&mut e, set(b"k", b"1", &extras));
+    let add = |key, cas| Req {
+        opcode: Opcode::Add,
+        cas,
+        ..set(key, b"2", &extras)
+    };
+    assert_eq!(
+        one(&mut e, add(b"k", first.cas + 1000)).status,
+        Status::KeyExists
+    );
+    let stored = one(&mut e, add(b"k", first.cas));
+    assert_eq!(stored.status, Status::NoError);
+    assert_ne!(stored.cas, first.cas);
+    assert_eq!(one(&mut e, get(b"k")).value, b"2");
+    assert_eq!(one(&mut e, add(b"other", 1)).status, Status::KeyNotFound);
+    // Without a CAS, ADD on a live key is "exists" as ever.
+    assert_eq!(one(&mut e, add(b"k", 0)).status, Status::KeyExists);
+}
+
 #[test]
 fn quiet_errors_are_answered() {
     let mut e = engine();

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod abuse;
+pub mod differential;
 pub mod hostile;
 pub mod ping;
 pub mod routed;
