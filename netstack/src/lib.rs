@@ -65,6 +65,24 @@ pub enum Poll {
     Progress,
 }
 
+/// A receiving device that can show the frames it already holds before it hands them out,
+/// so that [`ConnTable::poll_ingress`] can look ahead while it processes the current one
+/// (see "Look-ahead" in the `conn` module docs).
+///
+/// A peek does no I/O and consumes nothing: `peek_rx(k, f)` calls `f` with the frame the
+/// `k + 1`-th next [`receive`](smoltcp::phy::Device::receive) will hand out (0: the next
+/// one), if the device holds it in memory already, and returns what `f` returned; `None`
+/// if it does not. The default holds none, so a device that cannot peek implements this
+/// trait with an empty body and works as before.
+pub trait RxPeek {
+    /// The frame the next `receive` hands out (`ahead` 0), or the one `ahead` frames after
+    /// it, if the device holds it already.
+    fn peek_rx<R>(&self, ahead: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let _ = (ahead, f);
+        None
+    }
+}
+
 /// The smoltcp version this crate is built against, re-exported so users name the same
 /// `Instant`, `Ipv4Cidr` and socket types.
 pub use smoltcp;

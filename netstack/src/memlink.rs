@@ -175,6 +175,18 @@ impl TxToken for MemTx<'_> {
     }
 }
 
+impl crate::RxPeek for MemPort {
+    fn peek_rx<R>(&self, ahead: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let queue = self.queues[self.rx].borrow();
+        if ahead >= queue.len {
+            return None;
+        }
+        let index = (queue.head + ahead) % queue.lens.len();
+        let start = index * queue.frame_bytes;
+        Some(f(&queue.storage[start..start + queue.lens[index]]))
+    }
+}
+
 impl Device for MemPort {
     type RxToken<'a> = MemRx<'a>;
     type TxToken<'a> = MemTx<'a>;
@@ -422,6 +434,41 @@ mod tests {
             rx.consume(|frame| got.push(frame[0]));
         }
         got
+    }
+
+    #[test]
+    fn a_peek_shows_the_frames_receive_then_hands_out_in_order() {
+        use crate::RxPeek;
+        let (mut a, mut b) = pair(4, 1500);
+        assert_eq!(b.peek_rx(0, |frame| frame.len()), None);
+        // Wrap the ring, so that peeks cross its end.
+        for byte in [9, 9, 9] {
+            put(&mut a, byte);
+        }
+        assert_eq!(take(&mut b), [9, 9, 9]);
+        for byte in 1..=4 {
+            put(&mut a, byte);
+        }
+        for round in 0..4u8 {
+            let peeked: Vec<Vec<u8>> = (0..5)
+                .map_while(|ahead| b.peek_rx(ahead, <[u8]>::to_vec))
+                .collect();
+            assert_eq!(
+                peeked.len(),
+                usize::from(4 - round),
+                "nothing peeked is consumed"
+            );
+            let (rx, _) = b.receive(Instant::ZERO).unwrap();
+            assert_eq!(rx.consume(<[u8]>::to_vec), peeked[0]);
+            for (ahead, frame) in peeked[1..].iter().enumerate() {
+                assert_eq!(b.peek_rx(ahead, <[u8]>::to_vec).as_ref(), Some(frame));
+                assert_eq!(
+                    frame,
+                    &vec![round + 2 + ahead as u8; 22 + usize::from(round) + ahead]
+                );
+            }
+        }
+        assert_eq!(b.peek_rx(0, |frame| frame.len()), None);
     }
 
     #[test]

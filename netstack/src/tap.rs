@@ -487,6 +487,18 @@ impl phy::TxToken for TapTxToken<'_> {
     }
 }
 
+impl crate::RxPeek for TapDevice {
+    /// The frames of the ring not yet handed out (a peek never reads the kernel queue).
+    fn peek_rx<R>(&self, ahead: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if ahead >= self.buffered() {
+            return None;
+        }
+        let index = self.rx.head + ahead;
+        let start = index * SLOT_BYTES;
+        Some(f(&self.rx.slots[start..start + self.rx.lens[index]]))
+    }
+}
+
 impl Device for TapDevice {
     type RxToken<'a> = TapRxToken<'a>;
     type TxToken<'a> = TapTxToken<'a>;

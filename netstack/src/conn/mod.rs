@@ -85,6 +85,16 @@
 //!   acknowledgments, and at once any copy the peer's SACK blocks show lost. The bucket's
 //!   deadline includes each connection's probe time. Both families alike; a copy goes out
 //!   again with the Ethernet header it first had (to the gateway's MAC of that moment).
+//! - **Look-ahead.** At many connections a segment's connection is out of cache when its
+//!   frame comes, and its processing waited on miss after miss: the bucket, the slot,
+//!   smoltcp's socket. Devices that read frames in batches show the frames they hold but
+//!   have not handed out yet ([`RxPeek`]: TAP, AF_XDP, the in-memory link), so before each
+//!   frame [`ConnTable::poll_ingress`] reads the 4-tuple of the frames after it and
+//!   prefetches one level deeper per frame, each level's address read from the level that
+//!   the frame before brought into cache: the bucket of the frame three ahead, the slots
+//!   of the one two ahead (the lines the lookup and the ACK read), the socket of the next
+//!   one (and the line before it, the set's entry). A frame that is not a segment to us
+//!   costs a header read; nothing is prefetched for it.
 //! - **Sockets.** Nagle off, delayed ACK off, keep-alive off, smoltcp's own `timeout` off
 //!   (the table's clocks replace it).
 //!
@@ -120,7 +130,6 @@ pub use recovery::{
     MAX_RTO_MIN, MIN_RTO_MIN, RecoveryStats,
 };
 
-use crate::Poll;
 use crate::demux::{self, SegmentRepr, TcpFrame};
 use crate::neighbor::{
     self, ARP_FRAME_LEN, ArpOut, ETHERNET_HEADER_LEN, LinkAddrs, NDP_FRAME_LEN, NEIGHBOR_CAPACITY,
@@ -128,6 +137,7 @@ use crate::neighbor::{
 };
 use crate::timer::{DeadlineHeap, TimerSlot, TimerSlots};
 use crate::view::{CapsOnly, Framing, IpEgress, IpFrame, NoPeers, PeerMac, Peers};
+use crate::{Poll, RxPeek};
 use backlog::{Backlog, BacklogSlots, Links, SlotAddr, slot_addr, split_addr};
 use lifetime::{Expiry, Lifetime, Stage};
 use recovery::{Flight, Recovery};
@@ -542,6 +552,9 @@ struct Slot<S> {
     /// Set from the SYN that armed the slot; `None` while free.
     peer: Option<Peer>,
     handle: Option<SocketHandle>,
+    /// Where the socket of `handle` lies in its bucket's socket set, for the look-ahead's
+    /// prefetch (an address, never read through; set again whenever the set may move).
+    socket_at: usize,
     phase: Phase,
     /// The application has output pending and wants a call when send space frees up.
     want_write: bool,
@@ -565,6 +578,7 @@ impl<S> Slot<S> {
     fn empty() -> Self {
         Slot {
             handle: None,
+            socket_at: 0,
             phase: Phase::Free,
             generation: 0,
             session: None,
@@ -611,14 +625,25 @@ pub(crate) fn prefetch_line(at: *const u8) {
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults,
-        // whatever the address (every caller's points into a live value); SSE, which it
-        // needs, is part of every x86-64 CPU.
+        // whatever the address (callers' point into a live value or the line before one);
+        // SSE, which it needs, is part of every x86-64 CPU.
         unsafe {
             _mm_prefetch::<_MM_HINT_T0>(at.cast());
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = at;
+}
+
+/// Prefetches the socket at `at` (a [`Slot::socket_at`]) and the line before it, where its
+/// set keeps the entry's tag and metadata: smoltcp's ingress reads them to find the socket
+/// that accepts a segment, then the socket's state throughout.
+#[inline]
+fn prefetch_socket(at: usize) {
+    let start = (at as *const u8).wrapping_sub(64);
+    for offset in (0..size_of::<tcp::Socket>() + 64).step_by(64) {
+        prefetch_line(start.wrapping_add(offset));
+    }
 }
 
 /// The connections of one bucket as `view.rs` sees them while it frames their segments:
@@ -877,10 +902,16 @@ impl<S: Default> ConnTable<S> {
 
     /// Reads and processes up to `budget` received frames, one `poll_ingress_single` each
     /// against the socket set the frame belongs to.
-    pub fn poll_ingress<D: Device>(&mut self, now: Instant, device: &mut D, budget: usize) -> Poll {
+    pub fn poll_ingress<D: Device + RxPeek>(
+        &mut self,
+        now: Instant,
+        device: &mut D,
+        budget: usize,
+    ) -> Poll {
         self.now = now;
         let mut frames = 0;
         while frames < budget {
+            self.look_ahead(device);
             let Some((rx, tx)) = device.receive(now) else {
                 break;
             };
@@ -1079,6 +1110,38 @@ impl<S: Default> ConnTable<S> {
                 Duration::ZERO
             }
         })
+    }
+
+    /// Prefetches, for the frames after the one about to be processed, what their
+    /// processing touches first, one step further each frame (see "Look-ahead" in the
+    /// module docs): the bucket of the frame three ahead, the slots of the one two ahead
+    /// (whose bucket is in cache by now), the sockets of the next (whose slots are).
+    fn look_ahead<D: RxPeek>(&self, device: &D) {
+        if let Some(Some(bucket)) = device.peek_rx(3, |frame| self.peek_bucket(frame)) {
+            prefetch_line((&raw const self.buckets[bucket]).cast());
+        }
+        if let Some(Some(bucket)) = device.peek_rx(2, |frame| self.peek_bucket(frame)) {
+            for slot in &self.buckets[bucket].slots {
+                prefetch_line((&raw const slot.peer).cast());
+                slot.flight.prefetch();
+            }
+        }
+        if let Some(Some(bucket)) = device.peek_rx(1, |frame| self.peek_bucket(frame)) {
+            for slot in &self.buckets[bucket].slots {
+                if slot.handle.is_some() {
+                    prefetch_socket(slot.socket_at);
+                }
+            }
+        }
+    }
+
+    /// The bucket a received frame's segment goes to, if it is a TCP segment to one of our
+    /// ports (any bytes: a frame that is not such a segment has none).
+    fn peek_bucket(&self, frame: &[u8]) -> Option<usize> {
+        let tcp = TcpFrame::new_checked(frame).ok()?;
+        let port = tcp.dst_port();
+        (port == self.config.port || Some(port) == self.config.extra_port)
+            .then(|| self.bucket_of(tcp.src_addr(), tcp.src_port()))
     }
 
     fn ingress_frame<T: TxToken>(&mut self, now: Instant, frame: &[u8], tx: T) {
@@ -1446,6 +1509,13 @@ impl<S: Default> ConnTable<S> {
             }
         };
         bucket.slots[index].handle = Some(handle);
+        // Adding may have moved the set's sockets.
+        for slot in &mut bucket.slots {
+            if let Some(handle) = slot.handle {
+                let socket: *const tcp::Socket = bucket.sockets.get::<tcp::Socket>(handle);
+                slot.socket_at = socket as usize;
+            }
+        }
         index
     }
 

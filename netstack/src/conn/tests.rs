@@ -15,6 +15,7 @@ fn conn_ids_pack_and_unpack() {
 }
 use crate::demux::tests::SYN_FRAME;
 use crate::memlink::{self, ClientSwarm, MemPort};
+use core::cell::Cell;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     EthernetFrame, IpProtocol, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
@@ -81,6 +82,53 @@ struct Net {
     swarm: ClientSwarm,
     client: MemPort,
     now: Instant,
+    /// False: the server's device shows no frame ahead (ingress without look-ahead).
+    peek: bool,
+    /// Peeks at the server's device that found a frame.
+    peeks: Cell<usize>,
+}
+
+/// The server's device as ingress sees it: showing the frames ahead or not, counting the
+/// peeks that found one.
+struct Shown<'d> {
+    device: &'d mut MemPort,
+    peek: bool,
+    peeks: &'d Cell<usize>,
+}
+
+impl Device for Shown<'_> {
+    type RxToken<'a>
+        = <MemPort as Device>::RxToken<'a>
+    where
+        Self: 'a;
+    type TxToken<'a>
+        = <MemPort as Device>::TxToken<'a>
+    where
+        Self: 'a;
+
+    fn receive(&mut self, now: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        self.device.receive(now)
+    }
+
+    fn transmit(&mut self, now: Instant) -> Option<Self::TxToken<'_>> {
+        self.device.transmit(now)
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        self.device.capabilities()
+    }
+}
+
+impl RxPeek for Shown<'_> {
+    fn peek_rx<R>(&self, ahead: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if !self.peek {
+            return None;
+        }
+        let shown = self.device.peek_rx(ahead, f);
+        self.peeks
+            .set(self.peeks.get() + usize::from(shown.is_some()));
+        shown
+    }
 }
 
 impl Net {
@@ -110,6 +158,8 @@ impl Net {
             swarm,
             client,
             now,
+            peek: true,
+            peeks: Cell::new(0),
         }
     }
 
@@ -129,7 +179,12 @@ impl Net {
 
     /// The server's half of a step only (the client is not polled).
     fn server_step(&mut self, app: fn(&mut Conn<'_, Echo>)) {
-        self.table.poll_ingress(self.now, &mut self.server, 64);
+        let mut shown = Shown {
+            device: &mut self.server,
+            peek: self.peek,
+            peeks: &self.peeks,
+        };
+        self.table.poll_ingress(self.now, &mut shown, 64);
         self.table.serve(app);
         self.table.poll_egress(self.now, &mut self.server);
     }
@@ -502,6 +557,60 @@ fn a_thousand_connections_are_all_served() {
         largest <= 8 * BUCKET_LOAD,
         "largest bucket has {largest} slots"
     );
+}
+
+/// What a run of many connections did: the table's counters after each phase and what
+/// each client received.
+fn many_connections_run(peek: bool) -> (Vec<TableStats>, Vec<Vec<u8>>, usize) {
+    let clients = 300;
+    let mut net = Net::new(512, clients);
+    net.peek = peek;
+    // The same buckets in both runs.
+    net.table.hash_keys = [0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3211];
+    let mut stats = Vec::new();
+    for _ in 0..clients {
+        net.connect();
+    }
+    net.run_until("all established", |net| net.table.stats().active == clients);
+    stats.push(*net.table.stats());
+    let mut received = vec![Vec::new(); clients];
+    for round in 0..4u8 {
+        for c in 0..clients {
+            let payload = vec![round ^ c as u8; 1 + (c * 7 + usize::from(round) * 13) % 300];
+            net.swarm.socket(c).send_slice(&payload).unwrap();
+        }
+        net.run_until("all echoed", |net| {
+            (0..clients).all(|c| net.swarm.socket_ref(c).recv_queue() > 0)
+        });
+        for _ in 0..20 {
+            net.step();
+        }
+        for (c, got) in received.iter_mut().enumerate() {
+            let mut buf = [0u8; 600];
+            let n = net.swarm.socket(c).recv_slice(&mut buf).unwrap();
+            got.extend_from_slice(&buf[..n]);
+        }
+        stats.push(*net.table.stats());
+    }
+    for c in 0..clients / 2 {
+        net.swarm.socket(c).close();
+    }
+    net.run_until("half closed", |net| {
+        net.table.stats().active == clients - clients / 2
+    });
+    stats.push(*net.table.stats());
+    (stats, received, net.peeks.get())
+}
+
+#[test]
+fn ingress_with_look_ahead_does_what_it_does_without() {
+    let (blind_stats, blind_received, blind_peeks) = many_connections_run(false);
+    let (stats, received, peeks) = many_connections_run(true);
+    assert_eq!(blind_peeks, 0);
+    // The run queues many frames at once, so the look-ahead ran.
+    assert!(peeks > 1000, "{peeks} peeks found a frame");
+    assert_eq!(received, blind_received);
+    assert_eq!(stats, blind_stats);
 }
 
 #[test]

@@ -979,6 +979,14 @@ impl phy::TxToken for XdpTxToken<'_> {
     }
 }
 
+impl crate::RxPeek for XdpDevice {
+    /// The packets of the current batch not yet handed out, except those received in pieces
+    /// (a peek never takes from the rx ring).
+    fn peek_rx<R>(&self, ahead: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        self.rx.peek(ahead).map(f)
+    }
+}
+
 impl Device for XdpDevice {
     type RxToken<'a> = XdpRxToken<'a>;
     type TxToken<'a> = XdpTxToken<'a>;

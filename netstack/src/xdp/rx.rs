@@ -261,6 +261,31 @@ impl RxPath {
         self.filled
     }
 
+    /// The packet of the batch `ahead` places after the next one (0: the next one), without
+    /// handing it out, if it came in one piece (a chain is assembled only when handed out).
+    pub(crate) fn peek(&self, ahead: usize) -> Option<&[u8]> {
+        if ahead >= self.buffered() {
+            return None;
+        }
+        let packet = self.packets[self.head + ahead];
+        (packet.count == 1).then(|| self.single(packet))
+    }
+
+    /// A packet of the batch that came in one piece, borrowed from the UMEM.
+    fn single(&self, packet: Packet) -> &[u8] {
+        let first = usize::from(packet.first);
+        // SAFETY: `take` checked that [addr, addr + len) lies inside one receive frame of the
+        // UMEM. The kernel handed the frame to us on the rx ring and gets it back only in
+        // `give_back`, which needs `&mut self` and so cannot run while this borrow (of
+        // `self`) lives; transmit tokens write transmit frames only.
+        unsafe {
+            core::slice::from_raw_parts(
+                self.umem.add(self.addr[first] as usize),
+                packet.len as usize,
+            )
+        }
+    }
+
     /// The next packet of the batch: borrowed from the UMEM, or assembled from its chain.
     pub(crate) fn next(&mut self) -> Option<&[u8]> {
         if self.head == self.filled {
@@ -270,16 +295,7 @@ impl RxPath {
         self.head += 1;
         let first = usize::from(packet.first);
         if packet.count == 1 {
-            // SAFETY: `take` checked that [addr, addr + len) lies inside one receive frame
-            // of the UMEM. The kernel handed the frame to us on the rx ring and gets it back
-            // only in `give_back`, which needs `&mut self` and so cannot run while this
-            // borrow lives; transmit tokens write transmit frames only.
-            return Some(unsafe {
-                core::slice::from_raw_parts(
-                    self.umem.add(self.addr[first] as usize),
-                    packet.len as usize,
-                )
-            });
+            return Some(self.single(packet));
         }
         let mut at = 0;
         for i in first..first + usize::from(packet.count) {
@@ -426,6 +442,43 @@ mod tests {
         );
         assert_eq!(rig.rx.next(), None);
         assert_eq!((rig.stats.rx_frames, rig.stats.rx_chained), (1, 0));
+    }
+
+    #[test]
+    fn a_peek_shows_the_packets_next_then_hands_out_except_chains() {
+        let mut rig = Rig::new(256, 9018, true);
+        rig.rx.give_all();
+        let mut sent = Vec::new();
+        for seed in 0..3 {
+            let frames = rig.kernel_takes(1);
+            sent.push(payload(100 + usize::from(seed), seed));
+            rig.kernel_receives(&frames, &sent[usize::from(seed)], 1792);
+        }
+        let chain = rig.kernel_takes(3);
+        rig.kernel_receives(&chain, &payload(4000, 7), 1792);
+        let last = rig.kernel_takes(1);
+        let tail = payload(60, 8);
+        rig.kernel_receives(&last, &tail, 1792);
+        assert_eq!(rig.rx.peek(0), None, "nothing taken yet");
+        rig.rx.give_back();
+        assert_eq!(rig.rx.take(&mut rig.stats), 5);
+        let peeked: Vec<Option<Vec<u8>>> =
+            (0..6).map(|i| rig.rx.peek(i).map(<[u8]>::to_vec)).collect();
+        assert_eq!(
+            peeked[..3],
+            sent.iter().cloned().map(Some).collect::<Vec<_>>()[..]
+        );
+        assert_eq!(peeked[3], None, "a chain is not peeked");
+        assert_eq!(peeked[4].as_deref(), Some(&tail[..]));
+        assert_eq!(peeked[5], None, "beyond the batch");
+        for (i, peek) in peeked.iter().take(5).enumerate() {
+            assert_eq!(rig.rx.peek(0).map(<[u8]>::to_vec), *peek, "packet {i}");
+            let next = rig.rx.next().unwrap().to_vec();
+            if let Some(peek) = peek {
+                assert_eq!(&next, peek, "packet {i}");
+            }
+        }
+        assert_eq!(rig.rx.peek(0), None);
     }
 
     #[test]

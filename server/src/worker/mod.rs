@@ -515,7 +515,7 @@ pub fn raise_fd_limit(conn_limit: usize) -> Result<(), String> {
 
 /// A packet queue the smoltcp worker loop drives: a smoltcp [`Device`] that can also wait
 /// for frames (the park policy) and push out frames it queued.
-pub trait Queue: Device {
+pub trait Queue: Device + netstack::RxPeek {
     /// Sends frames that transmit tokens queued but the device has not pushed yet; called
     /// after every egress step unless the worker goes to sleep: [`Queue::wait`] sends them
     /// then. Devices that write each frame at once do nothing.
