@@ -512,6 +512,8 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                             }
                             Ok(initial)
                         }
+                        // An empty value is non-numeric before the CAS is compared (memcached).
+                        (Some(it), _) if it.value.is_empty() => Err(StoreError::NonNumeric),
                         (Some(it), _) if cas != 0 && it.cas != cas => Err(StoreError::Exists),
                         (Some(it), _) => match decimal(&it.value) {
                             None => Err(StoreError::NonNumeric),
