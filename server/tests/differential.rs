@@ -19,9 +19,10 @@
 mod support;
 
 use support::differential::{
-    CasIds, CasRef, End, Mask, Normal, Peer, Proto, RedisServer, Rng, Step, agree, binary_marker,
-    have, normalise_binary, normalise_resp, normalise_text, seeds,
+    CasIds, CasRef, End, Mask, Normal, Peer, Proto, Rng, Step, agree, binary_marker, have,
+    normalise_binary, normalise_resp, normalise_text, seeds,
 };
+use support::redis::RedisServer;
 use support::{Memcached, Server};
 
 /// The seeds CI runs, per protocol, 1,500 steps each. Text and binary seeds are those whose

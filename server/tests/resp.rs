@@ -13,11 +13,12 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use loadgen::client::Protocol;
+use support::redis::RedisServer;
 use support::veth::Veth;
 use support::{Netns, Server, assert_forwarded_both_ways};
 
@@ -353,47 +354,6 @@ fn cli_script() -> String {
     CLI_SCRIPT
         .replace("{same1}", &same[0])
         .replace("{same2}", &same[1])
-}
-
-/// A `redis-server` on a free loopback port, without persistence, killed when dropped.
-struct RedisServer {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl RedisServer {
-    #[track_caller]
-    fn start() -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (Debian package redis-server) must be installed");
-        let server = RedisServer {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(server.addr).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// `redis-server`'s transcripts of [`cli_script`] and [`CLI3_SCRIPT`], taken once.

@@ -7,6 +7,7 @@ pub mod abuse;
 pub mod differential;
 pub mod hostile;
 pub mod ping;
+pub mod redis;
 pub mod routed;
 pub mod verify;
 
