@@ -313,23 +313,6 @@ fn xdp_conn_limit_is_shared_by_two_workers() {
 
 #[test]
 fn kernel_conn_limit_is_shared_by_two_workers() {
-    let server = Server::start(
-        None,
-        &[
-            "--net",
-            "kernel",
-            "-l",
-            "127.0.0.1",
-            "-p",
-            "0",
-            "--idle",
-            "park",
-            "-t",
-            "2",
-            "-c",
-            "32",
-        ],
-        None,
-    );
+    let server = Server::start_kernel(&["-t", "2", "-c", "32"]);
     check_shared_limit(server.addr, 32);
 }

@@ -120,27 +120,7 @@ impl Target {
                 ns.enter();
                 (server, Some(ns))
             }
-            Path::Kernel => (
-                Server::start(
-                    None,
-                    &[
-                        "--net",
-                        "kernel",
-                        "-l",
-                        "127.0.0.1",
-                        "-p",
-                        "0",
-                        "--idle",
-                        "park",
-                        "-t",
-                        &threads,
-                        "-m",
-                        "256",
-                    ],
-                    None,
-                ),
-                None,
-            ),
+            Path::Kernel => (Server::start_kernel(&["-t", &threads, "-m", "256"]), None),
         };
         Target {
             server: server_and_ns.0,

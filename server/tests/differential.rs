@@ -41,19 +41,7 @@ const STEPS: usize = 1500;
 const LIMITS: &[&str] = &["-m", "64", "-I", "1m", "-c", "1024"];
 
 fn start_memspin(extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--net",
-        "kernel",
-        "-l",
-        "127.0.0.1",
-        "-p",
-        "0",
-        "--idle",
-        "park",
-    ];
-    args.extend_from_slice(LIMITS);
-    args.extend_from_slice(extra);
-    Server::start(None, &args, None)
+    Server::start_kernel(&[LIMITS, extra].concat())
 }
 
 fn start_memcached() -> Memcached {

@@ -8,42 +8,27 @@ use support::{
     check_two_workers_under_load, memccapable,
 };
 
-fn start(extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--net",
-        "kernel",
-        "-l",
-        "127.0.0.1",
-        "-p",
-        "0",
-        "--idle",
-        "park",
-    ];
-    args.extend_from_slice(extra);
-    Server::start(None, &args, None)
-}
-
 #[test]
 fn memccapable_binary_passes_all_27() {
-    let server = start(&[]);
+    let server = Server::start_kernel(&[]);
     memccapable(None, server.addr, "-b");
 }
 
 #[test]
 fn binary_safe_values_and_the_item_limit() {
-    let server = start(&[]);
+    let server = Server::start_kernel(&[]);
     check_binary_safe_values_and_limit(server.addr);
 }
 
 #[test]
 fn thousand_concurrent_connections_set_and_get() {
-    let server = start(&["-c", "1100"]);
+    let server = Server::start_kernel(&["-c", "1100"]);
     check_many_connections(server.addr, 1000);
 }
 
 #[test]
 fn sigterm_exits_cleanly_with_final_stats() {
-    let mut server = start(&[]);
+    let mut server = Server::start_kernel(&[]);
     let mut client = support::Client::connect(server.addr);
     client.set(b"k", b"v", 0).unwrap();
     let (status, stderr) = server.stop();
@@ -53,7 +38,7 @@ fn sigterm_exits_cleanly_with_final_stats() {
 
 #[test]
 fn two_workers_forward_and_verify_under_load() {
-    let mut server = start(&["-t", "2", "-c", "256"]);
+    let mut server = Server::start_kernel(&["-t", "2", "-c", "256"]);
     assert!(
         server.ready_line.contains("2 workers"),
         "{}",

@@ -22,22 +22,6 @@ use support::{Memcached, Netns, Server, TextClient};
 /// Where Debian's `memcached` package installs memcached-tool.
 const MEMCACHED_TOOL: &str = "/usr/share/memcached/scripts/memcached-tool";
 
-/// memspin on kernel sockets, 127.0.0.1, a free port.
-fn start_kernel(extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--net",
-        "kernel",
-        "-l",
-        "127.0.0.1",
-        "-p",
-        "0",
-        "--idle",
-        "park",
-    ];
-    args.extend_from_slice(extra);
-    Server::start(None, &args, None)
-}
-
 /// Runs `program args` (inside `ns` when given) with a deadline; returns its stdout.
 #[track_caller]
 fn run_within(ns: Option<&Netns>, program: &str, args: &[&str], limit: Duration) -> String {
@@ -160,7 +144,7 @@ fn check_memcached_tool(ns: Option<&Netns>, addr: SocketAddr, sizes: bool) -> BT
 
 #[test]
 fn kernel_memcached_tool_reads_memspin_as_it_reads_memcached() {
-    let server = start_kernel(&["-t", "2"]);
+    let server = Server::start_kernel(&["-t", "2"]);
     populate(server.addr);
     let ours = check_memcached_tool(None, server.addr, true);
     // The same items in a stock memcached dump to the same records.
@@ -242,7 +226,7 @@ fn check_no_stale_values(ns: Option<&Netns>, addr: SocketAddr) {
 #[test]
 fn kernel_clients_see_no_stale_value_after_an_oversized_set() {
     for workers in ["1", "2"] {
-        let server = start_kernel(&["-t", workers]);
+        let server = Server::start_kernel(&["-t", workers]);
         check_no_stale_values(None, server.addr);
     }
 }
@@ -328,7 +312,7 @@ fn check_watch(addr: SocketAddr) {
 
 #[test]
 fn kernel_watch_streams_another_connections_events() {
-    let server = start_kernel(&["-t", "2"]);
+    let server = Server::start_kernel(&["-t", "2"]);
     check_watch(server.addr);
 }
 
@@ -398,7 +382,7 @@ fn check_latency_and_reset(addr: SocketAddr) {
 #[test]
 fn kernel_stats_latency_counts_requests_and_reset_restarts() {
     for workers in ["1", "2"] {
-        let server = start_kernel(&["-t", workers]);
+        let server = Server::start_kernel(&["-t", workers]);
         check_latency_and_reset(server.addr);
     }
 }
@@ -463,7 +447,7 @@ fn xdp_packet_counters_are_in_stats_and_stats_workers() {
 
 #[test]
 fn kernel_packet_counters_are_in_stats_and_stats_workers() {
-    let server = start_kernel(&["-t", "2"]);
+    let server = Server::start_kernel(&["-t", "2"]);
     check_packet_counters(
         server.addr,
         &["kernel_accepted"],
@@ -524,7 +508,7 @@ fn check_packet_counters(addr: SocketAddr, counting: &[&str], present: &[&str]) 
 
 #[test]
 fn kernel_verbosity_logs_one_event_per_line() {
-    check_verbosity(start_kernel(&["-vv"]), "127.0.0.1");
+    check_verbosity(Server::start_kernel(&["-vv"]), "127.0.0.1");
 }
 
 #[test]
@@ -538,7 +522,7 @@ fn tap_verbosity_logs_one_event_per_line() {
 // A Redis client's commands are logged by their words, not their framing.
 #[test]
 fn kernel_verbosity_logs_resp_commands_by_their_words() {
-    let mut server = start_kernel(&["-vv", "--resp-port", "0"]);
+    let mut server = Server::start_kernel(&["-vv", "--resp-port", "0"]);
     let resp = server.resp_addr();
     let mut redis = TcpStream::connect(resp).unwrap();
     redis
@@ -598,7 +582,7 @@ fn check_verbosity(mut server: Server, peer: &str) {
 
 #[test]
 fn kernel_dash_m_refuses_stores_when_memory_is_full() {
-    let server = start_kernel(&["-M", "-m", "2"]);
+    let server = Server::start_kernel(&["-M", "-m", "2"]);
     check_dash_m(server.addr);
 }
 
@@ -643,7 +627,7 @@ fn check_dash_m(addr: SocketAddr) {
 
 #[test]
 fn kernel_shutdown_needs_dash_a() {
-    check_shutdown(start_kernel(&[]), start_kernel(&["-A"]));
+    check_shutdown(Server::start_kernel(&[]), Server::start_kernel(&["-A"]));
 }
 
 #[test]
@@ -703,7 +687,7 @@ fn kernel_operator_commands_answer_as_memcached_answers_them() {
     // The same admin lines to memspin and to memcached 1.6 on this machine, answered alike
     // where their state agrees. (A metadump that starts memcached's crawler is left out: the
     // crawler answers asynchronously and may drop what is pipelined behind it.)
-    let server = start_kernel(&[]);
+    let server = Server::start_kernel(&[]);
     let memcached = Memcached::start();
     let theirs = TextClient::connect(memcached.addr);
     check_operator_commands(TextClient::connect(server.addr), theirs);
@@ -783,7 +767,8 @@ fn check_operator_commands(mut ours: TextClient, mut theirs: TextClient) {
 // worker's share of `-m` as `maxbytes`; and it said port 0 when asked for any.
 #[test]
 fn kernel_settings_report_the_whole_memory_budget() {
-    let server = start_kernel(&["-t", "2", "-m", "64", "-c", "100", "-A", "--resp-port", "0"]);
+    let server =
+        Server::start_kernel(&["-t", "2", "-m", "64", "-c", "100", "-A", "--resp-port", "0"]);
     let mut c = TextClient::connect(server.addr);
     let settings = String::from_utf8(c.call(b"stats settings\r\n").unwrap()).unwrap();
     assert_eq!(stat(&settings, "maxbytes"), Some(64 << 20), "{settings}");
@@ -861,7 +846,7 @@ fn settings_lines(client: &mut TextClient, names: &[&str]) -> Vec<String> {
 // `lru_crawler crawl|tocrawl|sleep|enable|disable` and `cache_memlimit` answered ERROR.
 #[test]
 fn kernel_crawler_reassign_and_memlimit_answer_as_memcached_answers_them() {
-    let server = start_kernel(&["-t", "2"]);
+    let server = Server::start_kernel(&["-t", "2"]);
     let memcached = Memcached::start();
     let mut ours = TextClient::connect(server.addr);
     let mut theirs = TextClient::connect(memcached.addr);
@@ -959,7 +944,7 @@ fn store_items(client: &mut TextClient, prefix: &str, count: usize, len: usize, 
 
 #[test]
 fn kernel_lru_crawler_crawl_reclaims_expired_items_as_memcached_does() {
-    let server = start_kernel(&["-t", "2"]);
+    let server = Server::start_kernel(&["-t", "2"]);
     // memcached's LRU maintainer would take the expired items back first (as `reclaimed`);
     // memspin's background crawler takes them back as the crawler's.
     let memcached = Memcached::start_with("memcached".as_ref(), &["-o", "no_lru_maintainer"]);
@@ -991,7 +976,7 @@ fn kernel_lru_crawler_crawl_reclaims_expired_items_as_memcached_does() {
 
 #[test]
 fn kernel_slabs_reassign_frees_a_page_and_cache_memlimit_evicts_to_the_new_budget() {
-    let server = start_kernel(&["-t", "2", "-m", "64"]);
+    let server = Server::start_kernel(&["-t", "2", "-m", "64"]);
     check_reassign_memlimit_and_crawl(server.addr);
 }
 
@@ -1099,7 +1084,7 @@ fn bytes_after_reset(addr: SocketAddr) -> Vec<(Option<u64>, Option<u64>)> {
 // counted a request's bytes once it had run; memcached counts them as it reads them).
 #[test]
 fn kernel_bytes_read_after_a_reset_counts_as_memcached_counts() {
-    let server = start_kernel(&["-t", "2"]);
+    let server = Server::start_kernel(&["-t", "2"]);
     let memcached = Memcached::start();
     let ours = bytes_after_reset(server.addr);
     let theirs = bytes_after_reset(memcached.addr);
@@ -1110,7 +1095,7 @@ fn kernel_bytes_read_after_a_reset_counts_as_memcached_counts() {
 // Regression: Redis's `CLIENT ID` numbered connections apart from `stats conns`.
 #[test]
 fn kernel_client_id_is_the_number_stats_conns_shows() {
-    let server = start_kernel(&["-t", "2", "--resp-port", "0"]);
+    let server = Server::start_kernel(&["-t", "2", "--resp-port", "0"]);
     let resp = server.resp_addr();
     let mut text = TextClient::connect(server.addr);
     let mut redis = TcpStream::connect(resp).unwrap();
@@ -1183,7 +1168,7 @@ fn kernel_stats_conns_writes_ipv6_addresses_as_memcached_does() {
 // where memcached counts an oversize set (as memspin's text protocol does).
 #[test]
 fn kernel_an_oversize_resp_set_counts_in_store_too_large() {
-    let server = start_kernel(&["-I", "1k", "--resp-port", "0"]);
+    let server = Server::start_kernel(&["-I", "1k", "--resp-port", "0"]);
     let resp = server.resp_addr();
     let mut redis = TcpStream::connect(resp).unwrap();
     let value = "x".repeat(1020);

@@ -636,24 +636,7 @@ fn loadgen_verify(resp: SocketAddr, mixed: bool) {
 
 fn kernel(workers: &str) {
     let _one = one_at_a_time();
-    let mut server = Server::start(
-        None,
-        &[
-            "--net",
-            "kernel",
-            "-l",
-            "127.0.0.1",
-            "-p",
-            "0",
-            "--resp-port",
-            "0",
-            "--idle",
-            "park",
-            "-t",
-            workers,
-        ],
-        None,
-    );
+    let mut server = Server::start_kernel(&["--resp-port", "0", "-t", workers]);
     let resp = server.resp_addr();
     check_server(None, &mut server, resp, workers.parse().unwrap());
 }

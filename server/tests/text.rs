@@ -29,20 +29,6 @@ fn start_tap(ns: &Netns) -> Server {
     Server::start(Some(ns), &args, Some(TAP_SERVER.parse().unwrap()))
 }
 
-fn start_kernel() -> Server {
-    let args = [
-        "--net",
-        "kernel",
-        "-l",
-        "127.0.0.1",
-        "-p",
-        "0",
-        "--idle",
-        "park",
-    ];
-    Server::start(None, &args, None)
-}
-
 #[test]
 fn tap_memccapable_ascii_passes_all_27() {
     let ns = Netns::new();
@@ -75,31 +61,31 @@ fn tap_meta_round_trip() {
 
 #[test]
 fn kernel_meta_round_trip() {
-    let server = start_kernel();
+    let server = Server::start_kernel(&[]);
     check_meta_round_trip(server.addr);
 }
 
 #[test]
 fn kernel_memccapable_ascii_passes_all_27() {
-    let server = start_kernel();
+    let server = Server::start_kernel(&[]);
     memccapable(None, server.addr, "-a");
 }
 
 #[test]
 fn kernel_pymemcache_round_trip() {
-    let server = start_kernel();
+    let server = Server::start_kernel(&[]);
     pymemcache_round_trip(None, server.addr);
 }
 
 #[test]
 fn kernel_text_values_and_the_item_limit() {
-    let server = start_kernel();
+    let server = Server::start_kernel(&[]);
     check_text_values_and_limit(server.addr);
 }
 
 #[test]
 fn text_and_binary_clients_share_the_store() {
-    let server = start_kernel();
+    let server = Server::start_kernel(&[]);
     let mut text = TextClient::connect(server.addr);
     assert_eq!(
         text.call(b"set shared 42 0 5\r\nhello\r\n").unwrap(),
@@ -118,7 +104,7 @@ fn text_and_binary_clients_share_the_store() {
 
 #[test]
 fn quit_http_and_endless_lines_close_the_connection() {
-    let server = start_kernel();
+    let server = Server::start_kernel(&[]);
     let mut client = TextClient::connect(server.addr);
     client
         .send(b"set k 0 0 1\r\nx\r\nquit\r\nget k\r\n")
@@ -408,7 +394,7 @@ fn replies(addr: SocketAddr, requests: &[&str]) -> Vec<String> {
 #[track_caller]
 fn compare_with_memcached(table: &[&str]) {
     let memcached = Memcached::start();
-    let memspin = start_kernel();
+    let memspin = Server::start_kernel(&[]);
     let expected = replies(memcached.addr, table);
     let got = replies(memspin.addr, table);
     let mut differences = Vec::new();
@@ -537,7 +523,7 @@ fn check_e_table(addr: SocketAddr, server: &str) {
 
 #[test]
 fn meta_e_replies_match_memcached_1_6_45() {
-    let memspin = start_kernel();
+    let memspin = Server::start_kernel(&[]);
     check_e_table(memspin.addr, "memspin");
     // The packaged memcached predates `E`: it must refuse it (else this table should be
     // compared with it directly).
@@ -560,7 +546,7 @@ fn meta_e_replies_match_memcached_1_6_45() {
 #[test]
 fn meta_last_access_counts_real_seconds_like_memcached() {
     let memcached = Memcached::start();
-    let memspin = start_kernel();
+    let memspin = Server::start_kernel(&[]);
     let mut clients = [
         TextClient::connect(memcached.addr),
         TextClient::connect(memspin.addr),

@@ -143,6 +143,23 @@ impl Server {
             .unwrap_or_else(|| panic!("no RESP address in {:?}", self.ready_line))
     }
 
+    /// memspin on kernel sockets on 127.0.0.1, a free port, `--idle park`, then `extra`.
+    #[track_caller]
+    pub fn start_kernel(extra: &[&str]) -> Server {
+        let mut args = vec![
+            "--net",
+            "kernel",
+            "-l",
+            "127.0.0.1",
+            "-p",
+            "0",
+            "--idle",
+            "park",
+        ];
+        args.extend_from_slice(extra);
+        Server::start(None, &args, None)
+    }
+
     /// Starts memspin with `args` (inside `netns` when given) and waits up to 30 s for `ready`.
     /// `addr` is where clients connect; with `--net kernel -p 0` it is read from the ready line.
     #[track_caller]
