@@ -139,24 +139,18 @@ impl Model {
                 };
                 match self.items.get_mut(&k(key)) {
                     None => (opcode, Status::KeyNotFound, None),
-                    Some((v, _)) => {
-                        let parsed = std::str::from_utf8(v)
-                            .ok()
-                            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                            .and_then(|s| s.parse::<u64>().ok());
-                        match parsed {
-                            None => (opcode, Status::NonNumeric, None),
-                            Some(n) => {
-                                let n = if *incr {
-                                    n.wrapping_add(*delta)
-                                } else {
-                                    n.saturating_sub(*delta)
-                                };
-                                *v = n.to_string().into_bytes();
-                                (opcode, Status::NoError, Some((n.to_be_bytes().to_vec(), 0)))
-                            }
+                    Some((v, _)) => match counter_value(v) {
+                        None => (opcode, Status::NonNumeric, None),
+                        Some(n) => {
+                            let n = if *incr {
+                                n.wrapping_add(*delta)
+                            } else {
+                                n.saturating_sub(*delta)
+                            };
+                            *v = n.to_string().into_bytes();
+                            (opcode, Status::NoError, Some((n.to_be_bytes().to_vec(), 0)))
                         }
-                    }
+                    },
                 }
             }
             Op::Touch { key } => match self.items.get(&k(key)) {
@@ -284,5 +278,31 @@ proptest! {
             bytes = &bytes[len..];
         }
         prop_assert_eq!(got, expected);
+    }
+}
+
+/// A stored value as memcached's incr/decr reads it (`safe_strtoull`): white space, an
+/// optional sign, digits that fit a `u64`, then the end or white space (whatever follows);
+/// a `-` only when the number is not negative as a signed 64-bit one (`-0`).
+fn counter_value(value: &[u8]) -> Option<u64> {
+    let space = |b: u8| b" \t\n\r\x0b\x0c".contains(&b);
+    let start = value.iter().position(|&b| !space(b))?;
+    let mut rest = &value[start..];
+    let negative = rest.first() == Some(&b'-');
+    if matches!(rest.first(), Some(b'-' | b'+')) {
+        rest = &rest[1..];
+    }
+    let end = rest
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(rest.len());
+    if end == 0 || rest.get(end).is_some_and(|&b| !space(b)) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+    if negative {
+        Some(n.wrapping_neg()).filter(|&m| m as i64 >= 0)
+    } else {
+        Some(n)
     }
 }
