@@ -1473,6 +1473,8 @@ fn text_regressions_match_memcached() {
 #[test]
 fn binary_regressions_match_memcached() {
     let extras = [0u8; 8];
+    let mut by_one = [0u8; 20];
+    by_one[7] = 1;
     let steps = vec![
         Step::new(frame(0x01, 1, &extras, b"k", b"v")),
         // ADD with the item's CAS replaces it; with another, "exists"; missing, "not found".
@@ -1490,6 +1492,10 @@ fn binary_regressions_match_memcached() {
         Step::new(frame(0x05, 11, &[0; 20], b"e", &[])).cas(CasRef::Never),
         Step::new(frame(0x01, 12, &extras, b"e", b"x")),
         Step::new(frame(0x05, 13, &[0; 20], b"e", &[])).cas(CasRef::Never),
+        // A NUL ends a counter's number: memcached's strtoull reads the value as a C string.
+        Step::new(frame(0x01, 14, &extras, b"z", b"7\x00\x01\xff")),
+        Step::new(frame(0x05, 15, &by_one, b"z", &[])),
+        Step::new(frame(0x00, 16, &[], b"z", &[])),
     ];
     run_fixed(Proto::Binary, &steps);
 }
