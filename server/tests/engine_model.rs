@@ -29,9 +29,19 @@ enum Op {
 fn value() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         proptest::collection::vec(any::<u8>(), 0..40),
-        any::<u64>().prop_map(|n| n.to_string().into_bytes()),
-        (0u64..100).prop_map(|n| n.to_string().into_bytes()),
+        any::<u64>().prop_map(counter),
+        (0u64..100).prop_map(counter),
     ]
+}
+
+/// `n` in decimal; one in 16 (by `n`, so the draw stays as it was) with a NUL and bytes
+/// after it, which memcached's incr/decr does not look at.
+fn counter(n: u64) -> Vec<u8> {
+    let mut text = n.to_string().into_bytes();
+    if n.is_multiple_of(16) {
+        text.extend_from_slice(b"\0-x");
+    }
+    text
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -282,9 +292,11 @@ proptest! {
 }
 
 /// A stored value as memcached's incr/decr reads it (`safe_strtoull`): white space, an
-/// optional sign, digits that fit a `u64`, then the end or white space (whatever follows);
-/// a `-` only when the number is not negative as a signed 64-bit one (`-0`).
+/// optional sign, digits that fit a `u64`, then the end, white space or a NUL (whatever
+/// follows: it reads a C string); a `-` only when the number is not negative as a signed
+/// 64-bit one (`-0`).
 fn counter_value(value: &[u8]) -> Option<u64> {
+    let value = value.split(|&b| b == 0).next().unwrap_or_default();
     let space = |b: u8| b" \t\n\r\x0b\x0c".contains(&b);
     let start = value.iter().position(|&b| !space(b))?;
     let mut rest = &value[start..];

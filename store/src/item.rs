@@ -324,9 +324,10 @@ pub(crate) const MAX_DIGITS: usize = 20;
 
 /// Parses a value as memcached's incr/decr operand, as its `safe_strtoull` reads the item's
 /// data: leading white space, an optional sign, ASCII digits whose value fits in a `u64`
-/// (leading zeros allowed), then the end or white space (what follows is ignored: memcached
-/// pads a result shorter than the old value with spaces, and reads it back so). A `-` is
-/// refused unless the number it makes is not negative as a signed 64-bit one (`-0`).
+/// (leading zeros allowed), then the end, white space or a NUL byte (what follows is
+/// ignored: memcached pads a result shorter than the old value with spaces, and reads it
+/// back so; `strtoull` reads a C string, which a NUL ends). A `-` is refused unless the number
+/// it makes is not negative as a signed 64-bit one (`-0`).
 pub(crate) fn parse_decimal(value: &[u8]) -> Option<u64> {
     let space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c);
     let start = value.iter().position(|b| !space(b))?;
@@ -336,7 +337,7 @@ pub(crate) fn parse_decimal(value: &[u8]) -> Option<u64> {
         rest => (false, rest),
     };
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || rest.get(digits).is_some_and(|b| !space(b)) {
+    if digits == 0 || rest.get(digits).is_some_and(|b| !space(b) && *b != 0) {
         return None;
     }
     let mut n: u64 = 0;
@@ -552,6 +553,13 @@ mod tests {
         assert_eq!(parse_decimal(b"  "), None);
         assert_eq!(parse_decimal(b"1a"), None);
         assert_eq!(parse_decimal(b"1.5"), None);
+        // A NUL ends the C string strtoull reads: what follows it is not looked at.
+        assert_eq!(parse_decimal(b"7\x00\x01\xff"), Some(7));
+        assert_eq!(parse_decimal(b" 7\x00"), Some(7));
+        assert_eq!(parse_decimal(b"-0\x00-"), Some(0));
+        assert_eq!(parse_decimal(b"18446744073709551615\x00"), Some(u64::MAX));
+        assert_eq!(parse_decimal(b"\x007"), None);
+        assert_eq!(parse_decimal(b"+\x00"), None);
     }
 
     #[test]

@@ -117,10 +117,20 @@ fn new_cas() -> impl Strategy<Value = NewCas> {
 fn value() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         4 => proptest::collection::vec(any::<u8>(), 0..24),
-        3 => any::<u64>().prop_map(|n| n.to_string().into_bytes()),
+        3 => any::<u64>().prop_map(counter),
         1 => (0u64..3).prop_map(|n| format!("{:020}", n).into_bytes()),
         1 => proptest::collection::vec(any::<u8>(), 200..300),
     ]
+}
+
+/// `n` in decimal; one in 16 (by `n`, so the draw stays as it was) with a NUL and bytes
+/// after it, which memcached's incr/decr does not look at.
+fn counter(n: u64) -> Vec<u8> {
+    let mut text = n.to_string().into_bytes();
+    if n.is_multiple_of(16) {
+        text.extend_from_slice(b"\0-x");
+    }
+    text
 }
 
 fn mode() -> impl Strategy<Value = StoreMode> {
@@ -214,8 +224,9 @@ fn key_ok(key: &[u8]) -> bool {
 }
 
 /// memcached's `safe_strtoull` over an item's data: white space, a sign, digits, then white
-/// space or the end.
+/// space, a NUL (the end of the C string it reads) or the end.
 fn decimal(value: &[u8]) -> Option<u64> {
+    let value = value.split(|&b| b == 0).next().unwrap_or_default();
     let text = String::from_utf8_lossy(value);
     let text = text.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
     let (negative, text) = match text.strip_prefix('-') {
