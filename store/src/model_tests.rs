@@ -52,6 +52,7 @@ enum Op {
     },
     Get(usize),
     Peek(usize),
+    MarkFetched(usize),
     Touch(usize, Exp),
     Delete(usize, Cas),
     IncrDecr {
@@ -152,6 +153,7 @@ fn op() -> impl Strategy<Value = Op> {
         ),
         5 => key_index().prop_map(Op::Get),
         1 => key_index().prop_map(Op::Peek),
+        1 => key_index().prop_map(Op::MarkFetched),
         2 => (key_index(), exp()).prop_map(|(k, e)| Op::Touch(k, e)),
         2 => (key_index(), cas()).prop_map(|(k, c)| Op::Delete(k, c)),
         3 => (
@@ -441,6 +443,17 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 let key = &keys[*key];
                 let want = mview(model.live(key, now));
                 prop_assert_eq!(view(shard.peek(key, now)), want, "{:?}", op);
+            }
+            Op::MarkFetched(key) => {
+                let key = &keys[*key];
+                let want = match model.live(key, now) {
+                    Some(it) => {
+                        it.last_access = now;
+                        true
+                    }
+                    None => false,
+                };
+                prop_assert_eq!(shard.mark_fetched(key, now), want, "{:?}", op);
             }
             Op::Touch(key, exp) => {
                 let key = &keys[*key];

@@ -553,6 +553,30 @@ impl Shard {
         }
     }
 
+    /// Records a client fetch of a live item as [`Shard::get`] does (fetched mark, clock bump,
+    /// access time) without looking it up for the client: nothing is counted. For an item the
+    /// client was just handed by another call (meta `mg ... N` creates it on a miss, and
+    /// memcached marks it fetched once the reply is written). Returns whether the item was
+    /// there.
+    pub fn mark_fetched(&mut self, key: &[u8], now: impl Into<Now>) -> bool {
+        let now = now.into();
+        self.advance(now);
+        if check_key(key).is_err() {
+            return false;
+        }
+        let hash = self.hasher.hash_one(key);
+        let Ok(index) = self.lookup(hash, key, now) else {
+            return false;
+        };
+        match self.table.get_bucket_mut(index) {
+            Some(item) => {
+                item.mark_fetched(now);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Stores `write.value` under `write.key` per `write.mode`; returns the item's new CAS
     /// (from `write.new_cas`).
     ///

@@ -1601,6 +1601,26 @@ fn peek_neither_marks_nor_counts() {
 }
 
 #[test]
+fn mark_fetched_marks_and_records_the_access_without_counting() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    let before = s.stats().clone();
+    assert!(s.mark_fetched(b"k", NOW + 3));
+    assert_eq!(*s.stats(), before, "no get is counted");
+    let seen = s.peek(b"k", NOW + 5).unwrap();
+    assert!(seen.fetched);
+    assert_eq!(seen.idle_secs(NOW + 5), 2);
+    assert!(!s.mark_fetched(b"missing", NOW));
+    assert!(!s.mark_fetched(b"", NOW));
+    set(&mut s, b"short", b"v", 10, NOW);
+    assert!(
+        !s.mark_fetched(b"short", NOW + 10),
+        "a dead item is not there"
+    );
+    s.check_invariants();
+}
+
+#[test]
 fn invalidate_marks_stale_with_a_new_cas_and_optional_expiry() {
     let mut s = shard();
     let cas = set(&mut s, b"k", b"v", 0, NOW);

@@ -572,6 +572,13 @@ impl Core {
         self.shard.claim_win(key, now);
     }
 
+    /// Marks a live item fetched, as a read does, without counting a read: the item a meta
+    /// `mg ... N` just created and handed to the client (memcached marks it once the reply is
+    /// written, and counts that `mg` once).
+    pub fn mark_fetched(&mut self, key: &[u8], now: Now) {
+        self.shard.mark_fetched(key, now);
+    }
+
     /// incr/decr.
     ///
     /// # Errors

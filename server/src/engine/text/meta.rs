@@ -11,6 +11,10 @@
 //!   can report more seconds than memspin for an item read in between.
 //! - `u` (no LRU bump): the item is looked at without being marked fetched or aged by the clock
 //!   hand; `cmd_get` counts it but the store's `get_hits`/`get_misses` do not.
+//! - `N` on a miss: the reply shows the new item as created (`h0`, `l0`, the `N` TTL, `W`),
+//!   then the item is marked fetched, as memcached bumps it once the reply is written (not
+//!   with `u`): the next `mg ... h` says `h1 Z`, `me` says `fetch=yes`. The `mg` counts one
+//!   `cmd_get` and, in the store, one miss (memcached counts it as a hit).
 //! - `E<token>` (later 1.6 releases; 1.6.18 refuses it): the token becomes the CAS of the item
 //!   the command creates or changes (`ms`; `md` with `I`; `ma`; `mg` only when `N` creates
 //!   the item), and the CAS counter is not advanced. As in memcached, `ms ... E0` takes a CAS
@@ -162,11 +166,12 @@ fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: N
     } else {
         cx.core.get(key, now)
     };
+    let mut created = false;
     let won = match found {
         Some(item) => write_hit(out, key, flags, &item, false, now),
         None => {
             // `N`: create an empty item with that TTL and win its recache token.
-            let created = flags.vivify_ttl.is_some_and(|ttl| {
+            created = flags.vivify_ttl.is_some_and(|ttl| {
                 cx.core
                     .vivify(
                         Write {
@@ -193,6 +198,11 @@ fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: N
     };
     if won {
         cx.core.claim_win(key, now);
+    }
+    // memcached bumps the item it created once the reply is written (which said `h0`): the
+    // next reader sees it fetched (`h1`, `me`'s `fetch=yes`). Not with `u`.
+    if created && !flags.no_bump {
+        cx.core.mark_fetched(key, now);
     }
 }
 
