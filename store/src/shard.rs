@@ -831,6 +831,11 @@ impl Shard {
         }
         self.check_size(key.len(), text.len())?;
         let mut item = Item::new(key, [text, b""], old.flags(), old.deadline(), 0);
+        // memcached rewrites a result no longer than the old value in place (padded with
+        // spaces): the item stays fetched, stale, won as it was. A longer one is a new item.
+        if text.len() < old.value().len() {
+            item.keep_marks(old);
+        }
         let new_cas = self.take_cas(new_cas);
         item.set_cas(new_cas);
         self.put(hash, Some(index), item, now)?;

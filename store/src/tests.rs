@@ -1669,6 +1669,27 @@ fn flags_survive_an_in_place_incr() {
     assert!(item.stale && item.win_sent);
 }
 
+#[test]
+fn marks_survive_a_shorter_incr_result_not_a_longer_one() {
+    // memcached rewrites a result that fits the old value in place (the item keeps its
+    // marks) and makes a new item for a longer one.
+    let mut s = shard();
+    set(&mut s, b"n", b"100", 0, NOW);
+    s.get(b"n", NOW).unwrap();
+    s.claim_win(b"n", NOW);
+    s.invalidate(b"n", 0, None, NOW).unwrap();
+    s.claim_win(b"n", NOW);
+    s.incr_decr(Arith::new(b"n", Delta::Decr, 95), NOW).unwrap();
+    let item = s.peek(b"n", NOW).unwrap();
+    assert_eq!(item.value, b"5");
+    assert!(item.fetched && item.stale && item.win_sent);
+    s.incr_decr(Arith::new(b"n", Delta::Incr, 5), NOW).unwrap();
+    let item = s.peek(b"n", NOW).unwrap();
+    assert_eq!(item.value, b"10");
+    assert!(!item.fetched && !item.stale && !item.win_sent);
+    s.check_invariants();
+}
+
 // ---- client-chosen CAS (meta `E`) and flush generations ----
 
 #[track_caller]
