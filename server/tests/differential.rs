@@ -849,6 +849,7 @@ fn generate_text(rng: &mut Rng, count: usize) -> Vec<Step> {
 ///   sent, its LRU maintainer), and otherwise makes a new item without them: which one
 ///   depends on timing (a run of the same seed says `fetch=yes` one time and `no` the
 ///   next). memspin always keeps them.
+///
 /// So before an append or prepend (text, or `ms` with `MA`/`MP`), an `mg` or an `me` on a
 /// key some arithmetic may have changed since it was last set, a `set` gives the key a
 /// plain, unmarked value on both servers.
