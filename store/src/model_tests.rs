@@ -54,6 +54,7 @@ enum Op {
     Peek(usize),
     MarkFetched(usize),
     Touch(usize, Exp),
+    TouchUnbumped(usize, Exp),
     Delete(usize, Cas),
     IncrDecr {
         key: usize,
@@ -155,6 +156,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => key_index().prop_map(Op::Peek),
         1 => key_index().prop_map(Op::MarkFetched),
         2 => (key_index(), exp()).prop_map(|(k, e)| Op::Touch(k, e)),
+        1 => (key_index(), exp()).prop_map(|(k, e)| Op::TouchUnbumped(k, e)),
         2 => (key_index(), cas()).prop_map(|(k, c)| Op::Delete(k, c)),
         3 => (
             key_index(),
@@ -465,6 +467,20 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 }
                 prop_assert_eq!(
                     view(shard.touch(key, Ttl::Exptime(exptime), now)),
+                    want,
+                    "{:?}",
+                    op
+                );
+            }
+            Op::TouchUnbumped(key, exp) => {
+                let key = &keys[*key];
+                let exptime = exp.at(now);
+                let want = mview(model.live(key, now));
+                if let Some(it) = model.live(key, now) {
+                    it.dead_at = resolve(exptime, now).unwrap_or(Some(now));
+                }
+                prop_assert_eq!(
+                    view(shard.touch_unbumped(key, Ttl::Exptime(exptime), now)),
                     want,
                     "{:?}",
                     op

@@ -417,7 +417,27 @@ impl Shard {
     /// A `ttl` that is already expired still returns the item this once; it is
     /// invisible from then on.
     pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: impl Into<Now>) -> Option<ItemView<'_>> {
-        let now = now.into();
+        self.touch_marking(key, ttl, true, now.into())
+    }
+
+    /// [`Shard::touch`] that leaves the item unmarked: no fetched mark, no clock bump, no
+    /// access time (meta `mg <key> T<ttl> u`). Counts `touch_hits`/`touch_misses`.
+    pub fn touch_unbumped(
+        &mut self,
+        key: &[u8],
+        ttl: Ttl,
+        now: impl Into<Now>,
+    ) -> Option<ItemView<'_>> {
+        self.touch_marking(key, ttl, false, now.into())
+    }
+
+    fn touch_marking(
+        &mut self,
+        key: &[u8],
+        ttl: Ttl,
+        mark: bool,
+        now: Now,
+    ) -> Option<ItemView<'_>> {
         self.advance(now);
         if check_key(key).is_err() {
             self.stats.touch_misses += 1;
@@ -442,7 +462,9 @@ impl Shard {
                 self.stats.curr_expiring =
                     self.stats.curr_expiring - u64::from(expired) + u64::from(item.expires());
                 let (fetched, last_access) = (item.fetched(), item.last_access());
-                item.mark_fetched(now);
+                if mark {
+                    item.mark_fetched(now);
+                }
                 Some(ItemView {
                     fetched,
                     last_access,

@@ -647,6 +647,23 @@ fn expired_unfetched_counts_items_never_read() {
 // ---- touch ----
 
 #[test]
+fn touch_unbumped_sets_the_expiry_and_leaves_the_marks() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    let seen = s.touch_unbumped(b"k", Ttl::Exptime(30), NOW + 5).unwrap();
+    assert_eq!(seen.exptime, (NOW + 35) as u32);
+    let item = s.peek(b"k", NOW + 6).unwrap();
+    assert_eq!((item.fetched, item.idle_secs(NOW + 6)), (false, 6));
+    assert_eq!(item.exptime, (NOW + 35) as u32);
+    assert!(
+        s.touch_unbumped(b"missing", Ttl::Exptime(30), NOW)
+            .is_none()
+    );
+    assert_eq!((s.stats().touch_hits, s.stats().touch_misses), (1, 1));
+    s.check_invariants();
+}
+
+#[test]
 fn touch_moves_expiry_later() {
     let mut s = shard();
     let c = set(&mut s, b"k", b"v", 10, NOW);

@@ -10,7 +10,9 @@
 //!   on an item's first fetch, then at most once a minute while the item stays active), so it
 //!   can report more seconds than memspin for an item read in between.
 //! - `u` (no LRU bump): the item is looked at without being marked fetched or aged by the clock
-//!   hand; `cmd_get` counts it but the store's `get_hits`/`get_misses` do not.
+//!   hand; `cmd_get` counts it but the store's `get_hits`/`get_misses` do not. With `T` the
+//!   TTL changes all the same (a touch, counted in `cmd_touch` and `touch_hits`), and the item
+//!   stays unmarked and its access time as it was.
 //! - `N` on a miss: the reply shows the new item as created (`h0`, `l0`, the `N` TTL, `W`),
 //!   then the item is marked fetched, as memcached bumps it once the reply is written (not
 //!   with `u`): the next `mg ... h` says `h1 Z`, `me` says `fetch=yes`. The `mg` counts one
@@ -160,7 +162,11 @@ fn echo(line: &mut ReplyLine<'_>, flags: &Flags<'_>, key: &[u8]) {
 /// items hand out the recache token (`W`), which later readers see as taken (`Z`).
 fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
     let found = if let Some(ttl) = flags.ttl {
-        cx.core.touch(key, Ttl::Exptime(ttl), now)
+        if flags.no_bump {
+            cx.core.touch_unbumped(key, Ttl::Exptime(ttl), now)
+        } else {
+            cx.core.touch(key, Ttl::Exptime(ttl), now)
+        }
     } else if flags.no_bump {
         cx.core.get_unbumped(key, now)
     } else {

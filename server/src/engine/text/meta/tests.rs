@@ -83,6 +83,20 @@ fn hit_before_and_no_bump() {
 }
 
 #[test]
+fn touch_with_no_bump_leaves_the_item_unfetched() {
+    let mut e = engine();
+    at(&mut e, "ms k 1\r\nx\r\n", NOW);
+    // `u` with `T`: the TTL changes, the item is neither marked fetched nor accessed.
+    assert_eq!(
+        at(&mut e, "mg k T30 u h l t\r\n", NOW + 5),
+        "HD h0 l5 t30\r\n"
+    );
+    assert_eq!(at(&mut e, "mg k h l t\r\n", NOW + 6), "HD h0 l6 t29\r\n");
+    assert_eq!(at(&mut e, "mg k h\r\n", NOW + 7), "HD h1\r\n");
+    assert_eq!(e.counters().cmd_touch, 1);
+}
+
+#[test]
 fn ttl_and_touch() {
     let mut e = engine();
     ok(&mut e, "ms k 1 T100\r\nx\r\n");
