@@ -10,13 +10,11 @@
 //! The screenshot of the last run is kept in the temporary directory
 //! (`memspin-loadgen-report/report.png`), for a person to look at.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use loadgen::config::Idle;
 use loadgen::html::{FRAME_BORDER, FRAME_COLOR, PLOT_HEIGHT, PLOT_WIDTH};
@@ -25,53 +23,9 @@ use loadgen::{Config, output, run};
 /// Size of the browser window, CSS pixels (device scale 1): tall enough for every plot.
 const WINDOW: (u32, u32) = (1280, 3000);
 
-struct Memcached {
-    child: Child,
-    addr: SocketAddr,
-}
+mod support;
 
-impl Memcached {
-    fn start() -> Memcached {
-        let bin = std::env::var_os("MEMCACHED")
-            .map_or_else(|| PathBuf::from("/usr/bin/memcached"), PathBuf::from);
-        assert!(bin.exists(), "memcached not found at {}", bin.display());
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut cmd = Command::new(&bin);
-        cmd.args(["-U", "0", "-t", "1", "-m", "64", "-l", "127.0.0.1"])
-            .args(["-p", &port.to_string()]);
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            cmd.args(["-u", "root"]);
-        }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn memcached");
-        let mc = Memcached {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while TcpStream::connect(mc.addr).is_err() {
-            assert!(Instant::now() < deadline, "memcached did not start");
-            thread::sleep(Duration::from_millis(10));
-        }
-        mc
-    }
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::Memcached;
 
 /// A screenshot and the console lines of one page load.
 struct Rendered {

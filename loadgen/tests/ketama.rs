@@ -8,64 +8,17 @@
 //! memcached (`/usr/bin/memcached` or `$MEMCACHED`); the test fails, it does not skip, when
 //! either is missing.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::Duration;
 
 use loadgen::placement::{Continuum, Distribution};
 use loadgen::workload::Keyspace;
 use loadgen::{Config, run};
 
-/// memcached on a free loopback port, killed on drop.
-struct Memcached {
-    child: Child,
-    addr: SocketAddr,
-}
+mod support;
 
-impl Memcached {
-    fn start() -> Memcached {
-        let bin = std::env::var_os("MEMCACHED")
-            .map_or_else(|| PathBuf::from("/usr/bin/memcached"), PathBuf::from);
-        assert!(bin.exists(), "memcached not found at {}", bin.display());
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut cmd = Command::new(&bin);
-        cmd.args(["-U", "0", "-t", "1", "-m", "64", "-l", "127.0.0.1"])
-            .args(["-p", &port.to_string()]);
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            cmd.args(["-u", "root"]);
-        }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn memcached");
-        let mc = Memcached {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while TcpStream::connect(mc.addr).is_err() {
-            assert!(Instant::now() < deadline, "memcached did not start");
-            thread::sleep(Duration::from_millis(10));
-        }
-        mc
-    }
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::Memcached;
 
 /// Writes `keys` through pylibmc (ketama) to `servers`, then asks each server alone which of
 /// them it holds; returns the server index of every key (-1: nowhere).
