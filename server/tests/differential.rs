@@ -881,13 +881,31 @@ fn settle_after_arithmetic(steps: Vec<Step>) -> Vec<Step> {
             }
             match command {
                 "incr" | "decr" | "ma" if !touched.contains(&k) => touched.push(k),
-                "set" => touched.retain(|&p| p != k),
+                "set" if whole_set(&step.bytes) => touched.retain(|&p| p != k),
                 _ => {}
             }
         }
         out.push(step);
     }
     out
+}
+
+/// Whether `bytes` are one well-formed `set` that replaces its key's item: a line of five
+/// or six tokens (`noreply`) whose length is that of the data block after it (a malformed
+/// set, or one cut short, stores nothing).
+fn whole_set(bytes: &[u8]) -> bool {
+    let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") else {
+        return false;
+    };
+    let line = String::from_utf8_lossy(&bytes[..end]);
+    let tokens: Vec<&str> = line.split(' ').collect();
+    let numbers =
+        tokens.len() >= 5 && tokens[2].parse::<u32>().is_ok() && tokens[3].parse::<i64>().is_ok();
+    let length = tokens.get(4).and_then(|n| n.parse::<usize>().ok());
+    let tail = tokens.get(5).is_none_or(|&t| t == "noreply") && tokens.len() <= 6;
+    numbers
+        && tail
+        && length.is_some_and(|n| bytes.len() == end + 2 + n + 2 && bytes.ends_with(b"\r\n"))
 }
 
 /// memcached 1.6.18 marks a flush by a time and a CAS, and removes flushed items only when it
