@@ -282,6 +282,15 @@ impl Item {
         self.meta = (self.meta | STALE) & !WIN_SENT;
     }
 
+    /// Takes `other`'s clock counter and fetched, stale and recache-token marks: for an item
+    /// that replaces `other` as a rewrite of it in place would (memcached's incr/decr whose
+    /// result fits the old value).
+    #[inline]
+    pub(crate) fn keep_marks(&mut self, other: &Item) {
+        let marks = CLOCK_MASK | FETCHED | STALE | WIN_SENT;
+        self.meta = (self.meta & !marks) | (other.meta & marks);
+    }
+
     /// Records that a client was handed the recache token.
     #[inline]
     pub(crate) fn mark_win_sent(&mut self) {

@@ -52,7 +52,9 @@ enum Op {
     },
     Get(usize),
     Peek(usize),
+    MarkFetched(usize),
     Touch(usize, Exp),
+    TouchUnbumped(usize, Exp),
     Delete(usize, Cas),
     IncrDecr {
         key: usize,
@@ -162,7 +164,9 @@ fn op() -> impl Strategy<Value = Op> {
         ),
         5 => key_index().prop_map(Op::Get),
         1 => key_index().prop_map(Op::Peek),
+        1 => key_index().prop_map(Op::MarkFetched),
         2 => (key_index(), exp()).prop_map(|(k, e)| Op::Touch(k, e)),
+        1 => (key_index(), exp()).prop_map(|(k, e)| Op::TouchUnbumped(k, e)),
         2 => (key_index(), cas()).prop_map(|(k, c)| Op::Delete(k, c)),
         3 => (
             key_index(),
@@ -453,6 +457,17 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 let want = mview(model.live(key, now));
                 prop_assert_eq!(view(shard.peek(key, now)), want, "{:?}", op);
             }
+            Op::MarkFetched(key) => {
+                let key = &keys[*key];
+                let want = match model.live(key, now) {
+                    Some(it) => {
+                        it.last_access = now;
+                        true
+                    }
+                    None => false,
+                };
+                prop_assert_eq!(shard.mark_fetched(key, now), want, "{:?}", op);
+            }
             Op::Touch(key, exp) => {
                 let key = &keys[*key];
                 let exptime = exp.at(now);
@@ -463,6 +478,20 @@ fn run_exact(ops: &[Op]) -> Result<(), TestCaseError> {
                 }
                 prop_assert_eq!(
                     view(shard.touch(key, Ttl::Exptime(exptime), now)),
+                    want,
+                    "{:?}",
+                    op
+                );
+            }
+            Op::TouchUnbumped(key, exp) => {
+                let key = &keys[*key];
+                let exptime = exp.at(now);
+                let want = mview(model.live(key, now));
+                if let Some(it) = model.live(key, now) {
+                    it.dead_at = resolve(exptime, now).unwrap_or(Some(now));
+                }
+                prop_assert_eq!(
+                    view(shard.touch_unbumped(key, Ttl::Exptime(exptime), now)),
                     want,
                     "{:?}",
                     op

@@ -417,7 +417,27 @@ impl Shard {
     /// A `ttl` that is already expired still returns the item this once; it is
     /// invisible from then on.
     pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: impl Into<Now>) -> Option<ItemView<'_>> {
-        let now = now.into();
+        self.touch_marking(key, ttl, true, now.into())
+    }
+
+    /// [`Shard::touch`] that leaves the item unmarked: no fetched mark, no clock bump, no
+    /// access time (meta `mg <key> T<ttl> u`). Counts `touch_hits`/`touch_misses`.
+    pub fn touch_unbumped(
+        &mut self,
+        key: &[u8],
+        ttl: Ttl,
+        now: impl Into<Now>,
+    ) -> Option<ItemView<'_>> {
+        self.touch_marking(key, ttl, false, now.into())
+    }
+
+    fn touch_marking(
+        &mut self,
+        key: &[u8],
+        ttl: Ttl,
+        mark: bool,
+        now: Now,
+    ) -> Option<ItemView<'_>> {
         self.advance(now);
         if check_key(key).is_err() {
             self.stats.touch_misses += 1;
@@ -442,7 +462,9 @@ impl Shard {
                 self.stats.curr_expiring =
                     self.stats.curr_expiring - u64::from(expired) + u64::from(item.expires());
                 let (fetched, last_access) = (item.fetched(), item.last_access());
-                item.mark_fetched(now);
+                if mark {
+                    item.mark_fetched(now);
+                }
                 Some(ItemView {
                     fetched,
                     last_access,
@@ -547,6 +569,30 @@ impl Shard {
         match self.table.get_bucket_mut(index) {
             Some(item) => {
                 item.mark_win_sent();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Records a client fetch of a live item as [`Shard::get`] does (fetched mark, clock bump,
+    /// access time) without looking it up for the client: nothing is counted. For an item the
+    /// client was just handed by another call (meta `mg ... N` creates it on a miss, and
+    /// memcached marks it fetched once the reply is written). Returns whether the item was
+    /// there.
+    pub fn mark_fetched(&mut self, key: &[u8], now: impl Into<Now>) -> bool {
+        let now = now.into();
+        self.advance(now);
+        if check_key(key).is_err() {
+            return false;
+        }
+        let hash = self.hasher.hash_one(key);
+        let Ok(index) = self.lookup(hash, key, now) else {
+            return false;
+        };
+        match self.table.get_bucket_mut(index) {
+            Some(item) => {
+                item.mark_fetched(now);
                 true
             }
             None => false,
@@ -807,6 +853,11 @@ impl Shard {
         }
         self.check_size(key.len(), text.len())?;
         let mut item = Item::new(key, [text, b""], old.flags(), old.deadline(), 0);
+        // memcached rewrites a result no longer than the old value in place (padded with
+        // spaces): the item stays fetched, stale, won as it was. A longer one is a new item.
+        if text.len() < old.value().len() {
+            item.keep_marks(old);
+        }
         let new_cas = self.take_cas(new_cas);
         item.set_cas(new_cas);
         self.put(hash, Some(index), item, now)?;

@@ -647,6 +647,23 @@ fn expired_unfetched_counts_items_never_read() {
 // ---- touch ----
 
 #[test]
+fn touch_unbumped_sets_the_expiry_and_leaves_the_marks() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    let seen = s.touch_unbumped(b"k", Ttl::Exptime(30), NOW + 5).unwrap();
+    assert_eq!(seen.exptime, (NOW + 35) as u32);
+    let item = s.peek(b"k", NOW + 6).unwrap();
+    assert_eq!((item.fetched, item.idle_secs(NOW + 6)), (false, 6));
+    assert_eq!(item.exptime, (NOW + 35) as u32);
+    assert!(
+        s.touch_unbumped(b"missing", Ttl::Exptime(30), NOW)
+            .is_none()
+    );
+    assert_eq!((s.stats().touch_hits, s.stats().touch_misses), (1, 1));
+    s.check_invariants();
+}
+
+#[test]
 fn touch_moves_expiry_later() {
     let mut s = shard();
     let c = set(&mut s, b"k", b"v", 10, NOW);
@@ -1601,6 +1618,26 @@ fn peek_neither_marks_nor_counts() {
 }
 
 #[test]
+fn mark_fetched_marks_and_records_the_access_without_counting() {
+    let mut s = shard();
+    set(&mut s, b"k", b"v", 0, NOW);
+    let before = s.stats().clone();
+    assert!(s.mark_fetched(b"k", NOW + 3));
+    assert_eq!(*s.stats(), before, "no get is counted");
+    let seen = s.peek(b"k", NOW + 5).unwrap();
+    assert!(seen.fetched);
+    assert_eq!(seen.idle_secs(NOW + 5), 2);
+    assert!(!s.mark_fetched(b"missing", NOW));
+    assert!(!s.mark_fetched(b"", NOW));
+    set(&mut s, b"short", b"v", 10, NOW);
+    assert!(
+        !s.mark_fetched(b"short", NOW + 10),
+        "a dead item is not there"
+    );
+    s.check_invariants();
+}
+
+#[test]
 fn invalidate_marks_stale_with_a_new_cas_and_optional_expiry() {
     let mut s = shard();
     let cas = set(&mut s, b"k", b"v", 0, NOW);
@@ -1647,6 +1684,27 @@ fn flags_survive_an_in_place_incr() {
     let item = s.peek(b"n", NOW).unwrap();
     assert_eq!(item.value, b"15");
     assert!(item.stale && item.win_sent);
+}
+
+#[test]
+fn marks_survive_a_shorter_incr_result_not_a_longer_one() {
+    // memcached rewrites a result that fits the old value in place (the item keeps its
+    // marks) and makes a new item for a longer one.
+    let mut s = shard();
+    set(&mut s, b"n", b"100", 0, NOW);
+    s.get(b"n", NOW).unwrap();
+    s.claim_win(b"n", NOW);
+    s.invalidate(b"n", 0, None, NOW).unwrap();
+    s.claim_win(b"n", NOW);
+    s.incr_decr(Arith::new(b"n", Delta::Decr, 95), NOW).unwrap();
+    let item = s.peek(b"n", NOW).unwrap();
+    assert_eq!(item.value, b"5");
+    assert!(item.fetched && item.stale && item.win_sent);
+    s.incr_decr(Arith::new(b"n", Delta::Incr, 5), NOW).unwrap();
+    let item = s.peek(b"n", NOW).unwrap();
+    assert_eq!(item.value, b"10");
+    assert!(!item.fetched && !item.stale && !item.win_sent);
+    s.check_invariants();
 }
 
 // ---- client-chosen CAS (meta `E`) and flush generations ----

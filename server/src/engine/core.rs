@@ -455,6 +455,27 @@ impl Core {
         item
     }
 
+    /// [`Core::touch`] that leaves the item unmarked (no fetched mark, no clock bump, no
+    /// access time: meta `mg ... T u`), counting `cmd_touch`.
+    pub fn touch_unbumped(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
+        self.counters.cmd_touch += 1;
+        self.sample(Kind::Touch);
+        let observed = self.observed();
+        let item = self.shard.touch_unbumped(key, ttl, now);
+        if observed {
+            let found = item.map(|item| item.value.len());
+            Core::observe_get(
+                &self.config.control,
+                &mut self.prefixes,
+                self.cfd,
+                key,
+                found,
+                now,
+            );
+        }
+        item
+    }
+
     /// A new expiry set as part of another command (meta `ma` with `T`): the store counts it
     /// as a touch, `cmd_touch` does not.
     pub fn retouch(&mut self, key: &[u8], ttl: Ttl, now: Now) {
@@ -570,6 +591,13 @@ impl Core {
     /// Records that a client holds the item's recache token (meta `W`).
     pub fn claim_win(&mut self, key: &[u8], now: Now) {
         self.shard.claim_win(key, now);
+    }
+
+    /// Marks a live item fetched, as a read does, without counting a read: the item a meta
+    /// `mg ... N` just created and handed to the client (memcached marks it once the reply is
+    /// written, and counts that `mg` once).
+    pub fn mark_fetched(&mut self, key: &[u8], now: Now) {
+        self.shard.mark_fetched(key, now);
     }
 
     /// incr/decr.

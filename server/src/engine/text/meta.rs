@@ -10,7 +10,13 @@
 //!   on an item's first fetch, then at most once a minute while the item stays active), so it
 //!   can report more seconds than memspin for an item read in between.
 //! - `u` (no LRU bump): the item is looked at without being marked fetched or aged by the clock
-//!   hand; `cmd_get` counts it but the store's `get_hits`/`get_misses` do not.
+//!   hand; `cmd_get` counts it but the store's `get_hits`/`get_misses` do not. With `T` the
+//!   TTL changes all the same (a touch, counted in `cmd_touch` and `touch_hits`), and the item
+//!   stays unmarked and its access time as it was.
+//! - `N` on a miss: the reply shows the new item as created (`h0`, `l0`, the `N` TTL, `W`),
+//!   then the item is marked fetched, as memcached bumps it once the reply is written (not
+//!   with `u`): the next `mg ... h` says `h1 Z`, `me` says `fetch=yes`. The `mg` counts one
+//!   `cmd_get` and, in the store, one miss (memcached counts it as a hit).
 //! - `E<token>` (later 1.6 releases; 1.6.18 refuses it): the token becomes the CAS of the item
 //!   the command creates or changes (`ms`; `md` with `I`; `ma`; `mg` only when `N` creates
 //!   the item), and the CAS counter is not advanced. As in memcached, `ms ... E0` takes a CAS
@@ -156,17 +162,22 @@ fn echo(line: &mut ReplyLine<'_>, flags: &Flags<'_>, key: &[u8]) {
 /// items hand out the recache token (`W`), which later readers see as taken (`Z`).
 fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
     let found = if let Some(ttl) = flags.ttl {
-        cx.core.touch(key, Ttl::Exptime(ttl), now)
+        if flags.no_bump {
+            cx.core.touch_unbumped(key, Ttl::Exptime(ttl), now)
+        } else {
+            cx.core.touch(key, Ttl::Exptime(ttl), now)
+        }
     } else if flags.no_bump {
         cx.core.get_unbumped(key, now)
     } else {
         cx.core.get(key, now)
     };
+    let mut created = false;
     let won = match found {
         Some(item) => write_hit(out, key, flags, &item, false, now),
         None => {
             // `N`: create an empty item with that TTL and win its recache token.
-            let created = flags.vivify_ttl.is_some_and(|ttl| {
+            created = flags.vivify_ttl.is_some_and(|ttl| {
                 cx.core
                     .vivify(
                         Write {
@@ -193,6 +204,11 @@ fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: N
     };
     if won {
         cx.core.claim_win(key, now);
+    }
+    // memcached bumps the item it created once the reply is written (which said `h0`): the
+    // next reader sees it fetched (`h1`, `me`'s `fetch=yes`). Not with `u`.
+    if created && !flags.no_bump {
+        cx.core.mark_fetched(key, now);
     }
 }
 

@@ -83,6 +83,20 @@ fn hit_before_and_no_bump() {
 }
 
 #[test]
+fn touch_with_no_bump_leaves_the_item_unfetched() {
+    let mut e = engine();
+    at(&mut e, "ms k 1\r\nx\r\n", NOW);
+    // `u` with `T`: the TTL changes, the item is neither marked fetched nor accessed.
+    assert_eq!(
+        at(&mut e, "mg k T30 u h l t\r\n", NOW + 5),
+        "HD h0 l5 t30\r\n"
+    );
+    assert_eq!(at(&mut e, "mg k h l t\r\n", NOW + 6), "HD h0 l6 t29\r\n");
+    assert_eq!(at(&mut e, "mg k h\r\n", NOW + 7), "HD h1\r\n");
+    assert_eq!(e.counters().cmd_touch, 1);
+}
+
+#[test]
 fn ttl_and_touch() {
     let mut e = engine();
     ok(&mut e, "ms k 1 T100\r\nx\r\n");
@@ -122,6 +136,25 @@ fn vivify_hands_out_one_win() {
     // The winner stores the real value; the token goes with the old item.
     assert_eq!(ok(&mut e, "ms k 5 T30\r\nvalue\r\n"), "HD\r\n");
     assert_eq!(ok(&mut e, "mg k v\r\n"), "VA 5\r\nvalue\r\n");
+}
+
+#[test]
+fn vivified_item_is_fetched_once_the_reply_is_written() {
+    let mut e = engine();
+    let hits = e.shard().stats().get_hits;
+    // The creating `mg` reports the item as it was made; memcached then marks it fetched.
+    assert_eq!(
+        at(&mut e, "mg k N30 h l t v\r\n", NOW),
+        "VA 0 h0 l0 t30 W\r\n\r\n"
+    );
+    assert!(at(&mut e, "me k\r\n", NOW + 2).contains(" fetch=yes "));
+    assert_eq!(at(&mut e, "mg k h l\r\n", NOW + 2), "HD h1 l2 Z\r\n");
+    assert_eq!(e.counters().cmd_get, 2, "the mark is not another get");
+    assert_eq!(e.shard().stats().get_hits, hits + 1);
+    // With `u` the item stays unfetched, as any `u` read leaves it.
+    assert_eq!(ok(&mut e, "mg u N30 u h\r\n"), "HD h0 W\r\n");
+    assert!(ok(&mut e, "me u\r\n").contains(" fetch=no "));
+    assert_eq!(ok(&mut e, "mg u h\r\n"), "HD h0 Z\r\n");
 }
 
 #[test]
