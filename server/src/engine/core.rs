@@ -437,31 +437,30 @@ impl Core {
 
     /// A touch (or get-and-touch): new expiry for a held key, counting `cmd_touch`.
     pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
-        self.counters.cmd_touch += 1;
-        self.sample(Kind::Touch);
-        let observed = self.observed();
-        let item = self.shard.touch(key, ttl, now);
-        if observed {
-            let found = item.map(|item| item.value.len());
-            Core::observe_get(
-                &self.config.control,
-                &mut self.prefixes,
-                self.cfd,
-                key,
-                found,
-                now,
-            );
-        }
-        item
+        self.touch_marking(key, ttl, true, now)
     }
 
     /// [`Core::touch`] that leaves the item unmarked (no fetched mark, no clock bump, no
     /// access time: meta `mg ... T u`), counting `cmd_touch`.
     pub fn touch_unbumped(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
+        self.touch_marking(key, ttl, false, now)
+    }
+
+    fn touch_marking(
+        &mut self,
+        key: &[u8],
+        ttl: Ttl,
+        mark: bool,
+        now: Now,
+    ) -> Option<ItemView<'_>> {
         self.counters.cmd_touch += 1;
         self.sample(Kind::Touch);
         let observed = self.observed();
-        let item = self.shard.touch_unbumped(key, ttl, now);
+        let item = if mark {
+            self.shard.touch(key, ttl, now)
+        } else {
+            self.shard.touch_unbumped(key, ttl, now)
+        };
         if observed {
             let found = item.map(|item| item.value.len());
             Core::observe_get(
