@@ -557,22 +557,7 @@ impl Shard {
     /// `W` flag), so later readers are told another client has it (`Z`). Returns whether the
     /// item was there.
     pub fn claim_win(&mut self, key: &[u8], now: impl Into<Now>) -> bool {
-        let now = now.into();
-        self.advance(now);
-        if check_key(key).is_err() {
-            return false;
-        }
-        let hash = self.hasher.hash_one(key);
-        let Ok(index) = self.lookup(hash, key, now) else {
-            return false;
-        };
-        match self.table.get_bucket_mut(index) {
-            Some(item) => {
-                item.mark_win_sent();
-                true
-            }
-            None => false,
-        }
+        self.mark_live(key, now.into(), |item, _| item.mark_win_sent())
     }
 
     /// Records a client fetch of a live item as [`Shard::get`] does (fetched mark, clock bump,
@@ -581,7 +566,11 @@ impl Shard {
     /// memcached marks it fetched once the reply is written). Returns whether the item was
     /// there.
     pub fn mark_fetched(&mut self, key: &[u8], now: impl Into<Now>) -> bool {
-        let now = now.into();
+        self.mark_live(key, now.into(), Item::mark_fetched)
+    }
+
+    /// Applies `mark` to the live item under `key`, counting nothing; whether it was there.
+    fn mark_live(&mut self, key: &[u8], now: Now, mark: impl FnOnce(&mut Item, Now)) -> bool {
         self.advance(now);
         if check_key(key).is_err() {
             return false;
@@ -592,7 +581,7 @@ impl Shard {
         };
         match self.table.get_bucket_mut(index) {
             Some(item) => {
-                item.mark_fetched(now);
+                mark(item, now);
                 true
             }
             None => false,
