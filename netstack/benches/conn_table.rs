@@ -9,6 +9,12 @@
 //! (`poll_ingress`, `serve`, `poll_egress`): two frames in, one frame out. `round_trip/N`
 //! times the whole iteration, client side included.
 //!
+//! `server_batch16/N` sends one request on each of 16 consecutive connections before the
+//! table's three calls run once, as a busy worker finds its receive ring: the table's
+//! look-ahead then has frames to peek at and prefetches each one's connection state while
+//! it processes the frames before it (see "Look-ahead" in `netstack/src/conn/mod.rs`); with
+//! one frame per call, as in `server/N`, it never has. Its time is per batch of 16 requests.
+//!
 //! `naive_one_set/N` is the baseline the table exists to beat: the same round trip against
 //! plain smoltcp as its examples use it, one `SocketSet` holding every socket, one
 //! `Interface::poll` per step and the application scanning all sockets for data.
@@ -31,6 +37,8 @@ const SERVER_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x02];
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0x4d, 0, 0x01];
 const PORT: u16 = 11211;
 const REQUEST: [u8; 32] = [b'r'; 32];
+/// Requests per server pass in `server_batch16`.
+const BATCH: usize = 16;
 
 #[derive(Default)]
 struct Echo;
@@ -123,6 +131,45 @@ impl Rig {
             .recv_slice(&mut reply)
             .expect("recv reply");
         assert_eq!(n, REQUEST.len(), "reply arrived within the iteration");
+        black_box(&reply);
+        spent
+    }
+}
+
+impl Rig {
+    /// One request on each of the next [`BATCH`] connections, then one pass of the table;
+    /// returns the time spent in the table's calls.
+    fn batch(&mut self) -> Duration {
+        let first = self.next;
+        self.now += NetDuration::from_micros(10);
+        for _ in 0..BATCH {
+            let conn = self.next;
+            self.next = (self.next + 1) % self.swarm.len();
+            self.swarm
+                .socket(conn)
+                .send_slice(&REQUEST)
+                .expect("send request");
+        }
+        self.swarm.poll(self.now, &mut self.client);
+
+        let start = WallClock::now();
+        self.table
+            .poll_ingress(self.now, &mut self.server, 4 * BATCH);
+        self.table.serve(echo);
+        self.table.poll_egress(self.now, &mut self.server);
+        let spent = start.elapsed();
+
+        self.swarm.poll(self.now, &mut self.client);
+        let mut reply = [0u8; 64];
+        for k in 0..BATCH {
+            let conn = (first + k) % self.swarm.len();
+            let n = self
+                .swarm
+                .socket(conn)
+                .recv_slice(&mut reply)
+                .expect("recv reply");
+            assert_eq!(n, REQUEST.len(), "every reply arrived within the pass");
+        }
         black_box(&reply);
         spent
     }
@@ -250,6 +297,11 @@ fn conn_table(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("round_trip", conns), &conns, |b, _| {
             b.iter(|| rig.round_trip())
         });
+        group.throughput(Throughput::Elements(BATCH as u64));
+        group.bench_with_input(BenchmarkId::new("server_batch16", conns), &conns, |b, _| {
+            b.iter_custom(|iters| (0..iters).map(|_| rig.batch()).sum())
+        });
+        group.throughput(Throughput::Elements(1));
         let stats = rig.table.stats();
         assert_eq!(stats.active, conns);
         assert_eq!(stats.refused, 0);
