@@ -589,7 +589,7 @@ mod tests {
     use clap::CommandFactory;
 
     #[test]
-    fn design_md_flag_names_exist() {
+    fn documented_flag_names_exist() {
         let cmd = Args::command();
         let longs: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
         for name in [
