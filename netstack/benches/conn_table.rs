@@ -108,41 +108,21 @@ impl Rig {
 
     /// One round trip; returns the time spent in the table's calls.
     fn round_trip(&mut self) -> Duration {
-        let conn = self.next;
-        self.next = (self.next + 1) % self.swarm.len();
-        self.now += NetDuration::from_micros(10);
-        self.swarm
-            .socket(conn)
-            .send_slice(&REQUEST)
-            .expect("send request");
-        self.swarm.poll(self.now, &mut self.client);
-
-        let start = WallClock::now();
-        self.table.poll_ingress(self.now, &mut self.server, 64);
-        self.table.serve(echo);
-        self.table.poll_egress(self.now, &mut self.server);
-        let spent = start.elapsed();
-
-        self.swarm.poll(self.now, &mut self.client);
-        let mut reply = [0u8; 64];
-        let n = self
-            .swarm
-            .socket(conn)
-            .recv_slice(&mut reply)
-            .expect("recv reply");
-        assert_eq!(n, REQUEST.len(), "reply arrived within the iteration");
-        black_box(&reply);
-        spent
+        self.requests(1)
     }
-}
 
-impl Rig {
     /// One request on each of the next [`BATCH`] connections, then one pass of the table;
     /// returns the time spent in the table's calls.
     fn batch(&mut self) -> Duration {
+        self.requests(BATCH)
+    }
+
+    /// One request on each of the next `count` connections, one pass of the table, every
+    /// reply read; returns the time spent in the table's calls.
+    fn requests(&mut self, count: usize) -> Duration {
         let first = self.next;
         self.now += NetDuration::from_micros(10);
-        for _ in 0..BATCH {
+        for _ in 0..count {
             let conn = self.next;
             self.next = (self.next + 1) % self.swarm.len();
             self.swarm
@@ -154,14 +134,14 @@ impl Rig {
 
         let start = WallClock::now();
         self.table
-            .poll_ingress(self.now, &mut self.server, 4 * BATCH);
+            .poll_ingress(self.now, &mut self.server, (4 * count).max(64));
         self.table.serve(echo);
         self.table.poll_egress(self.now, &mut self.server);
         let spent = start.elapsed();
 
         self.swarm.poll(self.now, &mut self.client);
         let mut reply = [0u8; 64];
-        for k in 0..BATCH {
+        for k in 0..count {
             let conn = (first + k) % self.swarm.len();
             let n = self
                 .swarm

@@ -90,16 +90,7 @@ impl Setup {
                 "park",
             ],
             Path::Xdp => Veth::server_args(&[]),
-            Path::Kernel => vec![
-                "--net",
-                "kernel",
-                "-l",
-                "127.0.0.1",
-                "-p",
-                "0",
-                "--idle",
-                "park",
-            ],
+            Path::Kernel => support::KERNEL_ARGS.to_vec(),
         };
         args.extend_from_slice(&["-t", "2"]);
         args.extend_from_slice(extra);

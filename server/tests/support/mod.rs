@@ -22,6 +22,18 @@ use protocol::binary::{Opcode, RequestRepr, ResponseRepr, Status, StoreExtras};
 
 pub mod veth;
 
+/// memspin's arguments for kernel sockets on 127.0.0.1, a free port, `--idle park`.
+pub const KERNEL_ARGS: &[&str] = &[
+    "--net",
+    "kernel",
+    "-l",
+    "127.0.0.1",
+    "-p",
+    "0",
+    "--idle",
+    "park",
+];
+
 /// A network namespace created for one test and deleted when dropped (also on panic).
 pub struct Netns {
     pub name: String,
@@ -143,19 +155,11 @@ impl Server {
             .unwrap_or_else(|| panic!("no RESP address in {:?}", self.ready_line))
     }
 
-    /// memspin on kernel sockets on 127.0.0.1, a free port, `--idle park`, then `extra`.
+    /// memspin on kernel sockets on 127.0.0.1, a free port, `--idle park` ([`KERNEL_ARGS`]),
+    /// then `extra`.
     #[track_caller]
     pub fn start_kernel(extra: &[&str]) -> Server {
-        let mut args = vec![
-            "--net",
-            "kernel",
-            "-l",
-            "127.0.0.1",
-            "-p",
-            "0",
-            "--idle",
-            "park",
-        ];
+        let mut args = KERNEL_ARGS.to_vec();
         args.extend_from_slice(extra);
         Server::start(None, &args, None)
     }
@@ -803,9 +807,53 @@ pub fn pymemcache_round_trip(netns: Option<&Netns>, addr: SocketAddr) {
     );
 }
 
+/// A server process of another project on 127.0.0.1 and a free port (memcached,
+/// redis-server), killed when dropped.
+pub struct Loopback {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+impl Loopback {
+    /// Runs `command` with `port_flag` and a free loopback port appended, and waits (10 s at
+    /// most) until it accepts; `what` names it in the messages.
+    #[track_caller]
+    pub fn spawn(mut command: Command, port_flag: &str, what: &str) -> Loopback {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = command
+            .args([port_flag, &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what} (its Debian package) must be installed: {e}"));
+        let server = Loopback {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(server.addr).is_err() {
+            assert!(Instant::now() < deadline, "{what} did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+}
+
+impl Drop for Loopback {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A stock memcached on 127.0.0.1 and a free port, killed when dropped.
 pub struct Memcached {
-    child: Child,
+    _process: Loopback,
     /// Where it listens.
     pub addr: SocketAddr,
 }
@@ -827,44 +875,15 @@ impl Memcached {
     /// [`Memcached::start_bin`] with more command-line arguments (`-o no_lru_maintainer`).
     #[track_caller]
     pub fn start_with(bin: &std::ffi::OsStr, extra: &[&str]) -> Memcached {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new(bin)
-            .args([
-                "-U",
-                "0",
-                "-l",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-u",
-                "root",
-            ])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("memcached (Debian package memcached) must be installed");
-        let server = Memcached {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(server.addr).is_err() {
-            assert!(Instant::now() < deadline, "memcached did not start");
-            std::thread::sleep(Duration::from_millis(20));
+        let mut command = Command::new(bin);
+        command
+            .args(["-U", "0", "-l", "127.0.0.1", "-u", "root"])
+            .args(extra);
+        let process = Loopback::spawn(command, "-p", "memcached");
+        Memcached {
+            addr: process.addr,
+            _process: process,
         }
-        server
-    }
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
