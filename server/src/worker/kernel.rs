@@ -161,7 +161,14 @@ fn serve(
         engine.set_raw_path(RawPath::Kernel(stats));
         progress |= idle_state.maybe_sweep(engine, tick);
         meter.done(progress);
-        block = idle_state.after_iteration(progress, tick.at);
+        // The gap to the next arrival starts when the work ended (a second clock read, only
+        // in iterations that did work).
+        let ended = if progress {
+            std::time::Instant::now()
+        } else {
+            tick.at
+        };
+        block = idle_state.after_iteration(progress, tick.at, ended);
     }
     Ok(())
 }

@@ -698,7 +698,7 @@ pub fn serve_smoltcp<D: Queue>(
         // The egress step's frames go out now, or with the sleep (one system call for both
         // where the device can: AF_XDP's poll sends them).
         let mut slept = false;
-        if let Some(park) = idle_state.after(activity, ended) {
+        if let Some(park) = idle_state.after(activity, tick.at, ended) {
             let delay = table
                 .poll_delay(tick.net)
                 .map_or(park, |d| Duration::from_micros(d.total_micros()).min(park));
