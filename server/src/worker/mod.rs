@@ -20,6 +20,10 @@
 //!                      supervisor: all done ─▶ reports, spawn returns (drops release TAP/XDP)
 //!                                  500 ms and not all done ─▶ detach XDP, exit(1)
 //! ```
+//!
+//! The supervisor sleeps until something happens: a worker rings its doorbell after each
+//! event it sends (ready, done), and the signal handlers write to a socket it also waits on,
+//! after setting the flag. It does not wake on a timer while the workers serve.
 
 #[cfg(debug_assertions)]
 pub mod failpoint;
@@ -29,9 +33,11 @@ pub mod mesh;
 pub mod tap;
 pub mod xdp;
 
-use std::os::fd::BorrowedFd;
-use std::sync::Arc;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use netstack::smoltcp::phy::Device;
@@ -137,9 +143,20 @@ impl Default for LoopClock {
 /// When the handlers cannot be installed, or the failpoint is malformed.
 pub fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
     let stop = Arc::new(AtomicBool::new(false));
+    let failed = |e: std::io::Error| format!("installing signal handlers: {e}");
+    // The flag first: a handler's actions run in the order they were registered, so the
+    // supervisor, woken by the byte, finds the flag set.
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))
-            .map_err(|e| format!("installing signal handlers: {e}"))?;
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(failed)?;
+    }
+    if SIGNAL_WAKE.get().is_none() {
+        let (wake, ring) = UnixStream::pair().map_err(failed)?;
+        wake.set_nonblocking(true).map_err(failed)?;
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let ring = ring.try_clone().map_err(failed)?;
+            signal_hook::low_level::pipe::register(signal, ring).map_err(failed)?;
+        }
+        let _ = SIGNAL_WAKE.set(wake);
     }
     #[cfg(debug_assertions)]
     failpoint::install()?;
@@ -215,11 +232,68 @@ pub type WorkerResult = Result<Vec<String>, String>;
 /// failed) before the process exits without them (see [`spawn`]). A worker looks at the stop
 /// flag once per loop iteration and a parked one sleeps at most [`PARK_MAX`].
 pub const STOP_GRACE: Duration = Duration::from_millis(500);
-/// How often the supervising thread looks at the stop flag and the workers' messages while
-/// they serve.
+/// How often the supervising thread looks at the stop flag while the workers serve when no
+/// signal handler can wake it ([`stop_on_signals`] was not called: tests); with one it sleeps
+/// until an event or a signal.
 const SUPERVISE_EVERY: Duration = Duration::from_millis(10);
-/// How often it looks for workers that ended once a stop was requested.
-const STOP_POLL: Duration = Duration::from_millis(1);
+
+/// The read end of the socket pair that SIGINT and SIGTERM write a byte into once they have set
+/// the stop flag ([`stop_on_signals`]): it wakes the supervising thread.
+static SIGNAL_WAKE: OnceLock<UnixStream> = OnceLock::new();
+
+/// How workers wake the supervising thread: a byte on a socket pair after each event they send
+/// it. A ring after the send cannot be lost: the supervisor takes the events and only then
+/// waits, and a byte written meanwhile ends that wait at once.
+struct Doorbell {
+    /// The supervisor's end.
+    wake: UnixStream,
+    /// The workers' end.
+    ring: UnixStream,
+}
+
+impl Doorbell {
+    fn new() -> Result<Doorbell, String> {
+        let failed = |e: std::io::Error| format!("supervisor's socket pair: {e}");
+        let (wake, ring) = UnixStream::pair().map_err(failed)?;
+        wake.set_nonblocking(true).map_err(failed)?;
+        ring.set_nonblocking(true).map_err(failed)?;
+        Ok(Doorbell { wake, ring })
+    }
+
+    /// Wakes the supervisor (a full socket is already readable, so a failed write loses
+    /// nothing).
+    fn ring(&self) {
+        let _ = (&self.ring).write(&[1]);
+    }
+
+    /// Sleeps until a ring, a byte on `signals`, or `timeout` (`None`: no limit), then takes
+    /// every byte waiting on both.
+    fn wait(&self, signals: Option<&UnixStream>, timeout: Option<Duration>) {
+        let watch = |fd: i32| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // A negative descriptor is left out by poll(2).
+        let mut fds = [
+            watch(self.wake.as_raw_fd()),
+            watch(signals.map_or(-1, AsRawFd::as_raw_fd)),
+        ];
+        let millis = timeout.map_or(-1, |t| {
+            i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
+        });
+        // SAFETY: `fds` is a valid array of two pollfd structures that outlives the call, and
+        // its length is passed with it. An interrupted or failed poll only ends the wait early;
+        // the caller looks at its events and the flag again.
+        unsafe {
+            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis);
+        }
+        let mut bytes = [0u8; 64];
+        for mut socket in std::iter::once(&self.wake).chain(signals) {
+            while matches!(socket.read(&mut bytes), Ok(n) if n > 0) {}
+        }
+    }
+}
 
 /// What a worker thread tells the supervising thread.
 enum Event {
@@ -281,11 +355,13 @@ pub fn spawn<Q: Send>(
     }
     let meshes = mesh::build(workers)?;
     let (events, inbox) = crossbeam_channel::unbounded::<Event>();
+    let doorbell = Doorbell::new()?;
     let mut results = std::thread::scope(|scope| {
         let mut handles = Vec::with_capacity(workers);
         let mut start_error = None;
         for (index, (queue, mut mesh)) in queues.into_iter().zip(meshes).enumerate() {
             let worker_events = events.clone();
+            let doorbell = &doorbell;
             let work = &work;
             let cpu = plan.cpus[index];
             let config = EngineConfig {
@@ -303,6 +379,7 @@ pub fn spawn<Q: Send>(
                             let mut engine = Engine::new(config);
                             let ready = || {
                                 let _ = worker_events.send(Event::Ready);
+                                doorbell.ring();
                             };
                             let lines = work(queue, &mut engine, &mut mesh, &ready)?;
                             Ok((lines, engine.snapshot(), *mesh.stats()))
@@ -317,6 +394,7 @@ pub fn spawn<Q: Send>(
                         stop.store(true, Ordering::SeqCst);
                     }
                     let _ = worker_events.send(Event::Done(index));
+                    doorbell.ring();
                     result
                 })
                 .map_err(|e| format!("starting worker {index}: {e}"));
@@ -331,7 +409,13 @@ pub fn spawn<Q: Send>(
         }
         drop(events);
         let started = handles.len();
-        let supervised = supervise(plan.stop, started, workers, &inbox, on_ready);
+        let supervised = supervise(
+            plan.stop,
+            started,
+            workers,
+            (&inbox, &doorbell, SIGNAL_WAKE.get()),
+            on_ready,
+        );
         let mut results: Vec<Option<Result<Stopped, String>>> = handles
             .iter_mut()
             .map(|slot| {
@@ -394,52 +478,63 @@ pub fn spawn<Q: Send>(
 
 /// Waits for the workers: counts them ready (then calls `on_ready`, unless a stop came
 /// first), and returns once every started thread is done, or [`STOP_GRACE`] after a stop
-/// request with the workers still running.
+/// request with the workers still running. Between events it sleeps on the doorbell and the
+/// signal socket (`wake`), never on a timer while the workers serve (unless there is no signal
+/// socket to wake it).
 fn supervise(
     stop: &AtomicBool,
     started: usize,
     workers: usize,
-    inbox: &crossbeam_channel::Receiver<Event>,
+    wake: (
+        &crossbeam_channel::Receiver<Event>,
+        &Doorbell,
+        Option<&UnixStream>,
+    ),
     on_ready: impl FnOnce(),
 ) -> Supervised {
+    let (inbox, doorbell, signals) = wake;
     let mut on_ready = Some(on_ready);
     let mut ready = 0;
     let mut done = vec![false; started];
     let mut stop_at: Option<Instant> = None;
-    while done.iter().any(|d| !d) {
+    loop {
+        loop {
+            match inbox.try_recv() {
+                Ok(Event::Ready) => {
+                    ready += 1;
+                    if ready == workers
+                        && !stopping(stop)
+                        && let Some(on_ready) = on_ready.take()
+                    {
+                        on_ready();
+                    }
+                }
+                Ok(Event::Done(index)) => done[index] = true,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                // Every worker thread has ended (their senders are gone).
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return Supervised::AllDone,
+            }
+        }
+        if done.iter().all(|&d| d) {
+            return Supervised::AllDone;
+        }
         if stop_at.is_none() && stopping(stop) {
             stop_at = Some(Instant::now());
         }
-        // Events first; then, with nothing to do, a plain sleep: a channel's timed receive
-        // spins and yields before it blocks, which costs a contended CPU dearly 100 times
-        // a second.
-        match inbox.try_recv() {
-            Ok(Event::Ready) => {
-                ready += 1;
-                if ready == workers
-                    && !stopping(stop)
-                    && let Some(on_ready) = on_ready.take()
-                {
-                    on_ready();
+        let timeout = match stop_at {
+            Some(at) => {
+                let left = STOP_GRACE.saturating_sub(at.elapsed());
+                if left.is_zero() {
+                    let stuck = (0..started).filter(|&i| !done[i]).collect();
+                    return Supervised::Stuck(stuck);
                 }
+                Some(left)
             }
-            Ok(Event::Done(index)) => done[index] = true,
-            Err(crossbeam_channel::TryRecvError::Empty) => {
-                if let Some(at) = stop_at {
-                    if at.elapsed() >= STOP_GRACE {
-                        let stuck = (0..started).filter(|&i| !done[i]).collect();
-                        return Supervised::Stuck(stuck);
-                    }
-                    std::thread::sleep(STOP_GRACE.saturating_sub(at.elapsed()).min(STOP_POLL));
-                } else {
-                    std::thread::sleep(SUPERVISE_EVERY);
-                }
-            }
-            // Every worker thread has ended (their senders are gone).
-            Err(crossbeam_channel::TryRecvError::Disconnected) => break,
-        }
+            None if signals.is_none() => Some(SUPERVISE_EVERY),
+            None => None,
+        };
+        doorbell.wait(signals, timeout);
     }
-    Supervised::AllDone
 }
 
 /// The exit for workers that did not stop within [`STOP_GRACE`]: reports the workers that
@@ -1080,6 +1175,84 @@ mod tests {
             || plan.stop.store(true, Ordering::SeqCst),
         );
         assert_eq!(result, Ok(()));
+    }
+
+    /// This thread's voluntary context switches so far (each sleep is one).
+    fn sleeps_so_far() -> u64 {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("voluntary_ctxt_switches in /proc/thread-self/status")
+    }
+
+    /// Runs `supervise` for one worker on its own thread, with a signal socket; `drive` plays
+    /// the worker and the signal handler. Returns what it saw, how long it took and how many
+    /// times it slept, or panics after 5 s.
+    fn supervise_one(
+        drive: impl FnOnce(crossbeam_channel::Sender<Event>, &Doorbell, &AtomicBool, UnixStream)
+        + Send
+        + 'static,
+    ) -> (Supervised, Duration, u64) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let doorbell = Arc::new(Doorbell::new().unwrap());
+        let (signals, signal_ring) = UnixStream::pair().unwrap();
+        signals.set_nonblocking(true).unwrap();
+        let (events, inbox) = crossbeam_channel::unbounded();
+        let (done, result) = crossbeam_channel::bounded(1);
+        {
+            let (stop, doorbell) = (Arc::clone(&stop), Arc::clone(&doorbell));
+            std::thread::spawn(move || {
+                let (before, started) = (sleeps_so_far(), Instant::now());
+                let seen = supervise(&stop, 1, 1, (&inbox, &doorbell, Some(&signals)), || {});
+                let _ = done.send((seen, started.elapsed(), sleeps_so_far() - before));
+            });
+        }
+        std::thread::spawn(move || drive(events, &doorbell, &stop, signal_ring));
+        result
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the supervisor returns")
+    }
+
+    // Before: the supervising thread slept in 10 ms steps while the workers served, 100
+    // wake-ups a second on whatever CPU it ran on (a worker's or a load generator's).
+    #[test]
+    fn the_supervisor_sleeps_until_a_worker_or_a_signal_wakes_it() {
+        let (seen, took, sleeps) = supervise_one(|events, doorbell, stop, signal_ring| {
+            events.send(Event::Ready).unwrap();
+            doorbell.ring();
+            std::thread::sleep(Duration::from_millis(300));
+            // As SIGTERM's handlers do: the flag, then a byte.
+            stop.store(true, Ordering::SeqCst);
+            (&signal_ring).write_all(&[1]).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            events.send(Event::Done(0)).unwrap();
+            doorbell.ring();
+        });
+        assert!(matches!(seen, Supervised::AllDone));
+        assert!(took >= Duration::from_millis(350), "{took:?}");
+        // Ready, the signal, done: three wake-ups, and some slack for the scheduler.
+        assert!(sleeps <= 8, "{sleeps} sleeps in {took:?}");
+    }
+
+    #[test]
+    fn a_signal_starts_the_grace_and_a_stuck_worker_is_named() {
+        let (seen, took, _) = supervise_one(|events, doorbell, stop, signal_ring| {
+            events.send(Event::Ready).unwrap();
+            doorbell.ring();
+            std::thread::sleep(Duration::from_millis(50));
+            stop.store(true, Ordering::SeqCst);
+            (&signal_ring).write_all(&[1]).unwrap();
+            // The worker never says it is done.
+            std::thread::sleep(Duration::from_secs(10));
+            drop(events);
+        });
+        assert!(matches!(seen, Supervised::Stuck(ref stuck) if stuck == &[0]));
+        assert!(
+            took >= STOP_GRACE && took < STOP_GRACE * 3,
+            "{took:?} for a grace of {STOP_GRACE:?}"
+        );
     }
 
     #[test]
