@@ -1215,20 +1215,29 @@ mod tests {
             .expect("the supervisor returns")
     }
 
+    /// What a worker does: the event, then the doorbell.
+    fn report(events: &crossbeam_channel::Sender<Event>, doorbell: &Doorbell, event: Event) {
+        events.send(event).unwrap();
+        doorbell.ring();
+    }
+
+    /// What SIGTERM's handlers do: the flag, then a byte.
+    fn terminate(stop: &AtomicBool, signal_ring: &UnixStream) {
+        stop.store(true, Ordering::SeqCst);
+        let mut ring = signal_ring;
+        ring.write_all(&[1]).unwrap();
+    }
+
     // Before: the supervising thread slept in 10 ms steps while the workers served, 100
     // wake-ups a second on whatever CPU it ran on (a worker's or a load generator's).
     #[test]
     fn the_supervisor_sleeps_until_a_worker_or_a_signal_wakes_it() {
         let (seen, took, sleeps) = supervise_one(|events, doorbell, stop, signal_ring| {
-            events.send(Event::Ready).unwrap();
-            doorbell.ring();
+            report(&events, doorbell, Event::Ready);
             std::thread::sleep(Duration::from_millis(300));
-            // As SIGTERM's handlers do: the flag, then a byte.
-            stop.store(true, Ordering::SeqCst);
-            (&signal_ring).write_all(&[1]).unwrap();
+            terminate(stop, &signal_ring);
             std::thread::sleep(Duration::from_millis(50));
-            events.send(Event::Done(0)).unwrap();
-            doorbell.ring();
+            report(&events, doorbell, Event::Done(0));
         });
         assert!(matches!(seen, Supervised::AllDone));
         assert!(took >= Duration::from_millis(350), "{took:?}");
@@ -1239,11 +1248,9 @@ mod tests {
     #[test]
     fn a_signal_starts_the_grace_and_a_stuck_worker_is_named() {
         let (seen, took, _) = supervise_one(|events, doorbell, stop, signal_ring| {
-            events.send(Event::Ready).unwrap();
-            doorbell.ring();
+            report(&events, doorbell, Event::Ready);
             std::thread::sleep(Duration::from_millis(50));
-            stop.store(true, Ordering::SeqCst);
-            (&signal_ring).write_all(&[1]).unwrap();
+            terminate(stop, &signal_ring);
             // The worker never says it is done.
             std::thread::sleep(Duration::from_secs(10));
             drop(events);
