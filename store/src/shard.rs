@@ -431,7 +431,8 @@ impl Shard {
         self.touch_marking(key, ttl, false, now.into())
     }
 
-    fn touch_marking(
+    /// [`Shard::touch`] when `mark`, else [`Shard::touch_unbumped`].
+    pub fn touch_marking(
         &mut self,
         key: &[u8],
         ttl: Ttl,

@@ -456,11 +456,7 @@ impl Core {
         self.counters.cmd_touch += 1;
         self.sample(Kind::Touch);
         let observed = self.observed();
-        let item = if mark {
-            self.shard.touch(key, ttl, now)
-        } else {
-            self.shard.touch_unbumped(key, ttl, now)
-        };
+        let item = self.shard.touch_marking(key, ttl, mark, now);
         if observed {
             let found = item.map(|item| item.value.len());
             Core::observe_get(

@@ -413,7 +413,9 @@ pub fn spawn<Q: Send>(
             plan.stop,
             started,
             workers,
-            (&inbox, &doorbell, SIGNAL_WAKE.get()),
+            &inbox,
+            &doorbell,
+            SIGNAL_WAKE.get(),
             on_ready,
         );
         let mut results: Vec<Option<Result<Stopped, String>>> = handles
@@ -479,20 +481,17 @@ pub fn spawn<Q: Send>(
 /// Waits for the workers: counts them ready (then calls `on_ready`, unless a stop came
 /// first), and returns once every started thread is done, or [`STOP_GRACE`] after a stop
 /// request with the workers still running. Between events it sleeps on the doorbell and the
-/// signal socket (`wake`), never on a timer while the workers serve (unless there is no signal
+/// signal socket (`signals`), never on a timer while the workers serve (unless there is no signal
 /// socket to wake it).
 fn supervise(
     stop: &AtomicBool,
     started: usize,
     workers: usize,
-    wake: (
-        &crossbeam_channel::Receiver<Event>,
-        &Doorbell,
-        Option<&UnixStream>,
-    ),
+    inbox: &crossbeam_channel::Receiver<Event>,
+    doorbell: &Doorbell,
+    signals: Option<&UnixStream>,
     on_ready: impl FnOnce(),
 ) -> Supervised {
-    let (inbox, doorbell, signals) = wake;
     let mut on_ready = Some(on_ready);
     let mut ready = 0;
     let mut done = vec![false; started];
@@ -1205,7 +1204,7 @@ mod tests {
             let (stop, doorbell) = (Arc::clone(&stop), Arc::clone(&doorbell));
             std::thread::spawn(move || {
                 let (before, started) = (sleeps_so_far(), Instant::now());
-                let seen = supervise(&stop, 1, 1, (&inbox, &doorbell, Some(&signals)), || {});
+                let seen = supervise(&stop, 1, 1, &inbox, &doorbell, Some(&signals), || {});
                 let _ = done.send((seen, started.elapsed(), sleeps_so_far() - before));
             });
         }
