@@ -1,6 +1,6 @@
-//! Past saturation the generator holds a server at its capacity: an open loop offered 3.5× what
-//! its connections carry sends as fast as a closed loop over as many connections, and the
-//! requests it sends show how long they waited.
+//! Past saturation the generator holds a server at its capacity: an open loop offered 3.5× the
+//! most its connections were seen to carry sends as fast as a closed loop over as many
+//! connections beside it, and the requests it sends show how long they waited.
 //!
 //! Against its own `memcached -U 0 -t 1` on a free loopback port (see `support`), with
 //! generator threads that sleep while they wait (`--idle sleep`), so that on a 2-core machine
@@ -17,12 +17,14 @@ mod support;
 
 use support::Memcached;
 
-/// Offered load, as a multiple of what the open loop's connections carry.
+/// Offered load, as a multiple of the most the open loop's connections were seen to carry.
 const OVERLOAD: f64 = 3.5;
 /// Connections of each of the two generators.
 const CONNECTIONS: usize = 8;
-/// Side-by-side runs.
+/// Rounds whose ratio counts ...
 const ROUNDS: usize = 3;
+/// ... out of at most this many (see `a_round_counts`).
+const MAX_ROUNDS: usize = 6;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -50,6 +52,9 @@ fn past_saturation_the_achieved_rate_stays_at_the_closed_loop_capacity() {
         warmup: Duration::from_millis(300),
         keys: 2_000,
         key_size: 12,
+        // Far beyond any reply time here, so that a generator thread the machine does not run
+        // for a while (it happens on a loaded 2-core machine) loses no request to a timeout.
+        timeout: Duration::from_secs(10),
         progress: false,
         ..Config::default()
     };
@@ -66,8 +71,14 @@ fn past_saturation_the_achieved_rate_stays_at_the_closed_loop_capacity() {
     // were due after 1.05 s of 1.3 s).
     let mut ratios = Vec::new();
     let mut tables = String::new();
-    for _ in 0..ROUNDS {
-        // What this many connections carry beside as many others, to offer 3.5× it.
+    // The most a closed loop over these connections carried beside as many others, so far: the
+    // open loop is offered 3.5× it, so a closed loop measured while the machine ran slowly
+    // cannot leave the open loop short of saturation.
+    let mut highest = 0.0f64;
+    for _ in 0..MAX_ROUNDS {
+        if ratios.len() == ROUNDS {
+            break;
+        }
         let (a, b) = side_by_side(&closed, &closed);
         assert_eq!(
             a.errors.total() + b.errors.total(),
@@ -76,22 +87,31 @@ fn past_saturation_the_achieved_rate_stays_at_the_closed_loop_capacity() {
             a.table(),
             b.table()
         );
-        let each = (a.ops_per_sec() + b.ops_per_sec()) / 2.0;
-        let offered = OVERLOAD * each;
+        highest = highest.max(a.ops_per_sec()).max(b.ops_per_sec());
+        if highest == 0.0 {
+            // Neither closed loop ran in its window: nothing to offer 3.5× of yet.
+            continue;
+        }
+        let offered = OVERLOAD * highest;
         let open = Config {
             rate: Some(offered),
             ..closed.clone()
         };
         let (c, o) = side_by_side(&closed, &open);
-        let capacity = c.ops_per_sec();
-        assert!(capacity > 500.0, "{}", c.table());
         assert_eq!(c.errors.total(), 0, "{}", c.table());
+        let capacity = c.ops_per_sec();
+        highest = highest.max(capacity);
         let table = o.table();
         let achieved = o.achieved_rate();
+        tables += &format!("closed {capacity:.0}/s beside open at {offered:.0}/s:\n{table}\n");
+        // A round counts when the machine let both generators send in their windows: a thread
+        // it did not run for the whole second (seen here with a load of 10 on 2 cores) says
+        // nothing about how the generator paces.
+        let a_round_counts = c.sent > 0 && o.sent > 0;
+        if !a_round_counts {
+            continue;
+        }
         ratios.push(achieved / capacity);
-        tables += &format!(
-            "closed beside closed {each:.0}/s; closed {capacity:.0}/s beside open at {offered:.0}/s:\n{table}\n"
-        );
 
         assert_eq!(o.errors.total(), 0, "{table}");
         assert!(o.saturated(), "{table}");
@@ -126,6 +146,11 @@ fn past_saturation_the_achieved_rate_stays_at_the_closed_loop_capacity() {
             corrected.p99
         );
     }
+    assert_eq!(
+        ratios.len(),
+        ROUNDS,
+        "too few rounds in which the machine ran both generators\n{tables}"
+    );
     let ratio = median(ratios.clone());
     assert!(
         (0.9..=1.1).contains(&ratio),
