@@ -152,7 +152,8 @@ pub struct Args {
     /// Open-loop arrival process.
     #[arg(long, value_enum, default_value_t = ArrivalArg::Poisson)]
     pub arrival: ArrivalArg,
-    /// Series of open-loop rates, e.g. `10k,20k,40k`: one run each, then a latency-vs-throughput table.
+    /// Series of open-loop rates, e.g. `10k,20k,40k`: one run each, then a latency-vs-throughput table;
+    /// stops after the first point past saturation.
     #[arg(long, value_name = "R1,R2,...", value_parser = parse_sweep, conflicts_with = "rate")]
     pub sweep: Option<RateList>,
     /// Find the highest open-loop rate whose corrected P-th percentile stays under US µs, e.g. 99:500.

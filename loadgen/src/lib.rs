@@ -36,6 +36,7 @@ pub mod environment;
 pub mod histogram;
 pub mod html;
 pub mod output;
+pub mod pacing;
 pub mod placement;
 pub mod report;
 mod run;

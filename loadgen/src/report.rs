@@ -30,6 +30,10 @@ pub const SCHEMA: &str = "memspin-loadgen/3";
 /// Achieved/target rate below which the open-loop rate check fails.
 pub const RATE_TOLERANCE: f64 = 0.02;
 
+/// Share of the window's requests that waited for a free connection slot above which a run
+/// that fell short of its schedule is past saturation (see [`Report::saturated`]).
+pub const SATURATED_WAITED: f64 = 0.01;
+
 /// Generator delay p50 above this share of the service time p50 is reported as suspect.
 pub const GENERATOR_DELAY_SHARE: f64 = 0.10;
 
@@ -80,6 +84,8 @@ pub struct Report {
     pub stamp_failures: u64,
     /// Thread time in the window the worker threads were runnable but waited for a CPU.
     pub cpu_wait: Duration,
+    /// CPU time the worker threads used in the window.
+    pub cpu: Duration,
     /// `--idle spin`: thread time in the window spent sleeping instead of spinning because the
     /// thread's core was shared.
     pub spin_paused: Duration,
@@ -109,8 +115,14 @@ pub struct Report {
     pub late: u64,
     /// Open loop: requests due in the window and never sent.
     pub never_sent: u64,
-    /// Open loop: requests that had to wait for a free connection slot.
+    /// Open loop: requests sent in the window after waiting for a free connection slot.
     pub backpressured: u64,
+    /// Open loop: arrivals due before the window and still waiting at its start.
+    pub backlog_start: u64,
+    /// Open loop: arrivals due before the window's end and never sent.
+    pub backlog_end: u64,
+    /// Open loop: the longest any arrival of `backlog_end` had waited at the end.
+    pub backlog_end_wait: Duration,
     /// Open loop: check of the intended inter-arrival gaps.
     pub schedule_check: Option<GapCheck>,
     /// Open loop: check of the gaps between actual sends.
@@ -164,6 +176,7 @@ impl Report {
             rx_kernel: 0,
             stamp_failures: 0,
             cpu_wait: Duration::ZERO,
+            cpu: Duration::ZERO,
             spin_paused: Duration::ZERO,
             counts: [0; 6],
             keys_hit: 0,
@@ -179,6 +192,9 @@ impl Report {
             late: 0,
             never_sent: 0,
             backpressured: 0,
+            backlog_start: 0,
+            backlog_end: 0,
+            backlog_end_wait: Duration::ZERO,
             schedule_check: None,
             sent_check: None,
             prefill: None,
@@ -206,6 +222,7 @@ impl Report {
             r.rx_kernel += t.rx_kernel;
             r.stamp_failures += t.stamp_failures;
             r.cpu_wait += Duration::from_nanos(t.cpu_wait_ns);
+            r.cpu += Duration::from_nanos(t.cpu_ns);
             r.spin_paused += Duration::from_nanos(t.spin_paused_ns);
             for (a, b) in r.counts.iter_mut().zip(t.counts) {
                 *a += b;
@@ -219,6 +236,11 @@ impl Report {
             r.late += t.late;
             r.never_sent += t.never_sent;
             r.backpressured += t.backpressured;
+            r.backlog_start += t.backlog_start;
+            r.backlog_end += t.backlog_end;
+            r.backlog_end_wait = r
+                .backlog_end_wait
+                .max(Duration::from_nanos(t.backlog_end_wait_ns));
             intended_gaps.extend(t.intended_gaps);
             sent_gaps.extend(t.sent_gaps);
             window_ns = window_ns.max(t.window_end_ns.saturating_sub(t.window_start_ns));
@@ -291,6 +313,26 @@ impl Report {
         per_sec(self.sent, self.window)
     }
 
+    /// Open loop past saturation: fewer requests went out than the schedule produced (by more
+    /// than [`RATE_TOLERANCE`]) and more than [`SATURATED_WAITED`] of them waited for a free
+    /// connection slot, so the server (or `--connections` × `--pipeline`) was the limit, not
+    /// the generator. The backlog then grows for as long as the run lasts
+    /// (`backlog_end − backlog_start = scheduled − sent`).
+    pub fn saturated(&self) -> bool {
+        self.config.rate.is_some()
+            && (self.sent as f64) < self.scheduled as f64 * (1.0 - RATE_TOLERANCE)
+            && self.backpressured as f64 > SATURATED_WAITED * self.sent as f64
+    }
+
+    /// The generator's CPU time per request sent in the window, µs (0 when none was sent).
+    pub fn cpu_per_request_us(&self) -> f64 {
+        if self.sent == 0 {
+            0.0
+        } else {
+            self.cpu.as_secs_f64() * 1e6 / self.sent as f64
+        }
+    }
+
     /// Replies of one kind.
     pub fn count(&self, kind: OpKind) -> u64 {
         self.counts[kind.index()]
@@ -307,7 +349,17 @@ impl Report {
             let gen_p99_us = Percentiles::of(&self.generator_lag).p99;
             let late_us = c.late_threshold.as_secs_f64() * 1e6;
             let waited = self.backpressured as f64 / self.sent.max(1) as f64;
-            if achieved < target * (1.0 - RATE_TOLERANCE) {
+            if self.saturated() {
+                w.push(format!(
+                    "PAST SATURATION: the server (or --connections × --pipeline) carried {achieved:.0}/s of the {target:.0}/s target ({:.1} %); {} requests ({:.1} %) waited for a free connection slot, and {} arrivals were still waiting at the end (the oldest for {:.1} ms, {} at the start): the corrected latency grows with the length of the run",
+                    100.0 * achieved / target,
+                    self.backpressured,
+                    waited * 100.0,
+                    self.backlog_end,
+                    self.backlog_end_wait.as_secs_f64() * 1e3,
+                    self.backlog_start
+                ));
+            } else if achieved < target * (1.0 - RATE_TOLERANCE) {
                 let why = if waited > 0.01 {
                     format!(
                         "{:.1} % of requests waited for a free connection slot: the server (or too few connections × pipeline) is the limit",
@@ -326,14 +378,14 @@ impl Report {
                     "GENERATOR COULD NOT KEEP UP: its own send lag p99 is {gen_p99_us:.0} µs (threshold {late_us:.0} µs); the corrected latency includes this delay"
                 ));
             }
-            if waited > 0.01 {
+            if waited > SATURATED_WAITED && !self.saturated() {
                 w.push(format!(
                     "{} requests ({:.1} %) waited for a free connection slot (server stalled or saturated, or too few --connections × --pipeline); the corrected latency includes the wait",
                     self.backpressured,
                     waited * 100.0
                 ));
             }
-            if self.never_sent > 0 {
+            if self.never_sent > 0 && !self.saturated() {
                 w.push(format!(
                     "{} requests due in the window were never sent",
                     self.never_sent
@@ -471,6 +523,10 @@ impl Report {
             late_threshold_us: c.late_threshold.as_secs_f64() * 1e6,
             never_sent: self.never_sent,
             backpressured: self.backpressured,
+            backlog_start: self.backlog_start,
+            backlog_end: self.backlog_end,
+            backlog_end_wait_us: self.backlog_end_wait.as_secs_f64() * 1e6,
+            saturated: self.saturated(),
             send_lag_us: Percentiles::of(&self.send_lag),
             generator_lag_us: Percentiles::of(&self.generator_lag),
             arrivals: c.arrival,
@@ -517,6 +573,8 @@ impl Report {
             generator: GeneratorJson {
                 cpu_wait_s: self.cpu_wait.as_secs_f64(),
                 spin_paused_s: self.spin_paused.as_secs_f64(),
+                cpu_s: self.cpu.as_secs_f64(),
+                cpu_per_request_us: self.cpu_per_request_us(),
             },
             timestamps: TimestampsJson {
                 source: self.timestamps.source,
@@ -614,6 +672,18 @@ impl Report {
                 self.never_sent,
                 self.backpressured
             );
+            let _ = writeln!(
+                out,
+                "backlog: {} waiting at the start, {} at the end (the oldest for {:.1} ms){}",
+                self.backlog_start,
+                self.backlog_end,
+                self.backlog_end_wait.as_secs_f64() * 1e3,
+                if self.saturated() {
+                    "; past saturation"
+                } else {
+                    ""
+                }
+            );
             for (label, check) in [
                 ("scheduled", self.schedule_check),
                 ("sent", self.sent_check),
@@ -652,6 +722,12 @@ impl Report {
             out,
             "errors: refused {}, reset {}, timeout {}, protocol {}, aborted {}, server {}",
             e.refused, e.reset, e.timeout, e.protocol, e.aborted, e.server
+        );
+        let _ = writeln!(
+            out,
+            "generator CPU: {:.3} s in the window, {:.2} µs per request sent",
+            self.cpu.as_secs_f64(),
+            self.cpu_per_request_us()
         );
         if c.verify {
             let v = &self.verify;
@@ -876,6 +952,10 @@ pub struct GeneratorJson {
     /// Thread seconds in the window spent sleeping instead of busy-polling because a thread's
     /// core was shared (`--idle spin`).
     pub spin_paused_s: f64,
+    /// CPU seconds the threads used in the window.
+    pub cpu_s: f64,
+    /// `cpu_s` per request sent in the window, µs.
+    pub cpu_per_request_us: f64,
 }
 
 /// Which kernel timestamps the times came from.
@@ -908,7 +988,8 @@ pub struct OpenLoop {
     pub rate_ok: bool,
     /// Arrivals due in the window.
     pub scheduled: u64,
-    /// Of those, sent.
+    /// Requests sent in the window (whenever they were due): `scheduled + backlog_start −
+    /// backlog_end`.
     pub sent: u64,
     /// Sent later than the threshold after their intended time.
     pub late: u64,
@@ -916,8 +997,16 @@ pub struct OpenLoop {
     pub late_threshold_us: f64,
     /// Due in the window, never sent (still waiting at its end).
     pub never_sent: u64,
-    /// Had to wait for a free connection slot.
+    /// Sent in the window after waiting for a free connection slot.
     pub backpressured: u64,
+    /// Due before the window, still waiting at its start.
+    pub backlog_start: u64,
+    /// Due before the window's end, never sent.
+    pub backlog_end: u64,
+    /// How long the oldest of `backlog_end` had waited at the end, µs.
+    pub backlog_end_wait_us: f64,
+    /// Past saturation (see [`Report::saturated`]).
+    pub saturated: bool,
     /// Send lag (actual − intended send time), µs.
     pub send_lag_us: Percentiles,
     /// Send lag of requests that found a free slot: the generator's own delay, µs.
@@ -1201,34 +1290,60 @@ mod tests {
 
     #[test]
     fn falling_behind_is_loud() {
+        // The generator itself fell behind: no request waited for a slot.
         let mut t = threads(true);
         for s in &mut t {
             s.sent = 900; // 10 % short of the target
-            s.backpressured = 90;
             s.generator_lag = new_histogram();
             s.generator_lag.record(5_000_000).unwrap();
         }
         let r = Report::from_threads(&config(true), t, None, stamps());
-        assert!(
-            r.warnings.iter().any(|w| w.starts_with("RATE NOT REACHED")),
-            "{:?}",
-            r.warnings
-        );
-        assert!(
-            r.warnings
-                .iter()
-                .any(|w| w.starts_with("GENERATOR COULD NOT KEEP UP")),
-            "{:?}",
-            r.warnings
-        );
-        assert!(
-            r.warnings
-                .iter()
-                .any(|w| w.contains("waited for a free connection slot")),
-            "{:?}",
-            r.warnings
-        );
+        assert!(!r.saturated());
+        let starts = |p: &str| r.warnings.iter().any(|w| w.starts_with(p));
+        assert!(starts("RATE NOT REACHED"), "{:?}", r.warnings);
+        assert!(starts("GENERATOR COULD NOT KEEP UP"), "{:?}", r.warnings);
+        assert!(!starts("PAST SATURATION"), "{:?}", r.warnings);
         assert!(!r.summary().open_loop.unwrap().rate_ok);
+    }
+
+    #[test]
+    fn past_saturation_is_one_loud_warning_with_the_backlog() {
+        // The server was the limit: a tenth of the requests waited for a slot, and the backlog
+        // grew by what was not sent (1,000 + 10 = 900 + 110 per thread).
+        let mut t = threads(true);
+        for s in &mut t {
+            (s.sent, s.backpressured) = (900, 90);
+            (s.backlog_start, s.backlog_end) = (10, 110);
+            s.backlog_end_wait_ns = 40_000_000;
+        }
+        let r = Report::from_threads(&config(true), t, None, stamps());
+        assert!(r.saturated());
+        let past: Vec<&String> = r
+            .warnings
+            .iter()
+            .filter(|w| w.starts_with("PAST SATURATION"))
+            .collect();
+        assert_eq!(past.len(), 1, "{:?}", r.warnings);
+        for part in [
+            "carried 900/s of the 1000/s target",
+            "180 requests (10.0 %) waited for a free connection slot",
+            "220 arrivals were still waiting at the end (the oldest for 40.0 ms, 20 at the start)",
+        ] {
+            assert!(past[0].contains(part), "{part}: {}", past[0]);
+        }
+        // It replaces the shortfall's and the waiting's own warnings.
+        assert!(
+            !r.warnings
+                .iter()
+                .any(|w| w.starts_with("RATE NOT REACHED") || w.contains("never sent")),
+            "{:?}",
+            r.warnings
+        );
+        let ol = r.summary().open_loop.unwrap();
+        assert!(ol.saturated && !ol.rate_ok);
+        assert_eq!((ol.backlog_start, ol.backlog_end), (20, 220));
+        assert_eq!(ol.backlog_end_wait_us, 40_000.0);
+        assert!(r.table().contains("backlog: 20 waiting at the start, 220 at the end (the oldest for 40.0 ms); past saturation"), "{}", r.table());
     }
 
     #[test]

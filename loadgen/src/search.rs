@@ -5,8 +5,13 @@
 //! closed loop, same connections × pipeline ─▶ capacity C (the upper bound)
 //! probe(C): passes → C is the answer (the SLO holds at the most these connections carry)
 //! else bisect [0, C]: probe(mid) passes → lo = mid, fails → hi = mid,
+//!   past saturation → hi = min(mid, the rate it sent)
 //!   until hi − lo ≤ 2 % of hi or 12 probes
 //! ```
+//!
+//! The search never probes above a rate that failed, so it never climbs past saturation; a
+//! probe past saturation (see [`Report::saturated`]) also bounds it by the rate it sent, which
+//! is what the server carried.
 //!
 //! Every probe is a full open-loop run (warm-up, window, drain). A probe passes only when its
 //! self-checks pass too: the rate was reached (sent within 2 % of the arrivals its schedule
@@ -30,6 +35,8 @@ use crate::run::{RunError, run_with_stop};
 pub const TOLERANCE: f64 = 0.02;
 /// Most open-loop probes per search.
 pub const MAX_PROBES: usize = 12;
+/// The reason of a probe past saturation (see [`Report::saturated`]).
+pub const PAST_SATURATION: &str = "past saturation";
 
 /// A latency objective: percentile `percentile` (e.g. 99.9) at most `limit_us` µs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -131,6 +138,14 @@ pub fn bisect(
     let (mut lo, mut hi) = (0.0f64, capacity);
     let mut best = None;
     let mut limited_by = String::from("capacity");
+    // A rate past saturation caps the bracket at what that probe sent.
+    let cap = |hi: f64, p: &Probe| {
+        if p.reason.as_deref() == Some(PAST_SATURATION) && p.achieved_rate > 0.0 {
+            hi.min(p.achieved_rate)
+        } else {
+            hi
+        }
+    };
     if run(capacity, &mut probes) {
         return Outcome {
             rate: Some(capacity),
@@ -140,13 +155,14 @@ pub fn bisect(
         };
     }
     limited_by.clone_from(probes[0].reason.as_ref().expect("a failed probe says why"));
+    hi = cap(hi, &probes[0]);
     while probes.len() < MAX_PROBES && hi - lo > TOLERANCE * hi && !stop.load(Ordering::Relaxed) {
         let mid = (lo + hi) / 2.0;
         if run(mid, &mut probes) {
             lo = mid;
             best = Some(probes.len() - 1);
         } else {
-            hi = mid;
+            hi = cap(mid, probes.last().expect("just run"));
             limited_by.clone_from(probes.last().and_then(|p| p.reason.as_ref()).expect("why"));
         }
     }
@@ -170,7 +186,9 @@ pub fn measure(report: &Report, slo: Slo) -> Measurement {
     let late_us = report.config.late_threshold.as_secs_f64() * 1e6;
     // Against what the schedule produced, not the target: at low rates a short window's
     // Poisson count alone strays from the target by more than the tolerance.
-    let failed_check = if (report.sent as f64) < report.scheduled as f64 * (1.0 - RATE_TOLERANCE) {
+    let failed_check = if report.saturated() {
+        Some(PAST_SATURATION.to_string())
+    } else if (report.sent as f64) < report.scheduled as f64 * (1.0 - RATE_TOLERANCE) {
         Some("rate not reached".to_string())
     } else if Percentiles::of(&report.generator_lag).p99 > late_us {
         Some("generator could not keep up".to_string())
@@ -314,7 +332,7 @@ mod tests {
                 return Measurement {
                     achieved_rate: mu,
                     latency_us: f64::INFINITY,
-                    failed_check: Some("rate not reached".into()),
+                    failed_check: Some(PAST_SATURATION.into()),
                 };
             }
             Measurement {
@@ -327,7 +345,8 @@ mod tests {
 
     /// An open-loop report at 1,000/s whose schedule produced `scheduled` arrivals, of which
     /// `sent` went out, with a generator lag of `lag_us` and corrected latencies of 100 µs.
-    fn report(scheduled: u64, sent: u64, lag_us: u64, errors: u64) -> Report {
+    /// `waited` of them waited for a free connection slot.
+    fn report(scheduled: u64, sent: u64, lag_us: u64, errors: u64, waited: u64) -> Report {
         use crate::histogram::OpKind;
         use crate::report::StampSummary;
         let mut t = crate::worker::ThreadStats::new();
@@ -340,6 +359,7 @@ mod tests {
         (t.scheduled, t.sent, t.thread_rate) = (scheduled, sent, 1_000.0);
         t.window_end_ns = 1_000_000_000;
         t.errors.timeout = errors;
+        t.backpressured = waited;
         let cfg = Config {
             rate: Some(1_000.0),
             duration: std::time::Duration::from_secs(1),
@@ -352,23 +372,30 @@ mod tests {
     fn probes_are_judged_by_their_self_checks() {
         let slo = Slo::parse("99:500").unwrap();
         // 900 arrivals in the window (a Poisson shortfall, 10 % under the target), all sent.
-        let m = measure(&report(900, 900, 5, 0), slo);
+        let m = measure(&report(900, 900, 5, 0, 0), slo);
         assert_eq!(m.failed_check, None);
         assert!((m.latency_us - 100.0).abs() < 0.2, "{}", m.latency_us);
         assert_eq!(
-            measure(&report(1_000, 900, 5, 0), slo)
+            measure(&report(1_000, 900, 5, 0, 0), slo)
                 .failed_check
                 .as_deref(),
             Some("rate not reached")
         );
+        // The same shortfall with most requests waiting for a slot: the server was the limit.
         assert_eq!(
-            measure(&report(1_000, 1_000, 5_000, 0), slo)
+            measure(&report(1_000, 900, 5, 0, 800), slo)
+                .failed_check
+                .as_deref(),
+            Some(PAST_SATURATION)
+        );
+        assert_eq!(
+            measure(&report(1_000, 1_000, 5_000, 0, 0), slo)
                 .failed_check
                 .as_deref(),
             Some("generator could not keep up")
         );
         assert_eq!(
-            measure(&report(1_000, 1_000, 5, 1), slo)
+            measure(&report(1_000, 1_000, 5, 1, 0), slo)
                 .failed_check
                 .as_deref(),
             Some("errors")
@@ -413,6 +440,15 @@ mod tests {
             }
         }
         assert_eq!(out.probes[out.best.unwrap()].rate, got);
+        // The first probe, at 1.1 × mu, was past saturation and sent mu: the bracket starts
+        // from there, and no later probe climbs above it.
+        assert_eq!(out.probes[0].reason.as_deref(), Some(PAST_SATURATION));
+        assert_eq!(out.probes[1].rate, mu / 2.0);
+        assert!(
+            out.probes[1..].iter().all(|p| p.rate < mu),
+            "{:?}",
+            out.probes
+        );
     }
 
     #[test]

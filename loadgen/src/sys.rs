@@ -270,6 +270,21 @@ pub fn parse_run_delay(line: &str) -> Option<u64> {
     Some(delay)
 }
 
+/// CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`), ns; 0 where the
+/// clock cannot be read.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Sets this thread's timer slack to 1 ns so timed waits wake when asked (the default slack is
 /// 50 µs). Best effort.
 pub fn tighten_timer_slack() {
@@ -771,6 +786,20 @@ mod tests {
         let a = s.run_delay_ns().unwrap();
         std::thread::yield_now();
         assert!(s.run_delay_ns().unwrap() >= a);
+    }
+
+    #[test]
+    fn thread_cpu_time_counts_work_and_not_sleep() {
+        // Busy for 20 ms of CPU time as the clock counts it, then asleep for 50 ms: the sleep
+        // adds far less than itself (waking takes microseconds of CPU).
+        let start = thread_cpu_ns();
+        assert!(start > 0);
+        while thread_cpu_ns() - start < 20_000_000 {
+            std::hint::black_box(start);
+        }
+        let busy = thread_cpu_ns();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(thread_cpu_ns() - busy < 10_000_000);
     }
 
     #[test]

@@ -3,11 +3,17 @@
 //! the once-a-second progress channel.
 //!
 //! ```text
-//! Schedule ─due─▶ backlog ─free slot─▶ Conn.out ─write─▶ server
+//! Pacer (schedule) ─due, a free slot─▶ Conn.out ─write─▶ server
 //!                                  error queue ─TX stamp─▶ Conn.inflight (send time)
 //! server ─recvmsg (RX stamp)─▶ Conn.inb ─decode─▶ reply ─▶ LatencySet (service, corrected),
 //!   generator delay (handled − RX stamp), verify, counters
 //! ```
+//!
+//! **Open loop.** The thread's [`Pacer`] hands out due arrivals, oldest first, one per free
+//! slot: on the connection whose reply freed it, as soon as the reply is decoded (as closed
+//! loop refills), and round robin in the loop for arrivals that find slots free. With every slot
+//! busy the thread waits for replies only, so its cost per request does not grow with the
+//! backlog (see [`crate::pacing`]).
 //!
 //! **Waiting.** A thread that sleeps in `epoll_wait` while a reply is on its way adds its own
 //! wake-up (25–30 µs on a virtual machine) to the time it takes to notice the reply. Under
@@ -27,7 +33,6 @@
 //! timeouts come from a [`TimeoutQueue`] of deadlines in send order, and only connections that
 //! are down or connecting are visited by the periodic housekeeping.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,6 +47,7 @@ use crate::client::{Codec, DecodeError, Expect, MultiHit, MultiKeys, Reply, Requ
 use crate::config::{Config, Idle};
 use crate::conn::{Answered, Conn, ConnState, FlushOutcome, InFlight, ReadOutcome, RxTime};
 use crate::histogram::{HIGHEST_NS, LatencySet, OpKind, new_histogram, new_interval_histogram};
+use crate::pacing::{Arrival, MAX_GAP_SAMPLES, Pacer};
 use crate::placement::Placement;
 use crate::sys::{self, EDGE, ERROR, ERRQUEUE_BATCH, Epoll, ErrQueue, HANGUP, READABLE, WRITABLE};
 use crate::timeouts::TimeoutQueue;
@@ -54,10 +60,6 @@ use crate::workload::{Command, Keyspace, Picker, derive_seed};
 const WATCH: u32 = READABLE | HANGUP | EDGE;
 /// How often timeouts and reconnects are looked at.
 const HOUSEKEEPING_NS: u64 = 2_000_000;
-/// Most inter-arrival gaps kept per thread for the self-check.
-const MAX_GAP_SAMPLES: usize = 200_000;
-/// Most arrivals waiting for a free connection per thread; beyond it they are never sent.
-const MAX_BACKLOG: usize = 1 << 22;
 /// Requests in flight per connection during prefill (at least the pipeline depth).
 const PREFILL_DEPTH: usize = 32;
 /// First reconnect delay; it doubles per failure up to [`MAX_BACKOFF_NS`].
@@ -232,8 +234,17 @@ pub struct ThreadStats {
     pub late: u64,
     /// Open loop: due in the window but never sent.
     pub never_sent: u64,
-    /// Open loop: had to wait for a free connection slot.
+    /// Open loop: sent in the window after waiting for a free connection slot.
     pub backpressured: u64,
+    /// Open loop: arrivals due before the window and still waiting at its start.
+    pub backlog_start: u64,
+    /// Open loop: arrivals due before the window's end and never sent (`never_sent` of them
+    /// due in the window).
+    pub backlog_end: u64,
+    /// Open loop: how long the oldest arrival of `backlog_end` had waited at the end, ns.
+    pub backlog_end_wait_ns: u64,
+    /// CPU time the thread used in the window, ns.
+    pub cpu_ns: u64,
     /// Open loop: gaps between intended times (sample), ns.
     pub intended_gaps: Vec<f64>,
     /// Open loop: gaps between actual sends of consecutive arrivals (sample), ns.
@@ -275,6 +286,10 @@ impl ThreadStats {
             late: 0,
             never_sent: 0,
             backpressured: 0,
+            backlog_start: 0,
+            backlog_end: 0,
+            backlog_end_wait_ns: 0,
+            cpu_ns: 0,
             intended_gaps: Vec::new(),
             sent_gaps: Vec::new(),
             thread_rate: 0.0,
@@ -404,11 +419,11 @@ struct Worker {
     ended: bool,
     drain_deadline: u64,
     // Open loop.
-    schedule: Option<Schedule>,
-    backlog: VecDeque<u64>,
+    pacer: Option<Pacer>,
     rr: usize,
-    last_intended_ns: Option<u64>,
     last_sent_ns: Option<u64>,
+    /// The thread's CPU time when the window opened, ns.
+    cpu_start_ns: Option<u64>,
     // Progress.
     ticks: Sender<Tick>,
     next_tick_ns: u64,
@@ -578,11 +593,10 @@ impl Worker {
             t_end: u64::MAX,
             ended: false,
             drain_deadline: u64::MAX,
-            schedule: None,
-            backlog: VecDeque::new(),
+            pacer: None,
             rr: 0,
-            last_intended_ns: None,
             last_sent_ns: None,
+            cpu_start_ns: None,
             ticks,
             next_tick_ns: u64::MAX,
             tick_index: 0,
@@ -692,6 +706,11 @@ impl Worker {
                 let _ = self.epoll.modify(s.as_raw_fd(), WATCH, i as u64);
             }
         }
+        if self.ready_free == 0
+            && let Some(p) = self.pacer.as_mut()
+        {
+            p.slot_freed_after_all_busy(now);
+        }
         self.ready_free += self.depth();
         if self.phase != Phase::Connect {
             self.refill(i, now);
@@ -755,8 +774,8 @@ impl Worker {
 
     // ---- sending -----------------------------------------------------------------------
 
-    /// Encodes one request on connection `i`.
-    fn issue(&mut self, i: usize, intended_ns: u64, now: u64) {
+    /// Encodes one request on connection `i`; `measured` when it goes out in the window.
+    fn issue(&mut self, i: usize, intended_ns: u64, measured: bool, now: u64) {
         let sh = &*self.shared;
         let verify = sh.config.verify;
         let timeout_ns = sh.config.timeout.as_nanos() as u64;
@@ -799,8 +818,6 @@ impl Worker {
             opaque,
         };
         sh.codec.encode(&request, &mut c.out);
-        let measured =
-            self.phase == Phase::Run && intended_ns >= self.t0 && intended_ns < self.t_end;
         let end_offset = c.encoded_end();
         c.inflight.push_back(InFlight {
             command,
@@ -828,7 +845,9 @@ impl Worker {
         }
     }
 
-    /// Closed loop and prefill: fills connection `i` up to the depth.
+    /// Fills connection `i` up to the depth: with the prefill's keys, with new requests in closed
+    /// loop, and with the oldest due arrivals in open loop (a slot that a reply freed takes the
+    /// next waiting arrival at once).
     fn refill(&mut self, i: usize, now: u64) {
         if self.conns[i].state != ConnState::Ready {
             return;
@@ -839,27 +858,32 @@ impl Worker {
             Phase::Prefill => {
                 let count = self.conns[i].own.len();
                 while self.conns[i].inflight.len() < depth && self.conns[i].prefill_sent < count {
-                    self.issue(i, now, now);
+                    self.issue(i, now, false, now);
+                }
+            }
+            Phase::Run if self.open_loop => {
+                while self.conns[i].inflight.len() < depth {
+                    let Some(a) = self.pacer.as_mut().and_then(|p| p.take(now)) else {
+                        break;
+                    };
+                    self.send_arrival(i, a, now);
                 }
             }
             Phase::Run => {
-                if self.open_loop || self.ended || now >= self.t_end {
+                if self.ended || now >= self.t_end {
                     return;
                 }
+                let measured = now >= self.t0;
                 while self.conns[i].inflight.len() < depth {
-                    self.issue(i, now, now);
+                    self.issue(i, now, measured, now);
                 }
             }
         }
     }
 
-    /// Open loop: sends due arrivals on free connections, oldest first.
-    fn dispatch(&mut self, now: u64, fresh_from: usize) {
-        let mut stale = self.backlog.len().min(fresh_from);
-        while self.ready_free > 0 {
-            if self.backlog.is_empty() {
-                break;
-            }
+    /// Open loop: sends due arrivals on free connections, oldest first, round robin.
+    fn dispatch(&mut self, now: u64) {
+        while self.ready_free > 0 && self.pacer.as_ref().is_some_and(|p| p.is_due(now)) {
             let n = self.conns.len();
             let Some(i) = (0..n).map(|k| (self.rr + k) % n).find(|&i| {
                 self.conns[i].state == ConnState::Ready
@@ -869,59 +893,37 @@ impl Worker {
                 self.ready_free = 0;
                 break;
             };
-            let intended = self.backlog.pop_front().expect("backlog checked non-empty");
+            let Some(a) = self.pacer.as_mut().and_then(|p| p.take(now)) else {
+                break;
+            };
             self.rr = (i + 1) % n;
-            self.issue(i, intended, now);
-            let measured = intended >= self.t0 && intended < self.t_end;
-            if measured {
-                let lag = now.saturating_sub(intended);
-                self.stats.send_lag.saturating_record(lag.max(1));
-                if lag > self.shared.config.late_threshold.as_nanos() as u64 {
-                    self.stats.late += 1;
-                }
-                if stale > 0 {
-                    self.stats.backpressured += 1;
-                } else {
-                    self.stats.generator_lag.saturating_record(lag.max(1));
-                }
-                if let Some(prev) = self.last_sent_ns
-                    && self.stats.sent_gaps.len() < MAX_GAP_SAMPLES
-                {
-                    self.stats.sent_gaps.push(now.saturating_sub(prev) as f64);
-                }
-                self.last_sent_ns = Some(now);
-            }
-            stale = stale.saturating_sub(1);
+            self.send_arrival(i, a, now);
         }
     }
 
-    /// Open loop: moves arrivals due by `now` into the backlog; returns where the new ones start.
-    fn generate(&mut self, now: u64) -> usize {
-        let fresh_from = self.backlog.len();
-        let Some(s) = self.schedule.as_mut() else {
-            return fresh_from;
-        };
-        while s.peek_ns() <= now && s.peek_ns() < self.t_end {
-            let t = s.advance();
-            let measured = t >= self.t0;
-            if measured {
-                self.stats.scheduled += 1;
-                if let Some(prev) = self.last_intended_ns
-                    && self.stats.intended_gaps.len() < MAX_GAP_SAMPLES
-                {
-                    self.stats.intended_gaps.push((t - prev) as f64);
-                }
-                self.last_intended_ns = Some(t);
-            }
-            if self.backlog.len() >= MAX_BACKLOG {
-                if measured {
-                    self.stats.never_sent += 1;
-                }
-            } else {
-                self.backlog.push_back(t);
-            }
+    /// Open loop: sends arrival `a` on connection `i` (which has a free slot) and records its
+    /// send lag.
+    fn send_arrival(&mut self, i: usize, a: Arrival, now: u64) {
+        self.issue(i, a.intended_ns, a.measured, now);
+        if !a.measured {
+            return;
         }
-        fresh_from
+        let lag = now.saturating_sub(a.intended_ns);
+        self.stats.send_lag.saturating_record(lag.max(1));
+        if lag > self.shared.config.late_threshold.as_nanos() as u64 {
+            self.stats.late += 1;
+        }
+        if a.waited {
+            self.stats.backpressured += 1;
+        } else {
+            self.stats.generator_lag.saturating_record(lag.max(1));
+        }
+        if let Some(prev) = self.last_sent_ns
+            && self.stats.sent_gaps.len() < MAX_GAP_SAMPLES
+        {
+            self.stats.sent_gaps.push(now.saturating_sub(prev) as f64);
+        }
+        self.last_sent_ns = Some(now);
     }
 
     fn flush_dirty(&mut self, now: u64) {
@@ -1229,6 +1231,11 @@ impl Worker {
             inflight.pop_front();
             self.in_flight -= 1;
             if ready {
+                if self.ready_free == 0
+                    && let Some(p) = self.pacer.as_mut()
+                {
+                    p.slot_freed_after_all_busy(rx.handled_ns);
+                }
                 self.ready_free += 1;
             }
         }
@@ -1390,13 +1397,8 @@ impl Worker {
         if let Some(rate) = cfg.rate {
             let phase = id as f64 / threads as f64;
             let seed = derive_seed(cfg.seed, SEED_SCHEDULE, id as u64);
-            self.schedule = Some(Schedule::new(
-                cfg.arrival,
-                rate / threads as f64,
-                start_ns,
-                phase,
-                seed,
-            ));
+            let schedule = Schedule::new(cfg.arrival, rate / threads as f64, start_ns, phase, seed);
+            self.pacer = Some(Pacer::new(schedule, self.t0, self.t_end));
         }
         let timeout_ns = cfg.timeout.as_nanos() as u64;
         let spin_ns = cfg.spin.as_nanos() as u64;
@@ -1426,22 +1428,25 @@ impl Worker {
         }
         loop {
             let now = self.shared.clock.now_ns();
+            if self.cpu_start_ns.is_none() && now >= self.t0 {
+                self.cpu_start_ns = Some(sys::thread_cpu_ns());
+            }
             if !self.ended && (now >= self.t_end || self.shared.stop.load(Ordering::Relaxed)) {
                 self.ended = true;
                 self.t_end = self.t_end.min(now);
                 self.drain_deadline = now + timeout_ns;
+                if let Some(start) = self.cpu_start_ns {
+                    self.stats.cpu_ns = sys::thread_cpu_ns().saturating_sub(start);
+                }
                 // Arrivals due before the end that this loop had not reached yet go out now if a
                 // slot is free (late, and counted so); whatever still waits is never sent.
-                let fresh_from = self.generate(now);
-                if self.open_loop {
-                    self.dispatch(now, fresh_from);
+                if let Some(p) = self.pacer.as_mut() {
+                    p.end_at(self.t_end);
+                    self.dispatch(now);
+                    self.close_pacer();
                 }
-                self.drop_backlog();
-            } else if !self.ended {
-                let fresh_from = self.generate(now);
-                if self.open_loop {
-                    self.dispatch(now, fresh_from);
-                }
+            } else if !self.ended && self.open_loop {
+                self.dispatch(now);
             }
             self.flush_dirty(now);
             if now >= self.next_housekeeping_ns {
@@ -1460,10 +1465,11 @@ impl Worker {
             let mut deadline = self.next_tick_ns.min(self.next_housekeeping_ns);
             if !self.ended {
                 deadline = deadline.min(self.t_end);
-                if let Some(s) = &self.schedule {
-                    // Sleep until shortly before the next arrival, then busy-poll up to it.
+                // Sleep until shortly before the next arrival, then busy-poll up to it; with
+                // every slot busy there is nothing to send before a reply frees one.
+                if let Some(due) = self.pacer.as_ref().and_then(|p| p.wake_at(self.ready_free)) {
                     let window = if paused { 0 } else { spin_ns };
-                    deadline = deadline.min(s.peek_ns().saturating_sub(window));
+                    deadline = deadline.min(due.saturating_sub(window));
                 }
             } else {
                 deadline = deadline.min(self.drain_deadline);
@@ -1486,14 +1492,25 @@ impl Worker {
         self.stats.window_end_ns = self.t_end;
     }
 
-    /// Arrivals still waiting are never sent.
-    fn drop_backlog(&mut self) {
-        let (t0, t_end) = (self.t0, self.t_end);
-        self.stats.never_sent += self
-            .backlog
-            .drain(..)
-            .filter(|&t| t >= t0 && t < t_end)
-            .count() as u64;
+    /// Open loop, at the window's end: arrivals still waiting are never sent; takes the
+    /// pacer's counts.
+    fn close_pacer(&mut self) {
+        let Some(p) = self.pacer.as_mut() else {
+            return;
+        };
+        p.close();
+        let c = p.counts();
+        let s = &mut self.stats;
+        s.scheduled = c.scheduled;
+        s.never_sent = c.never_sent;
+        s.backlog_start = c.backlog_start;
+        s.backlog_end = c.backlog_end;
+        s.backlog_end_wait_ns = c.backlog_end_wait_ns;
+        s.intended_gaps = p.take_intended_gaps();
+        debug_assert_eq!(
+            c.sent, s.sent,
+            "the pacer and the worker count the same sends"
+        );
     }
 }
 

@@ -106,6 +106,26 @@ fn closed_loop_with_verify_has_no_mismatches_or_errors() {
     }
 }
 
+/// The arrivals due in `r`'s window went out at `target`/s within 2 %, and the window sent at
+/// least that many requests. It may send more: arrivals that waited at its start (a warm-up the
+/// machine starved the generator in) go out in it too, and count (`Report::sent`).
+#[track_caller]
+fn assert_rate_reached(r: &Report, target: f64) {
+    let window_s = r.window.as_secs_f64();
+    let due_and_sent = (r.scheduled - r.never_sent) as f64 / window_s;
+    assert!(
+        (due_and_sent / target - 1.0).abs() <= 0.02,
+        "due in the window and sent: {due_and_sent:.0}/s\n{}",
+        r.table()
+    );
+    assert!(
+        r.achieved_rate() >= target * 0.98,
+        "sent {:.0}/s\n{}",
+        r.achieved_rate(),
+        r.table()
+    );
+}
+
 #[test]
 fn open_loop_rate_is_within_two_percent_of_the_target() {
     let _g = serial();
@@ -125,16 +145,16 @@ fn open_loop_rate_is_within_two_percent_of_the_target() {
         "each key written once"
     );
     assert_eq!(r.count(OpKind::GetMiss), 0, "{}", r.table());
-    let ratio = r.achieved_rate() / 5_000.0;
-    assert!(
-        (ratio - 1.0).abs() <= 0.02,
-        "achieved {:.0}/s\n{}",
-        r.achieved_rate(),
+    assert_rate_reached(&r, 5_000.0);
+    // Every arrival due before the window's end went out before the window, in it, or never.
+    assert_eq!(
+        r.scheduled + r.backlog_start,
+        r.sent + r.backlog_end,
+        "{}",
         r.table()
     );
-    // Every arrival due in the window is either sent or counted as never sent.
-    assert_eq!(r.scheduled, r.sent + r.never_sent, "{}", r.table());
     assert!(r.never_sent * 1_000 <= r.scheduled, "{}", r.table());
+    assert!(!r.saturated(), "{}", r.table());
     assert_eq!(r.errors.total(), 0, "{}", r.table());
     assert_eq!(r.completed(), r.sent, "{}", r.table());
     let check = r.schedule_check.expect("open loop checks its schedule");
@@ -149,11 +169,7 @@ fn open_loop_rate_is_within_two_percent_of_the_target() {
         ..cfg
     };
     let r = run(&cfg).unwrap();
-    assert!(
-        (r.achieved_rate() / 5_000.0 - 1.0).abs() <= 0.02,
-        "{}",
-        r.table()
-    );
+    assert_rate_reached(&r, 5_000.0);
     let check = r.schedule_check.unwrap();
     assert!(!check.looks_exponential && check.cv < 0.01, "{check:?}");
 }
@@ -203,7 +219,12 @@ fn a_200ms_server_stall_shows_in_corrected_latency_not_in_service_time() {
         r.table()
     );
     assert_eq!(r.errors.total(), 0, "{}", r.table());
-    assert_eq!(r.scheduled, r.sent + r.never_sent, "{}", r.table());
+    assert_eq!(
+        r.scheduled + r.backlog_start,
+        r.sent + r.backlog_end,
+        "{}",
+        r.table()
+    );
     assert_eq!(r.completed(), r.sent, "{}", r.table());
 }
 
@@ -243,7 +264,12 @@ fn a_killed_server_is_counted_as_errors_and_the_run_still_ends() {
     // Requests due while no connection was up were never sent, not silently dropped.
     assert!(r.never_sent + e.aborted + e.timeout > 0, "{}", r.table());
     assert!(r.completed() < r.scheduled, "{}", r.table());
-    assert_eq!(r.scheduled, r.sent + r.never_sent, "{}", r.table());
+    assert_eq!(
+        r.scheduled + r.backlog_start,
+        r.sent + r.backlog_end,
+        "{}",
+        r.table()
+    );
     assert_eq!(
         r.sent,
         r.completed() + e.aborted + e.timeout,
