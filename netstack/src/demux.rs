@@ -9,7 +9,7 @@
 //! bucket. (Nobody sends memspin TCP behind an IPv6 extension header; smoltcp would answer
 //! such a segment from the control set, with a reset.)
 //!
-//! [`SegmentRepr`] reads what loss recovery (`conn/recovery.rs`) follows in every segment
+//! [`SegmentRepr`] reads what loss recovery (`conn/recovery/`) follows in every segment
 //! a connection sends and receives: sequence and acknowledgment numbers, flags, window,
 //! payload length and the SACK options (RFC 2018, RFC 2883).
 
@@ -59,7 +59,7 @@ mod field {
 }
 
 /// Offsets, within a TCP header, of the fields a re-sent copy of a segment gets anew
-/// (`conn/recovery.rs`).
+/// (`conn/recovery/`).
 pub(crate) mod tcp_field {
     pub use super::field::{TCP_ACK as ACK, TCP_CHECKSUM as CHECKSUM, TCP_WINDOW as WINDOW};
 }

@@ -30,8 +30,9 @@
 //! - [`neighbor`]: ARP, IPv6 neighbour discovery, the neighbour cache and the gateways
 //!   (shared by the workers); the table frames smoltcp's IP packets.
 //! - [`demux`]: the Ethernet/IP/TCP header view (IPv4 and IPv6) used to pick a bucket.
-//! - [`memlink`]: an in-memory Ethernet link and a bucketed smoltcp client, for tests and
-//!   benchmarks without a kernel device.
+//! - [`memlink`]: an in-memory Ethernet link, a bucketed smoltcp client and the echo
+//!   application every netstack test serves, for tests and benchmarks without a kernel
+//!   device.
 //! - [`kernel`]: the same server loop shape over ordinary kernel sockets (`--net kernel`),
 //!   with the same shared admission, give-up time (`TCP_USER_TIMEOUT`) and idle timeout.
 //!
