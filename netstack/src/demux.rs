@@ -260,6 +260,13 @@ impl<T: AsRef<[u8]>> TcpFrame<T> {
         read_u16(&self.tcp()[field::TCP_DST_PORT])
     }
 
+    /// Both ports as one word: the source port in the high half, the destination port in
+    /// the low half (for a received segment, the peer's and ours).
+    pub fn ports(&self) -> u32 {
+        let tcp = self.tcp();
+        u32::from_be_bytes([tcp[0], tcp[1], tcp[2], tcp[3]])
+    }
+
     /// TCP flags byte (CWR ECE URG ACK PSH RST SYN FIN); see [`flags`].
     pub fn flags(&self) -> u8 {
         self.tcp()[field::TCP_FLAGS]

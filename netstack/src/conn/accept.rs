@@ -30,7 +30,7 @@ use smoltcp::wire::{IpAddress, IpEndpoint, IpListenEndpoint};
 
 use super::backlog::{slot_addr, split_addr};
 use super::lifetime::Lifetime;
-use super::{ConnTable, Peer, Phase, release};
+use super::{ConnTable, Peer, Phase, ports, release};
 
 /// What to do with a handshake that ended without becoming a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,7 +110,11 @@ impl<S: Default> ConnTable<S> {
         }
         socket.set_timeout(None);
         let slot = &mut bucket.slots[index];
-        slot.peer = Some(Peer { addr, port, mac });
+        slot.peer = Some(Peer {
+            addr,
+            ports: ports(port, local_port),
+            mac: Some(mac),
+        });
         slot.flight.reset();
         Some(index)
     }
@@ -193,11 +197,16 @@ impl<S: Default> ConnTable<S> {
         slot.seen_recv = 0;
         slot.want_write = false;
         slot.life = Lifetime::start(now);
-        if let Some(peer) = slot.peer {
-            if self.addrs.on_link(peer.addr) {
-                self.neighbors.learn(peer.addr, peer.mac);
+        if let Some(Peer {
+            addr,
+            mac: Some(mac),
+            ..
+        }) = slot.peer
+        {
+            if self.addrs.on_link(addr) {
+                self.neighbors.learn(addr, mac);
             } else {
-                self.gateways.handshake_via(peer.addr, peer.mac, now);
+                self.gateways.handshake_via(addr, mac, now);
             }
         }
         self.stats.in_use += 1;

@@ -73,6 +73,15 @@ pub struct TableConfig {
     /// A second TCP port to accept connections on, served alike (memspin's `--resp-port`);
     /// the application tells the two apart with [`Io::local_port`]. `None` (default): one port.
     pub extra_port: Option<u16>,
+    /// Accept connections on `port` (and `extra_port`). `false`: a client table
+    /// ([`TableConfig::client`]), which only opens connections ([`ConnTable::connect`]);
+    /// `port` is then 0 and `extra_port` `None`.
+    ///
+    /// [`ConnTable::connect`]: super::ConnTable::connect
+    pub accept: bool,
+    /// The local ports [`ConnTable::connect`](super::ConnTable::connect) picks from when
+    /// its caller names none; default [`PortRange::EPHEMERAL`].
+    pub ephemeral_ports: PortRange,
     /// Most open (and closing) connections; with a shared [`Admission`], its limit (every
     /// table may take them all). Sizes the buckets.
     pub conn_limit: usize,
@@ -110,8 +119,20 @@ impl TableConfig {
             tx_buffer_bytes: DEFAULT_TX_BUFFER_BYTES,
             idle_timeout: None,
             rto_min: Some(DEFAULT_RTO_MIN),
+            accept: true,
+            ephemeral_ports: PortRange::EPHEMERAL,
         }
         .with_ip(ip)
+    }
+
+    /// A configuration for a client table: it serves `ip` and opens connections
+    /// ([`ConnTable::connect`](super::ConnTable::connect)) but accepts none; the default
+    /// limits otherwise (`conn_limit` is the most connections it opens at once).
+    pub fn client(mac: [u8; 6], ip: impl Into<IpCidr>) -> Self {
+        TableConfig {
+            accept: false,
+            ..TableConfig::new(mac, ip, 0)
+        }
     }
 
     /// The same configuration serving `ip` too: the address of its family is replaced.
@@ -161,8 +182,15 @@ impl TableConfig {
     /// # Errors
     /// The [`TableError`] the table would refuse it with.
     pub fn check(&self) -> Result<(), TableError> {
-        if self.port == 0 || self.extra_port == Some(0) {
+        if self.accept && (self.port == 0 || self.extra_port == Some(0)) {
             return Err(TableError::ZeroPort);
+        }
+        if !self.accept && (self.port != 0 || self.extra_port.is_some()) {
+            return Err(TableError::PortWithoutAccept);
+        }
+        let PortRange { first, last } = self.ephemeral_ports;
+        if first == 0 || first > last {
+            return Err(TableError::EphemeralPorts { first, last });
         }
         if self.conn_limit == 0 || self.conn_limit > MAX_CONN_LIMIT {
             return Err(TableError::ConnLimit {
@@ -233,6 +261,23 @@ impl TableConfig {
     }
 }
 
+/// A range of local ports, `first..=last`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    /// The first port.
+    pub first: u16,
+    /// The last port (included).
+    pub last: u16,
+}
+
+impl PortRange {
+    /// The IANA dynamic range (RFC 6335), 49152..=65535.
+    pub const EPHEMERAL: PortRange = PortRange {
+        first: 49152,
+        last: 65535,
+    };
+}
+
 /// A [`TableConfig`] the table cannot run with, or a device it cannot use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableError {
@@ -272,6 +317,15 @@ pub enum TableError {
         /// The rejected floor.
         rto_min: Duration,
     },
+    /// `accept` is off, yet `port` is not 0 or `extra_port` is set.
+    PortWithoutAccept,
+    /// `ephemeral_ports` is empty or starts at port 0.
+    EphemeralPorts {
+        /// The rejected range's first port.
+        first: u16,
+        /// Its last port.
+        last: u16,
+    },
 }
 
 impl fmt::Display for TableError {
@@ -305,6 +359,12 @@ impl fmt::Display for TableError {
                 f,
                 "loss recovery floor {rto_min} outside {MIN_RTO_MIN}..={MAX_RTO_MIN}"
             ),
+            TableError::PortWithoutAccept => {
+                write!(f, "a port to accept on, but accepting is off")
+            }
+            TableError::EphemeralPorts { first, last } => {
+                write!(f, "ephemeral ports {first}..={last} empty or from port 0")
+            }
         }
     }
 }
@@ -359,6 +419,13 @@ pub struct TableStats {
     pub gateway_probes: u64,
     /// Times egress stopped because the device had no transmit token left.
     pub tx_exhausted: u64,
+    /// Connections this table opened ([`ConnTable::connect`](super::ConnTable::connect)).
+    pub opened: u64,
+    /// Of those, connections whose handshake completed.
+    pub connected: u64,
+    /// Of those opened, connections whose SYN was refused (RST) or never answered within
+    /// [`HANDSHAKE_TIMEOUT`].
+    pub connect_failed: u64,
     /// What loss recovery did (`recovery/`).
     pub recovery: RecoveryStats,
 }

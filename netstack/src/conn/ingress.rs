@@ -9,7 +9,11 @@
 //! ```
 //!
 //! A SYN arms a listening socket in its bucket first (`accept.rs`); any other segment is
-//! shown to its connection's loss recovery before smoltcp sees it (`recovery/`). smoltcp
+//! shown to its connection's loss recovery before smoltcp sees it (`recovery/`). While
+//! the table has connections it opened (`client.rs`), a segment to another port of ours
+//! goes to the bucket of hash(src ip, dst port) if a connection there matches its peer and
+//! both ports ([`ConnTable::client_ingress`]); only then does it cost more than the
+//! port check. smoltcp
 //! runs with `Medium::Ip`: the table answers ARP and neighbour solicitations for its own
 //! addresses itself, and its neighbour cache learns only from validated ARP and NDP and
 //! from completed handshakes (`neighbor/`).
@@ -31,12 +35,14 @@ use smoltcp::socket::tcp;
 use smoltcp::time::Instant;
 
 use super::recovery::BucketPeers;
-use super::{Bucket, ConnTable};
-use crate::demux::{self, TcpFrame};
+use super::{Bucket, ConnTable, find_peer};
+use crate::demux::{self, SegmentRepr, TcpFrame};
 use crate::neighbor::{
     self, ARP_FRAME_LEN, ArpOut, ETHERNET_HEADER_LEN, NDP_FRAME_LEN, NdpIgnored, NdpOut,
 };
-use crate::view::{Framing, IpFrame, NoPeers};
+use smoltcp::iface::SocketSet;
+
+use crate::view::{Framing, IpFrame, NoPeers, PeerMac};
 use crate::{Poll, RxPeek};
 
 /// Asks the CPU to bring the cache line holding `at` into its caches (a hint: nothing
@@ -122,8 +128,14 @@ impl<S: Default> ConnTable<S> {
     fn peek_bucket(&self, frame: &[u8]) -> Option<usize> {
         let tcp = TcpFrame::new_checked(frame).ok()?;
         let port = tcp.dst_port();
-        (port == self.config.port || Some(port) == self.config.extra_port)
-            .then(|| self.bucket_of(tcp.src_addr(), tcp.src_port()))
+        if port == self.config.port || Some(port) == self.config.extra_port {
+            Some(self.bucket_of(tcp.src_addr(), tcp.src_port()))
+        } else if self.spare.ports.in_use > 0 {
+            // Perhaps a segment of a connection this table opened (`client.rs`).
+            Some(self.bucket_of(tcp.src_addr(), port))
+        } else {
+            None
+        }
     }
 
     fn ingress_frame<T: TxToken>(&mut self, now: Instant, frame: &[u8], tx: T) {
@@ -173,37 +185,18 @@ impl<S: Default> ConnTable<S> {
     /// smoltcp's control set.
     fn ip_ingress<T: TxToken>(&mut self, now: Instant, frame: &[u8], src_mac: [u8; 6], tx: T) {
         let packet = &frame[ETHERNET_HEADER_LEN..];
-        let flow = match TcpFrame::new_checked(frame) {
+        let tcp = match TcpFrame::new_checked(frame) {
             Ok(tcp)
                 if (tcp.dst_port() == self.config.port
                     || Some(tcp.dst_port()) == self.config.extra_port)
                     && self.addrs.is_ours(tcp.dst_addr()) =>
             {
-                Some(tcp)
+                tcp
             }
-            _ => None,
-        };
-        let Some(tcp) = flow else {
-            self.stats.frames_control += 1;
-            let mut view = IpFrame {
-                packet: Some(packet),
-                tx: Some(tx),
-                caps: &self.caps,
-                framing: Framing {
-                    own: &self.addrs,
-                    gateways: &self.gateways,
-                    peers: &mut NoPeers,
-                    reply_to: Some(src_mac),
-                    neighbors: &mut self.neighbors,
-                    sent: 0,
-                    unresolved: 0,
-                },
-            };
-            self.iface
-                .poll_ingress_single(now, &mut view, &mut self.control);
-            self.stats.frames_out += view.framing.sent;
-            self.stats.unresolved += view.framing.unresolved;
-            return;
+            Ok(tcp) if self.spare.ports.in_use > 0 && self.addrs.is_ours(tcp.dst_addr()) => {
+                return self.client_ingress(now, frame, &tcp, src_mac, tx);
+            }
+            _ => return self.control_ingress(now, packet, src_mac, tx),
         };
         self.stats.frames_tcp += 1;
         let (src_addr, src_port) = (tcp.src_addr(), tcp.src_port());
@@ -246,6 +239,105 @@ impl<S: Default> ConnTable<S> {
         self.stats.unresolved += view.framing.unresolved;
         if let Some(slot) = armed {
             self.after_syn(bucket, slot);
+        }
+        self.mark_dirty(bucket);
+        self.mark_touched(bucket);
+    }
+
+    /// A packet that belongs to no connection: smoltcp answers it from the control set
+    /// (ICMP echo, an RST to a closed port).
+    fn control_ingress<T: TxToken>(
+        &mut self,
+        now: Instant,
+        packet: &[u8],
+        src_mac: [u8; 6],
+        tx: T,
+    ) {
+        self.stats.frames_control += 1;
+        let mut view = IpFrame {
+            packet: Some(packet),
+            tx: Some(tx),
+            caps: &self.caps,
+            framing: Framing {
+                own: &self.addrs,
+                gateways: &self.gateways,
+                peers: &mut NoPeers,
+                reply_to: Some(src_mac),
+                neighbors: &mut self.neighbors,
+                sent: 0,
+                unresolved: 0,
+            },
+        };
+        self.iface
+            .poll_ingress_single(now, &mut view, &mut self.control);
+        self.stats.frames_out += view.framing.sent;
+        self.stats.unresolved += view.framing.unresolved;
+    }
+
+    /// A TCP segment to one of our addresses and a port we do not accept on: to the
+    /// connection this table opened from that port, if the peer matches (`client.rs`);
+    /// else to the control set. Records the receive stamp when it brought new data.
+    fn client_ingress<T: TxToken>(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+        tcp: &TcpFrame<&[u8]>,
+        src_mac: [u8; 6],
+        tx: T,
+    ) {
+        let src_addr = tcp.src_addr();
+        let bucket = self.bucket_of(src_addr, tcp.dst_port());
+        let found = find_peer(&self.buckets[bucket].slots, src_addr, tcp.ports())
+            .filter(|peer| self.buckets[bucket].slots[peer.slot].client);
+        let packet = &frame[ETHERNET_HEADER_LEN..];
+        let Some(PeerMac { slot: index, .. }) = found else {
+            return self.control_ingress(now, packet, src_mac, tx);
+        };
+        self.stats.frames_tcp += 1;
+        self.recovery_ingress(bucket, tcp, now);
+        let Bucket { sockets, slots, .. } = &mut self.buckets[bucket];
+        let slot = &mut slots[index];
+        if tcp.is_syn()
+            && let Ok(seg) = SegmentRepr::parse(tcp)
+        {
+            slot.flight.on_syn_ack(seg.sack_permitted);
+        }
+        if let Some(peer) = slot.peer.as_mut()
+            && peer.mac.is_none()
+        {
+            // The next hop the server's segments come through.
+            peer.mac = Some(src_mac);
+        }
+        let queued = |sockets: &SocketSet<'static>, slot: &super::Slot<S>| {
+            slot.handle
+                .map_or(0, |handle| sockets.get::<tcp::Socket>(handle).recv_queue())
+        };
+        let before = queued(sockets, slot);
+        let mut view = IpFrame {
+            packet: Some(packet),
+            tx: Some(tx),
+            caps: &self.caps,
+            framing: Framing {
+                own: &self.addrs,
+                gateways: &self.gateways,
+                peers: &mut BucketPeers {
+                    slots: slots.as_mut_slice(),
+                    recovery: &self.recovery,
+                    stats: &mut self.stats.recovery,
+                    now,
+                },
+                reply_to: Some(src_mac),
+                neighbors: &mut self.neighbors,
+                sent: 0,
+                unresolved: 0,
+            },
+        };
+        self.iface.poll_ingress_single(now, &mut view, sockets);
+        self.stats.frames_out += view.framing.sent;
+        self.stats.unresolved += view.framing.unresolved;
+        let slot = &mut slots[index];
+        if queued(sockets, slot) > before {
+            slot.stamps.received = Some(now);
         }
         self.mark_dirty(bucket);
         self.mark_touched(bucket);

@@ -10,7 +10,7 @@
 use smoltcp::socket::tcp;
 use smoltcp::wire::IpEndpoint;
 
-use super::{ConnId, ConnTable, Phase};
+use super::{ConnEvent, ConnId, ConnTable, Phase};
 
 impl<S: Default> ConnTable<S> {
     /// Calls `f` for every open connection that may have work: new data received, send
@@ -96,6 +96,9 @@ impl<S: Default> ConnTable<S> {
             slot.life.next_stage(now);
             self.stats.closed += 1;
             self.stats.active -= 1;
+            if slot.client {
+                self.events.push((id, ConnEvent::Closed));
+            }
         }
         if dirty || closed {
             self.mark_dirty(bucket_index);
@@ -252,8 +255,9 @@ impl Io<'_> {
         self.socket.remote_endpoint()
     }
 
-    /// The port the connection was accepted on ([`TableConfig::port`] or
-    /// [`TableConfig::extra_port`]); 0 once the socket is closed.
+    /// The connection's own port: the one it was accepted on ([`TableConfig::port`] or
+    /// [`TableConfig::extra_port`]), or the one [`ConnTable::connect`] opened it from; 0
+    /// once the socket is closed.
     pub fn local_port(&self) -> u16 {
         self.socket.local_endpoint().map_or(0, |local| local.port)
     }

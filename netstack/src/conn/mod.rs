@@ -20,6 +20,8 @@
 //! - `config.rs`: [`TableConfig`] and its checks, [`TableError`], [`TableStats`], [`ConnId`].
 //! - `ingress.rs`: demultiplexing (Ethernet, ARP, NDP, the 4-tuple's bucket), look-ahead.
 //! - `accept.rs`: passive opens: arming a listener per SYN, the SYN backlog, admission.
+//! - `client.rs`: active opens ([`ConnTable::connect`]): client mode, local ports, events
+//!   ([`ConnEvent`]) and wire stamps ([`Stamps`]).
 //! - `io.rs`: the application's turn ([`ConnTable::serve`]), [`Conn`] and [`Io`].
 //! - `egress.rs`: dirty buckets, bucket timers, framing, gateway probes.
 //! - `recovery/`: loss recovery at round-trip scale (policy, ingress hook, resend loop).
@@ -28,10 +30,18 @@
 //! - this file: the buckets and their slots, construction, the state refresh after
 //!   ingress and egress, expiry, and releasing a slot.
 //!
+//! **Client mode.** A table built with [`TableConfig::client`] accepts nothing and opens
+//! connections itself, one table per load-generator thread on its own queue; any table
+//! may also open connections beside those it accepts. An opened connection lives in the
+//! same buckets, with the same demultiplexing (keyed by the peer's address and our port),
+//! clocks and loss recovery as an accepted one, and a server table that opens none pays
+//! nothing for the mode on its packet path (`client.rs`).
+//!
 //! What this file keeps:
 //!
 //! - **Slots and phases.** A slot is a connection's place in its bucket: its socket, its
-//!   peer (address, port, MAC), its [`Phase`] (free, handshake, open, done), its clocks,
+//!   peer (address, both ports, MAC), its [`Phase`] (free, handshake, connecting, open,
+//!   done), its clocks,
 //!   its application state `S` while open, and its loss recovery. The refresh
 //!   ([`ConnTable::refresh_bucket`]) follows socket states into phases after every ingress
 //!   into the bucket and every egress pass, and queues connections with work for `serve`.
@@ -62,6 +72,7 @@
 
 mod accept;
 mod backlog;
+mod client;
 mod config;
 mod egress;
 mod ingress;
@@ -82,10 +93,11 @@ use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr};
 
 pub use crate::admission::Admission;
 pub use crate::neighbor::Gateways;
+pub use client::{ConnEvent, ConnectError, Stamps};
 pub use config::{
     BUCKET_LOAD, ConnId, DEFAULT_CONN_LIMIT, DEFAULT_RX_BUFFER_BYTES, DEFAULT_SYN_BACKLOG,
-    DEFAULT_TX_BUFFER_BYTES, MAX_BUFFER_BYTES, MAX_CONN_LIMIT, MIN_BUFFER_BYTES, TableConfig,
-    TableError, TableStats,
+    DEFAULT_TX_BUFFER_BYTES, MAX_BUFFER_BYTES, MAX_CONN_LIMIT, MIN_BUFFER_BYTES, PortRange,
+    TableConfig, TableError, TableStats,
 };
 pub use io::{Conn, Io};
 pub use lifetime::{CLOSE_TIMEOUT, GIVE_UP_TIMEOUT, HANDSHAKE_TIMEOUT};
@@ -99,6 +111,7 @@ use crate::timer::{DeadlineHeap, TimerSlot, TimerSlots};
 use crate::view::{CapsOnly, PeerMac};
 use accept::HandshakeEnd;
 use backlog::{Backlog, BacklogSlots, Links, SlotAddr, split_addr};
+use client::ClientPorts;
 use lifetime::{Expiry, Lifetime, Stage};
 use recovery::{Flight, Recovery};
 
@@ -108,6 +121,9 @@ enum Phase {
     Free,
     /// SYN-RECEIVED: in the SYN backlog, no application state yet.
     Handshake,
+    /// SYN-SENT: a connection this table opened (`client.rs`), with its application
+    /// state, counted against the limit.
+    Connecting,
     /// Established (or later, until it closes): has an application state.
     Open,
     /// The application (or a timeout) closed it and the close is in progress (FIN-WAIT,
@@ -115,13 +131,23 @@ enum Phase {
     Done,
 }
 
-/// The peer of a connection, from its SYN.
+/// The peer of a connection, from its SYN (or from [`ConnTable::connect`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Peer {
     addr: IpAddress,
-    port: u16,
-    /// Where every frame of this connection goes.
-    mac: [u8; 6],
+    /// The peer's port and ours, as one key ([`ports`]).
+    ports: u32,
+    /// Where every frame of this connection goes: the MAC its SYN came from; for a
+    /// connection this table opened, the next hop's once known.
+    mac: Option<[u8; 6]>,
+}
+
+/// The key of a connection's two ports: the peer's in the high half, ours in the low. A
+/// received segment's source and destination ports read as one big-endian word are this
+/// key; a sent one's are it with the halves swapped.
+#[inline]
+fn ports(remote: u16, local: u16) -> u32 {
+    (u32::from(remote) << 16) | u32::from(local)
 }
 
 /// One connection's place in its bucket. In declaration order (`repr(C)`): what a segment's
@@ -141,6 +167,9 @@ struct Slot<S> {
     want_write: bool,
     /// Present in the ready list.
     queued: bool,
+    /// A connection this table opened ([`ConnTable::connect`]): it reports its events and
+    /// keeps its stamps.
+    client: bool,
     /// TCP state when last examined.
     seen_state: tcp::State,
     generation: u32,
@@ -151,6 +180,8 @@ struct Slot<S> {
     /// Place in the SYN backlog (handshakes only).
     links: Links,
     session: Option<S>,
+    /// When its latest new data went to the device and came from it (client slots).
+    stamps: Stamps,
     /// Unacknowledged frames and loss recovery state.
     flight: Flight,
 }
@@ -165,6 +196,8 @@ impl<S> Slot<S> {
             session: None,
             want_write: false,
             queued: false,
+            client: false,
+            stamps: Stamps::default(),
             seen_recv: 0,
             seen_state: tcp::State::Closed,
             peer: None,
@@ -176,19 +209,19 @@ impl<S> Slot<S> {
 
     fn stage(&self) -> Stage {
         match self.phase {
-            Phase::Free | Phase::Handshake => Stage::Handshake,
+            Phase::Free | Phase::Handshake | Phase::Connecting => Stage::Handshake,
             Phase::Open => Stage::Open,
             Phase::Done => Stage::Closing,
         }
     }
 }
 
-/// The connection with `addr:port` among `slots`: its slot, MAC and whether its handshake
-/// is in progress.
-fn find_peer<S>(slots: &[Slot<S>], addr: IpAddress, port: u16) -> Option<PeerMac> {
+/// The connection with the peer `addr` and the two ports `ports` ([`ports`]) among
+/// `slots`: its slot, MAC and whether its passive handshake is in progress.
+fn find_peer<S>(slots: &[Slot<S>], addr: IpAddress, ports: u32) -> Option<PeerMac> {
     slots.iter().enumerate().find_map(|(index, slot)| {
         slot.peer
-            .filter(|peer| peer.addr == addr && peer.port == port)
+            .filter(|peer| peer.addr == addr && peer.ports == ports)
             .map(|peer| PeerMac {
                 slot: index,
                 mac: peer.mac,
@@ -225,7 +258,8 @@ impl<S> BacklogSlots for Vec<Bucket<S>> {
     }
 }
 
-/// TCP connections on one port, one application state `S` per open connection.
+/// TCP connections accepted on one or two ports or opened by the table itself
+/// ([`ConnTable::connect`]), one application state `S` per open connection.
 ///
 /// Single-threaded: one table per worker core, fed by that core's queue. Tables of one
 /// process may share an [`Admission`].
@@ -243,8 +277,10 @@ pub struct ConnTable<S> {
     dirty: Vec<u32>,
     touched: Vec<u32>,
     ready: Vec<(u32, u32)>,
-    /// Closed sockets with their buffers, for the next SYN in any bucket.
-    spare: Vec<Socket<'static>>,
+    /// Closed sockets for the next connection in any bucket, and client ports in use.
+    spare: Spare,
+    /// Events of the connections this table opened, until [`ConnTable::events`] takes them.
+    events: Vec<(ConnId, ConnEvent)>,
     backlog: Backlog,
     admission: Arc<Admission>,
     /// The MAC and addresses served (from `config`).
@@ -380,7 +416,8 @@ impl<S: Default> ConnTable<S> {
             dirty: Vec::with_capacity(bucket_count),
             touched: Vec::with_capacity(bucket_count),
             ready: Vec::with_capacity(config.conn_limit),
-            spare: Vec::new(),
+            spare: Spare::default(),
+            events: Vec::new(),
             backlog: Backlog::new(),
             admission,
             addrs: config.addrs(),
@@ -435,7 +472,7 @@ impl<S: Default> ConnTable<S> {
 
     /// A free slot in `bucket` holding a closed socket: one from the spare pool, or a new one.
     fn free_slot(&mut self, bucket_index: usize) -> usize {
-        let socket = match self.spare.pop() {
+        let socket = match self.spare.sockets.pop() {
             Some(socket) => socket,
             None => {
                 let mut socket = tcp::Socket::new(
@@ -498,6 +535,7 @@ impl<S: Default> ConnTable<S> {
             ready,
             spare,
             admission,
+            events,
             ..
         } = self;
         let bucket = &mut buckets[bucket_index];
@@ -510,9 +548,38 @@ impl<S: Default> ConnTable<S> {
             let Bucket { sockets, slots, .. } = &mut *bucket;
             let slot = &mut slots[index];
             let Some(handle) = slot.handle else { continue };
+            let id = |slot: &Slot<S>| ConnId {
+                bucket: bucket_index as u32,
+                slot: index as u32,
+                generation: slot.generation,
+            };
             match slot.phase {
                 Phase::Free => continue,
                 Phase::Handshake => {}
+                Phase::Connecting => match sockets.get::<tcp::Socket>(handle).state() {
+                    tcp::State::SynSent | tcp::State::SynReceived => {}
+                    tcp::State::Closed | tcp::State::TimeWait | tcp::State::Listen => {
+                        // An RST answered the SYN.
+                        slot.session = None;
+                        slot.phase = Phase::Done;
+                        slot.life.next_stage(now);
+                        stats.connect_failed += 1;
+                        events.push((id(slot), ConnEvent::Refused));
+                    }
+                    state => {
+                        slot.phase = Phase::Open;
+                        slot.seen_state = state;
+                        slot.life = Lifetime::start(now);
+                        stats.connected += 1;
+                        stats.active += 1;
+                        events.push((id(slot), ConnEvent::Established));
+                        // The application's first call: it may send at once.
+                        if !slot.queued {
+                            slot.queued = true;
+                            ready.push((bucket_index as u32, index as u32));
+                        }
+                    }
+                },
                 Phase::Open => {
                     let socket = sockets.get_mut::<tcp::Socket>(handle);
                     let state = socket.state();
@@ -522,6 +589,11 @@ impl<S: Default> ConnTable<S> {
                         slot.life.next_stage(now);
                         stats.closed += 1;
                         stats.active -= 1;
+                        if slot.client {
+                            // Only our FIN leads to TIME-WAIT, and the application's close
+                            // leaves the open phase itself: closed here is the peer's RST.
+                            events.push((id(slot), ConnEvent::Reset));
+                        }
                     } else {
                         let recv_queue = socket.recv_queue();
                         let arrived = recv_queue > slot.seen_recv;
@@ -579,7 +651,8 @@ impl<S: Default> ConnTable<S> {
             let Some(why) = slot.life.expired(now, slot.stage(), idle_timeout) else {
                 continue;
             };
-            if why == Expiry::Handshake {
+            let connecting = slot.phase == Phase::Connecting;
+            if why == Expiry::Handshake && !connecting {
                 self.end_handshake(bucket_index, index, HandshakeEnd::Failed);
                 continue;
             }
@@ -591,14 +664,33 @@ impl<S: Default> ConnTable<S> {
                 self.stats.idle_closed += 1;
             } else {
                 socket.abort();
-                self.stats.timed_out += 1;
+                if connecting {
+                    self.stats.connect_failed += 1;
+                } else {
+                    self.stats.timed_out += 1;
+                }
             }
             let slot = &mut bucket.slots[index];
-            if slot.phase == Phase::Open {
+            if matches!(slot.phase, Phase::Open | Phase::Connecting) {
+                if slot.phase == Phase::Open {
+                    self.stats.closed += 1;
+                    self.stats.active -= 1;
+                }
+                if slot.client {
+                    let id = ConnId {
+                        bucket: bucket_index as u32,
+                        slot: index as u32,
+                        generation: slot.generation,
+                    };
+                    let event = if why == Expiry::Idle {
+                        ConnEvent::Closed
+                    } else {
+                        ConnEvent::TimedOut
+                    };
+                    self.events.push((id, event));
+                }
                 slot.session = None;
                 slot.phase = Phase::Done;
-                self.stats.closed += 1;
-                self.stats.active -= 1;
             }
             slot.life.next_stage(now);
         }
@@ -624,16 +716,32 @@ impl<S: Default> ConnTable<S> {
     }
 }
 
-/// Frees slot `index` of `bucket` and moves its (closed) socket to the spare pool.
-fn release<S>(bucket: &mut Bucket<S>, index: usize, spare: &mut Vec<Socket<'static>>) {
+/// What released slots leave behind for the next connections.
+#[derive(Default)]
+struct Spare {
+    /// Closed sockets with their buffers.
+    sockets: Vec<Socket<'static>>,
+    /// The local ports of the connections this table opened (`client.rs`).
+    ports: ClientPorts,
+}
+
+/// Frees slot `index` of `bucket`, moves its (closed) socket to the spare pool and, for a
+/// connection the table opened, frees its local port.
+fn release<S>(bucket: &mut Bucket<S>, index: usize, spare: &mut Spare) {
     let slot = &mut bucket.slots[index];
+    if slot.client {
+        if let Some(peer) = slot.peer {
+            spare.ports.remove(peer.ports as u16);
+        }
+        slot.client = false;
+    }
     slot.phase = Phase::Free;
     slot.session = None;
     slot.peer = None;
     slot.links = Links::default();
     slot.flight.reset();
     if let Some(handle) = slot.handle.take() {
-        spare.push(bucket.sockets.remove(handle));
+        spare.sockets.push(bucket.sockets.remove(handle));
     }
 }
 

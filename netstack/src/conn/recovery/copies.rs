@@ -29,7 +29,7 @@ pub(super) struct Sent {
     pub(super) settle: u32,
     /// The peer SACKed it.
     pub(super) sacked: bool,
-    /// A SYN-ACK.
+    /// A SYN or SYN-ACK.
     pub(super) syn: bool,
     /// The acknowledgment number it carried when it first went out.
     pub(super) peer_ack: u32,

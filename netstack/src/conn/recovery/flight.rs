@@ -67,10 +67,14 @@ pub(super) struct Delivered {
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Flight {
-    /// A SYN-ACK was seen: the fields below follow the connection.
+    /// A SYN or SYN-ACK was seen: the fields below follow the connection.
     pub(super) synced: bool,
-    /// The peer SACKs (SACK-permitted on our SYN-ACK, which smoltcp echoes from the SYN).
+    /// The peer SACKs: SACK-permitted on our SYN-ACK, which smoltcp echoes from the SYN;
+    /// on a connection we opened, on the peer's SYN-ACK ([`Flight::on_syn_ack`]).
     pub(super) sack_ok: bool,
+    /// This end opened the connection (its first copy was a SYN): its peer is a server,
+    /// which acknowledges a request at once.
+    pub(super) active: bool,
     /// Probes sent since the peer last acknowledged new data.
     pub(super) backoff: u8,
     /// Oldest unacknowledged sequence number (SND.UNA).
@@ -105,6 +109,7 @@ impl Default for Flight {
         Flight {
             synced: false,
             sack_ok: false,
+            active: false,
             backoff: 0,
             snd_una: 0,
             snd_max: 0,
@@ -160,7 +165,8 @@ impl Flight {
         };
     }
 
-    /// A frame of this connection went out at `now` (its Ethernet header written).
+    /// A frame of this connection went out at `now` (its Ethernet header written). Returns
+    /// whether it carried sequence space never sent before (not smoltcp's retransmission).
     pub(crate) fn on_send(
         &mut self,
         recovery: &Recovery,
@@ -168,9 +174,9 @@ impl Flight {
         frame: &[u8],
         seg: &SegmentRepr,
         now: Instant,
-    ) {
+    ) -> bool {
         if seg.flags & flags::RST != 0 {
-            return;
+            return false;
         }
         // With recovery off only smoltcp's retransmissions are counted.
         let keep = recovery.enabled();
@@ -180,13 +186,15 @@ impl Flight {
         }
         let len = seg.segment_len();
         if len == 0 {
-            return;
+            return false;
         }
         let (seq, end) = (seg.seq_number, seg.seq_number.wrapping_add(len));
         if !self.synced || (syn && seq != self.snd_una) {
             // The SYN-ACK of a new connection (or anything first seen).
             self.reset();
             self.synced = true;
+            // A SYN without ACK: this end opened the connection.
+            self.active = syn && seg.ack_number.is_none();
             self.snd_una = seq;
             self.snd_max = seq;
             self.sack_ok = seg.sack_permitted;
@@ -201,13 +209,13 @@ impl Flight {
                     copy.resent = true;
                 }
             }
-            return;
+            return false;
         }
         let overlaps = before(seq, self.snd_max);
         if !keep {
             stats.smoltcp_retransmits += u64::from(overlaps);
             self.snd_max = end;
-            return;
+            return true;
         }
         if overlaps {
             // smoltcp went back (its timer) and sent old and new data together: this copy
@@ -238,6 +246,15 @@ impl Flight {
         self.copies.push_back(sent, frame, recovery.reserve_bytes);
         self.snd_max = end;
         self.probe_at = self.probe_time(recovery, now);
+        true
+    }
+
+    /// The peer's SYN-ACK to a connection we opened: it SACKs only if it says so (our SYN
+    /// always offers it).
+    pub(crate) fn on_syn_ack(&mut self, sack_permitted: bool) {
+        if self.active {
+            self.sack_ok = sack_permitted;
+        }
     }
 
     /// A segment of this connection arrived at `now` (before smoltcp sees it).
@@ -510,9 +527,16 @@ impl Flight {
             recovery.handshake_rtt.timeout_us()
         } else {
             match self.min_rtt.micros() {
-                // Nothing known of how soon clients acknowledge data (a table that just
-                // started): smoltcp's timer.
-                0 if recovery.data_delay.is_empty() => return None,
+                // Nothing known of how soon peers acknowledge data (a table that just
+                // started). A server acknowledges a request at once, so a connection this
+                // end opened waits for the handshake's round trip; a client may delay its
+                // ACK for its think time, so a reply is left to smoltcp's timer.
+                0 if recovery.data_delay.is_empty() => {
+                    if !self.active || recovery.handshake_rtt.is_empty() {
+                        return None;
+                    }
+                    recovery.handshake_rtt.timeout_us()
+                }
                 0 => recovery.data_delay.timeout_us(),
                 us => u64::from(us),
             }

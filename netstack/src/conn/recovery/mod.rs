@@ -65,6 +65,14 @@
 //!   datacenter Linux hosts set on their routes (`ip route ... rto_min 1ms`) and is well
 //!   above a TAP, veth or datacenter round trip and a busy host's scheduling delays. SACK
 //!   re-sends need no floor: the peer's ACKs pace them. `None` turns recovery off.
+//! - **Both ends.** A server table repairs its lost SYN-ACKs and replies, a client table
+//!   (`client.rs`) its lost SYNs and requests, with the same code: a copy does not know
+//!   which end sent it. One difference: before any peer of the table has acknowledged
+//!   data, a connection the table opened probes after the floor and twice the handshake
+//!   round trip (a server acknowledges a request at once), where an accepted one leaves
+//!   its first reply to smoltcp's timer (a client may delay its ACK for its think time).
+//!   `tests::client::a_lost_request_is_repaired_at_round_trip_scale` and
+//!   `a_lost_syn_is_probed_after_the_floor` show the client's side.
 //! - **Counters** ([`RecoveryStats`], listed by [`RecoveryStats::fields`]): probes sent,
 //!   withheld, stretched by an ACK delay, spurious and recovered (with their wait), SACK
 //!   re-sends, re-sends after a peer's retransmission, and of the copies sent again those
@@ -309,7 +317,8 @@ impl Recovery {
 }
 
 /// The connections of one bucket as `view.rs` sees them while it frames their segments:
-/// where each goes, and a copy of each for loss recovery.
+/// where each goes, a copy of each for loss recovery, and the send stamp of a connection
+/// the table opened.
 pub(super) struct BucketPeers<'a, S> {
     pub(super) slots: &'a mut [Slot<S>],
     pub(super) recovery: &'a Recovery,
@@ -318,8 +327,8 @@ pub(super) struct BucketPeers<'a, S> {
 }
 
 impl<S> Peers for BucketPeers<'_, S> {
-    fn peer(&self, addr: IpAddress, port: u16) -> Option<PeerMac> {
-        find_peer(self.slots, addr, port)
+    fn peer(&self, addr: IpAddress, ports: u32) -> Option<PeerMac> {
+        find_peer(self.slots, addr, ports)
     }
 
     fn sent(&mut self, slot: usize, frame: &[u8]) {
@@ -327,9 +336,13 @@ impl<S> Peers for BucketPeers<'_, S> {
             return;
         };
         if let Ok(seg) = SegmentRepr::parse(&tcp) {
-            self.slots[slot]
+            let slot = &mut self.slots[slot];
+            let new = slot
                 .flight
                 .on_send(self.recovery, self.stats, frame, &seg, self.now);
+            if new && slot.client && seg.payload_len > 0 {
+                slot.stamps.sent = Some(self.now);
+            }
         }
     }
 }
@@ -349,7 +362,7 @@ impl<S: Default> ConnTable<S> {
             prefetch_line((&raw const slot.peer).cast());
             slot.flight.prefetch();
         }
-        let Some(peer) = find_peer(slots, tcp.src_addr(), tcp.src_port()) else {
+        let Some(peer) = find_peer(slots, tcp.src_addr(), tcp.ports()) else {
             return;
         };
         if let Ok(seg) = SegmentRepr::parse(tcp) {
@@ -382,7 +395,8 @@ impl<S: Default> ConnTable<S> {
             let state = sockets.get::<tcp::Socket>(handle).state();
             if !matches!(
                 state,
-                tcp::State::SynReceived
+                tcp::State::SynSent
+                    | tcp::State::SynReceived
                     | tcp::State::Established
                     | tcp::State::FinWait1
                     | tcp::State::Closing

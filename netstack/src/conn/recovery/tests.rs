@@ -1253,3 +1253,59 @@ fn the_counters_list_themselves_and_add_and_subtract_field_by_field() {
         "never below 0"
     );
 }
+
+/// A connection this end opened (its first copy a SYN, no ACK) probes its first request
+/// after the floor and twice the handshake's round trip, and SACKs only if the peer's
+/// SYN-ACK says so; an accepted one leaves its first reply to smoltcp's timer.
+#[test]
+fn a_connection_we_opened_probes_its_first_request_after_the_handshake_round_trip() {
+    let mut recovery = Recovery::new(Some(DEFAULT_RTO_MIN), 1514);
+    let mut stats = RecoveryStats::default();
+    let mut opened = Flight::default();
+    let syn = frame(SERVER, CLIENT, TcpControl::Syn, ISS, None, 4096, &[], &[]);
+    opened.on_send(&recovery, &mut stats, &syn.bytes, &syn.seg, at(0));
+    assert!(opened.sack_ok(), "our SYN offers SACK");
+    let mut syn_ack = frame(
+        CLIENT,
+        SERVER,
+        TcpControl::Syn,
+        7,
+        Some(ISS + 1),
+        4096,
+        &[],
+        &[],
+    );
+    syn_ack.seg.sack_permitted = false;
+    opened.on_ack(&mut recovery, &mut stats, &syn_ack.seg, at(100));
+    opened.on_syn_ack(syn_ack.seg.sack_permitted);
+    assert!(!opened.sack_ok(), "the peer does not SACK");
+    let request = data(ISS + 1, 64, 8);
+    let new = opened.on_send(&recovery, &mut stats, &request.bytes, &request.seg, at(200));
+    assert!(new, "new sequence space");
+    // One handshake sample of 100 µs: SRTT 100, RTTVAR 50, so the floor and 2 · 300 µs.
+    assert_eq!(opened.deadline(), Some(at(200 + 1000 + 600)));
+    let again = opened.on_send(&recovery, &mut stats, &request.bytes, &request.seg, at(300));
+    assert!(!again, "smoltcp's retransmission is not new");
+
+    let mut accepted = Flight::default();
+    let syn_ack = frame(
+        SERVER,
+        CLIENT,
+        TcpControl::Syn,
+        ISS,
+        Some(7),
+        4096,
+        &[],
+        &[],
+    );
+    accepted.on_send(&recovery, &mut stats, &syn_ack.bytes, &syn_ack.seg, at(0));
+    accepted.on_ack(&mut recovery, &mut stats, &ack(ISS + 1, &[]), at(100));
+    accepted.on_syn_ack(false);
+    assert!(
+        accepted.sack_ok(),
+        "an accepted connection's SACK is the SYN's"
+    );
+    let reply = data(ISS + 1, 64, 8);
+    accepted.on_send(&recovery, &mut stats, &reply.bytes, &reply.seg, at(200));
+    assert_eq!(accepted.deadline(), None, "smoltcp's timer");
+}
