@@ -90,7 +90,7 @@ pub(crate) fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// Most descriptors [`poll_readable`] watches beside its own: a worker's wake-up eventfd and
+/// Most descriptors `poll_readable` watches beside its own: a worker's wake-up eventfd and
 /// its sleep timer.
 pub const MAX_ALSO: usize = 3;
 

@@ -11,6 +11,8 @@ use smoltcp::wire::{
     EthernetAddress, IpAddress, IpCidr, Ipv4Address, Ipv4Cidr, Ipv6Address, Ipv6Cidr,
 };
 
+#[cfg(doc)]
+use super::{Admission, CLOSE_TIMEOUT, ConnTable, GIVE_UP_TIMEOUT, HANDSHAKE_TIMEOUT, Io};
 use super::{DEFAULT_RTO_MIN, Gateways, MAX_RTO_MIN, MIN_RTO_MIN, RecoveryStats};
 use crate::neighbor::LinkAddrs;
 

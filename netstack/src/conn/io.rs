@@ -10,6 +10,8 @@
 use smoltcp::socket::tcp;
 use smoltcp::wire::IpEndpoint;
 
+#[cfg(doc)]
+use super::TableConfig;
 use super::{ConnEvent, ConnId, ConnTable, Phase};
 
 impl<S: Default> ConnTable<S> {

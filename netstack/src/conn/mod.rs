@@ -40,10 +40,10 @@
 //! What this file keeps:
 //!
 //! - **Slots and phases.** A slot is a connection's place in its bucket: its socket, its
-//!   peer (address, both ports, MAC), its [`Phase`] (free, handshake, connecting, open,
+//!   peer (address, both ports, MAC), its `Phase` (free, handshake, connecting, open,
 //!   done), its clocks,
 //!   its application state `S` while open, and its loss recovery. The refresh
-//!   ([`ConnTable::refresh_bucket`]) follows socket states into phases after every ingress
+//!   (`ConnTable::refresh_bucket`) follows socket states into phases after every ingress
 //!   into the bucket and every egress pass, and queues connections with work for `serve`.
 //! - **TIME-WAIT.** When the server closed first (`quit`, errors), its socket reaches
 //!   TIME-WAIT once the peer's FIN is in; as soon as the ACK of that FIN has gone out, the
