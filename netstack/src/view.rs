@@ -41,6 +41,12 @@ pub(crate) trait Peers {
 
     /// Connection `slot` sends `frame` (a TCP segment, its Ethernet header written).
     fn sent(&mut self, slot: usize, frame: &[u8]);
+
+    /// A frame of connection `slot` went out as a request for its next hop's MAC in its
+    /// place (the packet is lost).
+    fn unresolved(&mut self, slot: usize) {
+        let _ = slot;
+    }
 }
 
 /// What framing needs of a connection.
@@ -131,6 +137,9 @@ impl<P: Peers + ?Sized> Framing<'_, P> {
             (None, next_hop) => {
                 self.unresolved += 1;
                 self.request(frame, next_hop, ethertype);
+                if let Some(connection) = connection {
+                    self.peers.unresolved(connection.slot);
+                }
             }
         }
     }

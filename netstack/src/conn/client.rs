@@ -41,8 +41,12 @@
 //!
 //! **First SYN to an unknown next hop.** As smoltcp's own Ethernet path does, a frame whose
 //! next hop's MAC is unknown goes out as an ARP request or neighbour solicitation in its
-//! place; the SYN follows at smoltcp's first retransmission (one second). A generator that
-//! opens many connections resolves the server with its first one.
+//! place. The table lists the connections whose SYN went that way, and when an answer
+//! teaches it the MAC, closes each one's socket (still SYN-SENT, nothing of it sent) and
+//! connects it again, so the SYN goes out at the next egress rather than at smoltcp's
+//! first retransmission a second later
+//! (`tests::client::the_first_syn_to_an_unresolved_server_follows_its_arp_reply`). A lost
+//! request or answer leaves it to that retransmission, which asks again.
 //!
 //! [`TableConfig::port`]: super::TableConfig::port
 //! [`TableConfig::ephemeral_ports`]: super::TableConfig::ephemeral_ports
@@ -291,6 +295,75 @@ impl<S: Default> ConnTable<S> {
             .get(id.slot as usize)?;
         (slot.client && slot.generation == id.generation && slot.phase != Phase::Free)
             .then_some(slot.stamps)
+    }
+
+    /// Lists the connections of `bucket` whose SYN just went out as a request for their
+    /// next hop's MAC.
+    pub(super) fn note_unresolved(&mut self, bucket_index: usize) {
+        for (index, slot) in self.buckets[bucket_index].slots.iter_mut().enumerate() {
+            if slot.waiting {
+                slot.waiting = false;
+                let id = ConnId {
+                    bucket: bucket_index as u32,
+                    slot: index as u32,
+                    generation: slot.generation,
+                };
+                if !self.unresolved.contains(&id) {
+                    self.unresolved.push(id);
+                }
+            }
+        }
+    }
+
+    /// A neighbour or gateway was learned: each listed connection whose next hop's MAC is
+    /// now known sends its SYN at the next egress, rather than at smoltcp's first
+    /// retransmission a second later. smoltcp cannot be told to retransmit, so the socket,
+    /// still in SYN-SENT (nothing of it reached the peer), is closed and connected again
+    /// to the same endpoints (a new initial sequence number, the same ports).
+    pub(super) fn retry_unresolved(&mut self) {
+        let mut waiting = std::mem::take(&mut self.unresolved);
+        let mut kept = 0;
+        for at in 0..waiting.len() {
+            let id = waiting[at];
+            let (bucket_index, index) = (id.bucket as usize, id.slot as usize);
+            let bucket = &mut self.buckets[bucket_index];
+            let slot = &mut bucket.slots[index];
+            let (Some(handle), Some(peer)) = (slot.handle, slot.peer) else {
+                continue;
+            };
+            if slot.generation != id.generation || slot.phase != Phase::Connecting {
+                continue;
+            }
+            let mac = if self.addrs.on_link(peer.addr) {
+                self.neighbors.lookup(peer.addr)
+            } else {
+                self.gateways.route(peer.addr).and_then(|(_, mac)| mac)
+            };
+            let Some(mac) = mac else {
+                waiting[kept] = id;
+                kept += 1;
+                continue;
+            };
+            let socket = bucket.sockets.get_mut::<tcp::Socket>(handle);
+            let endpoints = (socket.remote_endpoint(), socket.local_endpoint());
+            let (tcp::State::SynSent, (Some(remote), Some(local))) = (socket.state(), endpoints)
+            else {
+                continue;
+            };
+            socket.close();
+            // Closed, with the endpoints it had: smoltcp accepts them again.
+            if socket.connect(self.iface.context(), remote, local).is_err() {
+                continue;
+            }
+            slot.flight.reset();
+            if let Some(peer) = slot.peer.as_mut() {
+                peer.mac = Some(mac);
+            }
+            self.mark_dirty(bucket_index);
+        }
+        waiting.truncate(kept);
+        waiting.append(&mut self.unresolved);
+        self.unresolved = waiting;
     }
 
     /// Client connections now: from `connect` until their slot is released.

@@ -97,6 +97,9 @@ impl<S: Default> ConnTable<S> {
             let mut exhausted = egress.exhausted;
             self.stats.frames_out += egress.framing.sent;
             self.stats.unresolved += egress.framing.unresolved;
+            if egress.framing.unresolved > 0 && self.spare.ports.in_use > 0 {
+                self.note_unresolved(bucket);
+            }
             if !exhausted {
                 exhausted = self.resend(bucket, device, now) == Poll::Idle;
             }

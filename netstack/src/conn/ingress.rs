@@ -353,6 +353,9 @@ impl<S: Default> ConnTable<S> {
         self.neighbors.learn(input.sender_ip, input.sender_mac);
         self.gateways
             .confirm(input.sender_ip.into(), input.sender_mac, now);
+        if !self.unresolved.is_empty() {
+            self.retry_unresolved();
+        }
         if input.is_request {
             let own_mac = self.addrs.mac;
             tx.consume(ARP_FRAME_LEN, |buf| {
@@ -383,6 +386,9 @@ impl<S: Default> ConnTable<S> {
         if let Some((ip, mac)) = input.learn {
             self.neighbors.learn(ip, mac);
             self.gateways.confirm(ip.into(), mac, now);
+            if !self.unresolved.is_empty() {
+                self.retry_unresolved();
+            }
         }
         if let Some((to_ip, to_mac)) = input.answer {
             let own_mac = self.addrs.mac;

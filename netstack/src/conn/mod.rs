@@ -170,6 +170,9 @@ struct Slot<S> {
     /// A connection this table opened ([`ConnTable::connect`]): it reports its events and
     /// keeps its stamps.
     client: bool,
+    /// A connection this table opened whose SYN went out as a request for its next hop's
+    /// MAC: it sends the SYN again once the MAC is learned (`client.rs`).
+    waiting: bool,
     /// TCP state when last examined.
     seen_state: tcp::State,
     generation: u32,
@@ -197,6 +200,7 @@ impl<S> Slot<S> {
             want_write: false,
             queued: false,
             client: false,
+            waiting: false,
             stamps: Stamps::default(),
             seen_recv: 0,
             seen_state: tcp::State::Closed,
@@ -281,6 +285,8 @@ pub struct ConnTable<S> {
     spare: Spare,
     /// Events of the connections this table opened, until [`ConnTable::events`] takes them.
     events: Vec<(ConnId, ConnEvent)>,
+    /// Connections this table opened whose SYN waits for its next hop's MAC.
+    unresolved: Vec<ConnId>,
     backlog: Backlog,
     admission: Arc<Admission>,
     /// The MAC and addresses served (from `config`).
@@ -418,6 +424,7 @@ impl<S: Default> ConnTable<S> {
             ready: Vec::with_capacity(config.conn_limit),
             spare: Spare::default(),
             events: Vec::new(),
+            unresolved: Vec::new(),
             backlog: Backlog::new(),
             admission,
             addrs: config.addrs(),
@@ -734,6 +741,7 @@ fn release<S>(bucket: &mut Bucket<S>, index: usize, spare: &mut Spare) {
             spare.ports.remove(peer.ports as u16);
         }
         slot.client = false;
+        slot.waiting = false;
     }
     slot.phase = Phase::Free;
     slot.session = None;

@@ -345,6 +345,11 @@ impl<S> Peers for BucketPeers<'_, S> {
             }
         }
     }
+
+    fn unresolved(&mut self, slot: usize) {
+        let slot = &mut self.slots[slot];
+        slot.waiting = slot.client && slot.phase == Phase::Connecting;
+    }
 }
 
 impl<S: Default> ConnTable<S> {

@@ -568,3 +568,31 @@ fn a_lost_syn_is_probed_after_the_floor() {
     assert!(took < Duration::from_millis(5), "established after {took}");
     assert_eq!(pair.client.stats().recovery.probes, 1);
 }
+
+/// The client table does not know the server's MAC: its SYN goes out as an ARP request,
+/// and the SYN follows the server's answer at once, not a second later.
+#[test]
+fn the_first_syn_to_an_unresolved_server_follows_its_arp_reply() {
+    let mut pair = Pair::new(4);
+    let ids: Vec<ConnId> = (0..3)
+        .map(|i| {
+            let remote = pair.remote(PORT);
+            pair.client
+                .connect(remote, None, Requests::new(i, 1, 10))
+                .unwrap()
+        })
+        .collect();
+    let start = pair.now;
+    let done = pair.run_until(200_000, &mut no_loss(), |p| {
+        ids.iter().all(|&id| !p.events_of(id).is_empty())
+    });
+    assert!(done, "{:?}", pair.client.stats());
+    for &id in &ids {
+        assert_eq!(pair.events_of(id), [ConnEvent::Established]);
+    }
+    let took = pair.now - start;
+    assert!(took < Duration::from_millis(5), "established after {took}");
+    let stats = pair.client.stats();
+    assert!(stats.unresolved >= 1, "the MAC was unknown: {stats:?}");
+    assert!(pair.client.unresolved.is_empty());
+}
