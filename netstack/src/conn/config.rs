@@ -393,9 +393,10 @@ pub struct TableStats {
     pub timed_out: u64,
     /// Connections closed by the idle timeout.
     pub idle_closed: u64,
-    /// Open connections now (those with an application state `S`).
+    /// Open (established) connections now, those `serve` calls the application for.
     pub active: usize,
-    /// Connections counted against `conn_limit` now in this table: open and closing.
+    /// Connections counted against `conn_limit` now in this table: open and closing, and
+    /// those it is opening ([`ConnTable::connect`]).
     pub in_use: usize,
     /// Handshakes in progress now (the SYN backlog).
     pub handshaking: usize,

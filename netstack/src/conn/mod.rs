@@ -34,15 +34,16 @@
 //! connections itself, one table per load-generator thread on its own queue; any table
 //! may also open connections beside those it accepts. An opened connection lives in the
 //! same buckets, with the same demultiplexing (keyed by the peer's address and our port),
-//! clocks and loss recovery as an accepted one, and a server table that opens none pays
-//! nothing for the mode on its packet path (`client.rs`).
+//! clocks and loss recovery as an accepted one. A server table that opens none does no
+//! more per segment than test one flag of the slot each sent frame already touches
+//! (`client.rs`).
 //!
 //! What this file keeps:
 //!
 //! - **Slots and phases.** A slot is a connection's place in its bucket: its socket, its
 //!   peer (address, both ports, MAC), its `Phase` (free, handshake, connecting, open,
-//!   done), its clocks,
-//!   its application state `S` while open, and its loss recovery. The refresh
+//!   done), its clocks, its application state `S` while open (or opening), and its loss
+//!   recovery. The refresh
 //!   (`ConnTable::refresh_bucket`) follows socket states into phases after every ingress
 //!   into the bucket and every egress pass, and queues connections with work for `serve`.
 //! - **TIME-WAIT.** When the server closed first (`quit`, errors), its socket reaches
