@@ -81,16 +81,41 @@ struct Pair {
 /// Largest step of the clock while frames are on the link.
 const STEP: Duration = Duration::from_micros(20);
 
+/// The server's and the client's IPv6 addresses in [`Pair::dual`].
+fn server_ip6() -> Ipv6Cidr {
+    Ipv6Cidr::new("fd77::2".parse().unwrap(), 64)
+}
+
+fn client_ip6() -> Ipv6Cidr {
+    Ipv6Cidr::new("fd77::1".parse().unwrap(), 64)
+}
+
 impl Pair {
     fn new(conn_limit: usize) -> Pair {
+        Pair::with(conn_limit, |config| config)
+    }
+
+    /// Both tables with an IPv6 address beside the IPv4 one.
+    fn dual(conn_limit: usize) -> Pair {
+        Pair::with(conn_limit, |config| {
+            let ip6 = if config.accept {
+                server_ip6()
+            } else {
+                client_ip6()
+            };
+            config.with_ip(ip6)
+        })
+    }
+
+    fn with(conn_limit: usize, configure: impl Fn(TableConfig) -> TableConfig) -> Pair {
         let (mut client_link, mut server_link) = memlink::pair(4096, 1500);
         let now = Instant::from_secs(1);
-        let mut server_config = TableConfig::new(SERVER_MAC, server_ip(), PORT);
+        let mut server_config = configure(TableConfig::new(SERVER_MAC, server_ip(), PORT));
         server_config.conn_limit = conn_limit;
         server_config.rx_buffer_bytes = 4096;
         server_config.tx_buffer_bytes = 4096;
         let server = ConnTable::new(server_config, &mut server_link, now).unwrap();
-        let mut client_config = TableConfig::client(CLIENT_MAC, client_ip());
+        let mut client_config = configure(TableConfig::client(CLIENT_MAC, client_ip()));
         client_config.conn_limit = conn_limit;
         client_config.rx_buffer_bytes = 4096;
         client_config.tx_buffer_bytes = 4096;
@@ -595,4 +620,29 @@ fn the_first_syn_to_an_unresolved_server_follows_its_arp_reply() {
     let stats = pair.client.stats();
     assert!(stats.unresolved >= 1, "the MAC was unknown: {stats:?}");
     assert!(pair.client.unresolved.is_empty());
+}
+
+/// Over IPv6 alike: the SYN goes out as a neighbour solicitation, follows the server's
+/// advertisement at once, and the requests come back intact.
+#[test]
+fn over_ipv6_the_first_syn_follows_the_neighbour_advertisement() {
+    let mut pair = Pair::dual(4);
+    let remote = IpEndpoint::new(server_ip6().address().into(), PORT);
+    let id = pair
+        .client
+        .connect(remote, None, Requests::new(0, 3, 100))
+        .unwrap();
+    let start = pair.now;
+    let done = pair.run_until(200_000, &mut no_loss(), |p| !p.events_of(id).is_empty());
+    assert!(done, "{:?}", pair.client.stats());
+    assert_eq!(pair.events_of(id), [ConnEvent::Established]);
+    let took = pair.now - start;
+    assert!(took < Duration::from_millis(5), "established after {took}");
+    let done = pair.run_until(200_000, &mut no_loss(), |p| p.finished.len() == 1);
+    assert!(done, "{:?}", pair.client.stats());
+    assert_eq!(pair.finished, [Finished { id, intact: true }]);
+    assert_eq!(
+        pair.events_of(id),
+        [ConnEvent::Established, ConnEvent::Closed]
+    );
 }
