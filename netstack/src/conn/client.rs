@@ -36,8 +36,9 @@
 //! **Stamps.** For latency measured at the wire, each client connection keeps the poll
 //! clock (`now` of [`ConnTable::poll_egress`]) when a frame carrying new data of it went to
 //! the device, and the poll clock (`now` of [`ConnTable::poll_ingress`]) when a frame that
-//! brought it new data was read ([`ConnTable::stamps`]). Both are writes to the slot the
-//! frame touches anyway.
+//! brought it new data was read: [`Conn::stamps`](super::Conn::stamps) inside
+//! [`ConnTable::serve`], where the reply is parsed, and [`ConnTable::stamps`] outside it.
+//! Both are writes to the slot the frame touches anyway.
 //!
 //! **First SYN to an unknown next hop.** As smoltcp's own Ethernet path does, a frame whose
 //! next hop's MAC is unknown goes out as an ARP request or neighbour solicitation in its

@@ -12,7 +12,7 @@ use smoltcp::wire::IpEndpoint;
 
 #[cfg(doc)]
 use super::TableConfig;
-use super::{ConnEvent, ConnId, ConnTable, Phase};
+use super::{ConnEvent, ConnId, ConnTable, Phase, Stamps};
 
 impl<S: Default> ConnTable<S> {
     /// Calls `f` for every open connection that may have work: new data received, send
@@ -80,6 +80,7 @@ impl<S: Default> ConnTable<S> {
                 want_write: false,
             },
             id,
+            stamps: &slot.stamps,
         };
         let result = f(&mut conn);
         let Io {
@@ -119,12 +120,20 @@ pub struct Conn<'a, S> {
     /// The connection's socket.
     pub io: Io<'a>,
     pub(super) id: ConnId,
+    pub(super) stamps: &'a Stamps,
 }
 
 impl<S> Conn<'_, S> {
     /// This connection's id, for [`ConnTable::with_conn`].
     pub fn id(&self) -> ConnId {
         self.id
+    }
+
+    /// When this connection's latest new data went to the device and came from it, as poll
+    /// clocks, for a connection the table opened ([`ConnTable::connect`]); both `None` for
+    /// an accepted one. Read while parsing a reply: `received` is the poll that read it.
+    pub fn stamps(&self) -> Stamps {
+        *self.stamps
     }
 }
 

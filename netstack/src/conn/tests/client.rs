@@ -17,6 +17,8 @@ struct Requests {
     sent: usize,
     /// Bytes echoed so far.
     got: Vec<u8>,
+    /// The receive stamp the connection showed when its latest echo was read.
+    read_at: Option<Instant>,
 }
 
 impl Requests {
@@ -29,6 +31,7 @@ impl Requests {
             size,
             sent: 0,
             got: Vec::new(),
+            read_at: None,
         }
     }
 }
@@ -50,6 +53,7 @@ fn run_requests(conn: &mut Conn<'_, Requests>, finished: &mut Vec<Finished>) {
             break;
         }
         conn.state.got.extend_from_slice(&buf[..n]);
+        conn.state.read_at = conn.stamps().received;
     }
     let state = &mut *conn.state;
     if state.got.len() == state.sent && state.sent < state.script.len() {
@@ -287,6 +291,8 @@ fn the_stamps_are_the_poll_clocks_of_the_request_and_reply_frames() {
             assert!(sent < now, "{sent} then {now}");
             // The reply was read, the next request sent, in this one round.
             assert_eq!(after.sent, Some(now), "the next request's egress poll");
+            let read_at = pair.client.with_conn(id, |c| c.state.read_at);
+            assert_eq!(read_at, Some(Some(now)), "the application saw the stamp");
             return;
         }
         if after.sent != before.sent {
