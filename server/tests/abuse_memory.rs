@@ -97,26 +97,7 @@ impl Target {
         let server_and_ns = match path {
             Path::Tap => {
                 let ns = Netns::new();
-                let server = Server::start(
-                    Some(&ns),
-                    &[
-                        "--net",
-                        "tap",
-                        "--iface",
-                        "ms0",
-                        "--ip",
-                        "10.77.0.2/24",
-                        "--host-ip",
-                        "10.77.0.1/24",
-                        "--idle",
-                        "park",
-                        "-t",
-                        &threads,
-                        "-m",
-                        "256",
-                    ],
-                    Some("10.77.0.2:11211".parse().unwrap()),
-                );
+                let server = Server::start_tap(&ns, &["-t", &threads, "-m", "256"]);
                 ns.enter();
                 (server, Some(ns))
             }
