@@ -759,16 +759,9 @@ pub fn render(
 
 /// The process's user and system CPU time, as memcached prints them (`seconds.micros`).
 fn rusage() -> (String, String) {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF is always valid.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
-    if rc != 0 {
-        return ("0.000000".into(), "0.000000".into());
-    }
-    // SAFETY: getrusage returned 0, so it initialised the struct (and zeroed() did before).
-    let usage = unsafe { usage.assume_init() };
-    let time = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
-    (time(usage.ru_utime), time(usage.ru_stime))
+    let (user, system) = crate::sys::process_cpu_time().unwrap_or_default();
+    let time = |t: std::time::Duration| format!("{}.{:06}", t.as_secs(), t.subsec_micros());
+    (time(user), time(system))
 }
 
 /// Calls `emit(name, value)` for every general statistic, in memcached's order, then

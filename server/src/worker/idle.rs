@@ -380,24 +380,6 @@ impl IdleState {
     }
 }
 
-/// The CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`), for measuring
-/// what a sleep costs; `None` if the clock cannot be read.
-pub fn thread_cpu_time() -> Option<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec, which `ts` is, exclusively borrowed.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return None;
-    }
-    Some(Duration::new(
-        u64::try_from(ts.tv_sec).ok()?,
-        u32::try_from(ts.tv_nsec).ok()?,
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

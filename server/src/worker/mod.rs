@@ -34,7 +34,7 @@ pub mod tap;
 pub mod xdp;
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -50,6 +50,7 @@ use crate::conn::ClientConn;
 use crate::control::CloseReason;
 use crate::engine::{Engine, EngineConfig, Replies, Stop, TURN_REQUESTS};
 use crate::stats::{self, RawPath, Snapshot, WorkerFigures};
+use crate::sys;
 pub use idle::{Activity, IdleState, PARK_MAX, SPIN_BUDGET};
 use mesh::Mesh;
 
@@ -269,25 +270,10 @@ impl Doorbell {
     /// Sleeps until a ring, a byte on `signals`, or `timeout` (`None`: no limit), then takes
     /// every byte waiting on both.
     fn wait(&self, signals: Option<&UnixStream>, timeout: Option<Duration>) {
-        let watch = |fd: i32| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // A negative descriptor is left out by poll(2).
-        let mut fds = [
-            watch(self.wake.as_raw_fd()),
-            watch(signals.map_or(-1, AsRawFd::as_raw_fd)),
-        ];
-        let millis = timeout.map_or(-1, |t| {
-            i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
-        });
-        // SAFETY: `fds` is a valid array of two pollfd structures that outlives the call, and
-        // its length is passed with it. An interrupted or failed poll only ends the wait early;
-        // the caller looks at its events and the flag again.
-        unsafe {
-            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis);
-        }
+        // An interrupted or failed poll only ends the wait early; the caller looks at its
+        // events and the flag again.
+        let _ =
+            crate::sys::poll_readable([Some(self.wake.as_fd()), signals.map(AsFd::as_fd)], timeout);
         let mut bytes = [0u8; 64];
         for mut socket in std::iter::once(&self.wake).chain(signals) {
             while matches!(socket.read(&mut bytes), Ok(n) if n > 0) {}
@@ -582,26 +568,15 @@ fn abandon(plan: &Plan<'_>, results: &[Option<Result<Stopped, String>>], stuck: 
 /// When the hard limit is too low; the message says which limit to raise.
 pub fn raise_fd_limit(conn_limit: usize) -> Result<(), String> {
     let wanted = conn_limit as u64 + 64;
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit with a valid struct to fill.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(format!("getrlimit: {}", std::io::Error::last_os_error()));
-    }
-    if limit.rlim_cur >= wanted {
+    let (soft, hard) = sys::open_files_limit().map_err(|e| format!("getrlimit: {e}"))?;
+    if soft >= wanted {
         return Ok(());
     }
-    limit.rlim_cur = wanted.min(limit.rlim_max);
-    // SAFETY: setrlimit with a valid struct, soft limit within the hard limit.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Err(format!("setrlimit: {}", std::io::Error::last_os_error()));
-    }
-    if limit.rlim_cur < wanted {
+    let soft = wanted.min(hard);
+    sys::set_open_files_limit(soft, hard).map_err(|e| format!("setrlimit: {e}"))?;
+    if soft < wanted {
         return Err(format!(
-            "-c {conn_limit} needs {wanted} open files but the hard limit is {} (raise `ulimit -Hn`)",
-            limit.rlim_max
+            "-c {conn_limit} needs {wanted} open files but the hard limit is {hard} (raise `ulimit -Hn`)"
         ));
     }
     Ok(())
@@ -814,7 +789,7 @@ pub fn serve_smoltcp<D: Queue>(
                     // would make.
                     device.flush();
                 }
-                idle_state.measured_sleep(sampled, idle::thread_cpu_time, || {
+                idle_state.measured_sleep(sampled, crate::sys::thread_cpu_time, || {
                     match mesh.wake_fd() {
                         Some(wake) => device.wait(&[wake, timer.fd()]),
                         None => device.wait(&[timer.fd()]),
