@@ -12,8 +12,9 @@ use crate::control::Control;
 use crate::engine::PAGE_BYTES;
 
 /// Calls `emit(name, value)` for every line of `group`, in memcached's order; `now` is the
-/// request's clock. [`Group::Detail`] has no `STAT` lines (see [`Prefixes::dump`]), nor has
-/// [`Group::CacheDump`] (see [`CacheDump`]).
+/// request's clock. [`Group::Detail`] has no `STAT` lines (see
+/// [`Prefixes::dump`](super::Prefixes::dump)), nor has [`Group::CacheDump`] (see
+/// [`CacheDump`](super::CacheDump)).
 pub fn render(
     group: Group,
     snapshot: &Snapshot,

@@ -63,7 +63,7 @@ pub trait Queue: Device + netstack::RxPeek {
     fn raw_path(&self, table: &netstack::TableStats) -> RawPath;
 
     /// Refreshes counters that cost a system call to read (AF_XDP's `XDP_STATISTICS`); called
-    /// every [`COUNTER_REFRESH`].
+    /// every `COUNTER_REFRESH`.
     fn refresh_counters(&mut self) {}
 }
 
