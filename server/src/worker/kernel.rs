@@ -1,6 +1,8 @@
 //! The kernel-socket path (`--net kernel`): the same engine on ordinary TCP sockets, one
 //! SO_REUSEPORT listener (and one more for `--resp-port`) and epoll set per worker (the kernel
 //! spreads connections over them), and the same cross-core forwarding as the other paths.
+//! Each ready connection takes the same turn as on the smoltcp paths ([`turn::turn`] over a
+//! [`KernelSocket`]); epoll's edges and `serve_again` bring it back.
 
 use std::io;
 use std::net::SocketAddr;
@@ -97,6 +99,8 @@ pub fn run(
     )
 }
 
+/// One worker's loop until the stop flag: epoll (blocking only when the idle policy allows
+/// it), idle expiry, a turn for each ready connection, the mesh, log watchers, figures.
 fn serve(
     table: &mut KernelTable<ClientConn>,
     engine: &mut Engine,
