@@ -1,5 +1,7 @@
 //! `memspin`: parses the command line, starts the workers and reports how they ended.
 
+#![deny(unsafe_code)]
+
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;

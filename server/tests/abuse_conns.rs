@@ -17,11 +17,10 @@ use netstack::conn::GIVE_UP_TIMEOUT;
 use netstack::smoltcp::wire::TcpControl;
 use protocol::binary::Status;
 use support::abuse::{
-    Hook, RawTcp, TAP_HOST, TAP_IFACE, TAP_SERVER, Toward, Veth, check_idle_timeout,
-    check_shared_limit, client_on, connect_from, drop_tcp, served, start_kernel_in, start_tap,
-    version_ok,
+    Hook, RawTcp, TAP_HOST, TAP_IFACE, Toward, Veth, check_idle_timeout, check_shared_limit,
+    client_on, connect_from, drop_tcp, served, start_kernel_in, start_tap, version_ok,
 };
-use support::{Netns, Server};
+use support::{Netns, Server, TAP_SERVER};
 
 /// The documented give-up time, in wall-clock terms.
 fn give_up() -> Duration {

@@ -77,25 +77,14 @@ impl Setup {
     #[track_caller]
     fn start(&self, extra: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut args: Vec<&str> = match self.path {
-            Path::Tap => vec![
-                "--net",
-                "tap",
-                "--iface",
-                "ms0",
-                "--ip",
-                "10.77.0.2/24",
-                "--host-ip",
-                "10.77.0.1/24",
-                "--idle",
-                "park",
-            ],
+            Path::Tap => support::TAP.args(),
             Path::Xdp => Veth::server_args(&[]),
             Path::Kernel => support::KERNEL_ARGS.to_vec(),
         };
         args.extend_from_slice(&["-t", "2"]);
         args.extend_from_slice(extra);
         let (netns, addr) = match self.path {
-            Path::Tap => (self.ns.as_ref(), Some("10.77.0.2:11211")),
+            Path::Tap => (self.ns.as_ref(), Some(support::TAP_SERVER)),
             Path::Xdp => (
                 self.veth.as_ref().map(|v| &v.server),
                 Some(support::veth::SERVER),

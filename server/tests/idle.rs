@@ -12,20 +12,11 @@ use std::time::{Duration, Instant};
 use support::veth::{SERVER_IFACE, Veth};
 use support::{Client, Netns, Server};
 
-const TAP_SERVER: &str = "10.77.0.2:11211";
+use support::{TAP, TAP_SERVER, Tap};
 
 /// memspin over TAP without `--idle`: the default policy.
 fn start_tap(ns: &Netns, extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--net",
-        "tap",
-        "--iface",
-        "ms0",
-        "--ip",
-        "10.77.0.2/24",
-        "--host-ip",
-        "10.77.0.1/24",
-    ];
+    let mut args = Tap { idle: None, ..TAP }.args();
     args.extend_from_slice(extra);
     Server::start(Some(ns), &args, Some(TAP_SERVER.parse().unwrap()))
 }

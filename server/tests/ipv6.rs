@@ -13,12 +13,18 @@ use std::time::Duration;
 use loadgen::client::Protocol;
 use support::verify::check_verify_patiently;
 use support::veth::{CLIENT_IFACE, SERVER_IFACE, Veth, run};
-use support::{Netns, Server, assert_settings, memccapable, ping, pymemcache_round_trip};
+use support::{Netns, Server, TAP, Tap, assert_settings, memccapable, ping, pymemcache_round_trip};
 
 const TAP6: &str = "[fd77::2]:11211";
 
+/// memspin over TAP with no address: each test gives its own (`--ip`, `--host-ip`).
 fn start_tap(ns: &Netns, extra: &[&str]) -> Server {
-    let mut args = vec!["--net", "tap", "--iface", "ms0", "--idle", "park"];
+    let mut args = Tap {
+        ips: &[],
+        host_ips: &[],
+        ..TAP
+    }
+    .args();
     args.extend_from_slice(extra);
     Server::start(Some(ns), &args, None)
 }

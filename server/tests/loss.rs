@@ -25,7 +25,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use support::abuse::nft;
-use support::{Netns, Server, text_stat};
+use support::{Netns, Server, TAP, Tap, text_stat};
 
 /// Frames dropped in 10,000, in each direction: 1 %, so a few seconds of traffic lose
 /// dozens of replies, requests, ACKs and handshake frames.
@@ -115,18 +115,12 @@ impl LossyLink {
     /// memspin over TAP in the middle namespace, its device on the bridge.
     #[track_caller]
     fn start_tap(&self, extra: &[&str]) -> Server {
-        let mut args = vec![
-            "--net",
-            "tap",
-            "--iface",
-            "ms0",
-            "--ip",
-            "10.79.0.2/24",
-            "--host-ip",
-            "none",
-            "--idle",
-            "park",
-        ];
+        let mut args = Tap {
+            ips: &["10.79.0.2/24"],
+            host_ips: &["none"],
+            ..TAP
+        }
+        .args();
         args.extend_from_slice(extra);
         let server = Server::start(
             Some(&self.middle),

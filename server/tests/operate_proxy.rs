@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{Netns, Server, TextClient};
+use support::{Netns, Server, TAP, Tap, TextClient};
 
 /// The nutcracker configuration the README's "Several servers" section shows, for the test's
 /// two servers.
@@ -28,18 +28,14 @@ memspin:
 
 /// memspin over TAP device `iface` at `ip`, the kernel side at `host_ip`.
 fn start_memspin(ns: &Netns, iface: &str, ip: &str, host_ip: &str) -> Server {
-    let args = [
-        "--net",
-        "tap",
-        "--iface",
+    let (ips, host_ips) = ([ip], [host_ip]);
+    let args = Tap {
         iface,
-        "--ip",
-        ip,
-        "--host-ip",
-        host_ip,
-        "--idle",
-        "park",
-    ];
+        ips: &ips,
+        host_ips: &host_ips,
+        ..TAP
+    }
+    .args();
     let addr: SocketAddr = format!("{}:11211", ip.split('/').next().unwrap())
         .parse()
         .unwrap();

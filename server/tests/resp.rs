@@ -654,15 +654,7 @@ fn kernel_two_workers_answer_as_redis_does() {
 fn tap(workers: &str) {
     let _one = one_at_a_time();
     let ns = Netns::new();
-    #[rustfmt::skip]
-    let mut server = Server::start(
-        Some(&ns),
-        &[
-            "--net", "tap", "--iface", "ms0", "--ip", "10.77.0.2/24", "--host-ip", "10.77.0.1/24",
-            "--resp-port", "6379", "--idle", "park", "-t", workers,
-        ],
-        Some("10.77.0.2:11211".parse().unwrap()),
-    );
+    let mut server = Server::start_tap(&ns, &["--resp-port", "6379", "-t", workers]);
     assert!(
         server.ready_line.contains("RESP on 10.77.0.2:6379"),
         "{}",

@@ -12,23 +12,10 @@ use support::{
     check_two_workers_under_load, memccapable, text_stat,
 };
 
-const SERVER: &str = "10.77.0.2:11211";
+const SERVER: &str = support::TAP_SERVER;
 
 fn start(ns: &Netns, extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--net",
-        "tap",
-        "--iface",
-        "ms0",
-        "--ip",
-        "10.77.0.2/24",
-        "--host-ip",
-        "10.77.0.1/24",
-        "--idle",
-        "park",
-    ];
-    args.extend_from_slice(extra);
-    Server::start(Some(ns), &args, Some(SERVER.parse().unwrap()))
+    Server::start_tap(ns, extra)
 }
 
 #[test]

@@ -11,22 +11,8 @@ use support::{
     check_text_values_and_limit, memccapable, pymemcache_round_trip,
 };
 
-const TAP_SERVER: &str = "10.77.0.2:11211";
-
 fn start_tap(ns: &Netns) -> Server {
-    let args = [
-        "--net",
-        "tap",
-        "--iface",
-        "ms0",
-        "--ip",
-        "10.77.0.2/24",
-        "--host-ip",
-        "10.77.0.1/24",
-        "--idle",
-        "park",
-    ];
-    Server::start(Some(ns), &args, Some(TAP_SERVER.parse().unwrap()))
+    Server::start_tap(ns, &[])
 }
 
 #[test]

@@ -994,6 +994,7 @@ fn prefetch_lines(bytes: &[u8]) {
 
 /// [`prefetch_lines`] for the one cache line holding `at`.
 #[inline]
+#[allow(unsafe_code)]
 fn prefetch_line(at: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {

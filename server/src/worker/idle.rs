@@ -22,9 +22,8 @@
 //! before the thread leaves its CPU. (Over TAP that case is common: a peer's kernel that
 //! answers a frame at once, a duplicate's D-SACK or a new connection's quick ACKs, does it
 //! inside the worker's own write, so the answer is queued when the write returns. Charged a
-//! whole wake-up, those near-zero gaps taught the worker to spin a few microseconds after every
-//! reply.) The spin window
-//! is the `W` that minimises the sum of those costs over the kept gaps, recomputed every
+//! whole wake-up, those near-zero gaps would make spinning after every reply look cheaper
+//! than it is.) The spin window is the `W` that minimises the sum of those costs over the kept gaps, recomputed every
 //! [`RELEARN_EVERY`] gaps: `0` (sleep as soon as the queue is found empty) when most gaps are
 //! longer than a wake-up costs, the length of a cluster of short gaps when arrivals come in
 //! bursts (the window then covers the burst and the worker sleeps between bursts), and the
@@ -42,8 +41,7 @@
 //! [`IdleState::record_wake_cost`], which keeps a moving average (starting from
 //! [`WAKE_COST_DEFAULT`], bounded to [`WAKE_COST_MIN`]..=[`WAKE_COST_MAX`]). What the policy
 //! minimises is the worker's own CPU time, which is what `/proc/PID/stat` charges it; the
-//! latency a sleep adds (the scheduler's wake-up, tens of microseconds on a virtual machine) is
-//! not weighed, so a latency-bound deployment on its own cores keeps `--idle spin`.
+//! latency a sleep adds (the scheduler's wake-up, longer on a virtual machine) is not weighed, so a latency-bound deployment on its own cores keeps `--idle spin`.
 //!
 //! A sleep ends at once when a frame arrives (the TAP fd or the AF_XDP socket becomes
 //! readable), when another worker sends forwarded work (its eventfd), when the connection
@@ -378,24 +376,6 @@ impl IdleState {
         self.background = engine.background_wait_ns(ns).map(Duration::from_nanos);
         worked
     }
-}
-
-/// The CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`), for measuring
-/// what a sleep costs; `None` if the clock cannot be read.
-pub fn thread_cpu_time() -> Option<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec, which `ts` is, exclusively borrowed.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return None;
-    }
-    Some(Duration::new(
-        u64::try_from(ts.tv_sec).ok()?,
-        u32::try_from(ts.tv_nsec).ok()?,
-    ))
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The kernel-socket path (`--net kernel`): the same engine on ordinary TCP sockets, one
 //! SO_REUSEPORT listener (and one more for `--resp-port`) and epoll set per worker (the kernel
 //! spreads connections over them), and the same cross-core forwarding as the other paths.
+//! Each ready connection takes the same turn as on the smoltcp paths ([`turn::turn`] over a
+//! [`KernelSocket`]); epoll's edges and `serve_again` bring it back.
 
 use std::io;
 use std::net::SocketAddr;
@@ -11,10 +13,10 @@ use netstack::Admission;
 use netstack::kernel::{KernelConn, KernelConnId, KernelTable};
 
 use super::mesh::Mesh;
+use super::turn::{self, End, KernelSocket};
 use super::{IdleState, LoopClock, LoopMeter, Plan, Time, spawn, stopping};
 use crate::conn::ClientConn;
-use crate::control::CloseReason;
-use crate::engine::{Engine, Replies, Stop, TURN_REQUESTS};
+use crate::engine::{Engine, Replies};
 use crate::stats::RawPath;
 
 /// Where and how the kernel-socket workers serve.
@@ -97,6 +99,8 @@ pub fn run(
     )
 }
 
+/// One worker's loop until the stop flag: epoll (blocking only when the idle policy allows
+/// it), idle expiry, a turn for each ready connection, the mesh, log watchers, figures.
 fn serve(
     table: &mut KernelTable<ClientConn>,
     engine: &mut Engine,
@@ -173,11 +177,9 @@ fn serve(
     Ok(())
 }
 
-/// Puts other workers' replies into their connections and sends them. What a connection held
-/// back meanwhile runs in its next turn in [`KernelTable::serve`]: a client whose requests
-/// other workers answer gets one turn per loop, as every other client does, however many
-/// deliveries it receives (driving it after each let a pipelining client take dozens of turns
-/// for another's one).
+/// Puts other workers' replies into their connections and sends them
+/// ([`turn::send_delivered`]); what a connection held back meanwhile runs in its next turn in
+/// [`KernelTable::serve`].
 fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &Replies) {
     for index in 0..replies.len() {
         let Some(token) = replies.token(index) else {
@@ -189,43 +191,17 @@ fn deliver(table: &mut KernelTable<ClientConn>, engine: &mut Engine, replies: &R
                 conn.state.deliver(engine, delivery);
             }
             if last_for_conn {
-                send_delivered(conn, engine);
+                let local_port = conn.local_port();
+                let (client, stream) = conn.parts();
+                let mut socket = KernelSocket { stream, local_port };
+                let end = turn::send_delivered(&mut socket, client, engine);
+                finish(conn, end);
             }
         });
     }
 }
 
-/// Writes a connection's replies that other workers delivered, as far as the socket takes them,
-/// and lists it for its next turn.
-fn send_delivered(conn: &mut KernelConn<'_, ClientConn>, engine: &mut Engine) {
-    use std::io::Write;
-    let (client, stream) = conn.parts();
-    let mut failed = false;
-    while !client.pending_output().is_empty() {
-        match stream.write(client.pending_output()) {
-            Ok(n) => client.sent(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => {
-                failed = true;
-                break;
-            }
-        }
-    }
-    client.settle(engine);
-    if failed {
-        conn.state.closing(CloseReason::Error);
-        conn.close();
-    } else {
-        conn.serve_again();
-    }
-}
-
-/// Gives one ready connection a turn: writes its replies, executes what it has buffered, and
-/// reads more when the engine needs it, until the socket would block, it must wait (output
-/// backlog, replies from other workers), or its turn is used up ([`TURN_REQUESTS`] requests,
-/// [`TURN_READ_BYTES`] read); then, if it still has work, the table serves it again on its next
-/// pass, after the others. A connection accepted on `resp_port` speaks RESP.
+/// Gives one ready connection its turn ([`turn::turn`]) and acts on how it ended.
 fn drive(
     conn: &mut KernelConn<'_, ClientConn>,
     engine: &mut Engine,
@@ -235,89 +211,19 @@ fn drive(
     let token = conn.id().pack();
     let local_port = conn.local_port();
     let (client, stream) = conn.parts();
-    if client.session.record().is_none() {
-        let record = engine.control().open_connection(
-            engine.config().worker,
-            stream.peer_addr().ok(),
-            stream.local_addr().ok(),
-            time.now,
-        );
-        client.session.set_record(record);
-    }
-    let now = time.now;
-    client.accepted_on(local_port, resp_port);
-    client.session.set_token(token);
-    client.session.begin_turn(TURN_REQUESTS);
-    let result = (|| -> io::Result<Drive> {
-        use std::io::{Read, Write};
-        // Why the engine stopped in this turn (`None`: it has not run since the last read).
-        let mut last: Option<Stop> = None;
-        let mut read = 0;
-        loop {
-            while !client.pending_output().is_empty() {
-                match stream.write(client.pending_output()) {
-                    Ok(n) => client.sent(n),
-                    // The writable edge serves this connection again.
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            client.settle(engine);
-            if client.finished() {
-                return Ok(Drive::Close);
-            }
-            if !client.may_execute() {
-                return Ok(Drive::Wait);
-            }
-            if matches!(last, Some(Stop::Turn | Stop::Blocked)) {
-                return Ok(Drive::Again);
-            }
-            // What is buffered runs first, unless the engine just said it needs more.
-            if !client.input.is_empty() && last != Some(Stop::Input) {
-                last = Some(client.execute_buffered(engine, now).stop);
-                continue;
-            }
-            if read >= TURN_READ_BYTES {
-                return Ok(Drive::Again);
-            }
-            // The buffer grows with what arrives, never with what a request announces.
-            let spare = client.input.read_space(client.needed);
-            match stream.read(spare) {
-                // The peer closed its side: finish what it sent (replies may still be due
-                // from other workers), then close.
-                Ok(0) => client.session.close(),
-                Ok(n) => {
-                    client.arrived(time.ns);
-                    client.input.filled(n);
-                    read += n;
-                    last = None;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Drive::Wait),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-    })();
-    // `Wait` follows a read or a write that would block, so epoll's next edge (readable or
-    // writable) serves this connection again; or it waits on replies from other workers,
-    // whose delivery drives it again.
-    match result {
-        Ok(Drive::Wait) => {}
-        Ok(Drive::Again) => conn.serve_again(),
-        Ok(Drive::Close) => conn.close(),
-        Err(_) => {
-            conn.state.closing(CloseReason::Error);
-            conn.close();
-        }
-    }
+    let mut socket = KernelSocket { stream, local_port };
+    let end = turn::turn(&mut socket, client, engine, token, time, resp_port);
+    finish(conn, end);
 }
 
-/// Bytes one connection may read per turn.
-const TURN_READ_BYTES: usize = 256 * 1024;
-
-enum Drive {
-    Wait,
-    Again,
-    Close,
+/// What a kernel connection does after its turn: `Wait` follows a read or a write that would
+/// block, so epoll's next edge (readable or writable) serves it again, or it waits on replies
+/// from other workers, whose delivery serves it again; work left has the table serve it again
+/// on its next pass, after the others.
+fn finish(conn: &mut KernelConn<'_, ClientConn>, end: End) {
+    match end {
+        End::Wait => {}
+        End::Again => conn.serve_again(),
+        End::Close | End::Failed => conn.close(),
+    }
 }

@@ -20,7 +20,7 @@
 //! are always taken (delivering one only splices it into its connection's output, bounded by
 //! the connection's credit), so the two directions cannot wait on each other.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering, fence};
 
@@ -124,13 +124,7 @@ pub fn build_with_capacity(workers: usize, capacity: usize) -> Result<Vec<Mesh>,
 }
 
 fn eventfd() -> Result<OwnedFd, String> {
-    // SAFETY: eventfd(2) with constant flags; the result is checked before use.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    crate::sys::eventfd().map_err(|e| format!("eventfd: {e}"))
 }
 
 impl Mesh {
@@ -266,16 +260,7 @@ impl Mesh {
         self.parking = false;
         let peer = &self.peers[self.me];
         peer.parked.store(false, Ordering::SeqCst);
-        let mut count = 0u64;
-        // SAFETY: reads 8 bytes into a u64 from our own non-blocking eventfd; EAGAIN (nothing
-        // written) is the common and harmless outcome.
-        let _ = unsafe {
-            libc::read(
-                peer.wake.as_raw_fd(),
-                (&mut count as *mut u64).cast(),
-                size_of::<u64>(),
-            )
-        };
+        crate::sys::eventfd_take(peer.wake.as_fd());
     }
 
     /// Wakes worker `dest` if it sleeps.
@@ -284,16 +269,7 @@ impl Mesh {
         let peer = &self.peers[dest];
         if peer.parked.load(Ordering::SeqCst) {
             self.stats.wakeups += 1;
-            let one = 1u64;
-            // SAFETY: writes 8 bytes from a u64 to an eventfd we keep open for the mesh's
-            // lifetime; a full counter (EAGAIN) still leaves the descriptor readable.
-            let _ = unsafe {
-                libc::write(
-                    peer.wake.as_raw_fd(),
-                    (&one as *const u64).cast(),
-                    size_of::<u64>(),
-                )
-            };
+            crate::sys::eventfd_add_one(peer.wake.as_fd());
         }
     }
 }
@@ -440,13 +416,8 @@ mod tests {
         let mut a = meshes.pop().unwrap();
         assert!(b.park(), "nothing queued: b may sleep");
         let readable = |mesh: &Mesh| {
-            let mut pfd = libc::pollfd {
-                fd: mesh.wake_fd().unwrap().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd, no wait.
-            unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+            crate::sys::poll_readable([mesh.wake_fd()], Some(std::time::Duration::ZERO)).unwrap()
+                == 1
         };
         assert!(!readable(&b));
         a.wake(1);

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use netstack::link::{self, LinkConfig};
-use netstack::smoltcp::time::{Duration as NetDuration, Instant};
+use netstack::smoltcp::time::Duration as NetDuration;
 use netstack::smoltcp::wire::{IpAddress, IpCidr, Ipv4Cidr, Ipv6Cidr};
-use netstack::{Admission, ConnTable, TableConfig, TapDevice};
+use netstack::{Admission, TableConfig, TapDevice};
 
-use super::{Plan, Queue, serve_smoltcp, spawn};
+use super::Plan;
+use super::smoltcp::{self, Queue};
 use crate::cli::{Cidr, LinkAddrs};
-use crate::conn::ClientConn;
 use crate::stats::RawPath;
 
 /// Where and how the TAP worker serves.
@@ -148,38 +148,13 @@ pub fn run(config: &TapConfig, plan: &Plan<'_>, on_ready: impl FnOnce()) -> Resu
     )
     .map_err(|e| e.to_string())?;
     let admission = Arc::new(Admission::new(config.conn_limit));
-    let gateways = Arc::new(table_config.gateways());
     plan.engine.control.set_path_settings(addrs.settings());
-    spawn(
+    smoltcp::run(
         plan,
         devices,
-        |mut device, engine, mesh, ready| {
-            let mut table = ConnTable::<ClientConn>::with_shared(
-                table_config,
-                Arc::clone(&admission),
-                Arc::clone(&gateways),
-                &mut device,
-                Instant::now(),
-            )
-            .map_err(|e| e.to_string())?;
-            ready();
-            let idle = serve_smoltcp(
-                &mut device,
-                &mut table,
-                engine,
-                mesh,
-                plan.stop,
-                plan.idle,
-                config.resp_port,
-            )?;
-            let mut lines = vec![
-                format!("tap {} queue counters: {}", config.iface, device.report()),
-                format!("connection table: {:?}", table.stats()),
-                format!("gateways: {}", table.gateways()),
-            ];
-            lines.extend(idle);
-            Ok(lines)
-        },
+        table_config,
+        &admission,
+        |device| format!("tap {} queue counters: {}", config.iface, device.report()),
         on_ready,
     )
 }

@@ -21,16 +21,15 @@ use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use netstack::smoltcp::time::Instant;
 use netstack::xdp::{
     AttachMode, Attached, BusyPoll, ModeChoice, Steer, XdpConfig, XdpDevice, XdpProgram,
 };
-use netstack::{Admission, ConnTable, TableConfig};
+use netstack::{Admission, TableConfig};
 
+use super::Plan;
+use super::smoltcp::{self, Queue};
 use super::tap::table_config;
-use super::{Plan, Queue, serve_smoltcp, spawn};
 use crate::cli::LinkAddrs;
-use crate::conn::ClientConn;
 use crate::stats::RawPath;
 
 /// Where and how the XDP worker serves.
@@ -243,43 +242,21 @@ pub fn run(
             return Err(e);
         }
     };
-    let gateways = Arc::new(table_config.gateways());
     let mut settings = ready.settings();
     settings.extend(addrs.settings());
     plan.engine.control.set_path_settings(settings);
-    let served = spawn(
+    let served = smoltcp::run(
         plan,
         devices,
-        |mut device, engine, mesh, ready| {
-            let mut table = ConnTable::<ClientConn>::with_shared(
-                table_config,
-                Arc::clone(&admission),
-                Arc::clone(&gateways),
-                &mut device,
-                Instant::now(),
+        table_config,
+        &admission,
+        |device| {
+            format!(
+                "xdp {} queue {} device counters: {}",
+                config.iface,
+                device.queue(),
+                device.report()
             )
-            .map_err(|e| e.to_string())?;
-            ready();
-            let served = serve_smoltcp(
-                &mut device,
-                &mut table,
-                engine,
-                mesh,
-                plan.stop,
-                plan.idle,
-                config.resp_port,
-            );
-            let lines = vec![
-                format!(
-                    "xdp {} queue {} device counters: {}",
-                    config.iface,
-                    device.queue(),
-                    device.report()
-                ),
-                format!("connection table: {:?}", table.stats()),
-                format!("gateways: {}", table.gateways()),
-            ];
-            served.map(|idle| [lines, idle].concat())
         },
         || on_ready(&ready),
     );

@@ -19,32 +19,17 @@ use netstack::smoltcp::wire::{
 
 use super::{Client, Netns, Server};
 
-/// Where memspin serves over TAP in these tests.
-pub const TAP_SERVER: &str = "10.77.0.2:11211";
 /// The kernel side's address on the TAP link.
 pub const TAP_HOST: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 /// Where memspin serves over AF_XDP (veth) in these tests.
 pub const XDP_SERVER: &str = "10.78.0.2:11211";
 /// The TAP device memspin creates in the namespace.
-pub const TAP_IFACE: &str = "ms0";
+pub const TAP_IFACE: &str = super::TAP.iface;
 
-/// memspin over TAP in `ns` (device ms0, 10.77.0.2/24, kernel side 10.77.0.1/24, park).
+/// memspin over TAP in `ns` ([`super::TAP`]).
 #[track_caller]
 pub fn start_tap(ns: &Netns, extra: &[&str]) -> Server {
-    let mut args = vec![
-        "--net",
-        "tap",
-        "--iface",
-        TAP_IFACE,
-        "--ip",
-        "10.77.0.2/24",
-        "--host-ip",
-        "10.77.0.1/24",
-        "--idle",
-        "park",
-    ];
-    args.extend_from_slice(extra);
-    Server::start(Some(ns), &args, Some(TAP_SERVER.parse().unwrap()))
+    Server::start_tap(ns, extra)
 }
 
 /// memspin on kernel sockets on 127.0.0.1 inside `ns` (its own loopback), any free port.

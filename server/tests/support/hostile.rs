@@ -93,6 +93,18 @@ pub fn version_latencies(
     period: Duration,
     interval: Duration,
 ) -> JoinHandle<Vec<Duration>> {
+    version_latencies_at_least(addr, period, interval, 0, period)
+}
+
+/// [`version_latencies`] that goes on past `period` until it has `samples` round trips, and
+/// stops at `limit` whatever it has.
+pub fn version_latencies_at_least(
+    addr: SocketAddr,
+    period: Duration,
+    interval: Duration,
+    samples: usize,
+    limit: Duration,
+) -> JoinHandle<Vec<Duration>> {
     std::thread::spawn(move || {
         let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
             .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
@@ -100,10 +112,11 @@ pub fn version_latencies(
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
-        let end = Instant::now() + period;
+        let started = Instant::now();
+        let (end, limit) = (started + period, started + limit.max(period));
         let mut latencies = Vec::new();
         let mut buf = [0u8; 256];
-        while Instant::now() < end {
+        while (Instant::now() < end || latencies.len() < samples) && Instant::now() < limit {
             let start = Instant::now();
             let mut ok = stream.write_all(b"version\r\n").is_ok();
             let mut got = Vec::new();

@@ -34,6 +34,50 @@ pub const KERNEL_ARGS: &[&str] = &[
     "park",
 ];
 
+/// memspin on a TAP device it creates in a test's namespace, `--idle park` (as [`KERNEL_ARGS`]
+/// for kernel sockets). [`TAP`] is the usual one; a test with another link changes fields:
+/// `Tap { ips: &["fd77::2/64"], host_ips: &["fd77::1/64"], ..TAP }.args()`.
+#[derive(Debug, Clone, Copy)]
+pub struct Tap<'a> {
+    /// The device (`--iface`).
+    pub iface: &'a str,
+    /// memspin's own addresses (`--ip`, one each).
+    pub ips: &'a [&'a str],
+    /// The kernel side's addresses (`--host-ip`, one each; `none`: memspin sets none).
+    pub host_ips: &'a [&'a str],
+    /// The idle policy (`--idle`); `None`: the path's default.
+    pub idle: Option<&'a str>,
+}
+
+/// Device `ms0`, memspin at 10.77.0.2/24 ([`TAP_SERVER`]), the kernel side at 10.77.0.1/24,
+/// `--idle park`.
+pub const TAP: Tap<'static> = Tap {
+    iface: "ms0",
+    ips: &["10.77.0.2/24"],
+    host_ips: &["10.77.0.1/24"],
+    idle: Some("park"),
+};
+
+/// Where clients reach memspin started with [`TAP`].
+pub const TAP_SERVER: &str = "10.77.0.2:11211";
+
+impl<'a> Tap<'a> {
+    /// memspin's arguments for this device.
+    pub fn args(&self) -> Vec<&'a str> {
+        let mut args = vec!["--net", "tap", "--iface", self.iface];
+        for ip in self.ips {
+            args.extend(["--ip", ip]);
+        }
+        for host_ip in self.host_ips {
+            args.extend(["--host-ip", host_ip]);
+        }
+        if let Some(idle) = self.idle {
+            args.extend(["--idle", idle]);
+        }
+        args
+    }
+}
+
 /// A network namespace created for one test and deleted when dropped (also on panic).
 pub struct Netns {
     pub name: String,
@@ -162,6 +206,14 @@ impl Server {
         let mut args = KERNEL_ARGS.to_vec();
         args.extend_from_slice(extra);
         Server::start(None, &args, None)
+    }
+
+    /// memspin on [`TAP`] inside `ns`, then `extra`; clients reach it at [`TAP_SERVER`].
+    #[track_caller]
+    pub fn start_tap(ns: &Netns, extra: &[&str]) -> Server {
+        let mut args = TAP.args();
+        args.extend_from_slice(extra);
+        Server::start(Some(ns), &args, Some(TAP_SERVER.parse().unwrap()))
     }
 
     /// Starts memspin with `args` (inside `netns` when given) and waits up to 30 s for `ready`.

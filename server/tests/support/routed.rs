@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 
 use super::veth::run;
-use super::{Netns, Server};
+use super::{Netns, Server, TAP, Tap};
 
 /// memspin's IPv4 service.
 pub const SERVER4: &str = "10.77.0.2:11211";
@@ -163,7 +163,13 @@ impl Routed {
     /// memspin's arguments for this topology, both families, both gateways, then `extra`.
     pub fn server_args<'a>(&self, extra: &[&'a str]) -> Vec<&'a str> {
         let mut args = match self.path {
-            Path::Tap { .. } => vec!["--net", "tap", "--iface", "ms0", "--host-ip", "none"],
+            Path::Tap { .. } => Tap {
+                ips: &[],
+                host_ips: &["none"],
+                idle: None,
+                ..TAP
+            }
+            .args(),
             Path::Xdp { .. } => vec!["--net", "xdp", "--iface", SERVER_SIDE],
         };
         #[rustfmt::skip]

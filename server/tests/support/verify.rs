@@ -1,8 +1,17 @@
 //! `memspin-loadgen --verify` with a patient request timeout, for the tests that check values
-//! under load: on a slow or shared 2-core machine a debug-built server, a forwarding kernel
-//! and the generator can all be starved of their CPU for more than loadgen's default second,
-//! which is not what these tests check (stalls have tests of their own). Every value read back
-//! is still verified, and a request that takes longer than 5 s still fails the run.
+//! under load (forwarding between workers, both families, routed paths). Every value read back
+//! is verified, and every error, mismatch or lost value fails the run.
+//!
+//! Why 5 s and not loadgen's default second: a run keeps `connections × 8` requests in flight
+//! (512 for the two-worker tests), so each waits for the server to answer those queued before
+//! it (Little's law: wait = in flight / rate). A debug build sharing two vCPUs with the
+//! generator, the kernel's network work and the other tests of the suite can drop to a few
+//! hundred requests a second, and the generator itself can go unscheduled for more than a
+//! second; a request that waits a second then is the machine, not the server. How long the
+//! server makes a client wait when a CPU is free is checked where it is the question: the
+//! fairness of a connection's turn (`worker::turn`'s unit tests), a flooding client beside a
+//! victim (`abuse_memory.rs`), a frame arriving while a worker sleeps (`idle.rs`). A server
+//! that stalls a request for 5 s still fails here.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

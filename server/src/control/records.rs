@@ -1,0 +1,181 @@
+//! Connection records: one per client connection, held by its session, listed by `stats
+//! conns` (number, addresses, state, last command) and logged to `watch connevents` when it
+//! goes.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+use store::Now;
+
+use super::{Control, EventKind};
+
+/// Why a connection ended, as `watch connevents` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CloseReason {
+    /// The client closed it, or asked to (`quit`), or the server closed it otherwise.
+    Normal = 0,
+    /// A malformed request, or a socket error.
+    Error = 1,
+    /// The server is stopping (`shutdown`).
+    Shutdown = 2,
+}
+
+impl CloseReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Normal => "normal",
+            CloseReason::Error => "error",
+            CloseReason::Shutdown => "shutdown",
+        }
+    }
+
+    fn from_u8(byte: u8) -> CloseReason {
+        match byte {
+            1 => CloseReason::Error,
+            2 => CloseReason::Shutdown,
+            _ => CloseReason::Normal,
+        }
+    }
+}
+
+/// What a connection is doing, as `stats conns` names it (memcached's connection states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ConnState {
+    /// Waiting for, or reading, a request.
+    ParseCmd = 0,
+    /// A refused value or frame is being read and dropped.
+    Nread = 1,
+    /// A watcher: log lines are sent to it.
+    Watch = 2,
+}
+
+impl ConnState {
+    fn as_str(self) -> &'static str {
+        match self {
+            ConnState::ParseCmd => "conn_parse_cmd",
+            ConnState::Nread => "conn_nread",
+            ConnState::Watch => "conn_watch",
+        }
+    }
+
+    fn from_u8(byte: u8) -> ConnState {
+        match byte {
+            1 => ConnState::Nread,
+            2 => ConnState::Watch,
+            _ => ConnState::ParseCmd,
+        }
+    }
+}
+
+/// One client connection as the operator sees it: its number, addresses and last command.
+/// Held by the connection's session; when the connection goes, so does the record, which logs
+/// the close (and tells `watch connevents`).
+#[derive(Debug)]
+pub struct ConnRecord {
+    /// The connection's number, unique in this process (memcached shows its socket's fd).
+    pub number: u64,
+    /// The worker serving it.
+    pub worker: usize,
+    /// The client's address and port.
+    pub peer: Option<SocketAddr>,
+    /// The address and port it connected to.
+    pub local: Option<SocketAddr>,
+    /// Unix milliseconds of its last request (its opening until one arrives).
+    pub(super) last_cmd_ms: AtomicU64,
+    pub(super) state: AtomicU8,
+    pub(super) close_reason: AtomicU8,
+    pub(super) control: Arc<Control>,
+}
+
+impl ConnRecord {
+    /// Notes that requests were executed at `now`, leaving the connection in `state`.
+    pub fn touch(&self, now: Now, state: ConnState) {
+        self.last_cmd_ms.store(now.millis(), Ordering::Relaxed);
+        self.state.store(state as u8, Ordering::Relaxed);
+    }
+
+    /// Notes the connection's state.
+    pub fn set_state(&self, state: ConnState) {
+        self.state.store(state as u8, Ordering::Relaxed);
+    }
+
+    /// The connection's state.
+    pub fn state(&self) -> ConnState {
+        ConnState::from_u8(self.state.load(Ordering::Relaxed))
+    }
+
+    /// Records why the server closes this connection (the close is logged when it goes).
+    pub fn closing(&self, reason: CloseReason) {
+        self.close_reason.store(reason as u8, Ordering::Relaxed);
+    }
+
+    /// The `stats conns` lines of this connection, as of `now`.
+    pub fn stats_lines(&self, now: Now, mut emit: impl FnMut(&str, &dyn std::fmt::Display)) {
+        let n = self.number;
+        if let Some(peer) = self.peer {
+            emit(&format!("{n}:addr"), &conn_addr(peer));
+        }
+        if let Some(local) = self.local {
+            emit(&format!("{n}:listen_addr"), &conn_addr(local));
+        }
+        emit(&format!("{n}:state"), &self.state().as_str());
+        let last = self.last_cmd_ms.load(Ordering::Relaxed);
+        emit(
+            &format!("{n}:secs_since_last_cmd"),
+            &(now.millis().saturating_sub(last) / 1000),
+        );
+    }
+}
+
+impl Drop for ConnRecord {
+    fn drop(&mut self) {
+        let reason = CloseReason::from_u8(self.close_reason.load(Ordering::Relaxed));
+        log::debug!(
+            "<{} connection closed ({}, {})",
+            self.number,
+            self.peer.map_or("-".to_string(), |p| p.to_string()),
+            reason.as_str()
+        );
+        let watchers = &self.control.watchers;
+        if watchers.wants(EventKind::ConnEvents) {
+            let now = Now::from_millis(unix_millis());
+            watchers.publish(EventKind::ConnEvents, now, |line| {
+                let (ip, port) = split_addr(self.peer);
+                let _ = write!(
+                    line,
+                    "type=conn_close rip={ip} rport={port} transport=tcp reason={} cfd={}",
+                    reason.as_str(),
+                    self.number
+                );
+            });
+        }
+        watchers.forget(self.number);
+    }
+}
+
+/// A socket address as memcached's `stats conns` writes it: `tcp:<ip>:<port>`, or for IPv6
+/// `tcp6:[<ip>]:<port>`.
+pub fn conn_addr(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => format!("tcp:{a}"),
+        SocketAddr::V6(a) => format!("tcp6:[{}]:{}", a.ip(), a.port()),
+    }
+}
+
+/// The wall clock in unix milliseconds, for events that happen outside a request (a
+/// connection's close); requests use the worker's clock.
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+pub(super) fn split_addr(addr: Option<SocketAddr>) -> (String, u16) {
+    addr.map_or(("unknown".to_string(), 0), |a| {
+        (a.ip().to_string(), a.port())
+    })
+}
