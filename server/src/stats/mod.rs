@@ -97,56 +97,10 @@ pub struct ServerInfo {
     pub recovery: Recovery,
 }
 
-/// Loss recovery's counters (netstack's `RecoveryStats`), under their `stats` names.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Recovery {
-    /// `memspin_loss_probes`: tail-loss probes sent.
-    pub probes: u64,
-    /// `memspin_loss_sack_resends`: segments sent again because SACK showed them lost.
-    pub sack_resends: u64,
-    /// `memspin_loss_recovered`: of those sent again, the ones that repaired a loss.
-    pub recovered: u64,
-    /// `memspin_loss_spurious`: of those sent again, the ones the client already had
-    /// (reported with a D-SACK, or acknowledged before they could have arrived).
-    pub spurious: u64,
-    /// `memspin_smoltcp_retransmits`: segments smoltcp retransmitted itself.
-    pub smoltcp_retransmits: u64,
-    /// `memspin_loss_probes_withheld`: probes due but not sent, unpaid for by
-    /// acknowledgments.
-    pub probes_withheld: u64,
-    /// `memspin_loss_probes_spurious`: probes the client already had (of a lone reply,
-    /// each is a sample of its connection's ACK delay).
-    pub probes_spurious: u64,
-    /// `memspin_loss_probes_stretched`: probes sent later than the floor alone would have,
-    /// for a client that acknowledges late (its measured ACK delay set the timeout).
-    pub probes_stretched: u64,
-    /// `memspin_loss_peer_retransmit_resends`: copies sent again at once because the client
-    /// sent again data they acknowledged.
-    pub peer_retransmit_resends: u64,
-    /// `memspin_loss_probes_recovered`: probes that repaired a loss.
-    pub probes_recovered: u64,
-    /// `memspin_loss_probes_recovered_us`: from the original transmission to the probe,
-    /// summed over those probes, µs.
-    pub probes_recovered_us: u64,
-}
-
-impl From<netstack::conn::RecoveryStats> for Recovery {
-    fn from(s: netstack::conn::RecoveryStats) -> Self {
-        Recovery {
-            probes: s.probes,
-            sack_resends: s.sack_resends,
-            recovered: s.recovered,
-            spurious: s.spurious,
-            smoltcp_retransmits: s.smoltcp_retransmits,
-            probes_withheld: s.probes_withheld,
-            probes_spurious: s.probes_spurious,
-            probes_stretched: s.probes_stretched,
-            peer_retransmit_resends: s.peer_retransmit_resends,
-            probes_recovered: s.probes_recovered,
-            probes_recovered_us: s.probes_recovered_us,
-        }
-    }
-}
+/// Loss recovery's counters: netstack's own, summed over workers with its `add` and taken
+/// since `stats reset` with its `since`; `stats` lists them as `memspin_loss_*`
+/// (`render.rs`) and per path (`path.rs`).
+pub type Recovery = netstack::conn::RecoveryStats;
 
 impl ServerInfo {
     /// Adds another worker's figures to these.
@@ -155,46 +109,6 @@ impl ServerInfo {
         self.total_connections += other.total_connections;
         self.rejected_connections += other.rejected_connections;
         self.recovery.add(&other.recovery);
-    }
-}
-
-impl Recovery {
-    /// These counters less `base` (counted since `base` was taken: `stats reset`).
-    pub fn since(&self, base: &Recovery) -> Recovery {
-        Recovery {
-            probes: self.probes.saturating_sub(base.probes),
-            sack_resends: self.sack_resends.saturating_sub(base.sack_resends),
-            recovered: self.recovered.saturating_sub(base.recovered),
-            spurious: self.spurious.saturating_sub(base.spurious),
-            smoltcp_retransmits: self
-                .smoltcp_retransmits
-                .saturating_sub(base.smoltcp_retransmits),
-            probes_withheld: self.probes_withheld.saturating_sub(base.probes_withheld),
-            probes_spurious: self.probes_spurious.saturating_sub(base.probes_spurious),
-            probes_stretched: self.probes_stretched.saturating_sub(base.probes_stretched),
-            peer_retransmit_resends: self
-                .peer_retransmit_resends
-                .saturating_sub(base.peer_retransmit_resends),
-            probes_recovered: self.probes_recovered.saturating_sub(base.probes_recovered),
-            probes_recovered_us: self
-                .probes_recovered_us
-                .saturating_sub(base.probes_recovered_us),
-        }
-    }
-
-    /// Adds another worker's counters to these.
-    pub fn add(&mut self, other: &Recovery) {
-        self.probes += other.probes;
-        self.sack_resends += other.sack_resends;
-        self.recovered += other.recovered;
-        self.spurious += other.spurious;
-        self.smoltcp_retransmits += other.smoltcp_retransmits;
-        self.probes_withheld += other.probes_withheld;
-        self.probes_spurious += other.probes_spurious;
-        self.probes_stretched += other.probes_stretched;
-        self.peer_retransmit_resends += other.peer_retransmit_resends;
-        self.probes_recovered += other.probes_recovered;
-        self.probes_recovered_us += other.probes_recovered_us;
     }
 }
 

@@ -200,7 +200,7 @@ pub fn serve_smoltcp<D: Queue>(
         info.curr_connections = stats.active as u64;
         info.total_connections = stats.accepted;
         info.rejected_connections = stats.refused;
-        info.recovery = stats.recovery.into();
+        info.recovery = stats.recovery;
         if tick.at.duration_since(last_refresh) >= COUNTER_REFRESH {
             last_refresh = tick.at;
             device.refresh_counters();
