@@ -14,15 +14,15 @@
 # extra frame for memspin per reply. At 10,000 connections that start-up phase lasts about
 # 1.5 s, so the warm-up (WARMUP seconds, default 3) keeps it out of the window for both counts.
 # The generator reads no kernel timestamps (--timestamps none): a transmit timestamp per request
-# is an error-queue message the generator must read, a syscall per request that made the
-# generator, not memspin, the limit at 10,000 connections (measured on a shared 2-vCPU machine:
-# ratio 0.61 with timestamps, 0.73 without). So the latency columns are the generator's own
+# is an error-queue message the generator must read, a syscall per request that makes the
+# generator, not memspin, the limit at 10,000 connections (LOADGEN_ARGS="--timestamps software"
+# shows it). So the latency columns are the generator's own
 # clock (its delay in reading a reply included), for comparing the two counts only.
 # memspin spins (--idle spin) at both counts, though its default over TAP is adaptive: with 32
 # connections the generator, not memspin, is the limit, and a memspin that sleeps between the
 # generator's batches delays each batch by its wake-up, which lowers the 32-connection figure (and
-# raises the ratio: 0.89 against 0.64 to 0.74 on the shared 2-vCPU machine) for a reason that has
-# nothing to do with the cost per connection. Spinning costs the generator some of its host CPU
+# raises the ratio; IDLE=adaptive shows it) for a reason that has nothing to do with the cost
+# per connection. Spinning costs the generator some of its host CPU
 # instead, which makes the 32-connection figure, and so the ratio, vary from round to round.
 # Between runs the script waits until the previous run's connections are closed on both sides,
 # so that memspin (limited to MANY + 64 connections) does not refuse the next run's.
@@ -31,7 +31,7 @@
 #   NET=tap|kernel (default tap), WARMUP=SECONDS (default 3), IDLE=spin|park|adaptive (memspin's
 #   --idle, default spin), SERVER_ARGS="..." (more memspin options, e.g. --rto-min off),
 #   LOADGEN_ARGS="..." (more memspin-loadgen options for both counts), MEMSPIN=/path (another
-#   memspin binary, e.g. an earlier build, run with the same settings), BUILD=0 (target/release's
+#   memspin binary, e.g. another build, run with the same settings), BUILD=0 (target/release's
 #   binaries as they are, no cargo build), PROFILE=DIR (during
 #   round 1, `perf record -e cpu-clock --call-graph dwarf` of the worker thread for each count,
 #   DIR/cFEW.data and DIR/cMANY.data, and where its samples went; that round's figures then
@@ -56,8 +56,7 @@ need_root_for_namespaces
 build_release
 MEMSPIN_BIN=${MEMSPIN:-$MEMSPIN_BIN}
 
-out=results/connections-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+results_init bench-connections "$@"
 ns=memspin-conns-$$
 ns_create "$ns"
 # Every run leaves its client ports in TIME-WAIT for a minute, and smoltcp sends no TCP
@@ -114,6 +113,8 @@ for round in $(seq 1 "$rounds"); do
 done
 stop_server
 
+# The summary: printed, and written into $out/results.md under the run's header.
+{
 python3 - "$out" "$few" "$many" <<'PY'
 import json, statistics, sys, glob, os
 out, few, many = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -169,4 +170,5 @@ if [ -n "$profile" ]; then
     python3 scripts/profile-groups.py "$profile/c$conns.txt"
   done
 fi
+} 2>&1 | results_summary
 printf '\nper-run JSON in %s\n' "$out"

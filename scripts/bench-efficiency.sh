@@ -12,9 +12,9 @@
 #  2. Pipelined, closed loop: 32 connections x 16 in flight, ops/s of memcached -t 1 and
 #     memspin over TAP (and the other paths), same generator. The generator runs with
 #     `--timestamps none` here (PIPELINED_TIMESTAMPS to change): reading a kernel transmit stamp
-#     for every request made the generator itself the limit of memspin's runs (2.0 M ops/s
-#     with the stamps, 2.4 M without, in alternating runs on this machine; memcached 1.11 M and
-#     1.21 M), so its latencies are from user space (they include the generator's delay).
+#     for every request makes the generator itself the limit of memspin's runs
+#     (PIPELINED_TIMESTAMPS=software shows it), so its latencies are from user space (they
+#     include the generator's delay).
 #  3. With CONNS="FEW MANY" (e.g. "32 10000"): scripts/bench-connections.sh's MANY/FEW ratio.
 #  Over TAP it also prints, per request in the open-loop windows (from `stats` before and after):
 #  frames in and out, empty reads, sleeps, loop iterations and loss recovery's probes.
@@ -30,7 +30,7 @@
 #   RATES="10000 50000 100000"  SERVERS="memcached tap xdp kernel"  IDLE=adaptive|park|spin
 #   (tap-rto-off in SERVERS: memspin over TAP with --rto-min off, loss recovery's probes off;
 #   tap-spin, xdp-spin: --idle spin whatever IDLE says; tap-base, xdp-base: the memspin binary
-#   BASE_BIN, e.g. a copy of an earlier build, for before/after rounds that alternate)
+#   BASE_BIN, e.g. a copy of another build, for two builds in alternating rounds)
 #   PIPELINED=1 (0: skip part 2)  PIPELINED_TIMESTAMPS=none|software  CONNS="" (part 3 off;
 #   "32 10000" to run it)  RATES="" skips part 1
 #   PROFILE=DIR: during round 1's pipelined run over TAP, `perf record -e cpu-clock --call-graph
@@ -60,8 +60,7 @@ need_root_for_namespaces
 
 build_release
 
-out=results/efficiency-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+results_init bench-efficiency "$@"
 ns=memspin-eff-$$
 client_ns=memspin-effc-$$
 server_ns=memspin-effs-$$
@@ -166,6 +165,8 @@ for round in $(seq 1 "$rounds"); do
 done
 grep -h ready "$out"/*-1.log >&2 || true
 
+# The summary: printed, and written into $out/results.md under the run's header.
+{
 step "medians over $rounds rounds (servers on CPU $server_cpu, loadgen on CPU $client_cpu, memspin --idle $idle)"
 python3 - "$out" "$rounds" "${servers[*]}" "${rates[*]:-}" "$pipelined" "$pipelined_timestamps" <<'PY'
 import json, statistics, sys, os
@@ -266,4 +267,5 @@ if [ -n "$open_profile" ]; then
     perf report -i "$data" --no-children --sort sym -g none -q --stdio 2>/dev/null | grep -v '^$' | head -30
   done
 fi
+} 2>&1 | results_summary
 printf '\nper-run JSON, CPU windows and server logs in %s\n' "$out"

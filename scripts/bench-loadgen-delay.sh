@@ -11,7 +11,7 @@
 #   clock      --timestamps none: busy-polls, times from the generator's own clock (what a
 #              busy-polling user-space client such as mutilate measures)
 #   sleep      --idle sleep: sleeps in epoll while replies are due, kernel timestamps
-#   old        --idle sleep --timestamps none: the generator before it busy-polled
+#   sleep-clock --idle sleep --timestamps none: sleeps, times from its own clock
 #   mutilate   mutilate's busy-polling event loop, when there is one (see MUTILATE)
 #
 # Only one generator runs at a time; every round runs every variant, in an order that rotates
@@ -49,8 +49,7 @@ fi
 
 build_release
 
-out=results/loadgen-delay-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+results_init bench-loadgen-delay "$@"
 ns=memspin-lgdelay-$$
 ns_create "$ns"
 server_cpu=0
@@ -64,7 +63,7 @@ common=(-s "127.0.0.1:$port" -t 1 --cpus "$client_cpu" --pipeline 1 --keys 10000
   --value-size 32 --get-ratio 0.9 -q)
 ip netns exec "$ns" "$LOADGEN_BIN" "${common[@]}" -c 16 -d 0.2 --warmup 0 --prefill >/dev/null
 
-variants=(defaults spin1000 clock sleep old)
+variants=(defaults spin1000 clock sleep sleep-clock)
 [ -n "$mutilate" ] && variants+=(mutilate)
 workloads=(closed-1 closed-16 open-1 open-16)
 
@@ -82,7 +81,7 @@ run_one() {
     spin1000) flags+=(--spin-us 1000) ;;
     clock) flags+=(--timestamps none) ;;
     sleep) flags+=(--idle sleep) ;;
-    old) flags+=(--idle sleep --timestamps none) ;;
+    sleep-clock) flags+=(--idle sleep --timestamps none) ;;
     mutilate)
       ip netns exec "$ns" taskset -c "$client_cpu" "$mutilate" -s "127.0.0.1:$port" --binary \
         -T 1 -c "$conns" -d 1 "${mflags[@]}" -t "$seconds" -w 1 -K 16 -V 32 -u 0.1 -r 10000 \
@@ -103,6 +102,8 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
+# The summary: printed, and written into $out/results.md under the run's header.
+{
 step "medians over $rounds rounds: memcached -t 1 (CPU $server_cpu), generator on CPU $client_cpu, one request in flight per connection, open loop at $rate/s; service time, µs"
 python3 - "$out" "$rate" "${variants[@]}" <<'PY'
 import glob, json, os, re, statistics, sys
@@ -127,7 +128,7 @@ def mutilate(path):
 
 def medians(workload, variant):
     rows = []
-    for path in sorted(glob.glob(os.path.join(out, f"{workload}-{variant}-*"))):
+    for path in sorted(glob.glob(os.path.join(out, f"{workload}-{variant}-[0-9]*"))):
         r = mutilate(path) if path.endswith(".txt") else loadgen(path)
         if r:
             rows.append(r)
@@ -156,4 +157,5 @@ for workload in ["closed-1", "closed-16", "open-1", "open-16"]:
         print(f"{variant:10} {m['ops']:9.0f} {cell(m['mean'])} {cell(m['p50'])} {cell(m['p90'])}"
               f" {cell(m['p99'])} {cell(m['delay'], 9)}   {ratio('p50')} {ratio('p90')}")
 PY
+} 2>&1 | results_summary
 printf '\nper-run results in %s\n' "$out"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tail latency under packet loss (README "Loss recovery"): memcached -t 1 and memspin over TAP
+# Tail latency under packet loss (docs/loss-recovery.md): memcached -t 1 and memspin over TAP
 # and AF_XDP, one server at a time, each measured by memspin-loadgen in open loop (RATE
 # requests/s over CONNS connections, one request in flight each, SECONDS) while nftables
 # drops LOSS in 10,000 frames in each direction. Every server runs with the kernel's default
@@ -9,21 +9,19 @@
 # Prints medians over the runs of the corrected latency (p50, p90, p99, p99.9, p99.99, max),
 # of memspin's recovery counters (its exit statistics) and of the kernel's retransmission
 # counters on both ends (nstat), the frames the loss rules dropped each way, and the rows of
-# README's table. Each run also leaves the client's `ss -tin` halfway through (its rto, ato and
-# retransmissions per connection) in TAG.ss.txt.
+# docs/benchmarks.md's table, in markdown. Each run also leaves the client's `ss -tin` halfway
+# through (its rto, ato and retransmissions per connection) in TAG.ss.txt.
 #
 # What is measured: the servers, not the machine's housekeeping. On a small virtual machine the
-# tail without any loss is set by other tasks of the guest that take a vCPU for 3 to 35 ms at a
-# time (on the development VM its agent's threads once a second, the kernel's DAMON thread,
-# a benchmark harness), during which whatever is pinned to that vCPU, server or generator,
-# waits: a p99.99 of 9 to 16 ms for every server, sleeping or spinning, which hides a loss tail
-# of a few milliseconds. So the open-loop runs put the server and the generator in the
-# real-time class (SCHED_FIFO, priority RT_PRIO), where such tasks cannot preempt them, and
+# tail without any loss is set by other tasks of the guest that take a vCPU for milliseconds
+# at a time (agents' threads, the kernel's DAMON thread), during which whatever is pinned to
+# that vCPU, server or generator, waits: that sets every server's p99.99, sleeping or
+# spinning, and hides a loss tail of a few milliseconds (RT_PRIO=0 shows it). So the open-loop
+# runs put the server and the generator in the real-time class (SCHED_FIFO, priority RT_PRIO), where such tasks cannot preempt them, and
 # both sleep when idle (memspin --idle adaptive, memspin-loadgen --idle sleep; memcached sleeps
 # in epoll): a real-time thread that spins would be throttled by the kernel (50 ms in every
 # second, sched_rt_runtime_us). What remains is kernel work nothing preempts (a non-preemptible
-# kernel: on the development VM, about 3 ms once a second: a p99.99 near 3 ms). The full-load
-# runs, which count spurious retransmissions rather than time them, keep the normal class and
+# kernel). The full-load runs, which count spurious retransmissions rather than time them, keep the normal class and
 # the generator's busy-polling (a saturated real-time thread would be throttled). RT_PRIO=0
 # runs everything in the normal class.
 #
@@ -77,8 +75,7 @@ MEMSPIN_BIN=${MEMSPIN:-$MEMSPIN_BIN}
 read -r -a route_modes <<<"${ROUTES:-default rto1ms}"
 [ "${route_modes[*]}" = none ] && route_modes=()
 
-out=results/bench-loss-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+results_init bench-loss "$@"
 client=memspin-loss-c-$$
 middle=memspin-loss-m-$$
 xdp=memspin-loss-x-$$
@@ -220,6 +217,8 @@ for run in $(seq 1 "$runs"); do
   done
 done
 
+# The summary: printed, and written into $out/results.md under the run's header.
+{
 step "medians over $runs runs (corrected latency, µs)"
 /usr/bin/python3 - "$out" "$runs" "$rate" "$conns" "$loss" "$pipeline" "$loss_dir" "${servers[@]}" <<'PY'
 import json, os, re, statistics, sys
@@ -343,11 +342,12 @@ counters("counters, no loss, open loop", "open", "")
 table(f"no loss, closed loop (full load), {conns} connections x {pipeline}", "full", "")
 counters("counters, no loss, full load", "full", "")
 
-print(f"\nREADME rows (medians of {runs} runs):")
+print(f"\nmarkdown rows (medians of {runs} runs):")
 names = {"memcached": "memcached -t 1", "memspin-tap": "memspin over TAP",
          "memspin-tap-off": "memspin over TAP, `--rto-min off`", "memspin-xdp": "memspin over AF_XDP"}
 for name, mode, vals in readme:
     routes = "`rto_min 1ms`" if mode == "rto1ms" else "default"
     print(f"| {names.get(name, name)} | {routes} | " + " | ".join(ms(v) for v in vals) + " |")
 PY
+} 2>&1 | results_summary
 printf '\nper-run JSON, logs and counters in %s\n' "$out"

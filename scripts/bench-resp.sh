@@ -19,11 +19,8 @@
 # Usage: scripts/bench-resp.sh [ROUNDS (default 3)] [N requests per redis-benchmark test
 #                              (default 200000; the seed's run: 1000000)] [SECONDS per loadgen
 #                              run (default 5)]
-#   IDLE=spin|park|adaptive  memspin's idle policy (default spin). Spin stays the default on
-#     this 2-vCPU VM too, where a spinning worker takes host CPU from the clients' vCPU: in
-#     alternating runs with SERVERS=memspin-adaptive beside it, adaptive gained 4 % in the 32 x 16
-#     run, lost 16 % with -P 16, and took the 1-in-flight p50 from 3.8 to 15.5 µs (README,
-#     "Measured here")
+#   IDLE=spin|park|adaptive  memspin's idle policy (default spin, the latency-first choice;
+#     SERVERS=memspin-adaptive runs adaptive beside it in the same rounds)
 #   PIPELINED_TIMESTAMPS=none|software  the generator's timestamps in the 32 x 16 run
 #   PIPELINED_N=N  requests per test of the `-P 16` run (default: N, the second argument; the
 #     keys stay `-r N`): at 200,000 that run lasts about a tenth of a second per test, which
@@ -33,7 +30,7 @@
 #   SERVERS="redis-server memspin-tap"  the servers (the order rotates every round); also
 #     memspin-adaptive (memspin over TAP with --idle adaptive, whatever IDLE says) and
 #     memspin-baseline (memspin over TAP, IDLE, the binary BASELINE=/path/to/memspin: another
-#     build, for before/after medians from alternating runs)
+#     build, for two builds' medians from alternating runs)
 #   PROFILE=DIR  during round 1's memspin-tap runs of `-P 16` and of the 32 x 16 loadgen run, `perf
 #     record -e cpu-clock --call-graph dwarf` of memspin's worker into DIR/pipelined/ and
 #     DIR/throughput/, and at the end where its samples went (scripts/profile-groups.py, as
@@ -57,8 +54,7 @@ need_root_for_namespaces
 
 build_release
 
-out=results/bench-resp-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+results_init bench-resp "$@"
 ns=memspin-bench-resp-$$
 ns_create "$ns"
 server_cpu=0
@@ -173,6 +169,8 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
+# The summary: printed, and written into $out/results.md under the run's header.
+{
 step "medians over $rounds rounds (servers on CPU $server_cpu, clients on CPU $client_cpu, memspin --idle $idle)"
 python3 - "$out" "$requests" "$pipelined_timestamps" "${servers[*]}" "$pipelined_requests" <<'PY'
 import csv, glob, json, os, statistics, sys
@@ -255,4 +253,5 @@ if [ -n "$profile" ]; then
     python3 scripts/profile-groups.py "$profile/$w/script.txt"
   done
 fi
+} 2>&1 | results_summary
 printf '\nper-run CSV, JSON, CPU and stats files in %s\n' "$out"

@@ -20,8 +20,7 @@ need_root_for_namespaces
 
 build_release
 
-out=results/bench-routes-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+results_init bench-routes "$@"
 s=memspin-brs-$$
 r=memspin-brr-$$
 c=memspin-brc-$$
@@ -72,6 +71,8 @@ done
 stop_server || die "memspin exited with an error (see $out/memspin.log)"
 grep -h -e ready -e 'gateways:' "$out/memspin.log" >&2
 
+# The summary: printed, and written into $out/results.md under the run's header.
+{
 step "medians over $rounds rounds (32 connections x 16 in flight, 1 loadgen thread on CPU $client_cpu, memspin on CPU $server_cpu, --idle spin)"
 python3 - "$out" <<'PY'
 import json, statistics, sys, glob, os
@@ -84,4 +85,5 @@ for name in ["link4", "link6", "routed4", "routed6"]:
     print(f"{name:8} {statistics.median(ops):10.0f} {lat('p50'):8.1f} {lat('p90'):8.1f} {lat('p99'):8.1f}   "
           + " ".join(f"{o:.0f}" for o in ops))
 PY
+} 2>&1 | results_summary
 printf '\nper-run JSON and the server log in %s\n' "$out"

@@ -54,8 +54,7 @@ fi
 
 build_release
 
-out=results/seed-workloads-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+results_init bench-seed-workloads "$@"
 ns=memspin-seed-$$
 ns_create "$ns"
 server_cpu=0
@@ -154,6 +153,8 @@ PY
   "$LOADGEN_BIN" report "${pages[@]}" --html "$out/report-$prof.html"
 done
 
+# The summary: printed, and written into $out/results.md under the run's header.
+{
 step "medians over $rounds rounds: closed loop, $conns connections x 1 in flight, binary protocol; servers on CPU $server_cpu, generator on CPU $client_cpu"
 python3 - "$out" "$rounds" "${profiles[@]}" <<'PY'
 import json, glob, os, statistics, sys
@@ -201,5 +202,6 @@ for tool, read in tools:
               f"| {med(mc,4):.3f} / {med(ms,4):.3f} | {sum(r[5] for r in mc)} / {sum(r[5] for r in ms)} |")
 print("\nNegative throughput delta favours memcached; positive latency delta favours memcached.")
 PY
+} 2>&1 | results_summary
 printf '\nper-run JSON, .hlog and tables in %s; HTML reports: %s\n' "$out" \
   "$(printf '%s ' "$out"/report-*.html)"

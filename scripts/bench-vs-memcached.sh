@@ -18,8 +18,7 @@ need_root_for_namespaces
 
 build_release
 
-out=results/bench-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+results_init bench-vs-memcached "$@"
 ns=memspin-bench-$$
 ns_create "$ns"
 server_cpu=0
@@ -65,6 +64,8 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
+# The summary: printed, and written into $out/results.md under the run's header.
+{
 step "medians over $rounds rounds (service time, µs; loadgen on CPU $client_cpu, servers on CPU $server_cpu, memspin --idle $idle)"
 python3 - "$out" "$rounds" <<'PY'
 import json, statistics, sys, glob, os
@@ -84,4 +85,5 @@ for workload, label in [("throughput", "32 connections x 16 in flight"), ("laten
         ops, p50, p90, p99 = (med(workload, name, k) for k in ("ops", "p50", "p90", "p99"))
         print(f"{name:16} {ops:10.0f} {p50:8.1f} {p90:8.1f} {p99:8.1f}   {ops/base_ops:9.2f} {p50/base_p50:9.2f}")
 PY
+} 2>&1 | results_summary
 printf '\nper-run JSON in %s\n' "$out"

@@ -24,8 +24,7 @@ need_root_for_namespaces
 
 build_release
 
-out=results/workers-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+results_init bench-workers "$@"
 ns=memspin-workers-$$
 ns_create "$ns"
 last_cpu=$(( $(nproc) - 1 ))
@@ -60,6 +59,8 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
+# The summary: printed, and written into $out/results.md under the run's header.
+{
 step "medians over $rounds rounds: 32 connections x 16 in flight, 90 % GET, 32-byte values (service time, µs; memspin --idle $idle; 1 worker on CPU 0, 2 workers on CPUs 0,$last_cpu; loadgen unpinned)"
 python3 - "$out" <<'PY'
 import json, statistics, sys, glob, os
@@ -79,4 +80,5 @@ for base in ["memcached", "tap", "kernel"]:
         ratio = f"{ops/one:9.2f}" if t == 2 else f"{'':9}"
         print(f"{name:14} {ops:10.0f} {p50:8.1f} {p90:8.1f} {p99:8.1f}   {ratio}")
 PY
+} 2>&1 | results_summary
 printf '\nper-run JSON in %s\n' "$out"

@@ -17,8 +17,7 @@ need_root_for_namespaces
 
 build_release
 
-out=results/bench-xdp-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+results_init bench-xdp-vs-tap "$@"
 tap_ns=memspin-bt-$$
 client_ns=memspin-bxc-$$
 server_ns=memspin-bxs-$$
@@ -59,6 +58,8 @@ for round in $(seq 1 "$rounds"); do
 done
 grep -h ready "$out"/xdp-1.log "$out"/tap-1.log >&2
 
+# The summary: printed, and written into $out/results.md under the run's header.
+{
 step "medians over $rounds rounds (32 connections x 16 in flight, 1 loadgen thread on CPU $client_cpu, memspin on CPU $server_cpu, --idle spin)"
 python3 - "$out" <<'PY'
 import json, statistics, sys, glob, os
@@ -74,4 +75,5 @@ for name in ["xdp", "tap"]:
           + " ".join(f"{o:.0f}" for o in ops))
 print(f"\nxdp / tap throughput: {rows['xdp'] / rows['tap']:.2f}")
 PY
+} 2>&1 | results_summary
 printf '\nper-run JSON and server logs in %s\n' "$out"

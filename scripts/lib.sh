@@ -174,3 +174,53 @@ for line in buf.decode().splitlines():
         print(line[5:])
 PY
 }
+
+# results_init NAME ARGS...: this run's results directory, results/NAME-<UTC time>/, in $out,
+# with machine.json: the commit (and whether the tree had changes), the machine (CPU model,
+# vCPUs, kernel), the date and the exact command: ARGS, and the environment variables the
+# script reads (`${VAR:-...}`) that are set. results_summary writes the same header into
+# results.md above the tables the script prints. Needs python3.
+results_init() {
+  local name=$1; shift
+  out=results/$name-$(date -u +%Y%m%d-%H%M%S)
+  mkdir -p "$out"
+  local script=scripts/$(basename "$0") var command=""
+  for var in $(grep -o '\${[A-Z][A-Z0-9_]*:-' "$script" | sed 's/^\${//; s/:-$//' | sort -u); do
+    if [ -n "${!var+set}" ]; then command+="$var=$(printf '%q' "${!var}") "; fi
+  done
+  command+="$script"
+  if [ $# -gt 0 ]; then command+=$(printf ' %q' "$@"); fi
+  local commit dirty=false cpu
+  commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+  if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then dirty=true; fi
+  cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+  python3 - "$out/machine.json" "$name" "$commit" "$dirty" "${cpu:-unknown}" "$(nproc)" \
+    "$(uname -r)" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$command" <<'PY'
+import json, sys
+path, name, commit, dirty, cpu, vcpus, kernel, date, command = sys.argv[1:]
+json.dump({"script": name, "commit": commit, "dirty": dirty == "true", "cpu_model": cpu,
+           "vcpus": int(vcpus), "kernel": kernel, "date": date, "command": command},
+          open(path, "w"), indent=2)
+PY
+}
+
+# results_summary: copies its input (the summary tables a script prints) to stdout, and writes
+# $out/results.md: the header from machine.json, then that summary.
+results_summary() {
+  tee "$out/summary.txt"
+  python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+m = json.load(open(os.path.join(out, "machine.json")))
+summary = open(os.path.join(out, "summary.txt")).read()
+commit = m["commit"] + (" (with uncommitted changes)" if m["dirty"] else "")
+with open(os.path.join(out, "results.md"), "w") as f:
+    f.write(f"# {m['script']}, {m['date']}\n\n```text\n")
+    f.write(f"commit:  {commit}\n")
+    f.write(f"machine: {m['cpu_model']}, {m['vcpus']} vCPUs, Linux {m['kernel']}\n")
+    f.write(f"date:    {m['date']}\ncommand: {m['command']}\n```\n\n")
+    f.write("```text\n" + summary.strip("\n") + "\n```\n")
+PY
+  rm -f "$out/summary.txt"
+  printf '\nresults: %s/results.md\n' "$out" >&2
+}

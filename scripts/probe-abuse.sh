@@ -22,8 +22,7 @@ if [ -z "${MEMSPIN_BIN:-}" ]; then
   build_release
 fi
 
-out=results/probe-abuse-$(date +%Y%m%d-%H%M%S)
-mkdir -p "$out"
+results_init probe-abuse "$@"
 ns=memspin-probe-$$
 ns_create "$ns"
 
@@ -62,4 +61,4 @@ for server in "${server_list[@]}"; do
     printf '%-10s %-9s %s\n' "$server" "$pattern" "$result" | tee -a "$out/results.txt"
   done
 done
-echo "results in $out/results.txt"
+results_summary <"$out/results.txt" >/dev/null

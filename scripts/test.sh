@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite, as CI runs it: installs what it needs (Debian, root), then format and lint
 # checks, unit and property tests, the integration tests (which create their own network
-# namespaces for the TAP server and remove them), and a short run of every fuzz target.
+# namespaces for the TAP server and remove them), the docs check (server/tests/docs.rs: links
+# and flags), and a short run of every fuzz target. docs/testing.md says how to run one test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
