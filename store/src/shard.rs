@@ -916,7 +916,8 @@ impl Shard {
 
     /// The LRU crawler's walk (memcached's `lru_crawler crawl`, and memspin's background
     /// crawler): from bucket `start`, looks at the items of whole buckets in bucket order, at
-    /// most `max_items` of them (or one bucket's, at most 7, when `max_items` is smaller), and takes back the dead (expired or flushed) ones, counting
+    /// most `max_items` of them (when `max_items` is smaller than the first bucket's count,
+    /// only that many of its items, and the walk moves past it), and takes back the dead (expired or flushed) ones, counting
     /// `crawler_items_checked`, `crawler_reclaimed` and, for an expired item no client
     /// fetched, `expired_unfetched`. Live items are left as they are (no clock bump, no access
     /// time). The caller keeps the cursor ([`Crawled::next`]) between calls; entries stay in
@@ -941,6 +942,8 @@ impl Shard {
             if done.checked > 0 && done.checked + n > max_items {
                 break;
             }
+            // A bucket with more entries than the call may look at: only its first ones.
+            n = n.min(max_items - done.checked);
             done.next += 1;
             for &(loc, e) in &held[..n] {
                 done.checked += 1;
