@@ -7,7 +7,7 @@
 //! measures at one request in flight pin memcached and the busy-polling generator (the default)
 //! to different cores, as the benchmark scripts do; the others check behaviour (errors,
 //! verification, rates, stalls) and let the generator sleep while it waits (`--idle sleep`, the
-//! README's advice for shared cores), so that other busy processes on the machine do not starve
+//! advice of docs/loadgen.md for two CPUs), so that other busy processes on the machine do not starve
 //! it of its core.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -28,7 +28,7 @@ pub struct Args {
     /// With `--net xdp`: preferred busy polling on each AF_XDP socket (`SO_PREFER_BUSY_POLL`,
     /// `SO_BUSY_POLL`, `SO_BUSY_POLL_BUDGET`), so the worker runs its queue's NAPI from its own
     /// loop. Only useful with `napi_defer_hard_irqs` and `gro_flush_timeout` set on the NIC
-    /// (see the README); if the kernel refuses the options, memspin serves without them and
+    /// (see docs/af_xdp.md, "Busy polling"); if the kernel refuses the options, memspin serves without them and
     /// says so.
     #[arg(long, value_enum, default_value_t = XdpBusyPoll::Off)]
     pub xdp_busy_poll: XdpBusyPoll,

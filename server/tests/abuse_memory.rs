@@ -1,7 +1,7 @@
 //! Bounded under abuse: hostile clients against memspin over TAP (inside a namespace each test
 //! creates) and over kernel sockets (127.0.0.1), with one worker and with two. Each test reads
 //! the server's resident memory (`VmRSS`) before and during the attack and checks the growth
-//! against the per-connection bounds README.md states ("Limits and failure behaviour") times
+//! against the per-connection bounds docs/limits.md states times
 //! the hostile connections, plus a fixed allowance; and checks that another client's `version`
 //! is answered promptly meanwhile.
 
@@ -24,7 +24,7 @@ const KIB: u64 = 1 << 10;
 /// The value the hostile reads ask for: the 1,000,000 bytes (under the 1 MiB `-I`).
 const BIG_VALUE: usize = 1_000_000;
 
-/// README "Limits and failure behaviour": the output a connection may hold, with `workers`
+/// docs/limits.md: the output a connection may hold, with `workers`
 /// workers and the default `-I` of 1 MiB: 256 KiB of backlog plus one reply of up to `-I`,
 /// and per other worker 256 KiB of forwarded-reply credit plus one reply.
 fn output_bound(workers: u64) -> u64 {
@@ -32,13 +32,13 @@ fn output_bound(workers: u64) -> u64 {
     (256 * KIB + one_reply) + (workers - 1) * (256 * KIB + one_reply)
 }
 
-/// README: the input a connection may hold while a request is assembled: the request (at most
+/// docs/limits.md: the input a connection may hold while a request is assembled: the request (at most
 /// a value of `-I` with its header or line, or a 1 MiB `get` line) plus one read of 64 KiB.
 fn input_bound() -> u64 {
     MIB + 4 * KIB + 64 * KIB
 }
 
-/// README: everything one connection may make the server hold with `workers` workers: its
+/// docs/limits.md: everything one connection may make the server hold with `workers` workers: its
 /// input and output, and with several workers its forwarded requests (256 KiB awaiting
 /// replies plus one request).
 fn connection_bound(workers: u64) -> u64 {

@@ -425,7 +425,7 @@ impl Hostile {
 
         // A value worth reading many times. (16 KiB: with two workers a connection may have
         // 1,024 forwarded GETs outstanding, and their replies are not yet bounded in bytes;
-        // see the README's limits.)
+        // see docs/limits.md.)
         let mut setup = TextClient::connect(addr);
         let big = vec![b'b'; 16 * 1024];
         let mut set = format!("set big 0 0 {}\r\n", big.len()).into_bytes();

@@ -1,4 +1,4 @@
-//! Loss recovery on the bypass paths (README "Loss recovery"): nftables drops frames at
+//! Loss recovery on the bypass paths (docs/loss-recovery.md): nftables drops frames at
 //! random in both directions of the link, inside the test's own namespaces, while
 //! `memspin-loadgen --verify` runs against memspin over TAP and over AF_XDP. Every value
 //! must come back intact, no request may fail or wait anywhere near smoltcp's one-second
@@ -182,7 +182,7 @@ fn verify_under_loss(link: &LossyLink, mut server: Server) {
     link.client.enter();
     let dropped_before = link.dropped();
     // Open loop at a modest rate, one request in flight per connection (each lost reply
-    // then waits for a probe, as in the README's experiment), values of up to three
+    // then waits for a probe, as in the loss benchmark of docs/benchmarks.md), values of up to three
     // segments so SACK re-sends are exercised too. Bounded: 4 s of load.
     let report = loadgen::run(&loadgen::Config {
         servers: vec![addr],

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use support::{Netns, Server, TAP, Tap, TextClient};
 
-/// The nutcracker configuration the README's "Several servers" section shows, for the test's
+/// The nutcracker configuration docs/operating.md's "Several servers" section shows, for the test's
 /// two servers.
 const NUTCRACKER_CONF: &str = "\
 memspin:
