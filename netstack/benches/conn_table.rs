@@ -25,8 +25,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant as WallClock};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use netstack::conn::{Conn, ConnTable, TableConfig};
-use netstack::memlink::{self, ClientSwarm, MemPort};
+use netstack::conn::{ConnTable, TableConfig};
+use netstack::memlink::{self, ClientSwarm, Echo, MemPort, echo};
 use netstack::smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use netstack::smoltcp::socket::tcp;
 use netstack::smoltcp::time::{Duration as NetDuration, Instant};
@@ -39,27 +39,6 @@ const PORT: u16 = 11211;
 const REQUEST: [u8; 32] = [b'r'; 32];
 /// Requests per server pass in `server_batch16`.
 const BATCH: usize = 16;
-
-#[derive(Default)]
-struct Echo;
-
-fn echo(conn: &mut Conn<'_, Echo>) {
-    let mut chunk = [0u8; 256];
-    loop {
-        let n = conn
-            .io
-            .recv_queue()
-            .min(conn.io.send_space())
-            .min(chunk.len());
-        if n == 0 {
-            break;
-        }
-        let Ok(got) = conn.io.recv_slice(&mut chunk[..n]) else {
-            break;
-        };
-        let _ = conn.io.send_slice(&chunk[..got]);
-    }
-}
 
 /// A server table and a client swarm with `conns` established connections.
 struct Rig {

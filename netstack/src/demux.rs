@@ -9,7 +9,7 @@
 //! bucket. (Nobody sends memspin TCP behind an IPv6 extension header; smoltcp would answer
 //! such a segment from the control set, with a reset.)
 //!
-//! [`SegmentRepr`] reads what loss recovery (`conn/recovery.rs`) follows in every segment
+//! [`SegmentRepr`] reads what loss recovery (`conn/recovery/`) follows in every segment
 //! a connection sends and receives: sequence and acknowledgment numbers, flags, window,
 //! payload length and the SACK options (RFC 2018, RFC 2883).
 
@@ -59,7 +59,7 @@ mod field {
 }
 
 /// Offsets, within a TCP header, of the fields a re-sent copy of a segment gets anew
-/// (`conn/recovery.rs`).
+/// (`conn/recovery/`).
 pub(crate) mod tcp_field {
     pub use super::field::{TCP_ACK as ACK, TCP_CHECKSUM as CHECKSUM, TCP_WINDOW as WINDOW};
 }
@@ -258,6 +258,13 @@ impl<T: AsRef<[u8]>> TcpFrame<T> {
     /// TCP destination port.
     pub fn dst_port(&self) -> u16 {
         read_u16(&self.tcp()[field::TCP_DST_PORT])
+    }
+
+    /// Both ports as one word: the source port in the high half, the destination port in
+    /// the low half (for a received segment, the peer's and ours).
+    pub fn ports(&self) -> u32 {
+        let tcp = self.tcp();
+        u32::from_be_bytes([tcp[0], tcp[1], tcp[2], tcp[3]])
     }
 
     /// TCP flags byte (CWR ECE URG ACK PSH RST SYN FIN); see [`flags`].

@@ -25,13 +25,16 @@
 //!   an IPv6 address, up).
 //! - [`conn`]: [`conn::ConnTable`], buckets of smoltcp sockets behind one interface, with
 //!   a SYN backlog, per-connection clocks (give-up, idle, close) and loss recovery at
-//!   round-trip scale (probes and SACK re-sends of kept copies; smoltcp alone waits 1 s).
+//!   round-trip scale (probes and SACK re-sends of kept copies; smoltcp alone waits 1 s);
+//!   in client mode it opens connections itself ([`conn::ConnTable::connect`]), for a load
+//!   generator running over this stack.
 //! - [`admission`]: [`Admission`], the connection limit every worker's table shares.
 //! - [`neighbor`]: ARP, IPv6 neighbour discovery, the neighbour cache and the gateways
 //!   (shared by the workers); the table frames smoltcp's IP packets.
 //! - [`demux`]: the Ethernet/IP/TCP header view (IPv4 and IPv6) used to pick a bucket.
-//! - [`memlink`]: an in-memory Ethernet link and a bucketed smoltcp client, for tests and
-//!   benchmarks without a kernel device.
+//! - [`memlink`]: an in-memory Ethernet link, a bucketed smoltcp client and the echo
+//!   application every netstack test serves, for tests and benchmarks without a kernel
+//!   device.
 //! - [`kernel`]: the same server loop shape over ordinary kernel sockets (`--net kernel`),
 //!   with the same shared admission, give-up time (`TCP_USER_TIMEOUT`) and idle timeout.
 //!
@@ -51,7 +54,10 @@ mod view;
 pub mod xdp;
 
 pub use admission::Admission;
-pub use conn::{Conn, ConnId, ConnTable, Io, TableConfig, TableError, TableStats};
+pub use conn::{
+    Conn, ConnEvent, ConnId, ConnTable, ConnectError, Io, Stamps, TableConfig, TableError,
+    TableStats,
+};
 pub use link::{LinkConfig, LinkError};
 pub use sys::{IfName, InvalidIfName, MAX_ALSO, SleepTimer};
 pub use tap::{TapDevice, TapError, TapStats, Wait};

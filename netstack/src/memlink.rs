@@ -1,5 +1,5 @@
-//! An in-memory Ethernet link and a bucketed smoltcp client, for tests and benchmarks
-//! that exercise the TCP path without a kernel device.
+//! An in-memory Ethernet link, a bucketed smoltcp client and an echo application, for
+//! tests and benchmarks that exercise the TCP path without a kernel device.
 //!
 //! ```text
 //! ClientSwarm ─ MemPort(a) ─▶ queue a→b ─▶ MemPort(b) ─ ConnTable
@@ -20,6 +20,7 @@ use smoltcp::socket::tcp;
 use smoltcp::time::Instant;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, IpEndpoint};
 
+use crate::conn::Conn;
 use crate::demux::TcpFrame;
 use crate::view::{Egress, OneFrame};
 
@@ -416,6 +417,46 @@ impl ClientSwarm {
             self.dirty[set] = true;
             self.dirty_list.push(set as u32);
         }
+    }
+}
+
+/// Per-connection state of [`echo`], the test application every netstack test and
+/// benchmark serves: bytes echoed so far.
+#[derive(Debug, Default)]
+pub struct Echo {
+    /// Bytes echoed on this connection.
+    pub echoed: usize,
+}
+
+/// Echoes what fits in the send buffer, asks for a write call while received bytes wait
+/// for room ([`Io::want_write`](crate::Io::want_write)), and closes once the peer's FIN
+/// is read. Works through a 256-byte chunk on the stack, so a call allocates nothing.
+///
+/// # Panics
+/// If the send buffer takes fewer bytes than it had room for (smoltcp's contract).
+pub fn echo(conn: &mut Conn<'_, Echo>) {
+    let mut chunk = [0u8; 256];
+    loop {
+        let n = conn
+            .io
+            .recv_queue()
+            .min(conn.io.send_space())
+            .min(chunk.len());
+        if n == 0 {
+            break;
+        }
+        let Ok(got) = conn.io.recv_slice(&mut chunk[..n]) else {
+            break;
+        };
+        let put = conn.io.send_slice(&chunk[..got]).unwrap_or(0);
+        assert_eq!(put, got, "the send buffer had room for {got} bytes");
+        conn.state.echoed += put;
+    }
+    if conn.io.recv_queue() > 0 {
+        conn.io.want_write();
+    }
+    if !conn.io.may_recv() && conn.io.recv_queue() == 0 {
+        conn.io.close();
     }
 }
 

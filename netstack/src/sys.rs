@@ -90,7 +90,7 @@ pub(crate) fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// Most descriptors [`poll_readable`] watches beside its own: a worker's wake-up eventfd and
+/// Most descriptors `poll_readable` watches beside its own: a worker's wake-up eventfd and
 /// its sleep timer.
 pub const MAX_ALSO: usize = 3;
 
@@ -141,10 +141,9 @@ pub(crate) fn poll_readable(
 /// A sleep with a timeout arms a kernel timer on the way in and cancels it on the way out; when
 /// it is the CPU's earliest (a loss probe due in a millisecond or two usually is), both
 /// reprogram the CPU's timer device, which on a virtual machine is a trap to the hypervisor
-/// each. Measured on a 2-vCPU VM, the thread's CPU time per wake-up from `poll(2)` on a pipe
-/// written every 100 µs: 15-19 µs with a 1 ms timeout, 12-14 µs with 2 ms, 9-10 µs with none
-/// or with a timerfd left armed (6-7 µs against 10-14 µs with writes every 20 µs). So the
-/// sleep itself has no timeout, and this timer is armed only when it would fire later than the
+/// each, and costs more of the thread's CPU per wake-up than a sleep without a timeout or
+/// with a timerfd left armed (compare `perf stat` of a worker at a fixed request rate). So
+/// the sleep itself has no timeout, and this timer is armed only when it would fire later than the
 /// next sleep must end ([`SleepTimer::cover`]); a timer armed for earlier is left as it is (the
 /// worker wakes early, finds nothing due and sleeps again), and an expiry is consumed after
 /// the wake-up ([`SleepTimer::expired`]).

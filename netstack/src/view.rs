@@ -13,15 +13,12 @@
 //!   connection and of the frame being answered); or else the frame becomes an ARP request
 //!   or a neighbour solicitation for the next hop and the packet is dropped (as smoltcp's
 //!   own Ethernet path does; TCP sends it again). A frame of a connection is then shown to
-//!   it ([`Peers::sent`]): loss recovery (`conn/recovery.rs`) keeps a copy of each one that
+//!   it ([`Peers::sent`]): loss recovery (`conn/recovery/`) keeps a copy of each one that
 //!   takes sequence space.
 //!
 //! Per frame that costs a read of the IP header (version, protocol, destination, port)
-//! and a short scan of one bucket's slots, against smoltcp's scan of its neighbour map:
-//! about 100 instructions per frame sent (callgrind on `benches/conn_table.rs`, 1,000
-//! connections). With the connection clocks (`conn/lifetime.rs`, about 80 per request) and
-//! the Ethernet checks on receive, the table runs about 6,930 instructions per request
-//! where it ran 6,480 with smoltcp's Ethernet medium and ARP cache (+7%).
+//! and a short scan of one bucket's slots, in place of smoltcp's scan of its neighbour
+//! map; `cargo bench -p netstack --bench conn_table` measures a round trip through it.
 //!
 //! [`OneFrame`] and [`Egress`] are the plain Ethernet versions, for the test client swarm
 //! (`memlink.rs`), whose smoltcp keeps its own ARP.
@@ -38,11 +35,18 @@ use crate::neighbor::{
 
 /// The connections with a slot in the polled bucket.
 pub(crate) trait Peers {
-    /// The connection to `addr:port`, if it has a slot here.
-    fn peer(&self, addr: IpAddress, port: u16) -> Option<PeerMac>;
+    /// The connection to the peer `addr` with the peer's port in the high half of `ports`
+    /// and ours in the low half, if it has a slot here.
+    fn peer(&self, addr: IpAddress, ports: u32) -> Option<PeerMac>;
 
     /// Connection `slot` sends `frame` (a TCP segment, its Ethernet header written).
     fn sent(&mut self, slot: usize, frame: &[u8]);
+
+    /// A frame of connection `slot` went out as a request for its next hop's MAC in its
+    /// place (the packet is lost).
+    fn unresolved(&mut self, slot: usize) {
+        let _ = slot;
+    }
 }
 
 /// What framing needs of a connection.
@@ -50,8 +54,9 @@ pub(crate) trait Peers {
 pub(crate) struct PeerMac {
     /// Its slot in the bucket.
     pub(crate) slot: usize,
-    /// The MAC its SYN came from.
-    pub(crate) mac: [u8; 6],
+    /// The MAC its SYN came from (for a connection the table opened, its next hop's once
+    /// known).
+    pub(crate) mac: Option<[u8; 6]>,
     /// Its handshake is in progress (the SYN-ACK goes back the way the SYN came).
     pub(crate) handshake: bool,
 }
@@ -60,7 +65,7 @@ pub(crate) struct PeerMac {
 pub(crate) struct NoPeers;
 
 impl Peers for NoPeers {
-    fn peer(&self, _: IpAddress, _: u16) -> Option<PeerMac> {
+    fn peer(&self, _: IpAddress, _: u32) -> Option<PeerMac> {
         None
     }
 
@@ -100,10 +105,10 @@ impl<P: Peers + ?Sized> Framing<'_, P> {
             IpAddress::Ipv4(_) => ETHERTYPE_IPV4,
             IpAddress::Ipv6(_) => ETHERTYPE_IPV6,
         };
-        let connection = tcp_dst_port(packet).and_then(|port| self.peers.peer(dst, port));
+        let connection = tcp_ports(packet).and_then(|ports| self.peers.peer(dst, ports));
         let (next_hop, mac) = if self.own.on_link(dst) {
             let mac = connection
-                .map(|c| c.mac)
+                .and_then(|c| c.mac)
                 .or(self.reply_to)
                 .or_else(|| self.neighbors.lookup(dst));
             (Some(dst), mac)
@@ -111,8 +116,8 @@ impl<P: Peers + ?Sized> Framing<'_, P> {
             // A handshake's frames go back the way the SYN came (through a router that
             // replaced the gateway's MAC, the handshake can complete and tell the gateways);
             // an open connection's go to the gateway.
-            let handshake = connection.filter(|c| c.handshake).map(|c| c.mac);
-            let connection = connection.map(|c| c.mac);
+            let handshake = connection.filter(|c| c.handshake).and_then(|c| c.mac);
+            let connection = connection.and_then(|c| c.mac);
             match self.gateways.route(dst) {
                 Some((gateway, mac)) => (
                     Some(gateway),
@@ -132,6 +137,9 @@ impl<P: Peers + ?Sized> Framing<'_, P> {
             (None, next_hop) => {
                 self.unresolved += 1;
                 self.request(frame, next_hop, ethertype);
+                if let Some(connection) = connection {
+                    self.peers.unresolved(connection.slot);
+                }
             }
         }
     }
@@ -190,12 +198,13 @@ fn ip_dst(packet: &[u8]) -> Option<IpAddress> {
     }
 }
 
-/// The destination port of an unfragmented IPv4 TCP segment, or of an IPv6 TCP segment
-/// without extension headers (smoltcp sends none).
-fn tcp_dst_port(packet: &[u8]) -> Option<u16> {
+/// The ports of a TCP segment we send (unfragmented IPv4, or IPv6 without extension
+/// headers: smoltcp sends none), as the peers' key: the destination (the peer's) port in
+/// the high half, the source (ours) in the low half.
+fn tcp_ports(packet: &[u8]) -> Option<u32> {
     let port_at = |offset: usize| {
-        let bytes = packet.get(offset + 2..offset + 4)?;
-        Some(u16::from_be_bytes([bytes[0], bytes[1]]))
+        let bytes = packet.get(offset..offset + 4)?;
+        Some(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]).rotate_left(16))
     };
     match packet.first()? >> 4 {
         4 if packet.len() >= 20 => {
@@ -508,16 +517,16 @@ mod tests {
     }
 
     impl Peers for TestPeers {
-        fn peer(&self, addr: IpAddress, port: u16) -> Option<PeerMac> {
+        fn peer(&self, addr: IpAddress, ports: u32) -> Option<PeerMac> {
             let ours = [
                 IpAddress::v4(10, 77, 0, 1),
                 IpAddress::Ipv6(v6("fd77::1")),
                 IpAddress::v4(10, 79, 0, 2),
             ];
             let slot = ours.iter().position(|&a| a == addr)?;
-            (port == 40000).then_some(PeerMac {
+            (ports >> 16 == 40000).then_some(PeerMac {
                 slot: 3 + slot,
-                mac: PEER_MAC,
+                mac: Some(PEER_MAC),
                 handshake: self.handshake,
             })
         }
@@ -789,25 +798,25 @@ mod tests {
     #[test]
     fn ports_are_read_only_from_unfragmented_tcp() {
         let packet = reply_packet([10, 77, 0, 1], 40000);
-        assert_eq!(tcp_dst_port(&packet), Some(40000));
+        assert_eq!(tcp_ports(&packet), Some((40000 << 16) | 11211));
         let mut udp = packet.clone();
         udp[9] = 17;
-        assert_eq!(tcp_dst_port(&udp), None);
+        assert_eq!(tcp_ports(&udp), None);
         let mut fragment = packet.clone();
         fragment[6] = 0x20;
-        assert_eq!(tcp_dst_port(&fragment), None);
-        assert_eq!(tcp_dst_port(&packet[..23]), None);
+        assert_eq!(tcp_ports(&fragment), None);
+        assert_eq!(tcp_ports(&packet[..23]), None);
         assert_eq!(ip_dst(&packet[..19]), None);
         let mut v6_version = packet;
         v6_version[0] = 0x60;
         assert_eq!(ip_dst(&v6_version[..39]), None);
         let packet6 = reply6_packet("fd77::1", 40000);
-        assert_eq!(tcp_dst_port(&packet6), Some(40000));
+        assert_eq!(tcp_ports(&packet6).map(|p| p >> 16), Some(40000));
         assert_eq!(ip_dst(&packet6), Some(IpAddress::Ipv6(v6("fd77::1"))));
-        assert_eq!(tcp_dst_port(&packet6[..43]), None);
+        assert_eq!(tcp_ports(&packet6[..43]), None);
         let mut icmp6 = packet6;
         icmp6[6] = 58;
-        assert_eq!(tcp_dst_port(&icmp6), None);
+        assert_eq!(tcp_ports(&icmp6), None);
         assert_eq!(ip_dst(&[]), None);
     }
 }

@@ -5,8 +5,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use netstack::conn::{Conn, ConnTable, TableConfig};
-use netstack::memlink::{self, ClientSwarm};
+use netstack::conn::{ConnTable, TableConfig};
+use netstack::memlink::{self, ClientSwarm, Echo, echo};
 use netstack::smoltcp::time::{Duration, Instant};
 use netstack::smoltcp::wire::{IpAddress, IpEndpoint, Ipv4Address, Ipv4Cidr};
 
@@ -56,27 +56,6 @@ fn allocations_in(f: impl FnOnce()) -> u64 {
     f();
     COUNTING.with(|c| c.set(false));
     ALLOCATIONS.with(Cell::get)
-}
-
-#[derive(Default)]
-struct Echo;
-
-fn echo(conn: &mut Conn<'_, Echo>) {
-    let mut chunk = [0u8; 256];
-    loop {
-        let n = conn
-            .io
-            .recv_queue()
-            .min(conn.io.send_space())
-            .min(chunk.len());
-        if n == 0 {
-            break;
-        }
-        let Ok(got) = conn.io.recv_slice(&mut chunk[..n]) else {
-            break;
-        };
-        let _ = conn.io.send_slice(&chunk[..got]);
-    }
 }
 
 #[test]

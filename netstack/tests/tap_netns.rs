@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use netstack::conn::{Conn, ConnTable, TableConfig, TableStats};
+use netstack::conn::{ConnTable, TableConfig, TableStats};
 use netstack::link::{self, LinkConfig};
+use netstack::memlink::{Echo, echo};
 use netstack::smoltcp::time::Instant;
 use netstack::smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 use netstack::tap::{TapDevice, TapStats};
@@ -64,33 +65,6 @@ impl Drop for Netns {
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
-}
-
-#[derive(Default)]
-struct Echo;
-
-fn echo(conn: &mut Conn<'_, Echo>) {
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = conn
-            .io
-            .recv_queue()
-            .min(conn.io.send_space())
-            .min(chunk.len());
-        if n == 0 {
-            break;
-        }
-        let Ok(got) = conn.io.recv_slice(&mut chunk[..n]) else {
-            break;
-        };
-        let _ = conn.io.send_slice(&chunk[..got]);
-    }
-    if conn.io.recv_queue() > 0 {
-        conn.io.want_write();
-    }
-    if !conn.io.may_recv() && conn.io.recv_queue() == 0 {
-        conn.io.close();
-    }
 }
 
 /// Serves echo on `tap` until `stop` (bounded to 30 s), parking on the fd when idle.

@@ -6,6 +6,7 @@
 //! | phase | ends when | then |
 //! |---|---|---|
 //! | handshake | [`HANDSHAKE_TIMEOUT`] after the SYN | dropped (handshake failed) |
+//! | connecting (`client.rs`) | [`HANDSHAKE_TIMEOUT`] after `connect` | reset (`ConnEvent::TimedOut`) |
 //! | open | data waited [`GIVE_UP_TIMEOUT`] for an acknowledgement that never came | reset |
 //! | open | `idle_timeout` (if set) with no data either way | closed (FIN) |
 //! | closing | data waited [`GIVE_UP_TIMEOUT`] as above, or [`CLOSE_TIMEOUT`] after the close | reset |

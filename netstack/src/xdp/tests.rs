@@ -17,7 +17,8 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{Ipv4Address, Ipv4Cidr};
 
 use super::*;
-use crate::conn::{Conn, ConnTable, TableConfig, TableStats};
+use crate::conn::{ConnTable, TableConfig, TableStats};
+use crate::memlink::{Echo, echo};
 use crate::{Poll, Wait};
 
 const SERVER_IFACE: &str = "msx1";
@@ -152,33 +153,6 @@ impl Drop for VethPair {
         for ns in [&self.client_ns, &self.server_ns] {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
-    }
-}
-
-#[derive(Default)]
-struct Echo;
-
-fn echo(conn: &mut Conn<'_, Echo>) {
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = conn
-            .io
-            .recv_queue()
-            .min(conn.io.send_space())
-            .min(chunk.len());
-        if n == 0 {
-            break;
-        }
-        let Ok(got) = conn.io.recv_slice(&mut chunk[..n]) else {
-            break;
-        };
-        let _ = conn.io.send_slice(&chunk[..got]);
-    }
-    if conn.io.recv_queue() > 0 {
-        conn.io.want_write();
-    }
-    if !conn.io.may_recv() && conn.io.recv_queue() == 0 {
-        conn.io.close();
     }
 }
 

@@ -1075,13 +1075,11 @@ fn a_client_that_acknowledges_with_its_next_request_is_rarely_probed() {
     assert!(took >= DEFAULT_RTO_MIN, "{took}: it was lost");
 }
 
-/// The client of bench-loss.sh: one thread sends a Poisson stream of requests round-robin
-/// over 64 connections, so each connection's next request, and its ACK of the reply, comes
-/// 3.2 ms ± 0.4 ms after the one before (here 3.0 to 3.4 ms). Before, a spurious probe
-/// added a whole floor to the connection's lone-segment timeout and each timely ACK took a
-/// sixteenth off, so about one reply in 17 was probed, and a lost reply waited 3.4 to 5.2
-/// ms. Now the timeout follows the measured delays: a lost reply is probed within 3.4 ms
-/// and a quarter of the floor, and after the first few replies none is probed spuriously.
+/// A client like that of `scripts/bench-loss.sh`: one thread sends a Poisson stream of
+/// requests round-robin over 64 connections, so each connection's next request, and its
+/// ACK of the reply, comes 3.0 to 3.4 ms after the one before. The timeout follows the
+/// measured delays: a lost reply is probed within 3.4 ms and a quarter of the floor, and
+/// after the first few replies none is probed spuriously.
 #[test]
 fn a_lost_reply_of_a_client_with_a_steady_think_time_is_probed_just_after_its_usual_ack() {
     let replies = 600;
@@ -1097,13 +1095,12 @@ fn a_lost_reply_of_a_client_with_a_steady_think_time_is_probed_just_after_its_us
     assert!(took >= Duration::from_micros(3000), "{took}: it was lost");
 }
 
-/// The client of bench-connections.sh at 10,000 connections: one thread serves them all,
-/// so a connection's next request (and its ACK of the reply) comes 100 to 170 ms later,
-/// and now and then at once (a request already due). Before, the quick ones kept the
-/// connection's minimum RTT at the network's and every other reply was probed after 5.2
-/// ms at most, two frames each for nothing; now its lone replies wait for its measured ACK
-/// delay, and a lost one is still repaired (its client has nothing unacknowledged, so only
-/// a probe can) within its longest delay and a quarter of it less the floor (212 ms).
+/// A client like that of `scripts/bench-connections.sh` at 10,000 connections: one thread
+/// serves them all, so a connection's next request (and its ACK of the reply) comes 100 to
+/// 170 ms later, and now and then at once (a request already due). The quick ones keep the
+/// connection's minimum RTT at the network's, yet its lone replies wait for its measured
+/// ACK delay, and a lost one is still repaired (its client has nothing unacknowledged, so
+/// only a probe can) within its longest delay and a quarter of it less the floor (212 ms).
 #[test]
 fn a_client_that_acknowledges_100_ms_late_is_rarely_probed_and_its_lost_reply_repaired() {
     let replies = 80;

@@ -1,5 +1,12 @@
 use super::*;
+use crate::RxPeek;
+use crate::demux::{self, SegmentRepr, TcpFrame};
+use crate::neighbor::NDP_FRAME_LEN;
+use smoltcp::phy::{RxToken, TxToken};
+use smoltcp::time::Duration;
+use smoltcp::wire::{IpEndpoint, Ipv4Address, Ipv4Cidr, Ipv6Address, Ipv6Cidr};
 
+mod client;
 mod recovery;
 mod routes;
 
@@ -14,7 +21,7 @@ fn conn_ids_pack_and_unpack() {
     assert_ne!(ConnId::unpack(id.pack() + 1), id);
 }
 use crate::demux::tests::SYN_FRAME;
-use crate::memlink::{self, ClientSwarm, MemPort};
+use crate::memlink::{self, ClientSwarm, Echo, MemPort, echo};
 use core::cell::Cell;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
@@ -31,38 +38,6 @@ fn server_ip() -> Ipv4Cidr {
 
 fn client_ip() -> Ipv4Cidr {
     Ipv4Cidr::new(Ipv4Address::new(10, 77, 0, 1), 24)
-}
-
-/// Per-connection state of the echo application: bytes echoed so far.
-#[derive(Default)]
-struct Echo {
-    echoed: usize,
-}
-
-/// Echoes what fits, asks for a write call if the send buffer is full, closes after the
-/// peer's FIN.
-fn echo(conn: &mut Conn<'_, Echo>) {
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = conn
-            .io
-            .recv_queue()
-            .min(conn.io.send_space())
-            .min(chunk.len());
-        if n == 0 {
-            break;
-        }
-        let got = conn.io.recv_slice(&mut chunk[..n]).unwrap();
-        let put = conn.io.send_slice(&chunk[..got]).unwrap();
-        assert_eq!(put, got);
-        conn.state.echoed += put;
-    }
-    if conn.io.recv_queue() > 0 {
-        conn.io.want_write();
-    }
-    if !conn.io.may_recv() && conn.io.recv_queue() == 0 {
-        conn.io.close();
-    }
 }
 
 /// Echo, but the server closes first once it has echoed a line ending in "quit".
@@ -244,7 +219,7 @@ impl Net {
             .map(|at| {
                 let (bucket, slot) = split_addr(at);
                 let peer = table.buckets[bucket].slots[slot].peer.unwrap();
-                (peer.addr, peer.port)
+                (peer.addr, (peer.ports >> 16) as u16)
             })
             .collect()
     }
@@ -749,7 +724,7 @@ fn a_lost_reply_is_retransmitted_from_the_bucket_timer() {
         "the echo was sent, and is now lost"
     );
     // Nothing is known yet of how soon this table's clients acknowledge data, so loss
-    // recovery (`recovery.rs`) leaves this first reply to smoltcp's own timer: a second.
+    // recovery (`recovery/`) leaves this first reply to smoltcp's own timer: a second.
     let delay = net
         .table
         .poll_delay(net.now)
@@ -806,7 +781,7 @@ fn closed_sockets_are_reused_by_other_buckets_at_once() {
             .map(|b| b.slots.iter().filter(|s| s.handle.is_some()).count())
             .sum();
         assert_eq!(in_sets, 0, "closed sockets left their buckets");
-        assert_eq!(net.table.spare.len(), limit);
+        assert_eq!(net.table.spare.sockets.len(), limit);
     }
     assert_eq!(net.table.stats().accepted, (limit * waves) as u64);
 }
