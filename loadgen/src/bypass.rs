@@ -41,6 +41,11 @@ use netstack::{TapDevice, TapError};
 /// The first and last ephemeral ports the threads share out.
 const PORTS: PortRange = PortRange::EPHEMERAL;
 
+/// Receive buffer per connection: a server's window of replies in flight. Four times the
+/// table's default, so a large value (tens of KiB) arrives in one round trip rather than
+/// several.
+const RX_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Frames one ingress poll reads at most.
 const INGRESS_BUDGET: usize = 64;
 
@@ -197,6 +202,7 @@ impl Bypass {
         }
         // Room for every connection while a failed one of it still closes.
         config.conn_limit = (2 * conns + 16).min(netstack::conn::MAX_CONN_LIMIT);
+        config.rx_buffer_bytes = RX_BUFFER_BYTES;
         let pick = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64 / 1_000);
