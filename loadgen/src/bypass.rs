@@ -10,15 +10,18 @@
 //! Only the transport differs from the kernel path: the requests, the replies, their decoding,
 //! verification, pacing and the histograms are the worker's, shared by both.
 //!
-//! **Stamps.** A request's send time is the run clock when the table's egress poll handed the
-//! device the first frame carrying new data of its connection after the request was written
-//! (netstack's [`Stamps::sent`]); a reply's receive time is the run clock when the ingress
-//! poll read the frame that brought it ([`Stamps::received`]). Both are clock readings taken
-//! by the generator just before the poll, so they are exact to the nanosecond for the poll
-//! they name; the table keeps them as microseconds, and a stamp of an earlier poll than the
-//! latest is read back at microsecond precision. Replies read in one ingress poll share its
-//! stamp. A request written into a full send buffer is stamped when its connection's next
-//! new data goes out, which may be before its own last byte does.
+//! **Stamps.** A request's send time is the run clock read as the table's egress poll returns,
+//! for the poll that handed the device the first frame carrying new data of its connection
+//! after the request was written (netstack's [`Stamps::sent`] names the poll); by then the
+//! frame has been written to the device, and it was written no earlier than the poll began.
+//! A reply's receive time is the run clock read just before the ingress poll that read the
+//! frame that brought it ([`Stamps::received`]); the poll reads the device first. So the
+//! service time runs from device to device and leaves out the generator's own TCP
+//! processing, to within one poll's duration. The table keeps its poll clocks as
+//! microseconds: a receive stamp of an earlier poll than the latest is read back at
+//! microsecond precision. Replies read in one ingress poll share its stamp. A request written
+//! into a full send buffer is stamped when its connection's next new data goes out, which
+//! may be before its own last byte does.
 //!
 //! **Queues and addresses.** Every thread's table has the same address (`--ip`) and MAC; a
 //! thread with more than one (a multi-queue TAP device, one queue per thread) opens its
@@ -139,7 +142,8 @@ pub struct Bypass {
     table: ConnTable<usize>,
     /// The latest ingress poll: its clock as the table keeps it, and as the run clock in ns.
     ingress: (Instant, u64),
-    /// The latest egress poll, likewise.
+    /// The latest egress poll: its clock as the table keeps it, and the run clock in ns when
+    /// it returned.
     egress: (Instant, u64),
 }
 
@@ -255,7 +259,7 @@ impl Bypass {
         for id in ids {
             self.abort(id);
         }
-        self.egress(now_ns);
+        self.egress(now_ns, || now_ns);
     }
 
     /// Resets connection `id` if it is open (one RST at the next egress).
@@ -281,12 +285,14 @@ impl Bypass {
             == netstack::Poll::Progress
     }
 
-    /// Sends what the table has for the device at run-clock time `now_ns`; true if anything
-    /// went out or changed.
-    pub fn egress(&mut self, now_ns: u64) -> bool {
+    /// Sends what the table has for the device at run-clock time `now_ns`, then reads the run
+    /// clock with `done_ns` (the send stamp of what went out); true if anything went out or
+    /// changed.
+    pub fn egress(&mut self, now_ns: u64, done_ns: impl FnOnce() -> u64) -> bool {
         let now = instant(now_ns);
-        self.egress = (now, now_ns);
-        self.table.poll_egress(now, &mut self.device) == netstack::Poll::Progress
+        let progress = self.table.poll_egress(now, &mut self.device) == netstack::Poll::Progress;
+        self.egress = (now, done_ns());
+        progress
     }
 
     /// The events of the connections since the last call, oldest first, into `out`.

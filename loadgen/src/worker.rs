@@ -1181,7 +1181,7 @@ impl Worker {
         self.arrived = arrived;
         self.flush_dirty_bypass(now);
         let net = self.bypass.as_mut().expect("a bypass worker");
-        progress |= net.egress(clock.now_ns());
+        progress |= net.egress(clock.now_ns(), || clock.now_ns());
         // Requests written before this egress are stamped with it once their connection's
         // new data went out in it.
         let mut k = 0;
