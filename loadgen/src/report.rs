@@ -716,9 +716,14 @@ impl Report {
                 }
             }
         }
+        let stamper = if self.timestamps.source == Timestamps::Device {
+            "device"
+        } else {
+            "kernel"
+        };
         let _ = writeln!(
             out,
-            "timestamps: {} (kernel transmit stamps on {} of {} replies, receive stamps on {}); idle {}",
+            "timestamps: {} ({stamper} transmit stamps on {} of {} replies, receive stamps on {}); idle {}",
             self.timestamps.source,
             self.tx_kernel,
             self.completed(),
@@ -731,6 +736,13 @@ impl Report {
             "errors: refused {}, reset {}, timeout {}, protocol {}, aborted {}, server {}",
             e.refused, e.reset, e.timeout, e.protocol, e.aborted, e.server
         );
+        if let Some(r) = self.recovery.as_ref().map(RecoveryJson::from) {
+            let _ = writeln!(
+                out,
+                "loss recovery (generator): probes {}, re-sends {}, repaired {}, spurious {}, smoltcp retransmits {}",
+                r.probes, r.resends, r.repaired, r.spurious, r.smoltcp_retransmits
+            );
+        }
         let _ = writeln!(
             out,
             "generator CPU: {:.3} s in the window, {:.2} µs per request sent",
