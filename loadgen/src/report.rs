@@ -447,8 +447,13 @@ impl Report {
                     "its core is shared, or it has more replies than it reads in time (add --threads)"
                 }
             };
+            let (arrival, stamps) = if self.timestamps.source == Timestamps::Device {
+                ("their frame's arrival from the device", "device timestamps")
+            } else {
+                ("their arrival in the kernel", "kernel timestamps")
+            };
             w.push(format!(
-                "GENERATOR DELAY: replies waited {:.1} µs (p50) between their arrival in the kernel and the generator reading them, more than {:.0} % of the service time p50 ({service_p50:.1} µs): {why}. The service times exclude it (kernel timestamps), but each next request goes out that much later",
+                "GENERATOR DELAY: replies waited {:.1} µs (p50) between {arrival} and the generator reading them, more than {:.0} % of the service time p50 ({service_p50:.1} µs): {why}. The service times exclude it ({stamps}), but each next request goes out that much later",
                 delay.p50,
                 GENERATOR_DELAY_SHARE * 100.0,
             ));
