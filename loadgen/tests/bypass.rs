@@ -103,7 +103,7 @@ impl Drop for Memspin {
 /// The two namespaces, the veth pair, the generator's TAP device and memspin serving.
 /// Field order is drop order: memspin first, then the namespaces.
 struct Topology {
-    _memspin: Memspin,
+    memspin: Memspin,
     gen_ns: Netns,
     _srv_ns: Netns,
 }
@@ -164,7 +164,7 @@ impl Topology {
         rx.recv_timeout(Duration::from_secs(30))
             .expect("memspin printed its ready line within 30 s");
         Topology {
-            _memspin: memspin,
+            memspin,
             gen_ns,
             _srv_ns: srv,
         }
@@ -172,28 +172,44 @@ impl Topology {
 
     /// Runs the bypass generator against memspin with `args` added; its JSON summary.
     #[track_caller]
-    fn loadgen(&self, args: &[&str]) -> Value {
+    fn loadgen(&mut self, args: &[&str]) -> Value {
+        self.loadgen_while(&[&["-q"], args].concat(), |_, _| {})
+    }
+
+    /// As [`loadgen`](Self::loadgen) without `-q`, calling `meanwhile` with the running
+    /// generator (its stderr piped).
+    #[track_caller]
+    fn loadgen_while(
+        &mut self,
+        args: &[&str],
+        meanwhile: impl FnOnce(&mut Self, &mut Child),
+    ) -> Value {
         let json = std::env::temp_dir().join(format!(
             "mslg-bypass-{}-{}.json",
             std::process::id(),
             self.gen_ns.name
         ));
-        let out = self
+        let link = [
+            "--iface",
+            "lg0",
+            "--ip",
+            "10.78.0.2/24",
+            "--gateway",
+            "10.78.0.1",
+        ];
+        let mut child = self
             .gen_ns
             .command("timeout")
             .args(["60", LOADGEN, "-s", "10.77.0.2:11211", "--net", "tap"])
-            .args([
-                "--iface",
-                "lg0",
-                "--ip",
-                "10.78.0.2/24",
-                "--gateway",
-                "10.78.0.1",
-            ])
-            .args(["-q", "--json", json.to_str().expect("a UTF-8 path")])
+            .args(link)
+            .args(["--json", json.to_str().expect("a UTF-8 path")])
             .args(args)
-            .output()
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("run memspin-loadgen");
+        meanwhile(self, &mut child);
+        let out = child.wait_with_output().expect("memspin-loadgen's exit");
         assert!(
             out.status.success(),
             "memspin-loadgen {args:?}: {}\n{}",
@@ -227,7 +243,7 @@ fn assert_clean_bypass_run(v: &Value) {
 
 #[test]
 fn closed_and_open_loops_over_tap_verify_every_value() {
-    let topo = Topology::new();
+    let mut topo = Topology::new();
     let common = [
         "-c",
         "4",
@@ -264,6 +280,56 @@ fn closed_and_open_loops_over_tap_verify_every_value() {
         open["open_loop"]["saturated"], false,
         "{}",
         open["open_loop"]
+    );
+}
+
+#[test]
+fn a_killed_server_is_counted_as_errors_and_the_run_still_ends() {
+    let mut topo = Topology::new();
+    let started = std::time::Instant::now();
+    let args = [
+        "-c",
+        "4",
+        "--rate",
+        "500",
+        "-d",
+        "3",
+        "--warmup",
+        "0.2",
+        "--keys",
+        "1000",
+        "--interval",
+        "200",
+    ];
+    let v = topo.loadgen_while(&args, |topo, child| {
+        // memspin dies once the window is open: after the first progress line of the run
+        // (0.2 s into it), not at a fixed time after start-up, which a busy machine stretches.
+        let stderr = child.stderr.take().expect("piped stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let in_window = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|line| line.contains("] run"));
+        assert!(in_window, "the generator ended before its window");
+        let _ = topo.memspin.0.kill();
+        let _ = topo.memspin.0.wait();
+        // Keep reading, so the generator never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+    });
+    // Requests sent after the kill (at least 2.6 s of the window remain) are unanswered
+    // for --timeout-ms (1 s) and count as timeouts; what was answered before counts too.
+    assert!(
+        v["errors"]["timeout"].as_u64().unwrap() >= 1,
+        "{}",
+        v["errors"]
+    );
+    assert!(v["ops"].as_u64().unwrap() > 50, "{}", v["ops"]);
+    // The window (3.2 s with the warm-up) and a drain of at most the timeout, with room for
+    // start-up on a shared machine: nowhere near the 60 s bound.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
     );
 }
 
