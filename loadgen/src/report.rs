@@ -976,7 +976,8 @@ pub struct Latencies {
 pub struct RecoveryJson {
     /// Tail-loss probes sent.
     pub probes: u64,
-    /// Copies sent again because the server acknowledged later data.
+    /// Copies sent again at once, not by a timer: the server acknowledged later data, or
+    /// sent again data that they acknowledged.
     pub resends: u64,
     /// Copies sent again (probes and re-sends) that repaired a loss.
     pub repaired: u64,
@@ -990,7 +991,7 @@ impl From<&RecoveryStats> for RecoveryJson {
     fn from(r: &RecoveryStats) -> Self {
         RecoveryJson {
             probes: r.probes,
-            resends: r.sack_resends,
+            resends: r.sack_resends + r.peer_retransmit_resends,
             repaired: r.recovered,
             spurious: r.spurious,
             smoltcp_retransmits: r.smoltcp_retransmits,
