@@ -111,6 +111,12 @@ struct Topology {
 impl Topology {
     #[track_caller]
     fn new() -> Topology {
+        Topology::with_queues(1)
+    }
+
+    /// With a generator TAP device of `queues` queues (multi-queue when more than one).
+    #[track_caller]
+    fn with_queues(queues: usize) -> Topology {
         let srv = Netns::new("srv");
         let gen_ns = Netns::new("gen");
         srv.ip(&[
@@ -137,7 +143,8 @@ impl Topology {
                 .expect("sysctl");
             assert!(ok.success());
         }
-        gen_ns.ip(&["tuntap", "add", "dev", "lg0", "mode", "tap"]);
+        let multi_queue: &[&str] = if queues > 1 { &["multi_queue"] } else { &[] };
+        gen_ns.ip(&[&["tuntap", "add", "dev", "lg0", "mode", "tap"], multi_queue].concat());
         gen_ns.ip(&["addr", "add", "10.78.0.1/24", "dev", "lg0"]);
         gen_ns.ip(&["link", "set", "lg0", "up"]);
         gen_ns.ip(&["route", "add", "10.77.0.0/24", "via", "10.79.0.1"]);
@@ -331,6 +338,31 @@ fn a_killed_server_is_counted_as_errors_and_the_run_still_ends() {
         "{:?}",
         started.elapsed()
     );
+}
+
+#[test]
+fn two_threads_on_two_queues_of_one_device_verify_every_value() {
+    let mut topo = Topology::with_queues(2);
+    let v = topo.loadgen(&[
+        "-t",
+        "2",
+        "-c",
+        "8",
+        "--pipeline",
+        "2",
+        "-d",
+        "1",
+        "--warmup",
+        "0.2",
+        "--keys",
+        "1000",
+        "--prefill",
+        "--verify",
+        "--get-ratio",
+        "0.8",
+    ]);
+    assert_eq!(v["config"]["threads"], 2);
+    assert_clean_bypass_run(&v);
 }
 
 /// Runs the generator in `ns` (optionally as `nobody`) with `args`; its output.
