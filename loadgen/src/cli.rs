@@ -17,8 +17,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::arrival::ArrivalKind;
+use crate::bypass::BypassLink;
 use crate::client::Protocol;
-use crate::config::{Config, Idle};
+use crate::config::{Config, Idle, Net};
 use crate::html;
 use crate::output;
 use crate::placement::Distribution;
@@ -89,6 +90,17 @@ pub enum IdleArg {
     Spin,
     /// Sleep in epoll until a reply arrives.
     Sleep,
+}
+
+/// Packet paths on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NetArg {
+    /// The kernel's TCP sockets.
+    Kernel,
+    /// netstack's TCP stack on a TAP queue per thread (needs root).
+    Tap,
+    /// AF_XDP: not available in this build (the run refuses it with a message).
+    Xdp,
 }
 
 /// Timestamp sources on the command line.
@@ -213,6 +225,18 @@ pub struct Args {
     /// Send and reply times: kernel `software` timestamps, the NIC's `hardware` ones (software where the interface has none), or `none` (the generator's own clock).
     #[arg(long, value_enum, default_value_t = TimestampsArg::Software)]
     pub timestamps: TimestampsArg,
+    /// How connections reach the servers: `kernel` sockets, or the kernel-bypass client on a TAP device (`tap`, with --iface and --ip; needs root). `xdp` is not available yet.
+    #[arg(long, value_enum, default_value_t = NetArg::Kernel)]
+    pub net: NetArg,
+    /// --net tap: the TAP device, which must exist and be up (one queue per thread: multi-queue when --threads > 1).
+    #[arg(long, value_name = "NAME")]
+    pub iface: Option<String>,
+    /// --net tap: the generator's own address on the link, ADDR/PREFIX.
+    #[arg(long, value_name = "ADDR/PREFIX")]
+    pub ip: Option<String>,
+    /// --net tap: the default route's gateway, for servers that are not on the link.
+    #[arg(long, value_name = "ADDR")]
+    pub gateway: Option<std::net::IpAddr>,
     /// Write the JSON summary here (schema in loadgen/README.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -254,6 +278,7 @@ impl Args {
             servers.push(addr);
         }
         let server_names = self.servers.clone();
+        let net = self.net()?;
         let secs = |name: &str, v: f64| {
             Duration::try_from_secs_f64(v)
                 .map_err(|_| format!("--{name} {v}: not a number of seconds"))
@@ -311,10 +336,43 @@ impl Args {
                 TimestampsArg::Hardware => Timestamps::Hardware,
                 TimestampsArg::None => Timestamps::None,
             },
+            net,
             interval: Duration::from_millis(self.interval),
             label: self.label.clone(),
             progress: !self.quiet,
         })
+    }
+}
+
+impl Args {
+    /// The packet path `--net`, `--iface`, `--ip` and `--gateway` describe.
+    fn net(&self) -> Result<Net, String> {
+        let bypass_only = || {
+            if self.iface.is_some() || self.ip.is_some() || self.gateway.is_some() {
+                Err("--iface, --ip and --gateway are for --net tap".to_string())
+            } else {
+                Ok(())
+            }
+        };
+        match self.net {
+            NetArg::Kernel => bypass_only().map(|()| Net::Kernel),
+            NetArg::Xdp => Err(
+                "--net xdp: the AF_XDP client is not available in this build of memspin-loadgen; use --net tap"
+                    .to_string(),
+            ),
+            NetArg::Tap => {
+                let iface = self.iface.clone().ok_or("--net tap needs --iface")?;
+                let ip = self.ip.as_deref().ok_or("--net tap needs --ip ADDR/PREFIX")?;
+                let (ip, prefix_len) =
+                    BypassLink::parse_cidr(ip).map_err(|e| format!("--ip {e}"))?;
+                Ok(Net::Tap(BypassLink {
+                    iface,
+                    ip,
+                    prefix_len,
+                    gateway: self.gateway,
+                }))
+            }
+        }
     }
 }
 

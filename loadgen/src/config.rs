@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::arrival::ArrivalKind;
+use crate::bypass::BypassLink;
 use crate::client::Protocol;
 use crate::placement::Distribution;
 use crate::tstamp::Timestamps;
@@ -82,8 +83,10 @@ pub struct Config {
     pub spin: Duration,
     /// What a thread does while it waits for replies.
     pub idle: Idle,
-    /// Kernel timestamps for send and reply times.
+    /// Kernel timestamps for send and reply times (kernel sockets only).
     pub timestamps: Timestamps,
+    /// How the connections reach the servers.
+    pub net: Net,
     /// Length of the time series' intervals (and of the progress lines).
     pub interval: Duration,
     /// A name for the run in reports (`--label`).
@@ -126,9 +129,30 @@ impl Default for Config {
             spin: Duration::from_micros(50),
             idle: Idle::Spin,
             timestamps: Timestamps::Software,
+            net: Net::Kernel,
             interval: Duration::from_secs(1),
             label: None,
             progress: true,
+        }
+    }
+}
+
+/// How the connections reach the servers (`--net`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Net {
+    /// The kernel's TCP sockets.
+    Kernel,
+    /// netstack's client-mode connection table on a TAP queue per thread
+    /// ([`crate::bypass`]).
+    Tap(BypassLink),
+}
+
+impl Net {
+    /// The name used on the command line and in the JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Net::Kernel => "kernel",
+            Net::Tap(_) => "tap",
         }
     }
 }
@@ -190,6 +214,8 @@ pub enum ConfigError {
     FewerKeysThanConnections,
     /// An empty `--cpus` list.
     Cpus,
+    /// A bypass client whose address or gateway is of another family than a server's.
+    NetFamily,
     /// The keyspace cannot be built.
     Keyspace(KeyspaceError),
     /// The workload mix is invalid.
@@ -228,6 +254,9 @@ impl fmt::Display for ConfigError {
                 f.write_str("--verify, --prefill and several --server need at least as many --keys as --connections")
             }
             ConfigError::Cpus => f.write_str("--cpus needs at least one core"),
+            ConfigError::NetFamily => f.write_str(
+                "--ip, --gateway and every --server must be of one address family",
+            ),
             ConfigError::Keyspace(e) => e.fmt(f),
             ConfigError::Mix(e) => e.fmt(f),
         }
@@ -342,6 +371,14 @@ impl Config {
         {
             return Err(ConfigError::FewerKeysThanConnections);
         }
+        if let Net::Tap(link) = &self.net {
+            let family = link.ip.is_ipv4();
+            if self.servers.iter().any(|s| s.is_ipv4() != family)
+                || link.gateway.is_some_and(|g| g.is_ipv4() != family)
+            {
+                return Err(ConfigError::NetFamily);
+            }
+        }
         Keyspace::check(self.keys, self.key_size)?;
         Ok(())
     }
@@ -406,6 +443,8 @@ pub struct ConfigEcho {
     pub idle: Idle,
     /// Kernel timestamps asked for: `software`, `hardware` or `none`.
     pub timestamps: Timestamps,
+    /// `kernel` or `tap` (`--net`).
+    pub net: &'static str,
     /// Time-series interval, ms.
     pub interval_ms: f64,
 }
@@ -441,6 +480,7 @@ impl From<&Config> for ConfigEcho {
             spin_us: c.spin.as_secs_f64() * 1e6,
             idle: c.idle,
             timestamps: c.timestamps,
+            net: c.net.name(),
             interval_ms: c.interval.as_secs_f64() * 1e3,
         }
     }

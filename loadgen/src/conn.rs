@@ -120,8 +120,13 @@ pub struct Conn {
     pub index: usize,
     /// The server it talks to.
     pub server: SocketAddr,
-    /// The socket, when there is one.
+    /// The socket, when there is one (kernel sockets).
     pub stream: Option<TcpStream>,
+    /// The bypass client's connection, when there is one ([`crate::bypass`]).
+    pub link: Option<netstack::ConnId>,
+    /// Bypass client: requests written since its last send stamp (it is on its worker's
+    /// list of connections to stamp after the next egress poll).
+    pub tx_pending: bool,
     /// Lifecycle state.
     pub state: ConnState,
     /// Consecutive failed connection attempts (for back-off).
@@ -184,6 +189,8 @@ impl Conn {
             index,
             server,
             stream: None,
+            link: None,
+            tx_pending: false,
             state: ConnState::Down { retry_at_ns: 0 },
             failures: 0,
             since_ns: 0,
@@ -331,13 +338,9 @@ impl Conn {
         self.in_end == self.inb.len()
     }
 
-    /// Reads once into the buffer, making room first (compacting, or growing when one reply
-    /// fills it). With stamps on, reads with `recvmsg` and returns the receive stamps found in
-    /// `control` (at least [`tstamp::CONTROL_LEN`] bytes).
-    ///
-    /// # Errors
-    /// The read error (reset); a missing socket is `NotConnected`.
-    pub fn read_some(&mut self, control: &mut [u8]) -> io::Result<ReadOutcome> {
+    /// Makes room in the buffer for more bytes: forgets decoded bytes, compacts, or grows
+    /// when one reply fills it.
+    pub fn make_room(&mut self) {
         if self.in_start == self.in_end {
             self.in_start = 0;
             self.in_end = 0;
@@ -352,6 +355,29 @@ impl Conn {
                 self.inb.resize(len, 0);
             }
         }
+    }
+
+    /// Moves `n` bytes written into the buffer's free space (after [`Conn::make_room`]) into
+    /// the received bytes.
+    #[inline]
+    pub fn received(&mut self, n: usize) {
+        self.in_end += n;
+    }
+
+    /// The buffer's free space, after [`Conn::make_room`].
+    #[inline]
+    pub fn free_space(&mut self) -> &mut [u8] {
+        &mut self.inb[self.in_end..]
+    }
+
+    /// Reads once into the buffer, making room first (compacting, or growing when one reply
+    /// fills it). With stamps on, reads with `recvmsg` and returns the receive stamps found in
+    /// `control` (at least [`tstamp::CONTROL_LEN`] bytes).
+    ///
+    /// # Errors
+    /// The read error (reset); a missing socket is `NotConnected`.
+    pub fn read_some(&mut self, control: &mut [u8]) -> io::Result<ReadOutcome> {
+        self.make_room();
         let Some(stream) = self.stream.as_ref() else {
             return Err(io::ErrorKind::NotConnected.into());
         };
@@ -388,6 +414,8 @@ impl Conn {
         self.awaiting.clear();
         self.errqueue_events = 0;
         self.stream = None;
+        self.link = None;
+        self.tx_pending = false;
         self.out.clear();
         self.out_pos = 0;
         self.in_start = 0;

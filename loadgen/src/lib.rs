@@ -12,6 +12,9 @@
 //!   send) and corrected latency (from the intended send) → merged bucket-wise → report
 //! ```
 //!
+//! With `--net tap` a thread's connections run over netstack's TCP stack on a TAP queue of
+//! its own instead of kernel sockets ([`bypass`]); the rest of the thread's work is the same.
+//!
 //! While requests are in flight a thread busy-polls (`--idle spin`), so a reply is read as it
 //! arrives; send and reply times are the kernel's timestamps where the socket gives them
 //! ([`tstamp`]), so the service time excludes the generator's own scheduling, and the delay
@@ -28,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod arrival;
+pub mod bypass;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use hdrhistogram::Histogram;
+use netstack::conn::RecoveryStats;
 use serde::Serialize;
 
 use crate::arrival::{ArrivalKind, GapCheck};
@@ -129,6 +130,8 @@ pub struct Report {
     pub sent_check: Option<GapCheck>,
     /// Prefill: keys written and seconds taken.
     pub prefill: Option<PrefillStats>,
+    /// Bypass client: its tables' loss-recovery counters over the window and the drain.
+    pub recovery: Option<RecoveryStats>,
     /// Loud messages about anything that makes the numbers suspect.
     pub warnings: Vec<String>,
 }
@@ -198,6 +201,7 @@ impl Report {
             schedule_check: None,
             sent_check: None,
             prefill: None,
+            recovery: None,
             warnings: Vec::new(),
         };
         let mut intended_gaps = Vec::new();
@@ -238,6 +242,9 @@ impl Report {
             r.backpressured += t.backpressured;
             r.backlog_start += t.backlog_start;
             r.backlog_end += t.backlog_end;
+            if let Some(rec) = &t.recovery {
+                r.recovery.get_or_insert_default().add(rec);
+            }
             r.backlog_end_wait = r
                 .backlog_end_wait
                 .max(Duration::from_nanos(t.backlog_end_wait_ns));
@@ -440,8 +447,13 @@ impl Report {
                     "its core is shared, or it has more replies than it reads in time (add --threads)"
                 }
             };
+            let (arrival, stamps) = if self.timestamps.source == Timestamps::Device {
+                ("their frame's arrival from the device", "device timestamps")
+            } else {
+                ("their arrival in the kernel", "kernel timestamps")
+            };
             w.push(format!(
-                "GENERATOR DELAY: replies waited {:.1} µs (p50) between their arrival in the kernel and the generator reading them, more than {:.0} % of the service time p50 ({service_p50:.1} µs): {why}. The service times exclude it (kernel timestamps), but each next request goes out that much later",
+                "GENERATOR DELAY: replies waited {:.1} µs (p50) between {arrival} and the generator reading them, more than {:.0} % of the service time p50 ({service_p50:.1} µs): {why}. The service times exclude it ({stamps}), but each next request goes out that much later",
                 delay.p50,
                 GENERATOR_DELAY_SHARE * 100.0,
             ));
@@ -586,6 +598,7 @@ impl Report {
             open_loop,
             verify: c.verify.then_some(self.verify),
             prefill: self.prefill,
+            recovery: self.recovery.as_ref().map(RecoveryJson::from),
             time_series,
             histograms: HistogramsJson {
                 encoding: HISTOGRAM_ENCODING,
@@ -708,9 +721,14 @@ impl Report {
                 }
             }
         }
+        let stamper = if self.timestamps.source == Timestamps::Device {
+            "device"
+        } else {
+            "kernel"
+        };
         let _ = writeln!(
             out,
-            "timestamps: {} (kernel transmit stamps on {} of {} replies, receive stamps on {}); idle {}",
+            "timestamps: {} ({stamper} transmit stamps on {} of {} replies, receive stamps on {}); idle {}",
             self.timestamps.source,
             self.tx_kernel,
             self.completed(),
@@ -723,6 +741,13 @@ impl Report {
             "errors: refused {}, reset {}, timeout {}, protocol {}, aborted {}, server {}",
             e.refused, e.reset, e.timeout, e.protocol, e.aborted, e.server
         );
+        if let Some(r) = self.recovery.as_ref().map(RecoveryJson::from) {
+            let _ = writeln!(
+                out,
+                "loss recovery (generator): probes {}, re-sends {}, repaired {}, spurious {}, smoltcp retransmits {}",
+                r.probes, r.resends, r.repaired, r.spurious, r.smoltcp_retransmits
+            );
+        }
         let _ = writeln!(
             out,
             "generator CPU: {:.3} s in the window, {:.2} µs per request sent",
@@ -816,6 +841,8 @@ pub struct Summary {
     pub verify: Option<VerifyCounts>,
     /// Prefill; null without `--prefill`.
     pub prefill: Option<PrefillStats>,
+    /// The bypass client's loss recovery; null over kernel sockets.
+    pub recovery: Option<RecoveryJson>,
     /// One entry per `--interval` of the window.
     pub time_series: Vec<IntervalJson>,
     /// The whole run's histograms, lossless.
@@ -942,6 +969,34 @@ pub struct Latencies {
     pub corrected: Option<OpLatencies>,
     /// From a reply's kernel receive stamp to the generator handling it.
     pub generator_delay: Percentiles,
+}
+
+/// The bypass client's loss recovery at round-trip scale (netstack's counters).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RecoveryJson {
+    /// Tail-loss probes sent.
+    pub probes: u64,
+    /// Copies sent again at once, not by a timer: the server acknowledged later data, or
+    /// sent again data that they acknowledged.
+    pub resends: u64,
+    /// Copies sent again (probes and re-sends) that repaired a loss.
+    pub repaired: u64,
+    /// Copies sent again that the server already had.
+    pub spurious: u64,
+    /// Segments smoltcp sent again itself (its one-second timer, fast retransmit).
+    pub smoltcp_retransmits: u64,
+}
+
+impl From<&RecoveryStats> for RecoveryJson {
+    fn from(r: &RecoveryStats) -> Self {
+        RecoveryJson {
+            probes: r.probes,
+            resends: r.sack_resends + r.peer_retransmit_resends,
+            repaired: r.recovered,
+            spurious: r.spurious,
+            smoltcp_retransmits: r.smoltcp_retransmits,
+        }
+    }
 }
 
 /// How the generator's threads fared on their cores.
@@ -1078,6 +1133,14 @@ mod tests {
                 s.window_start_ns = 0;
                 s.window_end_ns = 2_000_000_000;
                 s.prefill_keys = 50;
+                if open {
+                    s.recovery = Some(RecoveryStats {
+                        probes: 2,
+                        recovered: 1,
+                        spurious: 1,
+                        ..RecoveryStats::default()
+                    });
+                }
                 s
             })
             .collect()

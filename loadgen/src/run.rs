@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::client::Codec;
-use crate::config::{Config, ConfigError, MAX_VALUE_SIZE};
+use crate::config::{Config, ConfigError, MAX_VALUE_SIZE, Net};
 use crate::environment::Environment;
 use crate::histogram::Percentiles;
 use crate::placement::{PlacementError, place};
@@ -27,7 +27,7 @@ use crate::workload::{Keyspace, value_pattern};
 const START_DELAY_NS: u64 = 2_000_000;
 
 /// Why a run could not take place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunError {
     /// The configuration is invalid.
     Config(ConfigError),
@@ -38,6 +38,8 @@ pub enum RunError {
         /// What went wrong.
         kind: std::io::ErrorKind,
     },
+    /// The bypass client's device or table could not be set up (the message says why).
+    Net(String),
     /// A worker thread panicked.
     WorkerPanicked,
     /// The keys cannot be placed on the servers (ketama put too few on one).
@@ -49,6 +51,7 @@ impl fmt::Display for RunError {
         match self {
             RunError::Config(e) => e.fmt(f),
             RunError::Connect { server, kind } => write!(f, "cannot connect to {server}: {kind}"),
+            RunError::Net(e) => f.write_str(e),
             RunError::WorkerPanicked => f.write_str("a worker thread panicked"),
             RunError::Placement(e) => e.fmt(f),
         }
@@ -106,7 +109,10 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
         SystemTime::now(),
     );
     // Kept until the workers are done: dropping it restores the NICs' stamping settings.
-    let stamps = StampPlan::new(config.timestamps, &config.servers);
+    let stamps = match config.net {
+        Net::Kernel => StampPlan::new(config.timestamps, &config.servers),
+        Net::Tap(_) => StampPlan::device(),
+    };
     if config.progress {
         if let Some(note) = &stamps.note {
             eprintln!("memspin-loadgen: {note}");
@@ -132,6 +138,7 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
         abort: AtomicBool::new(false),
         start_ns: AtomicU64::new(0),
         connect_error: Mutex::new(None),
+        net_error: Mutex::new(None),
     });
     let (tx, rx) = mpsc::channel::<Tick>();
     let mut handles = Vec::with_capacity(threads);
@@ -150,10 +157,21 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
         .connect_error
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if failed.is_some() {
+    let net_failed = shared
+        .net_error
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if failed.is_some() || net_failed.is_some() {
         shared.abort.store(true, Ordering::SeqCst);
     }
     shared.barrier.wait(); // 2
+    if let Some(e) = net_failed {
+        for h in handles {
+            let _ = h.join();
+        }
+        return Err(RunError::Net(e));
+    }
     if let Some((server, kind)) = failed {
         for h in handles {
             let _ = h.join();

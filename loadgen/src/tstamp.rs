@@ -48,6 +48,9 @@ pub enum Timestamps {
     Hardware,
     /// No kernel stamps: send and reply times are the generator's own clock readings.
     None,
+    /// The bypass client's device stamps (`--net tap`, [`crate::bypass`]): the run clock when
+    /// the request's frame went to the device and when the reply's frame was read from it.
+    Device,
 }
 
 impl Timestamps {
@@ -57,6 +60,7 @@ impl Timestamps {
             Timestamps::Software => "software",
             Timestamps::Hardware => "hardware",
             Timestamps::None => "none",
+            Timestamps::Device => "device",
         }
     }
 
@@ -76,7 +80,7 @@ impl Timestamps {
                     | libc::SOF_TIMESTAMPING_RX_HARDWARE
                     | libc::SOF_TIMESTAMPING_RAW_HARDWARE,
             ),
-            Timestamps::None => None,
+            Timestamps::None | Timestamps::Device => None,
         }
     }
 }
@@ -336,6 +340,15 @@ impl StampPlan {
             ));
         }
         plan
+    }
+
+    /// The bypass client's plan: its device stamps, no socket is stamped.
+    pub fn device() -> StampPlan {
+        StampPlan {
+            source: Timestamps::Device,
+            note: None,
+            restore: Vec::new(),
+        }
     }
 
     /// Interfaces with hardware stamping enabled by this plan.

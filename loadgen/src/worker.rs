@@ -9,6 +9,11 @@
 //!   generator delay (handled − RX stamp), verify, counters
 //! ```
 //!
+//! **Transport.** Over kernel sockets the loop is epoll's; with the bypass client
+//! ([`crate::bypass`], `--net tap`) each round polls the thread's own stack instead (ingress,
+//! connection events, replies copied into `Conn.inb`, output, egress, send stamps), and the
+//! same `issue`, `decode_replies`, `refill` and `fail` serve both.
+//!
 //! **Open loop.** The thread's [`Pacer`] hands out due arrivals, oldest first, one per free
 //! slot: on the connection whose reply freed it, as soon as the reply is decoded (as closed
 //! loop refills), and round robin in the loop for arrivals that find slots free. With every slot
@@ -41,10 +46,13 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use netstack::conn::RecoveryStats;
+use netstack::{ConnEvent, ConnId};
 
 use crate::arrival::Schedule;
+use crate::bypass::Bypass;
 use crate::client::{Codec, DecodeError, Expect, MultiHit, MultiKeys, Reply, Request};
-use crate::config::{Config, Idle};
+use crate::config::{Config, Idle, Net};
 use crate::conn::{Answered, Conn, ConnState, FlushOutcome, InFlight, ReadOutcome, RxTime};
 use crate::histogram::{HIGHEST_NS, LatencySet, OpKind, new_histogram, new_interval_histogram};
 use crate::pacing::{Arrival, MAX_GAP_SAMPLES, Pacer};
@@ -261,6 +269,8 @@ pub struct ThreadStats {
     pub prefill_errors: u64,
     /// The core this thread was asked to run on and could not be pinned to.
     pub pin_failed: Option<usize>,
+    /// Bypass client: its table's loss-recovery counters over the window and the drain.
+    pub recovery: Option<RecoveryStats>,
 }
 
 impl ThreadStats {
@@ -298,6 +308,7 @@ impl ThreadStats {
             prefill_keys: 0,
             prefill_errors: 0,
             pin_failed: None,
+            recovery: None,
         }
     }
 }
@@ -373,6 +384,8 @@ pub(crate) struct Shared {
     pub abort: AtomicBool,
     pub start_ns: AtomicU64,
     pub connect_error: Mutex<Option<(SocketAddr, std::io::ErrorKind)>>,
+    /// Why a thread's bypass stack could not be set up.
+    pub net_error: Mutex<Option<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -446,6 +459,21 @@ struct Worker {
     stamp_clock: StampClock,
     errqueue: ErrQueue,
     control: Vec<u8>,
+    // Bypass client (`--net tap`).
+    bypass: Option<Box<Bypass>>,
+    /// Connection events taken from the table (reused).
+    net_events: Vec<(ConnId, ConnEvent)>,
+    /// Connections the table had data or news for in this round: index, stamps, whether
+    /// the peer closed or reset (reused).
+    arrived: Vec<(usize, netstack::Stamps, bool)>,
+    /// Connections with requests written since their last send stamp (`Conn::tx_pending`).
+    to_stamp: Vec<usize>,
+    /// Connections with output the send buffer did not take yet (reused).
+    blocked: Vec<usize>,
+    /// Start-up: the first connection that failed to open.
+    connect_failure: Option<(SocketAddr, std::io::ErrorKind)>,
+    /// The table's loss-recovery counters when the window opened.
+    recovery_start: Option<RecoveryStats>,
 }
 
 /// Runs worker `id` to completion: connect, (prefill), run, and return what it measured.
@@ -466,6 +494,32 @@ pub(crate) fn worker_main(
             None
         }
     };
+    if let Net::Tap(link) = &shared.config.net
+        && let Some(worker) = w.as_mut()
+    {
+        let (threads, conns) = (shared.config.threads, worker.conns.len());
+        match Bypass::open(link, id, threads, conns, shared.clock.now_ns()) {
+            Ok(b) => {
+                // Waited on (level-triggered) when a thread sleeps.
+                if let Err(e) = worker.epoll.add(b.fd(), READABLE, u64::MAX) {
+                    let mut slot = shared
+                        .net_error
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    slot.get_or_insert(format!("epoll: {e}"));
+                }
+                worker.bypass = Some(Box::new(b));
+            }
+            Err(e) => {
+                let mut slot = shared
+                    .net_error
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                slot.get_or_insert(e);
+                w = None;
+            }
+        }
+    }
     if let Some(w) = w.as_mut()
         && let Err((addr, kind)) = w.connect_all()
     {
@@ -473,6 +527,11 @@ pub(crate) fn worker_main(
     }
     shared.barrier.wait(); // 1: connected (or failed)
     shared.barrier.wait(); // 2: the starter decided whether to go on
+    if shared.abort.load(Ordering::SeqCst)
+        && let Some(w) = w.as_mut()
+    {
+        w.reset_bypass();
+    }
     let Some(mut w) = w.filter(|_| !shared.abort.load(Ordering::SeqCst)) else {
         return ThreadStats::new();
     };
@@ -485,6 +544,7 @@ pub(crate) fn worker_main(
     shared.barrier.wait(); // 4: start time published
     let start_ns = shared.start_ns.load(Ordering::SeqCst);
     w.run(start_ns);
+    w.reset_bypass();
     w.stats
 }
 
@@ -613,8 +673,24 @@ impl Worker {
             stamp_clock: StampClock::new(),
             errqueue: ErrQueue::new(),
             control: vec![0; tstamp::CONTROL_LEN],
+            bypass: None,
+            net_events: Vec::new(),
+            arrived: Vec::new(),
+            to_stamp: Vec::new(),
+            blocked: Vec::new(),
+            connect_failure: None,
+            recovery_start: None,
             shared,
         })
+    }
+
+    /// Bypass client: resets its connections before the thread ends (a process that exits
+    /// leaves no kernel to do it).
+    fn reset_bypass(&mut self) {
+        let now = self.shared.clock.now_ns();
+        if let Some(net) = self.bypass.as_mut() {
+            net.abort_all(self.conns.iter_mut().filter_map(|c| c.link.take()), now);
+        }
     }
 
     /// Reads the wall clock against the run clock (see [`StampClock`]).
@@ -646,6 +722,20 @@ impl Worker {
             self.open(i, 0).map_err(|k| (server, k))?;
         }
         let deadline = Instant::now() + CONNECT_DEADLINE;
+        if self.bypass.is_some() {
+            // Busy-polls the stack until every handshake is done or one failed.
+            while let Some(c) = self.conns.iter().find(|c| c.state == ConnState::Connecting) {
+                if let Some(failure) = self.connect_failure {
+                    return Err(failure);
+                }
+                if Instant::now() >= deadline {
+                    return Err((c.server, std::io::ErrorKind::TimedOut));
+                }
+                let now = self.shared.clock.now_ns();
+                self.poll_bypass(now, now);
+            }
+            return self.connect_failure.map_or(Ok(()), Err);
+        }
         while let Some(c) = self.conns.iter().find(|c| c.state == ConnState::Connecting) {
             let server = c.server;
             let left = deadline.saturating_duration_since(Instant::now());
@@ -674,6 +764,14 @@ impl Worker {
 
     /// Starts connection `i`; `Err` only when the attempt failed at once.
     fn open(&mut self, i: usize, now: u64) -> Result<(), std::io::ErrorKind> {
+        if let Some(net) = self.bypass.as_mut() {
+            let id = net.connect(self.conns[i].server, i)?;
+            let c = &mut self.conns[i];
+            c.link = Some(id);
+            c.state = ConnState::Connecting;
+            c.since_ns = now;
+            return Ok(());
+        }
         let (stream, connected) =
             sys::connect_nonblocking(&self.conns[i].server).map_err(|e| e.kind())?;
         let interest = if connected { WATCH } else { WATCH | WRITABLE };
@@ -719,6 +817,17 @@ impl Worker {
 
     /// Closes connection `i` after `why`; its in-flight requests are lost, never retried.
     fn fail(&mut self, i: usize, why: Failure, now: u64) {
+        if self.phase == Phase::Connect && self.conns[i].state == ConnState::Connecting {
+            let kind = match why {
+                Failure::Timeout => std::io::ErrorKind::TimedOut,
+                _ => std::io::ErrorKind::ConnectionRefused,
+            };
+            self.connect_failure
+                .get_or_insert((self.conns[i].server, kind));
+        }
+        if let (Some(id), Some(net)) = (self.conns[i].link, self.bypass.as_mut()) {
+            net.abort(id);
+        }
         self.settle(i, now, true);
         let counting = self.counting(now);
         let depth = self.depth();
@@ -927,6 +1036,9 @@ impl Worker {
     }
 
     fn flush_dirty(&mut self, now: u64) {
+        if self.bypass.is_some() {
+            return self.flush_dirty_bypass(now);
+        }
         while let Some(i) = self.dirty.pop() {
             let c = &mut self.conns[i];
             c.dirty = false;
@@ -945,6 +1057,160 @@ impl Worker {
                 }
                 Err(_) => self.fail(i, Failure::Reset, now),
             }
+        }
+    }
+
+    /// Bypass client: queues every dirty connection's output in its socket; what its send
+    /// buffer does not take is tried again in the next round.
+    fn flush_dirty_bypass(&mut self, now: u64) {
+        let mut blocked = std::mem::take(&mut self.blocked);
+        while let Some(i) = self.dirty.pop() {
+            let c = &mut self.conns[i];
+            c.dirty = false;
+            let (ConnState::Ready, Some(id), true) = (c.state, c.link, c.has_output()) else {
+                continue;
+            };
+            let net = self.bypass.as_mut().expect("a bypass worker");
+            match net.write(id, &c.out[c.out_pos..]) {
+                Some(n) => {
+                    c.out_pos += n;
+                    c.bytes_written += n as u64;
+                    if n > 0 && !c.tx_pending {
+                        c.tx_pending = true;
+                        self.to_stamp.push(i);
+                    }
+                    if c.out_pos == c.out.len() {
+                        c.out.clear();
+                        c.out_pos = 0;
+                    } else {
+                        blocked.push(i);
+                    }
+                }
+                None => self.fail(i, Failure::Reset, now),
+            }
+        }
+        for &i in &blocked {
+            if !self.conns[i].dirty && self.conns[i].state == ConnState::Ready {
+                self.conns[i].dirty = true;
+                self.dirty.push(i);
+            }
+        }
+        blocked.clear();
+        self.blocked = blocked;
+    }
+
+    /// Bypass client: one round of the stack (ingress, connection events, replies, output,
+    /// egress, send stamps); then, if nothing happened and `deadline_ns` is ahead, waits for
+    /// a frame until then (or the table's next timer).
+    fn poll_bypass(&mut self, now: u64, deadline_ns: u64) {
+        let clock = self.shared.clock;
+        let mut progress = self
+            .bypass
+            .as_mut()
+            .expect("a bypass worker")
+            .ingress(clock.now_ns());
+        let mut events = std::mem::take(&mut self.net_events);
+        self.bypass
+            .as_mut()
+            .expect("a bypass worker")
+            .events(&mut events);
+        for &(id, event) in &events {
+            progress = true;
+            let now = clock.now_ns();
+            let Some(i) = self.conns.iter().position(|c| c.link == Some(id)) else {
+                // A connection given up on while it was opening: it has no use now.
+                if event == ConnEvent::Established {
+                    self.bypass.as_mut().expect("a bypass worker").abort(id);
+                }
+                continue;
+            };
+            match (event, self.conns[i].state) {
+                (ConnEvent::Established, ConnState::Connecting) => self.became_ready(i, now),
+                (ConnEvent::Refused, _) => self.fail(i, Failure::Refused, now),
+                (ConnEvent::TimedOut, ConnState::Connecting) => self.fail(i, Failure::Refused, now),
+                (ConnEvent::TimedOut, _) => self.fail(i, Failure::Timeout, now),
+                (ConnEvent::Reset | ConnEvent::Closed, _) => self.fail(i, Failure::Reset, now),
+                (ConnEvent::Established, _) => {}
+            }
+        }
+        self.net_events = events;
+        let mut arrived = std::mem::take(&mut self.arrived);
+        {
+            let Worker { bypass, conns, .. } = &mut *self;
+            let net = bypass.as_mut().expect("a bypass worker");
+            net.serve(|i, io, stamps| {
+                let c = &mut conns[i];
+                let mut closed = false;
+                loop {
+                    c.make_room();
+                    match io.recv_slice(c.free_space()) {
+                        Ok(0) => break,
+                        Ok(n) => c.received(n),
+                        Err(_) => {
+                            closed = true;
+                            break;
+                        }
+                    }
+                }
+                arrived.push((i, stamps, closed));
+            });
+        }
+        for &(i, stamps, closed) in &arrived {
+            progress = true;
+            let rx_ns = self.bypass.as_ref().and_then(|b| b.received_ns(stamps));
+            let handled_ns = clock.now_ns();
+            if self.conns[i].state != ConnState::Ready {
+                continue;
+            }
+            let rx = RxTime {
+                handled_ns,
+                kernel_ns: rx_ns,
+                hw_ns: None,
+            };
+            if let Err(()) = self.decode_replies(i, rx) {
+                self.fail(i, Failure::Protocol, handled_ns);
+                continue;
+            }
+            if closed {
+                self.fail(i, Failure::Reset, handled_ns);
+                continue;
+            }
+            self.refill(i, handled_ns);
+        }
+        arrived.clear();
+        self.arrived = arrived;
+        self.flush_dirty_bypass(now);
+        let net = self.bypass.as_mut().expect("a bypass worker");
+        progress |= net.egress(clock.now_ns(), || clock.now_ns());
+        // Requests written before this egress are stamped with it once their connection's
+        // new data went out in it.
+        let mut k = 0;
+        while k < self.to_stamp.len() {
+            let i = self.to_stamp[k];
+            let c = &mut self.conns[i];
+            let sent = c.link.and_then(|id| net.sent_in_latest_egress(id));
+            if c.link.is_some() && sent.is_none() {
+                k += 1;
+                continue;
+            }
+            if let Some(ns) = sent {
+                for r in c.inflight.iter_mut().filter(|r| r.tx_kernel_ns.is_none()) {
+                    r.tx_kernel_ns = Some(ns);
+                }
+            }
+            c.tx_pending = false;
+            self.to_stamp.swap_remove(k);
+        }
+        let now = clock.now_ns();
+        if progress || !self.dirty.is_empty() || deadline_ns <= now {
+            return;
+        }
+        let mut wait_ns = deadline_ns - now;
+        if let Some(timer_ns) = net.poll_delay_ns(now) {
+            wait_ns = wait_ns.min(timer_ns);
+        }
+        if wait_ns > 0 {
+            let _ = self.epoll.wait(Some(Duration::from_nanos(wait_ns)));
         }
     }
 
@@ -1269,7 +1535,7 @@ impl Worker {
             self.spin_guard.observe(now, delay);
             (self.last_delay_ns, self.last_housekeeping_ns) = (delay, now);
         }
-        if self.shared.stamps != Timestamps::None {
+        if self.shared.stamps.socket_flags().is_some() {
             self.read_stamp_clock();
             self.settle_waiting(now, false);
         }
@@ -1326,6 +1592,9 @@ impl Worker {
 
     /// Waits for events until `deadline_ns` and handles them.
     fn poll(&mut self, now: u64, deadline_ns: u64) {
+        if self.bypass.is_some() {
+            return self.poll_bypass(now, deadline_ns);
+        }
         let timeout = Duration::from_nanos(deadline_ns.saturating_sub(now));
         let mut ready = std::mem::take(&mut self.ready_events);
         ready.clear();
@@ -1430,6 +1699,7 @@ impl Worker {
             let now = self.shared.clock.now_ns();
             if self.cpu_start_ns.is_none() && now >= self.t0 {
                 self.cpu_start_ns = Some(sys::thread_cpu_ns());
+                self.recovery_start = self.bypass.as_ref().map(|b| b.recovery());
             }
             if !self.ended && (now >= self.t_end || self.shared.stop.load(Ordering::Relaxed)) {
                 self.ended = true;
@@ -1490,6 +1760,10 @@ impl Worker {
         }
         self.send_tick();
         self.stats.window_end_ns = self.t_end;
+        if let Some(b) = self.bypass.as_ref() {
+            let start = self.recovery_start.unwrap_or_default();
+            self.stats.recovery = Some(b.recovery().since(&start));
+        }
     }
 
     /// Open loop, at the window's end: arrivals still waiting are never sent; takes the
