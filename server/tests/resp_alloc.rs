@@ -8,7 +8,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use protocol::resp::{Version, write_command};
-use server::engine::{Engine, EngineConfig, Protocol, Session, Stop, VERSION};
+use server::engine::{Engine, EngineConfig, Protocol, Session, Stop};
 use store::ShardConfig;
 
 struct Counting;
@@ -52,18 +52,13 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 fn engine() -> Engine {
-    Engine::new(EngineConfig {
-        shard: ShardConfig {
+    Engine::new(EngineConfig::new(
+        ShardConfig {
             memory_limit_bytes: 64 << 20,
             max_item_size: 1 << 20,
         },
-        version: VERSION,
-        started_unix_secs: 0,
-        threads: 1,
-        worker: 0,
-        conn_limit: 1024,
-        control: server::control::Control::new(Default::default(), 0),
-    })
+        server::control::Control::new(Default::default(), 0),
+    ))
 }
 
 fn command(args: &[&[u8]]) -> Vec<u8> {

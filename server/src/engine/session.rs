@@ -3,9 +3,9 @@
 //! interface.
 //!
 //! ```text
-//! adapter step(cx, input, out) ─▶ cx.core (counted store operations)
+//! adapter step(cx, input, out) ─▶ cx.get / store / delete / ... (the core's counted operations)
 //!                              ─▶ cx.session (skip, close, turn, where a stopped request resumes)
-//!                              ─▶ cx.forward / fan_out / gather (other workers, forward.rs)
+//!                              ─▶ cx.forward / fan_out / gather (other workers, forward/)
 //! ```
 //!
 //! Nothing here knows a protocol's wire format: a session names the protocol it speaks, and
@@ -14,24 +14,13 @@
 
 use std::sync::Arc;
 
-use store::Now;
+use store::{Arith, ItemView, NewCas, Now, StoreError, Ttl, Write};
 
+use super::config::{EngineConfig, OUT_HIGH_WATER_BYTES};
 use super::core::Core;
 use super::forward::{self, Form, Forwarder, Gather, Holes, Op, Part, Stamp};
-use crate::control::ConnRecord;
-use crate::stats::{Group, Kind};
-
-/// Output backlog above which the engine stops executing until the caller has sent some of it:
-/// checked before every request and before every key of a multi-key request, so one
-/// connection's output holds at most this plus one reply (of up to `-I` and its header), plus
-/// what other workers may still send it
-/// ([`FORWARD_REPLY_CREDIT_BYTES`](super::FORWARD_REPLY_CREDIT_BYTES) and one reply each).
-pub const OUT_HIGH_WATER_BYTES: usize = 256 * 1024;
-
-/// Requests (and keys of a multi-key request) one connection may execute per turn, so that a
-/// client pipelining as fast as it can does not delay the others: the packet path gives each
-/// connection with work one turn per loop ([`Session::begin_turn`]).
-pub const TURN_REQUESTS: usize = 64;
+use crate::control::{ConnRecord, Control, MemoryFigures};
+use crate::stats::{Group, Kind, Snapshot};
 
 /// The protocols a connection may speak: the engine runs each with its own adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -322,7 +311,7 @@ impl Session {
 /// forwarded to it: there every key is its own).
 pub(crate) struct Cx<'a> {
     /// The counted store operations, limits and statistics.
-    pub core: &'a mut Core,
+    core: &'a mut Core,
     /// The connection's state.
     pub session: &'a mut Session,
     /// The caller's clock.
@@ -464,6 +453,25 @@ impl<'a> Cx<'a> {
         sent
     }
 
+    /// Writes the reply `render` makes of every worker's figures of `group`, summed: now, from
+    /// this worker's alone, when it is the only one or `group` does not gather; otherwise once
+    /// every other worker has answered (check [`Cx::may_fan_out`] first).
+    pub fn gather_snapshots(
+        &mut self,
+        group: Group,
+        out: &mut Vec<u8>,
+        mut render: impl FnMut(&Snapshot, &mut Vec<u8>) + Send + 'static,
+    ) {
+        let own = self.core.snapshot(group, self.now);
+        if self.workers() > 1 && group.gathers() {
+            let merged = Merged { sum: None, render };
+            let own = Some(Part::Snapshot(&own));
+            self.fan_out(FanOut::Snapshot(group), Some(Box::new(merged)), own, out);
+        } else {
+            render(&own, out);
+        }
+    }
+
     /// Opens a hole at the end of `out` whose reply `gather` writes once every part sent with
     /// [`Cx::forward_part`] is answered and [`Cx::seal`] has said no more are coming (a
     /// multi-key request whose keys live on several workers); returns its sequence number.
@@ -548,6 +556,267 @@ impl<'a> Cx<'a> {
     /// The form a request forwarded from this session travels in.
     fn form(&self, part: u8) -> Form {
         self.session.protocol.unwrap_or(Protocol::Text).form(part)
+    }
+}
+
+/// The core's operations, as adapters call them: the counted store operations, the limits and
+/// statistics a request reads or changes. The core itself stays private to the context.
+impl Cx<'_> {
+    /// Names the kind of the request being executed (see `Core::classify`).
+    #[inline]
+    pub fn classify(&mut self, kind: Kind) {
+        self.core.classify(kind);
+    }
+
+    /// A read that marks a hit fetched, counting `cmd_get`.
+    #[inline]
+    pub fn get(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
+        self.core.get(key, now)
+    }
+
+    /// A read of the value alone, counting `cmd_get`.
+    #[inline]
+    pub fn get_value(&mut self, key: &[u8], now: Now) -> Option<&[u8]> {
+        self.core.get_value(key, now)
+    }
+
+    /// A read that leaves the item's access marks alone, counting `cmd_get`.
+    #[inline]
+    pub fn get_unbumped(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
+        self.core.get_unbumped(key, now)
+    }
+
+    /// A look at a live item: nothing counted or marked.
+    #[inline]
+    pub fn peek(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
+        self.core.peek(key, now)
+    }
+
+    /// A new expiry for a held key, counting `cmd_touch`.
+    #[inline]
+    pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
+        self.core.touch(key, ttl, now)
+    }
+
+    /// [`Cx::touch`] without marking the access.
+    #[inline]
+    pub fn touch_unbumped(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
+        self.core.touch_unbumped(key, ttl, now)
+    }
+
+    /// A new expiry as part of another command (not counted as a touch).
+    #[inline]
+    pub fn retouch(&mut self, key: &[u8], ttl: Ttl, now: Now) {
+        self.core.retouch(key, ttl, now);
+    }
+
+    /// A store, counting `cmd_set`.
+    ///
+    /// # Errors
+    /// As [`store::Shard::store`].
+    #[inline]
+    pub fn store(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
+        self.core.store(write, now)
+    }
+
+    /// A store made by a read (meta `mg N`), counted as the core counts it.
+    ///
+    /// # Errors
+    /// As [`store::Shard::store`].
+    #[inline]
+    pub fn vivify(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
+        self.core.vivify(write, now)
+    }
+
+    /// Counts a store refused for its size (and unlinks the old item when `unlink`).
+    #[inline]
+    pub fn refuse_too_large(&mut self, key: &[u8], unlink: bool, now: Now) {
+        self.core.refuse_too_large(key, unlink, now);
+    }
+
+    /// Removes `key` without counting a delete.
+    #[inline]
+    pub fn unlink(&mut self, key: &[u8], now: Now) {
+        self.core.unlink(key, now);
+    }
+
+    /// Whether an item of this key and value length can ever be stored (`-I`).
+    #[inline]
+    pub fn fits(&self, key_len: usize, value_len: usize) -> bool {
+        self.core.fits(key_len, value_len)
+    }
+
+    /// A delete, counted.
+    ///
+    /// # Errors
+    /// As [`store::Shard::delete`].
+    #[inline]
+    pub fn delete(&mut self, key: &[u8], cas: u64, now: Now) -> Result<(), StoreError> {
+        self.core.delete(key, cas, now)
+    }
+
+    /// Marks `key` stale (meta `md I`, `ms I`).
+    ///
+    /// # Errors
+    /// As [`store::Shard::invalidate_with`].
+    #[inline]
+    pub fn invalidate(
+        &mut self,
+        key: &[u8],
+        cas: u64,
+        exptime: Option<i64>,
+        new_cas: NewCas,
+        now: Now,
+    ) -> Result<u64, StoreError> {
+        self.core.invalidate(key, cas, exptime, new_cas, now)
+    }
+
+    /// Records that a client holds the item's recache token (meta `W`).
+    #[inline]
+    pub fn claim_win(&mut self, key: &[u8], now: Now) {
+        self.core.claim_win(key, now);
+    }
+
+    /// Marks the item fetched (meta `mg` after its reply is written).
+    #[inline]
+    pub fn mark_fetched(&mut self, key: &[u8], now: Now) {
+        self.core.mark_fetched(key, now);
+    }
+
+    /// An increment or decrement, counted.
+    ///
+    /// # Errors
+    /// As [`store::Shard::incr_decr`].
+    #[inline]
+    pub fn arith(&mut self, arith: Arith<'_>, now: Now) -> Result<(u64, u64), StoreError> {
+        self.core.arith(arith, now)
+    }
+
+    /// A CAS value no live item of `key` holds.
+    #[inline]
+    pub fn cas_matching_nothing(&mut self, key: &[u8], now: Now) -> u64 {
+        self.core.cas_matching_nothing(key, now)
+    }
+
+    /// `flush_all` on this worker's shard, counted.
+    #[inline]
+    pub fn flush_all(&mut self, delay: i64, now: Now) {
+        self.core.flush_all(delay, now);
+    }
+
+    /// Empties this worker's shard now, counted as a flush.
+    #[inline]
+    pub fn clear(&mut self, now: Now) {
+        self.core.clear(now);
+    }
+
+    /// Counts a request refused as malformed or unknown.
+    #[inline]
+    pub fn protocol_error(&mut self) {
+        self.core.protocol_error();
+    }
+
+    /// Counts a meta command.
+    #[inline]
+    pub fn count_meta(&mut self) {
+        self.core.count_meta();
+    }
+
+    /// Warms the store for `keys` (see `Core::prefetch`).
+    #[inline]
+    pub fn prefetch(&self, keys: &[&[u8]]) {
+        self.core.prefetch(keys);
+    }
+
+    /// Records the samples counted so far as taking `ns` (`stats latency`).
+    pub fn record_samples(&mut self, ns: u64) {
+        self.core.record_samples(ns);
+    }
+
+    /// Zeroes this worker's statistics (`stats reset`).
+    pub fn reset_stats(&mut self) {
+        self.core.reset_stats();
+    }
+
+    /// This worker's figures for `group`.
+    pub fn snapshot(&self, group: Group, now: Now) -> Snapshot {
+        self.core.snapshot(group, now)
+    }
+
+    /// This worker's memory figures.
+    pub fn memory_figures(&self) -> MemoryFigures {
+        self.core.memory_figures()
+    }
+
+    /// Takes a changed memory budget (`cache_memlimit`), in steps.
+    pub fn apply_memory_limit(&mut self) {
+        self.core.apply_memory_limit();
+    }
+
+    /// The buckets of this worker's table.
+    pub fn num_buckets(&self) -> usize {
+        self.core.shard().num_buckets()
+    }
+
+    /// Hands every live item of this worker's buckets `start..end` to `f` (key, item, charged
+    /// size), touching none (see [`store::Shard::visit`]).
+    pub fn visit(
+        &self,
+        start: usize,
+        end: usize,
+        now: Now,
+        f: impl FnMut(&[u8], ItemView<'_>, usize),
+    ) {
+        self.core.shard().visit(start, end, now, f);
+    }
+
+    /// The version string answered to VERSION.
+    pub fn version(&self) -> &'static str {
+        self.core.version()
+    }
+
+    /// The configuration this engine was built with.
+    pub fn config(&self) -> &EngineConfig {
+        self.core.config()
+    }
+
+    /// What every worker shares.
+    pub fn control(&self) -> &Arc<Control> {
+        self.core.control()
+    }
+
+    /// The connection's number (see [`Session::number`]).
+    pub fn connection_number(&mut self) -> u64 {
+        self.session.number(self.core.control())
+    }
+}
+
+/// Every worker's figures, summed as they arrive; `render` writes the reply from the sum.
+struct Merged<F> {
+    sum: Option<Snapshot>,
+    render: F,
+}
+
+impl<F> std::fmt::Debug for Merged<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Merged").field("sum", &self.sum).finish()
+    }
+}
+
+impl<F: FnMut(&Snapshot, &mut Vec<u8>) + Send> Gather for Merged<F> {
+    fn add(&mut self, part: Part<'_>) {
+        if let Part::Snapshot(snapshot) = part {
+            match self.sum.as_mut() {
+                Some(sum) => sum.merge(snapshot),
+                None => self.sum = Some(snapshot.clone()),
+            }
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if let Some(sum) = &self.sum {
+            (self.render)(sum, out);
+        }
     }
 }
 

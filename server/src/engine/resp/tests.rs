@@ -1000,16 +1000,16 @@ fn multi_key_commands_stop_at_the_high_water_mark_and_go_on() {
 
 fn config(workers: usize, worker: usize) -> EngineConfig {
     EngineConfig {
-        shard: store::ShardConfig {
-            memory_limit_bytes: 16 << 20,
-            max_item_size: 1 << 20,
-        },
-        version: VERSION,
         started_unix_secs: NOW - 10,
         threads: workers,
         worker,
-        conn_limit: 1024,
-        control: crate::control::Control::new(Default::default(), 0),
+        ..EngineConfig::new(
+            store::ShardConfig {
+                memory_limit_bytes: 16 << 20,
+                max_item_size: 1 << 20,
+            },
+            crate::control::Control::new(Default::default(), 0),
+        )
     }
 }
 

@@ -1,0 +1,169 @@
+//! The connection: `HELLO`, `CLIENT`.
+
+use super::*;
+
+// ---- the connection ----
+
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`: switches the connection
+/// to RESP2 or RESP3 and describes the server, in the new version.
+pub(super) fn hello(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
+    let v = version(cx);
+    let mut wanted = v;
+    if let Some(&proto) = args.first() {
+        wanted = match parse_integer(proto) {
+            None => {
+                return error(
+                    out,
+                    v,
+                    "ERR Protocol version is not an integer or out of range",
+                );
+            }
+            Some(2) => Version::Resp2,
+            Some(3) => Version::Resp3,
+            Some(_) => return error(out, v, "NOPROTO unsupported protocol version"),
+        };
+    }
+    let mut name = None;
+    let mut user_ok = true;
+    let mut i = 1;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        let option = args[i];
+        if option.eq_ignore_ascii_case(b"auth") && more >= 2 {
+            // No users or passwords: Redis's `default` user without `requirepass`.
+            user_ok = args[i + 1] == b"default";
+            i += 2;
+        } else if option.eq_ignore_ascii_case(b"setname") && more >= 1 {
+            name = Some(args[i + 1]);
+            i += 1;
+        } else {
+            let mut message = b"ERR Syntax error in HELLO option '".to_vec();
+            message.extend_from_slice(option);
+            message.push(b'\'');
+            return error_bytes(out, v, &message);
+        }
+        i += 1;
+    }
+    if !user_ok {
+        return error(
+            out,
+            v,
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        );
+    }
+    if let Some(name) = name
+        && !set_name(cx, name)
+    {
+        return error(out, v, BAD_NAME);
+    }
+    cx.session.switch(Protocol::Resp(wanted));
+    let id = connection_id(cx);
+    let v = wanted;
+    Reply::Map(7).emit_into(v, out);
+    for (key, value) in [("server", "redis"), ("version", REDIS_VERSION)] {
+        bulk(out, v, key.as_bytes());
+        bulk(out, v, value.as_bytes());
+    }
+    bulk(out, v, b"proto");
+    integer(out, v, if v == Version::Resp3 { 3 } else { 2 });
+    bulk(out, v, b"id");
+    integer(out, v, id as i64);
+    for (key, value) in [("mode", "standalone"), ("role", "master")] {
+        bulk(out, v, key.as_bytes());
+        bulk(out, v, value.as_bytes());
+    }
+    bulk(out, v, b"modules");
+    Reply::Array(0).emit_into(v, out);
+}
+
+/// The connection's number, as `stats conns` shows it.
+pub(super) fn connection_id(cx: &mut Cx<'_>) -> u64 {
+    cx.connection_number()
+}
+
+/// Whether `value` may be a client name or attribute: printable ASCII without spaces.
+pub(super) fn printable(value: &[u8]) -> bool {
+    value.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+/// Names the connection (an empty name removes it); false for a name Redis refuses.
+pub(super) fn set_name(cx: &mut Cx<'_>, name: &[u8]) -> bool {
+    if !printable(name) {
+        return false;
+    }
+    cx.session.name = if name.is_empty() {
+        None
+    } else {
+        Some(name.into())
+    };
+    true
+}
+
+/// The subcommand of `spec` named `name`, with its arity checked: `Err` holds the error reply.
+pub(super) fn subcommand(spec: &'static Spec, args: &[&[u8]]) -> Result<&'static Sub, String> {
+    let name = args.first().copied().unwrap_or_default();
+    let Some(sub) = spec
+        .subcommands
+        .iter()
+        .find(|sub| sub.name.as_bytes().eq_ignore_ascii_case(name))
+    else {
+        return Err(format!(
+            "ERR unknown subcommand '{}'. Try {} HELP.",
+            String::from_utf8_lossy(c_string(name, 128)),
+            spec.name.to_ascii_uppercase()
+        ));
+    };
+    if !arity_fits(sub.arity, args.len() + 1) {
+        return Err(format!(
+            "ERR wrong number of arguments for '{}|{}' command",
+            spec.name, sub.name
+        ));
+    }
+    Ok(sub)
+}
+
+/// `CLIENT SETNAME | GETNAME | ID | SETINFO`.
+pub(super) fn client(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: &mut Vec<u8>) {
+    let v = version(cx);
+    let sub = match subcommand(spec, args) {
+        Ok(sub) => sub,
+        Err(message) => return error(out, v, &message),
+    };
+    match sub.name {
+        "setname" => {
+            if set_name(cx, args[1]) {
+                ok(out, v);
+            } else {
+                error(out, v, BAD_NAME);
+            }
+        }
+        "getname" => match cx.session.name.as_deref() {
+            Some(name) => bulk(out, v, name),
+            None => null(out, v),
+        },
+        "id" => {
+            let id = connection_id(cx);
+            integer(out, v, id as i64);
+        }
+        _ => {
+            // SETINFO LIB-NAME | LIB-VER <value>: checked and acknowledged.
+            let attribute = args[1];
+            if !attribute.eq_ignore_ascii_case(b"lib-name")
+                && !attribute.eq_ignore_ascii_case(b"lib-ver")
+            {
+                let mut message = b"ERR Unrecognized option '".to_vec();
+                message.extend_from_slice(attribute);
+                message.push(b'\'');
+                return error_bytes(out, v, &message);
+            }
+            if !printable(args[2]) {
+                let mut message = b"ERR ".to_vec();
+                message.extend_from_slice(attribute);
+                message
+                    .extend_from_slice(b" cannot contain spaces, newlines or special characters.");
+                return error_bytes(out, v, &message);
+            }
+            ok(out, v);
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! Keys as such: expiry (`EXPIRE` and its kin, and the deadlines `SET`, `GETEX` and `SETEX`
+//! share), and the commands on several keys (`MGET`, `MSET`, `DEL`, `UNLINK`, `EXISTS`), which
+//! send each key to its owner and stop part-way when they must.
+
+use super::*;
+
+// ---- expiry ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Unit {
+    Seconds,
+    Millis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Base {
+    /// From now (`EX`, `PX`, `EXPIRE`).
+    Relative,
+    /// A unix time (`EXAT`, `PXAT`, `EXPIREAT`).
+    Absolute,
+}
+
+/// Why an expiry argument was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ExpireError {
+    /// Not an integer.
+    NotInteger,
+    /// Out of range, or (where a positive one is needed) not positive.
+    Invalid,
+}
+
+pub(super) fn expire_error(out: &mut Vec<u8>, v: Version, e: ExpireError, name: &str) {
+    match e {
+        ExpireError::NotInteger => error(out, v, NOT_INTEGER),
+        ExpireError::Invalid => error(
+            out,
+            v,
+            &format!("ERR invalid expire time in '{name}' command"),
+        ),
+    }
+}
+
+/// The unix millisecond an expiry argument gives, as `SET ... EX` and friends read it: a
+/// positive integer whose milliseconds, from now where relative, fit in an `i64`.
+pub(super) fn deadline(text: &[u8], unit: Unit, base: Base, now: Now) -> Result<u64, ExpireError> {
+    let n = parse_integer(text).ok_or(ExpireError::NotInteger)?;
+    if n <= 0 {
+        return Err(ExpireError::Invalid);
+    }
+    at_millis(n, unit, base, now)
+        .filter(|&at| at > 0)
+        .map(|at| at as u64)
+        .ok_or(ExpireError::Invalid)
+}
+
+/// `n` in `unit` from `base` as a unix millisecond, `None` when it does not fit in an `i64`
+/// (Redis's `invalid expire time`); may be negative or past.
+pub(super) fn at_millis(n: i64, unit: Unit, base: Base, now: Now) -> Option<i64> {
+    let ms = match unit {
+        Unit::Seconds => n.checked_mul(1000)?,
+        Unit::Millis => n,
+    };
+    match base {
+        Base::Absolute => Some(ms),
+        Base::Relative => ms.checked_add(i64::try_from(now.millis()).ok()?),
+    }
+}
+
+/// `EXPIRE`, `PEXPIRE`, `EXPIREAT`, `PEXPIREAT key time [NX|XX|GT|LT]`: 1 when the expiry was
+/// set (a time not in the future deletes the key), 0 when the key is missing or a condition
+/// says no.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn expire(
+    cx: &mut Cx<'_>,
+    name: &str,
+    key: &[u8],
+    time: &[u8],
+    options: &[&[u8]],
+    unit: Unit,
+    base: Base,
+    out: &mut Vec<u8>,
+) {
+    let v = version(cx);
+    let now = cx.now;
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for option in options {
+        match option.to_ascii_lowercase().as_slice() {
+            b"nx" => nx = true,
+            b"xx" => xx = true,
+            b"gt" => gt = true,
+            b"lt" => lt = true,
+            _ => {
+                let mut message = b"ERR Unsupported option ".to_vec();
+                message.extend_from_slice(option);
+                return error_bytes(out, v, &message);
+            }
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return error(
+            out,
+            v,
+            "ERR NX and XX, GT or LT options at the same time are not compatible",
+        );
+    }
+    if gt && lt {
+        return error(
+            out,
+            v,
+            "ERR GT and LT options at the same time are not compatible",
+        );
+    }
+    let Some(n) = parse_integer(time) else {
+        return error(out, v, NOT_INTEGER);
+    };
+    let Some(at) = at_millis(n, unit, base, now) else {
+        return expire_error(out, v, ExpireError::Invalid, name);
+    };
+    let Some(item) = cx.peek(key, now) else {
+        return integer(out, v, 0);
+    };
+    // No expiry counts as forever.
+    let current = if item.expiry_ms == 0 {
+        None
+    } else {
+        Some(item.expiry_ms as i64)
+    };
+    let allowed = (!nx || current.is_none())
+        && (!xx || current.is_some())
+        && (!gt || current.is_some_and(|c| at > c))
+        && (!lt || current.is_none_or(|c| at < c));
+    if !allowed {
+        return integer(out, v, 0);
+    }
+    if at <= now.millis() as i64 {
+        let _ = cx.delete(key, 0, now);
+    } else {
+        cx.touch(key, Ttl::AtMillis(at as u64), now);
+    }
+    integer(out, v, 1);
+}
+
+// ---- several keys ----
+
+/// The code a stopped multi-key command keeps.
+pub(super) fn multi_code(cmd: Cmd) -> u8 {
+    match cmd {
+        Cmd::MGet => 1,
+        Cmd::Del => 2,
+        Cmd::Unlink => 3,
+        Cmd::Exists => 4,
+        _ => 5,
+    }
+}
+
+/// The kind `stats latency` times a command as when it goes to another worker (one executed
+/// here counts the store operations it makes).
+pub(super) fn kind_of(cmd: Cmd) -> Kind {
+    match cmd {
+        Cmd::Get | Cmd::MGet | Cmd::GetEx | Cmd::StrLen => Kind::Get,
+        Cmd::Set
+        | Cmd::SetNx
+        | Cmd::SetEx
+        | Cmd::PSetEx
+        | Cmd::GetSet
+        | Cmd::MSet
+        | Cmd::MSetNx
+        | Cmd::Append => Kind::Set,
+        Cmd::GetDel | Cmd::Del | Cmd::Unlink => Kind::Delete,
+        Cmd::Incr | Cmd::Decr | Cmd::IncrBy | Cmd::DecrBy => Kind::Arith,
+        Cmd::Expire | Cmd::PExpire | Cmd::ExpireAt | Cmd::PExpireAt | Cmd::Persist => Kind::Touch,
+        Cmd::FlushAll | Cmd::FlushDb => Kind::Flush,
+        _ => Kind::Other,
+    }
+}
+
+pub(super) fn multi_cmd(code: u8) -> Cmd {
+    match code {
+        1 => Cmd::MGet,
+        2 => Cmd::Del,
+        3 => Cmd::Unlink,
+        4 => Cmd::Exists,
+        _ => Cmd::MSet,
+    }
+}
+
+/// `MGET`, `MSET`, `DEL`, `UNLINK`, `EXISTS`, key by key: each key (or pair) another worker
+/// owns goes to it. Before each key but the first of this call the output backlog, the
+/// forwarding limits and the turn are checked, and the command stops there when one says so
+/// (its place kept in the session), to go on with that key on a later call.
+pub(super) fn multi_key(
+    cx: &mut Cx<'_>,
+    command: &Command<'_>,
+    len: usize,
+    resume: Option<Resume>,
+    out: &mut Vec<u8>,
+) -> Step {
+    let v = version(cx);
+    let now = cx.now;
+    let mut state = match resume {
+        Some(resume) => resume,
+        None => {
+            let name = command.arg(0).unwrap_or_default();
+            let cmd = lookup(name).map_or(Cmd::MGet, |spec| spec.cmd);
+            let mut args = command.args();
+            args.next();
+            if cmd == Cmd::MGet {
+                Reply::Array(command.argc() - 1).emit_into(v, out);
+            }
+            Resume {
+                len,
+                at: args.offset(),
+                code: multi_code(cmd),
+                arg: 0,
+                index: 1,
+                gather: None,
+            }
+        }
+    };
+    let cmd = multi_cmd(state.code);
+    cx.classify(kind_of(cmd));
+    let name: &[u8] = match cmd {
+        Cmd::Exists => b"EXISTS",
+        Cmd::Unlink => b"UNLINK",
+        _ => b"DEL",
+    };
+    let mut args = command.args_from(state.at, state.index);
+    let mut first = true;
+    loop {
+        let at = args.offset();
+        if !first && let Some(stop) = cx.pause(out) {
+            return pause(cx, state, command.argc(), at, stop);
+        }
+        let Some(key) = args.next() else {
+            break;
+        };
+        let value = if cmd == Cmd::MSet {
+            args.next().unwrap_or_default()
+        } else {
+            &[][..]
+        };
+        first = false;
+        if let Some(owner) = cx.owner_elsewhere(key) {
+            let sent = match cmd {
+                Cmd::MGet => {
+                    let request = [&b"GET"[..], key];
+                    let len = protocol::resp::command_len(&request);
+                    cx.forward_written(owner, WHOLE, len, out, |bytes| {
+                        write_command(bytes, &request)
+                    })
+                }
+                _ => {
+                    let seq = match state.gather {
+                        Some(seq) => Some(seq),
+                        None if cmd == Cmd::MSet => cx.gather(
+                            Box::new(Status {
+                                error: None,
+                                version: v,
+                            }),
+                            out,
+                        ),
+                        None => cx.gather(
+                            Box::new(Sum {
+                                total: 0,
+                                version: v,
+                            }),
+                            out,
+                        ),
+                    };
+                    state.gather = seq;
+                    let set = [&b"SET"[..], key, value];
+                    let one = [name, key];
+                    let request: &[&[u8]] = if cmd == Cmd::MSet { &set } else { &one };
+                    let len = protocol::resp::command_len(request);
+                    match seq {
+                        Some(seq) => cx.forward_part(seq, owner, WHOLE, len, |bytes| {
+                            write_command(bytes, request)
+                        }),
+                        None => Err(Stop::Blocked),
+                    }
+                }
+            };
+            if let Err(stop) = sent {
+                return pause(cx, state, command.argc(), at, stop);
+            }
+        } else {
+            match cmd {
+                Cmd::MGet => match cx.get(key, now) {
+                    Some(item) => bulk(out, v, item.value),
+                    None => null(out, v),
+                },
+                Cmd::MSet => {
+                    if let Err(e) = cx.store(Write::new(StoreMode::Set, key, value), now) {
+                        // Reported once the command is done, in place of `+OK`.
+                        state.arg = store_error_code(e);
+                    }
+                }
+                Cmd::Exists => state.arg += i64::from(cx.peek(key, now).is_some()),
+                _ => state.arg += i64::from(cx.delete(key, 0, now).is_ok()),
+            }
+        }
+        state.index += if cmd == Cmd::MSet { 2 } else { 1 };
+        cx.session.spend_turn();
+    }
+    if cmd != Cmd::MGet {
+        let mut own = Vec::with_capacity(24);
+        match (cmd, store_error_of(state.arg)) {
+            (Cmd::MSet, Some(e)) => store_error(&mut own, v, e),
+            (Cmd::MSet, None) => ok(&mut own, v),
+            _ => integer(&mut own, v, state.arg),
+        }
+        match state.gather {
+            Some(seq) => cx.seal(seq, Part::Bytes(&own), out),
+            None => out.extend_from_slice(&own),
+        }
+    }
+    cx.session.resume = None;
+    cx.session.scan = Scan::default();
+    Step::Done(state.len)
+}
+
+/// Stops a multi-key command (of `argc` arguments) before the argument at `at`; nothing of it
+/// is consumed. The parser's progress is left at the command's end, for its next call.
+pub(super) fn pause(
+    cx: &mut Cx<'_>,
+    mut state: Resume,
+    argc: usize,
+    at: usize,
+    stop: Stop,
+) -> Step {
+    state.at = at;
+    cx.session.resume = Some(state);
+    cx.session.scan = Scan {
+        bytes: state.len,
+        items: argc,
+    };
+    Step::Stop(stop)
+}
+
+/// An `MSET` store error kept until the command is done (0: none).
+pub(super) fn store_error_code(e: StoreError) -> i64 {
+    match e {
+        StoreError::TooLarge => 1,
+        StoreError::OutOfMemory => 2,
+        _ => 3,
+    }
+}
+
+pub(super) fn store_error_of(code: i64) -> Option<StoreError> {
+    match code {
+        0 => None,
+        1 => Some(StoreError::TooLarge),
+        2 => Some(StoreError::OutOfMemory),
+        _ => Some(StoreError::KeyTooLong),
+    }
+}
+
+/// `MSET` over several workers: `+OK` once every worker stored its pairs, or the first error
+/// one of them gave.
+#[derive(Debug)]
+pub(super) struct Status {
+    error: Option<Vec<u8>>,
+    version: Version,
+}
+
+impl Gather for Status {
+    fn add(&mut self, part: Part<'_>) {
+        if let Part::Bytes(bytes) = part
+            && self.error.is_none()
+            && bytes.first() == Some(&b'-')
+        {
+            self.error = Some(bytes.to_vec());
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        match &self.error {
+            Some(error) => out.extend_from_slice(error),
+            None => ok(out, self.version),
+        }
+    }
+}
+
+/// Adds up the integer replies of several workers (`DEL`, `UNLINK`, `EXISTS`).
+#[derive(Debug)]
+pub(super) struct Sum {
+    total: i64,
+    version: Version,
+}
+
+impl Gather for Sum {
+    fn add(&mut self, part: Part<'_>) {
+        if let Part::Bytes(bytes) = part
+            && let Ok((Frame::Integer(n), _)) = Frame::parse(bytes)
+        {
+            self.total = self.total.saturating_add(n);
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        integer(out, self.version, self.total);
+    }
+}
