@@ -85,6 +85,7 @@ fn run(args: &Args) -> Result<(), String> {
             started_unix_secs: worker::unix_now(),
             threads: workers,
             conn_limit: args.conn_limit,
+            databases: args.databases,
             ..EngineConfig::new(
                 store::ShardConfig {
                     memory_limit_bytes: memory / workers,

@@ -52,11 +52,13 @@ pub struct EngineConfig {
     pub conn_limit: usize,
     /// What every worker shares: settings, admin switches, watchers, connection records.
     pub control: Arc<Control>,
+    /// Redis databases (`--databases`, 1 to 256): `SELECT` takes 0 to one less.
+    pub databases: u16,
 }
 
 impl EngineConfig {
     /// The only worker of one, serving `shard` and sharing `control`: [`VERSION`], started at
-    /// unix time 0, 1,024 connections. Change the rest with struct update syntax
+    /// unix time 0, 1,024 connections, 16 Redis databases. Change the rest with struct update syntax
     /// (`EngineConfig { threads: 4, ..EngineConfig::new(shard, control) }`).
     pub fn new(shard: ShardConfig, control: Arc<Control>) -> EngineConfig {
         EngineConfig {
@@ -67,6 +69,7 @@ impl EngineConfig {
             worker: 0,
             conn_limit: 1024,
             control,
+            databases: 16,
         }
     }
 

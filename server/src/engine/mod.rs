@@ -304,10 +304,17 @@ impl Engine {
     ) -> Answer {
         match op {
             Op::Execute(form) => {
-                let Some((protocol, part)) = Protocol::of_form(form) else {
+                let Some((protocol, part, in_database)) = Protocol::of_form(form) else {
                     return Answer::Bytes { close: false };
                 };
                 let mut session = Session::speaking(protocol);
+                let request = match request.split_first_chunk::<4>() {
+                    Some((db, rest)) if in_database => {
+                        session.db = u8::try_from(u32::from_le_bytes(*db)).unwrap_or(u8::MAX);
+                        rest
+                    }
+                    _ => request,
+                };
                 core.set_cfd(0);
                 let mut cx = Cx::local(core, &mut session, now);
                 match protocol {

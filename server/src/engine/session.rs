@@ -22,6 +22,49 @@ use super::forward::{self, Form, Forwarder, Gather, Holes, Op, Part, Stamp};
 use crate::control::{ConnRecord, Control, MemoryFigures};
 use crate::stats::{Group, Kind, Snapshot};
 
+/// A forwarded request's form has this bit when its bytes start with the database it runs in.
+const IN_DATABASE: u16 = 0x8000;
+
+/// The first byte of a key stored in a namespace (see [`stored_key`]).
+pub(crate) const NAMESPACE_MARK: u8 = 0xFF;
+
+/// Bytes a namespace adds to a key.
+pub(crate) const NAMESPACE_BYTES: usize = 2;
+
+/// The key under which the store holds `key` of database `db`: `key` itself in database 0
+/// (what the memcached protocols and RESP's default database share), unless it starts with
+/// [`NAMESPACE_MARK`]; otherwise the mark, the database's number (one byte) and `key`, written
+/// into `buf`. So database 0 costs nothing but a compare, no two databases' keys meet, and a
+/// key another database holds is never reached from database 0 (its first byte would be the
+/// mark, which database 0 escapes as `[mark, 0]`).
+#[inline]
+pub(crate) fn stored_key<'k>(db: u8, key: &'k [u8], buf: &'k mut Vec<u8>) -> &'k [u8] {
+    if db == 0 && key.first() != Some(&NAMESPACE_MARK) {
+        return key;
+    }
+    buf.clear();
+    buf.extend_from_slice(&[NAMESPACE_MARK, db]);
+    buf.extend_from_slice(key);
+    buf
+}
+
+/// [`stored_key`] for `session`'s database, into its buffer.
+#[inline]
+fn stored<'k>(session: &'k mut Session, key: &'k [u8]) -> &'k [u8] {
+    stored_key(session.db, key, &mut session.key_buf)
+}
+
+/// The database and key a stored key stands for ([`stored_key`] undone); `None` for a key
+/// starting with the mark but too short to hold a database.
+#[inline]
+pub(crate) fn database_key(stored: &[u8]) -> Option<(u8, &[u8])> {
+    match stored {
+        [NAMESPACE_MARK, db, key @ ..] => Some((*db, key)),
+        [NAMESPACE_MARK] => None,
+        key => Some((0, key)),
+    }
+}
+
 /// The protocols a connection may speak: the engine runs each with its own adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -44,26 +87,28 @@ impl Protocol {
     }
 
     /// The form a request of this protocol is forwarded in; `part` is the adapter's own code.
-    pub(crate) fn form(self, part: u8) -> Form {
+    pub(crate) fn form(self, part: u8, in_database: bool) -> Form {
         let code: u16 = match self {
             Protocol::Binary => 0,
             Protocol::Text => 1,
             Protocol::Resp(protocol::resp::Version::Resp2) => 2,
             Protocol::Resp(protocol::resp::Version::Resp3) => 3,
         };
-        Form(code << 8 | u16::from(part))
+        let flag = if in_database { IN_DATABASE } else { 0 };
+        Form(flag | code << 8 | u16::from(part))
     }
 
-    /// The protocol and part of a forwarded request's form.
-    pub(crate) fn of_form(form: Form) -> Option<(Protocol, u8)> {
-        let protocol = match form.0 >> 8 {
+    /// The protocol and part of a forwarded request's form, and whether the request's bytes
+    /// start with the database it runs in (4 bytes, little-endian).
+    pub(crate) fn of_form(form: Form) -> Option<(Protocol, u8, bool)> {
+        let protocol = match (form.0 & !IN_DATABASE) >> 8 {
             0 => Protocol::Binary,
             1 => Protocol::Text,
             2 => Protocol::Resp(protocol::resp::Version::Resp2),
             3 => Protocol::Resp(protocol::resp::Version::Resp3),
             _ => return None,
         };
-        Some((protocol, form.0 as u8))
+        Some((protocol, form.0 as u8, form.0 & IN_DATABASE != 0))
     }
 }
 
@@ -184,6 +229,10 @@ pub struct Session {
     /// The connection's number, for a connection without a record that asked for one
     /// (Redis's `CLIENT ID` of an engine driven directly); 0 before.
     pub(crate) id: u64,
+    /// The database the connection's keys are in (RESP's `SELECT`; 0 for memcached).
+    pub(crate) db: u8,
+    /// Where a key of another database than 0 is namespaced ([`stored_key`]).
+    key_buf: Vec<u8>,
 }
 
 impl Default for Session {
@@ -202,6 +251,8 @@ impl Default for Session {
             name: None,
             input_counted: 0,
             id: 0,
+            db: 0,
+            key_buf: Vec::new(),
         }
     }
 }
@@ -351,6 +402,11 @@ impl<'a> Cx<'a> {
         self.forward.as_ref()?.owner_elsewhere(key)
     }
 
+    /// True for a request another worker forwarded here: it runs on this worker's shard alone.
+    pub fn forwarded(&self) -> bool {
+        self.forward.is_none()
+    }
+
     /// Workers serving (keys are spread over this many shards).
     pub fn workers(&self) -> usize {
         self.core.config().threads.max(1)
@@ -391,6 +447,7 @@ impl<'a> Cx<'a> {
         let Some(forward) = self.forward.as_deref_mut() else {
             return Err(Stop::Blocked);
         };
+        let db = self.session.db;
         forward
             .forward(
                 &mut self.session.holes,
@@ -398,7 +455,12 @@ impl<'a> Cx<'a> {
                 Op::Execute(form),
                 request_len,
                 out.len(),
-                write,
+                |bytes| {
+                    if db != 0 {
+                        bytes.extend_from_slice(&u32::from(db).to_le_bytes());
+                    }
+                    write(bytes)
+                },
             )
             .map_err(|forward::Blocked| Stop::Blocked)?;
         self.session.holes.stamp_last(Stamp {
@@ -463,7 +525,7 @@ impl<'a> Cx<'a> {
         mut render: impl FnMut(&Snapshot, &mut Vec<u8>) + Send + 'static,
     ) {
         let own = self.core.snapshot(group, self.now);
-        if self.workers() > 1 && group.gathers() {
+        if self.workers() > 1 && group.gathers() && self.forward.is_some() {
             let merged = Merged { sum: None, render };
             let own = Some(Part::Snapshot(&own));
             self.fan_out(FanOut::Snapshot(group), Some(Box::new(merged)), own, out);
@@ -509,6 +571,7 @@ impl<'a> Cx<'a> {
         let Some(forward) = self.forward.as_deref_mut() else {
             return Err(Stop::Blocked);
         };
+        let db = self.session.db;
         forward
             .part(
                 &mut self.session.holes,
@@ -516,7 +579,12 @@ impl<'a> Cx<'a> {
                 owner,
                 Op::Execute(form),
                 request_len,
-                write,
+                |bytes| {
+                    if db != 0 {
+                        bytes.extend_from_slice(&u32::from(db).to_le_bytes());
+                    }
+                    write(bytes)
+                },
             )
             .map_err(|forward::Blocked| Stop::Blocked)?;
         if self.core.kind() != Kind::Other {
@@ -555,12 +623,14 @@ impl<'a> Cx<'a> {
 
     /// The form a request forwarded from this session travels in.
     fn form(&self, part: u8) -> Form {
-        self.session.protocol.unwrap_or(Protocol::Text).form(part)
+        let protocol = self.session.protocol.unwrap_or(Protocol::Text);
+        protocol.form(part, self.session.db != 0)
     }
 }
 
 /// The core's operations, as adapters call them: the counted store operations, the limits and
-/// statistics a request reads or changes. The core itself stays private to the context.
+/// statistics a request reads or changes. The core itself stays private to the context. A key
+/// is the client's: each operation finds it in the connection's database ([`stored_key`]).
 impl Cx<'_> {
     /// Names the kind of the request being executed (see `Core::classify`).
     #[inline]
@@ -571,42 +641,49 @@ impl Cx<'_> {
     /// A read that marks a hit fetched, counting `cmd_get`.
     #[inline]
     pub fn get(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
+        let key = stored(self.session, key);
         self.core.get(key, now)
     }
 
     /// A read of the value alone, counting `cmd_get`.
     #[inline]
     pub fn get_value(&mut self, key: &[u8], now: Now) -> Option<&[u8]> {
+        let key = stored(self.session, key);
         self.core.get_value(key, now)
     }
 
     /// A read that leaves the item's access marks alone, counting `cmd_get`.
     #[inline]
     pub fn get_unbumped(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
+        let key = stored(self.session, key);
         self.core.get_unbumped(key, now)
     }
 
     /// A look at a live item: nothing counted or marked.
     #[inline]
     pub fn peek(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
+        let key = stored(self.session, key);
         self.core.peek(key, now)
     }
 
     /// A new expiry for a held key, counting `cmd_touch`.
     #[inline]
     pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
+        let key = stored(self.session, key);
         self.core.touch(key, ttl, now)
     }
 
     /// [`Cx::touch`] without marking the access.
     #[inline]
     pub fn touch_unbumped(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
+        let key = stored(self.session, key);
         self.core.touch_unbumped(key, ttl, now)
     }
 
     /// A new expiry as part of another command (not counted as a touch).
     #[inline]
     pub fn retouch(&mut self, key: &[u8], ttl: Ttl, now: Now) {
+        let key = stored(self.session, key);
         self.core.retouch(key, ttl, now);
     }
 
@@ -616,7 +693,8 @@ impl Cx<'_> {
     /// As [`store::Shard::store`].
     #[inline]
     pub fn store(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
-        self.core.store(write, now)
+        let key = stored(self.session, write.key);
+        self.core.store(Write { key, ..write }, now)
     }
 
     /// A store made by a read (meta `mg N`), counted as the core counts it.
@@ -625,25 +703,33 @@ impl Cx<'_> {
     /// As [`store::Shard::store`].
     #[inline]
     pub fn vivify(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
-        self.core.vivify(write, now)
+        let key = stored(self.session, write.key);
+        self.core.vivify(Write { key, ..write }, now)
     }
 
     /// Counts a store refused for its size (and unlinks the old item when `unlink`).
     #[inline]
     pub fn refuse_too_large(&mut self, key: &[u8], unlink: bool, now: Now) {
+        let key = stored(self.session, key);
         self.core.refuse_too_large(key, unlink, now);
     }
 
     /// Removes `key` without counting a delete.
     #[inline]
     pub fn unlink(&mut self, key: &[u8], now: Now) {
+        let key = stored(self.session, key);
         self.core.unlink(key, now);
     }
 
     /// Whether an item of this key and value length can ever be stored (`-I`).
     #[inline]
     pub fn fits(&self, key_len: usize, value_len: usize) -> bool {
-        self.core.fits(key_len, value_len)
+        let namespace = if self.session.db == 0 {
+            0
+        } else {
+            NAMESPACE_BYTES
+        };
+        self.core.fits(key_len + namespace, value_len)
     }
 
     /// A delete, counted.
@@ -652,6 +738,7 @@ impl Cx<'_> {
     /// As [`store::Shard::delete`].
     #[inline]
     pub fn delete(&mut self, key: &[u8], cas: u64, now: Now) -> Result<(), StoreError> {
+        let key = stored(self.session, key);
         self.core.delete(key, cas, now)
     }
 
@@ -668,18 +755,21 @@ impl Cx<'_> {
         new_cas: NewCas,
         now: Now,
     ) -> Result<u64, StoreError> {
+        let key = stored(self.session, key);
         self.core.invalidate(key, cas, exptime, new_cas, now)
     }
 
     /// Records that a client holds the item's recache token (meta `W`).
     #[inline]
     pub fn claim_win(&mut self, key: &[u8], now: Now) {
+        let key = stored(self.session, key);
         self.core.claim_win(key, now);
     }
 
     /// Marks the item fetched (meta `mg` after its reply is written).
     #[inline]
     pub fn mark_fetched(&mut self, key: &[u8], now: Now) {
+        let key = stored(self.session, key);
         self.core.mark_fetched(key, now);
     }
 
@@ -689,12 +779,14 @@ impl Cx<'_> {
     /// As [`store::Shard::incr_decr`].
     #[inline]
     pub fn arith(&mut self, arith: Arith<'_>, now: Now) -> Result<(u64, u64), StoreError> {
-        self.core.arith(arith, now)
+        let key = stored(self.session, arith.key);
+        self.core.arith(Arith { key, ..arith }, now)
     }
 
     /// A CAS value no live item of `key` holds.
     #[inline]
     pub fn cas_matching_nothing(&mut self, key: &[u8], now: Now) -> u64 {
+        let key = stored(self.session, key);
         self.core.cas_matching_nothing(key, now)
     }
 
@@ -722,10 +814,13 @@ impl Cx<'_> {
         self.core.count_meta();
     }
 
-    /// Warms the store for `keys` (see `Core::prefetch`).
+    /// Warms the store for `keys` (see `Core::prefetch`); database 0's only (a hint: the
+    /// keys of another database are not worth namespacing for it).
     #[inline]
     pub fn prefetch(&self, keys: &[&[u8]]) {
-        self.core.prefetch(keys);
+        if self.session.db == 0 {
+            self.core.prefetch(keys);
+        }
     }
 
     /// Records the samples counted so far as taking `ns` (`stats latency`).
@@ -751,6 +846,25 @@ impl Cx<'_> {
     /// Takes a changed memory budget (`cache_memlimit`), in steps.
     pub fn apply_memory_limit(&mut self) {
         self.core.apply_memory_limit();
+    }
+
+    /// Hands the client's key and the item of every live key of the connection's database in
+    /// this worker's buckets `start..end` to `f`, touching none (see [`Cx::visit`]).
+    pub fn visit_database(
+        &self,
+        start: usize,
+        end: usize,
+        now: Now,
+        mut f: impl FnMut(&[u8], ItemView<'_>),
+    ) {
+        let db = self.session.db;
+        self.core.shard().visit(start, end, now, |stored, item, _| {
+            if let Some((of, key)) = database_key(stored)
+                && of == db
+            {
+                f(key, item);
+            }
+        });
     }
 
     /// The buckets of this worker's table.

@@ -363,6 +363,16 @@ pub(super) struct Status {
     version: Version,
 }
 
+impl Status {
+    /// No reply yet.
+    pub(super) fn new(version: Version) -> Status {
+        Status {
+            error: None,
+            version,
+        }
+    }
+}
+
 impl Gather for Status {
     fn add(&mut self, part: Part<'_>) {
         if let Part::Bytes(bytes) = part
@@ -388,6 +398,13 @@ pub(super) struct Sum {
     version: Version,
 }
 
+impl Sum {
+    /// Nothing added yet.
+    pub(super) fn new(version: Version) -> Sum {
+        Sum { total: 0, version }
+    }
+}
+
 impl Gather for Sum {
     fn add(&mut self, part: Part<'_>) {
         if let Part::Bytes(bytes) = part
@@ -399,5 +416,133 @@ impl Gather for Sum {
 
     fn finish(&mut self, out: &mut Vec<u8>) {
         integer(out, self.version, self.total);
+    }
+}
+
+// ---- databases ----
+
+/// Buckets one slice of a database walk visits before acting on what it found.
+const WALK_SLICE_BUCKETS: usize = 1024;
+
+/// Runs `local` for this worker's share of a command that spans every worker (`DBSIZE`,
+/// `FLUSHDB`), and, unless this is the only worker or the command came from another one,
+/// sends the command to every other worker to run its share there; `gather` combines the
+/// replies. The caller checked [`Cx::may_fan_out`].
+pub(super) fn every_worker(
+    cx: &mut Cx<'_>,
+    raw: &[u8],
+    gather: Box<dyn Gather>,
+    out: &mut Vec<u8>,
+    local: impl FnOnce(&mut Cx<'_>, &mut Vec<u8>),
+) {
+    if cx.workers() == 1 || cx.forwarded() {
+        local(cx, out);
+        return;
+    }
+    let Some(seq) = cx.gather(gather, out) else {
+        local(cx, out);
+        return;
+    };
+    let me = cx.config().worker;
+    for worker in (0..cx.workers()).filter(|&w| w != me) {
+        // No queue holds a batch back (checked), so none refuses this part.
+        let _ = cx.forward_part(seq, worker, WHOLE, raw.len(), |bytes| {
+            bytes.extend_from_slice(raw)
+        });
+    }
+    let mut own = Vec::new();
+    local(cx, &mut own);
+    cx.seal(seq, Part::Bytes(&own), out);
+}
+
+/// Keys of the connection's database on this worker.
+pub(super) fn database_size(cx: &Cx<'_>) -> i64 {
+    let mut keys = 0;
+    cx.visit_database(0, cx.num_buckets(), cx.now, |_, _| keys += 1);
+    keys
+}
+
+/// Removes every key of the connection's database on this worker, a slice of the table at a
+/// time (removing keys moves no other item, so the walk's place holds).
+pub(super) fn flush_database(cx: &mut Cx<'_>) {
+    let now = cx.now;
+    let mut keys: Vec<u8> = Vec::new();
+    let mut ends: Vec<usize> = Vec::new();
+    let mut start = 0;
+    while start < cx.num_buckets() {
+        let end = start + WALK_SLICE_BUCKETS;
+        keys.clear();
+        ends.clear();
+        cx.visit_database(start, end, now, |key, _| {
+            keys.extend_from_slice(key);
+            ends.push(keys.len());
+        });
+        let mut from = 0;
+        for &to in &ends {
+            cx.unlink(&keys[from..to], now);
+            from = to;
+        }
+        start = end;
+    }
+}
+
+/// `SELECT index`.
+pub(super) fn select(cx: &mut Cx<'_>, index: &[u8], out: &mut Vec<u8>) {
+    let v = version(cx);
+    match parse_integer(index) {
+        None => error(out, v, NOT_INTEGER),
+        Some(n) if n >= 0 && n < i64::from(cx.config().databases) => {
+            cx.session.db = n as u8;
+            ok(out, v);
+        }
+        Some(_) => error(out, v, OUT_OF_RANGE_DB),
+    }
+}
+
+/// `MOVE key db`: the key, with its value, flags and expiry, into database `db` when it is
+/// held here and not there. A key's owner does not depend on its database, so both places
+/// are on this worker.
+pub(super) fn move_key(cx: &mut Cx<'_>, key: &[u8], db: &[u8], out: &mut Vec<u8>) {
+    let v = version(cx);
+    let now = cx.now;
+    let target = match parse_integer(db) {
+        None => return error(out, v, NOT_INTEGER),
+        Some(n) if n >= 0 && n < i64::from(cx.config().databases) => n as u8,
+        Some(_) => return error(out, v, OUT_OF_RANGE_DB),
+    };
+    let source = cx.session.db;
+    if target == source {
+        return error(out, v, "ERR source and destination objects are the same");
+    }
+    let Some((value, flags, expiry_ms)) = cx
+        .peek(key, now)
+        .map(|item| (item.value.to_vec(), item.flags, item.expiry_ms))
+    else {
+        return integer(out, v, 0);
+    };
+    cx.session.db = target;
+    let moved = if cx.peek(key, now).is_some() {
+        Ok(false)
+    } else {
+        let ttl = if expiry_ms == 0 {
+            Ttl::Exptime(0)
+        } else {
+            Ttl::AtMillis(expiry_ms)
+        };
+        let write = Write {
+            flags,
+            ttl,
+            ..Write::new(StoreMode::Add, key, &value)
+        };
+        cx.store(write, now).map(|_| true)
+    };
+    cx.session.db = source;
+    match moved {
+        Ok(true) => {
+            cx.unlink(key, now);
+            integer(out, v, 1);
+        }
+        Ok(false) => integer(out, v, 0),
+        Err(e) => store_error(out, v, e),
     }
 }

@@ -10,6 +10,23 @@
 //! to every worker. A multi-key command checks the output backlog, the forwarding limits and
 //! the turn before each key and goes on from that key on the next call, as a text `get` does.
 //!
+//! Numbered databases (`SELECT 0` to `--databases` - 1, 16 by default) are namespaces in the
+//! one store, under one memory budget, kept by the engine ([`Cx`]'s key operations):
+//!
+//! ```text
+//! database 0, key k       stored as k             (memcached's keys: what its protocols see)
+//! database 0, key FF ..   stored as FF 00 FF ..   (escaped: no other database's key is reached)
+//! database n > 0, key k   stored as FF n k
+//! ```
+//!
+//! Database 0 costs one compare of the key's first byte per operation and nothing per item;
+//! another database costs two bytes of key per item (so its keys are at most 248 bytes), and
+//! copying the key into the session's buffer per operation. A key's owner is the worker of
+//! its name, whatever its database (so `MOVE` stays on one worker), and a request forwarded
+//! to the owner carries the connection's database before its bytes. `DBSIZE` and `FLUSHDB`
+//! walk the table (O(items) on every worker; the store keeps no count per namespace);
+//! `FLUSHALL` empties the whole store, as memcached's `flush_all` does.
+//!
 //! Where memspin answers differently from Redis 7:
 //! - strings are the only type (`TYPE` says `string` or `none`); commands of other types, and
 //!   anything not in [`COMMANDS`], are unknown commands (the connection goes on);
@@ -21,7 +38,9 @@
 //!   protocol error, and a full store evicts (CLOCK, close to `allkeys-lru`) rather than refuse;
 //! - `MSET` is not atomic across workers (each pair is stored by its key's owner), and
 //!   `MSETNX` with keys on several workers is refused with Redis Cluster's `CROSSSLOT` error;
-//! - there is one database (`SELECT 0`), no authentication (`HELLO ... AUTH default <any>` is
+//! - `INFO keyspace` lists every database's keys under `db0` (the figures are the store's,
+//!   which counts items, not databases); `SWAPDB` is not served;
+//! - there is no authentication (`HELLO ... AUTH default <any>` is
 //!   accepted, as Redis does without `requirepass`), and `CLIENT SETINFO` is checked and
 //!   acknowledged but nothing shows it (there is no `CLIENT LIST`).
 //!
@@ -68,6 +87,7 @@ pub const REDIS_VERSION: &str = "7.0.0";
 const WHOLE: u8 = 0;
 
 const SYNTAX: &str = "ERR syntax error";
+const OUT_OF_RANGE_DB: &str = "ERR DB index is out of range";
 const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 const OVERFLOW: &str = "ERR increment or decrement would overflow";
 const TOO_LARGE: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
@@ -522,8 +542,9 @@ fn execute(
             simple(out, v, if held { "string" } else { "none" });
         }
         Cmd::DbSize => {
-            cx.gather_snapshots(Group::General, out, move |snapshot, out| {
-                integer(out, v, snapshot.shard.curr_items as i64);
+            let sum = Box::new(Sum::new(v));
+            every_worker(cx, raw, sum, out, |cx, out| {
+                integer(out, v, database_size(cx));
             });
         }
         Cmd::FlushAll | Cmd::FlushDb => {
@@ -536,15 +557,19 @@ fn execute(
                     return Step::Done(len);
                 }
             }
-            cx.clear(now);
-            cx.fan_out(FanOut::Clear, None, None, out);
-            ok(out, v);
+            if spec.cmd == Cmd::FlushAll {
+                cx.clear(now);
+                cx.fan_out(FanOut::Clear, None, None, out);
+                ok(out, v);
+            } else {
+                every_worker(cx, raw, Box::new(Status::new(v)), out, |cx, out| {
+                    flush_database(cx);
+                    ok(out, v);
+                });
+            }
         }
-        Cmd::Select => match parse_integer(arg(1)) {
-            None => error(out, v, NOT_INTEGER),
-            Some(0) => ok(out, v),
-            Some(_) => error(out, v, "ERR DB index is out of range"),
-        },
+        Cmd::Select => select(cx, arg(1), out),
+        Cmd::Move => move_key(cx, arg(1), arg(2), out),
         Cmd::Quit => {
             ok(out, v);
             cx.session.close();

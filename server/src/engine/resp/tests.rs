@@ -1282,3 +1282,127 @@ fn a_stopped_multi_key_command_is_not_walked_again() {
     );
     assert_eq!(session.scan, super::super::session::Scan::default());
 }
+
+/// Numbered databases: each its own keyspace; `FLUSHDB` empties the selected one only,
+/// `DBSIZE` counts it, `MOVE` goes between them, `FLUSHALL` empties all; the memcached
+/// protocols and database 0 share their keys.
+#[test]
+fn databases_are_separate_keyspaces() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut c = |args: &[&str]| call(&mut e, &mut s, args);
+    assert_eq!(c(&["SET", "k", "zero"]), "+OK\r\n");
+    assert_eq!(c(&["SELECT", "3"]), "+OK\r\n");
+    assert_eq!(c(&["GET", "k"]), "$-1\r\n");
+    assert_eq!(c(&["SET", "k", "three"]), "+OK\r\n");
+    assert_eq!(c(&["SET", "other", "x"]), "+OK\r\n");
+    assert_eq!(c(&["MSET", "a", "1", "b", "2"]), "+OK\r\n");
+    assert_eq!(c(&["DBSIZE"]), ":4\r\n");
+    assert_eq!(c(&["GET", "k"]), "$5\r\nthree\r\n");
+    assert_eq!(c(&["SELECT", "16"]), "-ERR DB index is out of range\r\n");
+    assert_eq!(c(&["SELECT", "-1"]), "-ERR DB index is out of range\r\n");
+    assert_eq!(
+        c(&["SELECT", "x"]),
+        "-ERR value is not an integer or out of range\r\n"
+    );
+    assert_eq!(c(&["MOVE", "other", "0"]), ":1\r\n");
+    assert_eq!(c(&["MOVE", "k", "0"]), ":0\r\n", "database 0 holds k");
+    assert_eq!(c(&["MOVE", "nope", "0"]), ":0\r\n");
+    assert_eq!(
+        c(&["MOVE", "k", "3"]),
+        "-ERR source and destination objects are the same\r\n"
+    );
+    assert_eq!(c(&["MOVE", "k", "99"]), "-ERR DB index is out of range\r\n");
+    assert_eq!(c(&["EXISTS", "other"]), ":0\r\n");
+    assert_eq!(c(&["FLUSHDB"]), "+OK\r\n");
+    assert_eq!(c(&["DBSIZE"]), ":0\r\n");
+    assert_eq!(c(&["SELECT", "0"]), "+OK\r\n");
+    assert_eq!(c(&["DBSIZE"]), ":2\r\n");
+    assert_eq!(c(&["GET", "k"]), "$4\r\nzero\r\n");
+    assert_eq!(c(&["GET", "other"]), "$1\r\nx\r\n");
+    // The memcached protocols see database 0.
+    let mut text = Session::default();
+    let mut out = Vec::new();
+    e.execute(&mut text, b"get k other\r\n", &mut out, now());
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "VALUE k 0 4\r\nzero\r\nVALUE other 0 1\r\nx\r\nEND\r\n"
+    );
+    let mut c = |args: &[&str]| call(&mut e, &mut s, args);
+    assert_eq!(c(&["SELECT", "5"]), "+OK\r\n");
+    assert_eq!(c(&["SET", "five", "5"]), "+OK\r\n");
+    assert_eq!(c(&["FLUSHALL"]), "+OK\r\n");
+    assert_eq!(c(&["DBSIZE"]), ":0\r\n");
+    assert_eq!(c(&["SELECT", "0"]), "+OK\r\n");
+    assert_eq!(c(&["DBSIZE"]), ":0\r\n");
+}
+
+/// A key of database 0 whose first byte is the namespace mark is kept apart from every other
+/// database's keys (it is escaped), and the other way round.
+#[test]
+fn a_key_starting_with_the_namespace_mark_meets_no_other_database() {
+    let mut e = engine();
+    let mut s = resp2();
+    let marked: &[u8] = b"\xff\x03k";
+    assert_eq!(
+        run_at(&mut e, &mut s, &command(&[b"SET", marked, b"zero"]), now()),
+        "+OK\r\n"
+    );
+    assert_eq!(call(&mut e, &mut s, &["SELECT", "3"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["GET", "k"]), "$-1\r\n");
+    assert_eq!(call(&mut e, &mut s, &["DBSIZE"]), ":0\r\n");
+    assert_eq!(call(&mut e, &mut s, &["SET", "k", "three"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["SELECT", "0"]), "+OK\r\n");
+    assert_eq!(
+        run_at(&mut e, &mut s, &command(&[b"GET", marked]), now()),
+        "$4\r\nzero\r\n"
+    );
+    assert_eq!(call(&mut e, &mut s, &["DBSIZE"]), ":1\r\n");
+}
+
+/// With two workers a database's keys live on both: commands forwarded to the owner run in
+/// the connection's database, and `DBSIZE`/`FLUSHDB` add up or empty every worker's share.
+#[test]
+fn databases_span_workers() {
+    let mut home = Engine::new(config(2, 0));
+    let mut owner = Engine::new(config(2, 1));
+    let keys: Vec<String> = (0..12).map(|i| format!("key:{i}")).collect();
+    let mut input = Vec::new();
+    let mut push = |args: Vec<&str>| {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        input.extend(command(&args));
+    };
+    let mut want = String::new();
+    for key in &keys {
+        push(vec!["SET", key, "zero"]);
+        want.push_str("+OK\r\n");
+    }
+    push(vec!["SELECT", "2"]);
+    want.push_str("+OK\r\n");
+    for key in &keys[..8] {
+        push(vec!["SET", key, "two"]);
+        want.push_str("+OK\r\n");
+    }
+    push(vec!["GET", &keys[0]]);
+    push(vec!["GET", &keys[1]]);
+    push(vec!["GET", &keys[9]]);
+    want.push_str("$3\r\ntwo\r\n$3\r\ntwo\r\n$-1\r\n");
+    push(vec!["DBSIZE"]);
+    want.push_str(":8\r\n");
+    push(vec!["MGET", &keys[0], &keys[9]]);
+    want.push_str("*2\r\n$3\r\ntwo\r\n$-1\r\n");
+    push(vec!["FLUSHDB"]);
+    want.push_str("+OK\r\n");
+    push(vec!["DBSIZE"]);
+    want.push_str(":0\r\n");
+    push(vec!["SELECT", "0"]);
+    want.push_str("+OK\r\n");
+    push(vec!["DBSIZE"]);
+    want.push_str(":12\r\n");
+    push(vec!["GET", &keys[1]]);
+    want.push_str("$4\r\nzero\r\n");
+    assert_eq!(
+        run_on_two_workers(&mut home, &mut owner, &input, false),
+        want
+    );
+}
