@@ -196,6 +196,30 @@ pub(crate) struct Scan {
     pub items: usize,
 }
 
+/// Requests a connection holds to run later, back to back (Redis's `MULTI` ... `EXEC`).
+#[derive(Debug, Default)]
+pub(crate) struct Queued {
+    /// The requests' bytes, one after another.
+    pub bytes: Vec<u8>,
+    /// Where each request ends in `bytes`.
+    pub ends: Vec<usize>,
+    /// Set once a request could not be queued: the run is refused.
+    pub failed: bool,
+    /// The worker every queued key belongs to, once a request named a key.
+    pub owner: Option<usize>,
+}
+
+/// A key a connection watches, and what it was when watched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Watched {
+    /// Its database.
+    pub db: u8,
+    /// The client's key.
+    pub key: Box<[u8]>,
+    /// The item's CAS and expiry then (`None`: not held).
+    pub state: Option<(u64, u64)>,
+}
+
 /// One connection's protocol state, kept by the packet path next to its socket.
 #[derive(Debug)]
 pub struct Session {
@@ -231,6 +255,12 @@ pub struct Session {
     pub(crate) id: u64,
     /// The database the connection's keys are in (RESP's `SELECT`; 0 for memcached).
     pub(crate) db: u8,
+    /// Requests held to run later as one (Redis's `MULTI`), the adapter's to keep.
+    pub(crate) queued: Option<Box<Queued>>,
+    /// Keys whose change makes the next queued run fail (Redis's `WATCH`).
+    pub(crate) watched: Vec<Watched>,
+    /// Set while queued requests run as one: nothing pauses them part-way.
+    pub(crate) atomic: bool,
     /// Where a key of another database than 0 is namespaced ([`stored_key`]).
     key_buf: Vec<u8>,
 }
@@ -252,6 +282,9 @@ impl Default for Session {
             input_counted: 0,
             id: 0,
             db: 0,
+            queued: None,
+            watched: Vec::new(),
+            atomic: false,
             key_buf: Vec::new(),
         }
     }
@@ -610,7 +643,9 @@ impl<'a> Cx<'a> {
     /// backlog reached the high-water mark, too much waits on other workers, or the turn is
     /// used up.
     pub fn pause(&self, out: &[u8]) -> Option<Stop> {
-        if out.len() >= OUT_HIGH_WATER_BYTES {
+        if self.session.atomic {
+            None
+        } else if out.len() >= OUT_HIGH_WATER_BYTES {
             Some(Stop::Output)
         } else if self.session.holes.full() {
             Some(Stop::Forwards)

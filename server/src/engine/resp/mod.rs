@@ -50,6 +50,8 @@
 //! commands.rs    the command table: names, arity, keys, what `COMMAND` reports
 //! strings.rs     SET and its options, GETEX, INCR/DECR, APPEND, MSETNX
 //! keyspace.rs    expiry, and the multi-key commands (MGET, MSET, DEL, UNLINK, EXISTS)
+//! transactions.rs MULTI, EXEC, DISCARD, WATCH, UNWATCH, RESET (and how a transaction runs
+//!                with several workers)
 //! connection.rs  HELLO, CLIENT
 //! server.rs      CONFIG, COMMAND, INFO
 //! ```
@@ -67,12 +69,14 @@ mod connection;
 mod keyspace;
 mod server;
 mod strings;
+mod transactions;
 
 use self::commands::*;
 use self::connection::*;
 use self::keyspace::*;
 use self::server::*;
 use self::strings::*;
+use self::transactions::*;
 
 use super::forward::{Gather, Part};
 use super::session::{Cx, FanOut, Protocol, Resume, Scan, Step, Stop};
@@ -307,9 +311,13 @@ pub(super) fn describe(request: &[u8]) -> String {
     words
 }
 
-/// Executes a command another worker forwarded here (complete: the sender parsed it; `_part`
-/// is always [`WHOLE`]).
-pub(super) fn run_forwarded(cx: &mut Cx<'_>, _part: u8, request: &[u8], out: &mut Vec<u8>) {
+/// Executes a command another worker forwarded here (complete: the sender parsed it; `part`
+/// is [`WHOLE`], or [`TRANSACTION`] for a transaction's queued commands, run as one).
+pub(super) fn run_forwarded(cx: &mut Cx<'_>, part: u8, request: &[u8], out: &mut Vec<u8>) {
+    if part == TRANSACTION {
+        run_queue(cx, request, out);
+        return;
+    }
     let _ = step(cx, None, request, out);
 }
 
@@ -382,15 +390,21 @@ fn execute(
     let v = version(cx);
     let Some(spec) = spec else {
         cx.protocol_error();
+        fail_queue(cx);
         unknown_command(out, v, command);
         return Step::Done(len);
     };
     if !arity_fits(spec.arity, command.argc()) {
+        fail_queue(cx);
         error(
             out,
             v,
             &format!("ERR wrong number of arguments for '{}' command", spec.name),
         );
+        return Step::Done(len);
+    }
+    if cx.session.queued.is_some() && !runs_inside_multi(spec.cmd) {
+        queue(cx, spec, command, raw, out);
         return Step::Done(len);
     }
     let now = cx.now;
@@ -569,6 +583,16 @@ fn execute(
             }
         }
         Cmd::Select => select(cx, arg(1), out),
+        Cmd::Multi => multi(cx, out),
+        Cmd::Exec => {
+            if let Some(stop) = exec(cx, out) {
+                return Step::Stop(stop);
+            }
+        }
+        Cmd::Discard => discard(cx, out),
+        Cmd::Watch => watch(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::Unwatch => unwatch(cx, out),
+        Cmd::Reset => reset(cx, out),
         Cmd::Move => move_key(cx, arg(1), arg(2), out),
         Cmd::Quit => {
             ok(out, v);

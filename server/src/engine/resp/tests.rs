@@ -1406,3 +1406,174 @@ fn databases_span_workers() {
         want
     );
 }
+
+/// `MULTI`/`EXEC`/`DISCARD` as redis-server 7 answers them: queued commands answer
+/// `+QUEUED`, run as one at `EXEC`, and a command that cannot be queued aborts the whole.
+#[test]
+fn transactions_queue_and_run_as_one() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut c = |args: &[&str]| call(&mut e, &mut s, args);
+    assert_eq!(c(&["EXEC"]), "-ERR EXEC without MULTI\r\n");
+    assert_eq!(c(&["DISCARD"]), "-ERR DISCARD without MULTI\r\n");
+    assert_eq!(c(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c(&["MULTI"]), "-ERR MULTI calls can not be nested\r\n");
+    assert_eq!(c(&["SET", "a", "1"]), "+QUEUED\r\n");
+    assert_eq!(
+        c(&["NOPE"]),
+        "-ERR unknown command 'NOPE', with args beginning with: \r\n"
+    );
+    assert_eq!(
+        c(&["GET", "a", "b"]),
+        "-ERR wrong number of arguments for 'get' command\r\n"
+    );
+    assert_eq!(
+        c(&["EXEC"]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(c(&["GET", "a"]), "$-1\r\n", "nothing of it ran");
+    assert_eq!(c(&["MULTI"]), "+OK\r\n");
+    assert_eq!(
+        c(&["WATCH", "x"]),
+        "-ERR WATCH inside MULTI is not allowed\r\n"
+    );
+    assert_eq!(c(&["SET", "a", "2"]), "+QUEUED\r\n");
+    assert_eq!(c(&["INCR", "a"]), "+QUEUED\r\n");
+    assert_eq!(c(&["GET", "a"]), "+QUEUED\r\n");
+    assert_eq!(c(&["SELECT", "1"]), "+QUEUED\r\n");
+    assert_eq!(c(&["EXEC"]), "*4\r\n+OK\r\n:3\r\n$1\r\n3\r\n+OK\r\n");
+    assert_eq!(
+        c(&["GET", "a"]),
+        "$-1\r\n",
+        "SELECT in the transaction holds"
+    );
+    assert_eq!(c(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c(&["SET", "b", "1"]), "+QUEUED\r\n");
+    assert_eq!(c(&["DISCARD"]), "+OK\r\n");
+    assert_eq!(c(&["GET", "b"]), "$-1\r\n");
+    assert_eq!(c(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c(&["EXEC"]), "*0\r\n");
+    assert_eq!(c(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c(&["SET", "r", "1"]), "+QUEUED\r\n");
+    assert_eq!(c(&["RESET"]), "+RESET\r\n");
+    assert_eq!(c(&["EXEC"]), "-ERR EXEC without MULTI\r\n");
+    assert_eq!(c(&["GET", "a"]), "$1\r\n3\r\n", "RESET selects database 0");
+}
+
+/// `WATCH` makes `EXEC` fail (a null array) when a watched key changed: written by another
+/// RESP client or a memcached one, deleted, given an expiry, or expired; unchanged keys and
+/// `UNWATCH` let it run.
+#[test]
+fn a_watched_key_that_changed_fails_exec() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut other = resp2();
+    assert_eq!(call(&mut e, &mut s, &["SET", "k", "1"]), "+OK\r\n");
+    // Unchanged: runs.
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "k", "absent"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["INCR", "k"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*1\r\n:2\r\n");
+    type Change = fn(&mut Engine, &mut Session);
+    let changes: [(&str, Change); 5] = [
+        ("SET by another client", |e, o| {
+            assert_eq!(call(e, o, &["SET", "k", "x"]), "+OK\r\n");
+        }),
+        ("a memcached set", |e, _| {
+            let mut text = Session::default();
+            let mut out = Vec::new();
+            e.execute(&mut text, b"set k 0 0 1\r\ny\r\n", &mut out, now());
+            assert_eq!(out, b"STORED\r\n");
+        }),
+        ("DEL", |e, o| {
+            assert_eq!(call(e, o, &["DEL", "k"]), ":1\r\n");
+        }),
+        ("EXPIRE", |e, o| {
+            assert_eq!(call(e, o, &["EXPIRE", "k", "100"]), ":1\r\n");
+        }),
+        ("expiry", |e, o| {
+            assert_eq!(call(e, o, &["PEXPIRE", "k", "1"]), ":1\r\n");
+        }),
+    ];
+    for (what, change) in changes {
+        assert_eq!(call(&mut e, &mut s, &["SET", "k", "1"]), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
+        change(&mut e, &mut other);
+        let later = Now::from_millis(NOW * 1000 + 10);
+        assert_eq!(
+            run_at(&mut e, &mut s, &command(&[b"MULTI"]), later),
+            "+OK\r\n"
+        );
+        assert_eq!(
+            run_at(&mut e, &mut s, &command(&[b"SET", b"k", b"mine"]), later),
+            "+QUEUED\r\n"
+        );
+        assert_eq!(
+            run_at(&mut e, &mut s, &command(&[b"EXEC"]), later),
+            "*-1\r\n",
+            "{what}"
+        );
+        assert_ne!(
+            call(&mut e, &mut s, &["GET", "k"]),
+            "$4\r\nmine\r\n",
+            "{what}"
+        );
+    }
+    // UNWATCH forgets; a watch in another database is that database's key.
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut other, &["SET", "k", "z"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["UNWATCH"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*0\r\n");
+    assert_eq!(call(&mut e, &mut s, &["SELECT", "4"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut other, &["SET", "k", "db0"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["SET", "k", "db4"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*1\r\n+OK\r\n");
+}
+
+/// With two workers a transaction whose keys live on the other worker is sent there whole;
+/// one whose keys span both is refused with CROSSSLOT and aborts.
+#[test]
+fn a_transaction_runs_on_the_worker_of_its_keys() {
+    let theirs: Vec<String> = (0..40)
+        .map(|i| format!("key:{i}"))
+        .filter(|k| owner_of(k.as_bytes(), 2) == 1)
+        .take(2)
+        .collect();
+    let mine: Vec<String> = (0..40)
+        .map(|i| format!("key:{i}"))
+        .filter(|k| owner_of(k.as_bytes(), 2) == 0)
+        .take(1)
+        .collect();
+    let mut input = Vec::new();
+    let mut push = |args: &[&str]| {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        input.extend(command(&args));
+    };
+    push(&["SELECT", "1"]);
+    push(&["MULTI"]);
+    push(&["SET", &theirs[0], "5"]);
+    push(&["INCRBY", &theirs[0], "2"]);
+    push(&["MGET", &theirs[0], &theirs[1]]);
+    push(&["PING"]);
+    push(&["EXEC"]);
+    push(&["GET", &theirs[0]]);
+    push(&["MULTI"]);
+    push(&["SET", &theirs[0], "a"]);
+    push(&["SET", &mine[0], "b"]);
+    push(&["DBSIZE"]);
+    push(&["EXEC"]);
+    push(&["GET", &theirs[0]]);
+    let mut home = Engine::new(config(2, 0));
+    let mut owner = Engine::new(config(2, 1));
+    assert_eq!(
+        run_on_two_workers(&mut home, &mut owner, &input, false),
+        "+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n\
+         *4\r\n+OK\r\n:7\r\n*2\r\n$1\r\n7\r\n$-1\r\n+PONG\r\n$1\r\n7\r\n\
+         +OK\r\n+QUEUED\r\n-CROSSSLOT Keys in request don't hash to the same slot\r\n\
+         -ERR 'dbsize' inside MULTI needs a server of one worker (memspin -t 1)\r\n\
+         -EXECABORT Transaction discarded because of previous errors.\r\n$1\r\n7\r\n"
+    );
+}
