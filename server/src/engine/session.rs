@@ -227,6 +227,9 @@ pub struct Session {
     pub(super) protocol: Option<Protocol>,
     /// Bytes of a refused frame still to be skipped (an oversize value, an unknown opcode's body).
     pub(super) skip_bytes: u64,
+    /// Arguments of a refused command still to be skipped after `skip_bytes` (each as it
+    /// arrives; the adapter reads their lengths).
+    pub(crate) skip_args: usize,
     /// Set once a frame asked to close (QUIT, a malformed frame): nothing more is executed.
     pub(super) closing: bool,
     /// How far the parser got in the pending request.
@@ -270,6 +273,7 @@ impl Default for Session {
         Session {
             protocol: None,
             skip_bytes: 0,
+            skip_args: 0,
             closing: false,
             scan: Scan::default(),
             resume: None,

@@ -34,8 +34,10 @@
 //!   (`ERR key is empty or longer than 250 bytes`) by the commands that store, and not found
 //!   by those that read;
 //! - an item larger than `-I` is refused (`ERR string exceeds maximum allowed size
-//!   (proto-max-bulk-len)`), a bulk string over `-I` closes the connection with Redis's
-//!   protocol error, and a full store evicts (CLOCK, close to `allkeys-lru`) rather than refuse;
+//!   (proto-max-bulk-len)`), and so is a command with a bulk string over `-I` (or longer in
+//!   all than twice `-I`): the error is answered at once and the command's bytes are skipped
+//!   as they arrive, never buffered, the connection kept (Redis closes it with a protocol
+//!   error); a full store evicts (CLOCK, close to `allkeys-lru`) rather than refuse;
 //! - `MSET` is not atomic across workers (each pair is stored by its key's owner), and
 //!   `MSETNX` with keys on several workers is refused with Redis Cluster's `CROSSSLOT` error;
 //! - `INFO keyspace` lists every database's keys under `db0` (the figures are the store's,
@@ -59,8 +61,8 @@
 //! Each family file calls the core through [`Cx`]'s operations only.
 
 use protocol::resp::{
-    Command, Frame, Limits, ParseError, Parsed, Progress, Reply, Version, parse_integer,
-    write_command,
+    Command, Frame, Limits, ParseError, Parsed, Progress, Reply, Version, argument_len,
+    parse_integer, write_command,
 };
 use store::{Now, StoreError, StoreMode, Ttl, Write};
 
@@ -112,6 +114,9 @@ pub(super) fn step(
     if let Some(resume) = cx.session.resume {
         return resume_step(cx, resume, buf, out);
     }
+    if cx.session.skip_args > 0 {
+        return skip_argument(cx, buf, out);
+    }
     if let Some(ahead) = ahead {
         let kept = match ahead.take(buf) {
             Some(kept) => Some(kept),
@@ -152,11 +157,50 @@ pub(super) fn step(
             };
             Step::Wait(needed)
         }
+        Err(ParseError::TooLarge { end, args_left }) => {
+            cx.session.scan = Scan::default();
+            fail_queue(cx);
+            error(out, version(cx), TOO_LARGE);
+            cx.session.skip_args = args_left;
+            skip_through(cx, buf, end)
+        }
         Err(ParseError::Protocol(error)) => {
             cx.session.scan = Scan::default();
             cx.protocol_error();
             error.emit_into(out);
             cx.session.close();
+            Step::Done(0)
+        }
+    }
+}
+
+/// Consumes the first `end` bytes of a refused command: those in `buf` now, the rest skipped
+/// as they arrive.
+fn skip_through(cx: &mut Cx<'_>, buf: &[u8], end: u64) -> Step {
+    let here = end.min(buf.len() as u64);
+    if end > here {
+        cx.session.skip(end - here);
+    }
+    Step::Done(here as usize)
+}
+
+/// Skips the next argument of a refused command (see [`ParseError::TooLarge`]).
+fn skip_argument(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
+    match argument_len(buf) {
+        Ok(len) => {
+            cx.session.skip_args -= 1;
+            skip_through(cx, buf, len)
+        }
+        Err(ParseError::Incomplete { needed }) => Step::Wait(needed),
+        Err(ParseError::Protocol(error)) => {
+            cx.session.skip_args = 0;
+            cx.protocol_error();
+            error.emit_into(out);
+            cx.session.close();
+            Step::Done(0)
+        }
+        Err(ParseError::TooLarge { .. }) => {
+            cx.session.skip_args = 0;
             Step::Done(0)
         }
     }
