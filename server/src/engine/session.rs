@@ -906,6 +906,11 @@ impl Cx<'_> {
         });
     }
 
+    /// Items this worker's shard holds, every database's.
+    pub fn items(&self) -> usize {
+        self.core.shard().len()
+    }
+
     /// The buckets of this worker's table.
     pub fn num_buckets(&self) -> usize {
         self.core.shard().num_buckets()

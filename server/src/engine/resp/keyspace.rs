@@ -546,3 +546,185 @@ pub(super) fn move_key(cx: &mut Cx<'_>, key: &[u8], db: &[u8], out: &mut Vec<u8>
         Err(e) => store_error(out, v, e),
     }
 }
+
+// ---- walking the keyspace ----
+
+/// Bits of a `SCAN` cursor that hold the position in the key-hash space; the bits above
+/// them name the worker.
+const CURSOR_POSITION_BITS: u32 = 56;
+
+/// A full `SCAN` iteration walks each worker's table at most about this many times: a call
+/// returns at least this fraction of the worker's items (`COUNT` is a hint, as in Redis).
+const SCAN_WALKS: usize = 64;
+
+/// Where a key sits in `SCAN`'s order: the top bits of its owner hash, the same for a key
+/// whatever the table's size or layout.
+fn scan_position(key: &[u8]) -> u64 {
+    crate::engine::owner_hash(key) >> (64 - CURSOR_POSITION_BITS)
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`.
+///
+/// The cursor is a worker (top 8 bits) and a position in the key-hash space (56 bits): a call
+/// returns the keys of the connection's database on that worker whose positions are the
+/// smallest at or after the cursor's, and the next cursor starts where they end (at the last
+/// one, so keys sharing a position are returned again rather than missed). The order does not
+/// depend on the table, so growth, eviction and expiry move no key across the cursor: a full
+/// iteration returns every key held for its whole duration at least once. A worker's keys
+/// done, the cursor moves to the next worker's start; after the last, 0. Each call walks the
+/// worker's table (O(its items)).
+pub(super) fn scan(cx: &mut Cx<'_>, args: &[&[u8]], raw: &[u8], out: &mut Vec<u8>) -> Option<Stop> {
+    let v = version(cx);
+    let Some(cursor) = std::str::from_utf8(args[0])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        error(out, v, "ERR invalid cursor");
+        return None;
+    };
+    let mut pattern: Option<&[u8]> = None;
+    let mut count = 10usize;
+    let mut strings = true;
+    let mut options = args[1..].chunks(2);
+    for option in &mut options {
+        let [name, value] = option else {
+            error(out, v, SYNTAX);
+            return None;
+        };
+        if name.eq_ignore_ascii_case(b"match") {
+            pattern = Some(value);
+        } else if name.eq_ignore_ascii_case(b"count") {
+            match parse_integer(value) {
+                None => {
+                    error(out, v, NOT_INTEGER);
+                    return None;
+                }
+                Some(n) if n < 1 => {
+                    error(out, v, SYNTAX);
+                    return None;
+                }
+                Some(n) => count = usize::try_from(n).unwrap_or(usize::MAX),
+            }
+        } else if name.eq_ignore_ascii_case(b"type") {
+            strings = value.eq_ignore_ascii_case(b"string");
+        } else {
+            error(out, v, SYNTAX);
+            return None;
+        }
+    }
+    let worker = (cursor >> CURSOR_POSITION_BITS) as usize;
+    let start = cursor & ((1 << CURSOR_POSITION_BITS) - 1);
+    if worker >= cx.workers() {
+        write_scan(out, v, 0, &[]);
+        return None;
+    }
+    if worker != cx.config().worker && !cx.forwarded() {
+        return cx.forward(worker, WHOLE, raw, out).err();
+    }
+    // The `target` keys of the smallest positions at or after `start`.
+    let target = count.max(cx.items() / SCAN_WALKS).max(1);
+    let mut nearest: std::collections::BinaryHeap<(u64, Vec<u8>)> =
+        std::collections::BinaryHeap::new();
+    cx.visit_database(0, cx.num_buckets(), cx.now, |key, _| {
+        let at = scan_position(key);
+        if at < start {
+            return;
+        }
+        if nearest.len() < target {
+            nearest.push((at, key.to_vec()));
+        } else if nearest.peek().is_some_and(|(last, _)| at < *last) {
+            nearest.pop();
+            nearest.push((at, key.to_vec()));
+        }
+    });
+    let found = nearest.into_vec();
+    let next = if found.len() < target {
+        // This worker's keys are done.
+        if worker + 1 < cx.workers() {
+            ((worker + 1) as u64) << CURSOR_POSITION_BITS
+        } else {
+            0
+        }
+    } else {
+        let first = found.iter().map(|(at, _)| *at).min().unwrap_or(start);
+        let last = found.iter().map(|(at, _)| *at).max().unwrap_or(start);
+        // Again from the last position, unless every key found holds it (then past it).
+        let resume = if first == last { last + 1 } else { last };
+        if resume >> CURSOR_POSITION_BITS != 0 {
+            if worker + 1 < cx.workers() {
+                ((worker + 1) as u64) << CURSOR_POSITION_BITS
+            } else {
+                0
+            }
+        } else {
+            (worker as u64) << CURSOR_POSITION_BITS | resume
+        }
+    };
+    let keys: Vec<&[u8]> = found
+        .iter()
+        .map(|(_, key)| key.as_slice())
+        .filter(|key| strings && pattern.is_none_or(|p| glob(p, key)))
+        .collect();
+    write_scan(out, v, next, &keys);
+    None
+}
+
+/// A `SCAN` reply: the next cursor, then the keys.
+fn write_scan(out: &mut Vec<u8>, v: Version, next: u64, keys: &[&[u8]]) {
+    Reply::Array(2).emit_into(v, out);
+    bulk(out, v, next.to_string().as_bytes());
+    Reply::Array(keys.len()).emit_into(v, out);
+    for key in keys {
+        bulk(out, v, key);
+    }
+}
+
+/// `KEYS pattern`: this worker's keys of the connection's database that match, as an array.
+pub(super) fn keys_local(cx: &Cx<'_>, pattern: &[u8], out: &mut Vec<u8>) {
+    let v = version(cx);
+    let mut found: Vec<Vec<u8>> = Vec::new();
+    cx.visit_database(0, cx.num_buckets(), cx.now, |key, _| {
+        if glob(pattern, key) {
+            found.push(key.to_vec());
+        }
+    });
+    Reply::Array(found.len()).emit_into(v, out);
+    for key in &found {
+        bulk(out, v, key);
+    }
+}
+
+/// Arrays from every worker, joined into one (`KEYS`).
+#[derive(Debug)]
+pub(super) struct Joined {
+    len: usize,
+    items: Vec<u8>,
+    version: Version,
+}
+
+impl Joined {
+    /// Nothing joined yet.
+    pub(super) fn new(version: Version) -> Joined {
+        Joined {
+            len: 0,
+            items: Vec::new(),
+            version,
+        }
+    }
+}
+
+impl Gather for Joined {
+    fn add(&mut self, part: Part<'_>) {
+        if let Part::Bytes(bytes) = part
+            && let Ok((Frame::Array(n), header)) = Frame::parse(bytes)
+        {
+            self.len += n;
+            self.items.extend_from_slice(&bytes[header..]);
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        Reply::Array(self.len).emit_into(self.version, out);
+        out.extend_from_slice(&self.items);
+    }
+}

@@ -51,7 +51,8 @@
 //!                family file (GET, PING, TTL, ...)
 //! commands.rs    the command table: names, arity, keys, what `COMMAND` reports
 //! strings.rs     SET and its options, GETEX, INCR/DECR, APPEND, MSETNX
-//! keyspace.rs    expiry, and the multi-key commands (MGET, MSET, DEL, UNLINK, EXISTS)
+//! keyspace.rs    expiry, the multi-key commands (MGET, MSET, DEL, UNLINK, EXISTS), the
+//!                databases (SELECT, MOVE, DBSIZE, FLUSHDB), SCAN and KEYS
 //! transactions.rs MULTI, EXEC, DISCARD, WATCH, UNWATCH, RESET (and how a transaction runs
 //!                with several workers)
 //! connection.rs  HELLO, CLIENT
@@ -461,7 +462,7 @@ fn execute(
             }
             return multi_key(cx, command, len, None, out);
         }
-        Cmd::DbSize | Cmd::Info | Cmd::FlushAll | Cmd::FlushDb if !cx.may_fan_out() => {
+        Cmd::DbSize | Cmd::Info | Cmd::FlushAll | Cmd::FlushDb | Cmd::Keys if !cx.may_fan_out() => {
             return Step::Stop(Stop::Blocked);
         }
         _ => {}
@@ -627,6 +628,25 @@ fn execute(
             }
         }
         Cmd::Select => select(cx, arg(1), out),
+        Cmd::Scan => {
+            if let Some(stop) = scan(cx, Tail::of(command, 1).as_slice(), raw, out) {
+                return Step::Stop(stop);
+            }
+        }
+        Cmd::Keys => {
+            let pattern = arg(1);
+            every_worker(cx, raw, Box::new(Joined::new(v)), out, |cx, out| {
+                keys_local(cx, pattern, out);
+            });
+        }
+        Cmd::Time => {
+            let since = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            Reply::Array(2).emit_into(v, out);
+            bulk(out, v, since.as_secs().to_string().as_bytes());
+            bulk(out, v, since.subsec_micros().to_string().as_bytes());
+        }
         Cmd::Multi => multi(cx, out),
         Cmd::Exec => {
             if let Some(stop) = exec(cx, out) {

@@ -1623,3 +1623,137 @@ fn a_value_over_the_item_limit_is_refused_and_skipped() {
     assert!(!outcome.close);
     assert!(outcome.needed <= 64 << 10);
 }
+
+/// The keys and next cursor of a `SCAN` reply.
+#[track_caller]
+fn scan_reply(reply: &str) -> (String, Vec<String>) {
+    let mut lines = reply.split("\r\n");
+    assert_eq!(lines.next(), Some("*2"), "{reply}");
+    lines.next();
+    let cursor = lines.next().unwrap().to_string();
+    let n: usize = lines.next().unwrap()[1..].parse().unwrap();
+    let keys = (0..n)
+        .map(|_| {
+            lines.next();
+            lines.next().unwrap().to_string()
+        })
+        .collect();
+    (cursor, keys)
+}
+
+/// A full `SCAN` iteration returns every key held throughout, also when the table grows
+/// several times part-way; `MATCH`, `COUNT` and `TYPE` filter as Redis's do, and other
+/// databases' keys never show.
+#[test]
+fn scan_returns_every_key_while_the_table_grows() {
+    let mut e = engine();
+    let mut s = resp2();
+    assert_eq!(call(&mut e, &mut s, &["SET", "db0-key", "x"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["SELECT", "2"]), "+OK\r\n");
+    let held: Vec<String> = (0..500).map(|i| format!("held:{i}")).collect();
+    for key in &held {
+        assert_eq!(call(&mut e, &mut s, &["SET", key, "v"]), "+OK\r\n");
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut cursor = "0".to_string();
+    let mut calls = 0;
+    loop {
+        let (next, keys) = scan_reply(&call(&mut e, &mut s, &["SCAN", &cursor, "COUNT", "7"]));
+        seen.extend(keys);
+        calls += 1;
+        if calls == 5 {
+            // The table grows a few times over.
+            for i in 0..20_000 {
+                let key = format!("new:{i}");
+                assert_eq!(call(&mut e, &mut s, &["SET", &key, "v"]), "+OK\r\n");
+            }
+        }
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+        assert!(calls < 10_000, "no end");
+    }
+    for key in &held {
+        assert!(seen.contains(key), "{key} missed");
+    }
+    assert!(!seen.contains("db0-key"));
+    let (_, keys) = scan_reply(&call(
+        &mut e,
+        &mut s,
+        &["SCAN", "0", "MATCH", "held:1?", "COUNT", "100000"],
+    ));
+    let mut keys: Vec<String> = keys;
+    keys.sort();
+    let want: Vec<String> = (10..20).map(|i| format!("held:{i}")).collect();
+    assert_eq!(keys, want);
+    let (_, keys) = scan_reply(&call(&mut e, &mut s, &["SCAN", "0", "TYPE", "hash"]));
+    assert!(keys.is_empty());
+    assert_eq!(
+        call(&mut e, &mut s, &["SCAN", "x"]),
+        "-ERR invalid cursor\r\n"
+    );
+    assert_eq!(
+        call(&mut e, &mut s, &["SCAN", "0", "COUNT", "0"]),
+        "-ERR syntax error\r\n"
+    );
+    assert_eq!(
+        call(&mut e, &mut s, &["SCAN", "0", "MATCH"]),
+        "-ERR syntax error\r\n"
+    );
+    assert_eq!(call(&mut e, &mut s, &["SELECT", "0"]), "+OK\r\n");
+    assert_eq!(
+        call(&mut e, &mut s, &["KEYS", "*"]),
+        "*1\r\n$7\r\ndb0-key\r\n"
+    );
+}
+
+/// With two workers the cursor names the worker: a full iteration returns both workers' keys,
+/// and `KEYS` joins both workers' matches.
+#[test]
+fn scan_and_keys_span_workers() {
+    let mut home = Engine::new(config(2, 0));
+    let mut owner = Engine::new(config(2, 1));
+    let keys: Vec<String> = (0..50).map(|i| format!("key:{i}")).collect();
+    let mut input = Vec::new();
+    for key in &keys {
+        input.extend(command(&[b"SET", key.as_bytes(), b"v"]));
+    }
+    run_on_two_workers(&mut home, &mut owner, &input, false);
+    let mut seen = Vec::new();
+    let mut cursor = "0".to_string();
+    for _ in 0..1000 {
+        let reply = run_on_two_workers(
+            &mut home,
+            &mut owner,
+            &command(&[b"SCAN", cursor.as_bytes(), b"COUNT", b"5"]),
+            false,
+        );
+        let (next, found) = scan_reply(&reply);
+        seen.extend(found);
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(cursor, "0");
+    seen.sort();
+    seen.dedup();
+    let mut want = keys.clone();
+    want.sort();
+    assert_eq!(seen, want);
+    let reply = run_on_two_workers(
+        &mut home,
+        &mut owner,
+        &command(&[b"KEYS", b"key:4?"]),
+        false,
+    );
+    let mut found: Vec<&str> = reply
+        .split("\r\n")
+        .filter(|l| l.starts_with("key:"))
+        .collect();
+    found.sort();
+    let want: Vec<String> = (40..50).map(|i| format!("key:{i}")).collect();
+    assert_eq!(found, want);
+    assert!(reply.starts_with("*10\r\n"), "{reply}");
+}

@@ -16,7 +16,8 @@
 //!                                         (CROSSSLOT, as Redis Cluster does), EXEC aborts
 //! ```
 //!
-//! Commands that go to every worker (`DBSIZE`, `FLUSHDB`, `FLUSHALL`, `INFO`) and `SELECT`
+//! Commands that go to every worker (`DBSIZE`, `FLUSHDB`, `FLUSHALL`, `INFO`, `KEYS`, `SCAN`)
+//! and `SELECT`
 //! are refused inside a transaction when there are several workers; with one worker every
 //! command runs. `WATCH` records each key's CAS and expiry; `EXEC` fails (a null array) when
 //! any differs (a write from any protocol gives a new CAS, an expiry or a delete makes the key
@@ -75,7 +76,13 @@ pub(super) fn queue(
     if cx.workers() > 1 {
         let spans = matches!(
             spec.cmd,
-            Cmd::DbSize | Cmd::FlushAll | Cmd::FlushDb | Cmd::Info | Cmd::Select
+            Cmd::DbSize
+                | Cmd::FlushAll
+                | Cmd::FlushDb
+                | Cmd::Info
+                | Cmd::Select
+                | Cmd::Scan
+                | Cmd::Keys
         );
         if spans {
             fail_queue(cx);
