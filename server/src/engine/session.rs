@@ -218,6 +218,9 @@ pub(crate) struct Watched {
     pub key: Box<[u8]>,
     /// The item's CAS and expiry then (`None`: not held).
     pub state: Option<(u64, u64)>,
+    /// Seen changed after one of the connection's own commands (a change undone later, as a
+    /// key written and deleted again, still counts).
+    pub touched: bool,
 }
 
 /// One connection's protocol state, kept by the packet path next to its socket.

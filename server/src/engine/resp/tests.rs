@@ -1757,3 +1757,19 @@ fn scan_and_keys_span_workers() {
     assert_eq!(found, want);
     assert!(reply.starts_with("*10\r\n"), "{reply}");
 }
+
+/// A watched key the connection itself writes and deletes again fails `EXEC`, as in Redis
+/// (the key is absent at `WATCH` and at `EXEC`, but was touched between).
+#[test]
+fn a_watched_key_written_and_deleted_by_the_connection_fails_exec() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut c = |args: &[&str]| call(&mut e, &mut s, args);
+    assert_eq!(c(&["WATCH", "k"]), "+OK\r\n");
+    assert_eq!(c(&["SET", "k", "1"]), "+OK\r\n");
+    assert_eq!(c(&["DEL", "k"]), ":1\r\n");
+    assert_eq!(c(&["MULTI"]), "+OK\r\n");
+    assert_eq!(c(&["SET", "k", "2"]), "+QUEUED\r\n");
+    assert_eq!(c(&["EXEC"]), "*-1\r\n");
+    assert_eq!(c(&["GET", "k"]), "$-1\r\n");
+}

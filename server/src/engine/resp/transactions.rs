@@ -22,7 +22,8 @@
 //! command runs. `WATCH` records each key's CAS and expiry; `EXEC` fails (a null array) when
 //! any differs (a write from any protocol gives a new CAS, an expiry or a delete makes the key
 //! absent, `EXPIRE` changes its expiry). A key absent when watched and absent again at `EXEC`
-//! counts as unchanged, even if it was written and removed meanwhile. With several workers,
+//! counts as unchanged if another client wrote and removed it meanwhile (the connection's own
+//! commands are checked after each, so its own write and delete is seen). With several workers,
 //! `WATCH` takes keys of this connection's worker only, and a watching transaction must run
 //! here.
 
@@ -181,6 +182,7 @@ pub(super) fn watch(cx: &mut Cx<'_>, keys: &[&[u8]], out: &mut Vec<u8>) {
             db,
             key: key.into(),
             state,
+            touched: false,
         });
     }
     ok(out, v);
@@ -192,18 +194,27 @@ pub(super) fn unwatch(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
     ok(out, version(cx));
 }
 
-/// Whether a watched key changed since it was watched.
-fn watched_changed(cx: &mut Cx<'_>) -> bool {
+/// Marks the watched keys whose state differs now from when they were watched; run after
+/// each of the connection's commands while it watches, so a change it made and undid (a key
+/// written, then deleted) still fails `EXEC`.
+pub(super) fn note_changes(cx: &mut Cx<'_>) {
     let now = cx.now;
     let db = cx.session.db;
-    let watched = std::mem::take(&mut cx.session.watched);
-    let changed = watched.iter().any(|w| {
+    let mut watched = std::mem::take(&mut cx.session.watched);
+    for w in watched.iter_mut().filter(|w| !w.touched) {
         cx.session.db = w.db;
         let state = cx.peek(&w.key, now).map(|item| (item.cas, item.expiry_ms));
-        state != w.state
-    });
+        w.touched = state != w.state;
+    }
     cx.session.db = db;
-    changed
+    cx.session.watched = watched;
+}
+
+/// Whether a watched key changed since it was watched (and forgets them all).
+fn watched_changed(cx: &mut Cx<'_>) -> bool {
+    note_changes(cx);
+    let watched = std::mem::take(&mut cx.session.watched);
+    watched.iter().any(|w| w.touched)
 }
 
 /// `EXEC`: `Some` when it must wait (the owner's queue is full), with nothing done.
