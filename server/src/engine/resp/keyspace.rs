@@ -728,3 +728,175 @@ impl Gather for Joined {
         out.extend_from_slice(&self.items);
     }
 }
+
+// ---- one key to another ----
+
+/// `EXPIRETIME key` (seconds) or `PEXPIRETIME key` (milliseconds): when the key dies, -1 for
+/// a key that never does, -2 for one not held.
+pub(super) fn expire_time(cx: &mut Cx<'_>, key: &[u8], millis: bool, out: &mut Vec<u8>) {
+    let v = version(cx);
+    let at = match cx.peek(key, cx.now) {
+        None => -2,
+        Some(item) if item.expiry_ms == 0 => -1,
+        Some(item) if millis => item.expiry_ms as i64,
+        Some(item) => (item.expiry_ms / 1000) as i64,
+    };
+    integer(out, v, at);
+}
+
+/// What `RENAME` and `COPY` carry from one key to another: value, flags, expiry.
+fn item_of(cx: &mut Cx<'_>, key: &[u8]) -> Option<(Vec<u8>, u32, u64)> {
+    cx.peek(key, cx.now)
+        .map(|item| (item.value.to_vec(), item.flags, item.expiry_ms))
+}
+
+/// Stores `item` under `key` in the connection's database (`mode`: `Set`, or `Add` to keep
+/// a held key).
+fn put(
+    cx: &mut Cx<'_>,
+    key: &[u8],
+    (value, flags, expiry_ms): &(Vec<u8>, u32, u64),
+    mode: StoreMode,
+) -> Result<u64, StoreError> {
+    let ttl = if *expiry_ms == 0 {
+        Ttl::Exptime(0)
+    } else {
+        Ttl::AtMillis(*expiry_ms)
+    };
+    let write = Write {
+        flags: *flags,
+        ttl,
+        ..Write::new(mode, key, value)
+    };
+    cx.store(write, cx.now)
+}
+
+/// `RENAME key newkey` (`nx`: `RENAMENX`).
+pub(super) fn rename(cx: &mut Cx<'_>, from: &[u8], to: &[u8], nx: bool, out: &mut Vec<u8>) {
+    let v = version(cx);
+    let now = cx.now;
+    let Some(item) = item_of(cx, from) else {
+        return error(out, v, "ERR no such key");
+    };
+    if from == to {
+        return if nx { integer(out, v, 0) } else { ok(out, v) };
+    }
+    if nx && cx.peek(to, now).is_some() {
+        return integer(out, v, 0);
+    }
+    match put(cx, to, &item, StoreMode::Set) {
+        Ok(_) => {
+            cx.unlink(from, now);
+            if nx { integer(out, v, 1) } else { ok(out, v) }
+        }
+        Err(e) => store_error(out, v, e),
+    }
+}
+
+/// `COPY source destination [DB destination-db] [REPLACE]`.
+pub(super) fn copy(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
+    let v = version(cx);
+    let (from, to) = (args[0], args[1]);
+    let source = cx.session.db;
+    let mut target = source;
+    let mut replace = false;
+    let mut options = args[2..].iter();
+    while let Some(option) = options.next() {
+        if option.eq_ignore_ascii_case(b"replace") {
+            replace = true;
+        } else if option.eq_ignore_ascii_case(b"db")
+            && let Some(db) = options.next()
+        {
+            match parse_integer(db) {
+                None => return error(out, v, NOT_INTEGER),
+                Some(n) if n >= 0 && n < i64::from(cx.config().databases) => target = n as u8,
+                Some(_) => return error(out, v, OUT_OF_RANGE_DB),
+            }
+        } else {
+            return error(out, v, SYNTAX);
+        }
+    }
+    if source == target && from == to {
+        return error(out, v, "ERR source and destination objects are the same");
+    }
+    let Some(item) = item_of(cx, from) else {
+        return integer(out, v, 0);
+    };
+    cx.session.db = target;
+    let mode = if replace {
+        StoreMode::Set
+    } else {
+        StoreMode::Add
+    };
+    let copied = put(cx, to, &item, mode);
+    cx.session.db = source;
+    match copied {
+        Ok(_) => integer(out, v, 1),
+        Err(StoreError::NotStored) => integer(out, v, 0),
+        Err(e) => store_error(out, v, e),
+    }
+}
+
+/// `RANDOMKEY`: a key of the connection's database on this worker, from a bucket picked by
+/// the clock, or null.
+pub(super) fn random_key_local(cx: &Cx<'_>, out: &mut Vec<u8>) {
+    let v = version(cx);
+    let buckets = cx.num_buckets();
+    let start = if buckets == 0 {
+        0
+    } else {
+        (crate::engine::owner_hash(&cx.now.millis().to_le_bytes()) % buckets as u64) as usize
+    };
+    let mut found: Option<Vec<u8>> = None;
+    for (from, to) in [(start, buckets), (0, start)] {
+        let mut at = from;
+        while found.is_none() && at < to {
+            let end = (at + WALK_SLICE_BUCKETS).min(to);
+            cx.visit_database(at, end, cx.now, |key, _| {
+                if found.is_none() {
+                    found = Some(key.to_vec());
+                }
+            });
+            at = end;
+        }
+    }
+    match found {
+        Some(key) => bulk(out, v, &key),
+        None => null(out, v),
+    }
+}
+
+/// The first non-null reply of several workers' (`RANDOMKEY`), or null.
+#[derive(Debug)]
+pub(super) struct FirstFound {
+    found: Option<Vec<u8>>,
+    version: Version,
+}
+
+impl FirstFound {
+    /// Nothing found yet.
+    pub(super) fn new(version: Version) -> FirstFound {
+        FirstFound {
+            found: None,
+            version,
+        }
+    }
+}
+
+impl Gather for FirstFound {
+    fn add(&mut self, part: Part<'_>) {
+        if let Part::Bytes(bytes) = part
+            && self.found.is_none()
+            && let Ok((Frame::Bulk(key), _)) = Frame::parse(bytes)
+        {
+            self.found = Some(key.to_vec());
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        match &self.found {
+            Some(key) => bulk(out, self.version, key),
+            None => null(out, self.version),
+        }
+    }
+}

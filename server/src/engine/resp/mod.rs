@@ -483,6 +483,22 @@ fn dispatch(
         }
         _ => {}
     }
+    if spec.keys == (1, 2, 1) && cx.workers() > 1 && !cx.forwarded() {
+        // Two keys (RENAME, COPY): both on one worker, where the command runs.
+        let me = cx.config().worker;
+        let of = |cx: &Cx<'_>, i| cx.owner_elsewhere(command.arg(i).unwrap_or_default());
+        let (first, second) = (of(cx, 1), of(cx, 2));
+        if first.unwrap_or(me) != second.unwrap_or(me) {
+            error(out, v, CROSSSLOT);
+            return Step::Done(len);
+        }
+        if let Some(owner) = first {
+            return match cx.forward(owner, WHOLE, raw, out) {
+                Ok(()) => Step::Done(len),
+                Err(stop) => Step::Stop(stop),
+            };
+        }
+    }
     if spec.keys.0 == 1
         && spec.keys.1 == 1
         && let Some(key) = command.arg(1)
@@ -644,6 +660,39 @@ fn dispatch(
             }
         }
         Cmd::Select => select(cx, arg(1), out),
+        Cmd::ExpireTime => expire_time(cx, arg(1), false, out),
+        Cmd::PExpireTime => expire_time(cx, arg(1), true, out),
+        Cmd::Rename => rename(cx, arg(1), arg(2), false, out),
+        Cmd::RenameNx => rename(cx, arg(1), arg(2), true, out),
+        Cmd::Copy => copy(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::RandomKey => {
+            every_worker(cx, raw, Box::new(FirstFound::new(v)), out, |cx, out| {
+                random_key_local(cx, out);
+            });
+        }
+        Cmd::Wait => match (parse_integer(arg(1)), parse_integer(arg(2))) {
+            (Some(_), Some(timeout)) if timeout < 0 => error(out, v, "ERR timeout is negative"),
+            (Some(_), Some(_)) => integer(out, v, 0),
+            _ => error(out, v, NOT_INTEGER),
+        },
+        Cmd::Function => {
+            let mode = arg(2);
+            if !arg(1).eq_ignore_ascii_case(b"flush") {
+                let message = format!(
+                    "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
+                    String::from_utf8_lossy(c_string(arg(1), 128))
+                );
+                error(out, v, &message);
+            } else if command.argc() == 2
+                || (command.argc() == 3
+                    && (mode.eq_ignore_ascii_case(b"async") || mode.eq_ignore_ascii_case(b"sync")))
+            {
+                // There are no functions: nothing to flush.
+                ok(out, v);
+            } else {
+                error(out, v, "ERR FUNCTION FLUSH only supports SYNC|ASYNC option");
+            }
+        }
         Cmd::Scan => {
             if let Some(stop) = scan(cx, Tail::of(command, 1).as_slice(), raw, out) {
                 return Step::Stop(stop);

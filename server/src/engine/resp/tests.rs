@@ -1773,3 +1773,65 @@ fn a_watched_key_written_and_deleted_by_the_connection_fails_exec() {
     assert_eq!(c(&["EXEC"]), "*-1\r\n");
     assert_eq!(c(&["GET", "k"]), "$-1\r\n");
 }
+
+/// `EXPIRETIME`, `RENAME`, `RENAMENX`, `COPY`, `RANDOMKEY`, `WAIT` and `FUNCTION FLUSH` as
+/// redis-server 7 answers them.
+#[test]
+fn keyspace_commands_as_redis_answers_them() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut c = |args: &[&str]| call(&mut e, &mut s, args);
+    let script: &[(&[&str], &str)] = &[
+        (&["RANDOMKEY"], "$-1\r\n"),
+        (&["SET", "a", "1", "PXAT", "1700000100500"], "+OK\r\n"),
+        (&["SET", "b", "2"], "+OK\r\n"),
+        (&["EXPIRETIME", "nope"], ":-2\r\n"),
+        (&["EXPIRETIME", "b"], ":-1\r\n"),
+        (&["EXPIRETIME", "a"], ":1700000100\r\n"),
+        (&["PEXPIRETIME", "a"], ":1700000100500\r\n"),
+        (&["RENAME", "nope", "x"], "-ERR no such key\r\n"),
+        (&["RENAME", "a", "a"], "+OK\r\n"),
+        (&["RENAMENX", "a", "a"], ":0\r\n"),
+        (&["RENAMENX", "a", "b"], ":0\r\n"),
+        (&["RENAME", "a", "c"], "+OK\r\n"),
+        (&["EXISTS", "a"], ":0\r\n"),
+        (&["PEXPIRETIME", "c"], ":1700000100500\r\n"),
+        (
+            &["COPY", "c", "c"],
+            "-ERR source and destination objects are the same\r\n",
+        ),
+        (&["COPY", "c", "d"], ":1\r\n"),
+        (&["COPY", "c", "d"], ":0\r\n"),
+        (&["COPY", "c", "d", "REPLACE"], ":1\r\n"),
+        (&["COPY", "c", "d", "DB", "3"], ":1\r\n"),
+        (
+            &["COPY", "c", "d", "DB", "x"],
+            "-ERR value is not an integer or out of range\r\n",
+        ),
+        (
+            &["COPY", "c", "d", "DB", "99"],
+            "-ERR DB index is out of range\r\n",
+        ),
+        (&["COPY", "c", "d", "BOGUS"], "-ERR syntax error\r\n"),
+        (&["COPY", "nope", "z"], ":0\r\n"),
+        (&["SELECT", "3"], "+OK\r\n"),
+        (&["GET", "d"], "$1\r\n1\r\n"),
+        (&["RANDOMKEY"], "$1\r\nd\r\n"),
+        (&["SELECT", "0"], "+OK\r\n"),
+        (&["WAIT", "0", "0"], ":0\r\n"),
+        (&["WAIT", "0", "-1"], "-ERR timeout is negative\r\n"),
+        (
+            &["WAIT", "x", "0"],
+            "-ERR value is not an integer or out of range\r\n",
+        ),
+        (&["FUNCTION", "FLUSH"], "+OK\r\n"),
+        (&["FUNCTION", "FLUSH", "ASYNC"], "+OK\r\n"),
+        (
+            &["FUNCTION", "FLUSH", "x"],
+            "-ERR FUNCTION FLUSH only supports SYNC|ASYNC option\r\n",
+        ),
+    ];
+    for (args, want) in script {
+        assert_eq!(c(args), *want, "{args:?}");
+    }
+}

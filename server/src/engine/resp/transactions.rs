@@ -16,7 +16,8 @@
 //!                                         (CROSSSLOT, as Redis Cluster does), EXEC aborts
 //! ```
 //!
-//! Commands that go to every worker (`DBSIZE`, `FLUSHDB`, `FLUSHALL`, `INFO`, `KEYS`, `SCAN`)
+//! Commands that go to every worker (`DBSIZE`, `FLUSHDB`, `FLUSHALL`, `INFO`, `KEYS`, `SCAN`,
+//! `RANDOMKEY`)
 //! and `SELECT`
 //! are refused inside a transaction when there are several workers; with one worker every
 //! command runs. `WATCH` records each key's CAS and expiry; `EXEC` fails (a null array) when
@@ -84,6 +85,7 @@ pub(super) fn queue(
                 | Cmd::Select
                 | Cmd::Scan
                 | Cmd::Keys
+                | Cmd::RandomKey
         );
         if spans {
             fail_queue(cx);
