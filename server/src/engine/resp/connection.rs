@@ -122,7 +122,8 @@ pub(super) fn subcommand(spec: &'static Spec, args: &[&[u8]]) -> Result<&'static
     Ok(sub)
 }
 
-/// `CLIENT SETNAME | GETNAME | ID | SETINFO`.
+/// `CLIENT SETNAME | GETNAME | ID | SETINFO | NO-EVICT | NO-TOUCH | INFO` (`INFO` names the
+/// fields memspin knows: id, name, db, multi, watch, resp; the addresses are `?`).
 pub(super) fn client(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: &mut Vec<u8>) {
     let v = version(cx);
     let sub = match subcommand(spec, args) {
@@ -144,6 +145,40 @@ pub(super) fn client(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: 
         "id" => {
             let id = connection_id(cx);
             integer(out, v, id as i64);
+        }
+        "no-evict" | "no-touch" => {
+            // Accepted and acknowledged: eviction and access times are the store's, for every
+            // connection alike.
+            let mode = args[1];
+            if mode.eq_ignore_ascii_case(b"on") || mode.eq_ignore_ascii_case(b"off") {
+                ok(out, v);
+            } else {
+                error(out, v, SYNTAX);
+            }
+        }
+        "info" => {
+            let id = connection_id(cx);
+            let name = cx.session.name.as_deref().unwrap_or_default();
+            let mut line = format!("id={id} addr=? laddr=? fd=? name=");
+            line.push_str(&String::from_utf8_lossy(name));
+            let multi = match &cx.session.queued {
+                Some(queued) => queued.ends.len() as i64,
+                None => -1,
+            };
+            let resp = match version(cx) {
+                Version::Resp2 => 2,
+                Version::Resp3 => 3,
+            };
+            line.push_str(&format!(
+                " db={} multi={multi} watch={} resp={resp} lib-name= lib-ver=\n",
+                cx.session.db,
+                cx.session.watched.len()
+            ));
+            Reply::Verbatim {
+                format: b"txt",
+                text: line.as_bytes(),
+            }
+            .emit_into(v, out);
         }
         _ => {
             // SETINFO LIB-NAME | LIB-VER <value>: checked and acknowledged.

@@ -900,3 +900,87 @@ impl Gather for FirstFound {
         }
     }
 }
+
+/// `OBJECT ENCODING | IDLETIME | FREQ | REFCOUNT key`: Redis's encoding of a string (`int`,
+/// `embstr` up to 44 bytes, `raw`), seconds since the last access, and an error for `FREQ`
+/// (memspin's eviction is not LFU); null for a key not held.
+pub(super) fn object(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
+    let v = version(cx);
+    let now = cx.now;
+    let sub = args[0];
+    let known = [&b"encoding"[..], b"idletime", b"freq", b"refcount"];
+    if !known.iter().any(|k| sub.eq_ignore_ascii_case(k)) || args.len() != 2 {
+        if args.len() == 2 || !known.iter().any(|k| sub.eq_ignore_ascii_case(k)) {
+            let message = format!(
+                "ERR unknown subcommand '{}'. Try OBJECT HELP.",
+                String::from_utf8_lossy(c_string(sub, 128))
+            );
+            return error(out, v, &message);
+        }
+        let message = format!(
+            "ERR wrong number of arguments for 'object|{}' command",
+            String::from_utf8_lossy(sub).to_ascii_lowercase()
+        );
+        return error(out, v, &message);
+    }
+    let Some(item) = cx.peek(args[1], now) else {
+        return null(out, v);
+    };
+    if sub.eq_ignore_ascii_case(b"encoding") {
+        let encoding = if item.value.len() <= 20 && parse_integer(item.value).is_some() {
+            "int"
+        } else if item.value.len() <= 44 {
+            "embstr"
+        } else {
+            "raw"
+        };
+        bulk(out, v, encoding.as_bytes());
+    } else if sub.eq_ignore_ascii_case(b"idletime") {
+        let idle = item.idle_secs(now);
+        integer(out, v, i64::try_from(idle).unwrap_or(i64::MAX));
+    } else if sub.eq_ignore_ascii_case(b"refcount") {
+        integer(out, v, 1);
+    } else {
+        error(
+            out,
+            v,
+            "ERR An LFU maxmemory policy is not selected, access frequency not tracked. \
+             Please note that when switching between policies at runtime LRU and LFU data \
+             will take some time to adjust.",
+        );
+    }
+}
+
+/// `MEMORY USAGE key [SAMPLES count]`: the bytes the key's item is charged (key, value and
+/// header), or null.
+pub(super) fn memory(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
+    let v = version(cx);
+    if !args[0].eq_ignore_ascii_case(b"usage") {
+        let message = format!(
+            "ERR unknown subcommand '{}'. Try MEMORY HELP.",
+            String::from_utf8_lossy(c_string(args[0], 128))
+        );
+        return error(out, v, &message);
+    }
+    match args.len() {
+        2 => {}
+        4 if args[2].eq_ignore_ascii_case(b"samples") => {
+            if parse_integer(args[3]).is_none() {
+                return error(out, v, NOT_INTEGER);
+            }
+        }
+        1 => {
+            return error(
+                out,
+                v,
+                "ERR wrong number of arguments for 'memory|usage' command",
+            );
+        }
+        _ => return error(out, v, SYNTAX),
+    }
+    let key = args[1];
+    match cx.peek(key, cx.now).map(|item| item.value.len()) {
+        Some(value_len) => integer(out, v, store::item_size(key.len(), value_len) as i64),
+        None => null(out, v),
+    }
+}

@@ -499,9 +499,9 @@ fn dispatch(
             };
         }
     }
-    if spec.keys.0 == 1
-        && spec.keys.1 == 1
-        && let Some(key) = command.arg(1)
+    if spec.keys.0 == spec.keys.1
+        && spec.keys.0 > 0
+        && let Some(key) = command.arg(spec.keys.0 as usize)
         && let Some(owner) = cx.owner_elsewhere(key)
     {
         return match cx.forward(owner, WHOLE, raw, out) {
@@ -660,6 +660,8 @@ fn dispatch(
             }
         }
         Cmd::Select => select(cx, arg(1), out),
+        Cmd::Object => object(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::Memory => memory(cx, Tail::of(command, 1).as_slice(), out),
         Cmd::ExpireTime => expire_time(cx, arg(1), false, out),
         Cmd::PExpireTime => expire_time(cx, arg(1), true, out),
         Cmd::Rename => rename(cx, arg(1), arg(2), false, out),

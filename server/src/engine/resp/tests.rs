@@ -1835,3 +1835,52 @@ fn keyspace_commands_as_redis_answers_them() {
         assert_eq!(c(args), *want, "{args:?}");
     }
 }
+
+/// `OBJECT`, `MEMORY USAGE` and `CLIENT NO-EVICT | NO-TOUCH | INFO`.
+#[test]
+fn object_memory_and_client_info() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut c = |args: &[&str]| call(&mut e, &mut s, args);
+    let raw = "a".repeat(45);
+    let script: &[(&[&str], &str)] = &[
+        (&["SET", "i", "123"], "+OK\r\n"),
+        (&["SET", "e", "hello"], "+OK\r\n"),
+        (&["SET", "r", &raw], "+OK\r\n"),
+        (&["OBJECT", "ENCODING", "i"], "$3\r\nint\r\n"),
+        (&["OBJECT", "ENCODING", "e"], "$6\r\nembstr\r\n"),
+        (&["OBJECT", "ENCODING", "r"], "$3\r\nraw\r\n"),
+        (&["OBJECT", "ENCODING", "nope"], "$-1\r\n"),
+        (&["OBJECT", "IDLETIME", "i"], ":0\r\n"),
+        (&["OBJECT", "REFCOUNT", "i"], ":1\r\n"),
+        (
+            &["OBJECT", "BOGUS", "i"],
+            "-ERR unknown subcommand 'BOGUS'. Try OBJECT HELP.\r\n",
+        ),
+        (
+            &["OBJECT", "ENCODING"],
+            "-ERR wrong number of arguments for 'object|encoding' command\r\n",
+        ),
+        (&["MEMORY", "USAGE", "nope"], "$-1\r\n"),
+        (
+            &["MEMORY", "USAGE", "i", "FOO", "1"],
+            "-ERR syntax error\r\n",
+        ),
+        (
+            &["MEMORY", "BOGUS"],
+            "-ERR unknown subcommand 'BOGUS'. Try MEMORY HELP.\r\n",
+        ),
+        (&["CLIENT", "NO-EVICT", "on"], "+OK\r\n"),
+        (&["CLIENT", "NO-TOUCH", "off"], "+OK\r\n"),
+        (&["CLIENT", "NO-EVICT", "maybe"], "-ERR syntax error\r\n"),
+    ];
+    for (args, want) in script {
+        assert_eq!(c(args), *want, "{args:?}");
+    }
+    let usage = c(&["MEMORY", "USAGE", "e"]);
+    assert_eq!(usage, format!(":{}\r\n", store::item_size(1, 5)));
+    assert_eq!(c(&["SELECT", "2"]), "+OK\r\n");
+    assert_eq!(c(&["WATCH", "x"]), "+OK\r\n");
+    let info = c(&["CLIENT", "INFO"]);
+    assert!(info.contains(" db=2 multi=-1 watch=1 resp=2 "), "{info}");
+}
