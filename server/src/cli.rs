@@ -80,6 +80,11 @@ pub struct Args {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub databases: u16,
 
+    /// A password Redis clients must give (`AUTH`, `HELLO ... AUTH default <password>`) before
+    /// other commands on `--resp-port`; off unless given. The memcached port asks for none.
+    #[arg(long, value_name = "PASSWORD")]
+    pub requirepass: Option<String>,
+
     /// CPUs to pin workers to, worker i on the i-th listed (comma-separated list or ranges,
     /// e.g. `0` or `2-3`; at least one per worker); default: the CPUs this process may run
     /// on, in order.

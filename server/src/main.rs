@@ -86,6 +86,10 @@ fn run(args: &Args) -> Result<(), String> {
             threads: workers,
             conn_limit: args.conn_limit,
             databases: args.databases,
+            requirepass: args
+                .requirepass
+                .as_ref()
+                .map(|p| server::engine::Secret(p.as_bytes().into())),
             ..EngineConfig::new(
                 store::ShardConfig {
                     memory_limit_bytes: memory / workers,

@@ -54,11 +54,24 @@ pub struct EngineConfig {
     pub control: Arc<Control>,
     /// Redis databases (`--databases`, 1 to 256): `SELECT` takes 0 to one less.
     pub databases: u16,
+    /// The password RESP clients must give (`--requirepass`) before any command but `AUTH`,
+    /// `HELLO`, `QUIT` and `RESET`; `None`: none is asked for.
+    pub requirepass: Option<Secret>,
+}
+
+/// A password: compared, never shown (`Debug` hides it).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub Arc<[u8]>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 impl EngineConfig {
     /// The only worker of one, serving `shard` and sharing `control`: [`VERSION`], started at
-    /// unix time 0, 1,024 connections, 16 Redis databases. Change the rest with struct update syntax
+    /// unix time 0, 1,024 connections, 16 Redis databases, no password. Change the rest with struct update syntax
     /// (`EngineConfig { threads: 4, ..EngineConfig::new(shard, control) }`).
     pub fn new(shard: ShardConfig, control: Arc<Control>) -> EngineConfig {
         EngineConfig {
@@ -70,6 +83,7 @@ impl EngineConfig {
             conn_limit: 1024,
             control,
             databases: 16,
+            requirepass: None,
         }
     }
 

@@ -54,7 +54,8 @@ use crate::control::{ConnState, Control};
 use crate::stats::{Counters, Group, Kind, RawPath, ServerInfo, Snapshot, WorkerFigures};
 
 pub use self::config::{
-    EngineConfig, HOUSEKEEPING_ITEMS, OUT_HIGH_WATER_BYTES, PAGE_BYTES, TURN_REQUESTS, VERSION,
+    EngineConfig, HOUSEKEEPING_ITEMS, OUT_HIGH_WATER_BYTES, PAGE_BYTES, Secret, TURN_REQUESTS,
+    VERSION,
 };
 pub use forward::{
     Batch, CREDIT_RETURN_BYTES, Delivery, FORWARD_REPLY_CREDIT_BYTES,

@@ -267,6 +267,8 @@ pub struct Session {
     pub(crate) watched: Vec<Watched>,
     /// Set while queued requests run as one: nothing pauses them part-way.
     pub(crate) atomic: bool,
+    /// Set once the client gave the password (`--requirepass`, Redis's `AUTH`).
+    pub(crate) authenticated: bool,
     /// Where a key of another database than 0 is namespaced ([`stored_key`]).
     key_buf: Vec<u8>,
 }
@@ -292,6 +294,7 @@ impl Default for Session {
             queued: None,
             watched: Vec::new(),
             atomic: false,
+            authenticated: false,
             key_buf: Vec::new(),
         }
     }

@@ -25,13 +25,15 @@ pub(super) fn hello(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
     }
     let mut name = None;
     let mut user_ok = true;
+    let mut gave_auth = false;
     let mut i = 1;
     while i < args.len() {
         let more = args.len() - 1 - i;
         let option = args[i];
         if option.eq_ignore_ascii_case(b"auth") && more >= 2 {
-            // No users or passwords: Redis's `default` user without `requirepass`.
-            user_ok = args[i + 1] == b"default";
+            // One user, Redis's `default`, with `--requirepass`'s password if there is one.
+            user_ok = args[i + 1] == b"default" && password_fits(cx, args[i + 2]);
+            gave_auth = true;
             i += 2;
         } else if option.eq_ignore_ascii_case(b"setname") && more >= 1 {
             name = Some(args[i + 1]);
@@ -45,11 +47,12 @@ pub(super) fn hello(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
         i += 1;
     }
     if !user_ok {
-        return error(
-            out,
-            v,
-            "WRONGPASS invalid username-password pair or user is disabled.",
-        );
+        return error(out, v, WRONGPASS);
+    }
+    if gave_auth {
+        cx.session.authenticated = true;
+    } else if !authenticated(cx) {
+        return error(out, v, HELLO_NOAUTH);
     }
     if let Some(name) = name
         && !set_name(cx, name)
@@ -200,5 +203,51 @@ pub(super) fn client(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: 
             }
             ok(out, v);
         }
+    }
+}
+
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, \
+                            otherwise the HELLO AUTH <user> <pass> option can be used to \
+                            authenticate the client and select the RESP protocol version at the \
+                            same time";
+
+/// Whether `password` is `--requirepass`'s (any is, without one).
+fn password_fits(cx: &Cx<'_>, password: &[u8]) -> bool {
+    cx.config()
+        .requirepass
+        .as_ref()
+        .is_none_or(|secret| *secret.0 == *password)
+}
+
+/// Whether the connection may run commands: no password is asked for, it gave it, or the
+/// request came from another worker (which checked).
+pub(super) fn authenticated(cx: &Cx<'_>) -> bool {
+    cx.config().requirepass.is_none() || cx.session.authenticated || cx.forwarded()
+}
+
+/// `AUTH [username] password`.
+pub(super) fn auth(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
+    let v = version(cx);
+    let (user, password) = match args {
+        [password] => {
+            if cx.config().requirepass.is_none() {
+                return error(
+                    out,
+                    v,
+                    "ERR AUTH <password> called without any password configured for the \
+                     default user. Are you sure your configuration is correct?",
+                );
+            }
+            (&b"default"[..], *password)
+        }
+        [user, password] => (*user, *password),
+        _ => return error(out, v, SYNTAX),
+    };
+    if user == b"default" && password_fits(cx, password) {
+        cx.session.authenticated = true;
+        ok(out, v);
+    } else {
+        error(out, v, WRONGPASS);
     }
 }

@@ -42,9 +42,9 @@
 //!   `MSETNX` with keys on several workers is refused with Redis Cluster's `CROSSSLOT` error;
 //! - `INFO keyspace` lists every database's keys under `db0` (the figures are the store's,
 //!   which counts items, not databases); `SWAPDB` is not served;
-//! - there is no authentication (`HELLO ... AUTH default <any>` is
-//!   accepted, as Redis does without `requirepass`), and `CLIENT SETINFO` is checked and
-//!   acknowledged but nothing shows it (there is no `CLIENT LIST`).
+//! - there is one user, `default`, with `--requirepass`'s password (any without one);
+//!   `CLIENT SETINFO` is checked and acknowledged but nothing shows it, and there is no
+//!   `CLIENT LIST` or `CLIENT KILL`.
 //!
 //! ```text
 //! mod.rs         parse (ahead, in place), dispatch, replies, and the commands too short for a
@@ -464,6 +464,11 @@ fn dispatch(
         );
         return Step::Done(len);
     }
+    if !matches!(spec.cmd, Cmd::Auth | Cmd::Hello | Cmd::Quit | Cmd::Reset) && !authenticated(cx) {
+        fail_queue(cx);
+        error(out, v, "NOAUTH Authentication required.");
+        return Step::Done(len);
+    }
     if cx.session.queued.is_some() && !runs_inside_multi(spec.cmd) {
         queue(cx, spec, command, raw, out);
         return Step::Done(len);
@@ -660,6 +665,7 @@ fn dispatch(
             }
         }
         Cmd::Select => select(cx, arg(1), out),
+        Cmd::Auth => auth(cx, Tail::of(command, 1).as_slice(), out),
         Cmd::Object => object(cx, Tail::of(command, 1).as_slice(), out),
         Cmd::Memory => memory(cx, Tail::of(command, 1).as_slice(), out),
         Cmd::ExpireTime => expire_time(cx, arg(1), false, out),

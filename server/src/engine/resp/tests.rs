@@ -1884,3 +1884,53 @@ fn object_memory_and_client_info() {
     let info = c(&["CLIENT", "INFO"]);
     assert!(info.contains(" db=2 multi=-1 watch=1 resp=2 "), "{info}");
 }
+
+/// With `--requirepass` every command but `AUTH`, `HELLO`, `QUIT` and `RESET` is refused
+/// until the connection gives the password (redis-server 7.0's words); `RESET` forgets it.
+#[test]
+fn requirepass_refuses_commands_until_auth() {
+    let mut e = Engine::new(EngineConfig {
+        requirepass: Some(Secret(b"sekret"[..].into())),
+        ..config(1, 0)
+    });
+    let mut s = resp2();
+    let mut c = |args: &[&str]| call(&mut e, &mut s, args);
+    let noauth = "-NOAUTH Authentication required.\r\n";
+    let wrongpass = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+    let script: &[(&[&str], &str)] = &[
+        (&["GET", "a"], noauth),
+        (&["PING"], noauth),
+        (
+            &["NOPE"],
+            "-ERR unknown command 'NOPE', with args beginning with: \r\n",
+        ),
+        (
+            &["HELLO", "3"],
+            "-NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+             HELLO AUTH <user> <pass> option can be used to authenticate the client and select \
+             the RESP protocol version at the same time\r\n",
+        ),
+        (&["HELLO", "2", "AUTH", "default", "wrong"], wrongpass),
+        (&["AUTH", "wrong"], wrongpass),
+        (&["AUTH", "a", "b", "c"], "-ERR syntax error\r\n"),
+        (&["AUTH", "other", "sekret"], wrongpass),
+        (&["AUTH", "sekret"], "+OK\r\n"),
+        (&["GET", "a"], "$-1\r\n"),
+        (&["RESET"], "+RESET\r\n"),
+        (&["GET", "a"], noauth),
+        (&["AUTH", "default", "sekret"], "+OK\r\n"),
+        (&["SET", "a", "1"], "+OK\r\n"),
+    ];
+    for (args, want) in script {
+        assert_eq!(c(args), *want, "{args:?}");
+    }
+    // Without a password, AUTH with one argument is Redis's configuration error.
+    let mut e = engine();
+    let mut s = resp2();
+    assert_eq!(
+        call(&mut e, &mut s, &["AUTH", "x"]),
+        "-ERR AUTH <password> called without any password configured for the default user. \
+         Are you sure your configuration is correct?\r\n"
+    );
+    assert_eq!(call(&mut e, &mut s, &["AUTH", "default", "any"]), "+OK\r\n");
+}

@@ -290,12 +290,13 @@ pub(super) fn run_queue(cx: &mut Cx<'_>, bytes: &[u8], out: &mut Vec<u8>) {
 }
 
 /// `RESET`: the connection as it was when it connected (no transaction, no watched key,
-/// database 0, RESP2, no name).
+/// database 0, RESP2, no name, and not authenticated when a password is asked for).
 pub(super) fn reset(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
     cx.session.queued = None;
     cx.session.watched.clear();
     cx.session.db = 0;
     cx.session.name = None;
+    cx.session.authenticated = false;
     cx.session.switch(Protocol::Resp(Version::Resp2));
     simple(out, Version::Resp2, "RESET");
 }
