@@ -105,7 +105,7 @@ fn accepted(
                 return Some("a command memspin does not serve is an unknown command");
             }
             // `CONFIG GET maxclients` reports each server's own limit (memspin's `-c`), and
-            // `databases` memspin's one database.
+            // `databases` each server's own count (memspin's `--databases`).
             if (request.contains("maxclients") || request.contains("databases"))
                 && theirs.starts_with("*2")
                 && ours.starts_with("*2")

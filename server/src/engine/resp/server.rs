@@ -20,7 +20,7 @@ pub(super) fn config(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: 
     .to_string();
     let params: [(&str, String); 8] = [
         ("appendonly", "no".into()),
-        ("databases", "1".into()),
+        ("databases", config.databases.to_string()),
         ("io-threads", config.threads.to_string()),
         ("maxclients", config.conn_limit.to_string()),
         ("maxmemory", memory),

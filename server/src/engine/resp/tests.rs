@@ -1319,6 +1319,10 @@ fn databases_are_separate_keyspaces() {
         "VALUE k 0 4\r\nzero\r\nVALUE other 0 1\r\nx\r\nEND\r\n"
     );
     let mut c = |args: &[&str]| call(&mut e, &mut s, args);
+    assert_eq!(
+        c(&["CONFIG", "GET", "databases"]),
+        "*2\r\n$9\r\ndatabases\r\n$2\r\n16\r\n"
+    );
     assert_eq!(c(&["SELECT", "5"]), "+OK\r\n");
     assert_eq!(c(&["SET", "five", "5"]), "+OK\r\n");
     assert_eq!(c(&["FLUSHALL"]), "+OK\r\n");
