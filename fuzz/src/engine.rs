@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 use protocol::binary::{Opcode, REQUEST_MAGIC, ResponseRepr};
 use server::conn::ClientConn;
 use server::engine::{
-    Batch, Engine, EngineConfig, OUT_HIGH_WATER_BYTES, Outcome, Protocol, Replies, VERSION,
+    Batch, Engine, EngineConfig, OUT_HIGH_WATER_BYTES, Outcome, Protocol, Replies,
 };
 use store::ShardConfig;
 
@@ -131,18 +131,18 @@ impl Options {
 
     fn engine(&self, worker: usize) -> Engine {
         Engine::new(EngineConfig {
-            shard: ShardConfig {
-                // Never full: eviction picks victims by a per-process random hash, and the
-                // two runs must see the same store.
-                memory_limit_bytes: 64 << 20,
-                max_item_size: if self.small_items { 1024 } else { 1 << 20 },
-            },
-            version: VERSION,
             started_unix_secs: NOW - 1000,
             threads: self.workers,
             worker,
-            conn_limit: 1024,
-            control: server::control::Control::new(Default::default(), 0),
+            ..EngineConfig::new(
+                ShardConfig {
+                    // Never full: eviction picks victims by a per-process random hash, and the
+                    // two runs must see the same store.
+                    memory_limit_bytes: 64 << 20,
+                    max_item_size: if self.small_items { 1024 } else { 1 << 20 },
+                },
+                server::control::Control::new(Default::default(), 0),
+            )
         })
     }
 }

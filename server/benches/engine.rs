@@ -7,7 +7,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use protocol::binary::{Opcode, RequestRepr, StoreExtras};
-use server::engine::{Engine, EngineConfig, Session, VERSION};
+use server::engine::{Engine, EngineConfig, Session};
 use std::hint::black_box;
 use store::ShardConfig;
 
@@ -24,18 +24,13 @@ fn engine_without_clock() -> Engine {
 }
 
 fn engine_with(control: std::sync::Arc<server::control::Control>) -> Engine {
-    Engine::new(EngineConfig {
-        shard: ShardConfig {
+    Engine::new(EngineConfig::new(
+        ShardConfig {
             memory_limit_bytes: 64 << 20,
             max_item_size: 1 << 20,
         },
-        version: VERSION,
-        started_unix_secs: 0,
-        threads: 1,
-        worker: 0,
-        conn_limit: 1024,
         control,
-    })
+    ))
 }
 
 /// The frame at the start of an 8 KiB buffer, as it would sit in a socket's receive buffer.

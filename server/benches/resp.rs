@@ -6,7 +6,7 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use protocol::binary::{Opcode, RequestRepr, StoreExtras};
 use protocol::resp::{Version, write_command};
-use server::engine::{Engine, EngineConfig, Protocol, Session, VERSION};
+use server::engine::{Engine, EngineConfig, Protocol, Session};
 use std::hint::black_box;
 use store::ShardConfig;
 
@@ -14,18 +14,13 @@ use store::ShardConfig;
 const DEPTH: usize = 16;
 
 fn engine() -> Engine {
-    Engine::new(EngineConfig {
-        shard: ShardConfig {
+    Engine::new(EngineConfig::new(
+        ShardConfig {
             memory_limit_bytes: 64 << 20,
             max_item_size: 1 << 20,
         },
-        version: VERSION,
-        started_unix_secs: 0,
-        threads: 1,
-        worker: 0,
-        conn_limit: 1024,
-        control: server::control::Control::new(Default::default(), 0),
-    })
+        server::control::Control::new(Default::default(), 0),
+    ))
 }
 
 fn binary(out: &mut Vec<u8>, set: bool, key: &[u8], value: &[u8]) {

@@ -75,6 +75,16 @@ pub struct Args {
     #[arg(short = 't', long = "threads", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
 
+    /// Redis databases served on `--resp-port` (`SELECT 0` to `SELECT N-1`), each its own
+    /// keyspace in the same store and memory budget; the memcached protocols see database 0.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub databases: u16,
+
+    /// A password Redis clients must give (`AUTH`, `HELLO ... AUTH default <password>`) before
+    /// other commands on `--resp-port`; off unless given. The memcached port asks for none.
+    #[arg(long, value_name = "PASSWORD")]
+    pub requirepass: Option<String>,
+
     /// CPUs to pin workers to, worker i on the i-th listed (comma-separated list or ranges,
     /// e.g. `0` or `2-3`; at least one per worker); default: the CPUs this process may run
     /// on, in order.

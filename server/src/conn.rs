@@ -345,18 +345,16 @@ mod tests {
 
     #[test]
     fn refused_bodies_stream_through_a_chunk_sized_buffer() {
-        use crate::engine::{Engine, EngineConfig, VERSION};
+        use crate::engine::{Engine, EngineConfig};
         let mut engine = Engine::new(EngineConfig {
-            shard: store::ShardConfig {
-                memory_limit_bytes: 1 << 20,
-                max_item_size: 1 << 20,
-            },
-            version: VERSION,
-            started_unix_secs: 0,
-            threads: 1,
-            worker: 0,
             conn_limit: 1,
-            control: crate::control::Control::new(Default::default(), 0),
+            ..EngineConfig::new(
+                store::ShardConfig {
+                    memory_limit_bytes: 1 << 20,
+                    max_item_size: 1 << 20,
+                },
+                crate::control::Control::new(Default::default(), 0),
+            )
         });
         let mut conn = ClientConn::default();
         // An unknown opcode with a 4 GiB body, read as the kernel path reads.

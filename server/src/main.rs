@@ -11,7 +11,7 @@ use clap::Parser;
 use netstack::xdp::{BusyPoll, ModeChoice};
 use server::cli::{Args, Idle, LinkAddrs, Net, XdpBusyPoll, XdpMode};
 use server::control::{Control, Settings};
-use server::engine::{EngineConfig, VERSION};
+use server::engine::EngineConfig;
 use server::logging;
 use server::worker::kernel::KernelConfig;
 use server::worker::tap::TapConfig;
@@ -84,16 +84,21 @@ fn run(args: &Args) -> Result<(), String> {
     );
     let plan = Plan {
         engine: EngineConfig {
-            shard: store::ShardConfig {
-                memory_limit_bytes: memory / workers,
-                max_item_size: args.max_item_size,
-            },
-            version: VERSION,
             started_unix_secs: worker::unix_now(),
             threads: workers,
-            worker: 0,
             conn_limit: args.conn_limit,
-            control,
+            databases: args.databases,
+            requirepass: args
+                .requirepass
+                .as_ref()
+                .map(|p| server::engine::Secret(p.as_bytes().into())),
+            ..EngineConfig::new(
+                store::ShardConfig {
+                    memory_limit_bytes: memory / workers,
+                    max_item_size: args.max_item_size,
+                },
+                control,
+            )
         },
         cpus,
         stop: &stop,

@@ -5,7 +5,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use protocol::binary::{Opcode, RequestRepr, StoreExtras};
-use server::engine::{Engine, EngineConfig, Session, VERSION};
+use server::engine::{Engine, EngineConfig, Session};
 use store::ShardConfig;
 
 struct Counting;
@@ -63,18 +63,13 @@ fn frame(opcode: Opcode, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
 
 #[test]
 fn get_hit_and_miss_allocate_nothing() {
-    let mut engine = Engine::new(EngineConfig {
-        shard: ShardConfig {
+    let mut engine = Engine::new(EngineConfig::new(
+        ShardConfig {
             memory_limit_bytes: 64 << 20,
             max_item_size: 1 << 20,
         },
-        version: VERSION,
-        started_unix_secs: 0,
-        threads: 1,
-        worker: 0,
-        conn_limit: 1024,
-        control: server::control::Control::new(Default::default(), 0),
-    });
+        server::control::Control::new(Default::default(), 0),
+    ));
     let extras = StoreExtras {
         flags: 0,
         expiration: 0,

@@ -105,7 +105,7 @@ fn accepted(
                 return Some("a command memspin does not serve is an unknown command");
             }
             // `CONFIG GET maxclients` reports each server's own limit (memspin's `-c`), and
-            // `databases` memspin's one database.
+            // `databases` each server's own count (memspin's `--databases`).
             if (request.contains("maxclients") || request.contains("databases"))
                 && theirs.starts_with("*2")
                 && ours.starts_with("*2")
@@ -1605,6 +1605,98 @@ fn generate_resp(rng: &mut Rng, count: usize) -> Vec<Step> {
 #[test]
 fn resp_replies_match_redis() {
     run_seeds(Proto::Resp, RESP_SEEDS, generate_resp);
+}
+
+/// One request of a sequence over several databases, with `SCAN`; a transaction is one step
+/// (`MULTI`, its commands, then `EXEC` or `DISCARD`), so no marker is ever queued.
+fn resp_keyspace_step(rng: &mut Rng) -> Step {
+    match rng.below(10) {
+        0 | 1 => {
+            let mut bytes = multibulk(&[b"MULTI"]);
+            for _ in 0..rng.below(5) {
+                let inner = if rng.chance(10) {
+                    let args: &[&str] = match rng.below(4) {
+                        0 => &["MULTI"],
+                        1 => &["WATCH", "a"],
+                        2 => &["NOPE"],
+                        _ => &["GET"],
+                    };
+                    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+                    multibulk(&args)
+                } else {
+                    // An unordered reply inside the EXEC array could not be compared.
+                    let step = resp_keyspace_command(rng);
+                    if step.mask == Mask::Nothing {
+                        step.bytes
+                    } else {
+                        multibulk(&[b"PING"])
+                    }
+                };
+                bytes.extend(inner);
+            }
+            let end: &[u8] = if rng.chance(80) { b"EXEC" } else { b"DISCARD" };
+            bytes.extend(multibulk(&[end]));
+            Step::new(bytes)
+        }
+        _ => resp_keyspace_command(rng),
+    }
+}
+
+/// One command of [`resp_keyspace_step`] outside a transaction's frame.
+fn resp_keyspace_command(rng: &mut Rng) -> Step {
+    let k = *rng.pick(&["a", "b", "c"]);
+    let db = *rng.pick(&["0", "1", "2", "3", "15", "16", "-1", "x"]);
+    let v = *rng.pick(&["1", "10", "x", ""]);
+    let args: Vec<&str> = match rng.below(26) {
+        0..=2 => vec!["SELECT", db],
+        3..=5 => vec!["SET", k, v],
+        6 | 7 => vec!["GET", k],
+        8 => vec!["INCR", k],
+        9 => vec!["APPEND", k, v],
+        10 => vec!["DEL", k],
+        11 => vec!["EXISTS", k, "a", "b"],
+        12 => vec!["DBSIZE"],
+        13 => vec!["MOVE", k, db],
+        14 if rng.chance(4) => vec!["FLUSHDB"],
+        14 if rng.chance(4) => vec!["FLUSHALL"],
+        14 => vec!["MGET", "a", "b", "c"],
+        15 | 16 => vec!["WATCH", k],
+        17 => vec!["UNWATCH"],
+        18 => vec![*rng.pick(&["EXEC", "DISCARD"])],
+        19 => vec!["RESET"],
+        20 | 21 => {
+            let step = if rng.chance(50) {
+                multibulk(&[b"SCAN", b"0", b"COUNT", b"1000"])
+            } else {
+                multibulk(&[b"SCAN", b"0", b"MATCH", b"[ab]*", b"COUNT", b"1000"])
+            };
+            return Step::new(step).masked(Mask::Unordered);
+        }
+        22 => return Step::new(multibulk(&[b"KEYS", b"*"])).masked(Mask::Unordered),
+        23 => vec!["SETNX", k, v],
+        24 => vec!["GETDEL", k],
+        _ => vec!["PING"],
+    };
+    let refs: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    Step::new(multibulk(&refs))
+}
+
+fn generate_resp_keyspace(rng: &mut Rng, count: usize) -> Vec<Step> {
+    let mut steps = Vec::with_capacity(count + 2);
+    steps.push(Step::new(multibulk(&[b"FLUSHALL"])));
+    for _ in 0..count {
+        steps.push(resp_keyspace_step(rng));
+    }
+    steps.push(Step::new(multibulk(&[b"QUIT"])).closing());
+    steps
+}
+
+/// Random sequences over several databases, with transactions (`MULTI`, `EXEC`, `DISCARD`,
+/// `WATCH` of keys the same connection then changes or not), `SCAN` and `KEYS`, compared
+/// reply by reply with redis-server's.
+#[test]
+fn resp_databases_transactions_and_scan_match_redis() {
+    run_seeds(Proto::Resp, RESP_SEEDS, generate_resp_keyspace);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ use protocol::binary::{
     CounterExtras, ExpirationExtras, FlagsExtras, Opcode, RequestRepr, ResponseRepr, Status,
     StoreExtras,
 };
-use server::engine::{Engine, EngineConfig, Session, VERSION};
+use server::engine::{Engine, EngineConfig, Session};
 use store::ShardConfig;
 
 #[derive(Debug, Clone)]
@@ -246,13 +246,9 @@ proptest! {
         chunk in 1usize..200,
     ) {
         let mut engine = Engine::new(EngineConfig {
-            shard: ShardConfig { memory_limit_bytes: 64 << 20, max_item_size: 1 << 20 },
-            version: VERSION,
             started_unix_secs: 1,
-            threads: 1,
-            worker: 0,
             conn_limit: 16,
-            control: server::control::Control::new(Default::default(), 0),
+            ..EngineConfig::new(ShardConfig { memory_limit_bytes: 64 << 20, max_item_size: 1 << 20 }, server::control::Control::new(Default::default(), 0))
         });
         let mut model = Model::default();
         let mut input = Vec::new();

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use server::conn::{ClientConn, output_bound_bytes};
-use server::engine::{Batch, Engine, EngineConfig, Replies, VERSION, owner_of};
+use server::engine::{Batch, Engine, EngineConfig, Replies, owner_of};
 
 const NOW: u64 = 1_700_000_000;
 
@@ -23,16 +23,16 @@ fn engine_sharing(
     control: std::sync::Arc<server::control::Control>,
 ) -> Engine {
     Engine::new(EngineConfig {
-        shard: store::ShardConfig {
-            memory_limit_bytes: 16 << 20,
-            max_item_size: 1 << 20,
-        },
-        version: VERSION,
         started_unix_secs: NOW - 100,
         threads: workers,
         worker,
-        conn_limit: 1024,
-        control,
+        ..EngineConfig::new(
+            store::ShardConfig {
+                memory_limit_bytes: 16 << 20,
+                max_item_size: 1 << 20,
+            },
+            control,
+        )
     })
 }
 

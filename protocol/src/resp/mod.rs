@@ -19,7 +19,9 @@
 //! Malformed input is answered as Redis 7 answers it (networking.c): `-ERR Protocol error:
 //! ...` ([`ProtocolError`]), then the connection closes. Where memspin differs:
 //! - a bulk string over [`Limits::max_bulk`] (the server's item limit, not Redis's 512 MiB), or
-//!   one that would take the command past [`Limits::max_command`], is an invalid bulk length;
+//!   one that would take the command past [`Limits::max_command`], refuses the command, not
+//!   the connection ([`ParseError::TooLarge`]: the server answers an error and skips the
+//!   command's bytes as they arrive);
 //! - a `*` or `$` header longer than [`MAX_HEADER_LEN`] is refused at once (Redis waits for
 //!   64 KiB without a `\r` and gives the same error);
 //! - as in Redis, the two bytes after a bulk string are skipped without being looked at.
@@ -34,5 +36,6 @@ pub use frame::{Frame, FrameError, MAX_LINE_LEN, value_len};
 pub use reply::{Reply, Version};
 pub use request::{
     Args, Command, Limits, MAX_ARGS, MAX_HEADER_LEN, MAX_INLINE_LEN, ParseError, Parsed, Progress,
-    ProtocolError, command_len, parse_integer, write_bulk, write_command, write_header,
+    ProtocolError, argument_len, command_len, parse_integer, write_bulk, write_command,
+    write_header,
 };

@@ -60,6 +60,17 @@ pub enum ParseError {
     },
     /// Reply `-ERR Protocol error: ...` and close the connection (Redis's words).
     Protocol(ProtocolError),
+    /// An argument over [`Limits::max_bulk`], or one taking the command past
+    /// [`Limits::max_command`]: refuse the command with an error reply and keep the
+    /// connection, skipping its bytes as they arrive (nothing of them is buffered): up to
+    /// `end` (where the argument ends, counted from the command's first byte, with the two
+    /// bytes after it), then `args_left` more arguments, each [`argument_len`] long.
+    TooLarge {
+        /// Where the refused argument ends, from the command's first byte.
+        end: u64,
+        /// Arguments after it, still to skip.
+        args_left: usize,
+    },
 }
 
 /// The protocol errors Redis answers before it closes a connection (networking.c).
@@ -113,6 +124,7 @@ impl fmt::Display for ParseError {
         match self {
             ParseError::Incomplete { needed } => write!(f, "incomplete: {needed} more bytes"),
             ParseError::Protocol(error) => error.fmt(f),
+            ParseError::TooLarge { end, .. } => write!(f, "argument too large (ends at {end})"),
         }
     }
 }
@@ -539,15 +551,16 @@ fn parse_multibulk<'a>(
                 }
             }
         };
-        if len > limits.max_bulk as u64 {
-            return Err(ParseError::Protocol(ProtocolError::InvalidBulkLength));
-        }
-        let len = len as usize;
         // The argument and the two bytes after it (Redis skips them unread).
-        let end = at + header_len + len + 2;
-        if end > limits.max_command {
-            return Err(ParseError::Protocol(ProtocolError::InvalidBulkLength));
+        let end = (at + header_len) as u64 + len + 2;
+        if len > limits.max_bulk as u64 || end > limits.max_command as u64 {
+            *progress = Progress::default();
+            return Err(ParseError::TooLarge {
+                end,
+                args_left: argc - args - 1,
+            });
         }
+        let (len, end) = (len as usize, end as usize);
         if buf.len() < end {
             return Err(ParseError::Incomplete {
                 needed: end - buf.len(),
@@ -781,6 +794,31 @@ fn decimal_len(mut n: usize) -> usize {
         len += 1;
     }
     len
+}
+
+/// The length of the argument at the front of `buf` (a `$` header, its bytes and the two after
+/// them): how a refused command's remaining arguments are skipped ([`ParseError::TooLarge`]).
+///
+/// # Errors
+/// [`ParseError::Incomplete`] until the header is all there; [`ParseError::Protocol`] for a
+/// header that is not a bulk string's.
+pub fn argument_len(buf: &[u8]) -> Result<u64, ParseError> {
+    match buf.first() {
+        None => return Err(ParseError::Incomplete { needed: 1 }),
+        Some(b'$') => {}
+        Some(&other) => return Err(ParseError::Protocol(ProtocolError::ExpectedDollar(other))),
+    }
+    let (len, header_len) = match plain_header(buf) {
+        Some(plain) => plain,
+        None => {
+            let (digits, header_len) = header(buf, ProtocolError::TooBigBulkCount)?;
+            match parse_integer(digits) {
+                Some(len) if len >= 0 => (len as u64, header_len),
+                _ => return Err(ParseError::Protocol(ProtocolError::InvalidBulkLength)),
+            }
+        }
+    };
+    Ok(header_len as u64 + len + 2)
 }
 
 #[cfg(test)]

@@ -325,20 +325,6 @@ fn redis_protocol_errors() {
         protocol_error(b"*1\r\n$x\r\n"),
         ProtocolError::InvalidBulkLength
     );
-    // Over the item limit, or taking the command past its limit.
-    let over = format!("*1\r\n${}\r\n", LIMITS.max_bulk + 1);
-    assert_eq!(
-        protocol_error(over.as_bytes()),
-        ProtocolError::InvalidBulkLength
-    );
-    let mut big = b"*3\r\n".to_vec();
-    for _ in 0..2 {
-        big.extend_from_slice(format!("${}\r\n", LIMITS.max_bulk).as_bytes());
-        big.extend(std::iter::repeat_n(b'x', LIMITS.max_bulk));
-        big.extend_from_slice(b"\r\n");
-    }
-    big.extend_from_slice(b"$1\r\n");
-    assert_eq!(protocol_error(&big), ProtocolError::InvalidBulkLength);
     // Headers that cannot hold a number.
     let long = format!("*{}", "1".repeat(MAX_HEADER_LEN + 1));
     assert_eq!(
@@ -360,14 +346,62 @@ fn redis_protocol_errors() {
 
 #[test]
 fn a_2_gib_bulk_header_is_refused_without_waiting() {
-    // Not `Incomplete { needed: 2 GiB }`: nothing of the announced size is ever asked for.
+    // Not `Incomplete { needed: 2 GiB }`: nothing of the announced size is ever asked for; the
+    // command is refused and its bytes are for the caller to skip.
     assert_eq!(
         parse(b"*1\r\n$2147483648\r\n"),
-        Err(ParseError::Protocol(ProtocolError::InvalidBulkLength))
+        Err(ParseError::TooLarge {
+            end: 17 + 2147483648 + 2,
+            args_left: 0
+        })
     );
     assert_eq!(
         parse(b"*2\r\n$3\r\nSET\r\n$99999999999999999999\r\n"),
         Err(ParseError::Protocol(ProtocolError::InvalidBulkLength))
+    );
+}
+
+#[test]
+fn an_argument_over_a_limit_refuses_the_command_with_what_to_skip() {
+    // Over the item limit: the argument's end, and the arguments after it.
+    let over = format!("*4\r\n$3\r\nSET\r\n${}\r\n", LIMITS.max_bulk + 1);
+    let header_end = over.len() as u64;
+    assert_eq!(
+        parse(over.as_bytes()),
+        Err(ParseError::TooLarge {
+            end: header_end + LIMITS.max_bulk as u64 + 1 + 2,
+            args_left: 2
+        })
+    );
+    // Taking the command past its limit (twice the item limit): the second of two arguments
+    // of the item limit's size does.
+    let mut big = b"*3\r\n".to_vec();
+    for _ in 0..2 {
+        big.extend_from_slice(format!("${}\r\n", LIMITS.max_bulk).as_bytes());
+        big.extend(std::iter::repeat_n(b'x', LIMITS.max_bulk));
+        big.extend_from_slice(b"\r\n");
+    }
+    let second_end = big.len() as u64;
+    assert!(second_end > LIMITS.max_command as u64);
+    big.extend_from_slice(b"$1\r\n");
+    assert_eq!(
+        parse(&big),
+        Err(ParseError::TooLarge {
+            end: second_end,
+            args_left: 1
+        })
+    );
+    // The arguments after it, one at a time.
+    assert_eq!(argument_len(b"$2\r\nEX\r\n$2\r\n10"), Ok(8));
+    assert_eq!(argument_len(b"$1048577\r\n"), Ok(10 + 1048577 + 2));
+    assert_eq!(
+        argument_len(b"$10"),
+        Err(ParseError::Incomplete { needed: 1 })
+    );
+    assert_eq!(argument_len(b""), Err(ParseError::Incomplete { needed: 1 }));
+    assert_eq!(
+        argument_len(b"+x\r\n"),
+        Err(ParseError::Protocol(ProtocolError::ExpectedDollar(b'+')))
     );
 }
 

@@ -5,13 +5,10 @@
 
 use protocol::binary::{
     CounterExtras, ExpirationExtras, FlagsExtras, HEADER_LEN, Invalid, Opcode, ParseError,
-    RequestHeader, RequestRepr, ResponseRepr, Status, StoreExtras, VerbosityExtras,
+    RequestHeader, RequestRepr, ResponseHeader, ResponseRepr, Status, StoreExtras, VerbosityExtras,
 };
 use store::{Arith, Delta, Now, StoreError, StoreMode, Ttl, Write};
 
-use std::sync::Arc;
-
-use super::forward::{Gather, Part};
 use super::session::{Cx, FanOut, Step, Stop};
 use crate::control::Control;
 use crate::stats::{self, Group, Kind, Snapshot};
@@ -36,9 +33,9 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
         Refusal::Wait(needed) => return Step::Wait(needed),
         Refusal::Stop(stop) => return Step::Stop(stop),
     }
-    match RequestRepr::parse(buf, cx.core.config().max_body()) {
+    match RequestRepr::parse(buf, cx.config().max_body()) {
         Ok((request, len)) => {
-            cx.core.classify(kind_of(request.opcode));
+            cx.classify(kind_of(request.opcode));
             if keyed(request.opcode)
                 && let Some(owner) = cx.owner_elsewhere(request.key)
             {
@@ -61,14 +58,14 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
             opaque,
             frame_len,
         }) => {
-            cx.core.protocol_error();
+            cx.protocol_error();
             let (opcode, quiet) = Opcode::from_wire(opcode);
             write_error(out, opcode, quiet, opaque, Status::UnknownCommand, &[]);
             cx.session.skip(frame_len as u64);
             Step::Done(0)
         }
         Err(ParseError::Invalid(invalid)) => {
-            cx.core.protocol_error();
+            cx.protocol_error();
             if !matches!(invalid, Invalid::BadMagic(_))
                 && let Ok(header) = RequestHeader::new_checked(&buf[..HEADER_LEN.min(buf.len())])
             {
@@ -83,14 +80,14 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
 }
 
 /// Frames at the front of the input whose keys [`prefetch`] warms.
-const PREFETCH_AHEAD: usize = super::core::PREFETCH_MAX;
+const PREFETCH_AHEAD: usize = super::config::PREFETCH_MAX;
 
 /// When `buf` holds more than one complete frame, warms the store for the keys of the first
 /// [`PREFETCH_AHEAD`] keyed frames this worker owns, before any of them runs: their cache misses
 /// (a GET hit misses on the table's bucket and on the item's block) then overlap instead of
 /// following one another. Reads the headers only; a frame that is incomplete, malformed or of
 /// another worker is passed over, and what `step` then does is unchanged.
-pub(super) fn prefetch(core: &super::core::Core, forward: &super::forward::Forwarder, buf: &[u8]) {
+pub(super) fn prefetch(cx: &Cx<'_>, buf: &[u8]) {
     let mut keys: [&[u8]; PREFETCH_AHEAD] = [&[]; PREFETCH_AHEAD];
     let mut found = 0;
     let mut pos = 0;
@@ -107,14 +104,38 @@ pub(super) fn prefetch(core: &super::core::Core, forward: &super::forward::Forwa
         let key = &buf[key_at..key_at + usize::from(header.key_len())];
         if keyed(Opcode::from_wire(header.opcode()).0)
             && !key.is_empty()
-            && forward.owner_elsewhere(key).is_none()
+            && cx.owner_elsewhere(key).is_none()
         {
             keys[found] = key;
             found += 1;
         }
         pos = end;
     }
-    core.prefetch(&keys[..found]);
+    cx.prefetch(&keys[..found]);
+}
+
+/// A request as the log shows it: its opcode and key (`request` is one complete frame).
+pub(super) fn describe(request: &[u8]) -> String {
+    match RequestHeader::new_checked(request) {
+        Ok(header) => {
+            let key_at = HEADER_LEN + usize::from(header.extras_len());
+            let key = request
+                .get(key_at..key_at + usize::from(header.key_len()))
+                .unwrap_or_default();
+            format!(
+                "binary opcode {:#04x} key {}",
+                header.opcode(),
+                key.escape_ascii()
+            )
+        }
+        Err(_) => "binary frame".to_string(),
+    }
+}
+
+/// A reply as the log shows it: the status of its first frame (`None`: no reply).
+pub(super) fn describe_reply(reply: &[u8]) -> Option<String> {
+    let header = ResponseHeader::new_checked(reply).ok()?;
+    Some(format!("status {:#06x}", header.status()))
 }
 
 /// Executes a frame another worker forwarded here (complete: the sender parsed it).
@@ -149,11 +170,7 @@ fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Refu
         opcode,
         Opcode::Set | Opcode::Add | Opcode::Replace | Opcode::Append | Opcode::Prepend
     );
-    if !storage
-        || cx
-            .core
-            .fits(usize::from(header.key_len()), header.value_len())
-    {
+    if !storage || cx.fits(usize::from(header.key_len()), header.value_len()) {
         return Refusal::None;
     }
     let key_start = HEADER_LEN + usize::from(header.extras_len());
@@ -168,7 +185,7 @@ fn refuse_oversize_value(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Refu
             Err(stop) => Refusal::Stop(stop),
         };
     }
-    cx.core.refuse_too_large(key, opcode == Opcode::Set, cx.now);
+    cx.refuse_too_large(key, opcode == Opcode::Set, cx.now);
     write_error(
         out,
         opcode,
@@ -218,7 +235,7 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
     match request.opcode {
         Opcode::Get | Opcode::GetK => {
             let with_key = request.opcode == Opcode::GetK;
-            match cx.core.get(request.key, now) {
+            match cx.get(request.key, now) {
                 Some(item) => write_item(out, request, with_key, item.flags, item.value, item.cas),
                 None => write_miss(out, request, with_key),
             }
@@ -229,7 +246,7 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
             };
             let exptime = i64::from(extras.expiration);
             let with_key = request.opcode == Opcode::GatK;
-            match cx.core.touch(request.key, Ttl::Exptime(exptime), now) {
+            match cx.touch(request.key, Ttl::Exptime(exptime), now) {
                 Some(item) if request.opcode == Opcode::Touch => {
                     write_item(out, request, false, item.flags, &[], item.cas)
                 }
@@ -256,7 +273,7 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
                     (mode, extras.flags, i64::from(extras.expiration))
                 }
             };
-            let result = cx.core.store(
+            let result = cx.store(
                 Write {
                     flags,
                     ttl: Ttl::Exptime(exptime),
@@ -270,7 +287,7 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
                 Err(error) => {
                     // No stale value survives a SET refused for memory (memcached unlinks it).
                     if error == StoreError::OutOfMemory && mode == StoreMode::Set {
-                        cx.core.unlink(request.key, now);
+                        cx.unlink(request.key, now);
                     }
                     let status = match (error, mode) {
                         // memcached's binary protocol: ADD on a live key is "exists", REPLACE on a
@@ -283,7 +300,7 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
                 }
             }
         }
-        Opcode::Delete => match cx.core.delete(request.key, request.cas, now) {
+        Opcode::Delete => match cx.delete(request.key, request.cas, now) {
             Ok(()) => write_success(out, request, 0, &[], &[]),
             Err(error) => write_request_error(out, request, store_status(error)),
         },
@@ -299,7 +316,7 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
             // Expiration 0xffffffff: fail if missing; anything else creates with `initial`.
             let create = (extras.expiration != u32::MAX)
                 .then_some((extras.initial, i64::from(extras.expiration)));
-            let result = cx.core.arith(
+            let result = cx.arith(
                 Arith {
                     create,
                     cas: request.cas,
@@ -320,17 +337,17 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
                     None => return invalid(cx, request, out),
                 },
             };
-            cx.core.flush_all(delay, now);
+            cx.flush_all(delay, now);
             cx.fan_out(FanOut::Flush { delay }, None, None, out);
             write_success(out, request, 0, &[], &[]);
         }
         Opcode::Noop => write_success(out, request, 0, &[], &[]),
-        Opcode::Version => write_success(out, request, 0, &[], cx.core.version().as_bytes()),
+        Opcode::Version => write_success(out, request, 0, &[], cx.version().as_bytes()),
         Opcode::Verbosity => {
             let Some(extras) = VerbosityExtras::parse(request.extras) else {
                 return invalid(cx, request, out);
             };
-            cx.core.control().change_verbosity(extras.level);
+            cx.control().change_verbosity(extras.level);
             write_success(out, request, 0, &[], &[]);
         }
         Opcode::Quit => {
@@ -339,7 +356,7 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
         }
         Opcode::Stat => return write_stats(cx, request, out),
         Opcode::Unknown(_) => {
-            cx.core.protocol_error();
+            cx.protocol_error();
             write_request_error(out, request, Status::UnknownCommand);
         }
     }
@@ -348,7 +365,7 @@ fn dispatch(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Fl
 
 /// A frame whose extras did not decode: answered like memcached's protocol error, then closed.
 fn invalid(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) -> Flow {
-    cx.core.protocol_error();
+    cx.protocol_error();
     write_request_error(out, request, Status::InvalidArguments);
     Flow::Close
 }
@@ -504,13 +521,13 @@ fn write_stats(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) ->
         return Flow::Continue;
     };
     let (opcode, quiet, opaque, now) = (request.opcode, request.quiet, request.opaque, cx.now);
-    let control = cx.core.control().clone();
+    let control = cx.control().clone();
     let group = match stat {
         StatKey::Group(group) => group,
         StatKey::DetailDump => Group::Detail,
         StatKey::Reset => {
             log::info!("stats reset");
-            cx.core.reset_stats();
+            cx.reset_stats();
             cx.fan_out(FanOut::Reset, None, None, out);
             write_success_always(out, opcode, quiet, opaque, &[], &[]);
             return Flow::Continue;
@@ -530,65 +547,12 @@ fn write_stats(cx: &mut Cx<'_>, request: &RequestRepr<'_>, out: &mut Vec<u8>) ->
     if group == Group::Latency {
         // The requests this call executed before this one are done: count them too.
         let elapsed = control.now_ns().saturating_sub(cx.session.arrived_ns);
-        cx.core.record_samples(elapsed);
+        cx.record_samples(elapsed);
     }
-    let own = cx.core.snapshot(group, now);
-    if cx.workers() > 1 && group.gathers() {
-        let stats = StatsGather {
-            snapshot: None,
-            opcode,
-            quiet,
-            opaque,
-            group,
-            control,
-            now,
-        };
-        let own = Some(Part::Snapshot(&own));
-        cx.fan_out(FanOut::Snapshot(group), Some(Box::new(stats)), own, out);
-    } else {
-        render_stats(out, opcode, quiet, opaque, group, &control, now, &own);
-    }
+    cx.gather_snapshots(group, out, move |snapshot, out| {
+        render_stats(out, opcode, quiet, opaque, group, &control, now, snapshot);
+    });
     Flow::Continue
-}
-
-/// A binary STAT request's figures, summed over every worker as they arrive, and the request's
-/// header fields to answer with.
-#[derive(Debug)]
-struct StatsGather {
-    snapshot: Option<Snapshot>,
-    opcode: Opcode,
-    quiet: bool,
-    opaque: u32,
-    group: Group,
-    control: Arc<Control>,
-    now: Now,
-}
-
-impl Gather for StatsGather {
-    fn add(&mut self, part: Part<'_>) {
-        if let Part::Snapshot(snapshot) = part {
-            match self.snapshot.as_mut() {
-                Some(sum) => sum.merge(snapshot),
-                None => self.snapshot = Some(snapshot.clone()),
-            }
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        if let Some(snapshot) = &self.snapshot {
-            let (opcode, quiet, opaque) = (self.opcode, self.quiet, self.opaque);
-            render_stats(
-                out,
-                opcode,
-                quiet,
-                opaque,
-                self.group,
-                &self.control,
-                self.now,
-                snapshot,
-            );
-        }
-    }
 }
 
 /// The STAT replies of `group` for `snapshot`: one frame per figure (`detail dump`: one frame,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, StoreMode, Ttl, Write};
 
-use super::EngineConfig;
+use super::config::{EngineConfig, HOUSEKEEPING_ITEMS, PAGE_BYTES, PREFETCH_MAX};
 use crate::control::{Control, EventKind, MemoryFigures, uri_encode};
 use crate::stats::{
     Background, CacheDump, Counters, Group, KINDS, Kind, Latency, Prefixes, RawPath, SIZES_STEP,
@@ -29,14 +29,6 @@ use crate::stats::{
 
 /// Buckets `stats cachedump` walks between checks that the dump is full.
 const CACHEDUMP_SLICE_BUCKETS: usize = 1024;
-
-/// Items one step of background work looks at, evicts or frees at most, each loop iteration:
-/// a requested crawl's step, shrinking to a lowered budget, freeing a page for `slabs
-/// reassign`. A few microseconds, between two turns of the connections.
-pub const HOUSEKEEPING_ITEMS: usize = 256;
-
-/// Bytes of a memcached slab page: what `slabs reassign` moves, what `stats slabs` counts in.
-pub const PAGE_BYTES: u64 = 1 << 20;
 
 /// The background work a worker does between turns: the crawl an `lru_crawler crawl` asked
 /// for, the page a `slabs reassign` frees, and the background crawler's place.
@@ -979,9 +971,6 @@ impl Core {
         snapshot
     }
 }
-
-/// Keys one [`Core::prefetch`] call warms at most (a pipelined frame's worth).
-pub const PREFETCH_MAX: usize = 16;
 
 /// Asks the CPU to bring the first and last cache lines of `bytes` towards it (the T0 hint)
 /// without waiting: the load that later needs them finds them there, or on their way.

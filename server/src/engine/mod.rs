@@ -1,11 +1,14 @@
 //! The request engine: one connection's received bytes in, its replies out.
 //!
 //! ```text
-//! received bytes ─▶ Engine::execute ─▶ the connection's adapter (binary.rs, text.rs, resp.rs)
-//!                                          parses with protocol/, calls the core, emits with protocol/
+//! received bytes ─▶ Engine::execute ─▶ the connection's adapter (binary.rs, text/, resp/)
+//!                                          parses with protocol/, calls the core through Cx,
+//!                                          emits with protocol/
+//!                  session.rs the connection's state, and what an adapter is given (Cx: the
+//!                             core's operations, forwarding, one snapshot gather)
 //!                  core.rs    counted store operations on this worker's Shard, statistics
-//!                  session.rs the connection's state, and what an adapter is given (Cx)
-//!                  forward.rs other workers: owners, batches, holes in the output, credit
+//!                  forward/   other workers: owners, batches, holes in the output, credit
+//!                  config.rs  EngineConfig and the limits every layer shares (imports none)
 //! ```
 //!
 //! The engine knows nothing of sockets or packets: the TAP, AF_XDP and kernel-socket paths all
@@ -14,24 +17,26 @@
 //! a caller can parse straight out of a receive buffer and keep the unconsumed tail.
 //!
 //! Layers point down. An adapter (one per protocol) parses a request, calls the core's counted
-//! store operations (`core.rs`) and forwarding's narrow interface (through [`Cx`]), and writes
-//! the reply; no adapter imports another, and the core and forwarding know no protocol. This
+//! store operations (`core.rs`) and forwarding's narrow interface, both through [`Cx`], and
+//! writes the reply; no adapter imports another, and the core and forwarding know no protocol.
+//! Each adapter also describes its own requests for the `-vv` log. This
 //! module picks the adapter for a connection ([`Protocol`]) and runs the loop they share.
 //!
 //! Nothing a client sends makes a connection hold more than a bounded amount: execution stops
 //! ([`Stop`]) when the output backlog reaches [`OUT_HIGH_WATER_BYTES`] (checked before every
 //! request and every key of a multi-key request, which then continues from that key on the
-//! next call), when too much waits on other workers (`forward.rs`), when the connection's turn
+//! next call), when too much waits on other workers (`forward/`), when the connection's turn
 //! of [`TURN_REQUESTS`] is used up (so one client cannot delay the others), and a refused body
 //! is skipped as it arrives rather than buffered.
 //!
 //! A memcached connection's protocol is decided by its first byte ([`Protocol::detect`]): 0x80
 //! (the binary request magic) is the binary protocol (`binary.rs`), anything else the text
-//! protocol, whose lines may also be meta commands (`text.rs`, with `text/meta.rs`). A
+//! protocol, whose lines may also be meta commands (`text/`, with `text/meta/`). A
 //! connection accepted on the RESP port (`--resp-port`) speaks Redis's RESP from its first byte
-//! (`resp.rs`; [`Session::speaking`]), on the same store.
+//! (`resp/`; [`Session::speaking`]), on the same store.
 
 mod binary;
+pub mod config;
 mod core;
 mod forward;
 mod resp;
@@ -40,7 +45,7 @@ mod text;
 
 use std::sync::Arc;
 
-use store::{Now, ShardConfig};
+use store::Now;
 
 use self::core::Core;
 use self::forward::{Answer, Forwarder, Op};
@@ -48,118 +53,34 @@ use self::session::{Cx, Step};
 use crate::control::{ConnState, Control};
 use crate::stats::{Counters, Group, Kind, RawPath, ServerInfo, Snapshot, WorkerFigures};
 
-pub use self::core::{HOUSEKEEPING_ITEMS, PAGE_BYTES};
+pub use self::config::{
+    EngineConfig, HOUSEKEEPING_ITEMS, OUT_HIGH_WATER_BYTES, PAGE_BYTES, Secret, TURN_REQUESTS,
+    VERSION,
+};
 pub use forward::{
     Batch, CREDIT_RETURN_BYTES, Delivery, FORWARD_REPLY_CREDIT_BYTES,
     FORWARD_REQUEST_HIGH_WATER_BYTES, MAX_FORWARDS_IN_FLIGHT, MIN_REPLY_CHARGE_BYTES,
     OWNER_HASH_SEED, Replies, Token, owner_hash, owner_of,
 };
-pub use session::{OUT_HIGH_WATER_BYTES, Outcome, Protocol, Session, Stop, TURN_REQUESTS};
+pub use session::{Outcome, Protocol, Session, Stop};
 
-/// Limits and identity fixed at start-up.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// The store shard this engine serves (memory budget, `-I`).
-    pub shard: ShardConfig,
-    /// Version string answered to VERSION, memcached-style leading digits.
-    pub version: &'static str,
-    /// Unix seconds when the server started, for `uptime`.
-    pub started_unix_secs: u64,
-    /// Worker threads serving, for `threads`; keys are spread over this many shards.
-    pub threads: usize,
-    /// This engine's worker (0-based, below `threads`): it owns the keys
-    /// [`owner_of`] gives this index.
-    pub worker: usize,
-    /// Connection limit (`-c`), for `stats settings`.
-    pub conn_limit: usize,
-    /// What every worker shares: settings, admin switches, watchers, connection records.
-    pub control: Arc<Control>,
-}
-
-impl EngineConfig {
-    /// A frame whose body exceeds this is malformed and closes the connection; a value between
-    /// the item limit and this is refused with "too large" and skipped without being buffered.
-    pub fn max_body(&self) -> u32 {
-        let limit = self.shard.max_item_size.saturating_mul(2).max(1 << 20);
-        u32::try_from(limit).unwrap_or(u32::MAX)
-    }
-}
-
-/// Logs one request and the first line of its reply (`-vv`), as memcached's `<fd command` and
-/// `>fd reply` lines: text as it was sent (its first line, at most 200 bytes, escaped), binary
-/// as its opcode and key.
+/// Logs one request and its reply (`-vv`), as memcached's `<fd command` and `>fd reply` lines,
+/// each in the words of the connection's adapter.
 fn log_request(session: &Session, request: &[u8], reply: &[u8]) {
     let number = session.record.as_ref().map_or(0, |r| r.number);
-    let first_line = |bytes: &[u8]| {
-        let end = bytes
-            .iter()
-            .position(|&b| b == b'\n')
-            .unwrap_or(bytes.len())
-            .min(200);
-        let line = &bytes[..end];
-        line.strip_suffix(b"\r")
-            .unwrap_or(line)
-            .escape_ascii()
-            .to_string()
+    let (request, reply) = match session.protocol {
+        Some(Protocol::Binary) => (binary::describe(request), binary::describe_reply(reply)),
+        Some(Protocol::Resp(_)) => (resp::describe(request), text::first_line(reply)),
+        _ => (
+            text::first_line(request).unwrap_or_default(),
+            text::first_line(reply),
+        ),
     };
-    match session.protocol {
-        Some(Protocol::Binary) => {
-            let opcode = request.get(1).copied().unwrap_or_default();
-            let key_len = request
-                .get(2..4)
-                .map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
-            let extras = usize::from(request.get(4).copied().unwrap_or_default());
-            let key = request
-                .get(24 + extras..24 + extras + key_len)
-                .unwrap_or_default();
-            log::debug!(
-                "<{number} binary opcode {opcode:#04x} key {}",
-                key.escape_ascii()
-            );
-            if let Some(status) = reply.get(6..8) {
-                log::debug!(
-                    ">{number} status {:#06x}",
-                    u16::from_be_bytes([status[0], status[1]])
-                );
-            }
-        }
-        Some(Protocol::Resp(_)) => {
-            // The command's words, not its framing (`*3`, `$3`, ...).
-            let limits = protocol::resp::Limits {
-                max_bulk: request.len(),
-                max_command: request.len(),
-            };
-            let mut words = String::new();
-            let mut progress = protocol::resp::Progress::default();
-            if let Ok((command, _)) =
-                protocol::resp::Command::parse(request, &limits, &mut progress)
-            {
-                for arg in command.args() {
-                    if words.len() >= 200 {
-                        break;
-                    }
-                    if !words.is_empty() {
-                        words.push(' ');
-                    }
-                    words.push_str(&arg[..arg.len().min(200)].escape_ascii().to_string());
-                }
-            }
-            log::debug!("<{number} {words}");
-            if !reply.is_empty() {
-                log::debug!(">{number} {}", first_line(reply));
-            }
-        }
-        _ => {
-            log::debug!("<{number} {}", first_line(request));
-            if !reply.is_empty() {
-                log::debug!(">{number} {}", first_line(reply));
-            }
-        }
+    log::debug!("<{number} {request}");
+    if let Some(reply) = reply {
+        log::debug!(">{number} {reply}");
     }
 }
-
-/// The version memspin reports: memcached-compatible leading digits, then our own.
-pub const VERSION: &str = concat!("1.6.18-memspin-", env!("CARGO_PKG_VERSION"));
 
 /// The read hint while a refused body is skipped: any bytes make progress, and the caller's
 /// buffer never grows for a body it will not keep.
@@ -223,7 +144,7 @@ impl Engine {
         } = self;
         match protocol {
             Protocol::Binary => {
-                binary::prefetch(core, forward, input);
+                binary::prefetch(&Cx::new(core, forward, session, now), input);
                 Engine::run_requests(core, forward, session, input, out, now, binary::step)
             }
             Protocol::Text => {
@@ -384,10 +305,17 @@ impl Engine {
     ) -> Answer {
         match op {
             Op::Execute(form) => {
-                let Some((protocol, part)) = Protocol::of_form(form) else {
+                let Some((protocol, part, in_database)) = Protocol::of_form(form) else {
                     return Answer::Bytes { close: false };
                 };
                 let mut session = Session::speaking(protocol);
+                let request = match request.split_first_chunk::<4>() {
+                    Some((db, rest)) if in_database => {
+                        session.db = u8::try_from(u32::from_le_bytes(*db)).unwrap_or(u8::MAX);
+                        rest
+                    }
+                    _ => request,
+                };
                 core.set_cfd(0);
                 let mut cx = Cx::local(core, &mut session, now);
                 match protocol {
@@ -457,7 +385,7 @@ impl Engine {
         }
     }
 
-    /// Hands back the credit of the connection's replies that were sent (see `forward.rs`).
+    /// Hands back the credit of the connection's replies that were sent (see `forward/`).
     pub fn return_credit(&mut self, session: &mut Session) {
         self.forward.return_credit(&mut session.holes);
     }

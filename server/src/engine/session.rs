@@ -3,9 +3,9 @@
 //! interface.
 //!
 //! ```text
-//! adapter step(cx, input, out) ─▶ cx.core (counted store operations)
+//! adapter step(cx, input, out) ─▶ cx.get / store / delete / ... (the core's counted operations)
 //!                              ─▶ cx.session (skip, close, turn, where a stopped request resumes)
-//!                              ─▶ cx.forward / fan_out / gather (other workers, forward.rs)
+//!                              ─▶ cx.forward / fan_out / gather (other workers, forward/)
 //! ```
 //!
 //! Nothing here knows a protocol's wire format: a session names the protocol it speaks, and
@@ -14,24 +14,56 @@
 
 use std::sync::Arc;
 
-use store::Now;
+use store::{Arith, ItemView, NewCas, Now, StoreError, Ttl, Write};
 
+use super::config::{EngineConfig, OUT_HIGH_WATER_BYTES};
 use super::core::Core;
 use super::forward::{self, Form, Forwarder, Gather, Holes, Op, Part, Stamp};
-use crate::control::ConnRecord;
-use crate::stats::{Group, Kind};
+use crate::control::{ConnRecord, Control, MemoryFigures};
+use crate::stats::{Group, Kind, Snapshot};
 
-/// Output backlog above which the engine stops executing until the caller has sent some of it:
-/// checked before every request and before every key of a multi-key request, so one
-/// connection's output holds at most this plus one reply (of up to `-I` and its header), plus
-/// what other workers may still send it
-/// ([`FORWARD_REPLY_CREDIT_BYTES`](super::FORWARD_REPLY_CREDIT_BYTES) and one reply each).
-pub const OUT_HIGH_WATER_BYTES: usize = 256 * 1024;
+/// A forwarded request's form has this bit when its bytes start with the database it runs in.
+const IN_DATABASE: u16 = 0x8000;
 
-/// Requests (and keys of a multi-key request) one connection may execute per turn, so that a
-/// client pipelining as fast as it can does not delay the others: the packet path gives each
-/// connection with work one turn per loop ([`Session::begin_turn`]).
-pub const TURN_REQUESTS: usize = 64;
+/// The first byte of a key stored in a namespace (see [`stored_key`]).
+pub(crate) const NAMESPACE_MARK: u8 = 0xFF;
+
+/// Bytes a namespace adds to a key.
+pub(crate) const NAMESPACE_BYTES: usize = 2;
+
+/// The key under which the store holds `key` of database `db`: `key` itself in database 0
+/// (what the memcached protocols and RESP's default database share), unless it starts with
+/// [`NAMESPACE_MARK`]; otherwise the mark, the database's number (one byte) and `key`, written
+/// into `buf`. So database 0 costs nothing but a compare, no two databases' keys meet, and a
+/// key another database holds is never reached from database 0 (its first byte would be the
+/// mark, which database 0 escapes as `[mark, 0]`).
+#[inline]
+pub(crate) fn stored_key<'k>(db: u8, key: &'k [u8], buf: &'k mut Vec<u8>) -> &'k [u8] {
+    if db == 0 && key.first() != Some(&NAMESPACE_MARK) {
+        return key;
+    }
+    buf.clear();
+    buf.extend_from_slice(&[NAMESPACE_MARK, db]);
+    buf.extend_from_slice(key);
+    buf
+}
+
+/// [`stored_key`] for `session`'s database, into its buffer.
+#[inline]
+fn stored<'k>(session: &'k mut Session, key: &'k [u8]) -> &'k [u8] {
+    stored_key(session.db, key, &mut session.key_buf)
+}
+
+/// The database and key a stored key stands for ([`stored_key`] undone); `None` for a key
+/// starting with the mark but too short to hold a database.
+#[inline]
+pub(crate) fn database_key(stored: &[u8]) -> Option<(u8, &[u8])> {
+    match stored {
+        [NAMESPACE_MARK, db, key @ ..] => Some((*db, key)),
+        [NAMESPACE_MARK] => None,
+        key => Some((0, key)),
+    }
+}
 
 /// The protocols a connection may speak: the engine runs each with its own adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,26 +87,28 @@ impl Protocol {
     }
 
     /// The form a request of this protocol is forwarded in; `part` is the adapter's own code.
-    pub(crate) fn form(self, part: u8) -> Form {
+    pub(crate) fn form(self, part: u8, in_database: bool) -> Form {
         let code: u16 = match self {
             Protocol::Binary => 0,
             Protocol::Text => 1,
             Protocol::Resp(protocol::resp::Version::Resp2) => 2,
             Protocol::Resp(protocol::resp::Version::Resp3) => 3,
         };
-        Form(code << 8 | u16::from(part))
+        let flag = if in_database { IN_DATABASE } else { 0 };
+        Form(flag | code << 8 | u16::from(part))
     }
 
-    /// The protocol and part of a forwarded request's form.
-    pub(crate) fn of_form(form: Form) -> Option<(Protocol, u8)> {
-        let protocol = match form.0 >> 8 {
+    /// The protocol and part of a forwarded request's form, and whether the request's bytes
+    /// start with the database it runs in (4 bytes, little-endian).
+    pub(crate) fn of_form(form: Form) -> Option<(Protocol, u8, bool)> {
+        let protocol = match (form.0 & !IN_DATABASE) >> 8 {
             0 => Protocol::Binary,
             1 => Protocol::Text,
             2 => Protocol::Resp(protocol::resp::Version::Resp2),
             3 => Protocol::Resp(protocol::resp::Version::Resp3),
             _ => return None,
         };
-        Some((protocol, form.0 as u8))
+        Some((protocol, form.0 as u8, form.0 & IN_DATABASE != 0))
     }
 }
 
@@ -162,6 +196,33 @@ pub(crate) struct Scan {
     pub items: usize,
 }
 
+/// Requests a connection holds to run later, back to back (Redis's `MULTI` ... `EXEC`).
+#[derive(Debug, Default)]
+pub(crate) struct Queued {
+    /// The requests' bytes, one after another.
+    pub bytes: Vec<u8>,
+    /// Where each request ends in `bytes`.
+    pub ends: Vec<usize>,
+    /// Set once a request could not be queued: the run is refused.
+    pub failed: bool,
+    /// The worker every queued key belongs to, once a request named a key.
+    pub owner: Option<usize>,
+}
+
+/// A key a connection watches, and what it was when watched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Watched {
+    /// Its database.
+    pub db: u8,
+    /// The client's key.
+    pub key: Box<[u8]>,
+    /// The item's CAS and expiry then (`None`: not held).
+    pub state: Option<(u64, u64)>,
+    /// Seen changed after one of the connection's own commands (a change undone later, as a
+    /// key written and deleted again, still counts).
+    pub touched: bool,
+}
+
 /// One connection's protocol state, kept by the packet path next to its socket.
 #[derive(Debug)]
 pub struct Session {
@@ -169,6 +230,9 @@ pub struct Session {
     pub(super) protocol: Option<Protocol>,
     /// Bytes of a refused frame still to be skipped (an oversize value, an unknown opcode's body).
     pub(super) skip_bytes: u64,
+    /// Arguments of a refused command still to be skipped after `skip_bytes` (each as it
+    /// arrives; the adapter reads their lengths).
+    pub(crate) skip_args: usize,
     /// Set once a frame asked to close (QUIT, a malformed frame): nothing more is executed.
     pub(super) closing: bool,
     /// How far the parser got in the pending request.
@@ -195,6 +259,18 @@ pub struct Session {
     /// The connection's number, for a connection without a record that asked for one
     /// (Redis's `CLIENT ID` of an engine driven directly); 0 before.
     pub(crate) id: u64,
+    /// The database the connection's keys are in (RESP's `SELECT`; 0 for memcached).
+    pub(crate) db: u8,
+    /// Requests held to run later as one (Redis's `MULTI`), the adapter's to keep.
+    pub(crate) queued: Option<Box<Queued>>,
+    /// Keys whose change makes the next queued run fail (Redis's `WATCH`).
+    pub(crate) watched: Vec<Watched>,
+    /// Set while queued requests run as one: nothing pauses them part-way.
+    pub(crate) atomic: bool,
+    /// Set once the client gave the password (`--requirepass`, Redis's `AUTH`).
+    pub(crate) authenticated: bool,
+    /// Where a key of another database than 0 is namespaced ([`stored_key`]).
+    key_buf: Vec<u8>,
 }
 
 impl Default for Session {
@@ -202,6 +278,7 @@ impl Default for Session {
         Session {
             protocol: None,
             skip_bytes: 0,
+            skip_args: 0,
             closing: false,
             scan: Scan::default(),
             resume: None,
@@ -213,6 +290,12 @@ impl Default for Session {
             name: None,
             input_counted: 0,
             id: 0,
+            db: 0,
+            queued: None,
+            watched: Vec::new(),
+            atomic: false,
+            authenticated: false,
+            key_buf: Vec::new(),
         }
     }
 }
@@ -322,7 +405,7 @@ impl Session {
 /// forwarded to it: there every key is its own).
 pub(crate) struct Cx<'a> {
     /// The counted store operations, limits and statistics.
-    pub core: &'a mut Core,
+    core: &'a mut Core,
     /// The connection's state.
     pub session: &'a mut Session,
     /// The caller's clock.
@@ -360,6 +443,11 @@ impl<'a> Cx<'a> {
     #[inline]
     pub fn owner_elsewhere(&self, key: &[u8]) -> Option<usize> {
         self.forward.as_ref()?.owner_elsewhere(key)
+    }
+
+    /// True for a request another worker forwarded here: it runs on this worker's shard alone.
+    pub fn forwarded(&self) -> bool {
+        self.forward.is_none()
     }
 
     /// Workers serving (keys are spread over this many shards).
@@ -402,6 +490,7 @@ impl<'a> Cx<'a> {
         let Some(forward) = self.forward.as_deref_mut() else {
             return Err(Stop::Blocked);
         };
+        let db = self.session.db;
         forward
             .forward(
                 &mut self.session.holes,
@@ -409,7 +498,12 @@ impl<'a> Cx<'a> {
                 Op::Execute(form),
                 request_len,
                 out.len(),
-                write,
+                |bytes| {
+                    if db != 0 {
+                        bytes.extend_from_slice(&u32::from(db).to_le_bytes());
+                    }
+                    write(bytes)
+                },
             )
             .map_err(|forward::Blocked| Stop::Blocked)?;
         self.session.holes.stamp_last(Stamp {
@@ -464,6 +558,25 @@ impl<'a> Cx<'a> {
         sent
     }
 
+    /// Writes the reply `render` makes of every worker's figures of `group`, summed: now, from
+    /// this worker's alone, when it is the only one or `group` does not gather; otherwise once
+    /// every other worker has answered (check [`Cx::may_fan_out`] first).
+    pub fn gather_snapshots(
+        &mut self,
+        group: Group,
+        out: &mut Vec<u8>,
+        mut render: impl FnMut(&Snapshot, &mut Vec<u8>) + Send + 'static,
+    ) {
+        let own = self.core.snapshot(group, self.now);
+        if self.workers() > 1 && group.gathers() && self.forward.is_some() {
+            let merged = Merged { sum: None, render };
+            let own = Some(Part::Snapshot(&own));
+            self.fan_out(FanOut::Snapshot(group), Some(Box::new(merged)), own, out);
+        } else {
+            render(&own, out);
+        }
+    }
+
     /// Opens a hole at the end of `out` whose reply `gather` writes once every part sent with
     /// [`Cx::forward_part`] is answered and [`Cx::seal`] has said no more are coming (a
     /// multi-key request whose keys live on several workers); returns its sequence number.
@@ -501,6 +614,7 @@ impl<'a> Cx<'a> {
         let Some(forward) = self.forward.as_deref_mut() else {
             return Err(Stop::Blocked);
         };
+        let db = self.session.db;
         forward
             .part(
                 &mut self.session.holes,
@@ -508,7 +622,12 @@ impl<'a> Cx<'a> {
                 owner,
                 Op::Execute(form),
                 request_len,
-                write,
+                |bytes| {
+                    if db != 0 {
+                        bytes.extend_from_slice(&u32::from(db).to_le_bytes());
+                    }
+                    write(bytes)
+                },
             )
             .map_err(|forward::Blocked| Stop::Blocked)?;
         if self.core.kind() != Kind::Other {
@@ -534,7 +653,9 @@ impl<'a> Cx<'a> {
     /// backlog reached the high-water mark, too much waits on other workers, or the turn is
     /// used up.
     pub fn pause(&self, out: &[u8]) -> Option<Stop> {
-        if out.len() >= OUT_HIGH_WATER_BYTES {
+        if self.session.atomic {
+            None
+        } else if out.len() >= OUT_HIGH_WATER_BYTES {
             Some(Stop::Output)
         } else if self.session.holes.full() {
             Some(Stop::Forwards)
@@ -547,7 +668,319 @@ impl<'a> Cx<'a> {
 
     /// The form a request forwarded from this session travels in.
     fn form(&self, part: u8) -> Form {
-        self.session.protocol.unwrap_or(Protocol::Text).form(part)
+        let protocol = self.session.protocol.unwrap_or(Protocol::Text);
+        protocol.form(part, self.session.db != 0)
+    }
+}
+
+/// The core's operations, as adapters call them: the counted store operations, the limits and
+/// statistics a request reads or changes. The core itself stays private to the context. A key
+/// is the client's: each operation finds it in the connection's database ([`stored_key`]).
+impl Cx<'_> {
+    /// Names the kind of the request being executed (see `Core::classify`).
+    #[inline]
+    pub fn classify(&mut self, kind: Kind) {
+        self.core.classify(kind);
+    }
+
+    /// A read that marks a hit fetched, counting `cmd_get`.
+    #[inline]
+    pub fn get(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
+        let key = stored(self.session, key);
+        self.core.get(key, now)
+    }
+
+    /// A read of the value alone, counting `cmd_get`.
+    #[inline]
+    pub fn get_value(&mut self, key: &[u8], now: Now) -> Option<&[u8]> {
+        let key = stored(self.session, key);
+        self.core.get_value(key, now)
+    }
+
+    /// A read that leaves the item's access marks alone, counting `cmd_get`.
+    #[inline]
+    pub fn get_unbumped(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
+        let key = stored(self.session, key);
+        self.core.get_unbumped(key, now)
+    }
+
+    /// A look at a live item: nothing counted or marked.
+    #[inline]
+    pub fn peek(&mut self, key: &[u8], now: Now) -> Option<ItemView<'_>> {
+        let key = stored(self.session, key);
+        self.core.peek(key, now)
+    }
+
+    /// A new expiry for a held key, counting `cmd_touch`.
+    #[inline]
+    pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
+        let key = stored(self.session, key);
+        self.core.touch(key, ttl, now)
+    }
+
+    /// [`Cx::touch`] without marking the access.
+    #[inline]
+    pub fn touch_unbumped(&mut self, key: &[u8], ttl: Ttl, now: Now) -> Option<ItemView<'_>> {
+        let key = stored(self.session, key);
+        self.core.touch_unbumped(key, ttl, now)
+    }
+
+    /// A new expiry as part of another command (not counted as a touch).
+    #[inline]
+    pub fn retouch(&mut self, key: &[u8], ttl: Ttl, now: Now) {
+        let key = stored(self.session, key);
+        self.core.retouch(key, ttl, now);
+    }
+
+    /// A store, counting `cmd_set`.
+    ///
+    /// # Errors
+    /// As [`store::Shard::store`].
+    #[inline]
+    pub fn store(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
+        let key = stored(self.session, write.key);
+        self.core.store(Write { key, ..write }, now)
+    }
+
+    /// A store made by a read (meta `mg N`), counted as the core counts it.
+    ///
+    /// # Errors
+    /// As [`store::Shard::store`].
+    #[inline]
+    pub fn vivify(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
+        let key = stored(self.session, write.key);
+        self.core.vivify(Write { key, ..write }, now)
+    }
+
+    /// Counts a store refused for its size (and unlinks the old item when `unlink`).
+    #[inline]
+    pub fn refuse_too_large(&mut self, key: &[u8], unlink: bool, now: Now) {
+        let key = stored(self.session, key);
+        self.core.refuse_too_large(key, unlink, now);
+    }
+
+    /// Removes `key` without counting a delete.
+    #[inline]
+    pub fn unlink(&mut self, key: &[u8], now: Now) {
+        let key = stored(self.session, key);
+        self.core.unlink(key, now);
+    }
+
+    /// Whether an item of this key and value length can ever be stored (`-I`).
+    #[inline]
+    pub fn fits(&self, key_len: usize, value_len: usize) -> bool {
+        let namespace = if self.session.db == 0 {
+            0
+        } else {
+            NAMESPACE_BYTES
+        };
+        self.core.fits(key_len + namespace, value_len)
+    }
+
+    /// A delete, counted.
+    ///
+    /// # Errors
+    /// As [`store::Shard::delete`].
+    #[inline]
+    pub fn delete(&mut self, key: &[u8], cas: u64, now: Now) -> Result<(), StoreError> {
+        let key = stored(self.session, key);
+        self.core.delete(key, cas, now)
+    }
+
+    /// Marks `key` stale (meta `md I`, `ms I`).
+    ///
+    /// # Errors
+    /// As [`store::Shard::invalidate_with`].
+    #[inline]
+    pub fn invalidate(
+        &mut self,
+        key: &[u8],
+        cas: u64,
+        exptime: Option<i64>,
+        new_cas: NewCas,
+        now: Now,
+    ) -> Result<u64, StoreError> {
+        let key = stored(self.session, key);
+        self.core.invalidate(key, cas, exptime, new_cas, now)
+    }
+
+    /// Records that a client holds the item's recache token (meta `W`).
+    #[inline]
+    pub fn claim_win(&mut self, key: &[u8], now: Now) {
+        let key = stored(self.session, key);
+        self.core.claim_win(key, now);
+    }
+
+    /// Marks the item fetched (meta `mg` after its reply is written).
+    #[inline]
+    pub fn mark_fetched(&mut self, key: &[u8], now: Now) {
+        let key = stored(self.session, key);
+        self.core.mark_fetched(key, now);
+    }
+
+    /// An increment or decrement, counted.
+    ///
+    /// # Errors
+    /// As [`store::Shard::incr_decr`].
+    #[inline]
+    pub fn arith(&mut self, arith: Arith<'_>, now: Now) -> Result<(u64, u64), StoreError> {
+        let key = stored(self.session, arith.key);
+        self.core.arith(Arith { key, ..arith }, now)
+    }
+
+    /// A CAS value no live item of `key` holds.
+    #[inline]
+    pub fn cas_matching_nothing(&mut self, key: &[u8], now: Now) -> u64 {
+        let key = stored(self.session, key);
+        self.core.cas_matching_nothing(key, now)
+    }
+
+    /// `flush_all` on this worker's shard, counted.
+    #[inline]
+    pub fn flush_all(&mut self, delay: i64, now: Now) {
+        self.core.flush_all(delay, now);
+    }
+
+    /// Empties this worker's shard now, counted as a flush.
+    #[inline]
+    pub fn clear(&mut self, now: Now) {
+        self.core.clear(now);
+    }
+
+    /// Counts a request refused as malformed or unknown.
+    #[inline]
+    pub fn protocol_error(&mut self) {
+        self.core.protocol_error();
+    }
+
+    /// Counts a meta command.
+    #[inline]
+    pub fn count_meta(&mut self) {
+        self.core.count_meta();
+    }
+
+    /// Warms the store for `keys` (see `Core::prefetch`); database 0's only (a hint: the
+    /// keys of another database are not worth namespacing for it).
+    #[inline]
+    pub fn prefetch(&self, keys: &[&[u8]]) {
+        if self.session.db == 0 {
+            self.core.prefetch(keys);
+        }
+    }
+
+    /// Records the samples counted so far as taking `ns` (`stats latency`).
+    pub fn record_samples(&mut self, ns: u64) {
+        self.core.record_samples(ns);
+    }
+
+    /// Zeroes this worker's statistics (`stats reset`).
+    pub fn reset_stats(&mut self) {
+        self.core.reset_stats();
+    }
+
+    /// This worker's figures for `group`.
+    pub fn snapshot(&self, group: Group, now: Now) -> Snapshot {
+        self.core.snapshot(group, now)
+    }
+
+    /// This worker's memory figures.
+    pub fn memory_figures(&self) -> MemoryFigures {
+        self.core.memory_figures()
+    }
+
+    /// Takes a changed memory budget (`cache_memlimit`), in steps.
+    pub fn apply_memory_limit(&mut self) {
+        self.core.apply_memory_limit();
+    }
+
+    /// Hands the client's key and the item of every live key of the connection's database in
+    /// this worker's buckets `start..end` to `f`, touching none (see [`Cx::visit`]).
+    pub fn visit_database(
+        &self,
+        start: usize,
+        end: usize,
+        now: Now,
+        mut f: impl FnMut(&[u8], ItemView<'_>),
+    ) {
+        let db = self.session.db;
+        self.core.shard().visit(start, end, now, |stored, item, _| {
+            if let Some((of, key)) = database_key(stored)
+                && of == db
+            {
+                f(key, item);
+            }
+        });
+    }
+
+    /// Items this worker's shard holds, every database's.
+    pub fn items(&self) -> usize {
+        self.core.shard().len()
+    }
+
+    /// The buckets of this worker's table.
+    pub fn num_buckets(&self) -> usize {
+        self.core.shard().num_buckets()
+    }
+
+    /// Hands every live item of this worker's buckets `start..end` to `f` (key, item, charged
+    /// size), touching none (see [`store::Shard::visit`]).
+    pub fn visit(
+        &self,
+        start: usize,
+        end: usize,
+        now: Now,
+        f: impl FnMut(&[u8], ItemView<'_>, usize),
+    ) {
+        self.core.shard().visit(start, end, now, f);
+    }
+
+    /// The version string answered to VERSION.
+    pub fn version(&self) -> &'static str {
+        self.core.version()
+    }
+
+    /// The configuration this engine was built with.
+    pub fn config(&self) -> &EngineConfig {
+        self.core.config()
+    }
+
+    /// What every worker shares.
+    pub fn control(&self) -> &Arc<Control> {
+        self.core.control()
+    }
+
+    /// The connection's number (see [`Session::number`]).
+    pub fn connection_number(&mut self) -> u64 {
+        self.session.number(self.core.control())
+    }
+}
+
+/// Every worker's figures, summed as they arrive; `render` writes the reply from the sum.
+struct Merged<F> {
+    sum: Option<Snapshot>,
+    render: F,
+}
+
+impl<F> std::fmt::Debug for Merged<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Merged").field("sum", &self.sum).finish()
+    }
+}
+
+impl<F: FnMut(&Snapshot, &mut Vec<u8>) + Send> Gather for Merged<F> {
+    fn add(&mut self, part: Part<'_>) {
+        if let Part::Snapshot(snapshot) = part {
+            match self.sum.as_mut() {
+                Some(sum) => sum.merge(snapshot),
+                None => self.sum = Some(snapshot.clone()),
+            }
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if let Some(sum) = &self.sum {
+            (self.render)(sum, out);
+        }
     }
 }
 

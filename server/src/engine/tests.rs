@@ -49,16 +49,14 @@ pub(crate) fn engine_with(shard: ShardConfig) -> Engine {
 /// The configuration of [`engine`]: one worker, 64 MiB, 1 MiB items.
 pub(crate) fn engine_config() -> EngineConfig {
     EngineConfig {
-        shard: ShardConfig {
-            memory_limit_bytes: 64 << 20,
-            max_item_size: 1 << 20,
-        },
-        version: VERSION,
         started_unix_secs: NOW - 10,
-        threads: 1,
-        worker: 0,
-        conn_limit: 1024,
-        control: crate::control::Control::new(Default::default(), 0),
+        ..EngineConfig::new(
+            ShardConfig {
+                memory_limit_bytes: 64 << 20,
+                max_item_size: 1 << 20,
+            },
+            crate::control::Control::new(Default::default(), 0),
+        )
     }
 }
 

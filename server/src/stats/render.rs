@@ -9,7 +9,7 @@ use super::path::is_recovery;
 use super::{Group, PREFIX_DELIMITER, SIZES_STEP, Snapshot};
 use crate::control::Control;
 /// Bytes of a memcached slab page: `stats slabs` counts memory in these.
-use crate::engine::PAGE_BYTES;
+use crate::engine::config::PAGE_BYTES;
 
 /// Calls `emit(name, value)` for every line of `group`, in memcached's order; `now` is the
 /// request's clock. [`Group::Detail`] has no `STAT` lines (see

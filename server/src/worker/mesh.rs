@@ -278,22 +278,23 @@ impl Mesh {
 mod tests {
     use super::*;
     use crate::conn::ClientConn;
-    use crate::engine::{EngineConfig, Stop, VERSION, owner_of};
+    use crate::engine::{EngineConfig, Stop, owner_of};
 
     const NOW: u64 = 1_700_000_000;
 
     fn engine(worker: usize) -> Engine {
         Engine::new(EngineConfig {
-            shard: store::ShardConfig {
-                memory_limit_bytes: 16 << 20,
-                max_item_size: 1 << 20,
-            },
-            version: VERSION,
             started_unix_secs: NOW,
             threads: 2,
             worker,
             conn_limit: 16,
-            control: crate::control::Control::new(Default::default(), 0),
+            ..EngineConfig::new(
+                store::ShardConfig {
+                    memory_limit_bytes: 16 << 20,
+                    max_item_size: 1 << 20,
+                },
+                crate::control::Control::new(Default::default(), 0),
+            )
         })
     }
 

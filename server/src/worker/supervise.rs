@@ -504,16 +504,15 @@ mod tests {
         Plan {
             cpus: cpus_for(workers, None).unwrap(),
             engine: EngineConfig {
-                shard: store::ShardConfig {
-                    memory_limit_bytes: 1 << 20,
-                    max_item_size: 1 << 16,
-                },
-                version: crate::engine::VERSION,
-                started_unix_secs: 0,
                 threads: workers,
-                worker: 0,
                 conn_limit: 16,
-                control: crate::control::Control::new(Default::default(), 0),
+                ..EngineConfig::new(
+                    store::ShardConfig {
+                        memory_limit_bytes: 1 << 20,
+                        max_item_size: 1 << 16,
+                    },
+                    crate::control::Control::new(Default::default(), 0),
+                )
             },
             stop,
             idle: Idle::Park,

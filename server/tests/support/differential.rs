@@ -144,6 +144,9 @@ pub enum Mask {
     Millis,
     /// Server-specific text (`INFO`, `HELLO`, `CLIENT ID`): only the reply's type is compared.
     Kind,
+    /// An array whose last nested array's elements (bulk strings without line breaks) may come
+    /// in any order (`KEYS`, a `SCAN` that returns everything at once): compared sorted.
+    Unordered,
 }
 
 /// One request of a sequence.
@@ -598,7 +601,33 @@ pub fn normalise_resp(bytes: &[u8], mask: Mask) -> Normal {
             text: format!("{}<masked>", bytes.first().map_or('-', |&b| b as char)),
             clock: Vec::new(),
         },
+        Mask::Unordered => Normal {
+            text: sorted_last_array(bytes).unwrap_or(text),
+            clock: Vec::new(),
+        },
     }
+}
+
+/// The reply with its last array's bulk strings sorted (see [`Mask::Unordered`]); `None`
+/// when it is not an array of such strings.
+fn sorted_last_array(bytes: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let lines: Vec<&str> = text.split_terminator("\r\n").collect();
+    let header = lines.iter().rposition(|l| l.starts_with('*'))?;
+    let mut items: Vec<(&str, &str)> = lines[header + 1..]
+        .chunks(2)
+        .map(|pair| match pair {
+            [len, data] if len.starts_with('$') => Some((*len, *data)),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    items.sort_by_key(|&(_, data)| data);
+    let mut out: Vec<&str> = lines[..=header].to_vec();
+    for (len, data) in items {
+        out.push(len);
+        out.push(data);
+    }
+    Some(format!("{}\\r\\n", out.join("\\r\\n")))
 }
 
 /// Whether two normalised replies agree: the same text, and clock readings that differ by

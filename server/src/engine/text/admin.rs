@@ -33,8 +33,7 @@ use protocol::text::{
 
 use super::part;
 use crate::control::{CloseReason, ConnState, EventKind, uri_encode};
-use crate::engine::core::PAGE_BYTES;
-use crate::engine::forward::{Gather, Part};
+use crate::engine::config::PAGE_BYTES;
 use crate::engine::session::{Cx, FanOut, Resume, Step, Stop};
 use crate::stats::{self, Group, ITEM_CLASS, Snapshot};
 
@@ -49,7 +48,7 @@ const LARGEST_CLASS: u32 = 63;
 
 /// `stats <group>`: its lines and `END`, or the group's own reply.
 pub(super) fn stats(cx: &mut Cx<'_>, group: StatsGroup, out: &mut Vec<u8>) {
-    let control = cx.core.control().clone();
+    let control = cx.control().clone();
     let gathered = match group {
         StatsGroup::General => Group::General,
         StatsGroup::Items => Group::Items,
@@ -65,12 +64,12 @@ pub(super) fn stats(cx: &mut Cx<'_>, group: StatsGroup, out: &mut Vec<u8>) {
         StatsGroup::CacheDump { limit, .. } => Group::CacheDump { limit },
         StatsGroup::Detail(Detail::Dump) => Group::Detail,
         StatsGroup::Settings => {
-            let snapshot = cx.core.snapshot(Group::Settings, cx.now);
+            let snapshot = cx.snapshot(Group::Settings, cx.now);
             render(out, Group::Settings, cx, &snapshot);
             return;
         }
         StatsGroup::Conns => {
-            let snapshot = cx.core.snapshot(Group::Conns, cx.now);
+            let snapshot = cx.snapshot(Group::Conns, cx.now);
             render(out, Group::Conns, cx, &snapshot);
             return;
         }
@@ -93,7 +92,7 @@ pub(super) fn stats(cx: &mut Cx<'_>, group: StatsGroup, out: &mut Vec<u8>) {
         }
         StatsGroup::Reset => {
             log::info!("stats reset");
-            cx.core.reset_stats();
+            cx.reset_stats();
             cx.fan_out(FanOut::Reset, None, None, out);
             Response::Reset.emit_into(out);
             return;
@@ -102,26 +101,17 @@ pub(super) fn stats(cx: &mut Cx<'_>, group: StatsGroup, out: &mut Vec<u8>) {
     if gathered == Group::Latency {
         // The requests this call executed before this one are done: count them too.
         let elapsed = control.now_ns().saturating_sub(cx.session.arrived_ns);
-        cx.core.record_samples(elapsed);
+        cx.record_samples(elapsed);
     }
-    let own = cx.core.snapshot(gathered, cx.now);
-    if cx.workers() > 1 {
-        let gather = StatsGather {
-            snapshot: None,
-            group: gathered,
-            control,
-            now: cx.now,
-        };
-        let own = Some(Part::Snapshot(&own));
-        cx.fan_out(FanOut::Snapshot(gathered), Some(Box::new(gather)), own, out);
-    } else {
-        render(out, gathered, cx, &own);
-    }
+    let now = cx.now;
+    cx.gather_snapshots(gathered, out, move |snapshot, out| {
+        render_with(out, gathered, &control, now, snapshot);
+    });
 }
 
 /// The reply of `group` for `snapshot`.
 fn render(out: &mut Vec<u8>, group: Group, cx: &Cx<'_>, snapshot: &Snapshot) {
-    render_with(out, group, cx.core.control(), cx.now, snapshot);
+    render_with(out, group, cx.control(), cx.now, snapshot);
 }
 
 /// The reply of `group` for `snapshot`: `STAT` lines (`stats detail dump`: `PREFIX` lines),
@@ -160,35 +150,9 @@ fn render_with(
     Response::End.emit_into(out);
 }
 
-/// A text `stats` request's figures, summed over every worker as they arrive.
-#[derive(Debug)]
-struct StatsGather {
-    snapshot: Option<Snapshot>,
-    group: Group,
-    control: std::sync::Arc<crate::control::Control>,
-    now: store::Now,
-}
-
-impl Gather for StatsGather {
-    fn add(&mut self, part: Part<'_>) {
-        if let Part::Snapshot(snapshot) = part {
-            match self.snapshot.as_mut() {
-                Some(sum) => sum.merge(snapshot),
-                None => self.snapshot = Some(snapshot.clone()),
-            }
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        if let Some(snapshot) = &self.snapshot {
-            render_with(out, self.group, &self.control, self.now, snapshot);
-        }
-    }
-}
-
 /// `verbosity <level>`: what is logged from now on, on every worker.
 pub(super) fn verbosity(cx: &mut Cx<'_>, level: u32, noreply: bool, out: &mut Vec<u8>) {
-    cx.core.control().change_verbosity(level);
+    cx.control().change_verbosity(level);
     if !noreply {
         Response::Ok.emit_into(out);
     }
@@ -198,7 +162,7 @@ pub(super) fn verbosity(cx: &mut Cx<'_>, level: u32, noreply: bool, out: &mut Ve
 /// [`reassign`]); the automover has nothing to do with one class that holds every item (its
 /// settings are kept and reported).
 pub(super) fn slabs(cx: &mut Cx<'_>, command: SlabsCommand, out: &mut Vec<u8>) {
-    let control = cx.core.control();
+    let control = cx.control();
     match command {
         SlabsCommand::Reassign { src, dst } => match reassign(cx, src, dst) {
             Ok(()) => Response::Ok.emit_into(out),
@@ -233,14 +197,14 @@ pub(super) fn slabs(cx: &mut Cx<'_>, command: SlabsCommand, out: &mut Vec<u8>) {
 /// "any class"), `NOSPARE` when `src` has fewer than two pages (class 1: `stats slabs`'
 /// `1:total_pages`; the pool: whole free pages of the budget), else `OK`.
 fn reassign(cx: &mut Cx<'_>, src: i32, dst: i32) -> Result<(), ErrorReply> {
-    let control = cx.core.control().clone();
+    let control = cx.control().clone();
     if control.pages.running() {
         return Err(ErrorReply::ReassignBusy);
     }
     if src == dst {
         return Err(ErrorReply::SameClass);
     }
-    let memory = cx.core.memory_figures();
+    let memory = cx.memory_figures();
     let item_pages = if memory.items == 0 {
         0
     } else {
@@ -282,15 +246,15 @@ pub(super) fn lru_crawler(cx: &mut Cx<'_>, command: CrawlerCommand<'_>, out: &mu
     let reply = match command {
         CrawlerCommand::Crawl(classes) => crawl(cx, classes),
         CrawlerCommand::ToCrawl(n) => {
-            cx.core.control().crawler.set_tocrawl(n);
+            cx.control().crawler.set_tocrawl(n);
             Ok(())
         }
         CrawlerCommand::Sleep(us) => {
-            cx.core.control().crawler.set_sleep_us(us);
+            cx.control().crawler.set_sleep_us(us);
             Ok(())
         }
         CrawlerCommand::Enable => {
-            if cx.core.control().crawler.set_enabled(true) {
+            if cx.control().crawler.set_enabled(true) {
                 Err(ErrorReply::CrawlerStartFailed)
             } else {
                 log::info!("lru_crawler enabled");
@@ -298,7 +262,7 @@ pub(super) fn lru_crawler(cx: &mut Cx<'_>, command: CrawlerCommand<'_>, out: &mu
             }
         }
         CrawlerCommand::Disable => {
-            if cx.core.control().crawler.set_enabled(false) {
+            if cx.control().crawler.set_enabled(false) {
                 log::info!("lru_crawler disabled");
             }
             Ok(())
@@ -314,7 +278,7 @@ pub(super) fn lru_crawler(cx: &mut Cx<'_>, command: CrawlerCommand<'_>, out: &mu
 /// busy, `hash`, an empty list), then the crawl starts.
 fn crawl(cx: &mut Cx<'_>, classes: Classes<'_>) -> Result<(), ErrorReply> {
     let crawls_items = classes_to_walk(cx, classes)?;
-    let crawler = &cx.core.control().crawler;
+    let crawler = &cx.control().crawler;
     if classes == Classes::Hash {
         // Only a metadump walks the hash table.
         return Err(if crawler.running() {
@@ -335,7 +299,7 @@ fn crawl(cx: &mut Cx<'_>, classes: Classes<'_>) -> Result<(), ErrorReply> {
 /// `lru_crawler crawl` and `metadump` share: the crawler is enabled, every class is a number
 /// from 1 to 63, no crawl runs, and the list names a class at all.
 fn classes_to_walk(cx: &Cx<'_>, classes: Classes<'_>) -> Result<bool, ErrorReply> {
-    let crawler = &cx.core.control().crawler;
+    let crawler = &cx.control().crawler;
     if !crawler.enabled() {
         return Err(ErrorReply::CrawlerDisabled);
     }
@@ -363,8 +327,8 @@ fn classes_to_walk(cx: &Cx<'_>, classes: Classes<'_>) -> Result<bool, ErrorReply
 /// iteration; a lower budget is reached by evicting a bounded step per turn.
 pub(super) fn cache_memlimit(cx: &mut Cx<'_>, megabytes: u32, noreply: bool, out: &mut Vec<u8>) {
     let bytes = u64::from(megabytes) << 20;
-    cx.core.control().set_memory_limit_bytes(bytes);
-    cx.core.apply_memory_limit();
+    cx.control().set_memory_limit_bytes(bytes);
+    cx.apply_memory_limit();
     log::info!("maxbytes adjusted to {megabytes}m");
     if !noreply {
         Response::Ok.emit_into(out);
@@ -385,9 +349,9 @@ pub(super) fn watch(cx: &mut Cx<'_>, events: WatchEvents, out: &mut Vec<u8>) {
         }
     }
     let number = cx.session.record.as_ref().map_or(0, |r| r.number);
-    let worker = cx.core.config().worker;
+    let worker = cx.config().worker;
     let token = cx.session.holes.token;
-    match cx.core.control().watchers.add(number, worker, token, kinds) {
+    match cx.control().watchers.add(number, worker, token, kinds) {
         Ok(()) => {
             log::debug!("<{number} watches (mask {kinds:#x})");
             Response::Ok.emit_into(out);
@@ -403,7 +367,7 @@ pub(super) fn watch(cx: &mut Cx<'_>, events: WatchEvents, out: &mut Vec<u8>) {
 /// `shutdown [graceful]`: stops the server when `-A` allowed it (the connection closes without
 /// a reply, as memcached's does); memspin's stop is the same for both modes.
 pub(super) fn shutdown(cx: &mut Cx<'_>, mode: ShutdownMode, out: &mut Vec<u8>) {
-    let control = cx.core.control().clone();
+    let control = cx.control().clone();
     if !control.settings.shutdown_enabled {
         ErrorReply::ShutdownDisabled.emit_into(out);
         return;
@@ -472,7 +436,7 @@ pub(super) fn resume_metadump(
 /// pause.
 fn dump_slices(cx: &mut Cx<'_>, mut resume: Resume, out: &mut Vec<u8>) -> Step {
     let workers = cx.workers();
-    let me = cx.core.config().worker;
+    let me = cx.config().worker;
     let mut first = true;
     loop {
         let worker = resume.arg as usize;
@@ -480,9 +444,9 @@ fn dump_slices(cx: &mut Cx<'_>, mut resume: Resume, out: &mut Vec<u8>) -> Step {
             break;
         }
         let buckets = if worker == me {
-            cx.core.shard().num_buckets()
+            cx.num_buckets()
         } else {
-            cx.core.control().table_buckets(worker)
+            cx.control().table_buckets(worker)
         };
         if resume.at >= buckets {
             resume.arg += 1;
@@ -519,26 +483,24 @@ fn dump_slices(cx: &mut Cx<'_>, mut resume: Resume, out: &mut Vec<u8>) -> Step {
 /// Writes the metadump lines of this worker's buckets `start..end`.
 fn dump_local(cx: &mut Cx<'_>, start: usize, end: usize, out: &mut Vec<u8>) {
     let mut line = String::new();
-    cx.core
-        .shard()
-        .visit(start, end, cx.now, |key, item, size| {
-            line.clear();
-            line.push_str("key=");
-            uri_encode(&mut line, key);
-            let exp = if item.exptime == 0 {
-                -1
-            } else {
-                i64::from(item.exptime)
-            };
-            let _ = writeln!(
-                line,
-                " exp={exp} la={} cas={} fetch={} cls={ITEM_CLASS} size={size}",
-                item.last_access,
-                item.cas,
-                if item.fetched { "yes" } else { "no" },
-            );
-            out.extend_from_slice(line.as_bytes());
-        });
+    cx.visit(start, end, cx.now, |key, item, size| {
+        line.clear();
+        line.push_str("key=");
+        uri_encode(&mut line, key);
+        let exp = if item.exptime == 0 {
+            -1
+        } else {
+            i64::from(item.exptime)
+        };
+        let _ = writeln!(
+            line,
+            " exp={exp} la={} cas={} fetch={} cls={ITEM_CLASS} size={size}",
+            item.last_access,
+            item.cas,
+            if item.fetched { "yes" } else { "no" },
+        );
+        out.extend_from_slice(line.as_bytes());
+    });
 }
 
 /// On the owner: a slice of a metadump another worker forwarded (`request`: the first and

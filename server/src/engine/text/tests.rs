@@ -540,16 +540,15 @@ fn append_past_the_item_limit_is_not_stored() {
 #[test]
 fn out_of_memory_is_a_server_error() {
     let mut e = Engine::new(EngineConfig {
-        shard: ShardConfig {
-            memory_limit_bytes: 4096,
-            max_item_size: 1 << 20,
-        },
-        version: VERSION,
         started_unix_secs: NOW,
-        threads: 1,
-        worker: 0,
         conn_limit: 16,
-        control: crate::control::Control::new(Default::default(), 0),
+        ..EngineConfig::new(
+            ShardConfig {
+                memory_limit_bytes: 4096,
+                max_item_size: 1 << 20,
+            },
+            crate::control::Control::new(Default::default(), 0),
+        )
     });
     let mut input = b"set k 0 0 5000\r\n".to_vec();
     input.extend(vec![b'x'; 5000]);

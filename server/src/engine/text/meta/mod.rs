@@ -55,7 +55,7 @@ pub(super) fn execute(
     let now = cx.now;
     let flags = &request.flags;
     if flags.remove_value {
-        cx.core.protocol_error();
+        cx.protocol_error();
         let reply = match request.command {
             Command::Delete | Command::Arithmetic => ErrorReply::InvalidOrDuplicateFlag,
             _ => ErrorReply::InvalidFlag,
@@ -75,8 +75,7 @@ pub(super) fn execute(
         // value that can never fit, or a bad data chunk, is refused here as below).
         // A set whose value can never fit goes as its line alone (the owner refuses it and
         // unlinks the old item) and its data block is skipped here.
-        let too_large =
-            request.command == Command::Set && !cx.core.fits(key.len(), request.datalen);
+        let too_large = request.command == Command::Set && !cx.fits(key.len(), request.datalen);
         let len = match request.command {
             Command::Set if too_large => Some(line_len),
             Command::Set => match data_block(&buf[line_len..], request.datalen) {
@@ -124,7 +123,7 @@ pub(super) fn execute(
     // Counted once, where it runs (an `ms` waiting for its data block comes back here; a
     // forwarded request is counted by its owner).
     if let Step::Done(_) = step {
-        cx.core.count_meta();
+        cx.count_meta();
     }
     step
 }
@@ -163,14 +162,14 @@ fn echo(line: &mut ReplyLine<'_>, flags: &Flags<'_>, key: &[u8]) {
 fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
     let found = if let Some(ttl) = flags.ttl {
         if flags.no_bump {
-            cx.core.touch_unbumped(key, Ttl::Exptime(ttl), now)
+            cx.touch_unbumped(key, Ttl::Exptime(ttl), now)
         } else {
-            cx.core.touch(key, Ttl::Exptime(ttl), now)
+            cx.touch(key, Ttl::Exptime(ttl), now)
         }
     } else if flags.no_bump {
-        cx.core.get_unbumped(key, now)
+        cx.get_unbumped(key, now)
     } else {
-        cx.core.get(key, now)
+        cx.get(key, now)
     };
     let mut created = false;
     let won = match found {
@@ -178,18 +177,17 @@ fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: N
         None => {
             // `N`: create an empty item with that TTL and win its recache token.
             created = flags.vivify_ttl.is_some_and(|ttl| {
-                cx.core
-                    .vivify(
-                        Write {
-                            ttl: Ttl::Exptime(ttl),
-                            new_cas: new_cas(flags),
-                            ..Write::new(StoreMode::Add, key, b"")
-                        },
-                        now,
-                    )
-                    .is_ok()
+                cx.vivify(
+                    Write {
+                        ttl: Ttl::Exptime(ttl),
+                        new_cas: new_cas(flags),
+                        ..Write::new(StoreMode::Add, key, b"")
+                    },
+                    now,
+                )
+                .is_ok()
             });
-            match created.then(|| cx.core.peek(key, now)).flatten() {
+            match created.then(|| cx.peek(key, now)).flatten() {
                 Some(item) => write_hit(out, key, flags, &item, true, now),
                 None => {
                     if !flags.quiet {
@@ -203,12 +201,12 @@ fn get(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: N
         }
     };
     if won {
-        cx.core.claim_win(key, now);
+        cx.claim_win(key, now);
     }
     // memcached bumps the item it created once the reply is written (which said `h0`): the
     // next reader sees it fetched (`h1`, `me`'s `fetch=yes`). Not with `u`.
     if created && !flags.no_bump {
-        cx.core.mark_fetched(key, now);
+        cx.mark_fetched(key, now);
     }
 }
 
@@ -301,9 +299,9 @@ fn set(
 ) -> Step {
     let flags = &request.flags;
     let datalen = request.datalen;
-    if !cx.core.fits(key.len(), datalen) {
+    if !cx.fits(key.len(), datalen) {
         // memcached unlinks the old item whatever the mode.
-        cx.core.refuse_too_large(key, true, now);
+        cx.refuse_too_large(key, true, now);
         ErrorReply::TooLarge.emit_into(out);
         cx.session.skip(datalen as u64 + 2);
         return Step::Done(line_len);
@@ -312,7 +310,7 @@ fn set(
         Ok(data) => data,
         Err(DataError::Incomplete { needed }) => return Step::Wait(needed),
         Err(DataError::BadChunk) => {
-            cx.core.protocol_error();
+            cx.protocol_error();
             ErrorReply::BadDataChunk.emit_into(out);
             return Step::Done(line_len + datalen + 2);
         }
@@ -332,7 +330,7 @@ fn set(
         (StoreMode::Add, _) | (_, None) => 0,
         (StoreMode::Append | StoreMode::Prepend, Some(cas)) => cas,
         // Set/replace compare any CAS, 0 included (see `Core::cas_matching_nothing`).
-        (_, Some(0)) => cx.core.cas_matching_nothing(key, now),
+        (_, Some(0)) => cx.cas_matching_nothing(key, now),
         (_, Some(cas)) => cas,
     };
     // memcached's text path reads `E0` on `ms` as "no E".
@@ -347,14 +345,14 @@ fn set(
         && matches!(mode, StoreMode::Set | StoreMode::Replace)
         && let Some(cas) = flags.compare_cas
         && cas != 0
-        && let Some(item) = cx.core.peek(key, now)
+        && let Some(item) = cx.peek(key, now)
         && cas < item.cas
     {
         compare = item.cas;
         ttl = Ttl::Keep;
         stale = Some(item.win_sent);
     }
-    let mut result = cx.core.store(
+    let mut result = cx.store(
         Write {
             flags: client_flags,
             ttl,
@@ -367,7 +365,7 @@ fn set(
     if let (Err(StoreError::NotStored), Some(ttl)) = (result, flags.vivify_ttl)
         && matches!(mode, StoreMode::Append | StoreMode::Prepend)
     {
-        result = cx.core.vivify(
+        result = cx.vivify(
             Write {
                 flags: client_flags,
                 ttl: Ttl::Exptime(ttl),
@@ -379,9 +377,9 @@ fn set(
     }
     // Marking it stale keeps the CAS the store just gave it.
     if let (Some(win_sent), Ok(cas)) = (stale, result) {
-        result = cx.core.invalidate(key, cas, None, NewCas::Given(cas), now);
+        result = cx.invalidate(key, cas, None, NewCas::Given(cas), now);
         if win_sent {
-            cx.core.claim_win(key, now);
+            cx.claim_win(key, now);
         }
     }
     let status = match result {
@@ -390,7 +388,7 @@ fn set(
         Err(StoreError::Exists) => Status::Ex,
         Err(StoreError::NotFound) => Status::Nf,
         Err(StoreError::OutOfMemory) => {
-            cx.core.unlink(key, now);
+            cx.unlink(key, now);
             ErrorReply::OutOfMemory.emit_into(out);
             return Step::Done(consumed);
         }
@@ -403,10 +401,9 @@ fn set(
         return Step::Done(consumed);
     }
     let size = match (result, mode) {
-        (Ok(_), StoreMode::Append | StoreMode::Prepend) => cx
-            .core
-            .peek(key, now)
-            .map_or(datalen, |item| item.value.len()),
+        (Ok(_), StoreMode::Append | StoreMode::Prepend) => {
+            cx.peek(key, now).map_or(datalen, |item| item.value.len())
+        }
         _ => datalen,
     };
     let mut line = ReplyLine::start(out, status);
@@ -438,18 +435,17 @@ fn delete(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now
     // reads 0 as "no compare".
     let cas = match flags.compare_cas {
         None => 0,
-        Some(0) => match cx.core.peek(key, now) {
+        Some(0) => match cx.peek(key, now) {
             Some(item) if item.cas == 0 => 0,
-            _ => cx.core.cas_matching_nothing(key, now),
+            _ => cx.cas_matching_nothing(key, now),
         },
         Some(cas) => cas,
     };
     let result = if flags.invalidate {
-        cx.core
-            .invalidate(key, cas, flags.ttl, new_cas(flags), now)
+        cx.invalidate(key, cas, flags.ttl, new_cas(flags), now)
             .map(|_| ())
     } else {
-        cx.core.delete(key, cas, now)
+        cx.delete(key, cas, now)
     };
     let status = match result {
         Ok(()) if flags.quiet => return,
@@ -477,7 +473,7 @@ fn arithmetic(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>,
         .vivify_ttl
         .map(|ttl| (flags.initial.unwrap_or(0), ttl));
     let cas = flags.compare_cas.unwrap_or(0);
-    let result = cx.core.arith(
+    let result = cx.arith(
         Arith {
             create,
             cas,
@@ -513,12 +509,12 @@ fn arithmetic(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>,
         }
     };
     if let Some(ttl) = flags.ttl {
-        cx.core.retouch(key, Ttl::Exptime(ttl), now);
+        cx.retouch(key, Ttl::Exptime(ttl), now);
     }
     if flags.quiet {
         return;
     }
-    let exptime = cx.core.peek(key, now).map_or(0, |item| item.exptime);
+    let exptime = cx.peek(key, now).map_or(0, |item| item.exptime);
     let mut digits = Vec::with_capacity(20);
     protocol::text::push_u64(&mut digits, value);
     let status = if flags.return_value {
@@ -553,7 +549,7 @@ fn arithmetic(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>,
 
 /// `me`: the item's metadata as memcached's debug line, or `EN`.
 fn debug(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now: Now) {
-    match cx.core.peek(key, now) {
+    match cx.peek(key, now) {
         Some(item) => DebugLine {
             key,
             base64_key: flags.base64_key,

@@ -1,5 +1,5 @@
 //! The text protocol's adapter: request lines parsed with `protocol::text`, executed through
-//! the core, replies emitted with `protocol::text`; meta lines go on to `text/meta.rs`, part of
+//! the core, replies emitted with `protocol::text`; meta lines go on to `text/meta/`, part of
 //! this adapter (they share the line format and parser).
 //!
 //! Replies are memcached 1.6's, word for word; `noreply` silences every reply of its command,
@@ -62,7 +62,7 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
             swallow,
         }) => {
             cx.session.scan.bytes = 0;
-            cx.core.protocol_error();
+            cx.protocol_error();
             if !noreply {
                 reply.emit_into(out);
             }
@@ -70,7 +70,7 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
             Step::Done(line_len)
         }
         Err(ParseError::Close(close)) => {
-            cx.core.protocol_error();
+            cx.protocol_error();
             if close == Close::LineTooLong {
                 ErrorReply::LineTooLong.emit_into(out);
             }
@@ -78,6 +78,26 @@ pub(super) fn step(cx: &mut Cx<'_>, buf: &[u8], out: &mut Vec<u8>) -> Step {
             Step::Done(0)
         }
     }
+}
+
+/// The first line of `bytes` as the log shows it: at most 200 bytes, escaped (`None`: no
+/// bytes).
+pub(super) fn first_line(bytes: &[u8]) -> Option<String> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let end = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(bytes.len())
+        .min(200);
+    let line = &bytes[..end];
+    Some(
+        line.strip_suffix(b"\r")
+            .unwrap_or(line)
+            .escape_ascii()
+            .to_string(),
+    )
 }
 
 /// Executes a request another worker forwarded here (complete: the sender parsed it); one key
@@ -109,7 +129,7 @@ fn dispatch(
             response.emit_into(out);
         }
     };
-    cx.core.classify(kind_of(&request));
+    cx.classify(kind_of(&request));
     if let Some(key) = single_key(&request)
         && let Some(owner) = cx.owner_elsewhere(key)
     {
@@ -142,7 +162,7 @@ fn dispatch(
             return execute_store(cx, store, buf, line_len, out);
         }
         Request::Delete { key, noreply } => {
-            let response = match cx.core.delete(key, 0, now) {
+            let response = match cx.delete(key, 0, now) {
                 Ok(()) => Response::Deleted,
                 Err(error) => store_error(error),
             };
@@ -158,7 +178,7 @@ fn dispatch(
                 ArithmeticCommand::Incr => Delta::Incr,
                 ArithmeticCommand::Decr => Delta::Decr,
             };
-            let response = match cx.core.arith(Arith::new(key, direction, delta), now) {
+            let response = match cx.arith(Arith::new(key, direction, delta), now) {
                 Ok((value, _cas)) => Response::Number(value),
                 Err(StoreError::NotFound) => Response::NotFound,
                 Err(StoreError::NonNumeric) => Response::Error(ErrorReply::NonNumeric),
@@ -172,18 +192,18 @@ fn dispatch(
             exptime,
             noreply,
         } => {
-            let response = match cx.core.touch(key, Ttl::Exptime(exptime), now) {
+            let response = match cx.touch(key, Ttl::Exptime(exptime), now) {
                 Some(_) => Response::Touched,
                 None => Response::NotFound,
             };
             reply(out, noreply, response);
         }
         Request::FlushAll { delay, noreply } => {
-            cx.core.flush_all(delay, now);
+            cx.flush_all(delay, now);
             cx.fan_out(FanOut::Flush { delay }, None, None, out);
             reply(out, noreply, Response::Ok);
         }
-        Request::Version => Response::Version(cx.core.version()).emit_into(out),
+        Request::Version => Response::Version(cx.version()).emit_into(out),
         Request::Verbosity { level, noreply } => admin::verbosity(cx, level, noreply, out),
         Request::Stats(group) => admin::stats(cx, group, out),
         Request::Slabs(command) => admin::slabs(cx, command, out),
@@ -314,9 +334,9 @@ fn execute_get(
         }
         cx.session.spend_turn();
         let item = if command.touches() {
-            cx.core.touch(key, Ttl::Exptime(exptime), cx.now)
+            cx.touch(key, Ttl::Exptime(exptime), cx.now)
         } else {
-            cx.core.get(key, cx.now)
+            cx.get(key, cx.now)
         };
         if let Some(item) = item {
             Response::Value {
@@ -371,7 +391,7 @@ fn execute_store(
     out: &mut Vec<u8>,
 ) -> Step {
     let now = cx.now;
-    if !cx.core.fits(store.key.len(), store.bytes) {
+    if !cx.fits(store.key.len(), store.bytes) {
         // The item a refused SET unlinks lives with the key's owner: the line goes there
         // (the owner refuses it in turn), and the data block is skipped here.
         if let Some(owner) = cx.owner_elsewhere(store.key) {
@@ -380,7 +400,7 @@ fn execute_store(
             }
         } else {
             let unlink = store.command == StoreCommand::Set;
-            cx.core.refuse_too_large(store.key, unlink, now);
+            cx.refuse_too_large(store.key, unlink, now);
             if !store.noreply {
                 ErrorReply::TooLarge.emit_into(out);
             }
@@ -392,7 +412,7 @@ fn execute_store(
         Ok(data) => data,
         Err(DataError::Incomplete { needed }) => return Step::Wait(needed),
         Err(DataError::BadChunk) => {
-            cx.core.protocol_error();
+            cx.protocol_error();
             if !store.noreply {
                 ErrorReply::BadDataChunk.emit_into(out);
             }
@@ -414,12 +434,12 @@ fn execute_store(
         StoreCommand::Prepend => (StoreMode::Prepend, 0),
         // The store reads CAS 0 as "no compare"; to memcached it is a value no item matches.
         StoreCommand::Cas if store.cas == 0 => {
-            (StoreMode::Set, cx.core.cas_matching_nothing(store.key, now))
+            (StoreMode::Set, cx.cas_matching_nothing(store.key, now))
         }
         StoreCommand::Cas => (StoreMode::Set, store.cas),
     };
     let extends = matches!(mode, StoreMode::Append | StoreMode::Prepend);
-    let response = match cx.core.store(
+    let response = match cx.store(
         Write {
             flags: store.flags,
             ttl: Ttl::Exptime(store.exptime),
@@ -434,7 +454,7 @@ fn execute_store(
         Err(error) => {
             // No stale value survives a SET refused for memory (memcached unlinks it).
             if error == StoreError::OutOfMemory && store.command == StoreCommand::Set {
-                cx.core.unlink(store.key, now);
+                cx.unlink(store.key, now);
             }
             store_error(error)
         }
