@@ -739,6 +739,86 @@ fn xdp_two_workers_answer_as_redis_does() {
     xdp(2);
 }
 
+/// What an application's Redis cache does through redis-py: a database picked in the URL,
+/// `pipeline()` with its default `MULTI`/`EXEC`, `scan_iter`, and `WATCH`-based optimistic
+/// locking (a write by another client between `WATCH` and `EXEC` fails the transaction).
+const REDIS_CACHE_SCRIPT: &str = r#"import sys
+import redis
+
+host, port = sys.argv[1], int(sys.argv[2])
+url = "redis://%s:%d/%%d" % (host, port)
+r = redis.Redis.from_url(url % 3, socket_timeout=10)
+other = redis.Redis.from_url(url % 3, socket_timeout=10)
+zero = redis.Redis.from_url(url % 0, socket_timeout=10)
+
+def check(what, got, want):
+    if got != want:
+        print("FAIL %s: got %r, want %r" % (what, got, want))
+        sys.exit(1)
+
+check("flushdb", r.flushdb(), True)
+zero.set("shared", "database 0")
+check("database 3 is its own", r.get("shared"), None)
+p = r.pipeline()
+p.set("a", "1").incr("a").get("a").set("b", "x", ex=100).ttl("b")
+check("pipeline in a transaction", p.execute(), [True, 2, b"2", True, 100])
+for i in range(250):
+    r.set("item:%d" % i, i)
+got = set(r.scan_iter(match="item:*", count=20))
+check("scan_iter", got, set(("item:%d" % i).encode() for i in range(250)))
+check("dbsize", r.dbsize(), 252)
+r.set("counter", 10)
+def add_five(pipe):
+    current = int(pipe.get("counter"))
+    pipe.multi()
+    pipe.set("counter", current + 5)
+check("optimistic transaction", r.transaction(add_five, "counter"), [True])
+check("counter", r.get("counter"), b"15")
+with r.pipeline() as pipe:
+    pipe.watch("counter")
+    other.set("counter", 99)
+    pipe.multi()
+    pipe.set("counter", 1)
+    try:
+        pipe.execute()
+        check("WatchError raised", False, True)
+    except redis.WatchError:
+        pass
+check("the other client's write stands", r.get("counter"), b"99")
+check("flushdb again", r.flushdb(), True)
+check("dbsize after", r.dbsize(), 0)
+check("database 0 kept", zero.get("shared"), b"database 0")
+zero.delete("shared")
+print("OK")
+"#;
+
+/// The cache session against `resp` with redis-py.
+#[track_caller]
+fn redis_py_cache(resp: SocketAddr) {
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.args(["-c", REDIS_CACHE_SCRIPT, &resp.ip().to_string()]);
+    cmd.arg(resp.port().to_string());
+    let (ok, out, err) = run_bounded(cmd, "", Duration::from_secs(120));
+    assert!(
+        ok && out.trim_end().ends_with("OK"),
+        "redis-py cache session failed (Debian package python3-redis, /usr/bin/python3):\n{out}{err}"
+    );
+}
+
+#[test]
+fn a_redis_py_cache_works_unchanged() {
+    let _one = one_at_a_time();
+    let server = Server::start_kernel(&["--resp-port", "0", "-t", "1"]);
+    redis_py_cache(server.resp_addr());
+}
+
+/// The cache session's expectations are Redis's: it passes against `redis-server` too.
+#[test]
+fn the_redis_py_cache_session_passes_against_redis_server() {
+    let redis = RedisServer::start();
+    redis_py_cache(redis.addr);
+}
+
 /// The redis-py session's expectations are Redis's: it passes against `redis-server` too.
 #[test]
 fn the_redis_py_session_passes_against_redis_server() {
