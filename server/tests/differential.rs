@@ -12,7 +12,7 @@
 //!
 //! `MEMSPIN_DIFF_SEED=N` (and `MEMSPIN_DIFF_STEPS=N`, default 1,500) runs one other seed
 //! instead of the fixed ones; a failure prints the seed and the steps before each difference.
-//! Where memspin deliberately answers otherwise than memcached or Redis (see README), the
+//! Where memspin deliberately answers otherwise than memcached or Redis (see docs/protocols.md), the
 //! difference is listed in [`accepted`] with its reason, and the generators avoid requests
 //! whose accepted difference would leave the two stores apart.
 
@@ -60,7 +60,7 @@ fn accepted(
     let (theirs, ours) = (reference.text.as_str(), memspin.text.as_str());
     match proto {
         Proto::Text => {
-            // README "Limits and failure behaviour": a command line over 2,048 bytes is
+            // docs/limits.md: a command line over 2,048 bytes is
             // answered with `CLIENT_ERROR line too long`, then the connection is closed.
             // memcached reads such a line when it fits its read buffer (16 KiB), and closes
             // silently only when no newline comes within it.
@@ -83,7 +83,7 @@ fn accepted(
             if request.starts_with('m') && without_keys(theirs) == without_keys(ours) {
                 return Some("meta keys in replies are base64 when the request says b");
             }
-            // README (the meta paragraph): memspin has one item class, and `me` says
+            // docs/protocols.md (the meta paragraph): memspin has one item class, and `me` says
             // `cls=1` whatever the item's size (memcached: its slab class).
             if request.starts_with("me ")
                 && without_class(&without_keys(theirs)) == without_class(&without_keys(ours))
@@ -96,7 +96,7 @@ fn accepted(
             None
         }
         Proto::Resp => {
-            // README "Redis clients (RESP)": commands memspin does not serve are unknown
+            // docs/protocols.md "Redis clients (RESP)": commands memspin does not serve are unknown
             // commands, whatever Redis would have said about their arguments.
             let name = resp_command_name(request.as_bytes());
             if !SERVED.iter().any(|c| c.eq_ignore_ascii_case(&name))
@@ -112,7 +112,7 @@ fn accepted(
             {
                 return Some("CONFIG GET maxclients and databases report memspin's own");
             }
-            // README: `DBSIZE` counts items that expired and were not reclaimed yet, and so
+            // docs/protocols.md: `DBSIZE` counts items that expired and were not reclaimed yet, and so
             // does Redis, each by its own reclaiming: memspin reclaims when its clock hand or
             // a read passes, Redis when a read or its active expiry cycle does (a `SET ...
             // PXAT` in the past leaves Redis 7.0 a key that `DBSIZE` counts).
@@ -128,7 +128,7 @@ fn accepted(
                     return Some("DBSIZE counts expired items not reclaimed yet");
                 }
             }
-            // README: memspin keeps expiry times up to 2106 (unsigned 32-bit seconds); a
+            // docs/protocols.md: memspin keeps expiry times up to 2106 (unsigned 32-bit seconds); a
             // later one is that moment.
             if matches!(reference.clock.first(), Some(&t) if t > 2_000_000_000)
                 && matches!(memspin.clock.first(), Some(&t) if t > 2_000_000_000)
@@ -1122,7 +1122,7 @@ struct Counter {
     big: bool,
     /// A result of incr/decr shorter than the old value (a decrement, a wrap, or an old
     /// value with leading zeros or white space: "007" + 1 is "8  "): memcached pads it with
-    /// spaces (unless something else holds the item), memspin does not (README: both are
+    /// spaces (unless something else holds the item), memspin does not (docs/protocols.md: both are
     /// allowed).
     /// The padding is invisible to incr/decr and `unpad` hides it in replies, but an append
     /// or prepend carries it into the middle of the value: "5 " + "3" reads as 5, "5" + "3"
@@ -1244,7 +1244,7 @@ fn binary_replies_match_memcached() {
 // ---------------------------------------------------------------------------------------
 // RESP.
 
-/// The commands memspin serves (README "Redis clients (RESP)").
+/// The commands memspin serves (docs/protocols.md, "Redis clients (RESP)").
 const SERVED: &[&str] = &[
     "GET",
     "SET",
