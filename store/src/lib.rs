@@ -162,8 +162,8 @@ pub use error::StoreError;
 pub use expiry::{Expiry, Now, REALTIME_MAXDELTA, Ttl};
 pub use item::{MAX_KEY_LEN, item_size, malloc_chunk};
 pub use shard::{
-    Arith, Crawled, Delta, EVICTION_LOG_LEN, Evicted, Hint, ItemView, NO_EVICT_SCAN, NewCas, Shard,
-    ShardConfig, StoreMode, Write,
+    Arith, Crawled, Delta, EVICTION_LOG_LEN, Evicted, Hint, ItemView, MAX_SEGMENT_BYTES,
+    NO_EVICT_SCAN, NewCas, Shard, ShardConfig, StoreMode, Write,
 };
 pub use stats::ShardStats;
 

@@ -248,7 +248,7 @@ enum Miss {
 /// Smallest segment: a budget below 32 of these still gets segments of this size.
 const MIN_SEGMENT_BYTES: usize = 4096;
 /// Largest segment (items larger than a segment get one of their own, of their size).
-const MAX_SEGMENT_BYTES: usize = 1 << 20;
+pub const MAX_SEGMENT_BYTES: usize = 1 << 20;
 /// Live items are evicted only while dead bytes are at most 1/`DEAD_SHARE` of the segment
 /// memory; above it the eviction hand keeps every live item, taking back only dead bytes.
 const DEAD_SHARE: usize = 4;
