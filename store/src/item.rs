@@ -1,14 +1,19 @@
 //! One cached item as it lies in a segment, and the bytes it is charged.
 //!
 //! ```text
-//! [cas: u64][flags: u32][exptime: u32][last_access: u32][meta: u16][key_len: u8][value_len: u32][key][value]
-//!  0         8           12            16                20         22           23              27
+//! [cas: u64][flags: u32][last_access: u32][meta: u16][key_len: u8][len: u24 or u32][exptime: u32]?[key][value]
+//!  0         8           12                16         18           19               22 or 23
 //! ```
 //!
-//! 27 bytes of header, all little-endian, no alignment and no padding: an item starts where
-//! the one before it in its segment ends. `meta` packs the expiry's milliseconds (10 bits),
-//! the 2-bit clock counter and the fetched, stale, recache-token and deleted marks. The flush
-//! generation is the segment's (see `segment`), not the item's.
+//! 22 to 27 bytes of header, all little-endian, no alignment and no padding: an item starts
+//! where the one before it in its segment ends. `len` is `value_len << 2 | EXPIRES << 1 |
+//! WIDE`: three bytes for a value under 4 MiB, four (`WIDE`) up to 1 GiB. The expiry's unix
+//! second follows it only for an item that expires (`EXPIRES`); an item that never does,
+//! most of a cache, saves those four bytes. So an item's layout is fixed by its value's
+//! length and whether it expires: a change of either writes it anew (see
+//! [`ItemRef::holds`]). `meta` packs the expiry's milliseconds (10 bits), the 2-bit clock
+//! counter and the fetched, stale, recache-token and deleted marks. The flush generation is
+//! the segment's (see `segment`), not the item's.
 
 use crate::expiry::{self, Deadline, Now};
 
@@ -41,26 +46,54 @@ pub const fn malloc_chunk(len: usize) -> usize {
     }
 }
 
-/// Byte ranges of the header's fields.
+/// Byte ranges of the header's fixed fields.
 mod field {
     use core::ops::Range;
     pub const CAS: Range<usize> = 0..8;
     pub const FLAGS: Range<usize> = 8..12;
-    pub const EXPTIME: Range<usize> = 12..16;
-    pub const LAST_ACCESS: Range<usize> = 16..20;
-    pub const META: Range<usize> = 20..22;
-    pub const KEY_LEN: usize = 22;
-    pub const VALUE_LEN: Range<usize> = 23..27;
+    pub const LAST_ACCESS: Range<usize> = 12..16;
+    pub const META: Range<usize> = 16..18;
+    pub const KEY_LEN: usize = 18;
+    /// The length word: three bytes, or four when its lowest bit (`WIDE`) is set.
+    pub const LEN: usize = 19;
 }
 
-/// Bytes of an item's header, in front of its key.
-pub(crate) const HEADER_LEN: usize = field::VALUE_LEN.end;
+/// The length word is four bytes (a value of 4 MiB or more).
+const WIDE: u32 = 1;
+/// The expiry's second follows the length word.
+const EXPIRES: u32 = 1 << 1;
+/// The value lengths a three-byte length word holds.
+const NARROW_VALUE_LIMIT: usize = 1 << 22;
+/// Longest value an item can hold (1 GiB - 1; memcached's `-I` is at most 1 GiB).
+pub(crate) const MAX_VALUE_LEN: usize = (1 << 30) - 1;
 
-/// Bytes an item is charged: its header, key and value as they lie in a segment
-/// (`27 + key_len + value_len`). The item's 8-byte entry in the hash table is not part of it:
-/// the table is charged as a whole in `heap_bytes`.
+/// Bytes of the smallest header (three-byte length word, no expiry), the least an item takes
+/// in front of its key.
+pub(crate) const MIN_HEADER_LEN: usize = field::LEN + 3;
+/// Bytes of the largest header (four-byte length word and an expiry).
+#[cfg(test)]
+pub(crate) const MAX_HEADER_LEN: usize = field::LEN + 8;
+
+/// Bytes of the header of an item with a value of `value_len` bytes that expires or not.
+#[inline]
+pub(crate) const fn header_len(value_len: usize, expires: bool) -> usize {
+    let len_word = if value_len < NARROW_VALUE_LIMIT { 3 } else { 4 };
+    field::LEN + len_word + if expires { 4 } else { 0 }
+}
+
+/// Bytes an item that never expires is charged: its header, key and value as they lie in a
+/// segment (`22 + key_len + value_len`, one more for a value of 4 MiB or more). One that
+/// expires takes 4 more ([`item_size_expiring`]). The item's 8-byte entry in the hash table
+/// is not part of it: the table is charged as a whole in `heap_bytes`.
 pub const fn item_size(key_len: usize, value_len: usize) -> usize {
-    HEADER_LEN.saturating_add(key_len).saturating_add(value_len)
+    header_len(value_len, false)
+        .saturating_add(key_len)
+        .saturating_add(value_len)
+}
+
+/// Bytes an item with an expiry is charged: [`item_size`] and its 4-byte expiry second.
+pub const fn item_size_expiring(key_len: usize, value_len: usize) -> usize {
+    item_size(key_len, value_len).saturating_add(4)
 }
 
 /// The milliseconds of a sub-second expiry (0..=999; 0 for memcached's whole seconds).
@@ -108,24 +141,34 @@ pub(crate) struct Fields<'a> {
 impl Fields<'_> {
     /// Bytes the item takes.
     pub(crate) fn size(&self) -> usize {
-        item_size(self.key.len(), self.value[0].len() + self.value[1].len())
+        let value_len = self.value[0].len() + self.value[1].len();
+        let expires = self.deadline != Deadline::NEVER;
+        header_len(value_len, expires) + self.key.len() + value_len
     }
 
     /// Writes the item at the start of `dst` (at least [`Fields::size`] bytes). The caller
-    /// has checked `1 <= key.len() <= MAX_KEY_LEN` and that the value length fits a `u32`.
+    /// has checked `1 <= key.len() <= MAX_KEY_LEN` and `value_len <= MAX_VALUE_LEN`.
     pub(crate) fn write(&self, dst: &mut [u8]) {
         debug_assert!(!self.key.is_empty() && self.key.len() <= MAX_KEY_LEN);
         let value_len = self.value[0].len() + self.value[1].len();
+        debug_assert!(value_len <= MAX_VALUE_LEN);
+        let expires = self.deadline != Deadline::NEVER;
         dst[field::CAS].copy_from_slice(&self.cas.to_le_bytes());
         dst[field::FLAGS].copy_from_slice(&self.flags.to_le_bytes());
-        dst[field::EXPTIME].copy_from_slice(&self.deadline.secs.to_le_bytes());
         dst[field::LAST_ACCESS].copy_from_slice(&self.last_access.to_le_bytes());
         let meta = (self.marks & !SUB_MS_MASK & !DELETED) | (self.deadline.sub_ms & SUB_MS_MASK);
         dst[field::META].copy_from_slice(&meta.to_le_bytes());
         dst[field::KEY_LEN] = self.key.len() as u8;
-        dst[field::VALUE_LEN].copy_from_slice(&(value_len as u32).to_le_bytes());
-        let key_end = HEADER_LEN + self.key.len();
-        dst[HEADER_LEN..key_end].copy_from_slice(self.key);
+        let header = header_len(value_len, expires);
+        let wide = value_len >= NARROW_VALUE_LIMIT;
+        let word = (value_len as u32) << 2 | if expires { EXPIRES } else { 0 } | u32::from(wide);
+        let word_end = field::LEN + if wide { 4 } else { 3 };
+        dst[field::LEN..word_end].copy_from_slice(&word.to_le_bytes()[..word_end - field::LEN]);
+        if expires {
+            dst[word_end..word_end + 4].copy_from_slice(&self.deadline.secs.to_le_bytes());
+        }
+        let key_end = header + self.key.len();
+        dst[header..key_end].copy_from_slice(self.key);
         let mid = key_end + self.value[0].len();
         dst[key_end..mid].copy_from_slice(self.value[0]);
         dst[mid..mid + self.value[1].len()].copy_from_slice(self.value[1]);
@@ -164,15 +207,47 @@ impl<'a> ItemRef<'a> {
         usize::from(self.data[field::KEY_LEN])
     }
 
+    /// The length word, and where the bytes after it start.
     #[inline]
-    fn value_len(&self) -> usize {
-        u32_at(self.data, field::VALUE_LEN) as usize
+    fn len_word(&self) -> (u32, usize) {
+        let at = field::LEN;
+        if u32::from(self.data[at]) & WIDE != 0 {
+            (u32_at(self.data, at..at + 4), at + 4)
+        } else {
+            let bytes = [self.data[at], self.data[at + 1], self.data[at + 2], 0];
+            (u32::from_le_bytes(bytes), at + 3)
+        }
     }
 
-    /// Bytes the item takes in its segment ([`item_size`]).
+    #[inline]
+    fn value_len(&self) -> usize {
+        (self.len_word().0 >> 2) as usize
+    }
+
+    /// Whether the header holds an expiry second.
+    #[inline]
+    fn has_exptime(&self) -> bool {
+        self.len_word().0 & EXPIRES != 0
+    }
+
+    /// Bytes of the header: where the key starts.
+    #[inline]
+    fn header_len(&self) -> usize {
+        let (word, end) = self.len_word();
+        end + if word & EXPIRES != 0 { 4 } else { 0 }
+    }
+
+    /// Whether the item can take `deadline` in place: it has room for an expiry, or the
+    /// deadline is never.
+    #[inline]
+    pub(crate) fn holds(&self, deadline: Deadline) -> bool {
+        deadline == Deadline::NEVER || self.has_exptime()
+    }
+
+    /// Bytes the item takes in its segment ([`item_size`], [`item_size_expiring`]).
     #[inline]
     pub(crate) fn size(&self) -> usize {
-        HEADER_LEN + self.key_len() + self.value_len()
+        self.header_len() + self.key_len() + self.value_len()
     }
 
     /// The whole item: header, key and value.
@@ -183,12 +258,13 @@ impl<'a> ItemRef<'a> {
 
     #[inline]
     pub(crate) fn key(&self) -> &'a [u8] {
-        &self.data[HEADER_LEN..HEADER_LEN + self.key_len()]
+        let start = self.header_len();
+        &self.data[start..start + self.key_len()]
     }
 
     #[inline]
     pub(crate) fn value(&self) -> &'a [u8] {
-        let start = HEADER_LEN + self.key_len();
+        let start = self.header_len() + self.key_len();
         &self.data[start..start + self.value_len()]
     }
 
@@ -207,7 +283,12 @@ impl<'a> ItemRef<'a> {
     /// The unix second of the item's expiry (0: never).
     #[inline]
     pub(crate) fn exptime(&self) -> u32 {
-        u32_at(self.data, field::EXPTIME)
+        let (word, end) = self.len_word();
+        if word & EXPIRES != 0 {
+            u32_at(self.data, end..end + 4)
+        } else {
+            0
+        }
     }
 
     /// Whether the item has an expiry at all.
@@ -312,10 +393,15 @@ impl<'a> ItemMut<'a> {
         self.data[field::CAS].copy_from_slice(&cas.to_le_bytes());
     }
 
+    /// Sets the expiry in place; the item must hold it ([`ItemRef::holds`]).
     #[inline]
     pub(crate) fn set_deadline(&mut self, deadline: Deadline) {
         debug_assert!(deadline.sub_ms < 1000);
-        self.data[field::EXPTIME].copy_from_slice(&deadline.secs.to_le_bytes());
+        debug_assert!(self.get().holds(deadline));
+        let (word, end) = self.get().len_word();
+        if word & EXPIRES != 0 {
+            self.data[end..end + 4].copy_from_slice(&deadline.secs.to_le_bytes());
+        }
         let meta = (self.get().meta() & !SUB_MS_MASK) | (deadline.sub_ms & SUB_MS_MASK);
         self.set_meta(meta);
     }
@@ -393,7 +479,7 @@ impl<'a> ItemMut<'a> {
     #[inline]
     pub(crate) fn value_mut(&mut self) -> &mut [u8] {
         let view = self.get();
-        let start = HEADER_LEN + view.key_len();
+        let start = view.header_len() + view.key_len();
         let end = start + view.value_len();
         &mut self.data[start..end]
     }
@@ -469,22 +555,86 @@ mod tests {
     }
 
     #[test]
-    fn the_header_is_27_bytes_and_charged_exactly() {
-        // 8 CAS + 4 flags + 4 expiry + 4 last access + 2 meta + 1 key length + 4 value length.
-        assert_eq!(HEADER_LEN, 27);
-        assert_eq!(item_size(11, 32), 70);
-        assert_eq!(item_size(1, 0), 28);
+    fn the_header_is_22_to_27_bytes_and_charged_exactly() {
+        // 8 CAS + 4 flags + 4 last access + 2 meta + 1 key length + 3 length word, and 4 for
+        // an expiry, 1 for a value of 4 MiB or more.
+        assert_eq!(MIN_HEADER_LEN, 22);
+        assert_eq!(MAX_HEADER_LEN, 27);
+        assert_eq!(item_size(11, 32), 65);
+        assert_eq!(item_size_expiring(11, 32), 69);
+        assert_eq!(item_size(1, 0), 23);
+        assert_eq!(item_size(1, (1 << 22) - 1), 23 + (1 << 22) - 1);
+        assert_eq!(item_size(1, 1 << 22), 24 + (1 << 22));
+        assert_eq!(header_len(MAX_VALUE_LEN, true), MAX_HEADER_LEN);
         assert_eq!(item_size(usize::MAX, 1), usize::MAX);
         let f = fields(b"key", [b"val", b"ue"]);
-        assert_eq!(f.size(), item_size(3, 5));
-        let mut buf = vec![0xa5; f.size() + 4];
+        assert_eq!(f.size(), item_size_expiring(3, 5));
+        let never = Fields {
+            deadline: Deadline::NEVER,
+            ..f
+        };
+        assert_eq!(never.size(), item_size(3, 5));
+        for f in [f, never] {
+            let mut buf = vec![0xa5; f.size() + 4];
+            f.write(&mut buf);
+            assert_eq!(
+                &buf[f.size()..],
+                &[0xa5; 4],
+                "nothing written past the item"
+            );
+            let view = ItemRef::new(&buf);
+            assert_eq!(view.block().len(), f.size());
+            assert_eq!((view.key(), view.value()), (&b"key"[..], &b"value"[..]));
+            assert_eq!(view.deadline(), f.deadline);
+            assert_eq!(view.flags(), 7);
+        }
+    }
+
+    #[test]
+    fn a_value_of_4_mib_takes_a_four_byte_length() {
+        for (len, expires) in [((1 << 22) - 1, false), (1 << 22, false), (1 << 22, true)] {
+            let value = vec![b'v'; len];
+            let f = Fields {
+                deadline: if expires { secs(5) } else { Deadline::NEVER },
+                ..fields(b"k", [&value, b""])
+            };
+            let mut buf = vec![0xa5; f.size()];
+            f.write(&mut buf);
+            let view = ItemRef::new(&buf);
+            assert_eq!(view.size(), header_len(len, expires) + 1 + len);
+            assert_eq!((view.key(), view.value().len()), (&b"k"[..], len));
+            assert_eq!(
+                (view.exptime(), view.flags(), view.cas()),
+                (if expires { 5 } else { 0 }, 7, 42)
+            );
+        }
+    }
+
+    #[test]
+    fn an_item_that_never_expires_holds_no_expiry() {
+        let f = Fields {
+            deadline: Deadline::NEVER,
+            ..fields(b"key", [b"v", b""])
+        };
+        let mut buf = vec![0; f.size()];
         f.write(&mut buf);
-        assert_eq!(
-            &buf[f.size()..],
-            &[0xa5; 4],
-            "nothing written past the item"
+        let mut it = ItemMut::new(&mut buf);
+        assert!(!it.get().expires() && it.get().holds(Deadline::NEVER));
+        assert!(
+            !it.get().holds(secs(5)),
+            "an expiry needs the item written anew"
         );
-        assert_eq!(ItemRef::new(&buf).block().len(), f.size());
+        it.set_deadline(Deadline::NEVER);
+        assert_eq!(it.get().deadline(), Deadline::NEVER);
+        let f = fields(b"key", [b"v", b""]);
+        let mut buf = vec![0; f.size()];
+        f.write(&mut buf);
+        let mut it = ItemMut::new(&mut buf);
+        it.set_deadline(Deadline::NEVER);
+        assert!(!it.get().expires(), "an expiry field may hold never");
+        assert!(it.get().holds(secs(6)));
+        it.set_deadline(secs(6));
+        assert_eq!((it.get().exptime(), it.get().value()), (6, &b"v"[..]));
     }
 
     #[test]

@@ -35,16 +35,21 @@
 //!
 //! Items lie in **segments**: buffers of one size per shard (1/32 of the budget as a power of
 //! two, from 4 KiB to 1 MiB: 1 MiB from a 32 MiB budget up) that items are appended to, one
-//! after the other, with no allocator header and no rounding. An item is a 27-byte header
-//! and its key and value ([`item_size`]):
+//! after the other, with no allocator header and no rounding. An item is a header of 22 to
+//! 27 bytes and its key and value ([`item_size`], [`item_size_expiring`]):
 //!
 //! ```text
-//! [cas: u64][flags: u32][exptime: u32][last_access: u32][meta: u16][key_len: u8][value_len: u32][key][value]
+//! [cas: u64][flags: u32][last_access: u32][meta: u16][key_len: u8][len: u24 or u32][exptime: u32]?[key][value]
 //! ```
 //!
-//! `meta` packs the expiry's milliseconds, a 2-bit clock counter and the fetched, stale,
-//! recache-token and deleted marks; the flush generation is the segment's. An item larger
-//! than a segment (up to `-I`) gets a segment of its own, of its size.
+//! `len` is the value's length and two bits: whether it takes four bytes (a value of 4 MiB
+//! or more) and whether the expiry's unix second follows (only an item that expires has
+//! one). So the common item, one that never expires with a value under 4 MiB, has a 22-byte
+//! header. Giving an expiry to an item that had none writes it anew ([`Shard::touch`]); any
+//! other change of expiry, and a value of the same length, is written in place. `meta` packs
+//! the expiry's milliseconds, a 2-bit clock counter and the fetched, stale, recache-token and
+//! deleted marks; the flush generation is the segment's. An item larger than a segment (up to
+//! `-I`) gets a segment of its own, of its size.
 //!
 //! The **table** is an array of 64-byte buckets (one cache line), each of seven 8-byte
 //! entries (`tag: 16 bits | segment: 24 | offset: 24`) and a word saying how far past the
@@ -61,7 +66,7 @@
 //! back at once when room is needed.
 //!
 //! The trade-off, against the alternatives considered:
-//! - *Segments (chosen)*: 27 bytes of header and 8 bytes of table (at up to 90 % load) per
+//! - *Segments (chosen)*: 22 to 27 bytes of header and 8 bytes of table (at up to 90 % load) per
 //!   item; reclaiming is a segment at a time. The price: an overwrite, a delete or an
 //!   eviction leaves dead bytes where the item was, until its segment is taken back (bounded
 //!   below), and a value that changes its length is written anew rather than in place.
@@ -78,9 +83,11 @@
 //! ([`Shard::memory_bytes`]). A new segment is taken only within it; at the budget, the
 //! eviction hand empties the oldest segment first. The table starts at one bucket and
 //! doubles when it holds 4 entries a bucket, if the doubled table fits beside the segments
-//! and the items the budget would then hold at their mean size would overload the current
-//! one; otherwise it keeps its size and fills to 7 a bucket, an insert that finds no slot
-//! near its home evicting an item of its home bucket. So RSS stays within the budget plus
+//! and the items the budget would then hold at their mean size (less one segment: the spare
+//! or the one being emptied) would overload the current one; otherwise it keeps its size and
+//! fills to 7 a bucket, an insert that finds no slot near its home evicting the item of its
+//! home bucket nearest the eviction hand (whose segment the hand takes back soonest, so its
+//! dead bytes do not linger). So RSS stays within the budget plus
 //! the process's fixed costs: no per-item allocation exists to fragment the heap.
 //!
 //! `heap_bytes` is the part of the budget in use: segment bytes written (live items, dead
@@ -160,7 +167,7 @@ mod table;
 
 pub use error::StoreError;
 pub use expiry::{Expiry, Now, REALTIME_MAXDELTA, Ttl};
-pub use item::{MAX_KEY_LEN, item_size, malloc_chunk};
+pub use item::{MAX_KEY_LEN, item_size, item_size_expiring, malloc_chunk};
 pub use shard::{
     Arith, Crawled, Delta, EVICTION_LOG_LEN, Evicted, Hint, ItemView, MAX_SEGMENT_BYTES,
     NO_EVICT_SCAN, NewCas, Shard, ShardConfig, StoreMode, Write,

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 
 use crate::expiry::{Deadline, Now};
-use crate::item::{HEADER_LEN, ItemRef};
+use crate::item::{ItemRef, MIN_HEADER_LEN};
 
 /// Expiry classes: items are appended to the open segment of their class, so that a segment
 /// holds items that die at about the same time and is taken back at once when they have.
@@ -64,6 +64,9 @@ pub(crate) struct Segment {
     pub state: State,
     /// The expiry class it was opened for.
     pub class: usize,
+    /// When it last joined the FIFO's tail, counted in joins: a lower number is nearer the
+    /// eviction hand.
+    pub queued: u64,
 }
 
 impl Segment {
@@ -79,6 +82,7 @@ impl Segment {
             keep: 0,
             state: State::Free,
             class: 0,
+            queued: 0,
         }
     }
 
@@ -113,7 +117,7 @@ impl Segment {
 
     /// The offset after the item at `offset` (the header must lie within the written part).
     pub(crate) fn next(&self, offset: usize) -> usize {
-        debug_assert!(offset + HEADER_LEN <= self.write);
+        debug_assert!(offset + MIN_HEADER_LEN <= self.write);
         offset + self.item(offset).size()
     }
 }
@@ -134,6 +138,8 @@ pub(crate) struct Segments {
     pub bytes: usize,
     /// Bytes of the segments' dead items (deleted or moved, not yet taken back).
     pub dead_bytes: usize,
+    /// Segments that joined the FIFO's tail so far.
+    pub queued: u64,
 }
 
 impl Segments {
@@ -171,10 +177,17 @@ impl Segments {
         seg.keep = 0;
         seg.state = state;
         seg.class = class;
-        self.fifo.push_back(id);
+        self.enqueue(id);
         if state == State::Open {
             self.open[class] = Some(id);
         }
+    }
+
+    /// Puts `id` at the FIFO's tail.
+    pub(crate) fn enqueue(&mut self, id: usize) {
+        self.queued += 1;
+        self.segs[id].queued = self.queued;
+        self.fifo.push_back(id);
     }
 
     /// Closes `id` to stores: its class gets a new open segment next time.

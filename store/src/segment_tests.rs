@@ -255,3 +255,70 @@ fn a_budget_holds_small_items_at_their_size_plus_a_few_bytes() {
     );
     assert!(s.memory_bytes() <= BUDGET);
 }
+
+#[test]
+fn an_expiry_given_to_an_item_that_had_none_writes_it_anew_as_it_was() {
+    // An item that never expires has no room for an expiry second in its header: touch and
+    // invalidate write it again, keeping its CAS, flags, marks and last access.
+    let mut s = shard_with(1 << 20, 1 << 20);
+    let cas = s
+        .store(
+            Write {
+                flags: 9,
+                ..Write::new(StoreMode::Set, b"k", b"value")
+            },
+            NOW,
+        )
+        .unwrap();
+    assert_eq!(s.stats().bytes, item_size(1, 5) as u64);
+    assert!(s.get(b"k", NOW + 1).is_some(), "fetched at NOW + 1");
+    let total_items = s.stats().total_items;
+    let touched = s.touch_unbumped(b"k", Ttl::Exptime(10), NOW + 2).unwrap();
+    assert_eq!(
+        (touched.value, touched.exptime, touched.last_access),
+        (&b"value"[..], NOW as u32 + 12, NOW as u32 + 1)
+    );
+    s.check_invariants();
+    assert_eq!(s.stats().bytes, item_size_expiring(1, 5) as u64);
+    assert_eq!(s.stats().curr_expiring, 1);
+    assert_eq!(s.stats().total_items, total_items, "a touch stores nothing");
+    let item = s.peek(b"k", NOW + 3).unwrap();
+    assert_eq!((item.value, item.flags, item.cas), (&b"value"[..], 9, cas));
+    assert!(item.fetched, "the fetched mark is carried");
+    assert_eq!(item.last_access, NOW as u32 + 1);
+    assert!(
+        s.get(b"k", NOW + 12).is_none(),
+        "expired 10 s after the touch"
+    );
+    // Back to never: in place, the header keeps its (now zero) expiry second.
+    set(&mut s, b"j", b"v", 0, NOW);
+    s.touch(b"j", Ttl::Exptime(5), NOW).unwrap();
+    s.touch(b"j", Ttl::Exptime(0), NOW).unwrap();
+    assert_eq!(s.stats().curr_expiring, 0);
+    assert!(s.get(b"j", NOW + 100).is_some());
+    // The meta protocol's invalidate with an expiry: stale, a new CAS, and the expiry.
+    set(&mut s, b"m", b"v", 0, NOW);
+    let new_cas = s
+        .invalidate_with(b"m", 0, Some(20), NewCas::Given(77), NOW)
+        .unwrap();
+    assert_eq!(new_cas, 77);
+    let item = s.peek(b"m", NOW).unwrap();
+    assert!(item.stale);
+    assert_eq!((item.cas, item.exptime), (77, NOW as u32 + 20));
+    assert!(s.get(b"m", NOW + 20).is_none());
+    s.check_invariants();
+}
+
+#[test]
+fn items_that_never_expire_and_values_of_4_mib_are_charged_their_headers() {
+    let mut s = shard_with(64 << 20, 8 << 20);
+    set(&mut s, b"never", b"v", 0, NOW);
+    set(&mut s, b"soon", b"v", 100, NOW);
+    let big = vec![b'b'; 4 << 20];
+    set(&mut s, b"big", &big, 0, NOW);
+    let expected = item_size(5, 1) + item_size_expiring(4, 1) + item_size(3, 4 << 20);
+    assert_eq!(s.stats().bytes, expected as u64);
+    assert_eq!(item_size(3, 4 << 20), 22 + 1 + 3 + (4 << 20));
+    assert_eq!(s.get(b"big", NOW).unwrap().value, &big[..]);
+    s.check_invariants();
+}

@@ -479,12 +479,17 @@ impl Shard {
             self.stats.touch_misses += 1;
             return None;
         };
-        self.stats.touch_hits += 1;
         let e = self.table.get(loc);
-        let old = self.item(e).deadline();
-        self.set_deadline(e, deadline_for(ttl, old, now));
+        let old = self.item(e);
+        let (fetched, last_access) = (old.fetched(), old.last_access());
+        let deadline = deadline_for(ttl, old.deadline(), now);
+        let Ok(e) = self.set_deadline(hash, loc, deadline, now) else {
+            // No room to write the item anew with an expiry (eviction off, memory full).
+            self.stats.touch_misses += 1;
+            return None;
+        };
+        self.stats.touch_hits += 1;
         let mut item = self.item_mut(e);
-        let (fetched, last_access) = (item.get().fetched(), item.get().last_access());
         if mark {
             item.mark_fetched(now);
         }
@@ -556,7 +561,7 @@ impl Shard {
         item.mark_stale();
         item.set_cas(new_cas);
         if let Some(exptime) = exptime {
-            self.set_deadline(e, Expiry::resolve(exptime, now).encode(now));
+            self.set_deadline(hash, loc, Expiry::resolve(exptime, now).encode(now), now)?;
         }
         Ok(new_cas)
     }
@@ -705,7 +710,7 @@ impl Shard {
             self.stats.total_items += 1;
             return Ok(self.take_cas(new_cas));
         }
-        if old_len == value.len() {
+        if old_len == value.len() && self.item(e).holds(deadline) {
             // Same length (a counter, a fixed-size record): rewrite the item in place; nothing
             // is charged differently and its entry stays as it is.
             let new_cas = self.take_cas(new_cas);
@@ -1174,11 +1179,12 @@ impl Shard {
         }
     }
 
-    /// TooLarge if over `max_item_size` (or over what a segment offset can name, 4 GiB);
+    /// TooLarge if over `max_item_size` (or a value over what an item's length word holds,
+    /// 1 GiB - 1: memcached's `-I` is at most 1 GiB);
     /// OutOfMemory if it cannot fit even alone.
     fn check_size(&self, key_len: usize, value_len: usize) -> Result<(), StoreError> {
         let size = crate::item::item_size(key_len, value_len);
-        if size > self.config.max_item_size || value_len > u32::MAX as usize {
+        if size > self.config.max_item_size || value_len > crate::item::MAX_VALUE_LEN {
             return Err(StoreError::TooLarge);
         }
         // With every item evicted, the table (at least its smallest allocation) remains. Over
@@ -1230,14 +1236,62 @@ impl Shard {
         self.item(e).liveness(now, flushed)
     }
 
-    /// Gives the item of entry `e` a new deadline, keeping `curr_expiring` and its segment's
-    /// last deadline up to date.
-    fn set_deadline(&mut self, e: u64, deadline: Deadline) {
-        let expired = self.item(e).expires();
-        self.item_mut(e).set_deadline(deadline);
-        self.note_deadline(segment_of(e), deadline);
-        self.stats.curr_expiring =
-            self.stats.curr_expiring - u64::from(expired) + u64::from(deadline != Deadline::NEVER);
+    /// Gives the live item at `loc` (of `hash`) a new deadline, keeping `curr_expiring` and
+    /// its segment's last deadline up to date; returns its entry. In place when the item has
+    /// room for it; an item without an expiry that is given one is written anew, to the open
+    /// segment of its new expiry class, as it was (CAS, flags, marks, last access), which
+    /// counts no store.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::OutOfMemory`] if the item must be written anew and no room can be made
+    /// (eviction off); the item is then kept as it was, unless making room evicted it.
+    fn set_deadline(
+        &mut self,
+        hash: u64,
+        loc: Loc,
+        deadline: Deadline,
+        now: Now,
+    ) -> Result<u64, StoreError> {
+        let e = self.table.get(loc);
+        let mut buf = core::mem::take(&mut self.scratch);
+        let item = self.item(e);
+        if item.holds(deadline) {
+            self.scratch = buf;
+            let expired = self.item(e).expires();
+            self.item_mut(e).set_deadline(deadline);
+            self.note_deadline(segment_of(e), deadline);
+            self.stats.curr_expiring = self.stats.curr_expiring - u64::from(expired)
+                + u64::from(deadline != Deadline::NEVER);
+            return Ok(e);
+        }
+        buf.clear();
+        buf.extend_from_slice(item.key());
+        buf.extend_from_slice(item.value());
+        let key_len = item.key().len();
+        let (key, value) = buf.split_at(key_len);
+        let fields = Fields {
+            key,
+            value: [value, b""],
+            flags: item.flags(),
+            deadline,
+            cas: item.cas(),
+            last_access: item.last_access(),
+            marks: item.marks(),
+        };
+        let total_items = self.stats.total_items;
+        let stored = self.put(hash, Some(loc), &fields, now);
+        self.stats.total_items = total_items;
+        let found = stored.and_then(|()| {
+            let segs = &self.segs.segs;
+            let loc = self.table.find(hash, |e| {
+                segs[segment_of(e)].item(offset_of(e)).key() == key
+            });
+            loc.map(|loc| self.table.get(loc))
+                .ok_or(StoreError::OutOfMemory)
+        });
+        self.scratch = buf;
+        found
     }
 
     /// Records that segment `id` holds an item with `deadline`.
@@ -1519,15 +1573,20 @@ impl Shard {
         if self.table.insert(hash, e).is_some() {
             return;
         }
-        // The capped path: evict from the home bucket (a dead item first) and take its slot.
+        // The capped path: evict from the home bucket (a dead item first, else the one
+        // nearest the eviction hand, which would go soonest anyway: its dead bytes then lie
+        // where the hand takes segments back next) and take its slot.
         let home = self.table.home_of(hash);
         let mut victim = None;
+        let mut oldest = u64::MAX;
         for (loc, other) in self.table.bucket(home) {
             if self.liveness(other, now) != Liveness::Live {
                 victim = Some((loc, Removal::Reclaimed));
                 break;
             }
-            if victim.is_none() {
+            let queued = self.segs.segs[segment_of(other)].queued;
+            if queued < oldest {
+                oldest = queued;
                 victim = Some((loc, Removal::Evicted));
             }
         }
@@ -1542,7 +1601,9 @@ impl Shard {
     }
 
     /// Doubles the table if the items the budget holds at their current mean size would
-    /// overload it, and the bigger table fits beside the segments now.
+    /// overload it, and the bigger table fits beside the segments now. What the budget holds
+    /// beside the bigger table is counted less one segment: the spare, or the one the
+    /// eviction hand is emptying, holds no items that count.
     fn maybe_grow(&mut self) {
         let buckets = self.table.num_buckets();
         if self.refused_buckets == buckets || self.stats.bytes == 0 {
@@ -1551,7 +1612,7 @@ impl Shard {
         let limit = self.config.memory_limit_bytes;
         let bigger = Table::bytes_for(buckets * 2);
         let mean = (self.stats.bytes / self.table.len().max(1) as u64).max(1) as usize;
-        let would_hold = limit.saturating_sub(bigger) / mean;
+        let would_hold = limit.saturating_sub(bigger + self.segment_size) / mean;
         let worth = would_hold * 10 > FULL_LOAD_TENTHS * buckets;
         let fits = self.segs.bytes + bigger <= limit;
         if worth && fits {
@@ -1798,7 +1859,7 @@ impl Shard {
             self.segs.open[class] = Some(id);
         }
         self.segs.fifo.pop_front();
-        self.segs.fifo.push_back(id);
+        self.segs.enqueue(id);
         self.refresh_heap();
     }
 

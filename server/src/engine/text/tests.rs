@@ -1348,7 +1348,7 @@ fn metadump_lists_every_item_as_memcached_formats_it() {
         lines[0],
         format!("key=a%3Ab exp=-1 la={NOW} cas=1 fetch=yes cls=1 size={size}")
     );
-    let size = store::item_size(5, 1);
+    let size = store::item_size_expiring(5, 1);
     assert_eq!(
         lines[1],
         format!(
