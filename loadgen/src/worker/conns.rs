@@ -66,8 +66,14 @@ impl Worker {
             c.since_ns = now;
             return Ok(());
         }
-        let (stream, connected) =
-            sys::connect_nonblocking(&self.conns[i].server).map_err(|e| e.kind())?;
+        let (stream, connected) = match self.conns[i].steered.take() {
+            // Steered: connected already, to the worker its keys belong to.
+            Some(stream) => {
+                stream.set_nonblocking(true).map_err(|e| e.kind())?;
+                (stream, true)
+            }
+            None => sys::connect_nonblocking(&self.conns[i].server).map_err(|e| e.kind())?,
+        };
         let interest = if connected { WATCH } else { WATCH | WRITABLE };
         self.epoll
             .add(stream.as_raw_fd(), interest, i as u64)

@@ -135,6 +135,8 @@ pub(crate) struct Shared {
     pub connect_error: Mutex<Option<(SocketAddr, std::io::ErrorKind)>>,
     /// Why a thread's bypass stack could not be set up.
     pub net_error: Mutex<Option<String>>,
+    /// `--steer`: per connection index, its connection, opened and probed before the run.
+    pub steered: Mutex<Vec<Option<std::net::TcpStream>>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -321,7 +323,14 @@ impl Worker {
                 derive_seed(cfg.seed, SEED_PICKER, index as u64),
             );
             let own = shared.placement.own[index].clone();
-            conns.push(Conn::new(index, server, picker, own, cfg.verify));
+            let mut conn = Conn::new(index, server, picker, own, cfg.verify);
+            conn.steered = shared
+                .steered
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get_mut(index)
+                .and_then(Option::take);
+            conns.push(conn);
         }
         let epoll = Epoll::new(conns.len().max(16)).map_err(|e| e.kind())?;
         let mut stats = ThreadStats::new();

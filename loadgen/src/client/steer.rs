@@ -1,0 +1,648 @@
+//! Steering (`--steer`): every key is sent only on a connection that the worker owning it
+//! serves, so memspin never forwards a request between its cores.
+//!
+//! ```text
+//! connect ─▶ ask the connection its worker (stats worker | STAT "worker" | CLIENT INFO)
+//!   worker w still short of its share? keep : close, connect again (bounded)
+//! every worker has connections / workers ─▶ key k to the connections of owner_of(k, workers)
+//! ```
+//!
+//! **Shares.** Worker `w` gets `connections / workers` connections, one more for the first
+//! `connections % workers` workers ([`Spread`]). How a new connection lands on a worker is the
+//! server's packet path's choice (a flow hash, see `docs/steering.md`), so connections are
+//! opened until every share is full, and one that lands on a worker whose share is full is
+//! closed. [`MAX_ATTEMPTS_PER_CONNECTION`] and [`STEER_DEADLINE`] bound the attempts; a
+//! server that puts every connection on the same worker is an error that says so.
+//!
+//! **Keys.** The keys of worker `w` (`owner_of(key, workers)`, the `owner` crate the server
+//! uses) are split among `w`'s connections as the keys of a server are split among its
+//! connections ([`place_by_owner`]): a connection picks, and under `--verify` owns, only keys
+//! of its worker. The open loop hands a due arrival to a connection with a free slot, which
+//! then picks one of its worker's keys; the closed loop refills each connection with its own.
+//! Either way no key goes to a connection of another worker. The load of each worker follows
+//! its connections (an equal share), not the popularity of its keys, as the load of each
+//! server does with several `--server`.
+//!
+//! The probing, the shares and the placement know nothing of sockets ([`Spread`] and
+//! [`place_by_owner`] take worker numbers), so a transport that learns its connections'
+//! workers can use them as the kernel-socket path does ([`connect_steered`]).
+
+use std::fmt;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Protocol;
+use crate::placement::{KeySet, Placement};
+
+/// Connection attempts allowed per connection kept before steering gives up.
+pub const MAX_ATTEMPTS_PER_CONNECTION: usize = 32;
+
+/// How long steering may take to give every worker its share.
+pub const STEER_DEADLINE: Duration = Duration::from_secs(20);
+
+/// How long one probe may wait for its reply.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a connection says about the worker that serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerInfo {
+    /// The worker serving the connection.
+    pub worker: usize,
+    /// Workers serving, when the reply says (`stats worker`; RESP asks `CONFIG GET`).
+    pub workers: Option<usize>,
+    /// The owner hash's name, when the reply says.
+    pub owner_hash: Option<String>,
+}
+
+/// Why steering could not set up its connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SteerError {
+    /// A connection could not be opened or probed.
+    Io {
+        /// The server.
+        server: SocketAddr,
+        /// What went wrong.
+        kind: io::ErrorKind,
+    },
+    /// The server's reply does not name a worker: it is not memspin, or too old.
+    NotAnswered(String),
+    /// The server's owner hash is not the one this generator computes.
+    OwnerHash(String),
+    /// The server does not spread connections over its workers.
+    Unspread {
+        /// Connections opened.
+        attempts: usize,
+        /// Connections each worker got.
+        got: Vec<usize>,
+        /// Connections each worker needed.
+        wanted: Vec<usize>,
+    },
+    /// Some connection's worker owns fewer keys than it has connections.
+    FewKeys {
+        /// The worker.
+        worker: usize,
+    },
+    /// Steering needs one server, over kernel sockets.
+    Unsupported(&'static str),
+}
+
+impl fmt::Display for SteerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SteerError::Io { server, kind } => write!(f, "--steer: {server}: {kind}"),
+            SteerError::NotAnswered(why) => write!(
+                f,
+                "--steer: the server does not say which worker serves a connection ({why}); \
+                 it needs memspin"
+            ),
+            SteerError::OwnerHash(name) => write!(
+                f,
+                "--steer: the server's owner hash is {name:?}, this generator computes {:?}",
+                owner::OWNER_HASH_NAME
+            ),
+            SteerError::Unspread {
+                attempts,
+                got,
+                wanted,
+            } => write!(
+                f,
+                "--steer: after {attempts} connections the workers had {got:?} of the {wanted:?} \
+                 connections wanted: the server does not spread connections over its workers"
+            ),
+            SteerError::FewKeys { worker } => write!(
+                f,
+                "--steer: worker {worker} owns fewer keys than it has connections: use more --keys"
+            ),
+            SteerError::Unsupported(why) => write!(f, "--steer {why}"),
+        }
+    }
+}
+
+impl std::error::Error for SteerError {}
+
+/// Whether a connection is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offer {
+    /// Its worker's share was short: keep it.
+    Keep,
+    /// Its worker has its share: close it and open another.
+    Close,
+}
+
+/// Each worker's share of the connections and how many it has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spread {
+    wanted: Vec<usize>,
+    got: Vec<usize>,
+}
+
+impl Spread {
+    /// `connections` over `workers` (at least one): `connections / workers` each, one more
+    /// for the first `connections % workers`.
+    pub fn new(connections: usize, workers: usize) -> Spread {
+        let workers = workers.max(1);
+        let wanted = (0..workers)
+            .map(|w| connections / workers + usize::from(w < connections % workers))
+            .collect();
+        Spread {
+            wanted,
+            got: vec![0; workers],
+        }
+    }
+
+    /// A new connection served by `worker`: kept while its share is short.
+    pub fn offer(&mut self, worker: usize) -> Offer {
+        match (self.got.get(worker), self.wanted.get(worker)) {
+            (Some(&got), Some(&wanted)) if got < wanted => {
+                self.got[worker] += 1;
+                Offer::Keep
+            }
+            _ => Offer::Close,
+        }
+    }
+
+    /// Whether every worker has its share.
+    pub fn is_full(&self) -> bool {
+        self.got == self.wanted
+    }
+
+    /// Connections each worker has.
+    pub fn got(&self) -> &[usize] {
+        &self.got
+    }
+
+    /// Connections each worker is to get.
+    pub fn wanted(&self) -> &[usize] {
+        &self.wanted
+    }
+}
+
+/// Places `keys` keys (`key(i)` gives the bytes of key `i`) on connections by owner: connection
+/// `c`, served by `conn_workers[c]` among `workers`, picks the keys that worker owns, and owns
+/// every `n`-th of them (`n` the worker's connections, starting at the connection's rank among
+/// them). With `verify` it picks only the keys it owns.
+///
+/// # Errors
+/// [`SteerError::FewKeys`] when a worker with connections owns fewer keys than it has
+/// connections.
+pub fn place_by_owner<'k>(
+    keys: u64,
+    key: impl Fn(u64) -> &'k [u8],
+    workers: usize,
+    conn_workers: &[usize],
+    verify: bool,
+) -> Result<Placement, SteerError> {
+    let workers = workers.max(1);
+    let mut lists: Vec<Vec<u64>> = vec![Vec::new(); workers];
+    for k in 0..keys {
+        lists[owner::owner_of(key(k), workers)].push(k);
+    }
+    let lists: Vec<Arc<[u64]>> = lists.into_iter().map(Arc::from).collect();
+    let mut per_worker = vec![0u64; workers];
+    for &w in conn_workers {
+        per_worker[w] += 1;
+    }
+    for (w, &n) in per_worker.iter().enumerate() {
+        if n > lists[w].len() as u64 {
+            return Err(SteerError::FewKeys { worker: w });
+        }
+    }
+    let mut rank = vec![0u64; workers];
+    let (pick, own) = conn_workers
+        .iter()
+        .map(|&w| {
+            let own = KeySet::List {
+                list: lists[w].clone(),
+                first: rank[w],
+                step: per_worker[w],
+            };
+            rank[w] += 1;
+            let pick = if verify {
+                own.clone()
+            } else {
+                KeySet::List {
+                    list: lists[w].clone(),
+                    first: 0,
+                    step: 1,
+                }
+            };
+            (pick, own)
+        })
+        .unzip();
+    Ok(Placement { pick, own })
+}
+
+/// Connections to `server`, each served by the worker given with it, every worker with its
+/// share of `connections` ([`Spread`]), in the order of their connection indices.
+#[derive(Debug)]
+pub struct Steered {
+    /// The connections and their workers.
+    pub conns: Vec<(TcpStream, usize)>,
+    /// Workers serving.
+    pub workers: usize,
+}
+
+/// Opens `connections` kernel connections to `server` speaking `protocol` and keeps those that
+/// fill each worker's share, closing the others, within [`MAX_ATTEMPTS_PER_CONNECTION`]
+/// attempts per connection and [`STEER_DEADLINE`].
+///
+/// # Errors
+/// [`SteerError`]: a connection failed, the server does not name workers or hashes keys
+/// another way, or it did not spread the connections in time.
+pub fn connect_steered(
+    server: SocketAddr,
+    protocol: Protocol,
+    connections: usize,
+) -> Result<Steered, SteerError> {
+    let io_err = |e: io::Error| SteerError::Io {
+        server,
+        kind: e.kind(),
+    };
+    let started = Instant::now();
+    let max_attempts = connections.max(1) * MAX_ATTEMPTS_PER_CONNECTION;
+    let mut spread: Option<Spread> = None;
+    let mut kept: Vec<(TcpStream, usize)> = Vec::with_capacity(connections);
+    let mut attempts = 0;
+    while spread.as_ref().is_none_or(|s| !s.is_full()) {
+        if attempts >= max_attempts || started.elapsed() >= STEER_DEADLINE {
+            let s = spread.unwrap_or_else(|| Spread::new(connections, 1));
+            return Err(SteerError::Unspread {
+                attempts,
+                got: s.got().to_vec(),
+                wanted: s.wanted().to_vec(),
+            });
+        }
+        attempts += 1;
+        let mut stream = TcpStream::connect_timeout(&server, PROBE_TIMEOUT).map_err(io_err)?;
+        stream.set_nodelay(true).map_err(io_err)?;
+        stream
+            .set_read_timeout(Some(PROBE_TIMEOUT))
+            .map_err(io_err)?;
+        let info = probe(&mut stream, protocol).map_err(|e| match e.kind() {
+            io::ErrorKind::InvalidData => SteerError::NotAnswered(e.to_string()),
+            kind => SteerError::Io { server, kind },
+        })?;
+        if let Some(name) = &info.owner_hash
+            && name != owner::OWNER_HASH_NAME
+        {
+            return Err(SteerError::OwnerHash(name.clone()));
+        }
+        let spread = match &mut spread {
+            Some(s) => s,
+            None => {
+                let workers = match info.workers {
+                    Some(n) => n,
+                    None => resp_workers(&mut stream).map_err(|e| match e.kind() {
+                        io::ErrorKind::InvalidData => SteerError::NotAnswered(e.to_string()),
+                        kind => SteerError::Io { server, kind },
+                    })?,
+                };
+                spread.insert(Spread::new(connections, workers))
+            }
+        };
+        if spread.offer(info.worker) == Offer::Keep {
+            stream.set_read_timeout(None).map_err(io_err)?;
+            kept.push((stream, info.worker));
+        }
+    }
+    let workers = spread.map_or(1, |s| s.wanted().len());
+    Ok(Steered {
+        conns: kept,
+        workers,
+    })
+}
+
+/// Asks the connection on `stream` which worker serves it, in `protocol`, and reads the whole
+/// reply (nothing of it is left for the run to read).
+///
+/// # Errors
+/// I/O errors; [`io::ErrorKind::InvalidData`] when the reply names no worker.
+pub fn probe<S: Read + Write>(stream: &mut S, protocol: Protocol) -> io::Result<WorkerInfo> {
+    match protocol {
+        Protocol::Binary => probe_binary(stream),
+        Protocol::Text | Protocol::Meta => probe_text(stream),
+        Protocol::Resp => probe_resp(stream),
+    }
+}
+
+fn invalid(why: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why.into())
+}
+
+/// The `stats worker` lines (`name`, `value`) as a [`WorkerInfo`].
+fn from_stats(stats: &[(String, String)]) -> io::Result<WorkerInfo> {
+    let find = |name: &str| {
+        stats
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let worker = find("worker")
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| invalid("no STAT worker"))?;
+    Ok(WorkerInfo {
+        worker,
+        workers: find("workers").and_then(|v| v.parse().ok()),
+        owner_hash: find("owner_hash"),
+    })
+}
+
+fn probe_text<S: Read + Write>(stream: &mut S) -> io::Result<WorkerInfo> {
+    stream.write_all(b"stats worker\r\n")?;
+    let mut reader = BufReader::new(stream);
+    let mut stats = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let line = line.trim_end();
+        if line == "END" {
+            break;
+        }
+        let mut words = line.splitn(3, ' ');
+        match (words.next(), words.next(), words.next()) {
+            (Some("STAT"), Some(name), Some(value)) => stats.push((name.into(), value.into())),
+            _ => return Err(invalid(format!("stats worker: {line:?}"))),
+        }
+    }
+    if !reader.buffer().is_empty() {
+        return Err(invalid("bytes after END"));
+    }
+    from_stats(&stats)
+}
+
+fn probe_binary<S: Read + Write>(stream: &mut S) -> io::Result<WorkerInfo> {
+    const KEY: &[u8] = b"worker";
+    let mut request = [0u8; 24 + KEY.len()];
+    request[0] = 0x80; // request magic
+    request[1] = 0x10; // STAT
+    request[2..4].copy_from_slice(&(KEY.len() as u16).to_be_bytes());
+    request[8..12].copy_from_slice(&(KEY.len() as u32).to_be_bytes());
+    request[24..].copy_from_slice(KEY);
+    stream.write_all(&request)?;
+    let mut stats = Vec::new();
+    loop {
+        let mut header = [0u8; 24];
+        stream.read_exact(&mut header)?;
+        let key_len = usize::from(u16::from_be_bytes([header[2], header[3]]));
+        let extras_len = usize::from(header[4]);
+        let status = u16::from_be_bytes([header[6], header[7]]);
+        let body_len = u32::from_be_bytes([header[8], header[9], header[10], header[11]]) as usize;
+        if header[0] != 0x81 || body_len > 1 << 20 || key_len + extras_len > body_len {
+            return Err(invalid("not a binary STAT reply"));
+        }
+        let mut body = vec![0u8; body_len];
+        stream.read_exact(&mut body)?;
+        if status != 0 {
+            return Err(invalid(format!("STAT worker: status {status:#06x}")));
+        }
+        if key_len == 0 {
+            break;
+        }
+        let key = &body[extras_len..extras_len + key_len];
+        let value = &body[extras_len + key_len..];
+        stats.push((
+            String::from_utf8_lossy(key).into_owned(),
+            String::from_utf8_lossy(value).into_owned(),
+        ));
+    }
+    from_stats(&stats)
+}
+
+/// Reads one RESP2 reply and returns its bulk and simple strings in order (arrays flattened).
+fn resp_strings<R: BufRead>(reader: &mut R, out: &mut Vec<String>) -> io::Result<()> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    let line = line.trim_end_matches(['\r', '\n']);
+    let (kind, rest) = line.split_at(line.len().min(1));
+    match kind {
+        "+" | ":" => out.push(rest.to_string()),
+        "-" => return Err(invalid(format!("error reply: {rest}"))),
+        "$" => {
+            let len: i64 = rest.parse().map_err(|_| invalid("bad bulk length"))?;
+            if len >= 0 {
+                let mut bulk = vec![0u8; len as usize + 2];
+                reader.read_exact(&mut bulk)?;
+                bulk.truncate(len as usize);
+                out.push(String::from_utf8_lossy(&bulk).into_owned());
+            }
+        }
+        "*" => {
+            let n: i64 = rest.parse().map_err(|_| invalid("bad array length"))?;
+            for _ in 0..n.max(0) {
+                resp_strings(reader, out)?;
+            }
+        }
+        _ => return Err(invalid(format!("not a RESP2 reply: {line:?}"))),
+    }
+    Ok(())
+}
+
+fn probe_resp<S: Read + Write>(stream: &mut S) -> io::Result<WorkerInfo> {
+    stream.write_all(b"*2\r\n$6\r\nCLIENT\r\n$4\r\nINFO\r\n")?;
+    let mut reader = BufReader::new(stream);
+    let mut strings = Vec::new();
+    resp_strings(&mut reader, &mut strings)?;
+    if !reader.buffer().is_empty() {
+        return Err(invalid("bytes after CLIENT INFO's reply"));
+    }
+    let worker = strings
+        .iter()
+        .flat_map(|s| s.split_whitespace())
+        .find_map(|field| field.strip_prefix("worker="))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| invalid("no worker= in CLIENT INFO"))?;
+    Ok(WorkerInfo {
+        worker,
+        workers: None,
+        owner_hash: None,
+    })
+}
+
+/// RESP: the number of workers (`CONFIG GET io-threads`, memspin's workers).
+fn resp_workers<S: Read + Write>(stream: &mut S) -> io::Result<usize> {
+    stream.write_all(b"*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$10\r\nio-threads\r\n")?;
+    let mut reader = BufReader::new(stream);
+    let mut strings = Vec::new();
+    resp_strings(&mut reader, &mut strings)?;
+    if !reader.buffer().is_empty() {
+        return Err(invalid("bytes after CONFIG GET's reply"));
+    }
+    strings
+        .iter()
+        .position(|s| s == "io-threads")
+        .and_then(|at| strings.get(at + 1)?.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .ok_or_else(|| invalid("no io-threads in CONFIG GET"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream that answers with `reply` and records what was written.
+    struct Canned {
+        reply: io::Cursor<Vec<u8>>,
+        written: Vec<u8>,
+    }
+
+    impl Canned {
+        fn new(reply: &[u8]) -> Canned {
+            Canned {
+                reply: io::Cursor::new(reply.to_vec()),
+                written: Vec::new(),
+            }
+        }
+    }
+
+    impl Read for Canned {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.reply.read(buf)
+        }
+    }
+
+    impl Write for Canned {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.written.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn shares_are_even_and_extra_connections_are_closed() {
+        let mut s = Spread::new(5, 2);
+        assert_eq!(s.wanted(), &[3, 2]);
+        for _ in 0..3 {
+            assert_eq!(s.offer(0), Offer::Keep);
+        }
+        // Worker 0 is full: more connections landing there are closed.
+        assert_eq!(s.offer(0), Offer::Close);
+        assert!(!s.is_full());
+        assert_eq!(s.offer(1), Offer::Keep);
+        assert_eq!(s.offer(1), Offer::Keep);
+        assert_eq!(s.offer(1), Offer::Close);
+        assert!(s.is_full());
+        assert_eq!(s.got(), &[3, 2]);
+        // A worker number the server should not have given is never kept.
+        assert_eq!(s.offer(7), Offer::Close);
+    }
+
+    #[test]
+    fn fewer_connections_than_workers_leave_some_workers_without() {
+        let mut s = Spread::new(1, 3);
+        assert_eq!(s.wanted(), &[1, 0, 0]);
+        assert_eq!(s.offer(2), Offer::Close);
+        assert_eq!(s.offer(0), Offer::Keep);
+        assert!(s.is_full());
+    }
+
+    fn key(i: u64) -> Vec<u8> {
+        format!("memspin:{i:08}").into_bytes()
+    }
+
+    #[test]
+    fn every_key_a_connection_picks_is_owned_by_its_worker() {
+        let keys: Vec<Vec<u8>> = (0..1000).map(key).collect();
+        let conn_workers = [1, 0, 1, 0, 0];
+        for verify in [false, true] {
+            let p = place_by_owner(1000, |k| &keys[k as usize], 2, &conn_workers, verify).unwrap();
+            for (c, &w) in conn_workers.iter().enumerate() {
+                for set in [&p.pick[c], &p.own[c]] {
+                    assert!(!set.is_empty());
+                    for n in 0..set.len() {
+                        let k = set.nth(n);
+                        assert_eq!(owner::owner_of(&keys[k as usize], 2), w, "conn {c} key {k}");
+                    }
+                }
+            }
+            // Every key is owned by exactly one connection.
+            let mut owners = vec![0u32; 1000];
+            for own in &p.own {
+                for n in 0..own.len() {
+                    owners[own.nth(n) as usize] += 1;
+                }
+            }
+            assert!(owners.iter().all(|&n| n == 1));
+        }
+    }
+
+    #[test]
+    fn a_worker_with_fewer_keys_than_connections_is_an_error() {
+        let keys: Vec<Vec<u8>> = (0..3).map(key).collect();
+        let err = place_by_owner(3, |k| &keys[k as usize], 2, &[0, 0, 0, 1, 1, 1], false);
+        assert!(matches!(err, Err(SteerError::FewKeys { .. })));
+    }
+
+    #[test]
+    fn text_probe_reads_the_worker_group_to_its_end() {
+        let mut s = Canned::new(
+            b"STAT worker 1\r\nSTAT workers 2\r\nSTAT owner_hash mulxor64-v1\r\nEND\r\n",
+        );
+        let info = probe(&mut s, Protocol::Text).unwrap();
+        assert_eq!(s.written, b"stats worker\r\n");
+        assert_eq!(
+            info,
+            WorkerInfo {
+                worker: 1,
+                workers: Some(2),
+                owner_hash: Some("mulxor64-v1".into())
+            }
+        );
+        // memcached has no such group.
+        let mut s = Canned::new(b"ERROR\r\n");
+        let err = probe(&mut s, Protocol::Meta).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+
+    fn stat_packet(key: &[u8], value: &[u8], status: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 24];
+        p[0] = 0x81;
+        p[1] = 0x10;
+        p[2..4].copy_from_slice(&(key.len() as u16).to_be_bytes());
+        p[6..8].copy_from_slice(&status.to_be_bytes());
+        p[8..12].copy_from_slice(&((key.len() + value.len()) as u32).to_be_bytes());
+        p.extend_from_slice(key);
+        p.extend_from_slice(value);
+        p
+    }
+
+    #[test]
+    fn binary_probe_sends_stat_worker_and_reads_to_the_empty_key() {
+        let mut reply = stat_packet(b"worker", b"0", 0);
+        reply.extend(stat_packet(b"workers", b"4", 0));
+        reply.extend(stat_packet(b"", b"", 0));
+        let mut s = Canned::new(&reply);
+        let info = probe(&mut s, Protocol::Binary).unwrap();
+        assert_eq!(&s.written[..2], &[0x80, 0x10]);
+        assert_eq!(&s.written[24..], b"worker");
+        assert_eq!((info.worker, info.workers), (0, Some(4)));
+        let mut s = Canned::new(&stat_packet(b"", b"Not found", 0x0001));
+        let err = probe(&mut s, Protocol::Binary).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn resp_probe_finds_the_worker_field_and_config_gives_the_count() {
+        let line = b"id=7 addr=? laddr=? fd=? name= db=0 multi=-1 watch=0 resp=2 lib-name= lib-ver= worker=3\n";
+        let mut reply = format!("${}\r\n", line.len()).into_bytes();
+        reply.extend_from_slice(line);
+        reply.extend_from_slice(b"\r\n");
+        let mut s = Canned::new(&reply);
+        assert_eq!(probe(&mut s, Protocol::Resp).unwrap().worker, 3);
+        let mut s = Canned::new(b"*2\r\n$10\r\nio-threads\r\n$1\r\n4\r\n");
+        assert_eq!(resp_workers(&mut s).unwrap(), 4);
+        let mut s = Canned::new(b"-ERR unknown command\r\n");
+        assert_eq!(
+            probe(&mut s, Protocol::Resp).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+    }
+}
