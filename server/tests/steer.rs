@@ -2,7 +2,9 @@
 //! worker`, binary STAT "worker", `worker=` in RESP's CLIENT INFO), and `memspin-loadgen
 //! --steer` keeps connections on both workers and sends each key only on a connection of its
 //! owner: with `--verify` over binary, text, meta and RESP every value checks and memspin's
-//! `memspin_forwarded` counter does not move; the same run without `--steer` moves it.
+//! `memspin_forwarded` counter does not move; the same run without `--steer` moves it. A RESP
+//! connection on database 3 is forwarded nothing for the keys its worker owns by the key as
+//! sent (the database prefix is not hashed).
 
 mod support;
 
@@ -130,6 +132,54 @@ fn each_connection_learns_its_worker_in_every_protocol() {
     let reply = String::from_utf8(reply).unwrap();
     assert!(reply.contains("STAT worker:0:forwarded "), "{reply}");
     assert!(reply.contains("STAT worker:1:forwarded "), "{reply}");
+    let (status, stderr) = server.stop();
+    assert!(status.is_some_and(|s| s.success()), "{stderr}");
+}
+
+#[test]
+fn a_numbered_resp_database_hashes_the_key_as_sent() {
+    use std::io::{BufRead, BufReader, Write};
+    let mut server = Server::start_kernel(&["-t", "2", "--resp-port", "0"]);
+    let (addr, resp) = (server.addr, server.resp_addr());
+    let mut stream = std::net::TcpStream::connect(resp).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let worker = loadgen::client::steer::probe(&mut stream, Protocol::Resp)
+        .unwrap()
+        .worker;
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut call = |args: &[&[u8]]| -> String {
+        let mut request = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            request.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            request.extend_from_slice(a);
+            request.extend_from_slice(b"\r\n");
+        }
+        stream.write_all(&request).unwrap();
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        line
+    };
+    assert_eq!(call(&[b"SELECT", b"3"]), "+OK\r\n");
+    let keys: Vec<String> = (0..200).map(|i| format!("db3:{i}")).collect();
+    let (mine, theirs): (Vec<&String>, Vec<&String>) = keys
+        .iter()
+        .partition(|k| owner::owner_of(k.as_bytes(), 2) == worker);
+    let before = forwarded(addr);
+    for key in &mine {
+        assert_eq!(call(&[b"SET", key.as_bytes(), b"v"]), "+OK\r\n");
+    }
+    // The owner of the key as sent is this connection's worker: nothing was forwarded.
+    assert_eq!(
+        forwarded(addr),
+        before,
+        "keys of worker {worker} on database 3"
+    );
+    for key in &theirs[..10] {
+        assert_eq!(call(&[b"SET", key.as_bytes(), b"v"]), "+OK\r\n");
+    }
+    assert_eq!(forwarded(addr), before + 10, "the other worker's keys");
     let (status, stderr) = server.stop();
     assert!(status.is_some_and(|s| s.success()), "{stderr}");
 }
