@@ -127,12 +127,7 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
         counts
     });
     let steered_streams = steered
-        .map(|s| {
-            s.conns
-                .into_iter()
-                .map(|(stream, _)| Some(stream))
-                .collect()
-        })
+        .map(|s| s.conns.into_iter().map(Some).collect())
         .unwrap_or_default();
     let pattern = if config.verify {
         Vec::new()

@@ -42,6 +42,9 @@ pub const MAX_ATTEMPTS_PER_CONNECTION: usize = 32;
 /// How long steering may take to give every worker its share.
 pub const STEER_DEADLINE: Duration = Duration::from_secs(20);
 
+/// How long reopening one steered connection may take (it blocks its thread).
+pub const REOPEN_DEADLINE: Duration = Duration::from_millis(500);
+
 /// How long one probe may wait for its reply.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -312,6 +315,31 @@ pub fn connect_steered(
         conns: kept,
         workers,
     })
+}
+
+/// Opens a connection to `server` served by `worker` again (a steered connection that
+/// failed): connects and probes, closing connections that land elsewhere, within
+/// [`MAX_ATTEMPTS_PER_CONNECTION`] attempts and [`REOPEN_DEADLINE`]. It blocks its thread
+/// meanwhile, which only the failure of a connection makes it do.
+///
+/// # Errors
+/// The last I/O error, or [`io::ErrorKind::TimedOut`] when no attempt landed on `worker`.
+pub fn reconnect(server: SocketAddr, protocol: Protocol, worker: usize) -> io::Result<TcpStream> {
+    let deadline = Instant::now() + REOPEN_DEADLINE;
+    for _ in 0..MAX_ATTEMPTS_PER_CONNECTION {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let mut stream = TcpStream::connect_timeout(&server, left)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(left))?;
+        if probe(&mut stream, protocol)?.worker == worker {
+            stream.set_read_timeout(None)?;
+            return Ok(stream);
+        }
+    }
+    Err(io::ErrorKind::TimedOut.into())
 }
 
 /// Asks the connection on `stream` which worker serves it, in `protocol`, and reads the whole
@@ -627,6 +655,78 @@ mod tests {
         let mut s = Canned::new(&stat_packet(b"", b"Not found", 0x0001));
         let err = probe(&mut s, Protocol::Binary).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+
+    /// A server on 127.0.0.1 of 2 workers whose n-th connection says it is served by worker
+    /// `worker_of(n)`; returns its address and the number of connections it took so far.
+    fn fake_server(
+        worker_of: fn(usize) -> usize,
+    ) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let taken = Arc::new(AtomicUsize::new(0));
+        let count = taken.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let n = count.fetch_add(1, Ordering::SeqCst);
+                let mut line = [0u8; 14];
+                if stream.read_exact(&mut line).is_ok() {
+                    let reply =
+                        format!("STAT worker {}\r\nSTAT workers 2\r\nEND\r\n", worker_of(n));
+                    let _ = stream.write_all(reply.as_bytes());
+                }
+                // Kept open until the client closes it, as a server would.
+                std::thread::spawn(move || {
+                    let _ = stream.read(&mut [0u8; 1]);
+                });
+            }
+        });
+        (addr, taken)
+    }
+
+    #[test]
+    fn a_reopened_connection_is_probed_until_it_lands_on_its_worker() {
+        use std::sync::atomic::Ordering;
+        let (addr, taken) = fake_server(|n| n % 2);
+        // Connection 0 lands on worker 0: one for worker 1 takes a second attempt.
+        reconnect(addr, Protocol::Text, 1).unwrap();
+        assert_eq!(taken.load(Ordering::SeqCst), 2);
+        // No connection ever lands on worker 5: bounded attempts, then an error.
+        let err = reconnect(addr, Protocol::Text, 5).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(taken.load(Ordering::SeqCst) <= 2 + MAX_ATTEMPTS_PER_CONNECTION);
+    }
+
+    #[test]
+    fn connect_steered_keeps_each_workers_share_and_closes_the_rest() {
+        let (addr, taken) = fake_server(|n| n % 2);
+        let s = connect_steered(addr, Protocol::Text, 3).unwrap();
+        assert_eq!(s.workers, 2);
+        let workers: Vec<usize> = s.conns.iter().map(|c| c.1).collect();
+        assert_eq!(workers, [0, 1, 0]);
+        // Attempts 0, 1, 2 fill the shares [2, 1].
+        assert_eq!(taken.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_server_that_never_spreads_connections_is_a_clear_error() {
+        let (addr, taken) = fake_server(|_| 0);
+        let err = connect_steered(addr, Protocol::Text, 2).unwrap_err();
+        assert_eq!(
+            err,
+            SteerError::Unspread {
+                attempts: 2 * MAX_ATTEMPTS_PER_CONNECTION,
+                got: vec![1, 0],
+                wanted: vec![1, 1]
+            }
+        );
+        assert!(err.to_string().contains("does not spread connections"));
+        assert_eq!(
+            taken.load(std::sync::atomic::Ordering::SeqCst),
+            2 * MAX_ATTEMPTS_PER_CONNECTION
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use super::*;
+use crate::client::steer::reconnect;
 
 impl Worker {
     /// Opens every connection and waits until all are up.
@@ -66,13 +67,23 @@ impl Worker {
             c.since_ns = now;
             return Ok(());
         }
-        let (stream, connected) = match self.conns[i].steered.take() {
+        let (stream, connected) = match (self.conns[i].steered.take(), self.conns[i].worker) {
             // Steered: connected already, to the worker its keys belong to.
-            Some(stream) => {
+            (Some(stream), _) => {
                 stream.set_nonblocking(true).map_err(|e| e.kind())?;
                 (stream, true)
             }
-            None => sys::connect_nonblocking(&self.conns[i].server).map_err(|e| e.kind())?,
+            // Steered, reopened: connected again (blocking) until it is its worker's.
+            (None, Some(worker)) => {
+                let server = self.conns[i].server;
+                let stream =
+                    reconnect(server, self.shared.config.protocol, worker).map_err(|e| e.kind())?;
+                stream.set_nonblocking(true).map_err(|e| e.kind())?;
+                (stream, true)
+            }
+            (None, None) => {
+                sys::connect_nonblocking(&self.conns[i].server).map_err(|e| e.kind())?
+            }
         };
         let interest = if connected { WATCH } else { WATCH | WRITABLE };
         self.epoll

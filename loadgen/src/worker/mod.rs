@@ -135,8 +135,9 @@ pub(crate) struct Shared {
     pub connect_error: Mutex<Option<(SocketAddr, std::io::ErrorKind)>>,
     /// Why a thread's bypass stack could not be set up.
     pub net_error: Mutex<Option<String>>,
-    /// `--steer`: per connection index, its connection, opened and probed before the run.
-    pub steered: Mutex<Vec<Option<std::net::TcpStream>>>,
+    /// `--steer`: per connection index, its connection, opened and probed before the run, and
+    /// the worker serving it.
+    pub steered: Mutex<Vec<Option<(std::net::TcpStream, usize)>>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -324,12 +325,16 @@ impl Worker {
             );
             let own = shared.placement.own[index].clone();
             let mut conn = Conn::new(index, server, picker, own, cfg.verify);
-            conn.steered = shared
+            if let Some((stream, worker)) = shared
                 .steered
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .get_mut(index)
-                .and_then(Option::take);
+                .and_then(Option::take)
+            {
+                conn.steered = Some(stream);
+                conn.worker = Some(worker);
+            }
             conns.push(conn);
         }
         let epoll = Epoll::new(conns.len().max(16)).map_err(|e| e.kind())?;
