@@ -12,10 +12,11 @@
 //! **Owners.** A key's owner is `hash(key) mod workers`, with a fixed, seeded hash
 //! ([`owner_of`], from the `owner` crate that clients share, described in `docs/steering.md`),
 //! so every worker and a client that steers its requests compute the same owner. Every
-//! request sent to its owner here is counted (`forwarded` in `stats`). A forwarded request carries its raw bytes and a [`Form`] (its protocol, and
-//! the adapter's own code for what the bytes are: a whole request, or one key of a multi-key
-//! one), and is executed on the owner by the same adapter that would have executed it locally,
-//! so nothing of a protocol is duplicated, and nothing here knows one. `flush_all` and `stats`
+//! request (or part of one) sent to its owner is counted (`memspin_forwarded` in `stats`). A
+//! forwarded request carries its raw bytes and a [`Form`] (its protocol, and the adapter's own
+//! code for what the bytes are: a whole request, or one key of a multi-key one), and is
+//! executed on the owner by the same adapter that would have executed it locally, so nothing
+//! of a protocol is duplicated, and nothing here knows one. `flush_all` and `stats`
 //! go to every other worker ([`Forwarder::fan_out`]): the flush is answered once all have
 //! flushed. A request answered by several workers gathers their answers in one hole
 //! ([`Gather`], written by the adapter): `stats` sums every worker's figures, a multi-key
