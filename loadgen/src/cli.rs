@@ -207,6 +207,10 @@ pub struct Args {
     /// Self-checking values: every GET hit is checked against key and version.
     #[arg(long)]
     pub verify: bool,
+    /// Send each key only on a connection that memspin's worker owning it serves (no
+    /// forwarding between its cores); kernel sockets, one server.
+    #[arg(long)]
+    pub steer: bool,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -323,6 +327,7 @@ impl Args {
             key_dist: self.key_dist,
             prefill: self.prefill,
             verify: self.verify,
+            steer: self.steer,
             seed: self.seed,
             timeout: Duration::from_millis(self.timeout_ms),
             late_threshold: Duration::from_micros(self.late_us),

@@ -71,6 +71,9 @@ pub struct Config {
     pub prefill: bool,
     /// Self-checking values; every GET hit is checked.
     pub verify: bool,
+    /// Send each key only on a connection served by the worker that owns it (memspin,
+    /// [`crate::client::steer`]).
+    pub steer: bool,
     /// Seed of every generator.
     pub seed: u64,
     /// A request unanswered this long is a timeout and its connection is reopened.
@@ -123,6 +126,7 @@ impl Default for Config {
             key_dist: KeyDist::Uniform,
             prefill: false,
             verify: false,
+            steer: false,
             seed: 1,
             timeout: Duration::from_secs(1),
             late_threshold: Duration::from_millis(1),
@@ -216,6 +220,8 @@ pub enum ConfigError {
     Cpus,
     /// A bypass client whose address or gateway is of another family than a server's.
     NetFamily,
+    /// `--steer` with several servers or the bypass client.
+    Steer,
     /// The keyspace cannot be built.
     Keyspace(KeyspaceError),
     /// The workload mix is invalid.
@@ -256,6 +262,10 @@ impl fmt::Display for ConfigError {
             ConfigError::Cpus => f.write_str("--cpus needs at least one core"),
             ConfigError::NetFamily => f.write_str(
                 "--ip, --gateway and every --server must be of one address family",
+            ),
+            ConfigError::Steer => f.write_str(
+                "--steer needs one --server over kernel sockets (--net kernel): the bypass \
+                 client does not ask its connections for their workers",
             ),
             ConfigError::Keyspace(e) => e.fmt(f),
             ConfigError::Mix(e) => e.fmt(f),
@@ -379,6 +389,9 @@ impl Config {
                 return Err(ConfigError::NetFamily);
             }
         }
+        if self.steer && (self.servers.len() != 1 || !matches!(self.net, Net::Kernel)) {
+            return Err(ConfigError::Steer);
+        }
         Keyspace::check(self.keys, self.key_size)?;
         Ok(())
     }
@@ -431,6 +444,8 @@ pub struct ConfigEcho {
     pub prefill: bool,
     /// Whether values were verified.
     pub verify: bool,
+    /// Whether keys were steered to their owners' connections (`--steer`).
+    pub steer: bool,
     /// Seed.
     pub seed: u64,
     /// Request timeout, ms.
@@ -474,6 +489,7 @@ impl From<&Config> for ConfigEcho {
             key_dist: c.key_dist.to_string(),
             prefill: c.prefill,
             verify: c.verify,
+            steer: c.steer,
             seed: c.seed,
             timeout_ms: c.timeout.as_secs_f64() * 1e3,
             late_threshold_us: c.late_threshold.as_secs_f64() * 1e6,

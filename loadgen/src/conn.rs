@@ -122,6 +122,11 @@ pub struct Conn {
     pub server: SocketAddr,
     /// The socket, when there is one (kernel sockets).
     pub stream: Option<TcpStream>,
+    /// `--steer`: the connection opened and probed before the run, taken by the first open.
+    pub steered: Option<TcpStream>,
+    /// `--steer`: the server's worker this connection must be served by (its keys' owner);
+    /// a reopened connection is probed until it lands there again.
+    pub worker: Option<usize>,
     /// The bypass client's connection, when there is one ([`crate::bypass`]).
     pub link: Option<netstack::ConnId>,
     /// Bypass client: requests written since its last send stamp (it is on its worker's
@@ -189,6 +194,8 @@ impl Conn {
             index,
             server,
             stream: None,
+            steered: None,
+            worker: None,
             link: None,
             tx_pending: false,
             state: ConnState::Down { retry_at_ns: 0 },

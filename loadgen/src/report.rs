@@ -132,6 +132,8 @@ pub struct Report {
     pub prefill: Option<PrefillStats>,
     /// Bypass client: its tables' loss-recovery counters over the window and the drain.
     pub recovery: Option<RecoveryStats>,
+    /// `--steer`: the connections each of the server's workers serves.
+    pub steer_connections: Option<Vec<usize>>,
     /// Loud messages about anything that makes the numbers suspect.
     pub warnings: Vec<String>,
 }
@@ -202,6 +204,7 @@ impl Report {
             sent_check: None,
             prefill: None,
             recovery: None,
+            steer_connections: None,
             warnings: Vec::new(),
         };
         let mut intended_gaps = Vec::new();
@@ -599,6 +602,7 @@ impl Report {
             verify: c.verify.then_some(self.verify),
             prefill: self.prefill,
             recovery: self.recovery.as_ref().map(RecoveryJson::from),
+            steer_connections: self.steer_connections.clone(),
             time_series,
             histograms: HistogramsJson {
                 encoding: HISTOGRAM_ENCODING,
@@ -843,6 +847,9 @@ pub struct Summary {
     pub prefill: Option<PrefillStats>,
     /// The bypass client's loss recovery; null over kernel sockets.
     pub recovery: Option<RecoveryJson>,
+    /// `--steer`: the connections each of the server's workers serves, by worker; null
+    /// without it.
+    pub steer_connections: Option<Vec<usize>>,
     /// One entry per `--interval` of the window.
     pub time_series: Vec<IntervalJson>,
     /// The whole run's histograms, lossless.

@@ -14,6 +14,7 @@ use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::client::Codec;
+use crate::client::steer::{SteerError, connect_steered, place_by_owner};
 use crate::config::{Config, ConfigError, MAX_VALUE_SIZE, Net};
 use crate::environment::Environment;
 use crate::histogram::Percentiles;
@@ -44,6 +45,8 @@ pub enum RunError {
     WorkerPanicked,
     /// The keys cannot be placed on the servers (ketama put too few on one).
     Placement(PlacementError),
+    /// `--steer` could not give every worker its connections.
+    Steer(SteerError),
 }
 
 impl fmt::Display for RunError {
@@ -54,6 +57,7 @@ impl fmt::Display for RunError {
             RunError::Net(e) => f.write_str(e),
             RunError::WorkerPanicked => f.write_str("a worker thread panicked"),
             RunError::Placement(e) => e.fmt(f),
+            RunError::Steer(e) => e.fmt(f),
         }
     }
 }
@@ -85,15 +89,46 @@ pub fn run(config: &Config) -> Result<Report, RunError> {
 pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, RunError> {
     config.check()?;
     let keyspace = Keyspace::new(config.keys, config.key_size).map_err(ConfigError::from)?;
-    let placement = place(
-        config.distribution,
-        &config.names(),
-        config.connections,
-        config.keys,
-        |k| keyspace.key(k),
-        config.verify,
-    )
-    .map_err(RunError::Placement)?;
+    // Steered: connections first (each probed for its worker), then keys by owner.
+    let steered = if config.steer {
+        let s = connect_steered(config.servers[0], config.protocol, config.connections)
+            .map_err(RunError::Steer)?;
+        Some(s)
+    } else {
+        None
+    };
+    let placement = match &steered {
+        Some(s) => {
+            let conn_workers: Vec<usize> = s.conns.iter().map(|c| c.1).collect();
+            place_by_owner(
+                config.keys,
+                |k| keyspace.key(k),
+                s.workers,
+                &conn_workers,
+                config.verify,
+            )
+            .map_err(RunError::Steer)?
+        }
+        None => place(
+            config.distribution,
+            &config.names(),
+            config.connections,
+            config.keys,
+            |k| keyspace.key(k),
+            config.verify,
+        )
+        .map_err(RunError::Placement)?,
+    };
+    let steer_connections = steered.as_ref().map(|s| {
+        let mut counts = vec![0; s.workers];
+        for &(_, w) in &s.conns {
+            counts[w] += 1;
+        }
+        counts
+    });
+    let steered_streams = steered
+        .map(|s| s.conns.into_iter().map(Some).collect())
+        .unwrap_or_default();
     let pattern = if config.verify {
         Vec::new()
     } else {
@@ -139,6 +174,7 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
         start_ns: AtomicU64::new(0),
         connect_error: Mutex::new(None),
         net_error: Mutex::new(None),
+        steered: Mutex::new(steered_streams),
     });
     let (tx, rx) = mpsc::channel::<Tick>();
     let mut handles = Vec::with_capacity(threads);
@@ -210,6 +246,7 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
     drop(stamps);
     let mut report = Report::from_threads(config, stats, prefill_seconds, stamp_summary);
     report.set_intervals(intervals);
+    report.steer_connections = steer_connections;
     report.environment = Some(environment);
     report.window_start = Some(window_start);
     Ok(report)

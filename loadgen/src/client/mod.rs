@@ -16,6 +16,7 @@
 pub mod binary;
 pub mod meta;
 pub mod resp;
+pub mod steer;
 pub mod text;
 
 use std::fmt;

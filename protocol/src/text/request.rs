@@ -229,6 +229,8 @@ pub enum StatsGroup {
     Latency,
     /// `stats workers` (memspin's): each worker's loop and packet-path figures.
     Workers,
+    /// `stats worker` (memspin's): the worker serving the connection and how many there are.
+    Worker,
     /// `stats cachedump <class> <limit>`: up to `limit` items of slab class `class` (0: as
     /// many as fit memcached's 2 MiB reply).
     CacheDump {
@@ -595,6 +597,7 @@ fn parse_stats(t: &[&[u8]]) -> Result<StatsGroup, Rejected> {
         Some(b"reset") => StatsGroup::Reset,
         Some(b"latency") => StatsGroup::Latency,
         Some(b"workers") => StatsGroup::Workers,
+        Some(b"worker") => StatsGroup::Worker,
         Some(b"cachedump") => {
             let (Some(class), Some(limit)) = (t.get(2), t.get(3)) else {
                 return Err(Rejected::reply(ErrorReply::BadCommandLine));

@@ -412,6 +412,7 @@ fn other_commands() {
         ("stats reset now\r\n", Request::Stats(StatsGroup::Reset)),
         ("stats latency\r\n", Request::Stats(StatsGroup::Latency)),
         ("stats workers\r\n", Request::Stats(StatsGroup::Workers)),
+        ("stats worker\r\n", Request::Stats(StatsGroup::Worker)),
         (
             "stats cachedump 1 100\r\n",
             Request::Stats(StatsGroup::CacheDump {

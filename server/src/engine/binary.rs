@@ -511,6 +511,7 @@ fn stat_key(key: &[u8]) -> Option<StatKey> {
         b"sizes_disable" => StatKey::Sizes(false),
         b"latency" => StatKey::Group(Group::Latency),
         b"workers" => StatKey::Group(Group::Workers),
+        b"worker" => StatKey::Group(Group::Worker),
         _ => return None,
     })
 }

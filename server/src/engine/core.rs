@@ -670,6 +670,11 @@ impl Core {
         }
     }
 
+    /// A request (or one part of a multi-key request) sent to the worker that owns its key.
+    pub fn count_forwarded(&mut self) {
+        self.counters.forwarded += 1;
+    }
+
     /// Reply bytes that reached a connection from another worker.
     pub fn count_written(&mut self, len: usize) {
         self.counters.bytes_written += len as u64;
@@ -915,7 +920,10 @@ impl Core {
             shard: self.shard.stats().clone(),
             counters: self.counters,
             info,
-            workers: vec![self.named_figures().since(&self.figures_base)],
+            workers: vec![WorkerFigures {
+                forwarded: self.counters.forwarded,
+                ..self.named_figures().since(&self.figures_base)
+            }],
             threads: self.config.threads,
             limit_maxbytes: self.shard.config().memory_limit_bytes as u64,
             item_size_max: self.config.shard.max_item_size as u64,

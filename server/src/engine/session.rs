@@ -506,6 +506,7 @@ impl<'a> Cx<'a> {
                 },
             )
             .map_err(|forward::Blocked| Stop::Blocked)?;
+        self.core.count_forwarded();
         self.session.holes.stamp_last(Stamp {
             arrived_ns: self.session.arrived_ns,
             kind: self.core.kind() as u8,
@@ -630,6 +631,7 @@ impl<'a> Cx<'a> {
                 },
             )
             .map_err(|forward::Blocked| Stop::Blocked)?;
+        self.core.count_forwarded();
         if self.core.kind() != Kind::Other {
             self.session.holes.count_part(seq);
         }

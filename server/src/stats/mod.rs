@@ -33,7 +33,9 @@ use store::ShardStats;
 use crate::control::Control;
 pub use latency::{Histogram, KINDS, Kind, Latency, MAX_NS, QUANTILES};
 pub use path::{MAX_PATH_COUNTERS, PathCounters, RawPath};
-pub use render::{ITEM_CLASS, conns, general, items, render, settings, sizes, slabs, workers};
+pub use render::{
+    ITEM_CLASS, conns, general, items, render, settings, sizes, slabs, worker, workers,
+};
 
 /// Command counters one worker keeps (memcached's `cmd_*` and friends).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +66,8 @@ pub struct Counters {
     /// Times a connection used up its turn with work left and was served again after the
     /// others (memcached's `conn_yields`, for its `-R` limit).
     pub conn_yields: u64,
+    /// Requests (and parts of multi-key requests) sent to the worker that owns their key.
+    pub forwarded: u64,
 }
 
 impl Counters {
@@ -78,6 +82,7 @@ impl Counters {
         self.store_too_large += other.store_too_large;
         self.store_no_memory += other.store_no_memory;
         self.requests += other.requests;
+        self.forwarded += other.forwarded;
         self.bytes_read += other.bytes_read;
         self.bytes_written += other.bytes_written;
         self.conn_yields += other.conn_yields;
@@ -128,6 +133,8 @@ pub struct WorkerFigures {
     pub polls_with_work: u64,
     /// Times the worker waited on its queue (`--idle park`).
     pub parks: u64,
+    /// Requests the worker sent to the worker that owns their key (its `forwarded` counter).
+    pub forwarded: u64,
     /// The packet path's counters.
     pub path: PathCounters,
 }
@@ -140,6 +147,7 @@ impl WorkerFigures {
         self.polls += other.polls;
         self.polls_with_work += other.polls_with_work;
         self.parks += other.parks;
+        self.forwarded += other.forwarded;
         self.path.add(&other.path);
     }
 
@@ -152,6 +160,7 @@ impl WorkerFigures {
             polls: self.polls.saturating_sub(base.polls),
             polls_with_work: self.polls_with_work.saturating_sub(base.polls_with_work),
             parks: self.parks.saturating_sub(base.parks),
+            forwarded: self.forwarded.saturating_sub(base.forwarded),
             path: self.path.since(&base.path),
         }
     }
@@ -235,7 +244,8 @@ impl Prefixes {
 /// Size classes of `stats sizes`: items by their size rounded up to a multiple of this.
 pub const SIZES_STEP: usize = 32;
 
-/// The `stats` groups memspin answers (memcached's, and its own `latency` and `workers`).
+/// The `stats` groups memspin answers (memcached's, and its own `latency`, `workers` and
+/// `worker`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Group {
     /// `stats`: the general list.
@@ -256,6 +266,9 @@ pub enum Group {
     Latency,
     /// `stats workers`: each worker's loop and packet-path figures.
     Workers,
+    /// `stats worker`: the worker serving this connection, how many there are, and the owner
+    /// hash (what a client needs to steer its requests).
+    Worker,
     /// `stats cachedump 1 <limit>`: up to `limit` items (0: no count limit), at most
     /// [`CACHEDUMP_MAX_BYTES`] of lines.
     CacheDump {
@@ -339,7 +352,7 @@ impl Group {
     /// Whether every worker's figures are needed (the others are answered by one worker, from
     /// what every worker shares).
     pub fn gathers(self) -> bool {
-        !matches!(self, Group::Settings | Group::Conns)
+        !matches!(self, Group::Settings | Group::Conns | Group::Worker)
     }
 }
 

@@ -35,6 +35,7 @@ pub fn render(
             }
         }
         Group::Workers => workers(snapshot, &mut emit),
+        Group::Worker => worker(snapshot, &mut emit),
         Group::Detail | Group::CacheDump { .. } => {}
     }
 }
@@ -137,6 +138,7 @@ pub fn general(
     emit("reclaimed", &s.reclaimed);
     emit("crawler_reclaimed", &s.crawler_reclaimed);
     emit("crawler_items_checked", &s.crawler_items_checked);
+    emit("memspin_forwarded", &c.forwarded);
     let r = &i.recovery;
     emit("memspin_loss_probes", &r.probes);
     emit("memspin_loss_sack_resends", &r.sack_resends);
@@ -367,8 +369,19 @@ pub fn workers(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
         emit(&format!("worker:{i}:polls"), &w.polls);
         emit(&format!("worker:{i}:polls_with_work"), &w.polls_with_work);
         emit(&format!("worker:{i}:parks"), &w.parks);
+        emit(&format!("worker:{i}:forwarded"), &w.forwarded);
         for (name, value) in w.path.iter() {
             emit(&format!("worker:{i}:{name}"), &value);
         }
     }
+}
+
+/// `stats worker`: the worker that took the snapshot (the one serving the connection that
+/// asked), the number of workers, and the name of the owner hash, so that a client can send
+/// each key on a connection its owner serves (`docs/steering.md`).
+pub fn worker(snapshot: &Snapshot, mut emit: impl FnMut(&str, &dyn Display)) {
+    let worker = snapshot.workers.first().map_or(0, |w| w.worker);
+    emit("worker", &worker);
+    emit("workers", &snapshot.threads.max(1));
+    emit("owner_hash", &owner::OWNER_HASH_NAME);
 }

@@ -10,11 +10,13 @@
 //! ```
 //!
 //! **Owners.** A key's owner is `hash(key) mod workers`, with a fixed, seeded hash
-//! ([`owner_of`]), so every worker (and a client that wants to steer its connections) computes
-//! the same owner. A forwarded request carries its raw bytes and a [`Form`] (its protocol, and
-//! the adapter's own code for what the bytes are: a whole request, or one key of a multi-key
-//! one), and is executed on the owner by the same adapter that would have executed it locally,
-//! so nothing of a protocol is duplicated, and nothing here knows one. `flush_all` and `stats`
+//! ([`owner_of`], from the `owner` crate that clients share, described in `docs/steering.md`),
+//! so every worker and a client that steers its requests compute the same owner. Every
+//! request (or part of one) sent to its owner is counted (`memspin_forwarded` in `stats`). A
+//! forwarded request carries its raw bytes and a [`Form`] (its protocol, and the adapter's own
+//! code for what the bytes are: a whole request, or one key of a multi-key one), and is
+//! executed on the owner by the same adapter that would have executed it locally, so nothing
+//! of a protocol is duplicated, and nothing here knows one. `flush_all` and `stats`
 //! go to every other worker ([`Forwarder::fan_out`]): the flush is answered once all have
 //! flushed. A request answered by several workers gathers their answers in one hole
 //! ([`Gather`], written by the adapter): `stats` sums every worker's figures, a multi-key
@@ -67,6 +69,8 @@ use store::Now;
 
 use crate::stats::{Group, Snapshot};
 
+pub use owner::{OWNER_HASH_SEED, owner_hash, owner_of};
+
 mod holes;
 
 pub(crate) use self::holes::*;
@@ -98,40 +102,6 @@ const SPARE_BATCHES: usize = 32;
 /// Buffers larger than this are not kept for reuse: a batch that once carried a 1 MiB value
 /// does not hold the megabyte.
 const SPARE_KEEP_BYTES: usize = 64 * 1024;
-
-/// The seed of the owner hash; fixed so that every worker and every client agree.
-pub const OWNER_HASH_SEED: u64 = 0x6d65_6d73_7069_6e21;
-
-/// The worker that owns `key` among `workers`: `hash(key) mod workers`, with a fixed, seeded
-/// 64-bit multiply-xor hash over 8-byte words (any key length; stable across runs, machines
-/// and versions of Rust).
-pub fn owner_of(key: &[u8], workers: usize) -> usize {
-    if workers <= 1 {
-        return 0;
-    }
-    (owner_hash(key) % workers as u64) as usize
-}
-
-/// The hash [`owner_of`] reduces.
-pub fn owner_hash(key: &[u8]) -> u64 {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut h = OWNER_HASH_SEED ^ (key.len() as u64).wrapping_mul(K);
-    let mut words = key.chunks_exact(8);
-    for word in &mut words {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(word);
-        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(K).rotate_left(29);
-    }
-    let mut tail = [0u8; 8];
-    tail[..words.remainder().len()].copy_from_slice(words.remainder());
-    h = (h ^ u64::from_le_bytes(tail)).wrapping_mul(K);
-    // The finalizer of MurmurHash3's 64-bit variant: every input bit reaches the low bits.
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
-}
 
 /// A connection as the packet path identifies it (its table's packed connection id).
 pub type Token = u128;
@@ -884,45 +854,6 @@ impl Forwarder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const PIN_EMPTY: u64 = 16_505_421_381_294_584_194;
-    const PIN_KEY: u64 = 11_113_004_621_276_207_644;
-
-    #[test]
-    fn owners_are_stable_and_spread() {
-        // Fixed values: a change of the hash changes where clients' keys live.
-        assert_eq!(owner_hash(b""), PIN_EMPTY);
-        assert_eq!(owner_hash(b"memspin:00000001"), PIN_KEY);
-        assert_eq!(owner_of(b"anything", 1), 0);
-        let first: Vec<usize> = (0..8)
-            .map(|i| owner_of(format!("key:{i}").as_bytes(), 4))
-            .collect();
-        let again: Vec<usize> = (0..8)
-            .map(|i| owner_of(format!("key:{i}").as_bytes(), 4))
-            .collect();
-        assert_eq!(first, again);
-        for workers in [2usize, 3, 4, 8] {
-            let mut counts = vec![0usize; workers];
-            for i in 0..100_000 {
-                counts[owner_of(format!("memspin:{i:08}").as_bytes(), workers)] += 1;
-            }
-            let expected = 100_000 / workers;
-            for &count in &counts {
-                assert!(
-                    count.abs_diff(expected) < expected / 20,
-                    "{workers} workers: {counts:?}"
-                );
-            }
-        }
-        // Every length, including multiples of 8 and the empty key, hashes without panicking,
-        // and the length matters.
-        let key = [7u8; 40];
-        let hashes: Vec<u64> = (0..=40).map(|n| owner_hash(&key[..n])).collect();
-        let mut unique = hashes.clone();
-        unique.sort_unstable();
-        unique.dedup();
-        assert_eq!(unique.len(), hashes.len());
-    }
 
     /// Fills hole `seq` of `holes` with `len` bytes in an output `out`, as a delivery does.
     #[track_caller]

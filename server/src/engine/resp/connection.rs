@@ -173,9 +173,10 @@ pub(super) fn client(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: 
                 Version::Resp3 => 3,
             };
             line.push_str(&format!(
-                " db={} multi={multi} watch={} resp={resp} lib-name= lib-ver=\n",
+                " db={} multi={multi} watch={} resp={resp} lib-name= lib-ver= worker={}\n",
                 cx.session.db,
-                cx.session.watched.len()
+                cx.session.watched.len(),
+                cx.config().worker
             ));
             Reply::Verbatim {
                 format: b"txt",

@@ -56,6 +56,7 @@ pub(super) fn stats(cx: &mut Cx<'_>, group: StatsGroup, out: &mut Vec<u8>) {
         StatsGroup::Sizes => Group::Sizes,
         StatsGroup::Latency => Group::Latency,
         StatsGroup::Workers => Group::Workers,
+        StatsGroup::Worker => Group::Worker,
         // memspin's one class; any other (below 64) holds nothing, as an empty class.
         StatsGroup::CacheDump { class, .. } if class != ITEM_CLASS => {
             Response::End.emit_into(out);
