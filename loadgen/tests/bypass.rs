@@ -401,10 +401,10 @@ fn bad_arguments_and_missing_rights_are_clear_errors() {
     assert_refused(&out, "--net tap needs --iface");
     let out = loadgen_in(&ns, false, &["--net", "tap", "--iface", "lg0"]);
     assert_refused(&out, "--net tap needs --ip");
-    let out = loadgen_in(&ns, false, &["--net", "xdp"]);
-    assert_refused(&out, "not available");
+    let out = loadgen_in(&ns, false, &["--net", "xdp", "--ip", "10.78.0.2/24"]);
+    assert_refused(&out, "--net xdp needs --iface");
     let out = loadgen_in(&ns, false, &["--iface", "lg0"]);
-    assert_refused(&out, "are for --net tap");
+    assert_refused(&out, "are for --net tap and --net xdp");
     // A TAP device owned by root: without CAP_NET_ADMIN no one else may attach to it (one
     // with no owner would take anyone).
     ns.ip(&["tuntap", "add", "dev", "lg0", "mode", "tap", "user", "0"]);

@@ -150,6 +150,10 @@ pub use super::asm::Insn;
 /// by memspin (see [`super::XdpProgram::attach`]).
 pub const PROG_NAME: &str = "memspin_xsk";
 
+/// The name a client's program is loaded under (`memspin-loadgen --net xdp`): another name
+/// than the server's, so neither replaces the other's program, which may be in use.
+pub const CLIENT_PROG_NAME: &str = "memspin_xskc";
+
 /// License string given to the kernel (GPL-compatible, see the module docs).
 pub const LICENSE: &core::ffi::CStr = c"Dual MIT/GPL";
 
@@ -273,6 +277,14 @@ impl Steering {
                 ipv6: c.ipv6,
                 ports: None,
             },
+        }
+    }
+
+    /// The name its program is loaded under: [`PROG_NAME`] or [`CLIENT_PROG_NAME`].
+    pub fn prog_name(&self) -> &'static str {
+        match self {
+            Steering::Server(_) => PROG_NAME,
+            Steering::Client(_) => CLIENT_PROG_NAME,
         }
     }
 
@@ -618,7 +630,12 @@ impl ProgInfo {
 
     /// True if this is memspin's redirect program.
     pub fn is_ours(&self) -> bool {
-        self.prog_type == PROG_TYPE_XDP && self.name() == PROG_NAME.as_bytes()
+        self.is_xdp_named(PROG_NAME)
+    }
+
+    /// True if this is an XDP program loaded under `name`.
+    pub fn is_xdp_named(&self, name: &str) -> bool {
+        self.prog_type == PROG_TYPE_XDP && self.name() == name.as_bytes()
     }
 }
 
@@ -915,6 +932,10 @@ mod tests {
             name,
         };
         assert!(info.is_ours());
+        assert!(
+            !info.is_xdp_named(CLIENT_PROG_NAME),
+            "a server's is not a client's"
+        );
         assert!(
             !ProgInfo {
                 prog_type: 1,

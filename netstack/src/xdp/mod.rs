@@ -410,8 +410,9 @@ impl XdpProgram {
 
     /// Like [`attach`](Self::attach), with a client's program ([`bpf::client_program`]):
     /// for a client that opens connections from its own address (`memspin-loadgen --net
-    /// xdp`). It carries the same name, so a client's program left by a killed run is
-    /// replaced the same way.
+    /// xdp`). It carries a name of its own ([`bpf::CLIENT_PROG_NAME`]): a client's program
+    /// left by a killed run is replaced the same way, and a server's program is refused
+    /// as another tool's would be (and the server refuses a client's).
     ///
     /// # Errors
     /// As [`attach`](Self::attach).
@@ -434,8 +435,12 @@ impl XdpProgram {
         let rx_queues = link.rx_queues.max(1);
         let map = bpf::create_xskmap(rx_queues).map_err(|e| fail(XdpOp::MapCreate, e))?;
         let frags = frags_for(link.mtu);
-        let prog = bpf::load_xdp_program(&steering.program(map.as_raw_fd()), frags)
-            .map_err(|e| fail(XdpOp::ProgLoad, e))?;
+        let prog = bpf::load_named(
+            &steering.program(map.as_raw_fd()),
+            steering.prog_name(),
+            frags,
+        )
+        .map_err(|e| fail(XdpOp::ProgLoad, e))?;
         let prog_id = bpf::prog_info(prog.as_fd())
             .map_err(|e| fail(XdpOp::ProgInfo, e))?
             .id;
@@ -448,7 +453,7 @@ impl XdpProgram {
                 Err(e) => return Err(fail(XdpOp::ProgInfo, e)),
                 Ok(fd) => {
                     let info = bpf::prog_info(fd.as_fd()).map_err(|e| fail(XdpOp::ProgInfo, e))?;
-                    if !info.is_ours() {
+                    if !info.is_xdp_named(steering.prog_name()) {
                         return Err(XdpError::ForeignProgram {
                             name,
                             prog_id: found.prog_id,
