@@ -113,21 +113,35 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// memspin, killed on drop.
-struct Memspin(Child);
+/// memspin, killed on drop; its stderr (the exit report) goes to `log`, removed on drop.
+struct Memspin {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Memspin {
+    /// Stops memspin with SIGTERM (it prints its exit report) and returns its stderr.
+    fn stop_and_report(&mut self) -> String {
+        // SAFETY: kill(2) on our own child's pid, which has not been waited for.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.child.wait();
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
 
 /// Starts memspin in `ns` with `args`; returns once it printed its ready line.
 #[track_caller]
 fn start_memspin(ns: &Netns, args: &[&str]) -> Memspin {
+    let log = std::env::temp_dir().join(format!("mslg-memspin-{}.log", ns.name));
     let mut child = ns
         .command(memspin_bin().to_str().expect("a UTF-8 path"))
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("memspin's log"))
         .spawn()
         .expect("start memspin");
     let stdout = child.stdout.take().expect("piped stdout");
-    let memspin = Memspin(child);
+    let memspin = Memspin { child, log };
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -143,9 +157,26 @@ fn start_memspin(ns: &Netns, args: &[&str]) -> Memspin {
 
 impl Drop for Memspin {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
     }
+}
+
+/// `frames_control` of worker `worker`'s connection table in memspin's exit report: ARP,
+/// neighbour discovery and echo frames that reached that worker's queue.
+#[track_caller]
+fn control_frames(report: &str, worker: usize) -> u64 {
+    let line = report
+        .lines()
+        .find(|l| l.contains(&format!("worker {worker}: connection table")))
+        .unwrap_or_else(|| panic!("no table of worker {worker} in:\n{report}"));
+    let at = line.find("frames_control: ").expect("frames_control") + "frames_control: ".len();
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a count")
 }
 
 /// The two namespaces, the veth pair, the generator's TAP device and memspin serving.
@@ -368,8 +399,8 @@ fn a_killed_server_is_counted_as_errors_and_the_run_still_ends() {
             .map_while(Result::ok)
             .any(|line| line.contains("] run"));
         assert!(in_window, "the generator ended before its window");
-        let _ = topo.memspin.0.kill();
-        let _ = topo.memspin.0.wait();
+        let _ = topo.memspin.child.kill();
+        let _ = topo.memspin.child.wait();
         // Keep reading, so the generator never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
     });
@@ -755,7 +786,9 @@ fn xdp_closed_and_open_loops_verify_every_value() {
 
 // Thread i on queue i: a veth hands a frame to the peer's receive queue of the sender's
 // transmit queue, so memspin's worker i gets thread i's connections and answers on queue
-// i. Thread 1 never asks for the server's MAC: the set-up resolved it and taught its table.
+// i. Thread 1 never asks for the server's MAC: the set-up resolved it from queue 0 and
+// taught its table, so memspin's worker 1 sees no ARP at all (a thread that had to ask
+// would send its request on its own queue, to worker 1).
 #[test]
 fn xdp_two_threads_on_two_queues_verify_every_value() {
     let _serial = one_at_a_time();
@@ -769,6 +802,12 @@ fn xdp_two_threads_on_two_queues_verify_every_value() {
     );
     assert_eq!(v["config"]["threads"], 2);
     assert_clean_xdp_run(&v);
+    let report = topo.memspin.stop_and_report();
+    assert!(
+        control_frames(&report, 0) >= 1,
+        "the set-up's ARP:\n{report}"
+    );
+    assert_eq!(control_frames(&report, 1), 0, "{report}");
 }
 
 #[test]
@@ -820,7 +859,7 @@ fn xdp_a_stopped_server_shows_in_the_corrected_tail() {
         ],
         |topo, child| {
             wait_for_window(child);
-            let pid = topo.memspin.0.id() as libc::pid_t;
+            let pid = topo.memspin.child.id() as libc::pid_t;
             // SAFETY: kill(2) on our own child's pid, which has not been waited for.
             unsafe { libc::kill(pid, libc::SIGSTOP) };
             std::thread::sleep(stall);
