@@ -1014,4 +1014,36 @@ fn xdp_bad_arguments_and_missing_rights_are_clear_errors() {
         .unwrap();
     let link = String::from_utf8_lossy(&out.stdout);
     assert!(!has_xdp(&link), "{link}");
+    // A memspin server serving on the interface: its program is not the generator's to
+    // replace, and it stays.
+    let mut memspin = start_memspin(
+        &gen_ns,
+        &[
+            "--net",
+            "xdp",
+            "--iface",
+            "xg0",
+            "--ip",
+            "10.78.0.9/24",
+            "--idle",
+            "park",
+        ],
+    );
+    let out = run(
+        false,
+        &["--net", "xdp", "--ip", "10.78.0.3/24", "--iface", "xg0"],
+    );
+    assert_refused(&out, "another XDP program");
+    let out = gen_ns
+        .command("ip")
+        .args(["-d", "link", "show", "xg0"])
+        .output()
+        .unwrap();
+    let link = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        has_xdp(&link) && link.contains("name memspin_xsk "),
+        "the server's program stays: {link}"
+    );
+    assert!(!link.contains("memspin_xskc"), "{link}");
+    memspin.stop_and_report();
 }
