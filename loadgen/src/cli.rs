@@ -99,7 +99,7 @@ pub enum NetArg {
     Kernel,
     /// netstack's TCP stack on a TAP queue per thread (needs root).
     Tap,
-    /// AF_XDP: not available in this build (the run refuses it with a message).
+    /// netstack's TCP stack on an AF_XDP socket per thread, thread i on queue i of an existing interface (needs root).
     Xdp,
 }
 
@@ -229,16 +229,16 @@ pub struct Args {
     /// Send and reply times: kernel `software` timestamps, the NIC's `hardware` ones (software where the interface has none), or `none` (the generator's own clock).
     #[arg(long, value_enum, default_value_t = TimestampsArg::Software)]
     pub timestamps: TimestampsArg,
-    /// How connections reach the servers: `kernel` sockets, or the kernel-bypass client on a TAP device (`tap`, with --iface and --ip; needs root). `xdp` is not available yet.
+    /// How connections reach the servers: `kernel` sockets, or the kernel-bypass client (with --iface and --ip; needs root) on a TAP device (`tap`) or on AF_XDP sockets on an existing interface (`xdp`, thread i on queue i).
     #[arg(long, value_enum, default_value_t = NetArg::Kernel)]
     pub net: NetArg,
-    /// --net tap: the TAP device, which must exist and be up (one queue per thread: multi-queue when --threads > 1).
+    /// --net tap: the TAP device, which must exist and be up (one queue per thread: multi-queue when --threads > 1); --net xdp: the interface to attach to (at least one receive queue per thread).
     #[arg(long, value_name = "NAME")]
     pub iface: Option<String>,
-    /// --net tap: the generator's own address on the link, ADDR/PREFIX.
+    /// --net tap|xdp: the generator's own address on the link, ADDR/PREFIX (over xdp an address the kernel does not also use).
     #[arg(long, value_name = "ADDR/PREFIX")]
     pub ip: Option<String>,
-    /// --net tap: the default route's gateway, for servers that are not on the link.
+    /// --net tap|xdp: the default route's gateway, for servers that are not on the link.
     #[arg(long, value_name = "ADDR")]
     pub gateway: Option<std::net::IpAddr>,
     /// Write the JSON summary here (schema in loadgen/README.md).
@@ -354,28 +354,40 @@ impl Args {
     fn net(&self) -> Result<Net, String> {
         let bypass_only = || {
             if self.iface.is_some() || self.ip.is_some() || self.gateway.is_some() {
-                Err("--iface, --ip and --gateway are for --net tap".to_string())
+                Err("--iface, --ip and --gateway are for --net tap and --net xdp".to_string())
             } else {
                 Ok(())
             }
         };
         match self.net {
             NetArg::Kernel => bypass_only().map(|()| Net::Kernel),
-            NetArg::Xdp => Err(
-                "--net xdp: the AF_XDP client is not available in this build of memspin-loadgen; use --net tap"
-                    .to_string(),
-            ),
-            NetArg::Tap => {
-                let iface = self.iface.clone().ok_or("--net tap needs --iface")?;
-                let ip = self.ip.as_deref().ok_or("--net tap needs --ip ADDR/PREFIX")?;
+            NetArg::Tap | NetArg::Xdp => {
+                let name = if self.net == NetArg::Tap {
+                    "tap"
+                } else {
+                    "xdp"
+                };
+                let iface = self
+                    .iface
+                    .clone()
+                    .ok_or_else(|| format!("--net {name} needs --iface"))?;
+                let ip = self
+                    .ip
+                    .as_deref()
+                    .ok_or_else(|| format!("--net {name} needs --ip ADDR/PREFIX"))?;
                 let (ip, prefix_len) =
                     BypassLink::parse_cidr(ip).map_err(|e| format!("--ip {e}"))?;
-                Ok(Net::Tap(BypassLink {
+                let link = BypassLink {
                     iface,
                     ip,
                     prefix_len,
                     gateway: self.gateway,
-                }))
+                };
+                Ok(if self.net == NetArg::Tap {
+                    Net::Tap(link)
+                } else {
+                    Net::Xdp(link)
+                })
             }
         }
     }

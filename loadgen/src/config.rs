@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::arrival::ArrivalKind;
-use crate::bypass::BypassLink;
+use crate::bypass::{BypassLink, BypassPath};
 use crate::client::Protocol;
 use crate::placement::Distribution;
 use crate::tstamp::Timestamps;
@@ -149,6 +149,9 @@ pub enum Net {
     /// netstack's client-mode connection table on a TAP queue per thread
     /// ([`crate::bypass`]).
     Tap(BypassLink),
+    /// The same on an AF_XDP socket per thread on an existing interface
+    /// ([`crate::bypass`]).
+    Xdp(BypassLink),
 }
 
 impl Net {
@@ -157,6 +160,16 @@ impl Net {
         match self {
             Net::Kernel => "kernel",
             Net::Tap(_) => "tap",
+            Net::Xdp(_) => "xdp",
+        }
+    }
+
+    /// The bypass client's device and link, if the connections bypass the kernel.
+    pub fn bypass(&self) -> Option<(BypassPath, &BypassLink)> {
+        match self {
+            Net::Kernel => None,
+            Net::Tap(link) => Some((BypassPath::Tap, link)),
+            Net::Xdp(link) => Some((BypassPath::Xdp, link)),
         }
     }
 }
@@ -381,7 +394,7 @@ impl Config {
         {
             return Err(ConfigError::FewerKeysThanConnections);
         }
-        if let Net::Tap(link) = &self.net {
+        if let Some((_, link)) = self.net.bypass() {
             let family = link.ip.is_ipv4();
             if self.servers.iter().any(|s| s.is_ipv4() != family)
                 || link.gateway.is_some_and(|g| g.is_ipv4() != family)
@@ -458,7 +471,7 @@ pub struct ConfigEcho {
     pub idle: Idle,
     /// Kernel timestamps asked for: `software`, `hardware` or `none`.
     pub timestamps: Timestamps,
-    /// `kernel` or `tap` (`--net`).
+    /// `kernel`, `tap` or `xdp` (`--net`).
     pub net: &'static str,
     /// Time-series interval, ms.
     pub interval_ms: f64,

@@ -146,7 +146,7 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
     // Kept until the workers are done: dropping it restores the NICs' stamping settings.
     let stamps = match config.net {
         Net::Kernel => StampPlan::new(config.timestamps, &config.servers),
-        Net::Tap(_) => StampPlan::device(),
+        Net::Tap(_) | Net::Xdp(_) => StampPlan::device(),
     };
     if config.progress {
         if let Some(note) = &stamps.note {

@@ -458,6 +458,15 @@ pub fn route_interface(server: &SocketAddr) -> io::Result<String> {
     let probe = UdpSocket::bind(bind)?;
     probe.connect(server)?;
     let local = probe.local_addr()?.ip();
+    interface_holding(local)?.ok_or_else(|| io::Error::other(format!("no interface holds {local}")))
+}
+
+/// The name of the interface in this network namespace that holds the address `local`, if
+/// one does.
+///
+/// # Errors
+/// `getifaddrs` failed.
+pub fn interface_holding(local: std::net::IpAddr) -> io::Result<Option<String>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list that is freed below.
     if unsafe { libc::getifaddrs(&mut head) } < 0 {
@@ -496,7 +505,7 @@ pub fn route_interface(server: &SocketAddr) -> io::Result<String> {
     }
     // SAFETY: `head` came from getifaddrs and is freed once; no reference into it remains.
     unsafe { libc::freeifaddrs(head) };
-    found.ok_or_else(|| io::Error::other(format!("no interface holds {local}")))
+    Ok(found)
 }
 
 /// An interface's timestamping capabilities (`ETHTOOL_GET_TS_INFO`, as `ethtool -T` shows).

@@ -77,7 +77,7 @@ use clock::realtime_ns;
 use crate::arrival::Schedule;
 use crate::bypass::Bypass;
 use crate::client::{Codec, DecodeError, Expect, MultiHit, MultiKeys, Reply, Request};
-use crate::config::{Config, Idle, Net};
+use crate::config::{Config, Idle};
 use crate::conn::{Answered, Conn, ConnState, FlushOutcome, InFlight, ReadOutcome, RxTime};
 use crate::histogram::OpKind;
 use crate::pacing::{Arrival, MAX_GAP_SAMPLES, Pacer};
@@ -246,11 +246,19 @@ pub(crate) fn worker_main(
             None
         }
     };
-    if let Net::Tap(link) = &shared.config.net
+    if let Some((path, link)) = shared.config.net.bypass()
         && let Some(worker) = w.as_mut()
     {
         let (threads, conns) = (shared.config.threads, worker.conns.len());
-        match Bypass::open(link, id, threads, conns, shared.clock.now_ns()) {
+        let servers = &shared.config.servers;
+        match Bypass::open(
+            path,
+            link,
+            servers,
+            (id, threads),
+            conns,
+            shared.clock.now_ns(),
+        ) {
             Ok(b) => {
                 // Waited on (level-triggered) when a thread sleeps.
                 if let Err(e) = worker.epoll.add(b.fd(), READABLE, u64::MAX) {

@@ -371,4 +371,16 @@ impl<S: Default> ConnTable<S> {
     pub fn client_conns(&self) -> usize {
         self.spare.ports.in_use
     }
+
+    /// Records that the on-link host `ip` is at `mac`, a mapping another table of the
+    /// process validated (an ARP or NDP answer that reached that table's queue). For a
+    /// client whose tables share one address on several queues: an answer reaches one
+    /// queue, and every table needs it before its first SYN, or the SYN turns into a
+    /// request whose answer may again go elsewhere. Ignored for an address that is ours
+    /// or not on the link.
+    pub fn learn_neighbor(&mut self, ip: IpAddress, mac: [u8; 6]) {
+        if self.addrs.on_link(ip) && !self.addrs.is_ours(ip) {
+            self.neighbors.learn(ip, mac);
+        }
+    }
 }

@@ -19,7 +19,9 @@
 //!   solicitations), and neighbour solicitations whose target is that address (sent to
 //!   its solicited-node group or to it);
 //!
-//! go to the queue's AF_XDP socket; every other frame (the host's own ARP, neighbour
+//! go to the queue's AF_XDP socket. A client's program ([`client_program`], for
+//! `memspin-loadgen --net xdp`) is the same without the port comparisons: TCP to the
+//! client's address on any port (its connections' ephemeral ports). Every other frame (the host's own ARP, neighbour
 //! discovery, SSH, ping and the rest of its traffic, UDP, other ports and addresses, IPv6
 //! with extension headers or fragments, 802.1Q-tagged frames, frames too short for the
 //! headers they announce) gets `XDP_PASS`. Registers: r2 = `data`, r3 = `data_end`, r9 =
@@ -148,6 +150,10 @@ pub use super::asm::Insn;
 /// by memspin (see [`super::XdpProgram::attach`]).
 pub const PROG_NAME: &str = "memspin_xsk";
 
+/// The name a client's program is loaded under (`memspin-loadgen --net xdp`): another name
+/// than the server's, so neither replaces the other's program, which may be in use.
+pub const CLIENT_PROG_NAME: &str = "memspin_xskc";
+
 /// License string given to the kernel (GPL-compatible, see the module docs).
 pub const LICENSE: &core::ffi::CStr = c"Dual MIT/GPL";
 
@@ -229,6 +235,65 @@ pub struct Steer {
     pub extra_tcp_port: Option<u16>,
 }
 
+/// What a client's program steers to its sockets (`memspin-loadgen --net xdp`): every TCP
+/// segment to its address, whatever the port (the address is the client's alone: the kernel
+/// keeps addresses of its own on the link), echo requests to it, ARP and neighbour discovery
+/// for it; every other frame goes to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientSteer {
+    /// The client's IPv4 address, if it has one.
+    pub ipv4: Option<Ipv4Addr>,
+    /// The client's IPv6 address, if it has one.
+    pub ipv6: Option<Ipv6Addr>,
+}
+
+/// What a program steers: a server's addresses and ports, or a client's addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steering {
+    /// memspin's own program ([`steering_program`]).
+    Server(Steer),
+    /// A client's ([`client_program`]).
+    Client(ClientSteer),
+}
+
+/// The rules one program is built from: addresses, and the TCP ports taken (`None`: all).
+#[derive(Debug, Clone, Copy)]
+struct Rules {
+    ipv4: Option<Ipv4Addr>,
+    ipv6: Option<Ipv6Addr>,
+    ports: Option<(u16, Option<u16>)>,
+}
+
+impl Steering {
+    fn rules(&self) -> Rules {
+        match *self {
+            Steering::Server(s) => Rules {
+                ipv4: s.ipv4,
+                ipv6: s.ipv6,
+                ports: Some((s.tcp_port, s.extra_tcp_port)),
+            },
+            Steering::Client(c) => Rules {
+                ipv4: c.ipv4,
+                ipv6: c.ipv6,
+                ports: None,
+            },
+        }
+    }
+
+    /// The name its program is loaded under: [`PROG_NAME`] or [`CLIENT_PROG_NAME`].
+    pub fn prog_name(&self) -> &'static str {
+        match self {
+            Steering::Server(_) => PROG_NAME,
+            Steering::Client(_) => CLIENT_PROG_NAME,
+        }
+    }
+
+    /// The program for the XSKMAP `map_fd`.
+    pub fn program(&self, map_fd: RawFd) -> Vec<Insn> {
+        build(map_fd, &self.rules())
+    }
+}
+
 /// Where each section of the program ends.
 #[derive(Debug, Clone, Copy)]
 struct Exits {
@@ -240,6 +305,16 @@ struct Exits {
 
 /// The steering program for the XSKMAP `map_fd` (see the module docs for the listing).
 pub fn steering_program(map_fd: RawFd, steer: &Steer) -> Vec<Insn> {
+    Steering::Server(*steer).program(map_fd)
+}
+
+/// A client's steering program for the XSKMAP `map_fd`: the listing in the module docs
+/// without the port comparisons, so TCP to the address goes to the socket on any port.
+pub fn client_program(map_fd: RawFd, steer: &ClientSteer) -> Vec<Insn> {
+    Steering::Client(*steer).program(map_fd)
+}
+
+fn build(map_fd: RawFd, steer: &Rules) -> Vec<Insn> {
     let mut asm = Asm::new();
     let exits = Exits {
         redirect: asm.label(),
@@ -311,7 +386,7 @@ fn arp_for(asm: &mut Asm, ip: Ipv4Addr, to: Exits) {
 
 /// IPv4 to `ip`, any header length, not a later fragment: TCP to the steered port (or
 /// extra port), or an ICMP echo request → redirect.
-fn ipv4_to(asm: &mut Asm, ip: Ipv4Addr, steer: &Steer, to: Exits) {
+fn ipv4_to(asm: &mut Asm, ip: Ipv4Addr, steer: &Rules, to: Exits) {
     need(asm, ETH_HLEN + IPV4_MIN_LEN, to.pass);
     asm.load(Size::B, R5, R2, IPV4_VERSION_IHL);
     asm.mov(R4, R5);
@@ -346,13 +421,16 @@ fn ipv4_to(asm: &mut Asm, ip: Ipv4Addr, steer: &Steer, to: Exits) {
 }
 
 /// `r4` holds a TCP destination port: the steered port (or extra port) goes on to `ours`
-/// (by a jump, or by falling through), any other to `other`.
-fn our_port(asm: &mut Asm, steer: &Steer, ours: Label, other: Label) {
-    if let Some(extra) = steer.extra_tcp_port {
-        asm.jmp32_imm(Cond::Eq, R4, wire_u16(steer.tcp_port), ours);
-        asm.jmp32_imm(Cond::Ne, R4, wire_u16(extra), other);
-    } else {
-        asm.jmp32_imm(Cond::Ne, R4, wire_u16(steer.tcp_port), other);
+/// (by a jump, or by falling through), any other to `other`; without ports (a client's
+/// program) every port falls through.
+fn our_port(asm: &mut Asm, steer: &Rules, ours: Label, other: Label) {
+    match steer.ports {
+        None => {}
+        Some((port, Some(extra))) => {
+            asm.jmp32_imm(Cond::Eq, R4, wire_u16(port), ours);
+            asm.jmp32_imm(Cond::Ne, R4, wire_u16(extra), other);
+        }
+        Some((port, None)) => asm.jmp32_imm(Cond::Ne, R4, wire_u16(port), other),
     }
 }
 
@@ -370,7 +448,7 @@ fn ipv6_equals(asm: &mut Asm, off: i16, ip: Ipv6Addr, differ: Label) {
 /// IPv6 without extension headers: TCP to `ip` and the steered port (or extra port), an
 /// ICMPv6 echo request or neighbour advertisement to `ip`, or a neighbour solicitation for
 /// `ip` → redirect.
-fn ipv6_to(asm: &mut Asm, ip: Ipv6Addr, steer: &Steer, to: Exits) {
+fn ipv6_to(asm: &mut Asm, ip: Ipv6Addr, steer: &Rules, to: Exits) {
     let tcp = asm.label();
     let to_us = asm.label();
     need(asm, ETH_HLEN + IPV6_LEN + 4, to.pass);
@@ -552,7 +630,12 @@ impl ProgInfo {
 
     /// True if this is memspin's redirect program.
     pub fn is_ours(&self) -> bool {
-        self.prog_type == PROG_TYPE_XDP && self.name() == PROG_NAME.as_bytes()
+        self.is_xdp_named(PROG_NAME)
+    }
+
+    /// True if this is an XDP program loaded under `name`.
+    pub fn is_xdp_named(&self, name: &str) -> bool {
+        self.prog_type == PROG_TYPE_XDP && self.name() == name.as_bytes()
     }
 }
 
@@ -808,6 +891,37 @@ mod tests {
         }
     }
 
+    // A client's program is the server's without the port comparisons: one instruction less
+    // per TCP section, the port never compared, TCP still reaching the redirect; the
+    // verifier takes it.
+    #[test]
+    fn a_client_program_takes_every_port_of_its_address() {
+        for base in [STEER, STEER_V6, DUAL] {
+            let client = ClientSteer {
+                ipv4: base.ipv4,
+                ipv6: base.ipv6,
+            };
+            let program = client_program(7, &client);
+            let server = steering_program(7, &base);
+            let sections = usize::from(base.ipv4.is_some()) + usize::from(base.ipv6.is_some());
+            assert_eq!(program.len() + sections, server.len(), "{client:?}");
+            assert!(
+                !program
+                    .iter()
+                    .any(|i| i.is_jump() && i.imm as u32 == wire_u16(11211)),
+                "no port compared"
+            );
+            let (_, to_redirect, _) = compared_and_exits(&program);
+            let (_, server_redirect, _) = compared_and_exits(&server);
+            assert_eq!(to_redirect, server_redirect, "{client:?}");
+            if privileged() {
+                let map = create_xskmap(4).expect("XSKMAP");
+                load_xdp_program(&client_program(map.as_raw_fd(), &client), Frags::No)
+                    .expect("the verifier accepts it");
+            }
+        }
+    }
+
     #[test]
     fn prog_info_names() {
         let mut name = [0u8; 16];
@@ -818,6 +932,10 @@ mod tests {
             name,
         };
         assert!(info.is_ours());
+        assert!(
+            !info.is_xdp_named(CLIENT_PROG_NAME),
+            "a server's is not a client's"
+        );
         assert!(
             !ProgInfo {
                 prog_type: 1,

@@ -53,7 +53,7 @@ use std::sync::Mutex;
 
 use crate::sys::{self, IfName, InvalidIfName};
 
-pub use bpf::{Frags, Steer};
+pub use bpf::{ClientSteer, Frags, Steer, Steering};
 pub use device::{
     BusyPoll, BusyPollOptions, KernelStats, MAX_TX_SPAN, RX_BATCH, TX_KICK_BATCH, XdpConfig,
     XdpDevice, XdpRxToken, XdpStats, XdpTxToken, ZeroCopy,
@@ -265,7 +265,7 @@ impl From<InvalidIfName> for XdpError {
 /// The steering program and its XSKMAP, attached to one interface; detached on drop.
 pub struct XdpProgram {
     name: IfName,
-    steer: Steer,
+    steering: Steering,
     ifindex: u32,
     mode: AttachMode,
     prog_id: u32,
@@ -286,7 +286,7 @@ impl fmt::Debug for XdpProgram {
         f.debug_struct("XdpProgram")
             .field("name", &self.name)
             .field("ifindex", &self.ifindex)
-            .field("steer", &self.steer)
+            .field("steering", &self.steering)
             .field("mode", &self.mode)
             .field("prog_id", &self.prog_id)
             .field("replaced", &self.replaced)
@@ -405,14 +405,42 @@ impl XdpProgram {
     /// [`XdpError::Sys`] naming the failed step (`EPERM` without `CAP_NET_ADMIN` and
     /// `CAP_BPF`, the native mode's error when only native was allowed).
     pub fn attach(iface: &str, choice: ModeChoice, steer: Steer) -> Result<XdpProgram, XdpError> {
+        Self::attach_steering(iface, choice, Steering::Server(steer))
+    }
+
+    /// Like [`attach`](Self::attach), with a client's program ([`bpf::client_program`]):
+    /// for a client that opens connections from its own address (`memspin-loadgen --net
+    /// xdp`). It carries a name of its own ([`bpf::CLIENT_PROG_NAME`]): a client's program
+    /// left by a killed run is replaced the same way, and a server's program is refused
+    /// as another tool's would be (and the server refuses a client's).
+    ///
+    /// # Errors
+    /// As [`attach`](Self::attach).
+    pub fn attach_client(
+        iface: &str,
+        choice: ModeChoice,
+        steer: ClientSteer,
+    ) -> Result<XdpProgram, XdpError> {
+        Self::attach_steering(iface, choice, Steering::Client(steer))
+    }
+
+    fn attach_steering(
+        iface: &str,
+        choice: ModeChoice,
+        steering: Steering,
+    ) -> Result<XdpProgram, XdpError> {
         let (name, ifindex) = lookup(iface)?;
         let fail = |op, errno| XdpError::Sys { name, op, errno };
         let link = netlink::get_link(ifindex).map_err(|e| fail(XdpOp::GetLink, e))?;
         let rx_queues = link.rx_queues.max(1);
         let map = bpf::create_xskmap(rx_queues).map_err(|e| fail(XdpOp::MapCreate, e))?;
         let frags = frags_for(link.mtu);
-        let prog = bpf::load_xdp_program(&bpf::steering_program(map.as_raw_fd(), &steer), frags)
-            .map_err(|e| fail(XdpOp::ProgLoad, e))?;
+        let prog = bpf::load_named(
+            &steering.program(map.as_raw_fd()),
+            steering.prog_name(),
+            frags,
+        )
+        .map_err(|e| fail(XdpOp::ProgLoad, e))?;
         let prog_id = bpf::prog_info(prog.as_fd())
             .map_err(|e| fail(XdpOp::ProgInfo, e))?
             .id;
@@ -425,7 +453,7 @@ impl XdpProgram {
                 Err(e) => return Err(fail(XdpOp::ProgInfo, e)),
                 Ok(fd) => {
                     let info = bpf::prog_info(fd.as_fd()).map_err(|e| fail(XdpOp::ProgInfo, e))?;
-                    if !info.is_ours() {
+                    if !info.is_xdp_named(steering.prog_name()) {
                         return Err(XdpError::ForeignProgram {
                             name,
                             prog_id: found.prog_id,
@@ -487,7 +515,7 @@ impl XdpProgram {
                     }
                     return Ok(XdpProgram {
                         name,
-                        steer,
+                        steering,
                         ifindex,
                         mode,
                         prog_id,
@@ -520,8 +548,8 @@ impl XdpProgram {
     }
 
     /// What the program steers to the sockets.
-    pub fn steer(&self) -> Steer {
-        self.steer
+    pub fn steering(&self) -> Steering {
+        self.steering
     }
 
     /// The interface index.

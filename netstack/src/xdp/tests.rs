@@ -938,7 +938,7 @@ fn the_program_steers_only_our_frames() {
     let pair = VethPair::new(1);
     pair.server(|| {
         let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, STEER).unwrap();
-        assert_eq!(program.steer(), STEER);
+        assert_eq!(program.steering(), Steering::Server(STEER));
         let config = XdpConfig {
             frame_size: 2048,
             frame_count: 256,
@@ -1259,7 +1259,7 @@ fn the_program_steers_a_second_port_too() {
     let pair = VethPair::new(1);
     pair.server(move || {
         let program = XdpProgram::attach(SERVER_IFACE, ModeChoice::Auto, steer).unwrap();
-        assert_eq!(program.steer(), steer);
+        assert_eq!(program.steering(), Steering::Server(steer));
         let config = XdpConfig {
             frame_size: 2048,
             frame_count: 256,

@@ -652,3 +652,46 @@ fn over_ipv6_the_first_syn_follows_the_neighbour_advertisement() {
         [ConnEvent::Established, ConnEvent::Closed]
     );
 }
+
+/// The EtherTypes of the frames waiting at the server's end of the link.
+fn ethertypes_to_server(pair: &mut Pair) -> Vec<u16> {
+    let mut seen = Vec::new();
+    pair.server_link.drop_pending(|frame| {
+        seen.push(u16::from_be_bytes([frame[12], frame[13]]));
+        false
+    });
+    seen
+}
+
+// A client whose tables share one address on several queues hands the server's MAC from
+// the table that resolved it to the others: a table taught it sends its first SYN at once,
+// where one that was not asks with ARP first.
+#[test]
+fn a_taught_neighbour_lets_the_first_syn_go_out_without_arp() {
+    let mut pair = Pair::new(4);
+    pair.client
+        .connect(pair.remote(PORT), None, Requests::new(0, 1, 10))
+        .unwrap();
+    pair.client.poll_egress(pair.now, &mut pair.client_link);
+    assert_eq!(ethertypes_to_server(&mut pair), [0x0806], "an ARP request");
+
+    let mut pair = Pair::new(4);
+    let server = IpAddress::from(server_ip().address());
+    pair.client.learn_neighbor(server, SERVER_MAC);
+    assert_eq!(pair.client.neighbors().peek(server), Some(SERVER_MAC));
+    pair.client
+        .connect(pair.remote(PORT), None, Requests::new(0, 1, 10))
+        .unwrap();
+    pair.client.poll_egress(pair.now, &mut pair.client_link);
+    assert_eq!(ethertypes_to_server(&mut pair), [0x0800], "the SYN itself");
+    let done = pair.run_until(20_000, &mut no_loss(), |p| p.finished.len() == 1);
+    assert!(done && pair.finished[0].intact, "{:?}", pair.finished);
+
+    // Our own address and one off the link are not taught.
+    pair.client
+        .learn_neighbor(IpAddress::from(client_ip().address()), [2, 0, 0, 0, 0, 9]);
+    let far = IpAddress::v4(192, 0, 2, 1);
+    pair.client.learn_neighbor(far, [2, 0, 0, 0, 0, 9]);
+    assert_eq!(pair.client.neighbors().peek(client_ip().address()), None);
+    assert_eq!(pair.client.neighbors().peek(far), None);
+}

@@ -1,10 +1,12 @@
-//! The kernel-bypass client (`--net tap`): each worker thread runs its connections through
-//! a netstack connection table of its own in client mode, on its own queue of a TAP device,
-//! busy-polled by the thread's loop; the kernel's TCP stack is not on the generator's side.
+//! The kernel-bypass client (`--net tap`, `--net xdp`): each worker thread runs its
+//! connections through a netstack connection table of its own in client mode, on its own
+//! queue of a TAP device or its own AF_XDP socket on an interface queue, busy-polled by the
+//! thread's loop; the kernel's TCP stack is not on the generator's side.
 //!
 //! ```text
-//! worker: issue → Conn.out ─write─▶ ConnTable (smoltcp socket) ─poll_egress─▶ TAP queue ─▶ link
-//! link ─▶ TAP queue ─poll_ingress─▶ ConnTable ─serve: copy─▶ Conn.inb ─decode─▶ worker (as for kernel sockets)
+//! worker: issue → Conn.out ─write─▶ ConnTable (smoltcp socket) ─poll_egress─▶ queue i ─▶ link
+//! link ─▶ queue i ─poll_ingress─▶ ConnTable ─serve: copy─▶ Conn.inb ─decode─▶ worker (as for kernel sockets)
+//! queue i: TAP queue i (--net tap), or the AF_XDP socket on interface queue i (--net xdp, [`xdp`])
 //! ```
 //!
 //! Only the transport differs from the kernel path: the requests, the replies, their decoding,
@@ -13,7 +15,8 @@
 //! **Stamps.** A request's send time is the run clock read as the table's egress poll returns,
 //! for the poll that handed the device the first frame carrying new data of its connection
 //! after the request was written (netstack's [`Stamps::sent`] names the poll); by then the
-//! frame has been written to the device, and it was written no earlier than the poll began.
+//! frame has been written to the device (for AF_XDP: put on the tx ring and the kernel
+//! kicked when it asks for it), and it was written no earlier than the poll began.
 //! A reply's receive time is the run clock read just before the ingress poll that read the
 //! frame that brought it ([`Stamps::received`]); the poll reads the device first. So the
 //! service time runs from device to device and leaves out the generator's own TCP
@@ -23,13 +26,18 @@
 //! into a full send buffer is stamped when its connection's next new data goes out, which
 //! may be before its own last byte does.
 //!
-//! **Queues and addresses.** Every thread's table has the same address (`--ip`) and MAC; a
-//! thread with more than one (a multi-queue TAP device, one queue per thread) opens its
-//! connections from a slice of the ephemeral ports of its own, so no two threads use the
-//! same 4-tuple. The kernel delivers a flow's frames to the queue that last sent the flow's
-//! frames, so replies come back to the thread that sent the requests. An ARP reply is not a
-//! flow: with several threads, give the generator a `--gateway` (the gateways' MACs are
-//! shared by the threads' tables), as in `scripts/veth-pair.sh` and `tests/bypass.rs`.
+//! **Queues and addresses.** Every thread's table has the same address (`--ip`) and MAC
+//! (over TAP one derived from the address, over AF_XDP the interface's); a thread with
+//! more than one opens its connections from a slice of the ephemeral ports of its own, so
+//! no two threads use the same 4-tuple. The kernel delivers a TAP flow's frames to the
+//! queue that last sent the flow's frames, and a veth delivers a frame to the receive
+//! queue of the sender's transmit queue: an AF_XDP socket on queue i sends on queue i, so
+//! memspin's worker on the other end's queue i gets the connection and answers on it, and
+//! replies come back to the thread that sent the requests (with the same number of queues
+//! on every veth of the path, routers included). On a NIC, RSS or flow rules decide (see
+//! docs/af_xdp.md). An ARP reply is not a flow: over TAP with several threads, give the
+//! generator a `--gateway`; over AF_XDP the next hops are resolved once before the threads
+//! start and taught to every table ([`xdp`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
@@ -38,8 +46,11 @@ use std::sync::Arc;
 use netstack::conn::{PortRange, RecoveryStats};
 use netstack::smoltcp::time::Instant;
 use netstack::smoltcp::wire::{IpAddress, IpCidr, IpEndpoint, Ipv4Cidr, Ipv6Cidr};
+use netstack::xdp::XdpDevice;
 use netstack::{Admission, ConnEvent, ConnId, ConnTable, ConnectError, Stamps, TableConfig};
 use netstack::{TapDevice, TapError};
+
+mod xdp;
 
 /// The first and last ephemeral ports the threads share out.
 const PORTS: PortRange = PortRange::EPHEMERAL;
@@ -52,10 +63,20 @@ const RX_BUFFER_BYTES: usize = 64 * 1024;
 /// Frames one ingress poll reads at most.
 const INGRESS_BUDGET: usize = 64;
 
+/// Which device the bypass client runs on (`--net tap` or `--net xdp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BypassPath {
+    /// A TAP device, one queue per thread.
+    Tap,
+    /// AF_XDP sockets on an existing interface, thread i on queue i.
+    Xdp,
+}
+
 /// Where the bypass client runs: `--iface`, `--ip`, `--gateway`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BypassLink {
-    /// The TAP device (it must exist, be up, and have the kernel side's address).
+    /// The TAP device (it must exist, be up, and have the kernel side's address), or the
+    /// interface to attach to (`--net xdp`).
     pub iface: String,
     /// The generator's own address on the link.
     pub ip: IpAddr,
@@ -88,7 +109,7 @@ impl BypassLink {
     }
 
     /// The table's address as smoltcp's type.
-    fn cidr(&self) -> IpCidr {
+    pub(crate) fn cidr(&self) -> IpCidr {
         match self.ip {
             IpAddr::V4(ip) => IpCidr::Ipv4(Ipv4Cidr::new(ip, self.prefix_len)),
             IpAddr::V6(ip) => IpCidr::Ipv6(Ipv6Cidr::new(ip, self.prefix_len)),
@@ -135,22 +156,39 @@ fn port_window(slice: PortRange, len: usize, pick: u64) -> PortRange {
     }
 }
 
-/// One thread's stack: its TAP queue and its connection table, whose connections carry the
+/// A thread's queue.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per thread, inside the worker's boxed Bypass"
+)]
+enum Queue {
+    Tap(TapDevice),
+    Xdp(XdpDevice),
+}
+
+/// One thread's stack: its queue and its connection table, whose connections carry the
 /// index of their [`crate::conn::Conn`].
 pub struct Bypass {
-    device: TapDevice,
+    device: Queue,
     table: ConnTable<usize>,
     /// The latest ingress poll: its clock as the table keeps it, and as the run clock in ns.
     ingress: (Instant, u64),
     /// The latest egress poll: its clock as the table keeps it, and the run clock in ns when
     /// it returned.
     egress: (Instant, u64),
+    /// `--net xdp`: the run's program and what its set-up resolved, held until the socket
+    /// (`device`, dropped first) is closed.
+    attachment: Option<Arc<xdp::Attachment>>,
 }
 
 impl std::fmt::Debug for Bypass {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let device = match &self.device {
+            Queue::Tap(d) => format!("tap {}", d.name()),
+            Queue::Xdp(d) => format!("xdp {} queue {}", d.name(), d.queue()),
+        };
         f.debug_struct("Bypass")
-            .field("device", &self.device.name())
+            .field("device", &device)
             .field("table", &self.table)
             .finish_non_exhaustive()
     }
@@ -162,13 +200,90 @@ fn instant(ns: u64) -> Instant {
 }
 
 impl Bypass {
-    /// Opens thread `thread`'s queue of `link`'s TAP device (one of `threads`) and builds its
-    /// table for `conns` connections, at run-clock time `now_ns`.
+    /// Opens thread `thread`'s queue of `link` (one of `threads`; over AF_XDP the first
+    /// thread of a run attaches the program, binds every thread's socket and resolves the
+    /// next hops of `servers`) and builds its table for `conns` connections, at run-clock
+    /// time `now_ns`.
     ///
     /// # Errors
     /// A message saying what is wrong: no such interface, no permission (root or
-    /// `CAP_NET_ADMIN` is needed), a device that cannot be attached, an unusable address.
+    /// `CAP_NET_ADMIN` is needed), a device that cannot be attached, too few queues, an
+    /// unusable address, a next hop that does not answer.
     pub fn open(
+        path: BypassPath,
+        link: &BypassLink,
+        servers: &[SocketAddr],
+        (thread, threads): (usize, usize),
+        conns: usize,
+        now_ns: u64,
+    ) -> Result<Bypass, String> {
+        match path {
+            BypassPath::Tap => Self::open_tap(link, thread, threads, conns, now_ns),
+            BypassPath::Xdp => Self::open_xdp(link, servers, (thread, threads), conns, now_ns),
+        }
+    }
+
+    /// The table's configuration for thread `thread` of `threads` with `conns` connections.
+    fn table_config(
+        link: &BypassLink,
+        mac: [u8; 6],
+        (thread, threads): (usize, usize),
+        conns: usize,
+    ) -> TableConfig {
+        let mut config = TableConfig::client(mac, link.cidr());
+        if let Some(gateway) = link.gateway {
+            config = config.with_gateway(IpAddress::from(gateway));
+        }
+        // Room for every connection while a failed one of it still closes.
+        config.conn_limit = (2 * conns + 16).min(netstack::conn::MAX_CONN_LIMIT);
+        config.rx_buffer_bytes = RX_BUFFER_BYTES;
+        let pick = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64 / 1_000);
+        config.ephemeral_ports =
+            port_window(port_slice(thread, threads), (8 * conns).max(1024), pick);
+        config
+    }
+
+    fn open_xdp(
+        link: &BypassLink,
+        servers: &[SocketAddr],
+        (thread, threads): (usize, usize),
+        conns: usize,
+        now_ns: u64,
+    ) -> Result<Bypass, String> {
+        let attachment = xdp::join(link, servers, threads, conns + 1, instant(now_ns))?;
+        let mut device = attachment
+            .take_device(thread)
+            .ok_or_else(|| format!("--net xdp: queue {thread} has no socket left"))?;
+        let config = Self::table_config(link, attachment.mac, (thread, threads), conns);
+        let admission = Arc::new(Admission::new(config.conn_limit));
+        let mut table = ConnTable::with_shared(
+            config,
+            admission,
+            attachment.gateways.clone(),
+            &mut device,
+            instant(now_ns),
+        )
+        .map_err(|e| format!("--ip {}/{}: {e}", link.ip, link.prefix_len))?;
+        for &(ip, mac) in &attachment.neighbors {
+            table.learn_neighbor(ip, mac);
+        }
+        Ok(Bypass {
+            device: Queue::Xdp(device),
+            table,
+            ingress: (instant(now_ns), now_ns),
+            egress: (instant(now_ns), now_ns),
+            attachment: Some(attachment),
+        })
+    }
+
+    /// The attach mode and copy or zero-copy mode (`--net xdp`), for the progress output.
+    pub fn modes(&self) -> Option<&str> {
+        self.attachment.as_deref().map(|a| a.modes.as_str())
+    }
+
+    fn open_tap(
         link: &BypassLink,
         thread: usize,
         threads: usize,
@@ -200,32 +315,25 @@ impl Bypass {
             ),
             e => format!("--iface {}: {e}", link.iface),
         })?;
-        let mut config = TableConfig::client(link.mac(), link.cidr());
-        if let Some(gateway) = link.gateway {
-            config = config.with_gateway(IpAddress::from(gateway));
-        }
-        // Room for every connection while a failed one of it still closes.
-        config.conn_limit = (2 * conns + 16).min(netstack::conn::MAX_CONN_LIMIT);
-        config.rx_buffer_bytes = RX_BUFFER_BYTES;
-        let pick = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64 / 1_000);
-        config.ephemeral_ports =
-            port_window(port_slice(thread, threads), (8 * conns).max(1024), pick);
+        let config = Self::table_config(link, link.mac(), (thread, threads), conns);
         let admission = Arc::new(Admission::new(config.conn_limit));
         let table = ConnTable::with_admission(config, admission, &mut device, instant(now_ns))
             .map_err(|e| format!("--ip {}/{}: {e}", link.ip, link.prefix_len))?;
         Ok(Bypass {
-            device,
+            device: Queue::Tap(device),
             table,
             ingress: (instant(now_ns), now_ns),
             egress: (instant(now_ns), now_ns),
+            attachment: None,
         })
     }
 
     /// The queue's file descriptor, to wait on.
     pub fn fd(&self) -> RawFd {
-        self.device.fd().as_raw_fd()
+        match &self.device {
+            Queue::Tap(d) => d.fd().as_raw_fd(),
+            Queue::Xdp(d) => d.fd().as_raw_fd(),
+        }
     }
 
     /// Opens a connection to `server` for connection `index`; its SYN goes out at the next
@@ -280,9 +388,11 @@ impl Bypass {
     pub fn ingress(&mut self, now_ns: u64) -> bool {
         let now = instant(now_ns);
         self.ingress = (now, now_ns);
-        self.table
-            .poll_ingress(now, &mut self.device, INGRESS_BUDGET)
-            == netstack::Poll::Progress
+        let polled = match &mut self.device {
+            Queue::Tap(d) => self.table.poll_ingress(now, d, INGRESS_BUDGET),
+            Queue::Xdp(d) => self.table.poll_ingress(now, d, INGRESS_BUDGET),
+        };
+        polled == netstack::Poll::Progress
     }
 
     /// Sends what the table has for the device at run-clock time `now_ns`, then reads the run
@@ -290,7 +400,16 @@ impl Bypass {
     /// changed.
     pub fn egress(&mut self, now_ns: u64, done_ns: impl FnOnce() -> u64) -> bool {
         let now = instant(now_ns);
-        let progress = self.table.poll_egress(now, &mut self.device) == netstack::Poll::Progress;
+        let polled = match &mut self.device {
+            Queue::Tap(d) => self.table.poll_egress(now, d),
+            Queue::Xdp(d) => {
+                let polled = self.table.poll_egress(now, d);
+                // The frames are on the tx ring: kick the kernel if it asks for it.
+                d.flush();
+                polled
+            }
+        };
+        let progress = polled == netstack::Poll::Progress;
         self.egress = (now, done_ns());
         progress
     }
@@ -400,7 +519,7 @@ mod tests {
             prefix_len: 24,
             gateway: None,
         };
-        let err = Bypass::open(&link, 0, 1, 4, 0).unwrap_err();
+        let err = Bypass::open(BypassPath::Tap, &link, &[], (0, 1), 4, 0).unwrap_err();
         assert!(err.contains("no such interface"), "{err}");
     }
 }
