@@ -21,6 +21,7 @@ use std::sync::Arc;
 use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, StoreMode, Ttl, Write};
 
 use super::config::{EngineConfig, HOUSEKEEPING_ITEMS, PAGE_BYTES, PREFETCH_MAX};
+use super::marks::WriteMarks;
 use crate::control::{Control, EventKind, MemoryFigures, uri_encode};
 use crate::stats::{
     Background, CacheDump, Counters, Group, KINDS, Kind, Latency, Prefixes, RawPath, SIZES_STEP,
@@ -97,6 +98,8 @@ pub(crate) struct Core {
     cfd: u64,
     /// Background work between turns.
     house: Housekeeping,
+    /// Writes to watched keys (RESP `WATCH`), noted by every operation that changes a key.
+    marks: WriteMarks,
 }
 
 impl Core {
@@ -126,6 +129,7 @@ impl Core {
             resets: 0,
             cfd: 0,
             house: Housekeeping::default(),
+            marks: WriteMarks::default(),
         }
     }
 
@@ -447,6 +451,7 @@ impl Core {
     ) -> Option<ItemView<'_>> {
         self.counters.cmd_touch += 1;
         self.sample(Kind::Touch);
+        self.marks.note(key);
         let observed = self.observed();
         let item = self.shard.touch_marking(key, ttl, mark, now);
         if observed {
@@ -466,6 +471,7 @@ impl Core {
     /// A new expiry set as part of another command (meta `ma` with `T`): the store counts it
     /// as a touch, `cmd_touch` does not.
     pub fn retouch(&mut self, key: &[u8], ttl: Ttl, now: Now) {
+        self.marks.note(key);
         self.shard.touch(key, ttl, now);
     }
 
@@ -477,6 +483,7 @@ impl Core {
     /// As [`Shard::store`].
     pub fn store(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
         let extends = matches!(write.mode, StoreMode::Append | StoreMode::Prepend);
+        self.marks.note(write.key);
         if !extends && !self.fits(write.key.len(), write.value.len()) {
             // An item that can never fit is refused before anything is stored, and counted
             // as memcached counts it, in `store_too_large` and not `cmd_set`, whichever
@@ -512,6 +519,7 @@ impl Core {
     /// # Errors
     /// As [`Shard::store`].
     pub fn vivify(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
+        self.marks.note(write.key);
         let result = self.shard.store(write, now);
         self.publish_buckets();
         if self.config.control.watchers.any() {
@@ -528,6 +536,7 @@ impl Core {
         self.counters.store_too_large += 1;
         self.sample(Kind::Set);
         if unlink {
+            self.marks.note(key);
             self.shard.unlink(key, now);
         }
         if self.config.control.detail() || self.config.control.watchers.any() {
@@ -539,6 +548,7 @@ impl Core {
     /// Removes the item under `key` without counting a delete: after a store refused for
     /// memory, as memcached does (see [`Core::refuse_too_large`]).
     pub fn unlink(&mut self, key: &[u8], now: Now) {
+        self.marks.note(key);
         self.shard.unlink(key, now);
     }
 
@@ -553,6 +563,7 @@ impl Core {
     /// As [`Shard::delete`].
     pub fn delete(&mut self, key: &[u8], cas: u64, now: Now) -> Result<(), StoreError> {
         self.sample(Kind::Delete);
+        self.marks.note(key);
         if self.config.control.detail() {
             self.prefixes.record(key, |c| c.del += 1);
         }
@@ -572,6 +583,7 @@ impl Core {
         now: Now,
     ) -> Result<u64, StoreError> {
         self.sample(Kind::Delete);
+        self.marks.note(key);
         self.shard.invalidate_with(key, cas, exptime, new_cas, now)
     }
 
@@ -593,6 +605,7 @@ impl Core {
     /// As [`Shard::incr_decr`].
     pub fn arith(&mut self, arith: Arith<'_>, now: Now) -> Result<(u64, u64), StoreError> {
         self.sample(Kind::Arith);
+        self.marks.note(arith.key);
         let result = self.shard.incr_decr(arith, now);
         self.publish_buckets();
         if self.config.control.watchers.any() {
@@ -619,11 +632,13 @@ impl Core {
         self.counters.cmd_flush += 1;
         self.sample(Kind::Flush);
         log::info!("flush_all (delay {delay})");
+        self.note_flush(now);
         self.shard.flush_all(delay, now);
     }
 
     /// This worker's share of a flush_all another worker received (counted there).
     pub fn flush_for_another(&mut self, delay: i64, now: Now) {
+        self.note_flush(now);
         self.shard.flush_all(delay, now);
     }
 
@@ -639,8 +654,20 @@ impl Core {
 
     /// This worker's share of a [`Core::clear`] another worker received (counted there).
     pub fn clear_for_another(&mut self, now: Now) {
+        self.note_flush(now);
         self.shard.flush_all(0, now);
         self.shard.sweep_expired(usize::MAX, now);
+    }
+
+    /// Notes, before a flush, a write to each watched key it removes.
+    fn note_flush(&mut self, now: Now) {
+        let shard = &mut self.shard;
+        self.marks.note_held(|key| shard.peek(key, now).is_some());
+    }
+
+    /// The write marks of watched keys (see [`WriteMarks`]).
+    pub fn marks(&mut self) -> &mut WriteMarks {
+        &mut self.marks
     }
 
     /// A request refused as malformed or unknown.

@@ -39,6 +39,7 @@ mod binary;
 pub mod config;
 mod core;
 mod forward;
+mod marks;
 mod resp;
 mod session;
 mod text;

@@ -218,9 +218,8 @@ pub(crate) struct Watched {
     pub key: Box<[u8]>,
     /// The item's CAS and expiry then (`None`: not held).
     pub state: Option<(u64, u64)>,
-    /// Seen changed after one of the connection's own commands (a change undone later, as a
-    /// key written and deleted again, still counts).
-    pub touched: bool,
+    /// The write sequence when watched (see [`super::marks::WriteMarks`]).
+    pub since: u64,
 }
 
 /// One connection's protocol state, kept by the packet path next to its socket.
@@ -826,6 +825,30 @@ impl Cx<'_> {
     pub fn arith(&mut self, arith: Arith<'_>, now: Now) -> Result<(u64, u64), StoreError> {
         let key = stored(self.session, arith.key);
         self.core.arith(Arith { key, ..arith }, now)
+    }
+
+    /// Starts noting writes to `key` (`WATCH`): the sequence to compare at `EXEC`.
+    #[inline]
+    pub fn watch_writes(&mut self, db: u8, key: &[u8]) -> u64 {
+        let mut buf = Vec::new();
+        let key = stored_key(db, key, &mut buf);
+        self.core.marks().watch(key)
+    }
+
+    /// Whether `key` of database `db`, watched at `since`, was written after.
+    #[inline]
+    pub fn written_since(&mut self, db: u8, key: &[u8], since: u64) -> bool {
+        let mut buf = Vec::new();
+        let key = stored_key(db, key, &mut buf);
+        self.core.marks().written_since(key, since)
+    }
+
+    /// Stops noting writes to `key` of database `db` for one watcher.
+    #[inline]
+    pub fn unwatch_writes(&mut self, db: u8, key: &[u8]) {
+        let mut buf = Vec::new();
+        let key = stored_key(db, key, &mut buf);
+        self.core.marks().release(key);
     }
 
     /// A CAS value no live item of `key` holds.

@@ -567,12 +567,13 @@ fn scan_position(key: &[u8]) -> u64 {
 ///
 /// The cursor is a worker (top 8 bits) and a position in the key-hash space (56 bits): a call
 /// returns the keys of the connection's database on that worker whose positions are the
-/// smallest at or after the cursor's, and the next cursor starts where they end (at the last
-/// one, so keys sharing a position are returned again rather than missed). The order does not
-/// depend on the table, so growth, eviction and expiry move no key across the cursor: a full
-/// iteration returns every key held for its whole duration at least once. A worker's keys
-/// done, the cursor moves to the next worker's start; after the last, 0. Each call walks the
-/// worker's table (O(its items)).
+/// smallest at or after the cursor's, every key of each position it returns (keys sharing a
+/// position are never split between calls), and the next cursor is the position after the
+/// last one returned, so no key is returned twice by one iteration unless it is written
+/// again meanwhile. The order does not depend on the table, so growth, eviction and expiry
+/// move no key across the cursor: a full iteration returns every key held for its whole
+/// duration at least once. A worker's keys done, the cursor moves to the next worker's start;
+/// after the last, 0. Each call walks the worker's table (O(its items)).
 pub(super) fn scan(cx: &mut Cx<'_>, args: &[&[u8]], raw: &[u8], out: &mut Vec<u8>) -> Option<Stop> {
     let v = version(cx);
     let Some(cursor) = std::str::from_utf8(args[0])
@@ -621,10 +622,14 @@ pub(super) fn scan(cx: &mut Cx<'_>, args: &[&[u8]], raw: &[u8], out: &mut Vec<u8
     if worker != cx.config().worker && !cx.forwarded() {
         return cx.forward(worker, WHOLE, raw, out).err();
     }
-    // The `target` keys of the smallest positions at or after `start`.
+    // The `target` keys of the smallest positions at or after `start`; `dropped` is the
+    // smallest position of a key left out. Every key left out was at or above the heap's
+    // largest position when it was, and that largest position only falls, so `dropped` is
+    // at or above the largest position kept.
     let target = count.max(cx.items() / SCAN_WALKS).max(1);
     let mut nearest: std::collections::BinaryHeap<(u64, Vec<u8>)> =
         std::collections::BinaryHeap::new();
+    let mut dropped: Option<u64> = None;
     cx.visit_database(0, cx.num_buckets(), cx.now, |key, _| {
         let at = scan_position(key);
         if at < start {
@@ -633,32 +638,43 @@ pub(super) fn scan(cx: &mut Cx<'_>, args: &[&[u8]], raw: &[u8], out: &mut Vec<u8
         if nearest.len() < target {
             nearest.push((at, key.to_vec()));
         } else if nearest.peek().is_some_and(|(last, _)| at < *last) {
-            nearest.pop();
+            if let Some((out, _)) = nearest.pop() {
+                dropped = Some(dropped.map_or(out, |d| d.min(out)));
+            }
             nearest.push((at, key.to_vec()));
+        } else {
+            dropped = Some(dropped.map_or(at, |d| d.min(at)));
         }
     });
-    let found = nearest.into_vec();
-    let next = if found.len() < target {
-        // This worker's keys are done.
-        if worker + 1 < cx.workers() {
-            ((worker + 1) as u64) << CURSOR_POSITION_BITS
-        } else {
-            0
-        }
-    } else {
-        let first = found.iter().map(|(at, _)| *at).min().unwrap_or(start);
-        let last = found.iter().map(|(at, _)| *at).max().unwrap_or(start);
-        // Again from the last position, unless every key found holds it (then past it).
-        let resume = if first == last { last + 1 } else { last };
-        if resume >> CURSOR_POSITION_BITS != 0 {
-            if worker + 1 < cx.workers() {
-                ((worker + 1) as u64) << CURSOR_POSITION_BITS
+    let mut found = nearest.into_vec();
+    let last = found.iter().map(|(at, _)| *at).max().unwrap_or(start);
+    let resume = match dropped {
+        // Nothing left out: this worker's keys are done.
+        None => None,
+        // A key of the last position was left out: the position is returned next time,
+        // whole; unless it is all this call found (more keys than `target` share it), then
+        // it is returned whole now.
+        Some(d) if d == last => {
+            if found.iter().any(|(at, _)| *at < last) {
+                found.retain(|(at, _)| *at < last);
+                Some(last)
             } else {
-                0
+                found.clear();
+                cx.visit_database(0, cx.num_buckets(), cx.now, |key, _| {
+                    if scan_position(key) == last {
+                        found.push((last, key.to_vec()));
+                    }
+                });
+                Some(last + 1)
             }
-        } else {
-            (worker as u64) << CURSOR_POSITION_BITS | resume
         }
+        Some(_) => Some(last + 1),
+    };
+    let next = match resume {
+        Some(at) if at >> CURSOR_POSITION_BITS == 0 => (worker as u64) << CURSOR_POSITION_BITS | at,
+        // This worker's keys are done: the next worker's start, or the end.
+        _ if worker + 1 < cx.workers() => ((worker + 1) as u64) << CURSOR_POSITION_BITS,
+        _ => 0,
     };
     let keys: Vec<&[u8]> = found
         .iter()

@@ -423,24 +423,8 @@ impl<'c> Tail<'c> {
 }
 
 /// The connection's command at the front of the input, parsed whole: `raw` is its bytes.
-/// `spec` is [`lookup`]'s for its name. While the connection watches keys, each command is
-/// followed by a look at them ([`note_changes`]).
+/// `spec` is [`lookup`]'s for its name.
 fn execute(
-    cx: &mut Cx<'_>,
-    spec: Option<&'static Spec>,
-    command: &Command<'_>,
-    raw: &[u8],
-    out: &mut Vec<u8>,
-) -> Step {
-    let step = dispatch(cx, spec, command, raw, out);
-    if !cx.session.watched.is_empty() {
-        note_changes(cx);
-    }
-    step
-}
-
-/// [`execute`] without the look at watched keys.
-fn dispatch(
     cx: &mut Cx<'_>,
     spec: Option<&'static Spec>,
     command: &Command<'_>,

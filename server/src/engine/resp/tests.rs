@@ -1712,6 +1712,37 @@ fn scan_returns_every_key_while_the_table_grows() {
     );
 }
 
+/// Regression: the cursor went on from the last key's position, so each call but the last
+/// returned the previous call's last key again (django-redis's `delete_pattern` counted 44
+/// keys for 40). A full iteration over a table nobody writes returns each key exactly once.
+#[test]
+fn scan_returns_each_key_once_when_nothing_changes() {
+    let mut e = engine();
+    let mut s = resp2();
+    for i in 0..40 {
+        let key = format!("k:{i}");
+        assert_eq!(call(&mut e, &mut s, &["SET", &key, "v"]), "+OK\r\n");
+    }
+    for count in ["1", "3", "10", "39", "40", "1000"] {
+        let mut seen = Vec::new();
+        let mut cursor = "0".to_string();
+        for _ in 0..100 {
+            let reply = call(&mut e, &mut s, &["SCAN", &cursor, "COUNT", count]);
+            let (next, keys) = scan_reply(&reply);
+            seen.extend(keys);
+            cursor = next;
+            if cursor == "0" {
+                break;
+            }
+        }
+        assert_eq!(cursor, "0", "COUNT {count}: no end");
+        assert_eq!(seen.len(), 40, "COUNT {count}: {seen:?}");
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 40, "COUNT {count}");
+    }
+}
+
 /// With two workers the cursor names the worker: a full iteration returns both workers' keys,
 /// and `KEYS` joins both workers' matches.
 #[test]
@@ -1776,6 +1807,83 @@ fn a_watched_key_written_and_deleted_by_the_connection_fails_exec() {
     assert_eq!(c(&["SET", "k", "2"]), "+QUEUED\r\n");
     assert_eq!(c(&["EXEC"]), "*-1\r\n");
     assert_eq!(c(&["GET", "k"]), "$-1\r\n");
+}
+
+/// Regression: a watched key absent at `WATCH` and at `EXEC` that another client created and
+/// deleted between (or a memcached client, or a `FLUSHALL`) let `EXEC` run; Redis counts the
+/// key as modified. A key that expires between fails it too; writes to other keys do not.
+#[test]
+fn a_watched_key_created_and_deleted_by_another_client_fails_exec() {
+    type Change = fn(&mut Engine, &mut Session);
+    let changes: [(&str, Change); 3] = [
+        ("SET and DEL", |e, o| {
+            assert_eq!(call(e, o, &["SET", "k", "x"]), "+OK\r\n");
+            assert_eq!(call(e, o, &["DEL", "k"]), ":1\r\n");
+        }),
+        ("memcached set and delete", |e, _| {
+            let mut text = Session::default();
+            let mut out = Vec::new();
+            e.execute(
+                &mut text,
+                b"set k 0 0 1\r\ny\r\ndelete k\r\n",
+                &mut out,
+                now(),
+            );
+            assert_eq!(out, b"STORED\r\nDELETED\r\n");
+        }),
+        ("SET and FLUSHALL", |e, o| {
+            assert_eq!(call(e, o, &["SET", "k", "x"]), "+OK\r\n");
+            assert_eq!(call(e, o, &["FLUSHALL"]), "+OK\r\n");
+        }),
+    ];
+    for (what, change) in changes {
+        let mut e = engine();
+        let mut s = resp2();
+        let mut other = resp2();
+        assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n", "{what}");
+        change(&mut e, &mut other);
+        assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut s, &["SET", "k", "mine"]), "+QUEUED\r\n");
+        assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*-1\r\n", "{what}");
+        assert_eq!(call(&mut e, &mut s, &["GET", "k"]), "$-1\r\n", "{what}");
+    }
+    // Writes to other keys, a FLUSHALL that removes no watched key (Redis 7 touches only the
+    // watched keys a flush removes), and a watch released by UNWATCH leave the EXEC alone.
+    let mut e = engine();
+    let mut s = resp2();
+    let mut other = resp2();
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut other, &["FLUSHALL"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut other, &["SET", "j", "x"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut other, &["DEL", "j"]), ":1\r\n");
+    assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["SET", "k", "mine"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*1\r\n+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["UNWATCH"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut other, &["SET", "k", "x"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*0\r\n");
+    // A watched key that expires before EXEC fails it, though nobody wrote it.
+    assert_eq!(
+        call(&mut e, &mut s, &["SET", "t", "v", "PX", "5"]),
+        "+OK\r\n"
+    );
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "t"]), "+OK\r\n");
+    let later = Now::from_millis(NOW * 1000 + 10);
+    assert_eq!(
+        run_at(&mut e, &mut s, &command(&[b"MULTI"]), later),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run_at(&mut e, &mut s, &command(&[b"SET", b"t", b"mine"]), later),
+        "+QUEUED\r\n"
+    );
+    assert_eq!(
+        run_at(&mut e, &mut s, &command(&[b"EXEC"]), later),
+        "*-1\r\n"
+    );
 }
 
 /// `EXPIRETIME`, `RENAME`, `RENAMENX`, `COPY`, `RANDOMKEY`, `WAIT` and `FUNCTION FLUSH` as
