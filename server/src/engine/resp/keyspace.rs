@@ -157,7 +157,17 @@ pub(super) fn multi_code(cmd: Cmd) -> u8 {
 /// here counts the store operations it makes).
 pub(super) fn kind_of(cmd: Cmd) -> Kind {
     match cmd {
-        Cmd::Get | Cmd::MGet | Cmd::GetEx | Cmd::StrLen => Kind::Get,
+        Cmd::Get
+        | Cmd::MGet
+        | Cmd::GetEx
+        | Cmd::StrLen
+        | Cmd::GetRange
+        | Cmd::Substr
+        | Cmd::GetBit
+        | Cmd::BitCount
+        | Cmd::BitPos
+        | Cmd::BitFieldRo
+        | Cmd::Lcs => Kind::Get,
         Cmd::Set
         | Cmd::SetNx
         | Cmd::SetEx
@@ -165,9 +175,13 @@ pub(super) fn kind_of(cmd: Cmd) -> Kind {
         | Cmd::GetSet
         | Cmd::MSet
         | Cmd::MSetNx
-        | Cmd::Append => Kind::Set,
+        | Cmd::Append
+        | Cmd::SetRange
+        | Cmd::SetBit
+        | Cmd::BitOp
+        | Cmd::BitField => Kind::Set,
         Cmd::GetDel | Cmd::Del | Cmd::Unlink => Kind::Delete,
-        Cmd::Incr | Cmd::Decr | Cmd::IncrBy | Cmd::DecrBy => Kind::Arith,
+        Cmd::Incr | Cmd::Decr | Cmd::IncrBy | Cmd::DecrBy | Cmd::IncrByFloat => Kind::Arith,
         Cmd::Expire | Cmd::PExpire | Cmd::ExpireAt | Cmd::PExpireAt | Cmd::Persist => Kind::Touch,
         Cmd::FlushAll | Cmd::FlushDb => Kind::Flush,
         _ => Kind::Other,

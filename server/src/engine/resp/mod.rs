@@ -39,7 +39,13 @@
 //!   as they arrive, never buffered, the connection kept (Redis closes it with a protocol
 //!   error); a full store evicts (CLOCK, close to `allkeys-lru`) rather than refuse;
 //! - `MSET` is not atomic across workers (each pair is stored by its key's owner), and
-//!   `MSETNX` with keys on several workers is refused with Redis Cluster's `CROSSSLOT` error;
+//!   `MSETNX`, `BITOP`, `LCS`, `RENAME` and `COPY` with keys on several workers are refused
+//!   with Redis Cluster's `CROSSSLOT` error;
+//! - the item limit `-I` stands for Redis's 512 MB `proto-max-bulk-len`: `SETRANGE`, `SETBIT`
+//!   and `BITFIELD` past it are refused, and `LCS`'s table may take that much;
+//! - `INCRBYFLOAT` adds exactly in decimal (Redis: an 80-bit long double) and prints as
+//!   Redis's `%.17Lf`: the same replies while Redis's long double holds the sum's 17
+//!   decimals (magnitudes below about 100), fewer noise digits beyond;
 //! - `INFO keyspace` lists every database's keys under `db0` (the figures are the store's,
 //!   which counts items, not databases); `SWAPDB` is not served;
 //! - there is one user, `default`, with `--requirepass`'s password (any without one);
@@ -50,7 +56,9 @@
 //! mod.rs         parse (ahead, in place), dispatch, replies, and the commands too short for a
 //!                family file (GET, PING, TTL, ...)
 //! commands.rs    the command table: names, arity, keys, what `COMMAND` reports
-//! strings.rs     SET and its options, GETEX, INCR/DECR, APPEND, MSETNX
+//! strings.rs     SET and its options, GETEX, INCR/DECR, INCRBYFLOAT, APPEND, MSETNX,
+//!                SETRANGE, GETRANGE/SUBSTR, LCS
+//! bits.rs        SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD, BITFIELD_RO
 //! keyspace.rs    expiry, the multi-key commands (MGET, MSET, DEL, UNLINK, EXISTS), the
 //!                databases (SELECT, MOVE, DBSIZE, FLUSHDB), SCAN and KEYS
 //! transactions.rs MULTI, EXEC, DISCARD, WATCH, UNWATCH, RESET (and how a transaction runs
@@ -67,6 +75,7 @@ use protocol::resp::{
 };
 use store::{Now, StoreError, StoreMode, Ttl, Write};
 
+mod bits;
 mod commands;
 mod connection;
 mod keyspace;
@@ -74,6 +83,7 @@ mod server;
 mod strings;
 mod transactions;
 
+use self::bits::*;
 use self::commands::*;
 use self::connection::*;
 use self::keyspace::*;
@@ -472,6 +482,27 @@ fn execute(
         }
         _ => {}
     }
+    if spec.cmd == Cmd::BitOp && cx.workers() > 1 && !cx.forwarded() {
+        // Every key on one worker, where the command runs.
+        let me = cx.config().worker;
+        let owners: Vec<usize> = command
+            .args()
+            .skip(2)
+            .map(|key| cx.owner_elsewhere(key).unwrap_or(me))
+            .collect();
+        if owners.windows(2).any(|w| w[0] != w[1]) {
+            error(out, v, CROSSSLOT);
+            return Step::Done(len);
+        }
+        if let Some(&owner) = owners.first()
+            && owner != me
+        {
+            return match cx.forward(owner, WHOLE, raw, out) {
+                Ok(()) => Step::Done(len),
+                Err(stop) => Step::Stop(stop),
+            };
+        }
+    }
     if spec.keys == (1, 2, 1) && cx.workers() > 1 && !cx.forwarded() {
         // Two keys (RENAME, COPY): both on one worker, where the command runs.
         let me = cx.config().worker;
@@ -572,6 +603,17 @@ fn execute(
             arith(cx, arg(1), delta, out);
         }
         Cmd::Append => append(cx, arg(1), arg(2), out),
+        Cmd::IncrByFloat => incr_by_float(cx, arg(1), arg(2), out),
+        Cmd::SetRange => setrange(cx, arg(1), arg(2), arg(3), out),
+        Cmd::GetRange | Cmd::Substr => getrange(cx, arg(1), arg(2), arg(3), out),
+        Cmd::Lcs => lcs(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::SetBit => setbit(cx, arg(1), arg(2), arg(3), out),
+        Cmd::GetBit => getbit(cx, arg(1), arg(2), out),
+        Cmd::BitCount => bitcount(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::BitPos => bitpos(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::BitOp => bitop(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::BitField => bitfield(cx, Tail::of(command, 1).as_slice(), false, out),
+        Cmd::BitFieldRo => bitfield(cx, Tail::of(command, 1).as_slice(), true, out),
         Cmd::StrLen => {
             let len = cx.peek(arg(1), now).map_or(0, |item| item.value.len());
             integer(out, v, len as i64);
@@ -824,5 +866,7 @@ fn store_error(out: &mut Vec<u8>, v: Version, error: StoreError) {
     self::error(out, v, message);
 }
 
+#[cfg(test)]
+mod string_tests;
 #[cfg(test)]
 mod tests;

@@ -10,15 +10,15 @@ use crate::engine::*;
 
 const NOW: u64 = 1_700_000_000;
 
-fn now() -> Now {
+pub(super) fn now() -> Now {
     Now::from_secs(NOW)
 }
 
-fn resp2() -> Session {
+pub(super) fn resp2() -> Session {
     Session::speaking(Protocol::Resp(Version::Resp2))
 }
 
-fn command(args: &[&[u8]]) -> Vec<u8> {
+pub(super) fn command(args: &[&[u8]]) -> Vec<u8> {
     let mut out = Vec::new();
     write_command(&mut out, args);
     out
@@ -26,7 +26,7 @@ fn command(args: &[&[u8]]) -> Vec<u8> {
 
 /// Runs `input` at `now`, which must be consumed whole, and returns the replies as text.
 #[track_caller]
-fn run_at(e: &mut Engine, session: &mut Session, input: &[u8], now: Now) -> String {
+pub(super) fn run_at(e: &mut Engine, session: &mut Session, input: &[u8], now: Now) -> String {
     let mut out = Vec::new();
     let outcome = e.execute(session, input, &mut out, now);
     assert_eq!(
@@ -41,7 +41,7 @@ fn run_at(e: &mut Engine, session: &mut Session, input: &[u8], now: Now) -> Stri
 
 /// Runs one command (its arguments as text) and returns the reply.
 #[track_caller]
-fn call(e: &mut Engine, session: &mut Session, args: &[&str]) -> String {
+pub(super) fn call(e: &mut Engine, session: &mut Session, args: &[&str]) -> String {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     run_at(e, session, &command(&args), now())
 }
@@ -279,7 +279,9 @@ fn command_names_are_found_in_any_case_and_only_them() {
     for spec in COMMANDS {
         // What `lookup`'s comparison relies on.
         assert!(
-            spec.name.bytes().all(|b| b.is_ascii_lowercase()),
+            spec.name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'_'),
             "{}",
             spec.name
         );
@@ -300,10 +302,12 @@ fn command_names_are_found_in_any_case_and_only_them() {
             assert_eq!(lookup(name.as_bytes()).map(|s| s.name), Some(spec.name));
         }
         // A byte that differs from a letter in more than its case bit, anywhere, is another
-        // name: `get` is not `ge\x14` (0x14 | 0x20 is `4`) nor `GE@`.
+        // name: `get` is not `ge\x14` (0x14 | 0x20 is `4`) nor `GE@`, and `bitfield_ro` is
+        // not `bitfield\x7fro` (0x7f is `_` with the case bit).
         for at in 0..spec.name.len() {
             for other in [
                 0x14u8,
+                0x7f,
                 b'@',
                 b'`',
                 b'{',
@@ -988,7 +992,7 @@ fn multi_key_commands_stop_at_the_high_water_mark_and_go_on() {
     assert_eq!(tail, ":2\r\n:2\r\n");
 }
 
-fn config(workers: usize, worker: usize) -> EngineConfig {
+pub(super) fn config(workers: usize, worker: usize) -> EngineConfig {
     EngineConfig {
         started_unix_secs: NOW - 10,
         threads: workers,
@@ -1007,7 +1011,7 @@ fn config(workers: usize, worker: usize) -> EngineConfig {
 /// is forwarded to it and its replies delivered in batches (newest first when `reverse`), the
 /// connection's output sent as it becomes sendable; returns everything sent.
 #[track_caller]
-fn run_on_two_workers(
+pub(super) fn run_on_two_workers(
     home: &mut Engine,
     owner: &mut Engine,
     input: &[u8],
