@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, StoreMode, Ttl, Write};
 
+use super::budget::InputBudget;
 use super::config::{EngineConfig, HOUSEKEEPING_ITEMS, PAGE_BYTES, PREFETCH_MAX};
 use super::marks::WriteMarks;
 use crate::control::{Control, EventKind, MemoryFigures, uri_encode};
@@ -100,6 +101,8 @@ pub(crate) struct Core {
     house: Housekeeping,
     /// Writes to watched keys (RESP `WATCH`), noted by every operation that changes a key.
     marks: WriteMarks,
+    /// Bytes this worker's connections may hold in large commands still arriving.
+    budget: InputBudget,
 }
 
 impl Core {
@@ -107,6 +110,7 @@ impl Core {
     pub fn new(config: EngineConfig) -> Core {
         let mut shard = Shard::new(config.shard);
         shard.set_eviction(!config.control.settings.no_evictions);
+        let budget = InputBudget::new(config.max_body() as usize);
         Core {
             shard,
             counters: Counters::default(),
@@ -130,6 +134,7 @@ impl Core {
             cfd: 0,
             house: Housekeeping::default(),
             marks: WriteMarks::default(),
+            budget,
         }
     }
 
@@ -663,6 +668,11 @@ impl Core {
     fn note_flush(&mut self, now: Now) {
         let shard = &mut self.shard;
         self.marks.note_held(|key| shard.peek(key, now).is_some());
+    }
+
+    /// The input budget for large commands (see [`InputBudget`]).
+    pub fn budget(&self) -> &InputBudget {
+        &self.budget
     }
 
     /// The write marks of watched keys (see [`WriteMarks`]).

@@ -36,6 +36,7 @@
 //! (`resp/`; [`Session::speaking`]), on the same store.
 
 mod binary;
+mod budget;
 pub mod config;
 mod core;
 mod forward;

@@ -270,6 +270,8 @@ pub struct Session {
     pub(crate) authenticated: bool,
     /// Where a key of another database than 0 is namespaced ([`stored_key`]).
     key_buf: Vec<u8>,
+    /// The share of the worker's input budget a large command being assembled holds.
+    pub(crate) input_hold: Option<super::budget::Hold>,
 }
 
 impl Default for Session {
@@ -295,6 +297,7 @@ impl Default for Session {
             atomic: false,
             authenticated: false,
             key_buf: Vec::new(),
+            input_hold: None,
         }
     }
 }
@@ -849,6 +852,20 @@ impl Cx<'_> {
         let mut buf = Vec::new();
         let key = stored_key(db, key, &mut buf);
         self.core.marks().release(key);
+    }
+
+    /// Holds `bytes` of the worker's input budget for the command being assembled (a
+    /// command holds once it passes [`super::budget::LARGE_COMMAND_BYTES`]); false when the
+    /// budget is short.
+    #[inline]
+    pub fn hold_input(&mut self, bytes: usize) -> bool {
+        self.core.budget().grow(&mut self.session.input_hold, bytes)
+    }
+
+    /// Gives the command's share of the input budget back.
+    #[inline]
+    pub fn release_input(&mut self) {
+        self.session.input_hold = None;
     }
 
     /// A CAS value no live item of `key` holds.

@@ -38,6 +38,8 @@
 //!   all than twice `-I`): the error is answered at once and the command's bytes are skipped
 //!   as they arrive, never buffered, the connection kept (Redis closes it with a protocol
 //!   error); a full store evicts (CLOCK, close to `allkeys-lru`) rather than refuse;
+//! - a command growing past 64 KiB as it arrives holds a share of the worker's input budget
+//!   (`engine::budget`): one the budget cannot take is refused as an oversize bulk is;
 //! - `MSET` is not atomic across workers (each pair is stored by its key's owner), and
 //!   `MSETNX`, `BITOP`, `LCS`, `RENAME` and `COPY` with keys on several workers are refused
 //!   with Redis Cluster's `CROSSSLOT` error;
@@ -91,6 +93,7 @@ use self::server::*;
 use self::strings::*;
 use self::transactions::*;
 
+use super::budget::LARGE_COMMAND_BYTES;
 use super::forward::{Gather, Part};
 use super::session::{Cx, FanOut, Protocol, Resume, Scan, Step, Stop};
 use crate::stats::{Group, Kind, Snapshot};
@@ -111,6 +114,8 @@ const TOO_LARGE: &str = "ERR string exceeds maximum allowed size (proto-max-bulk
 const OUT_OF_MEMORY: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 const BAD_KEY: &str = "ERR key is empty or longer than 250 bytes";
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+const BUSY_INPUT: &str =
+    "ERR large commands in flight on this worker exceed its input budget, try again later";
 const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
 
 /// Executes (or refuses) the command at the front of `buf`. `ahead` holds the commands an
@@ -139,8 +144,10 @@ pub(super) fn step(
         if let Some((parsed, spec)) = kept
             && let Some((command, len)) = Command::from_parsed(buf, &parsed)
         {
-            // What an earlier parse of an incomplete command left is done with.
+            // What an earlier parse of an incomplete command left is done with, and so is
+            // the share of the input budget it held.
             cx.session.scan = Scan::default();
+            cx.release_input();
             if command.is_empty() {
                 return Step::Done(len);
             }
@@ -155,6 +162,7 @@ pub(super) fn step(
     match Command::parse(buf, &limits, &mut progress) {
         Ok((command, len)) => {
             cx.session.scan = Scan::default();
+            cx.release_input();
             if command.is_empty() {
                 return Step::Done(len);
             }
@@ -162,6 +170,12 @@ pub(super) fn step(
             execute(cx, spec, &command, &buf[..len], out)
         }
         Err(ParseError::Incomplete { needed }) => {
+            // The command has at least this many bytes: past the threshold, they are held
+            // from the worker's input budget before more of them is read.
+            let total = buf.len().saturating_add(needed);
+            if total > LARGE_COMMAND_BYTES && !cx.hold_input(total) {
+                return refuse_large(cx, buf, total, out);
+            }
             cx.session.scan = Scan {
                 bytes: progress.at,
                 items: progress.args,
@@ -170,6 +184,7 @@ pub(super) fn step(
         }
         Err(ParseError::TooLarge { end, args_left }) => {
             cx.session.scan = Scan::default();
+            cx.release_input();
             fail_queue(cx);
             error(out, version(cx), TOO_LARGE);
             cx.session.skip_args = args_left;
@@ -177,12 +192,36 @@ pub(super) fn step(
         }
         Err(ParseError::Protocol(error)) => {
             cx.session.scan = Scan::default();
+            cx.release_input();
             cx.protocol_error();
             error.emit_into(out);
             cx.session.close();
             Step::Done(0)
         }
     }
+}
+
+/// Refuses the command at the front of `buf`, whose current argument takes it to `total`
+/// bytes, for want of input budget: answered at once, its bytes skipped as they arrive, as a
+/// bulk over `-I` is (the parse again with a command limit just under `total` finds where the
+/// argument ends and how many follow it).
+fn refuse_large(cx: &mut Cx<'_>, buf: &[u8], total: usize, out: &mut Vec<u8>) -> Step {
+    cx.session.scan = Scan::default();
+    cx.release_input();
+    let limits = Limits {
+        max_command: total - 1,
+        ..limits(cx.config())
+    };
+    let Err(ParseError::TooLarge { end, args_left }) =
+        Command::parse(buf, &limits, &mut Progress::default())
+    else {
+        // Not reached: the same bytes parsed incomplete at a larger limit.
+        return Step::Wait(total - buf.len());
+    };
+    fail_queue(cx);
+    error(out, version(cx), BUSY_INPUT);
+    cx.session.skip_args = args_left;
+    skip_through(cx, buf, end)
 }
 
 /// Consumes the first `end` bytes of a refused command: those in `buf` now, the rest skipped
@@ -866,6 +905,8 @@ fn store_error(out: &mut Vec<u8>, v: Version, error: StoreError) {
     self::error(out, v, message);
 }
 
+#[cfg(test)]
+mod budget_tests;
 #[cfg(test)]
 mod string_tests;
 #[cfg(test)]
