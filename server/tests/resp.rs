@@ -210,6 +210,8 @@ BITFIELD bf OVERFLOW FAIL INCRBY u2 102 5
 BITFIELD bf OVERFLOW SAT SET u8 0 -1 GET u8 #0
 BITFIELD bf GET u64 0
 BITFIELD_RO bf SET u8 0 1
+TOUCH bf bc missing bf
+TOUCH
 "#;
 
 /// The same in RESP3 (`redis-cli -3` says `HELLO 3` first).

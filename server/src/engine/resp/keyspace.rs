@@ -149,6 +149,7 @@ pub(super) fn multi_code(cmd: Cmd) -> u8 {
         Cmd::Del => 2,
         Cmd::Unlink => 3,
         Cmd::Exists => 4,
+        Cmd::Touch => 6,
         _ => 5,
     }
 }
@@ -194,11 +195,12 @@ pub(super) fn multi_cmd(code: u8) -> Cmd {
         2 => Cmd::Del,
         3 => Cmd::Unlink,
         4 => Cmd::Exists,
+        6 => Cmd::Touch,
         _ => Cmd::MSet,
     }
 }
 
-/// `MGET`, `MSET`, `DEL`, `UNLINK`, `EXISTS`, key by key: each key (or pair) another worker
+/// `MGET`, `MSET`, `DEL`, `UNLINK`, `EXISTS`, `TOUCH`, key by key: each key (or pair) another worker
 /// owns goes to it. Before each key but the first of this call the output backlog, the
 /// forwarding limits and the turn are checked, and the command stops there when one says so
 /// (its place kept in the session), to go on with that key on a later call.
@@ -235,6 +237,7 @@ pub(super) fn multi_key(
     cx.classify(kind_of(cmd));
     let name: &[u8] = match cmd {
         Cmd::Exists => b"EXISTS",
+        Cmd::Touch => b"TOUCH",
         Cmd::Unlink => b"UNLINK",
         _ => b"DEL",
     };
@@ -310,6 +313,8 @@ pub(super) fn multi_key(
                     }
                 }
                 Cmd::Exists => state.arg += i64::from(cx.peek(key, now).is_some()),
+                // A read marks the item accessed, which is what `TOUCH` is for.
+                Cmd::Touch => state.arg += i64::from(cx.get(key, now).is_some()),
                 _ => state.arg += i64::from(cx.delete(key, 0, now).is_ok()),
             }
         }
@@ -405,7 +410,7 @@ impl Gather for Status {
     }
 }
 
-/// Adds up the integer replies of several workers (`DEL`, `UNLINK`, `EXISTS`).
+/// Adds up the integer replies of several workers (`DEL`, `UNLINK`, `EXISTS`, `TOUCH`).
 #[derive(Debug)]
 pub(super) struct Sum {
     total: i64,

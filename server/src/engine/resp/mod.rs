@@ -6,7 +6,7 @@
 //! Expiry is kept to the millisecond (`PX`, `PEXPIRE`, `PTTL`). Keys live on the worker that
 //! owns them: a command on one key another worker owns is forwarded whole; `MGET`, `MSET`,
 //! `DEL`, `UNLINK` and `EXISTS` send each key to its owner (their replies come back in request
-//! order, `DEL` and `EXISTS` add up what each owner found); `DBSIZE`, `INFO` and `FLUSHALL` go
+//! order, `DEL`, `EXISTS` and `TOUCH` add up what each owner found); `DBSIZE`, `INFO` and `FLUSHALL` go
 //! to every worker. A multi-key command checks the output backlog, the forwarding limits and
 //! the turn before each key and goes on from that key on the next call, as a text `get` does.
 //!
@@ -509,7 +509,7 @@ fn execute(
     let now = cx.now;
     cx.classify(kind_of(spec.cmd));
     match spec.cmd {
-        Cmd::MGet | Cmd::MSet | Cmd::Del | Cmd::Unlink | Cmd::Exists => {
+        Cmd::MGet | Cmd::MSet | Cmd::Del | Cmd::Unlink | Cmd::Exists | Cmd::Touch => {
             if spec.cmd == Cmd::MSet && command.argc() % 2 == 0 {
                 error(out, v, "ERR wrong number of arguments for 'mset' command");
                 return Step::Done(len);
@@ -815,7 +815,7 @@ fn execute(
         }
         Cmd::Config => config(cx, spec, Tail::of(command, 1).as_slice(), out),
         Cmd::Command => command_info(spec, Tail::of(command, 1).as_slice(), v, out),
-        Cmd::MGet | Cmd::MSet | Cmd::Del | Cmd::Unlink | Cmd::Exists => {}
+        Cmd::MGet | Cmd::MSet | Cmd::Del | Cmd::Unlink | Cmd::Exists | Cmd::Touch => {}
     }
     Step::Done(len)
 }

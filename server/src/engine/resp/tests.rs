@@ -1890,6 +1890,48 @@ fn a_watched_key_created_and_deleted_by_another_client_fails_exec() {
     );
 }
 
+/// `TOUCH` counts the keys held (a key named twice counts twice, as in Redis) without
+/// changing them: a watching transaction still runs; with two workers each owner counts its
+/// own keys and the counts add up.
+#[test]
+fn touch_counts_held_keys_and_changes_nothing() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut other = resp2();
+    assert_eq!(
+        call(&mut e, &mut s, &["SET", "a", "1", "PX", "5000"]),
+        "+OK\r\n"
+    );
+    assert_eq!(call(&mut e, &mut s, &["SET", "b", "2"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "a"]), "+OK\r\n");
+    assert_eq!(
+        call(&mut e, &mut other, &["TOUCH", "a", "b", "missing", "a"]),
+        ":3\r\n"
+    );
+    assert_eq!(call(&mut e, &mut s, &["PTTL", "a"]), ":5000\r\n");
+    assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["GET", "a"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*1\r\n$1\r\n1\r\n");
+    assert_eq!(
+        call(&mut e, &mut s, &["TOUCH"]),
+        "-ERR wrong number of arguments for 'touch' command\r\n"
+    );
+    let mut home = Engine::new(config(2, 0));
+    let mut owner = Engine::new(config(2, 1));
+    let keys: Vec<String> = (0..20).map(|i| format!("key:{i}")).collect();
+    let mut input = Vec::new();
+    for key in &keys[..10] {
+        input.extend(command(&[b"SET", key.as_bytes(), b"v"]));
+    }
+    run_on_two_workers(&mut home, &mut owner, &input, false);
+    let mut touch: Vec<&[u8]> = vec![b"TOUCH"];
+    touch.extend(keys.iter().map(|k| k.as_bytes()));
+    assert_eq!(
+        run_on_two_workers(&mut home, &mut owner, &command(&touch), false),
+        ":10\r\n"
+    );
+}
+
 /// `EXPIRETIME`, `RENAME`, `RENAMENX`, `COPY`, `RANDOMKEY`, `WAIT` and `FUNCTION FLUSH` as
 /// redis-server 7 answers them.
 #[test]
