@@ -212,6 +212,20 @@ BITFIELD bf GET u64 0
 BITFIELD_RO bf SET u8 0 1
 TOUCH bf bc missing bf
 TOUCH
+SELECT 1
+SET sw one
+SELECT 0
+SET sw zero
+SWAPDB 0 1
+GET sw
+SELECT 1
+GET sw
+DBSIZE
+SELECT 0
+SWAPDB 1 0
+GET sw
+SWAPDB x 1
+SWAPDB 0 99
 "#;
 
 /// The same in RESP3 (`redis-cli -3` says `HELLO 3` first).

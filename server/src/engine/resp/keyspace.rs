@@ -505,13 +505,54 @@ pub(super) fn flush_database(cx: &mut Cx<'_>) {
     }
 }
 
+/// Makes `db` the connection's database for what follows, in the namespace it means now
+/// (`SWAPDB`); each command starts with it.
+pub(super) fn enter_db(cx: &mut Cx<'_>, db: u8) {
+    cx.session.db = db;
+    cx.session.stored_db = cx.control().databases.namespace(db);
+}
+
+/// The connection's database and its namespace, to put back after a look at another one.
+pub(super) fn current_db(cx: &Cx<'_>) -> (u8, u8) {
+    (cx.session.db, cx.session.stored_db)
+}
+
+/// Puts back what [`current_db`] returned.
+pub(super) fn restore_db(cx: &mut Cx<'_>, (db, stored_db): (u8, u8)) {
+    cx.session.db = db;
+    cx.session.stored_db = stored_db;
+}
+
+/// `SWAPDB index1 index2`: the two databases trade their keys, for every connection and
+/// every worker at once (the namespace each number means is swapped, no key moves; see
+/// `control::DbMap`). A key watched in either database that is held in either changes its
+/// item under the watcher, which fails its `EXEC`, as Redis touches such keys.
+pub(super) fn swapdb(cx: &mut Cx<'_>, first: &[u8], second: &[u8], out: &mut Vec<u8>) {
+    let v = version(cx);
+    let index = |text: &[u8]| parse_integer(text).and_then(|n| i32::try_from(n).ok());
+    let Some(a) = index(first) else {
+        return error(out, v, "ERR invalid first DB index");
+    };
+    let Some(b) = index(second) else {
+        return error(out, v, "ERR invalid second DB index");
+    };
+    let databases = i32::from(cx.config().databases);
+    if !(0..databases).contains(&a) || !(0..databases).contains(&b) {
+        return error(out, v, "ERR DB index is out of range");
+    }
+    cx.control().databases.swap(a as u8, b as u8);
+    let db = cx.session.db;
+    enter_db(cx, db);
+    ok(out, v);
+}
+
 /// `SELECT index`.
 pub(super) fn select(cx: &mut Cx<'_>, index: &[u8], out: &mut Vec<u8>) {
     let v = version(cx);
     match parse_integer(index) {
         None => error(out, v, NOT_INTEGER),
         Some(n) if n >= 0 && n < i64::from(cx.config().databases) => {
-            cx.session.db = n as u8;
+            enter_db(cx, n as u8);
             ok(out, v);
         }
         Some(_) => error(out, v, OUT_OF_RANGE_DB),
@@ -539,7 +580,8 @@ pub(super) fn move_key(cx: &mut Cx<'_>, key: &[u8], db: &[u8], out: &mut Vec<u8>
     else {
         return integer(out, v, 0);
     };
-    cx.session.db = target;
+    let saved = current_db(cx);
+    enter_db(cx, target);
     let moved = if cx.peek(key, now).is_some() {
         Ok(false)
     } else {
@@ -555,7 +597,7 @@ pub(super) fn move_key(cx: &mut Cx<'_>, key: &[u8], db: &[u8], out: &mut Vec<u8>
         };
         cx.store(write, now).map(|_| true)
     };
-    cx.session.db = source;
+    restore_db(cx, saved);
     match moved {
         Ok(true) => {
             cx.unlink(key, now);
@@ -857,14 +899,15 @@ pub(super) fn copy(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
     let Some(item) = item_of(cx, from) else {
         return integer(out, v, 0);
     };
-    cx.session.db = target;
+    let saved = current_db(cx);
+    enter_db(cx, target);
     let mode = if replace {
         StoreMode::Set
     } else {
         StoreMode::Add
     };
     let copied = put(cx, to, &item, mode);
-    cx.session.db = source;
+    restore_db(cx, saved);
     match copied {
         Ok(_) => integer(out, v, 1),
         Err(StoreError::NotStored) => integer(out, v, 0),

@@ -27,6 +27,14 @@
 //! walk the table (O(items) on every worker; the store keeps no count per namespace);
 //! `FLUSHALL` empties the whole store, as memcached's `flush_all` does.
 //!
+//! `SWAPDB a b` swaps which namespace `a` and `b` mean, in one table every worker reads
+//! (`control::DbMap`, a seqlock: no reader sees one number swapped and not the other). The
+//! keys stay where they are. A command reads its database's namespace once, when it starts
+//! (the session's `stored_db`), so it never spans a swap; a request forwarded to another
+//! worker carries the database number and is mapped there, and `SWAPDB` waits for the
+//! connection's forwarded requests to be answered first, so its own earlier commands land
+//! in the databases they were sent to. memcached's protocols always see namespace 0.
+//!
 //! Where memspin answers differently from Redis 7:
 //! - strings are the only type (`TYPE` says `string` or `none`); commands of other types, and
 //!   anything not in [`COMMANDS`], are unknown commands (the connection goes on);
@@ -49,7 +57,9 @@
 //!   Redis's `%.17Lf`: the same replies while Redis's long double holds the sum's 17
 //!   decimals (magnitudes below about 100), fewer noise digits beyond;
 //! - `INFO keyspace` lists every database's keys under `db0` (the figures are the store's,
-//!   which counts items, not databases); `SWAPDB` is not served;
+//!   which counts items, not databases);
+//! - after `SWAPDB 0 n`, memcached's clients still see the store's namespace 0, which is
+//!   Redis's database `n` then;
 //! - there is one user, `default`, with `--requirepass`'s password (any without one);
 //!   `CLIENT SETINFO` is checked and acknowledged but nothing shows it, and there is no
 //!   `CLIENT LIST` or `CLIENT KILL`.
@@ -127,6 +137,9 @@ pub(super) fn step(
     buf: &[u8],
     out: &mut Vec<u8>,
 ) -> Step {
+    // The namespace the connection's database means for this command (`SWAPDB`).
+    let db = cx.session.db;
+    enter_db(cx, db);
     if let Some(resume) = cx.session.resume {
         return resume_step(cx, resume, buf, out);
     }
@@ -409,6 +422,8 @@ pub(super) fn describe(request: &[u8]) -> String {
 /// is [`WHOLE`], or [`TRANSACTION`] for a transaction's queued commands, run as one).
 pub(super) fn run_forwarded(cx: &mut Cx<'_>, part: u8, request: &[u8], out: &mut Vec<u8>) {
     if part == TRANSACTION {
+        let db = cx.session.db;
+        enter_db(cx, db);
         run_queue(cx, request, out);
         return;
     }
@@ -518,6 +533,11 @@ fn execute(
         }
         Cmd::DbSize | Cmd::Info | Cmd::FlushAll | Cmd::FlushDb | Cmd::Keys if !cx.may_fan_out() => {
             return Step::Stop(Stop::Blocked);
+        }
+        // The connection's commands forwarded before it run first, in the databases they
+        // were sent in: the swap waits for their replies.
+        Cmd::SwapDb if cx.session.forwards_in_flight() > 0 && !cx.session.atomic => {
+            return Step::Stop(Stop::Forwards);
         }
         _ => {}
     }
@@ -730,6 +750,7 @@ fn execute(
             }
         }
         Cmd::Select => select(cx, arg(1), out),
+        Cmd::SwapDb => swapdb(cx, arg(1), arg(2), out),
         Cmd::Auth => auth(cx, Tail::of(command, 1).as_slice(), out),
         Cmd::Object => object(cx, Tail::of(command, 1).as_slice(), out),
         Cmd::Memory => memory(cx, Tail::of(command, 1).as_slice(), out),

@@ -1932,6 +1932,112 @@ fn touch_counts_held_keys_and_changes_nothing() {
     );
 }
 
+/// `SWAPDB` trades two databases' keys for every connection at once (the other connection
+/// sees it at its next command), with Redis's errors; memcached's protocols keep the store's
+/// namespace 0, which Redis's database 1 means after `SWAPDB 0 1`.
+#[test]
+fn swapdb_trades_two_databases_for_every_connection() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut other = resp2();
+    let script: &[(&[&str], &str)] = &[
+        (&["SET", "a", "zero"], "+OK\r\n"),
+        (&["SET", "only0", "x", "PX", "5000"], "+OK\r\n"),
+        (&["SELECT", "1"], "+OK\r\n"),
+        (&["SET", "a", "one"], "+OK\r\n"),
+        (&["SWAPDB", "0", "1"], "+OK\r\n"),
+        (&["GET", "a"], "$4\r\nzero\r\n"),
+        (&["PTTL", "only0"], ":5000\r\n"),
+        (&["DBSIZE"], ":2\r\n"),
+        (&["SELECT", "0"], "+OK\r\n"),
+        (&["GET", "a"], "$3\r\none\r\n"),
+        (&["EXISTS", "only0"], ":0\r\n"),
+        (&["KEYS", "*"], "*1\r\n$1\r\na\r\n"),
+        (&["MOVE", "a", "1"], ":0\r\n"),
+        (&["SWAPDB", "1", "1"], "+OK\r\n"),
+        (&["SWAPDB", "x", "1"], "-ERR invalid first DB index\r\n"),
+        (&["SWAPDB", "0", "1.5"], "-ERR invalid second DB index\r\n"),
+        (
+            &["SWAPDB", "99999999999", "1"],
+            "-ERR invalid first DB index\r\n",
+        ),
+        (&["SWAPDB", "0", "16"], "-ERR DB index is out of range\r\n"),
+        (&["SWAPDB", "-1", "0"], "-ERR DB index is out of range\r\n"),
+        (
+            &["SWAPDB", "0"],
+            "-ERR wrong number of arguments for 'swapdb' command\r\n",
+        ),
+    ];
+    for (args, want) in script {
+        assert_eq!(call(&mut e, &mut s, args), *want, "{args:?}");
+    }
+    // The other connection, in database 0, sees the swap.
+    assert_eq!(call(&mut e, &mut other, &["GET", "a"]), "$3\r\none\r\n");
+    // memcached reads the store's namespace 0: what database 1 means now.
+    let mut text = Session::default();
+    let mut out = Vec::new();
+    e.execute(&mut text, b"get a\r\n", &mut out, now());
+    assert_eq!(out, b"VALUE a 0 4\r\nzero\r\nEND\r\n");
+    // Swapped back, everything is where it was.
+    assert_eq!(call(&mut e, &mut other, &["SWAPDB", "1", "0"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["GET", "a"]), "$4\r\nzero\r\n");
+    assert_eq!(call(&mut e, &mut s, &["EXISTS", "only0"]), ":1\r\n");
+}
+
+/// A watched key held in either swapped database fails the watcher's `EXEC`, as Redis
+/// touches it; one held in neither does not.
+#[test]
+fn swapdb_fails_exec_of_a_key_held_in_either_database() {
+    for (setup, fails) in [
+        (&["SET", "k", "v"][..], true),
+        (&["SET", "elsewhere", "v"], false),
+    ] {
+        let mut e = engine();
+        let mut s = resp2();
+        let mut other = resp2();
+        assert_eq!(call(&mut e, &mut other, &["SELECT", "3"]), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut other, setup), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut other, &["SWAPDB", "0", "3"]), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut s, &["SET", "k", "mine"]), "+QUEUED\r\n");
+        let want = if fails { "*-1\r\n" } else { "*1\r\n+OK\r\n" };
+        assert_eq!(call(&mut e, &mut s, &["EXEC"]), want, "{setup:?}");
+    }
+}
+
+/// With two workers (one control, as a server has) a swap made on one is what a command
+/// forwarded to the other sees.
+#[test]
+fn swapdb_holds_on_every_worker() {
+    let control = crate::control::Control::new(Default::default(), 0);
+    let shared = |worker| EngineConfig {
+        control: std::sync::Arc::clone(&control),
+        ..config(2, worker)
+    };
+    let mut home = Engine::new(shared(0));
+    let mut owner = Engine::new(shared(1));
+    let keys: Vec<String> = (0..20).map(|i| format!("key:{i}")).collect();
+    let mut input = Vec::new();
+    for key in &keys {
+        input.extend(command(&[b"SET", key.as_bytes(), b"zero"]));
+    }
+    input.extend(command(&[b"SELECT", b"1"]));
+    for key in &keys {
+        input.extend(command(&[b"SET", key.as_bytes(), b"one"]));
+    }
+    input.extend(command(&[b"SWAPDB", b"0", b"1"]));
+    run_on_two_workers(&mut home, &mut owner, &input, false);
+    let mut mget: Vec<&[u8]> = vec![b"MGET"];
+    mget.extend(keys.iter().map(|k| k.as_bytes()));
+    let reply = run_on_two_workers(&mut home, &mut owner, &command(&mget), false);
+    assert_eq!(
+        reply.matches("$3\r\none\r\n").count(),
+        keys.len(),
+        "{reply}"
+    );
+}
+
 /// `EXPIRETIME`, `RENAME`, `RENAMENX`, `COPY`, `RANDOMKEY`, `WAIT` and `FUNCTION FLUSH` as
 /// redis-server 7 answers them.
 #[test]

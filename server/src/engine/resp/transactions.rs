@@ -179,11 +179,13 @@ pub(super) fn watch(cx: &mut Cx<'_>, keys: &[&[u8]], out: &mut Vec<u8>) {
             continue;
         }
         let state = cx.peek(key, now).map(|item| (item.cas, item.expiry_ms));
-        let since = cx.watch_writes(db, key);
+        let stored_db = cx.session.stored_db;
+        let since = cx.watch_writes(stored_db, key);
         cx.session.watched.push(Watched {
             db,
             key: key.into(),
             state,
+            stored_db,
             since,
         });
     }
@@ -199,7 +201,7 @@ pub(super) fn unwatch(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
 /// Forgets the watched keys (and stops the core noting writes to them for this connection).
 pub(super) fn forget_watched(cx: &mut Cx<'_>) {
     for w in std::mem::take(&mut cx.session.watched) {
-        cx.unwatch_writes(w.db, &w.key);
+        cx.unwatch_writes(w.stored_db, &w.key);
     }
 }
 
@@ -210,12 +212,14 @@ fn watched_changed(cx: &mut Cx<'_>) -> bool {
     let watched = std::mem::take(&mut cx.session.watched);
     let mut changed = false;
     for w in &watched {
-        let written = cx.written_since(w.db, &w.key, w.since);
-        let db = std::mem::replace(&mut cx.session.db, w.db);
+        let written = cx.written_since(w.stored_db, &w.key, w.since);
+        // The key of that database as it is now (after a `SWAPDB`, another namespace's).
+        let saved = current_db(cx);
+        enter_db(cx, w.db);
         let state = cx.peek(&w.key, now).map(|item| (item.cas, item.expiry_ms));
-        cx.session.db = db;
+        restore_db(cx, saved);
         changed |= written || state != w.state;
-        cx.unwatch_writes(w.db, &w.key);
+        cx.unwatch_writes(w.stored_db, &w.key);
     }
     changed
 }
@@ -295,7 +299,7 @@ pub(super) fn run_queue(cx: &mut Cx<'_>, bytes: &[u8], out: &mut Vec<u8>) {
 pub(super) fn reset(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
     cx.session.queued = None;
     forget_watched(cx);
-    cx.session.db = 0;
+    enter_db(cx, 0);
     cx.session.name = None;
     cx.session.authenticated = false;
     cx.session.switch(Protocol::Resp(Version::Resp2));
