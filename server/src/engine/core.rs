@@ -456,8 +456,10 @@ impl Core {
     ) -> Option<ItemView<'_>> {
         self.counters.cmd_touch += 1;
         self.sample(Kind::Touch);
-        self.marks.note(key);
         let observed = self.observed();
+        if self.shard.peek(key, now).is_some() {
+            self.marks.note(key);
+        }
         let item = self.shard.touch_marking(key, ttl, mark, now);
         if observed {
             let found = item.map(|item| item.value.len());
@@ -476,8 +478,9 @@ impl Core {
     /// A new expiry set as part of another command (meta `ma` with `T`): the store counts it
     /// as a touch, `cmd_touch` does not.
     pub fn retouch(&mut self, key: &[u8], ttl: Ttl, now: Now) {
-        self.marks.note(key);
-        self.shard.touch(key, ttl, now);
+        if self.shard.touch(key, ttl, now).is_some() {
+            self.marks.note(key);
+        }
     }
 
     /// A store in any mode, counting `cmd_set` (and `store_no_memory` when no room could be
@@ -488,7 +491,6 @@ impl Core {
     /// As [`Shard::store`].
     pub fn store(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
         let extends = matches!(write.mode, StoreMode::Append | StoreMode::Prepend);
-        self.marks.note(write.key);
         if !extends && !self.fits(write.key.len(), write.value.len()) {
             // An item that can never fit is refused before anything is stored, and counted
             // as memcached counts it, in `store_too_large` and not `cmd_set`, whichever
@@ -500,6 +502,9 @@ impl Core {
         self.counters.cmd_set += 1;
         self.sample(Kind::Set);
         let result = self.shard.store(write, now);
+        if result.is_ok() {
+            self.marks.note(write.key);
+        }
         self.publish_buckets();
         if result == Err(StoreError::OutOfMemory) {
             self.counters.store_no_memory += 1;
@@ -524,8 +529,10 @@ impl Core {
     /// # Errors
     /// As [`Shard::store`].
     pub fn vivify(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
-        self.marks.note(write.key);
         let result = self.shard.store(write, now);
+        if result.is_ok() {
+            self.marks.note(write.key);
+        }
         self.publish_buckets();
         if self.config.control.watchers.any() {
             self.publish_evictions(now);
@@ -540,9 +547,8 @@ impl Core {
     pub fn refuse_too_large(&mut self, key: &[u8], unlink: bool, now: Now) {
         self.counters.store_too_large += 1;
         self.sample(Kind::Set);
-        if unlink {
+        if unlink && self.shard.unlink(key, now) {
             self.marks.note(key);
-            self.shard.unlink(key, now);
         }
         if self.config.control.detail() || self.config.control.watchers.any() {
             let write = Write::new(StoreMode::Set, key, b"");
@@ -553,8 +559,9 @@ impl Core {
     /// Removes the item under `key` without counting a delete: after a store refused for
     /// memory, as memcached does (see [`Core::refuse_too_large`]).
     pub fn unlink(&mut self, key: &[u8], now: Now) {
-        self.marks.note(key);
-        self.shard.unlink(key, now);
+        if self.shard.unlink(key, now) {
+            self.marks.note(key);
+        }
     }
 
     /// Whether an item of this key and value length can ever be stored (`-I`).
@@ -568,11 +575,14 @@ impl Core {
     /// As [`Shard::delete`].
     pub fn delete(&mut self, key: &[u8], cas: u64, now: Now) -> Result<(), StoreError> {
         self.sample(Kind::Delete);
-        self.marks.note(key);
         if self.config.control.detail() {
             self.prefixes.record(key, |c| c.del += 1);
         }
-        self.shard.delete(key, cas, now)
+        let result = self.shard.delete(key, cas, now);
+        if result.is_ok() {
+            self.marks.note(key);
+        }
+        result
     }
 
     /// Marks a live item stale (meta `md` with `I`).
@@ -588,8 +598,11 @@ impl Core {
         now: Now,
     ) -> Result<u64, StoreError> {
         self.sample(Kind::Delete);
-        self.marks.note(key);
-        self.shard.invalidate_with(key, cas, exptime, new_cas, now)
+        let result = self.shard.invalidate_with(key, cas, exptime, new_cas, now);
+        if result.is_ok() {
+            self.marks.note(key);
+        }
+        result
     }
 
     /// Records that a client holds the item's recache token (meta `W`).
@@ -610,8 +623,10 @@ impl Core {
     /// As [`Shard::incr_decr`].
     pub fn arith(&mut self, arith: Arith<'_>, now: Now) -> Result<(u64, u64), StoreError> {
         self.sample(Kind::Arith);
-        self.marks.note(arith.key);
         let result = self.shard.incr_decr(arith, now);
+        if result.is_ok() {
+            self.marks.note(arith.key);
+        }
         self.publish_buckets();
         if self.config.control.watchers.any() {
             self.publish_evictions(now);

@@ -2,11 +2,13 @@
 //! `WATCH`), whatever wrote them (any protocol, any connection, a forwarded request).
 //!
 //! A key's item cannot say it was written and deleted again (it is gone), so the core notes
-//! every write to a key someone watches:
+//! every write to a key someone watches, when the write changed something (a store that
+//! stored, a delete that deleted, a new expiry of a held key), as Redis signals a key
+//! modified:
 //!
 //! ```text
 //! WATCH k      watch(k) -> s     the write sequence now; k gets a mark (the floor) if it had none
-//! any write    note(k)           k marked: seq += 1, mark = seq   (one empty check when no
+//! a write      note(k)           k marked: seq += 1, mark = seq   (one empty check when no
 //!                                                                   key is watched)
 //! FLUSHALL     note_held(held)   each marked key still held is marked (Redis 7 touches
 //!                                the watched keys a flush removes, not absent ones)

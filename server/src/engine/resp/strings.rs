@@ -147,7 +147,10 @@ pub(super) fn getex(cx: &mut Cx<'_>, key: &[u8], options: &[&[u8]], out: &mut Ve
             Err(_) if cx.peek(key, now).is_none() => return null(out, v),
             Err(e) => return expire_error(out, v, e, "getex"),
         },
-        None if persist => Some(Ttl::Exptime(0)),
+        // Only a key with an expiry changes (and counts as written, for `WATCH`).
+        None if persist && cx.peek(key, now).is_some_and(|item| item.expiry_ms != 0) => {
+            Some(Ttl::Exptime(0))
+        }
         None => None,
     };
     let item = match ttl {

@@ -1852,12 +1852,22 @@ fn a_watched_key_created_and_deleted_by_another_client_fails_exec() {
         assert_eq!(call(&mut e, &mut s, &["GET", "k"]), "$-1\r\n", "{what}");
     }
     // Writes to other keys, a FLUSHALL that removes no watched key (Redis 7 touches only the
-    // watched keys a flush removes), and a watch released by UNWATCH leave the EXEC alone.
+    // watched keys a flush removes), commands that leave the key as it was, and a watch
+    // released by UNWATCH leave the EXEC alone.
     let mut e = engine();
     let mut s = resp2();
     let mut other = resp2();
     assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
     assert_eq!(call(&mut e, &mut other, &["FLUSHALL"]), "+OK\r\n");
+    // Regression: a DEL or EXPIRE of the absent watched key changes nothing, and Redis does
+    // not count it (the first write marks noted every delete, done or not).
+    assert_eq!(call(&mut e, &mut other, &["DEL", "k"]), ":0\r\n");
+    assert_eq!(call(&mut e, &mut s, &["DEL", "k"]), ":0\r\n");
+    assert_eq!(call(&mut e, &mut other, &["EXPIRE", "k", "10"]), ":0\r\n");
+    assert_eq!(
+        call(&mut e, &mut other, &["SET", "k", "x", "XX"]),
+        "$-1\r\n"
+    );
     assert_eq!(call(&mut e, &mut other, &["SET", "j", "x"]), "+OK\r\n");
     assert_eq!(call(&mut e, &mut other, &["DEL", "j"]), ":1\r\n");
     assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
