@@ -71,8 +71,9 @@
 //! strings.rs     SET and its options, GETEX, INCR/DECR, INCRBYFLOAT, APPEND, MSETNX,
 //!                SETRANGE, GETRANGE/SUBSTR, LCS
 //! bits.rs        SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD, BITFIELD_RO
-//! keyspace.rs    expiry, the multi-key commands (MGET, MSET, DEL, UNLINK, EXISTS), the
-//!                databases (SELECT, MOVE, DBSIZE, FLUSHDB), SCAN and KEYS
+//! keyspace.rs    expiry, the multi-key commands (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH),
+//!                SCAN and KEYS, RENAME, COPY, OBJECT, MEMORY
+//! databases.rs   SELECT, SWAPDB, MOVE, DBSIZE, FLUSHDB, and commands run on every worker
 //! transactions.rs MULTI, EXEC, DISCARD, WATCH, UNWATCH, RESET (and how a transaction runs
 //!                with several workers)
 //! connection.rs  HELLO, CLIENT
@@ -90,6 +91,7 @@ use store::{Now, StoreError, StoreMode, Ttl, Write};
 mod bits;
 mod commands;
 mod connection;
+mod databases;
 mod keyspace;
 mod server;
 mod strings;
@@ -98,6 +100,7 @@ mod transactions;
 use self::bits::*;
 use self::commands::*;
 use self::connection::*;
+use self::databases::*;
 use self::keyspace::*;
 use self::server::*;
 use self::strings::*;
