@@ -110,9 +110,20 @@ pub(super) fn bitcount(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
         return integer(out, v, 0);
     };
     let count: u64 = if bits {
-        (start as u64..=end as u64)
-            .map(|offset| u64::from(bit_at(value, offset)))
-            .sum()
+        // Whole bytes by their popcount, the edge bytes masked.
+        let (first, last) = (start / 8, end / 8);
+        let head = 0xffu8 >> (start % 8);
+        let tail = 0xffu8 << (7 - end % 8);
+        if first == last {
+            u64::from((value[first] & head & tail).count_ones())
+        } else {
+            u64::from((value[first] & head).count_ones())
+                + value[first + 1..last]
+                    .iter()
+                    .map(|b| u64::from(b.count_ones()))
+                    .sum::<u64>()
+                + u64::from((value[last] & tail).count_ones())
+        }
     } else {
         value[start..=end]
             .iter()
@@ -183,8 +194,18 @@ pub(super) fn bitpos(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
     } else {
         (start as u64 * 8, end as u64 * 8 + 7)
     };
-    if let Some(found) = (first..=last).find(|&offset| bit_at(value, offset) == bit) {
-        return integer(out, v, found as i64);
+    // A whole byte of the other bit is passed over at once.
+    let other = if bit == 1 { 0x00 } else { 0xff };
+    let mut offset = first;
+    while offset <= last {
+        if offset % 8 == 0 && offset + 7 <= last && value[(offset / 8) as usize] == other {
+            offset += 8;
+            continue;
+        }
+        if bit_at(value, offset) == bit {
+            return integer(out, v, offset as i64);
+        }
+        offset += 1;
     }
     if bit == 0 && !end_given {
         // Past the value, every bit is 0.

@@ -231,7 +231,8 @@ fn refuse_large(cx: &mut Cx<'_>, buf: &[u8], total: usize, out: &mut Vec<u8>) ->
     let Err(ParseError::TooLarge { end, args_left }) =
         Command::parse(buf, &limits, &mut Progress::default())
     else {
-        // Not reached: the same bytes parsed incomplete at a larger limit.
+        // An inline command (its line is at most 64 KiB and never refused for its size):
+        // it waits for its bytes, holding nothing.
         return Step::Wait(total - buf.len());
     };
     fail_queue(cx);

@@ -432,3 +432,66 @@ fn bitop_and_lcs_keys_on_one_worker_or_crossslot() {
     );
     assert_eq!(run(&mut home, &mut owner, &["LCS", a, &mine]), crossslot);
 }
+
+/// `BITCOUNT ... BIT` and `BITPOS` skip whole bytes where they can; over every range of a
+/// value of mixed bytes they answer what a count or search bit by bit gives.
+#[test]
+fn bit_ranges_agree_with_a_walk_bit_by_bit() {
+    let mut e = engine();
+    let mut s = resp2();
+    let value: Vec<u8> = (0..24u32)
+        .map(|i| match i % 6 {
+            0 => 0x00,
+            1 => 0xff,
+            2 => 0x80,
+            3 => 0x01,
+            4 => (i * 37) as u8,
+            _ => 0xfe,
+        })
+        .collect();
+    let set = command(&[b"SET", b"bits", &value]);
+    assert_eq!(run_at(&mut e, &mut s, &set, now()), "+OK\r\n");
+    let bit = |offset: usize| (value[offset / 8] >> (7 - offset % 8)) & 1;
+    let total = value.len() as i64 * 8;
+    let clamp = |i: i64| {
+        if i < 0 {
+            (i + total).max(0)
+        } else {
+            i.min(total - 1)
+        }
+    };
+    for start in (-total - 3..total + 3).step_by(5) {
+        for end in (-total - 3..total + 3).step_by(7) {
+            let (from, to) = (clamp(start), clamp(end));
+            let want_count = if start < 0 && end < 0 && start > end || from > to {
+                0
+            } else {
+                (from..=to).filter(|&o| bit(o as usize) == 1).count()
+            };
+            let (a, b) = (start.to_string(), end.to_string());
+            assert_eq!(
+                call(&mut e, &mut s, &["BITCOUNT", "bits", &a, &b, "BIT"]),
+                format!(":{want_count}\r\n"),
+                "BITCOUNT {a} {b} BIT"
+            );
+            for wanted in [0u8, 1] {
+                let found = if from > to {
+                    -1
+                } else {
+                    (from..=to)
+                        .find(|&o| bit(o as usize) == wanted)
+                        .unwrap_or(-1)
+                };
+                assert_eq!(
+                    call(
+                        &mut e,
+                        &mut s,
+                        &["BITPOS", "bits", &wanted.to_string(), &a, &b, "BIT"]
+                    ),
+                    format!(":{found}\r\n"),
+                    "BITPOS {wanted} {a} {b} BIT"
+                );
+            }
+        }
+    }
+}
