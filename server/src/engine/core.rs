@@ -457,10 +457,10 @@ impl Core {
         self.counters.cmd_touch += 1;
         self.sample(Kind::Touch);
         let observed = self.observed();
-        if self.shard.peek(key, now).is_some() {
+        let item = self.shard.touch_marking(key, ttl, mark, now);
+        if item.is_some() {
             self.marks.note(key);
         }
-        let item = self.shard.touch_marking(key, ttl, mark, now);
         if observed {
             let found = item.map(|item| item.value.len());
             Core::observe_get(
