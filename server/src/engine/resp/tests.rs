@@ -1747,6 +1747,70 @@ fn scan_returns_each_key_once_when_nothing_changes() {
     }
 }
 
+/// A full `SCAN` iteration returns every key held throughout while the store evicts: the
+/// keys present before the first call and after the last (none is written again, so those
+/// were held the whole time) all come back, each once.
+#[test]
+fn scan_returns_every_key_held_throughout_while_items_are_evicted() {
+    let mut e = crate::engine::tests::engine_with(store::ShardConfig {
+        memory_limit_bytes: 2 << 20,
+        max_item_size: 64 << 10,
+    });
+    let mut s = resp2();
+    let value = "v".repeat(1000);
+    // More than the store holds: it is full, and evicts from then on.
+    for i in 0..2500 {
+        let key = format!("old:{i}");
+        assert_eq!(call(&mut e, &mut s, &["SET", &key, &value]), "+OK\r\n");
+    }
+    let before: std::collections::HashSet<String> = scan_all(&mut e, &mut s).into_iter().collect();
+    let mut seen = Vec::new();
+    let mut cursor = "0".to_string();
+    let mut calls = 0;
+    loop {
+        let (next, keys) = scan_reply(&call(&mut e, &mut s, &["SCAN", &cursor, "COUNT", "20"]));
+        seen.extend(keys);
+        calls += 1;
+        // Every call, new keys push old ones out.
+        for i in 0..5 {
+            let key = format!("new:{calls}:{i}");
+            assert_eq!(call(&mut e, &mut s, &["SET", &key, &value]), "+OK\r\n");
+        }
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+        assert!(calls < 10_000, "no end");
+    }
+    let after: std::collections::HashSet<String> = scan_all(&mut e, &mut s).into_iter().collect();
+    let held: Vec<&String> = before.intersection(&after).collect();
+    assert!(
+        held.len() < before.len(),
+        "nothing was evicted: the test proves nothing"
+    );
+    assert!(
+        !held.is_empty(),
+        "everything was evicted: the test proves nothing"
+    );
+    for key in held {
+        assert_eq!(seen.iter().filter(|k| *k == key).count(), 1, "{key}");
+    }
+}
+
+/// Every key of a full `SCAN` iteration with nothing written meanwhile.
+fn scan_all(e: &mut Engine, s: &mut Session) -> Vec<String> {
+    let mut all = Vec::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let (next, keys) = scan_reply(&call(e, s, &["SCAN", &cursor, "COUNT", "1000"]));
+        all.extend(keys);
+        cursor = next;
+        if cursor == "0" {
+            return all;
+        }
+    }
+}
+
 /// With two workers the cursor names the worker: a full iteration returns both workers' keys,
 /// and `KEYS` joins both workers' matches.
 #[test]
