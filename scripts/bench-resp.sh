@@ -11,6 +11,15 @@
 #     change): a transmit stamp read per request makes the generator, not the server, the limit
 #     of memspin's pipelined runs (see bench-efficiency.sh); its latencies are then from user
 #     space and include the generator's own delay.
+#   - MULTI/EXEC transactions (multi), which redis-benchmark cannot send: a small raw-socket
+#     client (/usr/bin/python3, below) on 1 connection keeps TX_PIPELINE transactions in
+#     flight, each `MULTI`, `SET`, `INCR`, `GET`, `EXEC` (memspin runs one worker here, so
+#     every key is its own); transactions per second and the p50/p99 of a pipeline's round
+#     trip, for SECONDS at most and TX_MAX transactions at most,
+#   - SCAN over SCAN_KEYS keys (scan; default 1,000,000): the keys are stored first with
+#     pipelined MSETs (not timed), then one full iteration of `SCAN cursor COUNT 1000` is
+#     timed: seconds, calls, and keys returned (duplicates are counted: memspin returns each
+#     key once, Redis may return one again while its table rehashes).
 # Prints medians over the rounds and memspin's ratios against redis-server; then, per workload,
 # the CPU each side used (cores: the client's user and system time per wall second, the
 # server's on-CPU time from its threads' schedstat) and memspin's TAP frames per request each
@@ -25,7 +34,10 @@
 #   PIPELINED_N=N  requests per test of the `-P 16` run (default: N, the second argument; the
 #     keys stay `-r N`): at 200,000 that run lasts about a tenth of a second per test, which
 #     redis-benchmark times to the millisecond, so it takes more to tell builds apart
-#   WORKLOADS="seed pipelined latency throughput"  the runs to make, in this order (e.g.
+#   TX_PIPELINE=N  transactions in flight in the multi run (default 16); TX_MAX=N  at most N
+#     transactions per run (default 1000000); SCAN_KEYS=N  keys of the scan run (default
+#     1000000)
+#   WORKLOADS="seed pipelined latency throughput multi scan"  the runs to make, in this order (e.g.
 #     WORKLOADS="pipelined throughput": only the pipelined ones)
 #   SERVERS="redis-server memspin-tap"  the servers (the order rotates every round); also
 #     memspin-adaptive (memspin over TAP with --idle adaptive, whatever IDLE says) and
@@ -46,7 +58,10 @@ seconds=${3:-5}
 pipelined_requests=${PIPELINED_N:-$requests}
 idle=${IDLE:-spin}
 pipelined_timestamps=${PIPELINED_TIMESTAMPS:-none}
-workloads=(${WORKLOADS:-seed pipelined latency throughput})
+workloads=(${WORKLOADS:-seed pipelined latency throughput multi scan})
+tx_pipeline=${TX_PIPELINE:-16}
+tx_max=${TX_MAX:-1000000}
+scan_keys=${SCAN_KEYS:-1000000}
 profile=${PROFILE:-}
 servers=(${SERVERS:-redis-server memspin-tap})
 need_packages iproute2 redis-server redis-tools python3
@@ -108,6 +123,106 @@ measured() {
   return 0
 }
 
+# The transaction and SCAN client: raw RESP over one socket, bounded in time and count.
+# Arguments: multi HOST PORT SECONDS PIPELINE MAX_TX | scan HOST PORT KEYS; prints one JSON
+# object. Errors in a reply (anything starting with '-', a null EXEC) stop it with status 1.
+# shellcheck disable=SC2016
+RESP_CLIENT_PY='
+import json, socket, sys, time
+
+def command(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+class Conn:
+    def __init__(self, host, port):
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+    def fill(self):
+        data = self.sock.recv(1 << 20)
+        if not data:
+            raise SystemExit("connection closed")
+        self.buf += data
+    def line(self):
+        while b"\r\n" not in self.buf:
+            self.fill()
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+    def reply(self):
+        line = self.line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"-":
+            raise SystemExit("error reply: %r" % line)
+        if kind in (b"+", b":"):
+            return rest
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            while len(self.buf) < n + 2:
+                self.fill()
+            value, self.buf = self.buf[:n], self.buf[n + 2:]
+            return value
+        if kind == b"*":
+            n = int(rest)
+            if n < 0:
+                raise SystemExit("null array (a transaction was aborted)")
+            return [self.reply() for _ in range(n)]
+        raise SystemExit("unexpected reply %r" % line)
+
+mode, host, port = sys.argv[1], sys.argv[2], sys.argv[3]
+c = Conn(host, port)
+if mode == "multi":
+    seconds, depth, max_tx = float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+    batch = b"".join(command("MULTI") + command("SET", "tx:%d" % i, "v" * 32)
+                     + command("INCR", "tx:counter") + command("GET", "tx:%d" % i)
+                     + command("EXEC") for i in range(depth))
+    rtts, done, start = [], 0, time.monotonic()
+    while done < max_tx and time.monotonic() - start < seconds:
+        t0 = time.monotonic_ns()
+        c.sock.sendall(batch)
+        for _ in range(depth):
+            for _ in range(4):
+                c.reply()
+            if len(c.reply()) != 3:
+                raise SystemExit("EXEC did not answer 3 replies")
+        rtts.append(time.monotonic_ns() - t0)
+        done += depth
+    wall = time.monotonic() - start
+    rtts.sort()
+    pick = lambda q: rtts[min(len(rtts) - 1, int(q * len(rtts)))] / 1000 if rtts else 0
+    print(json.dumps({"transactions": done, "seconds": wall, "tx_per_sec": done / wall,
+                      "pipeline": depth, "rtt_p50_us": pick(0.5), "rtt_p99_us": pick(0.99)}))
+elif mode == "scan":
+    keys, per = int(sys.argv[4]), 1000
+    c.sock.sendall(command("FLUSHALL")); c.reply()
+    for first in range(0, keys, per):
+        args = ["MSET"]
+        for i in range(first, min(keys, first + per)):
+            args += ["scan:%d" % i, "v"]
+        c.sock.sendall(command(*args))
+        c.reply()
+    cursor, calls, returned, seen = b"0", 0, 0, set()
+    start = time.monotonic()
+    while True:
+        c.sock.sendall(command("SCAN", cursor, "COUNT", 1000))
+        cursor, found = c.reply()
+        calls += 1
+        returned += len(found)
+        seen.update(found)
+        if cursor == b"0" or calls > 100 * keys + 10:
+            break
+    wall = time.monotonic() - start
+    if len(seen) != keys:
+        raise SystemExit("SCAN returned %d distinct keys of %d" % (len(seen), keys))
+    print(json.dumps({"keys": keys, "seconds": wall, "calls": calls, "returned": returned,
+                      "distinct": len(seen)}))
+'
+
 # bench NAME HOST PORT ROUND: the workloads of WORKLOADS against the server that is up now.
 bench() {
   local name=$1 host=$2 port=$3 round=$4
@@ -134,7 +249,13 @@ bench() {
         [ -n "$profile_base" ] && PROFILE_TO=$profile_base/throughput
         measured "$out/throughput-$name-$round" "${lg[@]}" -c 32 --pipeline 16 \
           --timestamps "$pipelined_timestamps" --json "$out/throughput-$name-$round.json" >/dev/null ;;
-      *) die "unknown workload $w (WORKLOADS: seed pipelined latency throughput)" ;;
+      multi)
+        measured "$out/multi-$name-$round" /usr/bin/python3 -c "$RESP_CLIENT_PY" multi "$host" \
+          "$port" "$seconds" "$tx_pipeline" "$tx_max" >"$out/multi-$name-$round.json" ;;
+      scan)
+        measured "$out/scan-$name-$round" /usr/bin/python3 -c "$RESP_CLIENT_PY" scan "$host" \
+          "$port" "$scan_keys" >"$out/scan-$name-$round.json" ;;
+      *) die "unknown workload $w (WORKLOADS: seed pipelined latency throughput multi scan)" ;;
     esac
   done
 }
@@ -218,12 +339,38 @@ for kind, label, stamps in [
         ops, p50, p90, p99 = (loadgen(kind, name, k) for k in ("ops", "p50", "p90", "p99"))
         print(f"{name:16} {ops:10.0f} {p50:8.1f} {p90:8.1f} {p99:8.1f}   {ops / base_ops:9.2f} {p50 / base_p50:9.2f}")
 
+def loaded(kind, name, key):
+    values = []
+    for path in glob.glob(os.path.join(out, f"{kind}-{name}-*.json")):
+        try:
+            values.append(json.load(open(path))[key])
+        except (OSError, ValueError, KeyError):
+            pass
+    return median(values)
+
+if glob.glob(os.path.join(out, "multi-*.json")):
+    print("\nMULTI/EXEC (SET, INCR, GET) on 1 connection, pipelined (raw-socket client)")
+    print(f"{'server':16} {'tx/s':>10} {'rtt p50':>9} {'rtt p99':>9}   {'tx ratio':>9}")
+    base = loaded("multi", "redis-server", "tx_per_sec")
+    for name in servers:
+        tx = loaded("multi", name, "tx_per_sec")
+        p50, p99 = loaded("multi", name, "rtt_p50_us"), loaded("multi", name, "rtt_p99_us")
+        print(f"{name:16} {tx:10.0f} {p50:9.1f} {p99:9.1f}   {tx / base:9.2f}")
+
+if glob.glob(os.path.join(out, "scan-*.json")):
+    print("\nSCAN COUNT 1000, one full iteration (seconds; keys returned per distinct key)")
+    print(f"{'server':16} {'keys':>9} {'seconds':>9} {'calls':>7} {'returned/key':>13}")
+    for name in servers:
+        keys, wall = loaded("scan", name, "keys"), loaded("scan", name, "seconds")
+        calls, returned = loaded("scan", name, "calls"), loaded("scan", name, "returned")
+        print(f"{name:16} {keys:9.0f} {wall:9.3f} {calls:7.0f} {returned / keys:13.3f}")
+
 # What each side used (cores: on-CPU seconds per wall second over the run; the client's from
 # its user and system time, the server's from its threads' schedstat) and, for memspin, TAP
 # frames per request each way (from `stats` before and after the run, prefill included).
 print("\nCPU use (cores) and memspin's TAP frames per request, medians")
 print(f"{'workload':12} {'server':16} {'client':>7} {'server':>7} {'in/req':>7} {'out/req':>7} {'req/in':>7}")
-for kind in ["seed", "pipelined", "latency", "throughput"]:
+for kind in ["seed", "pipelined", "latency", "throughput", "multi", "scan"]:
     for name in servers:
         client, server, fin, fout = [], [], [], []
         for path in glob.glob(os.path.join(out, f"{kind}-{name}-*.cpu")):

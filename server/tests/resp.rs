@@ -172,6 +172,60 @@ FLUSHALL foo
 FLUSHALL SYNC
 DBSIZE
 INFO keyspace
+SET f 10.50
+INCRBYFLOAT f 0.1
+INCRBYFLOAT f -5
+INCRBYFLOAT f abc
+INCRBYFLOAT f inf
+SET t hello EX 100
+SETRANGE t 1 E
+TTL t
+SETRANGE t -1 x
+SETRANGE nr 2 ""
+GETRANGE t -3 -1
+GETRANGE t a 1
+SUBSTR t 0 2
+SETBIT b 100 1
+SETBIT b 8 2
+GETBIT b 100
+GETBIT b -1
+SET bc foobar
+BITCOUNT bc
+BITCOUNT bc 5 30 BIT
+BITCOUNT bc 1 2 foo
+SET bp "\x00\xff\xf0"
+BITPOS bp 1 2 -1 BYTE
+BITPOS bp 1 7 15 BIT
+BITPOS bp 2
+SET {same1} ohmytext
+SET {same2} mynewtext
+LCS {same1} {same2}
+LCS {same1} {same2} IDX MINMATCHLEN 4 WITHMATCHLEN
+LCS {same1} {same2} LEN IDX
+BITOP XOR {same1} {same1} {same2}
+GET {same1}
+BITOP NOT {same1} {same1} {same2}
+BITFIELD bf SET i8 0 100 GET u4 0
+BITFIELD bf OVERFLOW FAIL INCRBY u2 102 5
+BITFIELD bf OVERFLOW SAT SET u8 0 -1 GET u8 #0
+BITFIELD bf GET u64 0
+BITFIELD_RO bf SET u8 0 1
+TOUCH bf bc missing bf
+TOUCH
+SELECT 1
+SET sw one
+SELECT 0
+SET sw zero
+SWAPDB 0 1
+GET sw
+SELECT 1
+GET sw
+DBSIZE
+SELECT 0
+SWAPDB 1 0
+GET sw
+SWAPDB x 1
+SWAPDB 0 99
 "#;
 
 /// The same in RESP3 (`redis-cli -3` says `HELLO 3` first).
@@ -187,6 +241,11 @@ SET k v2 NX
 INFO keyspace
 CLIENT GETNAME
 DEL k n
+SET {same1} ohmytext
+SET {same2} mynewtext
+LCS {same1} {same2} IDX WITHMATCHLEN
+INCRBYFLOAT n 2.5
+BITFIELD b GET u8 0 OVERFLOW FAIL INCRBY u2 0 9
 "#;
 
 /// A redis-py session: every command through a real client library, expiry to the
@@ -345,26 +404,26 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The `redis-cli` script with `{same1}` and `{same2}` filled in.
-fn cli_script() -> String {
+/// A `redis-cli` script with `{same1}` and `{same2}` filled in.
+fn fill_in(script: &str) -> String {
     let same: Vec<String> = (0..)
         .map(|i| format!("nx:{i}"))
         .filter(|key| server::engine::owner_of(key.as_bytes(), 2) == 1)
         .take(2)
         .collect();
-    CLI_SCRIPT
+    script
         .replace("{same1}", &same[0])
         .replace("{same2}", &same[1])
 }
 
-/// `redis-server`'s transcripts of [`cli_script`] and [`CLI3_SCRIPT`], taken once.
+/// `redis-server`'s transcripts of [`CLI_SCRIPT`] and [`CLI3_SCRIPT`], taken once.
 fn redis_transcripts() -> &'static (String, String) {
     static TRANSCRIPTS: OnceLock<(String, String)> = OnceLock::new();
     TRANSCRIPTS.get_or_init(|| {
         let redis = RedisServer::start();
         (
-            redis_cli(None, redis.addr, &cli_script(), false),
-            redis_cli(None, redis.addr, CLI3_SCRIPT, true),
+            redis_cli(None, redis.addr, &fill_in(CLI_SCRIPT), false),
+            redis_cli(None, redis.addr, &fill_in(CLI3_SCRIPT), true),
         )
     })
 }
@@ -577,12 +636,12 @@ fn oversize_values_are_refused_and_the_connection_kept(addr: SocketAddr) {
 #[track_caller]
 fn check_server(netns: Option<&Netns>, server: &mut Server, resp: SocketAddr, workers: usize) {
     let (redis2, redis3) = redis_transcripts();
-    let got = redis_cli(netns, resp, &cli_script(), false);
+    let got = redis_cli(netns, resp, &fill_in(CLI_SCRIPT), false);
     assert_eq!(
         &got, redis2,
         "RESP2 transcript (left: memspin, right: redis-server)"
     );
-    let got = redis_cli(netns, resp, CLI3_SCRIPT, true);
+    let got = redis_cli(netns, resp, &fill_in(CLI3_SCRIPT), true);
     assert_eq!(
         &got, redis3,
         "RESP3 transcript (left: memspin, right: redis-server)"

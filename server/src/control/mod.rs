@@ -26,6 +26,7 @@
 
 mod background;
 mod clock;
+mod databases;
 mod records;
 mod settings;
 mod watch;
@@ -39,6 +40,7 @@ use store::Now;
 
 pub use background::{CRAWLER_SLEEP_DEFAULT_US, Crawler, PageMoves};
 pub use clock::{monotonic_ns, monotonic_ns_at};
+pub use databases::DbMap;
 use records::split_addr;
 pub use records::{CloseReason, ConnRecord, ConnState, conn_addr};
 pub use settings::Settings;
@@ -77,6 +79,8 @@ pub struct MemoryFigures {
 pub struct Control {
     /// Fixed at start-up.
     pub settings: Settings,
+    /// What each Redis database number means (`SWAPDB`).
+    pub databases: DbMap,
     /// The log watchers.
     pub watchers: Watchers,
     /// The LRU crawler.

@@ -20,7 +20,9 @@ use std::sync::Arc;
 
 use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, StoreMode, Ttl, Write};
 
+use super::budget::InputBudget;
 use super::config::{EngineConfig, HOUSEKEEPING_ITEMS, PAGE_BYTES, PREFETCH_MAX};
+use super::marks::WriteMarks;
 use crate::control::{Control, EventKind, MemoryFigures, uri_encode};
 use crate::stats::{
     Background, CacheDump, Counters, Group, KINDS, Kind, Latency, Prefixes, RawPath, SIZES_STEP,
@@ -97,6 +99,10 @@ pub(crate) struct Core {
     cfd: u64,
     /// Background work between turns.
     house: Housekeeping,
+    /// Writes to watched keys (RESP `WATCH`), noted by every operation that changes a key.
+    marks: WriteMarks,
+    /// Bytes this worker's connections may hold in large commands still arriving.
+    budget: InputBudget,
 }
 
 impl Core {
@@ -104,6 +110,7 @@ impl Core {
     pub fn new(config: EngineConfig) -> Core {
         let mut shard = Shard::new(config.shard);
         shard.set_eviction(!config.control.settings.no_evictions);
+        let budget = InputBudget::new(config.max_body() as usize);
         Core {
             shard,
             counters: Counters::default(),
@@ -126,6 +133,8 @@ impl Core {
             resets: 0,
             cfd: 0,
             house: Housekeeping::default(),
+            marks: WriteMarks::default(),
+            budget,
         }
     }
 
@@ -449,6 +458,9 @@ impl Core {
         self.sample(Kind::Touch);
         let observed = self.observed();
         let item = self.shard.touch_marking(key, ttl, mark, now);
+        if item.is_some() {
+            self.marks.note(key);
+        }
         if observed {
             let found = item.map(|item| item.value.len());
             Core::observe_get(
@@ -466,7 +478,9 @@ impl Core {
     /// A new expiry set as part of another command (meta `ma` with `T`): the store counts it
     /// as a touch, `cmd_touch` does not.
     pub fn retouch(&mut self, key: &[u8], ttl: Ttl, now: Now) {
-        self.shard.touch(key, ttl, now);
+        if self.shard.touch(key, ttl, now).is_some() {
+            self.marks.note(key);
+        }
     }
 
     /// A store in any mode, counting `cmd_set` (and `store_no_memory` when no room could be
@@ -488,6 +502,9 @@ impl Core {
         self.counters.cmd_set += 1;
         self.sample(Kind::Set);
         let result = self.shard.store(write, now);
+        if result.is_ok() {
+            self.marks.note(write.key);
+        }
         self.publish_buckets();
         if result == Err(StoreError::OutOfMemory) {
             self.counters.store_no_memory += 1;
@@ -513,6 +530,9 @@ impl Core {
     /// As [`Shard::store`].
     pub fn vivify(&mut self, write: Write<'_>, now: Now) -> Result<u64, StoreError> {
         let result = self.shard.store(write, now);
+        if result.is_ok() {
+            self.marks.note(write.key);
+        }
         self.publish_buckets();
         if self.config.control.watchers.any() {
             self.publish_evictions(now);
@@ -527,8 +547,8 @@ impl Core {
     pub fn refuse_too_large(&mut self, key: &[u8], unlink: bool, now: Now) {
         self.counters.store_too_large += 1;
         self.sample(Kind::Set);
-        if unlink {
-            self.shard.unlink(key, now);
+        if unlink && self.shard.unlink(key, now) {
+            self.marks.note(key);
         }
         if self.config.control.detail() || self.config.control.watchers.any() {
             let write = Write::new(StoreMode::Set, key, b"");
@@ -539,7 +559,9 @@ impl Core {
     /// Removes the item under `key` without counting a delete: after a store refused for
     /// memory, as memcached does (see [`Core::refuse_too_large`]).
     pub fn unlink(&mut self, key: &[u8], now: Now) {
-        self.shard.unlink(key, now);
+        if self.shard.unlink(key, now) {
+            self.marks.note(key);
+        }
     }
 
     /// Whether an item of this key and value length can ever be stored (`-I`).
@@ -556,7 +578,11 @@ impl Core {
         if self.config.control.detail() {
             self.prefixes.record(key, |c| c.del += 1);
         }
-        self.shard.delete(key, cas, now)
+        let result = self.shard.delete(key, cas, now);
+        if result.is_ok() {
+            self.marks.note(key);
+        }
+        result
     }
 
     /// Marks a live item stale (meta `md` with `I`).
@@ -572,7 +598,11 @@ impl Core {
         now: Now,
     ) -> Result<u64, StoreError> {
         self.sample(Kind::Delete);
-        self.shard.invalidate_with(key, cas, exptime, new_cas, now)
+        let result = self.shard.invalidate_with(key, cas, exptime, new_cas, now);
+        if result.is_ok() {
+            self.marks.note(key);
+        }
+        result
     }
 
     /// Records that a client holds the item's recache token (meta `W`).
@@ -594,6 +624,9 @@ impl Core {
     pub fn arith(&mut self, arith: Arith<'_>, now: Now) -> Result<(u64, u64), StoreError> {
         self.sample(Kind::Arith);
         let result = self.shard.incr_decr(arith, now);
+        if result.is_ok() {
+            self.marks.note(arith.key);
+        }
         self.publish_buckets();
         if self.config.control.watchers.any() {
             self.publish_evictions(now);
@@ -619,11 +652,13 @@ impl Core {
         self.counters.cmd_flush += 1;
         self.sample(Kind::Flush);
         log::info!("flush_all (delay {delay})");
+        self.note_flush(now);
         self.shard.flush_all(delay, now);
     }
 
     /// This worker's share of a flush_all another worker received (counted there).
     pub fn flush_for_another(&mut self, delay: i64, now: Now) {
+        self.note_flush(now);
         self.shard.flush_all(delay, now);
     }
 
@@ -639,8 +674,25 @@ impl Core {
 
     /// This worker's share of a [`Core::clear`] another worker received (counted there).
     pub fn clear_for_another(&mut self, now: Now) {
+        self.note_flush(now);
         self.shard.flush_all(0, now);
         self.shard.sweep_expired(usize::MAX, now);
+    }
+
+    /// Notes, before a flush, a write to each watched key it removes.
+    fn note_flush(&mut self, now: Now) {
+        let shard = &mut self.shard;
+        self.marks.note_held(|key| shard.peek(key, now).is_some());
+    }
+
+    /// The input budget for large commands (see [`InputBudget`]).
+    pub fn budget(&self) -> &InputBudget {
+        &self.budget
+    }
+
+    /// The write marks of watched keys (see [`WriteMarks`]).
+    pub fn marks(&mut self) -> &mut WriteMarks {
+        &mut self.marks
     }
 
     /// A request refused as malformed or unknown.

@@ -36,9 +36,11 @@
 //! (`resp/`; [`Session::speaking`]), on the same store.
 
 mod binary;
+mod budget;
 pub mod config;
 mod core;
 mod forward;
+mod marks;
 mod resp;
 mod session;
 mod text;

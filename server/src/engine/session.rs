@@ -48,10 +48,10 @@ pub(crate) fn stored_key<'k>(db: u8, key: &'k [u8], buf: &'k mut Vec<u8>) -> &'k
     buf
 }
 
-/// [`stored_key`] for `session`'s database, into its buffer.
+/// [`stored_key`] for the namespace of `session`'s database, into its buffer.
 #[inline]
 fn stored<'k>(session: &'k mut Session, key: &'k [u8]) -> &'k [u8] {
-    stored_key(session.db, key, &mut session.key_buf)
+    stored_key(session.stored_db, key, &mut session.key_buf)
 }
 
 /// The database and key a stored key stands for ([`stored_key`] undone); `None` for a key
@@ -218,9 +218,10 @@ pub(crate) struct Watched {
     pub key: Box<[u8]>,
     /// The item's CAS and expiry then (`None`: not held).
     pub state: Option<(u64, u64)>,
-    /// Seen changed after one of the connection's own commands (a change undone later, as a
-    /// key written and deleted again, still counts).
-    pub touched: bool,
+    /// The namespace its database meant when watched, where its write marks are.
+    pub stored_db: u8,
+    /// The write sequence when watched (see [`super::marks::WriteMarks`]).
+    pub since: u64,
 }
 
 /// One connection's protocol state, kept by the packet path next to its socket.
@@ -261,6 +262,10 @@ pub struct Session {
     pub(crate) id: u64,
     /// The database the connection's keys are in (RESP's `SELECT`; 0 for memcached).
     pub(crate) db: u8,
+    /// The namespace `db` means for the command being executed (what `SWAPDB` made of it,
+    /// read by the RESP adapter when a command starts; 0 for memcached): the prefix of the
+    /// keys it stores and reads ([`stored_key`]).
+    pub(crate) stored_db: u8,
     /// Requests held to run later as one (Redis's `MULTI`), the adapter's to keep.
     pub(crate) queued: Option<Box<Queued>>,
     /// Keys whose change makes the next queued run fail (Redis's `WATCH`).
@@ -271,6 +276,8 @@ pub struct Session {
     pub(crate) authenticated: bool,
     /// Where a key of another database than 0 is namespaced ([`stored_key`]).
     key_buf: Vec<u8>,
+    /// The share of the worker's input budget a large command being assembled holds.
+    pub(crate) input_hold: Option<super::budget::Hold>,
 }
 
 impl Default for Session {
@@ -291,11 +298,13 @@ impl Default for Session {
             input_counted: 0,
             id: 0,
             db: 0,
+            stored_db: 0,
             queued: None,
             watched: Vec::new(),
             atomic: false,
             authenticated: false,
             key_buf: Vec::new(),
+            input_hold: None,
         }
     }
 }
@@ -771,7 +780,7 @@ impl Cx<'_> {
     /// Whether an item of this key and value length can ever be stored (`-I`).
     #[inline]
     pub fn fits(&self, key_len: usize, value_len: usize) -> bool {
-        let namespace = if self.session.db == 0 {
+        let namespace = if self.session.stored_db == 0 {
             0
         } else {
             NAMESPACE_BYTES
@@ -830,6 +839,45 @@ impl Cx<'_> {
         self.core.arith(Arith { key, ..arith }, now)
     }
 
+    /// Starts noting writes to `key` of namespace `namespace` (`WATCH`): the sequence to
+    /// compare at `EXEC`.
+    #[inline]
+    pub fn watch_writes(&mut self, namespace: u8, key: &[u8]) -> u64 {
+        let mut buf = Vec::new();
+        let key = stored_key(namespace, key, &mut buf);
+        self.core.marks().watch(key)
+    }
+
+    /// Whether `key` of namespace `namespace`, watched at `since`, was written after.
+    #[inline]
+    pub fn written_since(&mut self, namespace: u8, key: &[u8], since: u64) -> bool {
+        let mut buf = Vec::new();
+        let key = stored_key(namespace, key, &mut buf);
+        self.core.marks().written_since(key, since)
+    }
+
+    /// Stops noting writes to `key` of namespace `namespace` for one watcher.
+    #[inline]
+    pub fn unwatch_writes(&mut self, namespace: u8, key: &[u8]) {
+        let mut buf = Vec::new();
+        let key = stored_key(namespace, key, &mut buf);
+        self.core.marks().release(key);
+    }
+
+    /// Holds `bytes` of the worker's input budget for the command being assembled (a
+    /// command holds once it passes [`super::budget::LARGE_COMMAND_BYTES`]); false when the
+    /// budget is short.
+    #[inline]
+    pub fn hold_input(&mut self, bytes: usize) -> bool {
+        self.core.budget().grow(&mut self.session.input_hold, bytes)
+    }
+
+    /// Gives the command's share of the input budget back.
+    #[inline]
+    pub fn release_input(&mut self) {
+        self.session.input_hold = None;
+    }
+
     /// A CAS value no live item of `key` holds.
     #[inline]
     pub fn cas_matching_nothing(&mut self, key: &[u8], now: Now) -> u64 {
@@ -865,7 +913,7 @@ impl Cx<'_> {
     /// keys of another database are not worth namespacing for it).
     #[inline]
     pub fn prefetch(&self, keys: &[&[u8]]) {
-        if self.session.db == 0 {
+        if self.session.stored_db == 0 {
             self.core.prefetch(keys);
         }
     }
@@ -904,7 +952,7 @@ impl Cx<'_> {
         now: Now,
         mut f: impl FnMut(&[u8], ItemView<'_>),
     ) {
-        let db = self.session.db;
+        let db = self.session.stored_db;
         self.core.shard().visit(start, end, now, |stored, item, _| {
             if let Some((of, key)) = database_key(stored)
                 && of == db

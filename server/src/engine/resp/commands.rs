@@ -20,12 +20,25 @@ pub(super) enum Cmd {
     Del,
     Unlink,
     Exists,
+    Touch,
     Incr,
     Decr,
     IncrBy,
     DecrBy,
     Append,
     StrLen,
+    IncrByFloat,
+    SetRange,
+    GetRange,
+    Substr,
+    Lcs,
+    SetBit,
+    GetBit,
+    BitCount,
+    BitPos,
+    BitOp,
+    BitField,
+    BitFieldRo,
     Expire,
     PExpire,
     ExpireAt,
@@ -38,6 +51,7 @@ pub(super) enum Cmd {
     FlushAll,
     FlushDb,
     Select,
+    SwapDb,
     Move,
     Scan,
     Keys,
@@ -135,11 +149,24 @@ pub(super) static COMMANDS: &[Spec] = &[
     spec!(MSetNx, "msetnx", -3, ["write", "denyoom"], (1, -1, 2), ["@write", "@string", "@slow"], "string", "1.0.1", "O(N) in the keys", "Stores several keys and values if none of the keys is held"),
     spec!(Unlink, "unlink", -2, ["write", "fast"], (1, -1, 1), ["@keyspace", "@write", "@fast"], "generic", "4.0.0", "O(N) in the keys", "Removes keys, as DEL does"),
     spec!(Exists, "exists", -2, ["readonly", "fast"], (1, -1, 1), ["@keyspace", "@read", "@fast"], "generic", "1.0.0", "O(N) in the keys", "How many of the keys are held"),
+    spec!(Touch, "touch", -2, ["readonly", "fast"], (1, -1, 1), ["@keyspace", "@read", "@fast"], "generic", "3.2.1", "O(N) in the keys", "Marks keys accessed; says how many are held"),
     spec!(Decr, "decr", 2, ["write", "denyoom", "fast"], (1, 1, 1), ["@write", "@string", "@fast"], "string", "1.0.0", "O(1)", "Subtracts one from an integer value"),
     spec!(IncrBy, "incrby", 3, ["write", "denyoom", "fast"], (1, 1, 1), ["@write", "@string", "@fast"], "string", "1.0.0", "O(1)", "Adds an amount to an integer value"),
     spec!(DecrBy, "decrby", 3, ["write", "denyoom", "fast"], (1, 1, 1), ["@write", "@string", "@fast"], "string", "1.0.0", "O(1)", "Subtracts an amount from an integer value"),
     spec!(Append, "append", 3, ["write", "denyoom", "fast"], (1, 1, 1), ["@write", "@string", "@fast"], "string", "2.0.0", "O(1)", "Adds bytes to the end of a value"),
     spec!(StrLen, "strlen", 2, ["readonly", "fast"], (1, 1, 1), ["@read", "@string", "@fast"], "string", "2.2.0", "O(1)", "The length of a value"),
+    spec!(IncrByFloat, "incrbyfloat", 3, ["write", "denyoom", "fast"], (1, 1, 1), ["@write", "@string", "@fast"], "string", "2.6.0", "O(1)", "Adds a decimal amount to a numeric value"),
+    spec!(SetRange, "setrange", 4, ["write", "denyoom"], (1, 1, 1), ["@write", "@string", "@slow"], "string", "2.2.0", "O(N) in the value", "Overwrites part of a value from an offset"),
+    spec!(GetRange, "getrange", 4, ["readonly"], (1, 1, 1), ["@read", "@string", "@slow"], "string", "2.4.0", "O(N) in the range", "The bytes of a value between two offsets"),
+    spec!(Substr, "substr", 4, ["readonly"], (1, 1, 1), ["@read", "@string", "@slow"], "string", "1.0.0", "O(N) in the range", "The bytes of a value between two offsets, as GETRANGE"),
+    spec!(Lcs, "lcs", -3, ["readonly"], (1, 2, 1), ["@read", "@string", "@slow"], "string", "7.0.0", "O(N*M) in the two values", "The longest common subsequence of two values"),
+    spec!(SetBit, "setbit", 4, ["write", "denyoom"], (1, 1, 1), ["@write", "@bitmap", "@slow"], "bitmap", "2.2.0", "O(N) in the value", "Sets or clears one bit of a value"),
+    spec!(GetBit, "getbit", 3, ["readonly", "fast"], (1, 1, 1), ["@read", "@bitmap", "@fast"], "bitmap", "2.2.0", "O(1)", "One bit of a value"),
+    spec!(BitCount, "bitcount", -2, ["readonly"], (1, 1, 1), ["@read", "@bitmap", "@slow"], "bitmap", "2.6.0", "O(N) in the range", "The set bits of a value, or of a byte or bit range of it"),
+    spec!(BitPos, "bitpos", -3, ["readonly"], (1, 1, 1), ["@read", "@bitmap", "@slow"], "bitmap", "2.8.7", "O(N) in the range", "The first set or clear bit of a value in a range"),
+    spec!(BitOp, "bitop", -4, ["write", "denyoom"], (2, -1, 1), ["@write", "@bitmap", "@slow"], "bitmap", "2.6.0", "O(N) in the values", "AND, OR, XOR or NOT of values, stored under a key"),
+    spec!(BitField, "bitfield", -2, ["write", "denyoom"], (1, 1, 1), ["@write", "@bitmap", "@slow"], "bitmap", "3.2.0", "O(1) for each field", "Reads, sets and adds to integer fields of a value"),
+    spec!(BitFieldRo, "bitfield_ro", -2, ["readonly", "fast"], (1, 1, 1), ["@read", "@bitmap", "@fast"], "bitmap", "6.0.0", "O(1) for each field", "Reads integer fields of a value"),
     spec!(Expire, "expire", -3, ["write", "fast"], (1, 1, 1), ["@keyspace", "@write", "@fast"], "generic", "1.0.0", "O(1)", "Sets an expiry so many seconds from now"),
     spec!(PExpire, "pexpire", -3, ["write", "fast"], (1, 1, 1), ["@keyspace", "@write", "@fast"], "generic", "2.6.0", "O(1)", "Sets an expiry so many milliseconds from now"),
     spec!(ExpireAt, "expireat", -3, ["write", "fast"], (1, 1, 1), ["@keyspace", "@write", "@fast"], "generic", "1.2.0", "O(1)", "Sets an expiry at a unix time in seconds"),
@@ -152,6 +179,7 @@ pub(super) static COMMANDS: &[Spec] = &[
     spec!(FlushAll, "flushall", -1, ["write"], (0, 0, 0), ["@keyspace", "@write", "@slow", "@dangerous"], "server", "1.0.0", "O(W) in the workers", "Removes every key"),
     spec!(FlushDb, "flushdb", -1, ["write"], (0, 0, 0), ["@keyspace", "@write", "@slow", "@dangerous"], "server", "1.0.0", "O(W) in the workers", "Removes every key of the selected database"),
     spec!(Select, "select", 2, ["loading", "stale", "fast"], (0, 0, 0), ["@fast", "@connection"], "connection", "1.0.0", "O(1)", "Picks the database the connection's keys are in"),
+    spec!(SwapDb, "swapdb", 3, ["write", "fast"], (0, 0, 0), ["@keyspace", "@write", "@fast", "@dangerous"], "server", "4.0.0", "O(1)", "Swaps the keys of two databases, for every connection"),
     spec!(Move, "move", 3, ["write", "fast"], (1, 1, 1), ["@keyspace", "@write", "@fast"], "generic", "1.0.0", "O(1)", "Moves a key to another database"),
     spec!(Scan, "scan", -2, ["readonly"], (0, 0, 0), ["@keyspace", "@read", "@slow"], "generic", "2.8.0", "O(N) in the worker's keys per call", "Iterates over the keys of the database"),
     spec!(Keys, "keys", 2, ["readonly"], (0, 0, 0), ["@keyspace", "@read", "@slow", "@dangerous"], "generic", "1.0.0", "O(N) in the keys", "The keys that match a pattern"),
@@ -202,8 +230,9 @@ pub(super) static COMMANDS: &[Spec] = &[
     },
 ];
 
-/// The command named `name` (any case). Every name is lower-case letters, so a byte is the
-/// name's letter in either case exactly when it is that letter with the case bit (0x20) set.
+/// The command named `name` (any case). Every name is lower-case letters and `_`, so a byte
+/// is the name's letter in either case exactly when it is that letter with the case bit
+/// (0x20) set, and is `_` only when it is `_`.
 pub(super) fn lookup(name: &[u8]) -> Option<&'static Spec> {
     COMMANDS.iter().find(|spec| {
         spec.name.len() == name.len()
@@ -211,7 +240,7 @@ pub(super) fn lookup(name: &[u8]) -> Option<&'static Spec> {
                 .name
                 .bytes()
                 .zip(name)
-                .all(|(letter, &b)| b | 0x20 == letter)
+                .all(|(letter, &b)| b == letter || (letter != b'_' && b | 0x20 == letter))
     })
 }
 

@@ -1,6 +1,7 @@
 //! Keys as such: expiry (`EXPIRE` and its kin, and the deadlines `SET`, `GETEX` and `SETEX`
-//! share), and the commands on several keys (`MGET`, `MSET`, `DEL`, `UNLINK`, `EXISTS`), which
-//! send each key to its owner and stop part-way when they must.
+//! share), the commands on several keys (`MGET`, `MSET`, `DEL`, `UNLINK`, `EXISTS`, `TOUCH`),
+//! which send each key to its owner and stop part-way when they must, `SCAN` and `KEYS`, and
+//! the commands from one key to another (`RENAME`, `COPY`) or about one (`OBJECT`, `MEMORY`).
 
 use super::*;
 
@@ -149,6 +150,7 @@ pub(super) fn multi_code(cmd: Cmd) -> u8 {
         Cmd::Del => 2,
         Cmd::Unlink => 3,
         Cmd::Exists => 4,
+        Cmd::Touch => 6,
         _ => 5,
     }
 }
@@ -157,7 +159,17 @@ pub(super) fn multi_code(cmd: Cmd) -> u8 {
 /// here counts the store operations it makes).
 pub(super) fn kind_of(cmd: Cmd) -> Kind {
     match cmd {
-        Cmd::Get | Cmd::MGet | Cmd::GetEx | Cmd::StrLen => Kind::Get,
+        Cmd::Get
+        | Cmd::MGet
+        | Cmd::GetEx
+        | Cmd::StrLen
+        | Cmd::GetRange
+        | Cmd::Substr
+        | Cmd::GetBit
+        | Cmd::BitCount
+        | Cmd::BitPos
+        | Cmd::BitFieldRo
+        | Cmd::Lcs => Kind::Get,
         Cmd::Set
         | Cmd::SetNx
         | Cmd::SetEx
@@ -165,9 +177,13 @@ pub(super) fn kind_of(cmd: Cmd) -> Kind {
         | Cmd::GetSet
         | Cmd::MSet
         | Cmd::MSetNx
-        | Cmd::Append => Kind::Set,
+        | Cmd::Append
+        | Cmd::SetRange
+        | Cmd::SetBit
+        | Cmd::BitOp
+        | Cmd::BitField => Kind::Set,
         Cmd::GetDel | Cmd::Del | Cmd::Unlink => Kind::Delete,
-        Cmd::Incr | Cmd::Decr | Cmd::IncrBy | Cmd::DecrBy => Kind::Arith,
+        Cmd::Incr | Cmd::Decr | Cmd::IncrBy | Cmd::DecrBy | Cmd::IncrByFloat => Kind::Arith,
         Cmd::Expire | Cmd::PExpire | Cmd::ExpireAt | Cmd::PExpireAt | Cmd::Persist => Kind::Touch,
         Cmd::FlushAll | Cmd::FlushDb => Kind::Flush,
         _ => Kind::Other,
@@ -180,11 +196,12 @@ pub(super) fn multi_cmd(code: u8) -> Cmd {
         2 => Cmd::Del,
         3 => Cmd::Unlink,
         4 => Cmd::Exists,
+        6 => Cmd::Touch,
         _ => Cmd::MSet,
     }
 }
 
-/// `MGET`, `MSET`, `DEL`, `UNLINK`, `EXISTS`, key by key: each key (or pair) another worker
+/// `MGET`, `MSET`, `DEL`, `UNLINK`, `EXISTS`, `TOUCH`, key by key: each key (or pair) another worker
 /// owns goes to it. Before each key but the first of this call the output backlog, the
 /// forwarding limits and the turn are checked, and the command stops there when one says so
 /// (its place kept in the session), to go on with that key on a later call.
@@ -221,6 +238,7 @@ pub(super) fn multi_key(
     cx.classify(kind_of(cmd));
     let name: &[u8] = match cmd {
         Cmd::Exists => b"EXISTS",
+        Cmd::Touch => b"TOUCH",
         Cmd::Unlink => b"UNLINK",
         _ => b"DEL",
     };
@@ -296,6 +314,8 @@ pub(super) fn multi_key(
                     }
                 }
                 Cmd::Exists => state.arg += i64::from(cx.peek(key, now).is_some()),
+                // A read marks the item accessed, which is what `TOUCH` is for.
+                Cmd::Touch => state.arg += i64::from(cx.get(key, now).is_some()),
                 _ => state.arg += i64::from(cx.delete(key, 0, now).is_ok()),
             }
         }
@@ -391,7 +411,7 @@ impl Gather for Status {
     }
 }
 
-/// Adds up the integer replies of several workers (`DEL`, `UNLINK`, `EXISTS`).
+/// Adds up the integer replies of several workers (`DEL`, `UNLINK`, `EXISTS`, `TOUCH`).
 #[derive(Debug)]
 pub(super) struct Sum {
     total: i64,
@@ -419,134 +439,6 @@ impl Gather for Sum {
     }
 }
 
-// ---- databases ----
-
-/// Buckets one slice of a database walk visits before acting on what it found.
-const WALK_SLICE_BUCKETS: usize = 1024;
-
-/// Runs `local` for this worker's share of a command that spans every worker (`DBSIZE`,
-/// `FLUSHDB`), and, unless this is the only worker or the command came from another one,
-/// sends the command to every other worker to run its share there; `gather` combines the
-/// replies. The caller checked [`Cx::may_fan_out`].
-pub(super) fn every_worker(
-    cx: &mut Cx<'_>,
-    raw: &[u8],
-    gather: Box<dyn Gather>,
-    out: &mut Vec<u8>,
-    local: impl FnOnce(&mut Cx<'_>, &mut Vec<u8>),
-) {
-    if cx.workers() == 1 || cx.forwarded() {
-        local(cx, out);
-        return;
-    }
-    let Some(seq) = cx.gather(gather, out) else {
-        local(cx, out);
-        return;
-    };
-    let me = cx.config().worker;
-    for worker in (0..cx.workers()).filter(|&w| w != me) {
-        // No queue holds a batch back (checked), so none refuses this part.
-        let _ = cx.forward_part(seq, worker, WHOLE, raw.len(), |bytes| {
-            bytes.extend_from_slice(raw)
-        });
-    }
-    let mut own = Vec::new();
-    local(cx, &mut own);
-    cx.seal(seq, Part::Bytes(&own), out);
-}
-
-/// Keys of the connection's database on this worker.
-pub(super) fn database_size(cx: &Cx<'_>) -> i64 {
-    let mut keys = 0;
-    cx.visit_database(0, cx.num_buckets(), cx.now, |_, _| keys += 1);
-    keys
-}
-
-/// Removes every key of the connection's database on this worker, a slice of the table at a
-/// time (removing keys moves no other item, so the walk's place holds).
-pub(super) fn flush_database(cx: &mut Cx<'_>) {
-    let now = cx.now;
-    let mut keys: Vec<u8> = Vec::new();
-    let mut ends: Vec<usize> = Vec::new();
-    let mut start = 0;
-    while start < cx.num_buckets() {
-        let end = start + WALK_SLICE_BUCKETS;
-        keys.clear();
-        ends.clear();
-        cx.visit_database(start, end, now, |key, _| {
-            keys.extend_from_slice(key);
-            ends.push(keys.len());
-        });
-        let mut from = 0;
-        for &to in &ends {
-            cx.unlink(&keys[from..to], now);
-            from = to;
-        }
-        start = end;
-    }
-}
-
-/// `SELECT index`.
-pub(super) fn select(cx: &mut Cx<'_>, index: &[u8], out: &mut Vec<u8>) {
-    let v = version(cx);
-    match parse_integer(index) {
-        None => error(out, v, NOT_INTEGER),
-        Some(n) if n >= 0 && n < i64::from(cx.config().databases) => {
-            cx.session.db = n as u8;
-            ok(out, v);
-        }
-        Some(_) => error(out, v, OUT_OF_RANGE_DB),
-    }
-}
-
-/// `MOVE key db`: the key, with its value, flags and expiry, into database `db` when it is
-/// held here and not there. A key's owner does not depend on its database, so both places
-/// are on this worker.
-pub(super) fn move_key(cx: &mut Cx<'_>, key: &[u8], db: &[u8], out: &mut Vec<u8>) {
-    let v = version(cx);
-    let now = cx.now;
-    let target = match parse_integer(db) {
-        None => return error(out, v, NOT_INTEGER),
-        Some(n) if n >= 0 && n < i64::from(cx.config().databases) => n as u8,
-        Some(_) => return error(out, v, OUT_OF_RANGE_DB),
-    };
-    let source = cx.session.db;
-    if target == source {
-        return error(out, v, "ERR source and destination objects are the same");
-    }
-    let Some((value, flags, expiry_ms)) = cx
-        .peek(key, now)
-        .map(|item| (item.value.to_vec(), item.flags, item.expiry_ms))
-    else {
-        return integer(out, v, 0);
-    };
-    cx.session.db = target;
-    let moved = if cx.peek(key, now).is_some() {
-        Ok(false)
-    } else {
-        let ttl = if expiry_ms == 0 {
-            Ttl::Exptime(0)
-        } else {
-            Ttl::AtMillis(expiry_ms)
-        };
-        let write = Write {
-            flags,
-            ttl,
-            ..Write::new(StoreMode::Add, key, &value)
-        };
-        cx.store(write, now).map(|_| true)
-    };
-    cx.session.db = source;
-    match moved {
-        Ok(true) => {
-            cx.unlink(key, now);
-            integer(out, v, 1);
-        }
-        Ok(false) => integer(out, v, 0),
-        Err(e) => store_error(out, v, e),
-    }
-}
-
 // ---- walking the keyspace ----
 
 /// Bits of a `SCAN` cursor that hold the position in the key-hash space; the bits above
@@ -567,12 +459,13 @@ fn scan_position(key: &[u8]) -> u64 {
 ///
 /// The cursor is a worker (top 8 bits) and a position in the key-hash space (56 bits): a call
 /// returns the keys of the connection's database on that worker whose positions are the
-/// smallest at or after the cursor's, and the next cursor starts where they end (at the last
-/// one, so keys sharing a position are returned again rather than missed). The order does not
-/// depend on the table, so growth, eviction and expiry move no key across the cursor: a full
-/// iteration returns every key held for its whole duration at least once. A worker's keys
-/// done, the cursor moves to the next worker's start; after the last, 0. Each call walks the
-/// worker's table (O(its items)).
+/// smallest at or after the cursor's, every key of each position it returns (keys sharing a
+/// position are never split between calls), and the next cursor is the position after the
+/// last one returned, so no key is returned twice by one iteration unless it is written
+/// again meanwhile. The order does not depend on the table, so growth, eviction and expiry
+/// move no key across the cursor: a full iteration returns every key held for its whole
+/// duration at least once. A worker's keys done, the cursor moves to the next worker's start;
+/// after the last, 0. Each call walks the worker's table (O(its items)).
 pub(super) fn scan(cx: &mut Cx<'_>, args: &[&[u8]], raw: &[u8], out: &mut Vec<u8>) -> Option<Stop> {
     let v = version(cx);
     let Some(cursor) = std::str::from_utf8(args[0])
@@ -621,10 +514,14 @@ pub(super) fn scan(cx: &mut Cx<'_>, args: &[&[u8]], raw: &[u8], out: &mut Vec<u8
     if worker != cx.config().worker && !cx.forwarded() {
         return cx.forward(worker, WHOLE, raw, out).err();
     }
-    // The `target` keys of the smallest positions at or after `start`.
+    // The `target` keys of the smallest positions at or after `start`; `dropped` is the
+    // smallest position of a key left out. Every key left out was at or above the heap's
+    // largest position when it was, and that largest position only falls, so `dropped` is
+    // at or above the largest position kept.
     let target = count.max(cx.items() / SCAN_WALKS).max(1);
     let mut nearest: std::collections::BinaryHeap<(u64, Vec<u8>)> =
         std::collections::BinaryHeap::new();
+    let mut dropped: Option<u64> = None;
     cx.visit_database(0, cx.num_buckets(), cx.now, |key, _| {
         let at = scan_position(key);
         if at < start {
@@ -633,32 +530,43 @@ pub(super) fn scan(cx: &mut Cx<'_>, args: &[&[u8]], raw: &[u8], out: &mut Vec<u8
         if nearest.len() < target {
             nearest.push((at, key.to_vec()));
         } else if nearest.peek().is_some_and(|(last, _)| at < *last) {
-            nearest.pop();
+            if let Some((out, _)) = nearest.pop() {
+                dropped = Some(dropped.map_or(out, |d| d.min(out)));
+            }
             nearest.push((at, key.to_vec()));
+        } else {
+            dropped = Some(dropped.map_or(at, |d| d.min(at)));
         }
     });
-    let found = nearest.into_vec();
-    let next = if found.len() < target {
-        // This worker's keys are done.
-        if worker + 1 < cx.workers() {
-            ((worker + 1) as u64) << CURSOR_POSITION_BITS
-        } else {
-            0
-        }
-    } else {
-        let first = found.iter().map(|(at, _)| *at).min().unwrap_or(start);
-        let last = found.iter().map(|(at, _)| *at).max().unwrap_or(start);
-        // Again from the last position, unless every key found holds it (then past it).
-        let resume = if first == last { last + 1 } else { last };
-        if resume >> CURSOR_POSITION_BITS != 0 {
-            if worker + 1 < cx.workers() {
-                ((worker + 1) as u64) << CURSOR_POSITION_BITS
+    let mut found = nearest.into_vec();
+    let last = found.iter().map(|(at, _)| *at).max().unwrap_or(start);
+    let resume = match dropped {
+        // Nothing left out: this worker's keys are done.
+        None => None,
+        // A key of the last position was left out: the position is returned next time,
+        // whole; unless it is all this call found (more keys than `target` share it), then
+        // it is returned whole now.
+        Some(d) if d == last => {
+            if found.iter().any(|(at, _)| *at < last) {
+                found.retain(|(at, _)| *at < last);
+                Some(last)
             } else {
-                0
+                found.clear();
+                cx.visit_database(0, cx.num_buckets(), cx.now, |key, _| {
+                    if scan_position(key) == last {
+                        found.push((last, key.to_vec()));
+                    }
+                });
+                Some(last + 1)
             }
-        } else {
-            (worker as u64) << CURSOR_POSITION_BITS | resume
         }
+        Some(_) => Some(last + 1),
+    };
+    let next = match resume {
+        Some(at) if at >> CURSOR_POSITION_BITS == 0 => (worker as u64) << CURSOR_POSITION_BITS | at,
+        // This worker's keys are done: the next worker's start, or the end.
+        _ if worker + 1 < cx.workers() => ((worker + 1) as u64) << CURSOR_POSITION_BITS,
+        _ => 0,
     };
     let keys: Vec<&[u8]> = found
         .iter()
@@ -822,14 +730,15 @@ pub(super) fn copy(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
     let Some(item) = item_of(cx, from) else {
         return integer(out, v, 0);
     };
-    cx.session.db = target;
+    let saved = current_db(cx);
+    enter_db(cx, target);
     let mode = if replace {
         StoreMode::Set
     } else {
         StoreMode::Add
     };
     let copied = put(cx, to, &item, mode);
-    cx.session.db = source;
+    restore_db(cx, saved);
     match copied {
         Ok(_) => integer(out, v, 1),
         Err(StoreError::NotStored) => integer(out, v, 0),

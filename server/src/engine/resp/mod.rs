@@ -6,7 +6,7 @@
 //! Expiry is kept to the millisecond (`PX`, `PEXPIRE`, `PTTL`). Keys live on the worker that
 //! owns them: a command on one key another worker owns is forwarded whole; `MGET`, `MSET`,
 //! `DEL`, `UNLINK` and `EXISTS` send each key to its owner (their replies come back in request
-//! order, `DEL` and `EXISTS` add up what each owner found); `DBSIZE`, `INFO` and `FLUSHALL` go
+//! order, `DEL`, `EXISTS` and `TOUCH` add up what each owner found); `DBSIZE`, `INFO` and `FLUSHALL` go
 //! to every worker. A multi-key command checks the output backlog, the forwarding limits and
 //! the turn before each key and goes on from that key on the next call, as a text `get` does.
 //!
@@ -27,6 +27,14 @@
 //! walk the table (O(items) on every worker; the store keeps no count per namespace);
 //! `FLUSHALL` empties the whole store, as memcached's `flush_all` does.
 //!
+//! `SWAPDB a b` swaps which namespace `a` and `b` mean, in one table every worker reads
+//! (`control::DbMap`, a seqlock: no reader sees one number swapped and not the other). The
+//! keys stay where they are. A command reads its database's namespace once, when it starts
+//! (the session's `stored_db`), so it never spans a swap; a request forwarded to another
+//! worker carries the database number and is mapped there, and `SWAPDB` waits for the
+//! connection's forwarded requests to be answered first, so its own earlier commands land
+//! in the databases they were sent to. memcached's protocols always see namespace 0.
+//!
 //! Where memspin answers differently from Redis 7:
 //! - strings are the only type (`TYPE` says `string` or `none`); commands of other types, and
 //!   anything not in [`COMMANDS`], are unknown commands (the connection goes on);
@@ -38,10 +46,20 @@
 //!   all than twice `-I`): the error is answered at once and the command's bytes are skipped
 //!   as they arrive, never buffered, the connection kept (Redis closes it with a protocol
 //!   error); a full store evicts (CLOCK, close to `allkeys-lru`) rather than refuse;
+//! - a command growing past 64 KiB as it arrives holds a share of the worker's input budget
+//!   (`engine::budget`): one the budget cannot take is refused as an oversize bulk is;
 //! - `MSET` is not atomic across workers (each pair is stored by its key's owner), and
-//!   `MSETNX` with keys on several workers is refused with Redis Cluster's `CROSSSLOT` error;
+//!   `MSETNX`, `BITOP`, `LCS`, `RENAME` and `COPY` with keys on several workers are refused
+//!   with Redis Cluster's `CROSSSLOT` error;
+//! - the item limit `-I` stands for Redis's 512 MB `proto-max-bulk-len`: `SETRANGE`, `SETBIT`
+//!   and `BITFIELD` past it are refused, and `LCS`'s table may take that much;
+//! - `INCRBYFLOAT` adds exactly in decimal (Redis: an 80-bit long double) and prints as
+//!   Redis's `%.17Lf`: the same replies while Redis's long double holds the sum's 17
+//!   decimals (magnitudes below about 100), fewer noise digits beyond;
 //! - `INFO keyspace` lists every database's keys under `db0` (the figures are the store's,
-//!   which counts items, not databases); `SWAPDB` is not served;
+//!   which counts items, not databases);
+//! - after `SWAPDB 0 n`, memcached's clients still see the store's namespace 0, which is
+//!   Redis's database `n` then;
 //! - there is one user, `default`, with `--requirepass`'s password (any without one);
 //!   `CLIENT SETINFO` is checked and acknowledged but nothing shows it, and there is no
 //!   `CLIENT LIST` or `CLIENT KILL`.
@@ -50,9 +68,12 @@
 //! mod.rs         parse (ahead, in place), dispatch, replies, and the commands too short for a
 //!                family file (GET, PING, TTL, ...)
 //! commands.rs    the command table: names, arity, keys, what `COMMAND` reports
-//! strings.rs     SET and its options, GETEX, INCR/DECR, APPEND, MSETNX
-//! keyspace.rs    expiry, the multi-key commands (MGET, MSET, DEL, UNLINK, EXISTS), the
-//!                databases (SELECT, MOVE, DBSIZE, FLUSHDB), SCAN and KEYS
+//! strings.rs     SET and its options, GETEX, INCR/DECR, INCRBYFLOAT, APPEND, MSETNX,
+//!                SETRANGE, GETRANGE/SUBSTR, LCS
+//! bits.rs        SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD, BITFIELD_RO
+//! keyspace.rs    expiry, the multi-key commands (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH),
+//!                SCAN and KEYS, RENAME, COPY, OBJECT, MEMORY
+//! databases.rs   SELECT, SWAPDB, MOVE, DBSIZE, FLUSHDB, and commands run on every worker
 //! transactions.rs MULTI, EXEC, DISCARD, WATCH, UNWATCH, RESET (and how a transaction runs
 //!                with several workers)
 //! connection.rs  HELLO, CLIENT
@@ -67,20 +88,25 @@ use protocol::resp::{
 };
 use store::{Now, StoreError, StoreMode, Ttl, Write};
 
+mod bits;
 mod commands;
 mod connection;
+mod databases;
 mod keyspace;
 mod server;
 mod strings;
 mod transactions;
 
+use self::bits::*;
 use self::commands::*;
 use self::connection::*;
+use self::databases::*;
 use self::keyspace::*;
 use self::server::*;
 use self::strings::*;
 use self::transactions::*;
 
+use super::budget::LARGE_COMMAND_BYTES;
 use super::forward::{Gather, Part};
 use super::session::{Cx, FanOut, Protocol, Resume, Scan, Step, Stop};
 use crate::stats::{Group, Kind, Snapshot};
@@ -101,6 +127,8 @@ const TOO_LARGE: &str = "ERR string exceeds maximum allowed size (proto-max-bulk
 const OUT_OF_MEMORY: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 const BAD_KEY: &str = "ERR key is empty or longer than 250 bytes";
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+const BUSY_INPUT: &str =
+    "ERR large commands in flight on this worker exceed its input budget, try again later";
 const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
 
 /// Executes (or refuses) the command at the front of `buf`. `ahead` holds the commands an
@@ -112,6 +140,9 @@ pub(super) fn step(
     buf: &[u8],
     out: &mut Vec<u8>,
 ) -> Step {
+    // The namespace the connection's database means for this command (`SWAPDB`).
+    let db = cx.session.db;
+    enter_db(cx, db);
     if let Some(resume) = cx.session.resume {
         return resume_step(cx, resume, buf, out);
     }
@@ -129,8 +160,10 @@ pub(super) fn step(
         if let Some((parsed, spec)) = kept
             && let Some((command, len)) = Command::from_parsed(buf, &parsed)
         {
-            // What an earlier parse of an incomplete command left is done with.
+            // What an earlier parse of an incomplete command left is done with, and so is
+            // the share of the input budget it held.
             cx.session.scan = Scan::default();
+            cx.release_input();
             if command.is_empty() {
                 return Step::Done(len);
             }
@@ -145,6 +178,7 @@ pub(super) fn step(
     match Command::parse(buf, &limits, &mut progress) {
         Ok((command, len)) => {
             cx.session.scan = Scan::default();
+            cx.release_input();
             if command.is_empty() {
                 return Step::Done(len);
             }
@@ -152,6 +186,12 @@ pub(super) fn step(
             execute(cx, spec, &command, &buf[..len], out)
         }
         Err(ParseError::Incomplete { needed }) => {
+            // The command has at least this many bytes: past the threshold, they are held
+            // from the worker's input budget before more of them is read.
+            let total = buf.len().saturating_add(needed);
+            if total > LARGE_COMMAND_BYTES && !cx.hold_input(total) {
+                return refuse_large(cx, buf, total, out);
+            }
             cx.session.scan = Scan {
                 bytes: progress.at,
                 items: progress.args,
@@ -160,6 +200,7 @@ pub(super) fn step(
         }
         Err(ParseError::TooLarge { end, args_left }) => {
             cx.session.scan = Scan::default();
+            cx.release_input();
             fail_queue(cx);
             error(out, version(cx), TOO_LARGE);
             cx.session.skip_args = args_left;
@@ -167,12 +208,37 @@ pub(super) fn step(
         }
         Err(ParseError::Protocol(error)) => {
             cx.session.scan = Scan::default();
+            cx.release_input();
             cx.protocol_error();
             error.emit_into(out);
             cx.session.close();
             Step::Done(0)
         }
     }
+}
+
+/// Refuses the command at the front of `buf`, whose current argument takes it to `total`
+/// bytes, for want of input budget: answered at once, its bytes skipped as they arrive, as a
+/// bulk over `-I` is (the parse again with a command limit just under `total` finds where the
+/// argument ends and how many follow it).
+fn refuse_large(cx: &mut Cx<'_>, buf: &[u8], total: usize, out: &mut Vec<u8>) -> Step {
+    cx.session.scan = Scan::default();
+    cx.release_input();
+    let limits = Limits {
+        max_command: total - 1,
+        ..limits(cx.config())
+    };
+    let Err(ParseError::TooLarge { end, args_left }) =
+        Command::parse(buf, &limits, &mut Progress::default())
+    else {
+        // An inline command (its line is at most 64 KiB and never refused for its size):
+        // it waits for its bytes, holding nothing.
+        return Step::Wait(total - buf.len());
+    };
+    fail_queue(cx);
+    error(out, version(cx), BUSY_INPUT);
+    cx.session.skip_args = args_left;
+    skip_through(cx, buf, end)
 }
 
 /// Consumes the first `end` bytes of a refused command: those in `buf` now, the rest skipped
@@ -360,6 +426,8 @@ pub(super) fn describe(request: &[u8]) -> String {
 /// is [`WHOLE`], or [`TRANSACTION`] for a transaction's queued commands, run as one).
 pub(super) fn run_forwarded(cx: &mut Cx<'_>, part: u8, request: &[u8], out: &mut Vec<u8>) {
     if part == TRANSACTION {
+        let db = cx.session.db;
+        enter_db(cx, db);
         run_queue(cx, request, out);
         return;
     }
@@ -423,24 +491,8 @@ impl<'c> Tail<'c> {
 }
 
 /// The connection's command at the front of the input, parsed whole: `raw` is its bytes.
-/// `spec` is [`lookup`]'s for its name. While the connection watches keys, each command is
-/// followed by a look at them ([`note_changes`]).
+/// `spec` is [`lookup`]'s for its name.
 fn execute(
-    cx: &mut Cx<'_>,
-    spec: Option<&'static Spec>,
-    command: &Command<'_>,
-    raw: &[u8],
-    out: &mut Vec<u8>,
-) -> Step {
-    let step = dispatch(cx, spec, command, raw, out);
-    if !cx.session.watched.is_empty() {
-        note_changes(cx);
-    }
-    step
-}
-
-/// [`execute`] without the look at watched keys.
-fn dispatch(
     cx: &mut Cx<'_>,
     spec: Option<&'static Spec>,
     command: &Command<'_>,
@@ -476,7 +528,7 @@ fn dispatch(
     let now = cx.now;
     cx.classify(kind_of(spec.cmd));
     match spec.cmd {
-        Cmd::MGet | Cmd::MSet | Cmd::Del | Cmd::Unlink | Cmd::Exists => {
+        Cmd::MGet | Cmd::MSet | Cmd::Del | Cmd::Unlink | Cmd::Exists | Cmd::Touch => {
             if spec.cmd == Cmd::MSet && command.argc() % 2 == 0 {
                 error(out, v, "ERR wrong number of arguments for 'mset' command");
                 return Step::Done(len);
@@ -486,7 +538,33 @@ fn dispatch(
         Cmd::DbSize | Cmd::Info | Cmd::FlushAll | Cmd::FlushDb | Cmd::Keys if !cx.may_fan_out() => {
             return Step::Stop(Stop::Blocked);
         }
+        // The connection's commands forwarded before it run first, in the databases they
+        // were sent in: the swap waits for their replies.
+        Cmd::SwapDb if cx.session.forwards_in_flight() > 0 && !cx.session.atomic => {
+            return Step::Stop(Stop::Forwards);
+        }
         _ => {}
+    }
+    if spec.cmd == Cmd::BitOp && cx.workers() > 1 && !cx.forwarded() {
+        // Every key on one worker, where the command runs.
+        let me = cx.config().worker;
+        let owners: Vec<usize> = command
+            .args()
+            .skip(2)
+            .map(|key| cx.owner_elsewhere(key).unwrap_or(me))
+            .collect();
+        if owners.windows(2).any(|w| w[0] != w[1]) {
+            error(out, v, CROSSSLOT);
+            return Step::Done(len);
+        }
+        if let Some(&owner) = owners.first()
+            && owner != me
+        {
+            return match cx.forward(owner, WHOLE, raw, out) {
+                Ok(()) => Step::Done(len),
+                Err(stop) => Step::Stop(stop),
+            };
+        }
     }
     if spec.keys == (1, 2, 1) && cx.workers() > 1 && !cx.forwarded() {
         // Two keys (RENAME, COPY): both on one worker, where the command runs.
@@ -588,6 +666,17 @@ fn dispatch(
             arith(cx, arg(1), delta, out);
         }
         Cmd::Append => append(cx, arg(1), arg(2), out),
+        Cmd::IncrByFloat => incr_by_float(cx, arg(1), arg(2), out),
+        Cmd::SetRange => setrange(cx, arg(1), arg(2), arg(3), out),
+        Cmd::GetRange | Cmd::Substr => getrange(cx, arg(1), arg(2), arg(3), out),
+        Cmd::Lcs => lcs(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::SetBit => setbit(cx, arg(1), arg(2), arg(3), out),
+        Cmd::GetBit => getbit(cx, arg(1), arg(2), out),
+        Cmd::BitCount => bitcount(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::BitPos => bitpos(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::BitOp => bitop(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::BitField => bitfield(cx, Tail::of(command, 1).as_slice(), false, out),
+        Cmd::BitFieldRo => bitfield(cx, Tail::of(command, 1).as_slice(), true, out),
         Cmd::StrLen => {
             let len = cx.peek(arg(1), now).map_or(0, |item| item.value.len());
             integer(out, v, len as i64);
@@ -665,6 +754,7 @@ fn dispatch(
             }
         }
         Cmd::Select => select(cx, arg(1), out),
+        Cmd::SwapDb => swapdb(cx, arg(1), arg(2), out),
         Cmd::Auth => auth(cx, Tail::of(command, 1).as_slice(), out),
         Cmd::Object => object(cx, Tail::of(command, 1).as_slice(), out),
         Cmd::Memory => memory(cx, Tail::of(command, 1).as_slice(), out),
@@ -750,7 +840,7 @@ fn dispatch(
         }
         Cmd::Config => config(cx, spec, Tail::of(command, 1).as_slice(), out),
         Cmd::Command => command_info(spec, Tail::of(command, 1).as_slice(), v, out),
-        Cmd::MGet | Cmd::MSet | Cmd::Del | Cmd::Unlink | Cmd::Exists => {}
+        Cmd::MGet | Cmd::MSet | Cmd::Del | Cmd::Unlink | Cmd::Exists | Cmd::Touch => {}
     }
     Step::Done(len)
 }
@@ -840,5 +930,9 @@ fn store_error(out: &mut Vec<u8>, v: Version, error: StoreError) {
     self::error(out, v, message);
 }
 
+#[cfg(test)]
+mod budget_tests;
+#[cfg(test)]
+mod string_tests;
 #[cfg(test)]
 mod tests;

@@ -10,15 +10,15 @@ use crate::engine::*;
 
 const NOW: u64 = 1_700_000_000;
 
-fn now() -> Now {
+pub(super) fn now() -> Now {
     Now::from_secs(NOW)
 }
 
-fn resp2() -> Session {
+pub(super) fn resp2() -> Session {
     Session::speaking(Protocol::Resp(Version::Resp2))
 }
 
-fn command(args: &[&[u8]]) -> Vec<u8> {
+pub(super) fn command(args: &[&[u8]]) -> Vec<u8> {
     let mut out = Vec::new();
     write_command(&mut out, args);
     out
@@ -26,7 +26,7 @@ fn command(args: &[&[u8]]) -> Vec<u8> {
 
 /// Runs `input` at `now`, which must be consumed whole, and returns the replies as text.
 #[track_caller]
-fn run_at(e: &mut Engine, session: &mut Session, input: &[u8], now: Now) -> String {
+pub(super) fn run_at(e: &mut Engine, session: &mut Session, input: &[u8], now: Now) -> String {
     let mut out = Vec::new();
     let outcome = e.execute(session, input, &mut out, now);
     assert_eq!(
@@ -41,7 +41,7 @@ fn run_at(e: &mut Engine, session: &mut Session, input: &[u8], now: Now) -> Stri
 
 /// Runs one command (its arguments as text) and returns the reply.
 #[track_caller]
-fn call(e: &mut Engine, session: &mut Session, args: &[&str]) -> String {
+pub(super) fn call(e: &mut Engine, session: &mut Session, args: &[&str]) -> String {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     run_at(e, session, &command(&args), now())
 }
@@ -279,7 +279,9 @@ fn command_names_are_found_in_any_case_and_only_them() {
     for spec in COMMANDS {
         // What `lookup`'s comparison relies on.
         assert!(
-            spec.name.bytes().all(|b| b.is_ascii_lowercase()),
+            spec.name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'_'),
             "{}",
             spec.name
         );
@@ -300,10 +302,12 @@ fn command_names_are_found_in_any_case_and_only_them() {
             assert_eq!(lookup(name.as_bytes()).map(|s| s.name), Some(spec.name));
         }
         // A byte that differs from a letter in more than its case bit, anywhere, is another
-        // name: `get` is not `ge\x14` (0x14 | 0x20 is `4`) nor `GE@`.
+        // name: `get` is not `ge\x14` (0x14 | 0x20 is `4`) nor `GE@`, and `bitfield_ro` is
+        // not `bitfield\x7fro` (0x7f is `_` with the case bit).
         for at in 0..spec.name.len() {
             for other in [
                 0x14u8,
+                0x7f,
                 b'@',
                 b'`',
                 b'{',
@@ -988,7 +992,7 @@ fn multi_key_commands_stop_at_the_high_water_mark_and_go_on() {
     assert_eq!(tail, ":2\r\n:2\r\n");
 }
 
-fn config(workers: usize, worker: usize) -> EngineConfig {
+pub(super) fn config(workers: usize, worker: usize) -> EngineConfig {
     EngineConfig {
         started_unix_secs: NOW - 10,
         threads: workers,
@@ -1007,7 +1011,7 @@ fn config(workers: usize, worker: usize) -> EngineConfig {
 /// is forwarded to it and its replies delivered in batches (newest first when `reverse`), the
 /// connection's output sent as it becomes sendable; returns everything sent.
 #[track_caller]
-fn run_on_two_workers(
+pub(super) fn run_on_two_workers(
     home: &mut Engine,
     owner: &mut Engine,
     input: &[u8],
@@ -1712,6 +1716,101 @@ fn scan_returns_every_key_while_the_table_grows() {
     );
 }
 
+/// Regression: the cursor went on from the last key's position, so each call but the last
+/// returned the previous call's last key again (django-redis's `delete_pattern` counted 44
+/// keys for 40). A full iteration over a table nobody writes returns each key exactly once.
+#[test]
+fn scan_returns_each_key_once_when_nothing_changes() {
+    let mut e = engine();
+    let mut s = resp2();
+    for i in 0..40 {
+        let key = format!("k:{i}");
+        assert_eq!(call(&mut e, &mut s, &["SET", &key, "v"]), "+OK\r\n");
+    }
+    for count in ["1", "3", "10", "39", "40", "1000"] {
+        let mut seen = Vec::new();
+        let mut cursor = "0".to_string();
+        for _ in 0..100 {
+            let reply = call(&mut e, &mut s, &["SCAN", &cursor, "COUNT", count]);
+            let (next, keys) = scan_reply(&reply);
+            seen.extend(keys);
+            cursor = next;
+            if cursor == "0" {
+                break;
+            }
+        }
+        assert_eq!(cursor, "0", "COUNT {count}: no end");
+        assert_eq!(seen.len(), 40, "COUNT {count}: {seen:?}");
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 40, "COUNT {count}");
+    }
+}
+
+/// A full `SCAN` iteration returns every key held throughout while the store evicts: the
+/// keys present before the first call and after the last (none is written again, so those
+/// were held the whole time) all come back, each once.
+#[test]
+fn scan_returns_every_key_held_throughout_while_items_are_evicted() {
+    let mut e = crate::engine::tests::engine_with(store::ShardConfig {
+        memory_limit_bytes: 2 << 20,
+        max_item_size: 64 << 10,
+    });
+    let mut s = resp2();
+    let value = "v".repeat(1000);
+    // More than the store holds: it is full, and evicts from then on.
+    for i in 0..2500 {
+        let key = format!("old:{i}");
+        assert_eq!(call(&mut e, &mut s, &["SET", &key, &value]), "+OK\r\n");
+    }
+    let before: std::collections::HashSet<String> = scan_all(&mut e, &mut s).into_iter().collect();
+    let mut seen = Vec::new();
+    let mut cursor = "0".to_string();
+    let mut calls = 0;
+    loop {
+        let (next, keys) = scan_reply(&call(&mut e, &mut s, &["SCAN", &cursor, "COUNT", "20"]));
+        seen.extend(keys);
+        calls += 1;
+        // Every call, new keys push old ones out.
+        for i in 0..5 {
+            let key = format!("new:{calls}:{i}");
+            assert_eq!(call(&mut e, &mut s, &["SET", &key, &value]), "+OK\r\n");
+        }
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+        assert!(calls < 10_000, "no end");
+    }
+    let after: std::collections::HashSet<String> = scan_all(&mut e, &mut s).into_iter().collect();
+    let held: Vec<&String> = before.intersection(&after).collect();
+    assert!(
+        held.len() < before.len(),
+        "nothing was evicted: the test proves nothing"
+    );
+    assert!(
+        !held.is_empty(),
+        "everything was evicted: the test proves nothing"
+    );
+    for key in held {
+        assert_eq!(seen.iter().filter(|k| *k == key).count(), 1, "{key}");
+    }
+}
+
+/// Every key of a full `SCAN` iteration with nothing written meanwhile.
+fn scan_all(e: &mut Engine, s: &mut Session) -> Vec<String> {
+    let mut all = Vec::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let (next, keys) = scan_reply(&call(e, s, &["SCAN", &cursor, "COUNT", "1000"]));
+        all.extend(keys);
+        cursor = next;
+        if cursor == "0" {
+            return all;
+        }
+    }
+}
+
 /// With two workers the cursor names the worker: a full iteration returns both workers' keys,
 /// and `KEYS` joins both workers' matches.
 #[test]
@@ -1776,6 +1875,241 @@ fn a_watched_key_written_and_deleted_by_the_connection_fails_exec() {
     assert_eq!(c(&["SET", "k", "2"]), "+QUEUED\r\n");
     assert_eq!(c(&["EXEC"]), "*-1\r\n");
     assert_eq!(c(&["GET", "k"]), "$-1\r\n");
+}
+
+/// Regression: a watched key absent at `WATCH` and at `EXEC` that another client created and
+/// deleted between (or a memcached client, or a `FLUSHALL`) let `EXEC` run; Redis counts the
+/// key as modified. A key that expires between fails it too; writes to other keys do not.
+#[test]
+fn a_watched_key_created_and_deleted_by_another_client_fails_exec() {
+    type Change = fn(&mut Engine, &mut Session);
+    let changes: [(&str, Change); 3] = [
+        ("SET and DEL", |e, o| {
+            assert_eq!(call(e, o, &["SET", "k", "x"]), "+OK\r\n");
+            assert_eq!(call(e, o, &["DEL", "k"]), ":1\r\n");
+        }),
+        ("memcached set and delete", |e, _| {
+            let mut text = Session::default();
+            let mut out = Vec::new();
+            e.execute(
+                &mut text,
+                b"set k 0 0 1\r\ny\r\ndelete k\r\n",
+                &mut out,
+                now(),
+            );
+            assert_eq!(out, b"STORED\r\nDELETED\r\n");
+        }),
+        ("SET and FLUSHALL", |e, o| {
+            assert_eq!(call(e, o, &["SET", "k", "x"]), "+OK\r\n");
+            assert_eq!(call(e, o, &["FLUSHALL"]), "+OK\r\n");
+        }),
+    ];
+    for (what, change) in changes {
+        let mut e = engine();
+        let mut s = resp2();
+        let mut other = resp2();
+        assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n", "{what}");
+        change(&mut e, &mut other);
+        assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut s, &["SET", "k", "mine"]), "+QUEUED\r\n");
+        assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*-1\r\n", "{what}");
+        assert_eq!(call(&mut e, &mut s, &["GET", "k"]), "$-1\r\n", "{what}");
+    }
+    // Writes to other keys, a FLUSHALL that removes no watched key (Redis 7 touches only the
+    // watched keys a flush removes), commands that leave the key as it was, and a watch
+    // released by UNWATCH leave the EXEC alone.
+    let mut e = engine();
+    let mut s = resp2();
+    let mut other = resp2();
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut other, &["FLUSHALL"]), "+OK\r\n");
+    // Regression: a DEL or EXPIRE of the absent watched key changes nothing, and Redis does
+    // not count it (the first write marks noted every delete, done or not).
+    assert_eq!(call(&mut e, &mut other, &["DEL", "k"]), ":0\r\n");
+    assert_eq!(call(&mut e, &mut s, &["DEL", "k"]), ":0\r\n");
+    assert_eq!(call(&mut e, &mut other, &["EXPIRE", "k", "10"]), ":0\r\n");
+    assert_eq!(
+        call(&mut e, &mut other, &["SET", "k", "x", "XX"]),
+        "$-1\r\n"
+    );
+    assert_eq!(call(&mut e, &mut other, &["SET", "j", "x"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut other, &["DEL", "j"]), ":1\r\n");
+    assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["SET", "k", "mine"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*1\r\n+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["UNWATCH"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut other, &["SET", "k", "x"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*0\r\n");
+    // A watched key that expires before EXEC fails it, though nobody wrote it.
+    assert_eq!(
+        call(&mut e, &mut s, &["SET", "t", "v", "PX", "5"]),
+        "+OK\r\n"
+    );
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "t"]), "+OK\r\n");
+    let later = Now::from_millis(NOW * 1000 + 10);
+    assert_eq!(
+        run_at(&mut e, &mut s, &command(&[b"MULTI"]), later),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        run_at(&mut e, &mut s, &command(&[b"SET", b"t", b"mine"]), later),
+        "+QUEUED\r\n"
+    );
+    assert_eq!(
+        run_at(&mut e, &mut s, &command(&[b"EXEC"]), later),
+        "*-1\r\n"
+    );
+}
+
+/// `TOUCH` counts the keys held (a key named twice counts twice, as in Redis) without
+/// changing them: a watching transaction still runs; with two workers each owner counts its
+/// own keys and the counts add up.
+#[test]
+fn touch_counts_held_keys_and_changes_nothing() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut other = resp2();
+    assert_eq!(
+        call(&mut e, &mut s, &["SET", "a", "1", "PX", "5000"]),
+        "+OK\r\n"
+    );
+    assert_eq!(call(&mut e, &mut s, &["SET", "b", "2"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["WATCH", "a"]), "+OK\r\n");
+    assert_eq!(
+        call(&mut e, &mut other, &["TOUCH", "a", "b", "missing", "a"]),
+        ":3\r\n"
+    );
+    assert_eq!(call(&mut e, &mut s, &["PTTL", "a"]), ":5000\r\n");
+    assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["GET", "a"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*1\r\n$1\r\n1\r\n");
+    assert_eq!(
+        call(&mut e, &mut s, &["TOUCH"]),
+        "-ERR wrong number of arguments for 'touch' command\r\n"
+    );
+    let mut home = Engine::new(config(2, 0));
+    let mut owner = Engine::new(config(2, 1));
+    let keys: Vec<String> = (0..20).map(|i| format!("key:{i}")).collect();
+    let mut input = Vec::new();
+    for key in &keys[..10] {
+        input.extend(command(&[b"SET", key.as_bytes(), b"v"]));
+    }
+    run_on_two_workers(&mut home, &mut owner, &input, false);
+    let mut touch: Vec<&[u8]> = vec![b"TOUCH"];
+    touch.extend(keys.iter().map(|k| k.as_bytes()));
+    assert_eq!(
+        run_on_two_workers(&mut home, &mut owner, &command(&touch), false),
+        ":10\r\n"
+    );
+}
+
+/// `SWAPDB` trades two databases' keys for every connection at once (the other connection
+/// sees it at its next command), with Redis's errors; memcached's protocols keep the store's
+/// namespace 0, which Redis's database 1 means after `SWAPDB 0 1`.
+#[test]
+fn swapdb_trades_two_databases_for_every_connection() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut other = resp2();
+    let script: &[(&[&str], &str)] = &[
+        (&["SET", "a", "zero"], "+OK\r\n"),
+        (&["SET", "only0", "x", "PX", "5000"], "+OK\r\n"),
+        (&["SELECT", "1"], "+OK\r\n"),
+        (&["SET", "a", "one"], "+OK\r\n"),
+        (&["SWAPDB", "0", "1"], "+OK\r\n"),
+        (&["GET", "a"], "$4\r\nzero\r\n"),
+        (&["PTTL", "only0"], ":5000\r\n"),
+        (&["DBSIZE"], ":2\r\n"),
+        (&["SELECT", "0"], "+OK\r\n"),
+        (&["GET", "a"], "$3\r\none\r\n"),
+        (&["EXISTS", "only0"], ":0\r\n"),
+        (&["KEYS", "*"], "*1\r\n$1\r\na\r\n"),
+        (&["MOVE", "a", "1"], ":0\r\n"),
+        (&["SWAPDB", "1", "1"], "+OK\r\n"),
+        (&["SWAPDB", "x", "1"], "-ERR invalid first DB index\r\n"),
+        (&["SWAPDB", "0", "1.5"], "-ERR invalid second DB index\r\n"),
+        (
+            &["SWAPDB", "99999999999", "1"],
+            "-ERR invalid first DB index\r\n",
+        ),
+        (&["SWAPDB", "0", "16"], "-ERR DB index is out of range\r\n"),
+        (&["SWAPDB", "-1", "0"], "-ERR DB index is out of range\r\n"),
+        (
+            &["SWAPDB", "0"],
+            "-ERR wrong number of arguments for 'swapdb' command\r\n",
+        ),
+    ];
+    for (args, want) in script {
+        assert_eq!(call(&mut e, &mut s, args), *want, "{args:?}");
+    }
+    // The other connection, in database 0, sees the swap.
+    assert_eq!(call(&mut e, &mut other, &["GET", "a"]), "$3\r\none\r\n");
+    // memcached reads the store's namespace 0: what database 1 means now.
+    let mut text = Session::default();
+    let mut out = Vec::new();
+    e.execute(&mut text, b"get a\r\n", &mut out, now());
+    assert_eq!(out, b"VALUE a 0 4\r\nzero\r\nEND\r\n");
+    // Swapped back, everything is where it was.
+    assert_eq!(call(&mut e, &mut other, &["SWAPDB", "1", "0"]), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["GET", "a"]), "$4\r\nzero\r\n");
+    assert_eq!(call(&mut e, &mut s, &["EXISTS", "only0"]), ":1\r\n");
+}
+
+/// A watched key held in either swapped database fails the watcher's `EXEC`, as Redis
+/// touches it; one held in neither does not.
+#[test]
+fn swapdb_fails_exec_of_a_key_held_in_either_database() {
+    for (setup, fails) in [
+        (&["SET", "k", "v"][..], true),
+        (&["SET", "elsewhere", "v"], false),
+    ] {
+        let mut e = engine();
+        let mut s = resp2();
+        let mut other = resp2();
+        assert_eq!(call(&mut e, &mut other, &["SELECT", "3"]), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut other, setup), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut s, &["WATCH", "k"]), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut other, &["SWAPDB", "0", "3"]), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+        assert_eq!(call(&mut e, &mut s, &["SET", "k", "mine"]), "+QUEUED\r\n");
+        let want = if fails { "*-1\r\n" } else { "*1\r\n+OK\r\n" };
+        assert_eq!(call(&mut e, &mut s, &["EXEC"]), want, "{setup:?}");
+    }
+}
+
+/// With two workers (one control, as a server has) a swap made on one is what a command
+/// forwarded to the other sees.
+#[test]
+fn swapdb_holds_on_every_worker() {
+    let control = crate::control::Control::new(Default::default(), 0);
+    let shared = |worker| EngineConfig {
+        control: std::sync::Arc::clone(&control),
+        ..config(2, worker)
+    };
+    let mut home = Engine::new(shared(0));
+    let mut owner = Engine::new(shared(1));
+    let keys: Vec<String> = (0..20).map(|i| format!("key:{i}")).collect();
+    let mut input = Vec::new();
+    for key in &keys {
+        input.extend(command(&[b"SET", key.as_bytes(), b"zero"]));
+    }
+    input.extend(command(&[b"SELECT", b"1"]));
+    for key in &keys {
+        input.extend(command(&[b"SET", key.as_bytes(), b"one"]));
+    }
+    input.extend(command(&[b"SWAPDB", b"0", b"1"]));
+    run_on_two_workers(&mut home, &mut owner, &input, false);
+    let mut mget: Vec<&[u8]> = vec![b"MGET"];
+    mget.extend(keys.iter().map(|k| k.as_bytes()));
+    let reply = run_on_two_workers(&mut home, &mut owner, &command(&mget), false);
+    assert_eq!(
+        reply.matches("$3\r\none\r\n").count(),
+        keys.len(),
+        "{reply}"
+    );
 }
 
 /// `EXPIRETIME`, `RENAME`, `RENAMENX`, `COPY`, `RANDOMKEY`, `WAIT` and `FUNCTION FLUSH` as

@@ -20,13 +20,12 @@
 //! `RANDOMKEY`)
 //! and `SELECT`
 //! are refused inside a transaction when there are several workers; with one worker every
-//! command runs. `WATCH` records each key's CAS and expiry; `EXEC` fails (a null array) when
-//! any differs (a write from any protocol gives a new CAS, an expiry or a delete makes the key
-//! absent, `EXPIRE` changes its expiry). A key absent when watched and absent again at `EXEC`
-//! counts as unchanged if another client wrote and removed it meanwhile (the connection's own
-//! commands are checked after each, so its own write and delete is seen). With several workers,
-//! `WATCH` takes keys of this connection's worker only, and a watching transaction must run
-//! here.
+//! command runs. `WATCH` records each key's CAS and expiry, and asks the core to note writes
+//! to it (`engine::marks`); `EXEC` fails (a null array) when a watched key was written since,
+//! by any connection or protocol (a key absent at `WATCH` and at `EXEC` that was created and
+//! deleted between included, as Redis has it), or when its CAS or expiry differs (an expiry
+//! or an eviction made it absent). With several workers, `WATCH` takes keys of this
+//! connection's worker only, and a watching transaction must run here.
 
 use super::*;
 use crate::engine::session::{Queued, Watched};
@@ -151,7 +150,7 @@ pub(super) fn discard(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
     if cx.session.queued.take().is_none() {
         return error(out, v, "ERR DISCARD without MULTI");
     }
-    cx.session.watched.clear();
+    forget_watched(cx);
     ok(out, v);
 }
 
@@ -180,11 +179,14 @@ pub(super) fn watch(cx: &mut Cx<'_>, keys: &[&[u8]], out: &mut Vec<u8>) {
             continue;
         }
         let state = cx.peek(key, now).map(|item| (item.cas, item.expiry_ms));
+        let stored_db = cx.session.stored_db;
+        let since = cx.watch_writes(stored_db, key);
         cx.session.watched.push(Watched {
             db,
             key: key.into(),
             state,
-            touched: false,
+            stored_db,
+            since,
         });
     }
     ok(out, v);
@@ -192,31 +194,34 @@ pub(super) fn watch(cx: &mut Cx<'_>, keys: &[&[u8]], out: &mut Vec<u8>) {
 
 /// `UNWATCH`.
 pub(super) fn unwatch(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
-    cx.session.watched.clear();
+    forget_watched(cx);
     ok(out, version(cx));
 }
 
-/// Marks the watched keys whose state differs now from when they were watched; run after
-/// each of the connection's commands while it watches, so a change it made and undid (a key
-/// written, then deleted) still fails `EXEC`.
-pub(super) fn note_changes(cx: &mut Cx<'_>) {
-    let now = cx.now;
-    let db = cx.session.db;
-    let mut watched = std::mem::take(&mut cx.session.watched);
-    for w in watched.iter_mut().filter(|w| !w.touched) {
-        cx.session.db = w.db;
-        let state = cx.peek(&w.key, now).map(|item| (item.cas, item.expiry_ms));
-        w.touched = state != w.state;
+/// Forgets the watched keys (and stops the core noting writes to them for this connection).
+pub(super) fn forget_watched(cx: &mut Cx<'_>) {
+    for w in std::mem::take(&mut cx.session.watched) {
+        cx.unwatch_writes(w.stored_db, &w.key);
     }
-    cx.session.db = db;
-    cx.session.watched = watched;
 }
 
-/// Whether a watched key changed since it was watched (and forgets them all).
+/// Whether a watched key was written, or its item differs, since it was watched (and forgets
+/// them all).
 fn watched_changed(cx: &mut Cx<'_>) -> bool {
-    note_changes(cx);
+    let now = cx.now;
     let watched = std::mem::take(&mut cx.session.watched);
-    watched.iter().any(|w| w.touched)
+    let mut changed = false;
+    for w in &watched {
+        let written = cx.written_since(w.stored_db, &w.key, w.since);
+        // The key of that database as it is now (after a `SWAPDB`, another namespace's).
+        let saved = current_db(cx);
+        enter_db(cx, w.db);
+        let state = cx.peek(&w.key, now).map(|item| (item.cas, item.expiry_ms));
+        restore_db(cx, saved);
+        changed |= written || state != w.state;
+        cx.unwatch_writes(w.stored_db, &w.key);
+    }
+    changed
 }
 
 /// `EXEC`: `Some` when it must wait (the owner's queue is full), with nothing done.
@@ -227,7 +232,7 @@ pub(super) fn exec(cx: &mut Cx<'_>, out: &mut Vec<u8>) -> Option<Stop> {
         return None;
     };
     if queued.failed {
-        cx.session.watched.clear();
+        forget_watched(cx);
         error(out, v, EXEC_ABORT);
         return None;
     }
@@ -235,7 +240,7 @@ pub(super) fn exec(cx: &mut Cx<'_>, out: &mut Vec<u8>) -> Option<Stop> {
     match queued.owner {
         Some(owner) if owner != me && !cx.forwarded() => {
             if !cx.session.watched.is_empty() {
-                cx.session.watched.clear();
+                forget_watched(cx);
                 error(out, v, CROSSSLOT);
                 return None;
             }
@@ -293,8 +298,8 @@ pub(super) fn run_queue(cx: &mut Cx<'_>, bytes: &[u8], out: &mut Vec<u8>) {
 /// database 0, RESP2, no name, and not authenticated when a password is asked for).
 pub(super) fn reset(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
     cx.session.queued = None;
-    cx.session.watched.clear();
-    cx.session.db = 0;
+    forget_watched(cx);
+    enter_db(cx, 0);
     cx.session.name = None;
     cx.session.authenticated = false;
     cx.session.switch(Protocol::Resp(Version::Resp2));
