@@ -1,21 +1,22 @@
-//! One core's cache shard: the table, the budget, the clock hand, CAS and flush state.
+//! One core's cache shard: segments, the table, the budget, the eviction hand, CAS and flush
+//! state.
 
 use core::hash::BuildHasher;
-use core::mem;
 
-use hashbrown::hash_table::OccupiedEntry;
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::DefaultHashBuilder;
 
 use crate::error::StoreError;
 use crate::expiry::{Deadline, Expiry, Now, Ttl};
-use crate::item::{self, GENERATION_MASK, Item, Liveness, MAX_KEY_LEN};
+use crate::item::{Fields, GENERATION_MASK, ItemMut, ItemRef, Liveness, MAX_KEY_LEN};
+use crate::segment::{self, Segments, State};
 use crate::stats::ShardStats;
+use crate::table::{self, Loc, Table, offset_of, segment_of};
 
 /// Sizes of one shard, from the server's command line.
 #[derive(Debug, Clone, Copy)]
 pub struct ShardConfig {
     /// This shard's memory budget in bytes (memcached `-m`, divided among cores); covers
-    /// items ([`item_size`](crate::item_size)) and the hash table.
+    /// the segments items are written to and the hash table.
     pub memory_limit_bytes: usize,
     /// memcached `-I` (default 1 MiB): an item whose [`item_size`](crate::item_size)
     /// exceeds it is refused with [`StoreError::TooLarge`].
@@ -166,27 +167,31 @@ impl ItemView<'_> {
 }
 
 /// Where a lookup will read, from [`Shard::hint`], for a caller that prefetches. The item's
-/// bucket and its heap block are two dependent loads: prefetch [`Hint::bucket`] for every key
-/// first, then (the buckets arriving meanwhile) [`Hint::block`] for every key, and the misses
-/// of all keys overlap at each stage.
+/// table entry and the item itself are two dependent loads: prefetch [`Hint::bucket`] for
+/// every key first, then (the buckets arriving meanwhile) [`Hint::block`] for every key, and
+/// the misses of all keys overlap at each stage.
 #[derive(Debug, Clone, Copy)]
 pub struct Hint<'a> {
-    item: &'a Item,
+    entry: &'a u64,
+    block: &'a [u8],
 }
 
 impl<'a> Hint<'a> {
-    /// The address of the item's bucket in the table (32 bytes, within one cache line):
-    /// only for a prefetch; taking it reads nothing.
+    /// An address in the item's table bucket (one 64-byte cache line, shared with up to six
+    /// other entries): the bucket's start plus the entry's slot number, so that hints of two
+    /// items never compare equal. Only for a prefetch; taking it reads nothing.
     #[inline]
     pub fn bucket(self) -> *const u8 {
-        core::ptr::from_ref(self.item).cast()
+        let entry: *const u8 = core::ptr::from_ref(self.entry).cast();
+        let slot = entry.addr() % 64 / 8;
+        entry.wrapping_sub(entry.addr() % 64).wrapping_add(slot)
     }
 
-    /// The item's heap block, which a lookup reads after the bucket (it compares the key
-    /// there): only for a prefetch of its cache lines. Finding it reads the bucket.
+    /// The item in its segment (header, key, value), which a lookup reads after the entry (it
+    /// compares the key there): only for a prefetch of its cache lines.
     #[inline]
     pub fn block(self) -> &'a [u8] {
-        self.item.block()
+        self.block
     }
 }
 
@@ -205,7 +210,7 @@ enum Removal {
     Released,
 }
 
-/// Who asks the clock hand for a victim ([`Shard::evict_one`]): what it may take and how
+/// Who asks the eviction hand for a victim ([`Shard::evict_one`]): what it may take and how
 /// the taking is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Victim {
@@ -240,82 +245,106 @@ enum Miss {
     Dead(Liveness),
 }
 
-/// One core's cache: a hashbrown table of items under a byte budget, with CLOCK eviction,
-/// memcached expiry, CAS and `flush_all`. See the crate docs for the design.
+/// Smallest segment: a budget below 32 of these still gets segments of this size.
+const MIN_SEGMENT_BYTES: usize = 4096;
+/// Largest segment (items larger than a segment get one of their own, of their size).
+pub const MAX_SEGMENT_BYTES: usize = 1 << 20;
+/// Live items are evicted only while dead bytes are at most 1/`DEAD_SHARE` of the segment
+/// memory; above it the eviction hand keeps every live item, taking back only dead bytes.
+const DEAD_SHARE: usize = 4;
+/// Entries per bucket at which the table considers doubling (4 of 7 slots).
+const GROW_LOAD: usize = 4;
+/// Entries per bucket the table holds before inserts start failing often (9/10 of 7).
+const FULL_LOAD_TENTHS: usize = 63;
+
+/// The segment size for a budget: 1/32 of it as a power of two, from 4 KiB to 1 MiB.
+fn segment_size_for(limit: usize) -> usize {
+    let target = (limit / 32).clamp(MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES);
+    1 << (usize::BITS - 1 - target.leading_zeros())
+}
+
+/// One core's cache: items appended to segments, found through a table of 8-byte entries,
+/// under a byte budget, evicted segment by segment in FIFO order with a second chance for
+/// the items that were read; memcached expiry, CAS and `flush_all`. See the crate docs for
+/// the design.
 ///
 /// Single-threaded by contract: every method takes `&mut self` or `&self`, there are no
 /// locks or atomics; a `Shard` may be moved to the core that owns it (`Send`).
 pub struct Shard {
     config: ShardConfig,
-    table: HashTable<Item>,
+    table: Table,
+    segs: Segments,
     hasher: DefaultHashBuilder,
     stats: ShardStats,
-    /// Bytes charged for the table's allocation ([`item::malloc_chunk`] of it).
-    table_bytes: usize,
-    /// hashbrown's control-group width on this target (16 with SSE2, 8 otherwise).
-    group_width: usize,
+    /// Bytes of a segment (see `segment_size_for`).
+    segment_size: usize,
     /// The last CAS the counter handed out.
     last_cas: u64,
-    /// The flush generation: items stored in any other one were flushed. Counts `flush_all`s
-    /// (applied ones) modulo 2^17.
+    /// The flush generation: items in segments of any other one were flushed. Counts
+    /// `flush_all`s (applied ones) modulo 2^17.
     generation: u32,
     /// A delayed `flush_all` takes effect at this unix time.
     pending_flush_at: Option<u64>,
-    /// The clock hand (a bucket index).
-    hand: usize,
+    /// No segment can be wholly dead before this unix millisecond (a lower bound on their
+    /// last deadlines; 0 after a flush): the search for one is skipped until then.
+    dead_segment_check_ms: u64,
     /// The expiry sweep's cursor (a bucket index).
     sweep_hand: usize,
-    /// Live-item limit while the table cannot grow within the budget (see `reserve_slot`).
-    item_cap: usize,
+    /// With eviction off, where the search for a dead item goes on (a bucket index).
+    scan_hand: usize,
     /// Whether live items may be evicted to make room (memcached's `-M` turns it off).
     evict: bool,
     /// Live items evicted and not yet taken, while someone wants them.
     evictions: Option<Vec<Evicted>>,
+    /// Scratch for a value built from an old one (append, prepend, incr), kept between calls.
+    scratch: Vec<u8>,
+    /// Times the table's load called for doubling and the bigger table was not worth its
+    /// memory (tests only).
     #[cfg(test)]
-    rebuilds: usize,
-    /// The heap when the budget was last lowered: the most it may hold until it is back
-    /// under the budget (tests only).
+    capped: usize,
+    /// The table size whose doubling was last refused, so each size counts once.
+    refused_buckets: usize,
+    /// The heap and the memory when the budget was last lowered: the most each may hold
+    /// until it is back under the budget (tests only).
     #[cfg(test)]
-    lowered_heap: u64,
+    lowered: (u64, usize),
 }
 
 impl Shard {
     /// Creates an empty shard. Nothing is allocated until the first store.
     pub fn new(config: ShardConfig) -> Shard {
-        // Measure the control-group width once: a 4-bucket table is 4 x (32 + 1) + width.
-        let probe: HashTable<Item> = HashTable::with_capacity(1);
-        let group_width = probe
-            .allocation_size()
-            .saturating_sub(probe.num_buckets() * (mem::size_of::<Item>() + 1));
         Shard {
             config,
-            table: HashTable::new(),
+            table: Table::default(),
+            segs: Segments::default(),
             hasher: DefaultHashBuilder::default(),
             stats: ShardStats {
                 limit_maxbytes: config.memory_limit_bytes as u64,
                 ..ShardStats::default()
             },
-            table_bytes: 0,
-            group_width,
+            segment_size: segment_size_for(config.memory_limit_bytes),
             last_cas: 0,
             generation: 0,
             pending_flush_at: None,
-            hand: 0,
+            dead_segment_check_ms: u64::MAX,
             sweep_hand: 0,
-            item_cap: usize::MAX,
+            scan_hand: 0,
             evict: true,
             evictions: None,
+            scratch: Vec::new(),
             #[cfg(test)]
-            rebuilds: 0,
+            capped: 0,
+            refused_buckets: 0,
             #[cfg(test)]
-            lowered_heap: 0,
+            lowered: (0, 0),
         }
     }
 
     /// Whether live items may be evicted to make room (the default). Off (memcached's `-M`), a
-    /// store that needs room takes back only dead items the clock hand meets within
-    /// [`NO_EVICT_SCAN`] buckets, and fails with [`StoreError::OutOfMemory`] if that is not
-    /// enough; live items stay until they are deleted, expire or are flushed.
+    /// store that needs room takes back only dead items (whole segments whose items all
+    /// expired or were flushed, or dead items met within [`NO_EVICT_SCAN`] buckets), and fails
+    /// with [`StoreError::OutOfMemory`] if that is not enough; live items stay until they are
+    /// deleted, expire or are flushed.
     pub fn set_eviction(&mut self, evict: bool) {
         self.evict = evict;
     }
@@ -342,7 +371,14 @@ impl Shard {
 
     /// Whether the shard holds no item at all.
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.table.len() == 0
+    }
+
+    /// Bytes the shard holds from the allocator: its segments (in use and one spare at most)
+    /// and its table. Kept within the budget, except for one segment while the eviction hand
+    /// moves read items (see the crate docs).
+    pub fn memory_bytes(&self) -> usize {
+        self.segs.bytes + self.table.bytes()
     }
 
     /// Looks a key up; a hit marks the item fetched (raising its clock counter), records the
@@ -359,25 +395,16 @@ impl Shard {
             return None;
         }
         let hash = self.hasher.hash_one(key);
-        let found = find_live(
-            &mut self.table,
-            &mut self.stats,
-            self.table_bytes,
-            self.generation,
-            hash,
-            key,
-            now,
-        );
-        match found {
-            Ok(entry) => {
+        match self.lookup(hash, key, now) {
+            Ok(loc) => {
                 self.stats.get_hits += 1;
-                let item = entry.into_mut();
-                let (fetched, last_access) = (item.fetched(), item.last_access());
+                let mut item = self.item_mut(self.table.get(loc));
+                let (fetched, last_access) = (item.get().fetched(), item.get().last_access());
                 item.mark_fetched(now);
                 Some(ItemView {
                     fetched,
                     last_access,
-                    ..view(item)
+                    ..view(item.into_ref())
                 })
             }
             Err(Miss::Absent) => {
@@ -396,17 +423,20 @@ impl Shard {
     }
 
     /// Where a lookup of `key` will read, for a caller that prefetches: with several keys in
-    /// hand, warming every key's item before looking any of them up lets their cache misses
-    /// overlap instead of following one another. A lookup reads the table's control bytes,
-    /// then the item's bucket, then its heap block (the key, CAS and value), each load
-    /// waiting for the one before; see [`Hint`] for taking them in stages. Finding the hint
-    /// reads the control bytes only. Only a hint: the bucket taken is the first whose 7-bit
-    /// tag matches, the key's in all but rare cases, dead or alive; nothing changes and
-    /// nothing is counted.
+    /// hand, warming every key's entry and item before looking any of them up lets their
+    /// cache misses overlap instead of following one another. A lookup reads the key's home
+    /// bucket (one cache line of entries), then the item in its segment; see [`Hint`] for
+    /// taking them in stages. Finding the hint reads the bucket. Only a hint: the entry taken
+    /// is the first whose 16-bit tag matches, the key's in all but rare cases, dead or alive;
+    /// nothing changes and nothing is counted.
     #[inline]
     pub fn hint(&self, key: &[u8]) -> Option<Hint<'_>> {
         let hash = self.hasher.hash_one(key);
-        self.table.find(hash, |_| true).map(|item| Hint { item })
+        let loc = self.table.find(hash, |_| true)?;
+        Some(Hint {
+            entry: self.table.entry_ref(loc),
+            block: self.item(self.table.get(loc)).block(),
+        })
     }
 
     /// TOUCH / GAT: gives a live item a new expiry (`ttl` as in [`Shard::store`]) and
@@ -445,38 +475,29 @@ impl Shard {
             return None;
         }
         let hash = self.hasher.hash_one(key);
-        let found = find_live(
-            &mut self.table,
-            &mut self.stats,
-            self.table_bytes,
-            self.generation,
-            hash,
-            key,
-            now,
-        );
-        match found {
-            Ok(entry) => {
-                self.stats.touch_hits += 1;
-                let item = entry.into_mut();
-                let expired = item.expires();
-                item.set_deadline(deadline_for(ttl, item.deadline(), now));
-                self.stats.curr_expiring =
-                    self.stats.curr_expiring - u64::from(expired) + u64::from(item.expires());
-                let (fetched, last_access) = (item.fetched(), item.last_access());
-                if mark {
-                    item.mark_fetched(now);
-                }
-                Some(ItemView {
-                    fetched,
-                    last_access,
-                    ..view(item)
-                })
-            }
-            Err(_) => {
-                self.stats.touch_misses += 1;
-                None
-            }
+        let Ok(loc) = self.lookup(hash, key, now) else {
+            self.stats.touch_misses += 1;
+            return None;
+        };
+        let e = self.table.get(loc);
+        let old = self.item(e);
+        let (fetched, last_access) = (old.fetched(), old.last_access());
+        let deadline = deadline_for(ttl, old.deadline(), now);
+        let Ok(e) = self.set_deadline(hash, loc, deadline, now) else {
+            // No room to write the item anew with an expiry (eviction off, memory full).
+            self.stats.touch_misses += 1;
+            return None;
+        };
+        self.stats.touch_hits += 1;
+        let mut item = self.item_mut(e);
+        if mark {
+            item.mark_fetched(now);
         }
+        Some(ItemView {
+            fetched,
+            last_access,
+            ..view(item.into_ref())
+        })
     }
 
     /// Looks a key up without touching it: no fetched mark, no clock bump, no access time, no
@@ -487,8 +508,8 @@ impl Shard {
         self.advance(now);
         check_key(key).ok()?;
         let hash = self.hasher.hash_one(key);
-        let index = self.lookup(hash, key, now).ok()?;
-        self.table.get_bucket(index).map(view)
+        let loc = self.lookup(hash, key, now).ok()?;
+        Some(view(self.item(self.table.get(loc))))
     }
 
     /// Meta protocol `md <key> I`: marks a live item stale instead of removing it, hands its
@@ -527,29 +548,20 @@ impl Shard {
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let Ok(loc) = self.lookup(hash, key, now) else {
             self.stats.delete_misses += 1;
             return Err(StoreError::NotFound);
         };
-        if cas != 0
-            && self
-                .table
-                .get_bucket(index)
-                .is_some_and(|it| it.cas() != cas)
-        {
+        let e = self.table.get(loc);
+        if cas != 0 && self.item(e).cas() != cas {
             return Err(StoreError::Exists);
         }
         let new_cas = self.take_cas(new_cas);
-        let Some(item) = self.table.get_bucket_mut(index) else {
-            return Err(StoreError::NotFound);
-        };
+        let mut item = self.item_mut(e);
         item.mark_stale();
         item.set_cas(new_cas);
         if let Some(exptime) = exptime {
-            let expired = item.expires();
-            item.set_deadline(Expiry::resolve(exptime, now).encode(now));
-            self.stats.curr_expiring =
-                self.stats.curr_expiring - u64::from(expired) + u64::from(item.expires());
+            self.set_deadline(hash, loc, Expiry::resolve(exptime, now).encode(now), now)?;
         }
         Ok(new_cas)
     }
@@ -567,26 +579,27 @@ impl Shard {
     /// memcached marks it fetched once the reply is written). Returns whether the item was
     /// there.
     pub fn mark_fetched(&mut self, key: &[u8], now: impl Into<Now>) -> bool {
-        self.mark_live(key, now.into(), Item::mark_fetched)
+        self.mark_live(key, now.into(), |item, now| item.mark_fetched(now))
     }
 
     /// Applies `mark` to the live item under `key`, counting nothing; whether it was there.
-    fn mark_live(&mut self, key: &[u8], now: Now, mark: impl FnOnce(&mut Item, Now)) -> bool {
+    fn mark_live(
+        &mut self,
+        key: &[u8],
+        now: Now,
+        mark: impl FnOnce(&mut ItemMut<'_>, Now),
+    ) -> bool {
         self.advance(now);
         if check_key(key).is_err() {
             return false;
         }
         let hash = self.hasher.hash_one(key);
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let Ok(loc) = self.lookup(hash, key, now) else {
             return false;
         };
-        match self.table.get_bucket_mut(index) {
-            Some(item) => {
-                mark(item, now);
-                true
-            }
-            None => false,
-        }
+        let mut item = self.item_mut(self.table.get(loc));
+        mark(&mut item, now);
+        true
     }
 
     /// Stores `write.value` under `write.key` per `write.mode`; returns the item's new CAS
@@ -600,6 +613,10 @@ impl Shard {
     ///
     /// `write.cas != 0` makes it a compare-and-swap, for every mode: counts `cas_hits`,
     /// `cas_misses` or `cas_badval`.
+    ///
+    /// A new item is appended to the open segment of its expiry class; no allocation happens
+    /// unless a new segment must be taken. A value of the old one's length is rewritten in
+    /// place.
     ///
     /// # Errors
     ///
@@ -630,7 +647,7 @@ impl Shard {
             self.check_size(key.len(), value.len())?;
         }
         let hash = self.hasher.hash_one(key);
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let Ok(loc) = self.lookup(hash, key, now) else {
             // memcached: append and prepend need an item, and say "not stored" without one,
             // a CAS given or not (only set and replace, its compare-and-swap forms, miss).
             if extends {
@@ -649,64 +666,68 @@ impl Shard {
                 self.stats.total_items += 1;
                 return Ok(new_cas);
             }
-            let item = Item::new(key, [value, b""], flags, deadline, new_cas);
-            self.put(hash, None, item, now)?;
+            let fields = self.fields(key, [value, b""], flags, deadline, new_cas, 0, now);
+            self.put(hash, None, &fields, now)?;
             return Ok(new_cas);
         };
         if mode == StoreMode::Add {
             return Err(StoreError::NotStored);
         }
-        let Some(old) = self.table.get_bucket(index) else {
-            return Err(StoreError::NotFound);
-        };
-        if cas != 0 && old.cas() != cas {
+        let e = self.table.get(loc);
+        let old = self.item(e);
+        let (old_cas, old_flags, old_deadline) = (old.cas(), old.flags(), old.deadline());
+        let (old_len, old_expires) = (old.value().len(), old.expires());
+        if cas != 0 && old_cas != cas {
             self.stats.cas_badval += 1;
             return Err(StoreError::Exists);
         }
-        let mut item = if extends {
-            let old_value = old.value();
-            self.check_size(key.len(), old_value.len().saturating_add(value.len()))?;
+        if extends {
+            self.check_size(key.len(), old_len.saturating_add(value.len()))?;
+            let mut buf = core::mem::take(&mut self.scratch);
+            buf.clear();
+            buf.extend_from_slice(self.item(e).value());
             let parts = if mode == StoreMode::Append {
-                [old_value, value]
+                [&buf[..], value]
             } else {
-                [value, old_value]
+                [value, &buf[..]]
             };
-            Item::new(key, parts, old.flags(), old.deadline(), 0)
-        } else {
-            let deadline = deadline_for(ttl, old.deadline(), now);
-            if deadline.passed(now) {
-                self.remove_at(index, Removal::Client);
-                if cas != 0 {
-                    self.stats.cas_hits += 1;
-                }
-                self.stats.total_items += 1;
-                return Ok(self.take_cas(new_cas));
+            let new_cas = self.take_cas(new_cas);
+            let fields = self.fields(key, parts, old_flags, old_deadline, new_cas, 0, now);
+            let stored = self.put(hash, Some(loc), &fields, now);
+            self.scratch = buf;
+            stored?;
+            if cas != 0 {
+                self.stats.cas_hits += 1;
             }
-            if old.value().len() == value.len() {
-                // Same length (a counter, a fixed-size record): rewrite the block in place
-                // instead of allocating a new one and freeing the old; nothing is charged
-                // differently and the item stays in its bucket.
-                let new_cas = self.take_cas(new_cas);
-                let generation = self.generation;
-                let Some(item) = self.table.get_bucket_mut(index) else {
-                    return Err(StoreError::NotFound);
-                };
-                let expired = item.expires();
-                item.overwrite(value, flags, deadline, new_cas);
-                item.stamp(generation, now);
-                self.stats.curr_expiring =
-                    self.stats.curr_expiring - u64::from(expired) + u64::from(item.expires());
-                self.stats.total_items += 1;
-                if cas != 0 {
-                    self.stats.cas_hits += 1;
-                }
-                return Ok(new_cas);
+            return Ok(new_cas);
+        }
+        let deadline = deadline_for(ttl, old_deadline, now);
+        if deadline.passed(now) {
+            self.remove_at(loc, Removal::Client);
+            if cas != 0 {
+                self.stats.cas_hits += 1;
             }
-            Item::new(key, [value, b""], flags, deadline, 0)
-        };
+            self.stats.total_items += 1;
+            return Ok(self.take_cas(new_cas));
+        }
+        if old_len == value.len() && self.item(e).holds(deadline) {
+            // Same length (a counter, a fixed-size record): rewrite the item in place; nothing
+            // is charged differently and its entry stays as it is.
+            let new_cas = self.take_cas(new_cas);
+            self.item_mut(e)
+                .overwrite(value, flags, deadline, new_cas, now);
+            self.note_deadline(segment_of(e), deadline);
+            self.stats.curr_expiring = self.stats.curr_expiring - u64::from(old_expires)
+                + u64::from(deadline != Deadline::NEVER);
+            self.stats.total_items += 1;
+            if cas != 0 {
+                self.stats.cas_hits += 1;
+            }
+            return Ok(new_cas);
+        }
         let new_cas = self.take_cas(new_cas);
-        item.set_cas(new_cas);
-        self.put(hash, Some(index), item, now)?;
+        let fields = self.fields(key, [value, b""], flags, deadline, new_cas, 0, now);
+        self.put(hash, Some(loc), &fields, now)?;
         if cas != 0 {
             self.stats.cas_hits += 1;
         }
@@ -724,19 +745,14 @@ impl Shard {
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let Ok(loc) = self.lookup(hash, key, now) else {
             self.stats.delete_misses += 1;
             return Err(StoreError::NotFound);
         };
-        if cas != 0
-            && self
-                .table
-                .get_bucket(index)
-                .is_some_and(|it| it.cas() != cas)
-        {
+        if cas != 0 && self.item(self.table.get(loc)).cas() != cas {
             return Err(StoreError::Exists);
         }
-        self.remove_at(index, Removal::Client);
+        self.remove_at(loc, Removal::Client);
         self.stats.delete_hits += 1;
         Ok(())
     }
@@ -752,10 +768,10 @@ impl Shard {
             return false;
         }
         let hash = self.hasher.hash_one(key);
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let Ok(loc) = self.lookup(hash, key, now) else {
             return false;
         };
-        self.remove_at(index, Removal::Client);
+        self.remove_at(loc, Removal::Client);
         true
     }
 
@@ -792,8 +808,8 @@ impl Shard {
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
-        let mut digits = [0u8; item::MAX_DIGITS];
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let mut digits = [0u8; crate::item::MAX_DIGITS];
+        let Ok(loc) = self.lookup(hash, key, now) else {
             match direction {
                 Delta::Incr => self.stats.incr_misses += 1,
                 Delta::Decr => self.stats.decr_misses += 1,
@@ -801,20 +817,19 @@ impl Shard {
             let Some((initial, exptime)) = create else {
                 return Err(StoreError::NotFound);
             };
-            let text = item::format_decimal(initial, &mut digits);
+            let text = crate::item::format_decimal(initial, &mut digits);
             self.check_size(key.len(), text.len())?;
             let expiry = Expiry::resolve(exptime, now);
             let new_cas = self.take_cas(new_cas);
             self.stats.total_items += 1;
             if expiry != Expiry::Expired {
-                let item = Item::new(key, [text, b""], 0, expiry.encode(now), new_cas);
-                self.put(hash, None, item, now)?;
+                let fields = self.fields(key, [text, b""], 0, expiry.encode(now), new_cas, 0, now);
+                self.put(hash, None, &fields, now)?;
             }
             return Ok((initial, new_cas));
         };
-        let Some(old) = self.table.get_bucket(index) else {
-            return Err(StoreError::NotFound);
-        };
+        let e = self.table.get(loc);
+        let old = self.item(e);
         // memcached: an empty value is non-numeric before the CAS is compared, any other
         // value after.
         if old.value().is_empty() {
@@ -823,18 +838,17 @@ impl Shard {
         if cas != 0 && old.cas() != cas {
             return Err(StoreError::Exists);
         }
-        let current = item::parse_decimal(old.value()).ok_or(StoreError::NonNumeric)?;
+        let current = crate::item::parse_decimal(old.value()).ok_or(StoreError::NonNumeric)?;
         let next = match direction {
             Delta::Incr => current.wrapping_add(delta),
             Delta::Decr => current.saturating_sub(delta),
         };
-        let text = item::format_decimal(next, &mut digits);
-        if text.len() == old.value().len() {
+        let text = crate::item::format_decimal(next, &mut digits);
+        let old_len = old.value().len();
+        if text.len() == old_len {
             // Same length: rewrite in place, no allocation.
             let new_cas = self.take_cas(new_cas);
-            let Some(item) = self.table.get_bucket_mut(index) else {
-                return Err(StoreError::NotFound);
-            };
+            let mut item = self.item_mut(e);
             item.value_mut().copy_from_slice(text);
             item.set_cas(new_cas);
             item.mark_accessed(now);
@@ -842,15 +856,13 @@ impl Shard {
             return Ok((next, new_cas));
         }
         self.check_size(key.len(), text.len())?;
-        let mut item = Item::new(key, [text, b""], old.flags(), old.deadline(), 0);
         // memcached rewrites a result no longer than the old value in place (padded with
         // spaces): the item stays fetched, stale, won as it was. A longer one is a new item.
-        if text.len() < old.value().len() {
-            item.keep_marks(old);
-        }
+        let marks = if text.len() < old_len { old.marks() } else { 0 };
+        let (flags, deadline) = (old.flags(), old.deadline());
         let new_cas = self.take_cas(new_cas);
-        item.set_cas(new_cas);
-        self.put(hash, Some(index), item, now)?;
+        let fields = self.fields(key, [text, b""], flags, deadline, new_cas, marks, now);
+        self.put(hash, Some(loc), &fields, now)?;
         self.count_delta_hit(direction);
         Ok((next, new_cas))
     }
@@ -859,11 +871,12 @@ impl Shard {
     /// invisible at that time. `delay` follows the `exptime` rules; 0 (or anything already
     /// past) flushes now. A later call replaces a pending delayed flush.
     ///
-    /// Takes O(1): the shard moves to its next flush generation, which makes every item
-    /// stored in an earlier one dead (whatever its CAS, client-chosen ones included); they are
-    /// reclaimed lazily (on access, by the sweep, by the clock hand). Generations count
-    /// modulo 2^17: the flush that wraps the count reclaims every item at once (all are dead
-    /// then), so no item can outlive a flush and return 2^17 flushes later.
+    /// Takes O(segments): the shard moves to its next flush generation and closes its open
+    /// segments, which makes every item in a segment of an earlier generation dead (whatever
+    /// its CAS, client-chosen ones included); their segments are taken back whole when room is
+    /// needed, and their items on access, by the sweep and by the eviction hand. Generations
+    /// count modulo 2^17: the flush that wraps the count reclaims every item at once (all are
+    /// dead then), so no item can outlive a flush and return 2^17 flushes later.
     pub fn flush_all(&mut self, delay: i64, now: impl Into<Now>) {
         let now = now.into();
         self.advance(now);
@@ -875,42 +888,46 @@ impl Shard {
 
     /// Reclaims dead (expired or flushed) items; call from an idle loop.
     ///
-    /// Examines at most `max_items` items, continuing where the previous call stopped,
-    /// and walks at most one revolution of the table per call. Returns how many it
-    /// reclaimed.
+    /// Examines at most `max_items` items, continuing where the previous call stopped, and
+    /// walks at most one revolution of the table per call. Returns how many it reclaimed. A
+    /// segment whose last item goes is taken back with it.
     pub fn sweep_expired(&mut self, max_items: usize, now: impl Into<Now>) -> usize {
         let now = now.into();
         self.advance(now);
-        let buckets = self.table.num_buckets();
-        if self.table.is_empty() || buckets == 0 {
-            return 0;
-        }
-        let (mut examined, mut reclaimed) = (0, 0);
-        for _ in 0..buckets {
-            if examined >= max_items {
+        let before = self.stats.reclaimed;
+        let slots = self.table.num_buckets() * table::SLOTS;
+        let mut examined = 0;
+        for _ in 0..slots {
+            if examined >= max_items || self.table.len() == 0 {
                 break;
             }
-            let index = self.sweep_hand & (buckets - 1);
-            self.sweep_hand = index.wrapping_add(1);
-            let Some(item) = self.table.get_bucket(index) else {
-                continue;
+            let at = self.sweep_hand % slots;
+            self.sweep_hand = at + 1;
+            let loc = Loc {
+                bucket: at / table::SLOTS,
+                slot: at % table::SLOTS,
             };
+            let e = self.table.get(loc);
+            if e == 0 {
+                continue;
+            }
             examined += 1;
-            if item.liveness(now, self.generation) != Liveness::Live {
-                self.remove_at(index, Removal::Reclaimed);
-                reclaimed += 1;
+            if self.liveness(e, now) != Liveness::Live {
+                self.remove_at(loc, Removal::Reclaimed);
             }
         }
-        reclaimed
+        (self.stats.reclaimed - before) as usize
     }
 
     /// The LRU crawler's walk (memcached's `lru_crawler crawl`, and memspin's background
-    /// crawler): from bucket `start`, looks at up to `max_items` items in bucket order and
-    /// takes back the dead (expired or flushed) ones, counting `crawler_items_checked`,
-    /// `crawler_reclaimed` and, for an expired item no client fetched, `expired_unfetched`.
-    /// Live items are left as they are (no clock bump, no access time). The caller keeps the
-    /// cursor ([`Crawled::next`]) between calls; a table that grows between two calls moves
-    /// items, so a walk in steps may miss or look twice at some, as memcached's crawler may.
+    /// crawler): from bucket `start`, looks at the items of whole buckets in bucket order, at
+    /// most `max_items` of them (when `max_items` is smaller than the first bucket's count,
+    /// only that many of its items, and the walk moves past it), and takes back the dead (expired or flushed) ones, counting
+    /// `crawler_items_checked`, `crawler_reclaimed` and, for an expired item no client
+    /// fetched, `expired_unfetched`. Live items are left as they are (no clock bump, no access
+    /// time). The caller keeps the cursor ([`Crawled::next`]) between calls; entries stay in
+    /// their buckets while the table keeps its size, so a walk in steps sees every item that
+    /// stays for the whole walk (only a resize may make it miss or repeat some).
     pub fn crawl(&mut self, start: usize, max_items: usize, now: impl Into<Now>) -> Crawled {
         let now = now.into();
         self.advance(now);
@@ -921,15 +938,25 @@ impl Shard {
         };
         while done.next < buckets && done.checked < max_items {
             let index = done.next;
+            let mut held = [(Loc { bucket: 0, slot: 0 }, 0u64); table::SLOTS];
+            let mut n = 0;
+            for found in self.table.bucket(index) {
+                held[n] = found;
+                n += 1;
+            }
+            if done.checked > 0 && done.checked + n > max_items {
+                break;
+            }
+            // A bucket with more entries than the call may look at: only its first ones.
+            n = n.min(max_items - done.checked);
             done.next += 1;
-            let Some(item) = self.table.get_bucket(index) else {
-                continue;
-            };
-            done.checked += 1;
-            let liveness = item.liveness(now, self.generation);
-            if liveness != Liveness::Live {
-                self.remove_at(index, Removal::Crawled(liveness));
-                done.reclaimed += 1;
+            for &(loc, e) in &held[..n] {
+                done.checked += 1;
+                let liveness = self.liveness(e, now);
+                if liveness != Liveness::Live {
+                    self.remove_at(loc, Removal::Crawled(liveness));
+                    done.reclaimed += 1;
+                }
             }
         }
         self.stats.crawler_items_checked += done.checked as u64;
@@ -937,11 +964,12 @@ impl Shard {
     }
 
     /// Frees about `bytes` of memory for a page `slabs reassign` moves out of the item class:
-    /// the clock hand takes back dead items and evicts live ones (with eviction off too: an
-    /// operator asked for it), counting them in `slab_reassign_evictions_nomem` rather than
-    /// `evictions`, as memcached counts the items of a page it moves. At most `max_items`
-    /// items go per call. Returns the bytes freed (the heap's decrease), less than `bytes`
-    /// when the call's items ran out or the shard is empty.
+    /// the eviction hand takes back dead items and evicts live ones from the oldest segments
+    /// (with eviction off too: an operator asked for it, and without a second chance), counting
+    /// them in `slab_reassign_evictions_nomem` rather than `evictions`, as memcached counts the
+    /// items of a page it moves. At most `max_items` items go per call. Returns the bytes freed
+    /// (the heap's decrease), less than `bytes` when the call's items ran out or the shard is
+    /// empty. A segment's memory returns to the allocator once its last item is gone.
     pub fn release(&mut self, bytes: usize, max_items: usize, now: impl Into<Now>) -> usize {
         let now = now.into();
         self.advance(now);
@@ -959,31 +987,40 @@ impl Shard {
     /// Changes the memory budget (memcached's `cache_memlimit`; this shard's share of it). A
     /// higher budget is usable at once. Under a lower one the shard is over its budget until
     /// [`Shard::shrink`] brings it down; meanwhile a store makes room for itself only, so the
-    /// heap does not grow, and no store pays for the whole difference.
+    /// heap does not grow, and no store pays for the whole difference. New segments take the
+    /// size the new budget calls for.
     pub fn set_memory_limit(&mut self, bytes: usize) {
         #[cfg(test)]
         {
-            self.lowered_heap = self.stats.heap_bytes;
+            self.lowered = (self.stats.heap_bytes, self.memory_bytes());
         }
         self.config.memory_limit_bytes = bytes;
         self.stats.limit_maxbytes = bytes as u64;
+        let size = segment_size_for(bytes);
+        if size != self.segment_size {
+            self.segment_size = size;
+            self.segs.drop_spares(0);
+        }
     }
 
     /// Whether the shard holds more than its budget (after [`Shard::set_memory_limit`]
-    /// lowered it).
+    /// lowered it): its items and table, or its segments and table.
     pub fn over_budget(&self) -> bool {
-        self.stats.heap_bytes > self.config.memory_limit_bytes as u64
+        let limit = self.config.memory_limit_bytes;
+        self.stats.heap_bytes > limit as u64 || self.memory_bytes() > limit
     }
 
-    /// One bounded step down to a lowered budget: the table is rebuilt smaller when its items
-    /// fit in half of it (at most once per call, O(buckets)), else the clock hand evicts, at
-    /// most `max_items` items per call, as a store would (with eviction off, memcached's `-M`,
-    /// only dead items go, and live ones stay over the budget until they are deleted or
-    /// expire; stores needing room are refused meanwhile). Returns whether the shard is still
-    /// over its budget.
+    /// One bounded step down to a lowered budget: spare segments are freed, the table is
+    /// rebuilt smaller when its items fit in half of it (at most once per call, O(buckets)),
+    /// else the eviction hand evicts from the oldest segments, at most `max_items` items per
+    /// call, as a store would (with eviction off, memcached's `-M`, only dead items go, and
+    /// live ones stay over the budget until they are deleted or expire; stores needing room
+    /// are refused meanwhile). A segment's memory returns to the allocator once its last item
+    /// is gone. Returns whether the shard is still over its budget.
     pub fn shrink(&mut self, max_items: usize, now: impl Into<Now>) -> bool {
         let now = now.into();
         self.advance(now);
+        self.segs.drop_spares(0);
         let mut rebuilt = false;
         let mut taken = 0;
         while self.over_budget() {
@@ -994,14 +1031,15 @@ impl Shard {
             if taken >= max_items || !self.evict_one(now, Victim::Shrink) {
                 break;
             }
+            self.segs.drop_spares(0);
             taken += 1;
         }
         self.over_budget()
     }
 
-    /// Rebuilds the table with half its buckets or fewer (room for twice its items), when its
-    /// items fit in half of them; an empty table gives its allocation back. Returns whether
-    /// it did.
+    /// Rebuilds the table with half its buckets, when its items fit there at no more than
+    /// [`GROW_LOAD`] per bucket; an empty table gives its allocation back. Returns whether it
+    /// did.
     fn shrink_table(&mut self) -> bool {
         let buckets = self.num_buckets();
         let len = self.table.len();
@@ -1009,80 +1047,34 @@ impl Shard {
             return false;
         }
         if len == 0 {
-            self.table = HashTable::new();
-        } else if buckets >= 8 && len * 2 <= full_capacity(buckets / 2) {
-            let hasher = &self.hasher;
-            self.table
-                .shrink_to(len * 2, |it| hasher.hash_one(it.key()));
+            self.table = Table::default();
+        } else if buckets >= 2 && len <= GROW_LOAD * (buckets / 2) {
+            self.rebuild_table(buckets / 2);
         } else {
             return false;
         }
-        self.table_bytes = table_charge(self.table.allocation_size());
-        self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
-        self.item_cap = usize::MAX;
+        self.refresh_heap();
         true
-    }
-
-    /// Asserts the accounting invariants (tests only).
-    #[cfg(test)]
-    #[track_caller]
-    pub(crate) fn check_invariants(&self) {
-        let bytes: u64 = self.table.iter().map(|it| it.size() as u64).sum();
-        assert_eq!(self.stats.bytes, bytes, "bytes");
-        assert_eq!(self.stats.curr_items, self.table.len() as u64, "curr_items");
-        let expiring = self.table.iter().filter(|it| it.expires()).count();
-        assert_eq!(self.stats.curr_expiring, expiring as u64, "curr_expiring");
-        assert_eq!(
-            self.table_bytes,
-            table_charge(self.table.allocation_size()),
-            "table bytes"
-        );
-        assert_eq!(
-            self.stats.heap_bytes,
-            self.stats.bytes + self.table_bytes as u64,
-            "heap_bytes"
-        );
-        assert!(
-            self.stats.heap_bytes <= (self.config.memory_limit_bytes as u64).max(self.lowered_heap),
-            "heap_bytes {} over the budget {}",
-            self.stats.heap_bytes,
-            self.config.memory_limit_bytes
-        );
-        for it in self.table.iter() {
-            assert!(it.generation() <= self.generation, "generation");
-        }
-    }
-
-    /// Jumps the flush generation forward, as `generation - current` immediate flushes
-    /// that reclaimed nothing would (tests only: 2^17 real flushes take too long).
-    #[cfg(test)]
-    pub(crate) fn skip_to_generation(&mut self, generation: u32) {
-        assert!(self.generation < generation && generation <= GENERATION_MASK);
-        self.generation = generation;
-    }
-
-    /// How many times the table was rebuilt at the same size (tests only).
-    #[cfg(test)]
-    pub(crate) fn rebuilds(&self) -> usize {
-        self.rebuilds
     }
 
     /// Buckets in the table (0 before the first store): the range [`Shard::visit`] walks.
     pub fn num_buckets(&self) -> usize {
-        if self.table.allocation_size() == 0 {
-            0
-        } else {
-            self.table.num_buckets()
-        }
+        self.table.num_buckets()
     }
 
     /// Calls `f(key, item, size)` for every live item in buckets `start..end` (clamped to the
     /// table), in bucket order, without touching them (no fetched mark, no counters; dead
     /// items are skipped, not reclaimed). `size` is what the item is charged
     /// ([`item_size`](crate::item_size)). For inspection (`lru_crawler metadump`, `stats
-    /// sizes`): walking the whole table costs time in proportion to it, so a caller walks
-    /// it in slices. A table that grows between two slices moves items, so a walk in slices
-    /// may miss or repeat items stored meanwhile.
+    /// sizes`, Redis `SCAN` with the bucket index as its cursor): walking the whole table costs
+    /// time in proportion to it, so a caller walks it in slices.
+    ///
+    /// A walk in slices is stable while the table keeps its size: an entry stays in its
+    /// bucket from insert to removal, so an item that is live for the whole walk is visited
+    /// exactly once, whatever is stored or removed between slices. The table changes size
+    /// only when it doubles while the cache fills or halves under a budget lowered at run
+    /// time; a walk across such a resize may miss or repeat items, as a caller can tell from
+    /// [`Shard::num_buckets`] changing between slices.
     pub fn visit(
         &self,
         start: usize,
@@ -1093,11 +1085,11 @@ impl Shard {
         let now = now.into();
         let end = end.min(self.num_buckets());
         for index in start..end {
-            let Some(item) = self.table.get_bucket(index) else {
-                continue;
-            };
-            if item.liveness(now, self.generation) == Liveness::Live {
-                f(item.key(), view(item), item.size());
+            for (_, e) in self.table.bucket(index) {
+                let item = self.item(e);
+                if self.liveness(e, now) == Liveness::Live {
+                    f(item.key(), view(item), item.size());
+                }
             }
         }
     }
@@ -1148,16 +1140,22 @@ impl Shard {
         }
     }
 
-    /// Flushes now: moves to the next flush generation. On a wrap of the count, items of
-    /// the generation now reused may still wait to be reclaimed; every item is dead at this
+    /// Flushes now: moves to the next flush generation and closes the open segments (every
+    /// segment holds items of one generation). On a wrap of the count, segments of the
+    /// generation now reused may still wait to be taken back; every item is dead at this
     /// point, so all are reclaimed at once (O(n), once per 2^17 flushes).
     fn apply_flush(&mut self) {
         self.pending_flush_at = None;
         self.generation = (self.generation + 1) & GENERATION_MASK;
+        for class in 0..segment::CLASSES {
+            if let Some(id) = self.segs.open[class] {
+                self.seal(id);
+            }
+        }
+        self.dead_segment_check_ms = 0;
         if self.generation == 0 {
-            let table_bytes = self.table_bytes;
-            for item in self.table.drain() {
-                account_removed(&mut self.stats, table_bytes, &item, Removal::Reclaimed);
+            while let Some(&id) = self.segs.fifo.front() {
+                self.reclaim_segment(id, Removal::Reclaimed);
             }
         }
     }
@@ -1181,15 +1179,17 @@ impl Shard {
         }
     }
 
-    /// TooLarge if over `max_item_size`; OutOfMemory if it cannot fit even alone.
+    /// TooLarge if over `max_item_size` (or a value over what an item's length word holds,
+    /// 1 GiB - 1: memcached's `-I` is at most 1 GiB);
+    /// OutOfMemory if it cannot fit even alone.
     fn check_size(&self, key_len: usize, value_len: usize) -> Result<(), StoreError> {
-        let size = item::item_size(key_len, value_len);
-        if size > self.config.max_item_size {
+        let size = crate::item::item_size(key_len, value_len);
+        if size > self.config.max_item_size || value_len > crate::item::MAX_VALUE_LEN {
             return Err(StoreError::TooLarge);
         }
         // With every item evicted, the table (at least its smallest allocation) remains. Over
         // a lowered budget, the heap as it is stands for the budget (see `put`).
-        let table_floor = self.table_bytes.max(self.table_bytes_for(4));
+        let table_floor = self.table.bytes().max(Table::bytes_for(1));
         let limit = (self.config.memory_limit_bytes as u64).max(self.stats.heap_bytes);
         if size.saturating_add(table_floor) as u64 > limit {
             return Err(StoreError::OutOfMemory);
@@ -1197,86 +1197,285 @@ impl Shard {
         Ok(())
     }
 
-    /// Finds the live item under `key` and returns its bucket index; a dead item found is
-    /// reclaimed.
-    fn lookup(&mut self, hash: u64, key: &[u8], now: Now) -> Result<usize, Miss> {
-        let found = find_live(
-            &mut self.table,
-            &mut self.stats,
-            self.table_bytes,
-            self.generation,
-            hash,
+    /// The fields of a new item, stamped with `now`.
+    #[allow(clippy::too_many_arguments)]
+    fn fields<'a>(
+        &self,
+        key: &'a [u8],
+        value: [&'a [u8]; 2],
+        flags: u32,
+        deadline: Deadline,
+        cas: u64,
+        marks: u16,
+        now: Now,
+    ) -> Fields<'a> {
+        Fields {
             key,
-            now,
-        );
-        found.map(|entry| entry.bucket_index())
-    }
-
-    fn remove_at(&mut self, index: usize, why: Removal) {
-        if let Ok(entry) = self.table.get_bucket_entry(index) {
-            let (item, _) = entry.remove();
-            self.account_removed(&item, why);
+            value,
+            flags,
+            deadline,
+            cas,
+            last_access: crate::expiry::clamp_u32(now.secs()),
+            marks,
         }
     }
 
-    fn account_removed(&mut self, item: &Item, why: Removal) {
-        account_removed(&mut self.stats, self.table_bytes, item, why);
+    #[inline]
+    fn item(&self, e: u64) -> ItemRef<'_> {
+        self.segs.segs[segment_of(e)].item(offset_of(e))
     }
 
-    /// Puts `item` in the table, replacing the item at `existing` (same key) if given,
-    /// evicting as needed to stay within the budget. Over a budget that was lowered
-    /// ([`Shard::set_memory_limit`]), the heap as it is stands for the budget: the store makes
-    /// room for itself only, and [`Shard::shrink`] does the rest in bounded steps.
+    #[inline]
+    fn item_mut(&mut self, e: u64) -> ItemMut<'_> {
+        ItemMut::new(&mut self.segs.segs[segment_of(e)].data[offset_of(e)..])
+    }
+
+    #[inline]
+    fn liveness(&self, e: u64, now: Now) -> Liveness {
+        let flushed = self.segs.segs[segment_of(e)].generation != self.generation;
+        self.item(e).liveness(now, flushed)
+    }
+
+    /// Gives the live item at `loc` (of `hash`) a new deadline, keeping `curr_expiring` and
+    /// its segment's last deadline up to date; returns its entry. In place when the item has
+    /// room for it; an item without an expiry that is given one is written anew, to the open
+    /// segment of its new expiry class, as it was (CAS, flags, marks, last access), which
+    /// counts no store.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::OutOfMemory`] if the item must be written anew and no room can be made
+    /// (eviction off); the item is then kept as it was, unless making room evicted it.
+    fn set_deadline(
+        &mut self,
+        hash: u64,
+        loc: Loc,
+        deadline: Deadline,
+        now: Now,
+    ) -> Result<u64, StoreError> {
+        let e = self.table.get(loc);
+        let mut buf = core::mem::take(&mut self.scratch);
+        let item = self.item(e);
+        if item.holds(deadline) {
+            self.scratch = buf;
+            let expired = self.item(e).expires();
+            self.item_mut(e).set_deadline(deadline);
+            self.note_deadline(segment_of(e), deadline);
+            self.stats.curr_expiring = self.stats.curr_expiring - u64::from(expired)
+                + u64::from(deadline != Deadline::NEVER);
+            return Ok(e);
+        }
+        buf.clear();
+        buf.extend_from_slice(item.key());
+        buf.extend_from_slice(item.value());
+        let key_len = item.key().len();
+        let (key, value) = buf.split_at(key_len);
+        let fields = Fields {
+            key,
+            value: [value, b""],
+            flags: item.flags(),
+            deadline,
+            cas: item.cas(),
+            last_access: item.last_access(),
+            marks: item.marks(),
+        };
+        let total_items = self.stats.total_items;
+        let stored = self.put(hash, Some(loc), &fields, now);
+        self.stats.total_items = total_items;
+        let found = stored.and_then(|()| {
+            let segs = &self.segs.segs;
+            let loc = self.table.find(hash, |e| {
+                segs[segment_of(e)].item(offset_of(e)).key() == key
+            });
+            loc.map(|loc| self.table.get(loc))
+                .ok_or(StoreError::OutOfMemory)
+        });
+        self.scratch = buf;
+        found
+    }
+
+    /// Records that segment `id` holds an item with `deadline`.
+    fn note_deadline(&mut self, id: usize, deadline: Deadline) {
+        self.segs.segs[id].note_deadline(deadline);
+        if deadline != Deadline::NEVER {
+            self.dead_segment_check_ms = self.dead_segment_check_ms.min(deadline.millis());
+        }
+    }
+
+    /// Finds the live item under `key`; a dead item found is reclaimed.
+    #[inline]
+    fn lookup(&mut self, hash: u64, key: &[u8], now: Now) -> Result<Loc, Miss> {
+        let segs = &self.segs.segs;
+        let found = self.table.find(hash, |e| {
+            segs[segment_of(e)].item(offset_of(e)).key() == key
+        });
+        let Some(loc) = found else {
+            return Err(Miss::Absent);
+        };
+        match self.liveness(self.table.get(loc), now) {
+            Liveness::Live => Ok(loc),
+            dead => {
+                self.remove_at(loc, Removal::Reclaimed);
+                Err(Miss::Dead(dead))
+            }
+        }
+    }
+
+    /// Bytes of the budget in use: the segments held, less what is free in them (the open
+    /// segments' unwritten room, the spare segment, the part of the oldest segment the
+    /// eviction hand has passed and not kept), plus the table. Live items, dead items not yet taken back
+    /// and the unwritten tails of sealed segments all count.
+    fn heap_now(&self) -> u64 {
+        let open_room: usize = self
+            .segs
+            .open
+            .iter()
+            .flatten()
+            .map(|&id| self.segs.segs[id].room())
+            .sum();
+        let spare: usize = self
+            .segs
+            .spare
+            .iter()
+            .map(|&id| self.segs.segs[id].data.len())
+            .sum();
+        let passed = self
+            .segs
+            .fifo
+            .front()
+            .map_or(0, |&id| self.segs.segs[id].hand - self.segs.segs[id].keep);
+        (self.segs.bytes - open_room - spare - passed + self.table.bytes()) as u64
+    }
+
+    /// Brings `heap_bytes` up to date ([`Shard::heap_now`]).
+    fn refresh_heap(&mut self) {
+        self.stats.heap_bytes = self.heap_now();
+    }
+
+    /// Takes the item at `loc` out of the table and marks its bytes dead.
+    fn remove_at(&mut self, loc: Loc, why: Removal) {
+        let e = self.table.remove(loc);
+        let item = self.item(e);
+        let (size, expires, fetched) = (item.size(), item.expires(), item.fetched());
+        self.item_mut(e).mark_deleted();
+        self.stats.bytes -= size as u64;
+        self.refresh_heap();
+        self.stats.curr_items -= 1;
+        self.stats.curr_expiring -= u64::from(expires);
+        match why {
+            Removal::Client => {}
+            Removal::Reclaimed => {
+                self.stats.reclaimed += 1;
+                if !fetched {
+                    self.stats.expired_unfetched += 1;
+                }
+            }
+            Removal::Crawled(why) => {
+                self.stats.crawler_reclaimed += 1;
+                // memcached's crawler counts an unfetched item that expired, not one flushed.
+                if !fetched && why == Liveness::Expired {
+                    self.stats.expired_unfetched += 1;
+                }
+            }
+            Removal::Evicted => {
+                self.stats.evictions += 1;
+                if !fetched {
+                    self.stats.evicted_unfetched += 1;
+                }
+            }
+            Removal::Released => self.stats.slab_reassign_evictions_nomem += 1,
+        }
+        self.kill_bytes(segment_of(e), size);
+    }
+
+    /// Counts `size` bytes of segment `id` dead (an item removed or moved); a sealed segment
+    /// left without live items is taken back.
+    fn kill_bytes(&mut self, id: usize, size: usize) {
+        let seg = &mut self.segs.segs[id];
+        seg.live_items -= 1;
+        seg.live_bytes -= size;
+        self.segs.dead_bytes += size;
+        if seg.live_items == 0 && seg.state == State::Sealed {
+            self.free_segment(id);
+        }
+    }
+
+    /// Takes back a segment without live items, keeping its buffer as the one spare while the
+    /// shard is within its budget.
+    fn free_segment(&mut self, id: usize) {
+        let keep =
+            self.segs.spare.is_empty() && self.memory_bytes() <= self.config.memory_limit_bytes;
+        self.segs.release(id, keep, self.segment_size);
+        self.refresh_heap();
+    }
+
+    /// Closes segment `id` to stores; taken back at once if nothing in it is live.
+    fn seal(&mut self, id: usize) {
+        self.segs.seal(id);
+        if self.segs.segs[id].live_items == 0 && self.segs.segs[id].state == State::Sealed {
+            self.free_segment(id);
+        }
+        self.refresh_heap();
+    }
+
+    /// Puts an item in the table, replacing the one at `existing` (same key) if given,
+    /// making room as needed. Over a budget that was lowered ([`Shard::set_memory_limit`]),
+    /// the heap as it is stands for the budget: the store makes room for itself only, and
+    /// [`Shard::shrink`] does the rest in bounded steps.
     fn put(
         &mut self,
         hash: u64,
-        existing: Option<usize>,
-        mut item: Item,
+        existing: Option<Loc>,
+        fields: &Fields<'_>,
         now: Now,
     ) -> Result<(), StoreError> {
-        item.stamp(self.generation, now);
-        let size = item.size();
-        let limit = (self.config.memory_limit_bytes as u64).max(self.stats.heap_bytes);
-        if let Some(index) = existing {
-            let Some(slot) = self.table.get_bucket_mut(index) else {
-                return Err(StoreError::NotFound);
-            };
-            let old_size = slot.size() as u64;
-            let after = self.stats.bytes - old_size + size as u64 + self.table_bytes as u64;
-            if after <= limit {
-                // Common overwrite: same slot, no table work.
-                let expiring = item.expires();
-                let old = mem::replace(slot, item);
+        let size = fields.size();
+        let expiring = u64::from(fields.deadline != Deadline::NEVER);
+        if let Some(loc) = existing {
+            let old = self.table.get(loc);
+            let old_size = self.item(old).size() as u64;
+            let after = self.heap_now() + size as u64;
+            let class = segment::class_of(fields.deadline, now);
+            if after <= self.config.memory_limit_bytes as u64 && self.has_room(size, class) {
+                // Common overwrite: the new item goes where stores go and takes over the old
+                // one's entry; the old bytes are dead.
+                let e = self.append(hash, fields, now)?;
+                self.table.set(loc, e);
+                let old_item = self.item(old);
                 self.stats.curr_expiring =
-                    self.stats.curr_expiring - u64::from(old.expires()) + u64::from(expiring);
-                drop(old);
+                    self.stats.curr_expiring - u64::from(old_item.expires()) + expiring;
+                self.item_mut(old).mark_deleted();
+                self.kill_bytes(segment_of(old), old_size as usize);
                 self.stats.bytes = self.stats.bytes - old_size + size as u64;
-                self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
+                self.refresh_heap();
                 self.stats.total_items += 1;
                 return Ok(());
             }
             // Eviction needed: take the old item out first so the hand cannot pick it.
-            self.remove_at(index, Removal::Client);
+            self.remove_at(loc, Removal::Client);
         }
-        self.make_room(size, limit, now)?;
-        self.reserve_slot(size, now)?;
-        let hasher = &self.hasher;
-        self.stats.curr_expiring += u64::from(item.expires());
-        self.table
-            .insert_unique(hash, item, |it| hasher.hash_one(it.key()));
+        self.make_room(size, now)?;
+        let e = self.append(hash, fields, now)?;
+        self.table_insert(hash, e, now);
+        self.stats.curr_expiring += expiring;
         self.stats.bytes += size as u64;
-        self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
+        self.refresh_heap();
         self.stats.curr_items += 1;
         self.stats.total_items += 1;
         Ok(())
     }
 
-    /// Evicts until an item of `size` bytes fits in `limit` bytes next to the current table,
-    /// and (while the table cannot grow) until a slot is free under `item_cap`.
-    fn make_room(&mut self, size: usize, limit: u64, now: Now) -> Result<(), StoreError> {
-        while self.stats.bytes + self.table_bytes as u64 + size as u64 > limit
-            || self.table.len() >= self.item_cap
-        {
+    /// Evicts until an item of `size` bytes fits in the budget beside what is in use (the
+    /// heap, see `heap_now`; over a lowered budget, beside the heap as it is), so that a store
+    /// over a lowered budget makes room for itself; `append` keeps the segments within it.
+    fn make_room(&mut self, size: usize, now: Now) -> Result<(), StoreError> {
+        let limit = (self.config.memory_limit_bytes as u64).max(self.heap_now());
+        let table_growth = if self.table.num_buckets() == 0 {
+            Table::bytes_for(1)
+        } else {
+            0
+        };
+        while self.heap_now() + (table_growth + size) as u64 > limit {
             if !self.evict_one(now, Victim::Store) {
                 return Err(StoreError::OutOfMemory);
             }
@@ -1284,147 +1483,524 @@ impl Shard {
         Ok(())
     }
 
-    /// Makes sure the next insert lands in a free slot without hashbrown reallocating
-    /// behind the budget's back.
-    ///
-    /// When no slot is free (live items plus tombstones fill the table):
-    /// 1. at most half full of live items: hashbrown rehashes in place (no memory change);
-    /// 2. else, if the doubled table fits next to the items and the incoming one: grow;
-    /// 3. else the table keeps its size: evict down to 7/8 of its capacity, cap live items
-    ///    there until the next growth, and rebuild it without tombstones (O(n), at most once
-    ///    per capacity/8 inserts; the old and new tables coexist for the duration).
-    fn reserve_slot(&mut self, size: usize, now: Now) -> Result<(), StoreError> {
-        if self.table.len() < self.table.capacity() {
-            return Ok(());
+    /// Whether an item of `size` bytes in `class` can be written without evicting anything.
+    fn has_room(&self, size: usize, class: usize) -> bool {
+        if size <= self.segment_size
+            && let Some(id) = self.segs.open[class]
+            && self.segs.segs[id].room() >= size
+        {
+            return true;
         }
-        // The unallocated table reports one bucket; it has none.
-        let buckets = if self.table.allocation_size() == 0 {
-            0
-        } else {
-            self.table.num_buckets()
-        };
-        let full_cap = full_capacity(buckets);
-        let len = self.table.len();
-        let hasher = &self.hasher;
-        if buckets > 0 && len < full_cap / 2 {
-            self.table.reserve(1, |it| hasher.hash_one(it.key()));
-            debug_assert_eq!(self.table.num_buckets(), buckets);
-            return Ok(());
-        }
-        let grown_buckets = if buckets == 0 { 4 } else { buckets * 2 };
-        let grown = self.table_bytes_for(grown_buckets);
-        let limit = self.config.memory_limit_bytes as u64;
-        if self.stats.bytes + grown as u64 + size as u64 <= limit {
-            self.table.reserve(1, |it| hasher.hash_one(it.key()));
-            self.table_bytes = table_charge(self.table.allocation_size());
-            debug_assert_eq!(self.table.num_buckets(), grown_buckets);
-            debug_assert_eq!(self.table_bytes, grown);
-            self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
-            self.item_cap = usize::MAX;
-            return Ok(());
-        }
-        if buckets == 0 {
-            return Err(StoreError::OutOfMemory);
-        }
-        self.item_cap = full_cap - (full_cap / 8).max(1);
-        while self.table.len() >= self.item_cap {
+        let capacity = size.max(self.segment_size);
+        (capacity == self.segment_size && !self.segs.spare.is_empty())
+            || self.memory_bytes() + capacity <= self.config.memory_limit_bytes
+    }
+
+    /// Writes a new item to the open segment of its expiry class (or to a segment of its own
+    /// when it is larger than a segment), evicting to make room for a segment when the budget
+    /// is reached; returns its table entry (not yet in the table).
+    fn append(&mut self, hash: u64, fields: &Fields<'_>, now: Now) -> Result<u64, StoreError> {
+        let size = fields.size();
+        let class = segment::class_of(fields.deadline, now);
+        let (id, offset) = loop {
+            if let Some(at) = self.space(size, class) {
+                break at;
+            }
             if !self.evict_one(now, Victim::Store) {
                 return Err(StoreError::OutOfMemory);
             }
+        };
+        let seg = &mut self.segs.segs[id];
+        fields.write(&mut seg.data[offset..offset + size]);
+        seg.write = offset + size;
+        seg.live_items += 1;
+        seg.live_bytes += size;
+        self.note_deadline(id, fields.deadline);
+        self.refresh_heap();
+        Ok(table::entry(hash, id, offset))
+    }
+
+    /// Room for `size` bytes in `class` without evicting: in its open segment, else in a new
+    /// one (the spare, or a new buffer within the budget). Returns the segment and offset.
+    fn space(&mut self, size: usize, class: usize) -> Option<(usize, usize)> {
+        if size > self.segment_size {
+            let budget = self.config.memory_limit_bytes;
+            if self.memory_bytes() + size > budget {
+                return None;
+            }
+            // A segment of its own, sealed from the start.
+            let id = self.segs.take(size, self.segment_size)?;
+            self.segs.open(id, class, self.generation, State::Sealed);
+            return Some((id, 0));
         }
-        let mut fresh = HashTable::with_capacity(full_cap);
-        debug_assert_eq!(fresh.num_buckets(), buckets);
-        let hasher = &self.hasher;
-        for it in self.table.drain() {
-            fresh.insert_unique(hasher.hash_one(it.key()), it, |it| {
-                hasher.hash_one(it.key())
+        if let Some(id) = self.segs.open[class] {
+            let seg = &self.segs.segs[id];
+            if seg.room() >= size {
+                return Some((id, seg.write));
+            }
+            self.seal(id);
+        }
+        let table_to_come = if self.table.num_buckets() == 0 {
+            Table::bytes_for(1)
+        } else {
+            0
+        };
+        let budget = self.config.memory_limit_bytes.saturating_sub(table_to_come);
+        let capacity = if !self.segs.spare.is_empty() {
+            self.segment_size
+        } else {
+            self.segment_size
+                .min(budget.saturating_sub(self.memory_bytes()))
+        };
+        if capacity < size {
+            return None;
+        }
+        let id = self.segs.take(capacity, self.segment_size)?;
+        self.segs.open(id, class, self.generation, State::Open);
+        Some((id, 0))
+    }
+
+    /// Puts entry `e` (of `hash`) in the table, doubling the table when its load calls for it
+    /// and the bigger table is worth its memory; when the entry finds no free slot near its
+    /// home bucket, an item of that bucket is evicted for it.
+    fn table_insert(&mut self, hash: u64, e: u64, now: Now) {
+        let buckets = self.table.num_buckets();
+        if buckets == 0 {
+            self.table = Table::with_buckets(1);
+        } else if self.table.len() >= GROW_LOAD * buckets {
+            self.maybe_grow();
+        }
+        if self.table.insert(hash, e).is_some() {
+            return;
+        }
+        // The capped path: evict from the home bucket (a dead item first, else the one
+        // nearest the eviction hand, which would go soonest anyway: its dead bytes then lie
+        // where the hand takes segments back next) and take its slot.
+        let home = self.table.home_of(hash);
+        let mut victim = None;
+        let mut oldest = u64::MAX;
+        for (loc, other) in self.table.bucket(home) {
+            if self.liveness(other, now) != Liveness::Live {
+                victim = Some((loc, Removal::Reclaimed));
+                break;
+            }
+            let queued = self.segs.segs[segment_of(other)].queued;
+            if queued < oldest {
+                oldest = queued;
+                victim = Some((loc, Removal::Evicted));
+            }
+        }
+        if let Some((loc, why)) = victim {
+            if why == Removal::Evicted {
+                self.log_eviction(self.table.get(loc), now);
+            }
+            self.remove_at(loc, why);
+        }
+        let placed = self.table.insert(hash, e);
+        debug_assert!(placed.is_some(), "a slot of the home bucket was freed");
+    }
+
+    /// Doubles the table if the items the budget holds at their current mean size would
+    /// overload it, and the bigger table fits beside the segments now. What the budget holds
+    /// beside the bigger table is counted less one segment: the spare, or the one the
+    /// eviction hand is emptying, holds no items that count.
+    fn maybe_grow(&mut self) {
+        let buckets = self.table.num_buckets();
+        if self.refused_buckets == buckets || self.stats.bytes == 0 {
+            return;
+        }
+        let limit = self.config.memory_limit_bytes;
+        let bigger = Table::bytes_for(buckets * 2);
+        let mean = (self.stats.bytes / self.table.len().max(1) as u64).max(1) as usize;
+        let would_hold = limit.saturating_sub(bigger + self.segment_size) / mean;
+        let worth = would_hold * 10 > FULL_LOAD_TENTHS * buckets;
+        let fits = self.segs.bytes + bigger <= limit;
+        if worth && fits {
+            self.rebuild_table(buckets * 2);
+            self.refresh_heap();
+        } else {
+            self.refused_buckets = buckets;
+            #[cfg(test)]
+            {
+                self.capped += 1;
+            }
+        }
+    }
+
+    /// Moves every entry into a new table of `buckets` buckets (rehashing each item's key);
+    /// an entry that finds no slot there is evicted (unlikely at the loads this is called at).
+    fn rebuild_table(&mut self, buckets: usize) {
+        let old = core::mem::replace(&mut self.table, Table::with_buckets(buckets));
+        self.refused_buckets = 0;
+        let mut lost = Vec::new();
+        for e in old.entries() {
+            let hash = self.hasher.hash_one(self.item(e).key());
+            if self.table.insert(hash, e).is_none() {
+                lost.push(e);
+            }
+        }
+        for e in lost {
+            let item = self.item(e);
+            let (size, expires, fetched) = (item.size(), item.expires(), item.fetched());
+            self.item_mut(e).mark_deleted();
+            self.stats.bytes -= size as u64;
+            self.stats.curr_items -= 1;
+            self.stats.curr_expiring -= u64::from(expires);
+            self.stats.evictions += 1;
+            if !fetched {
+                self.stats.evicted_unfetched += 1;
+            }
+            self.kill_bytes(segment_of(e), size);
+        }
+    }
+
+    /// Records the eviction of the live item of entry `e`: `evicted_nonzero`, `evicted_time`
+    /// and the eviction log.
+    fn log_eviction(&mut self, e: u64, now: Now) {
+        let item = self.segs.segs[segment_of(e)].item(offset_of(e));
+        if item.deadline() != Deadline::NEVER {
+            self.stats.evicted_nonzero += 1;
+        }
+        self.stats.evicted_time = now.secs().saturating_sub(u64::from(item.last_access()));
+        if let Some(log) = self.evictions.as_mut()
+            && log.len() < EVICTION_LOG_LEN
+        {
+            log.push(Evicted {
+                key: item.key().into(),
+                fetched: item.fetched(),
+                exptime: item.exptime(),
+                last_access: item.last_access(),
+                value_len: item.value().len(),
             });
         }
-        self.table = fresh;
-        #[cfg(test)]
-        {
-            self.rebuilds += 1;
-        }
-        debug_assert!(self.table.len() < self.table.capacity());
-        Ok(())
     }
 
-    /// Advances the clock hand to the next victim and removes it: a dead (expired or
-    /// flushed) item is reclaimed, an item with a non-zero counter is aged and passed over,
-    /// one at zero is evicted. Returns false if the table is empty, or, with eviction off
-    /// (and `victim` not [`Victim::Release`]), if no dead item was met within
-    /// [`NO_EVICT_SCAN`] buckets (then a store counts `outofmemory`).
-    fn evict_one(&mut self, now: Now, victim: Victim) -> bool {
-        let buckets = self.table.num_buckets();
-        if self.table.is_empty() || buckets == 0 {
+    /// Takes back one segment whose items are all dead (flushed, or all expired), if there is
+    /// one; returns whether it did.
+    fn reclaim_dead_segment(&mut self, now: Now, why: Removal) -> bool {
+        if now.millis() < self.dead_segment_check_ms {
             return false;
         }
         let generation = self.generation;
-        if !self.evict && victim != Victim::Release {
-            for _ in 0..buckets.min(NO_EVICT_SCAN) {
-                let index = self.hand & (buckets - 1);
-                self.hand = index.wrapping_add(1);
-                let dead = self
+        let mut next_check = u64::MAX;
+        let mut dead = None;
+        for &id in &self.segs.fifo {
+            let seg = &self.segs.segs[id];
+            if seg.generation != generation || seg.expired(now) {
+                dead = Some(id);
+                break;
+            }
+            if seg.last_deadline_ms != 0 && seg.last_deadline_ms != u64::MAX {
+                next_check = next_check.min(seg.last_deadline_ms);
+            }
+        }
+        match dead {
+            Some(id) => {
+                self.reclaim_segment(id, why);
+                true
+            }
+            None => {
+                self.dead_segment_check_ms = next_check;
+                false
+            }
+        }
+    }
+
+    /// Removes every item of segment `id` (all dead: counted as `why`) and takes it back.
+    fn reclaim_segment(&mut self, id: usize, why: Removal) {
+        self.seal(id);
+        let mut offset = 0;
+        while self.segs.segs[id].state != State::Free && offset < self.segs.segs[id].write {
+            let seg = &self.segs.segs[id];
+            if offset == seg.keep && seg.hand > seg.keep {
+                // The eviction hand is passing over it: skip what it passed and did not keep.
+                offset = seg.hand;
+                continue;
+            }
+            let item = seg.item(offset);
+            let next = seg.next(offset);
+            if !item.deleted() {
+                let hash = self.hasher.hash_one(item.key());
+                let loc = self
                     .table
-                    .get_bucket(index)
-                    .is_some_and(|item| item.liveness(now, generation) != Liveness::Live);
-                if dead {
-                    self.remove_at(index, Removal::Reclaimed);
-                    return true;
+                    .find(hash, |e| segment_of(e) == id && offset_of(e) == offset);
+                match loc {
+                    Some(loc) => self.remove_at(loc, why),
+                    None => debug_assert!(false, "a live item without an entry"),
                 }
             }
-            if victim == Victim::Store {
-                self.stats.outofmemory += 1;
-            }
-            return false;
+            offset = next;
         }
-        // Four revolutions always suffice: counters start at most at 3.
-        for _ in 0..=4 * buckets {
-            let index = self.hand & (buckets - 1);
-            self.hand = index.wrapping_add(1);
-            let Some(item) = self.table.get_bucket_mut(index) else {
+    }
+
+    /// The eviction hand: looks at the next item of the oldest segment. A dead item (expired or
+    /// flushed) is reclaimed; for a store, a live one the hand keeps ([`Shard::keeps`]: read
+    /// since it was written or last kept, or any while many bytes are dead) moves down to the
+    /// part of the segment the hand keeps, its clock counter lowered by one; any other live
+    /// one is evicted.
+    /// A segment whose last live item goes is taken back; one the hand has passed over with
+    /// kept items goes to the FIFO's tail ([`Shard::end_pass`]). Returns false if there is
+    /// nothing to take, or, with eviction off (and `victim` not [`Victim::Release`]), if no dead
+    /// item was found (then a store counts `outofmemory`).
+    fn evict_one(&mut self, now: Now, victim: Victim) -> bool {
+        let done = self.evict_step(now, victim);
+        self.refresh_heap();
+        done
+    }
+
+    /// [`Shard::evict_one`] but for `heap_bytes`.
+    fn evict_step(&mut self, now: Now, victim: Victim) -> bool {
+        if self.reclaim_dead_segment(now, Removal::Reclaimed) {
+            return true;
+        }
+        if !self.evict && victim != Victim::Release {
+            return self.reclaim_one_dead(now, victim);
+        }
+        // Bounded: each turn looks at one item or ends a pass over a segment, and an item is
+        // kept at most three times (its clock counter drops each time).
+        loop {
+            let Some(&id) = self.segs.fifo.front() else {
+                return false;
+            };
+            if self.segs.segs[id].state == State::Open {
+                self.seal(id);
+                continue;
+            }
+            let seg = &self.segs.segs[id];
+            if seg.hand >= seg.write {
+                self.end_pass(id);
+                continue;
+            }
+            let offset = seg.hand;
+            let item = seg.item(offset);
+            let (size, deleted) = (item.size(), item.deleted());
+            let hash = if deleted {
+                0
+            } else {
+                self.hasher.hash_one(item.key())
+            };
+            self.segs.segs[id].hand = offset + size;
+            if deleted {
+                continue;
+            }
+            let Some(loc) = self
+                .table
+                .find(hash, |e| segment_of(e) == id && offset_of(e) == offset)
+            else {
+                debug_assert!(false, "a live item without an entry");
                 continue;
             };
-            let why = match item.liveness(now, generation) {
-                Liveness::Live if item.clock() > 0 => {
-                    item.age();
+            let e = self.table.get(loc);
+            let why = match self.liveness(e, now) {
+                Liveness::Live if victim == Victim::Release => Removal::Released,
+                Liveness::Live if victim == Victim::Store && self.keeps(e) => {
+                    // A second chance: the item moves down to the segment's kept part.
+                    let seg = &mut self.segs.segs[id];
+                    let to = seg.keep;
+                    seg.data.copy_within(offset..offset + size, to);
+                    seg.keep = to + size;
+                    ItemMut::new(&mut seg.data[to..]).age();
+                    self.table.set(loc, table::moved(e, id, to));
                     continue;
                 }
-                Liveness::Live if victim == Victim::Release => Removal::Released,
                 Liveness::Live => {
-                    if item.deadline() != Deadline::NEVER {
-                        self.stats.evicted_nonzero += 1;
-                    }
-                    self.stats.evicted_time =
-                        now.secs().saturating_sub(u64::from(item.last_access()));
-                    if let Some(log) = self.evictions.as_mut()
-                        && log.len() < EVICTION_LOG_LEN
-                    {
-                        log.push(Evicted {
-                            key: item.key().into(),
-                            fetched: item.fetched(),
-                            exptime: item.exptime(),
-                            last_access: item.last_access(),
-                            value_len: item.value().len(),
-                        });
-                    }
+                    self.log_eviction(e, now);
                     Removal::Evicted
                 }
                 Liveness::Expired | Liveness::Flushed => Removal::Reclaimed,
             };
-            self.remove_at(index, why);
+            self.remove_at(loc, why);
             return true;
+        }
+    }
+
+    /// Whether the eviction hand, making room for a store, keeps the live item of entry `e`:
+    /// if it was read since it was written or last kept (clock counter above 0), or while
+    /// more than [`DEAD_SHARE`] of the segment memory is dead bytes (deleted or overwritten
+    /// items), which a pass over segments takes back without evicting anything.
+    fn keeps(&self, e: u64) -> bool {
+        if self.item(e).clock() > 0 {
+            return true;
+        }
+        let passed = self
+            .segs
+            .fifo
+            .front()
+            .map_or(0, |&id| self.segs.segs[id].hand - self.segs.segs[id].keep);
+        // `passed` includes the item being decided on, still live: at most its size too few.
+        self.segs.dead_bytes.saturating_sub(passed) * DEAD_SHARE > self.segs.bytes
+    }
+
+    /// Ends the eviction hand's pass over the oldest segment `id`: without kept items it is
+    /// taken back; with some, its kept part becomes its content and it goes to the FIFO's tail,
+    /// as its class's open segment if the class has none (the rest of it is then room for
+    /// stores), else sealed.
+    fn end_pass(&mut self, id: usize) {
+        let seg = &mut self.segs.segs[id];
+        let kept = seg.keep;
+        if kept == 0 {
+            debug_assert_eq!(seg.live_items, 0);
+            seg.live_items = 0;
+            self.free_segment(id);
+            return;
+        }
+        debug_assert!(
+            seg.live_bytes <= kept,
+            "every live item is in the kept part"
+        );
+        self.segs.dead_bytes -= seg.write - kept;
+        seg.write = kept;
+        seg.hand = 0;
+        seg.keep = 0;
+        let class = seg.class;
+        let open = self.segs.open[class].is_none();
+        seg.state = if open { State::Open } else { State::Sealed };
+        if open {
+            self.segs.open[class] = Some(id);
+        }
+        self.segs.fifo.pop_front();
+        self.segs.enqueue(id);
+        self.refresh_heap();
+    }
+
+    /// With eviction off: takes back the first dead item among the next [`NO_EVICT_SCAN`]
+    /// buckets' entries; counts `outofmemory` for a store that found none.
+    fn reclaim_one_dead(&mut self, now: Now, victim: Victim) -> bool {
+        let buckets = self.table.num_buckets();
+        if buckets > 0 {
+            for _ in 0..buckets.min(NO_EVICT_SCAN) {
+                let index = self.scan_hand & (buckets - 1);
+                let dead = self
+                    .table
+                    .bucket(index)
+                    .find(|&(_, e)| self.liveness(e, now) != Liveness::Live);
+                if let Some((loc, _)) = dead {
+                    self.remove_at(loc, Removal::Reclaimed);
+                    return true;
+                }
+                self.scan_hand = index.wrapping_add(1);
+            }
+        }
+        if victim == Victim::Store {
+            self.stats.outofmemory += 1;
         }
         false
     }
 
-    /// Bytes charged for a table of `buckets` buckets (hashbrown's layout: 32-byte buckets,
-    /// then one control byte per bucket plus a trailing group, in one allocation).
-    fn table_bytes_for(&self, buckets: usize) -> usize {
-        item::malloc_chunk(buckets * (mem::size_of::<Item>() + 1) + self.group_width)
+    /// Asserts the accounting invariants (tests only).
+    #[cfg(test)]
+    #[track_caller]
+    pub(crate) fn check_invariants(&self) {
+        use crate::segment::CLASSES;
+        let mut bytes = 0u64;
+        let mut expiring = 0;
+        let mut per_segment = vec![(0usize, 0usize); self.segs.segs.len()];
+        for e in self.table.entries() {
+            let item = self.item(e);
+            assert!(!item.deleted(), "an entry points at dead bytes");
+            let id = segment_of(e);
+            assert_ne!(
+                self.segs.segs[id].state,
+                State::Free,
+                "an entry in a free segment"
+            );
+            assert!(offset_of(e) + item.size() <= self.segs.segs[id].write);
+            let hash = self.hasher.hash_one(item.key());
+            assert_eq!(table::entry(hash, id, offset_of(e)), e, "the entry's tag");
+            bytes += item.size() as u64;
+            expiring += usize::from(item.expires());
+            per_segment[id].0 += 1;
+            per_segment[id].1 += item.size();
+        }
+        assert_eq!(self.stats.bytes, bytes, "bytes");
+        assert_eq!(self.stats.curr_items, self.table.len() as u64, "curr_items");
+        assert_eq!(self.stats.curr_expiring, expiring as u64, "curr_expiring");
+        assert_eq!(self.stats.heap_bytes, self.heap_now(), "heap_bytes");
+        assert!(
+            self.stats.heap_bytes >= self.stats.bytes + self.table.bytes() as u64,
+            "heap_bytes covers the items and the table"
+        );
+        let limit = self.config.memory_limit_bytes;
+        assert!(
+            self.stats.heap_bytes <= (limit as u64).max(self.lowered.0),
+            "heap_bytes {} over the budget {limit}",
+            self.stats.heap_bytes,
+        );
+        assert!(
+            self.memory_bytes() <= limit.max(self.lowered.1),
+            "memory {} over the budget {limit}",
+            self.memory_bytes(),
+        );
+        let mut held = 0;
+        let mut dead = 0;
+        for (id, seg) in self.segs.segs.iter().enumerate() {
+            held += seg.data.len();
+            if seg.state == State::Free {
+                assert_eq!(per_segment[id], (0, 0));
+                continue;
+            }
+            assert_eq!(
+                (seg.live_items, seg.live_bytes),
+                per_segment[id],
+                "segment {id}"
+            );
+            assert!(
+                seg.generation == self.generation || seg.state == State::Sealed,
+                "only a sealed segment may be of an earlier flush generation"
+            );
+            dead += seg.write - seg.live_bytes;
+            if seg.state == State::Sealed {
+                assert!(seg.live_items > 0, "an empty sealed segment {id} is kept");
+            }
+        }
+        assert_eq!(held, self.segs.bytes, "segment bytes");
+        assert_eq!(dead, self.segs.dead_bytes, "dead bytes");
+        assert!(self.segs.spare.len() <= 1, "at most one spare");
+        assert_eq!(
+            self.segs.fifo.len() + self.segs.spare.len() + self.segs.unused.len(),
+            self.segs.segs.len()
+        );
+        for class in 0..CLASSES {
+            if let Some(id) = self.segs.open[class] {
+                assert_eq!(self.segs.segs[id].state, State::Open);
+                assert_eq!(self.segs.segs[id].generation, self.generation);
+            }
+        }
+    }
+
+    /// Jumps the flush generation forward, as `generation - current` immediate flushes
+    /// that reclaimed nothing would (tests only: 2^17 real flushes take too long).
+    #[cfg(test)]
+    pub(crate) fn skip_to_generation(&mut self, generation: u32) {
+        assert!(self.generation < generation && generation <= GENERATION_MASK);
+        for class in 0..crate::segment::CLASSES {
+            if let Some(id) = self.segs.open[class] {
+                self.seal(id);
+            }
+        }
+        self.generation = generation;
+        self.dead_segment_check_ms = 0;
+    }
+
+    /// How many times the table's load called for doubling and the table kept its size, the
+    /// bigger one not being worth its memory beside the items (tests only).
+    #[cfg(test)]
+    pub(crate) fn rebuilds(&self) -> usize {
+        self.capped
+    }
+
+    /// The segment size (tests only).
+    #[cfg(test)]
+    pub(crate) fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+
+    /// Bytes of dead items not yet taken back (tests only).
+    #[cfg(test)]
+    pub(crate) fn dead_bytes(&self) -> usize {
+        self.segs.dead_bytes
     }
 }
-
 /// Evictions [`Shard::set_eviction_log`] keeps until they are taken.
 pub const EVICTION_LOG_LEN: usize = 1024;
 
@@ -1443,83 +2019,9 @@ pub struct Evicted {
     pub value_len: usize,
 }
 
-/// Buckets the clock hand looks at for a dead item when eviction is off, before a store that
+/// Buckets looked at for a dead item when eviction is off, before a store that
 /// needs room fails: bounded, so a full cache of live items refuses a store quickly.
 pub const NO_EVICT_SCAN: usize = 1024;
-
-/// Updates the counters for an item that left the table.
-fn account_removed(stats: &mut ShardStats, table_bytes: usize, item: &Item, why: Removal) {
-    stats.bytes -= item.size() as u64;
-    stats.heap_bytes = stats.bytes + table_bytes as u64;
-    stats.curr_items -= 1;
-    stats.curr_expiring -= u64::from(item.expires());
-    match why {
-        Removal::Client => {}
-        Removal::Reclaimed => {
-            stats.reclaimed += 1;
-            if !item.fetched() {
-                stats.expired_unfetched += 1;
-            }
-        }
-        Removal::Crawled(why) => {
-            stats.crawler_reclaimed += 1;
-            // memcached's crawler counts an unfetched item that expired, not one flushed.
-            if !item.fetched() && why == Liveness::Expired {
-                stats.expired_unfetched += 1;
-            }
-        }
-        Removal::Evicted => {
-            stats.evictions += 1;
-            if !item.fetched() {
-                stats.evicted_unfetched += 1;
-            }
-        }
-        Removal::Released => stats.slab_reassign_evictions_nomem += 1,
-    }
-}
-
-/// The read path's lookup: the live item's entry, or why there is none (a dead item is
-/// reclaimed on the spot). Takes the shard's fields apart so the entry can be returned.
-#[inline(always)]
-fn find_live<'t>(
-    table: &'t mut HashTable<Item>,
-    stats: &mut ShardStats,
-    table_bytes: usize,
-    generation: u32,
-    hash: u64,
-    key: &[u8],
-    now: Now,
-) -> Result<OccupiedEntry<'t, Item>, Miss> {
-    let Ok(entry) = table.find_entry(hash, |it| it.key() == key) else {
-        return Err(Miss::Absent);
-    };
-    match entry.get().liveness(now, generation) {
-        Liveness::Live => Ok(entry),
-        dead => {
-            let (item, _) = entry.remove();
-            account_removed(stats, table_bytes, &item, Removal::Reclaimed);
-            Err(Miss::Dead(dead))
-        }
-    }
-}
-
-/// Bytes charged for a table allocation of `allocation_size` bytes (none if unallocated).
-fn table_charge(allocation_size: usize) -> usize {
-    if allocation_size == 0 {
-        0
-    } else {
-        item::malloc_chunk(allocation_size)
-    }
-}
-
-/// hashbrown's usable capacity for `buckets` buckets (7/8 load; one free slot when tiny).
-const fn full_capacity(buckets: usize) -> usize {
-    if buckets < 8 {
-        buckets.saturating_sub(1)
-    } else {
-        buckets / 8 * 7
-    }
-}
 
 /// The deadline `ttl` gives an item whose current deadline is `kept` ([`Deadline::NEVER`] for
 /// a new one); an expired one has passed at `now`.
@@ -1541,7 +2043,7 @@ fn check_key(key: &[u8]) -> Result<(), StoreError> {
 }
 
 #[inline]
-fn view(item: &Item) -> ItemView<'_> {
+fn view(item: ItemRef<'_>) -> ItemView<'_> {
     ItemView {
         value: item.value(),
         flags: item.flags(),
