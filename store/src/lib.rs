@@ -106,10 +106,15 @@
 //! Segments are kept in the order they were opened. When a store needs room, the eviction
 //! hand walks the oldest segment item by item: a dead item (expired, flushed) is reclaimed;
 //! a live one read since it was written or last kept (clock counter above 0, raised by each
-//! fetch up to 3) is kept: moved down to the segment's start, its counter lowered by one; any
-//! other is evicted. Once the hand has passed over the whole segment, it is taken back if it
-//! kept nothing, else its kept part becomes its content and it goes to the FIFO's tail (as
-//! its class's open segment, whose free rest takes new items). A new item thus survives one
+//! fetch up to 3) is kept, its counter lowered by one: copied to its class's open segment
+//! when that has room, else moved down to the segment's start; any other is evicted. Once
+//! the hand has passed over the whole segment, it is taken back if it kept nothing in it,
+//! else its kept part becomes its content and it goes to the FIFO's tail, where of it and
+//! its class's open segment the one with more free room is open for new items and the other
+//! sealed: a seal leaves unwritten less than one item the open segment could not take. Each
+//! segment taken back ends the hand's turn, so a store evicts nothing live once that made
+//! room (`segment_tests::mixed_sizes_rewritten_under_a_third_of_the_budget_evict_nothing`).
+//! A new item thus survives one
 //! full turn of the FIFO, and an item read often survives up to three more without being
 //! read again: S3-FIFO's insight that most items are never read again, so the one-hit
 //! wonders go first, applied segment by segment (`tests::hot_items_survive_a_scan`). A hit

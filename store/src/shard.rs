@@ -8,7 +8,7 @@ use hashbrown::DefaultHashBuilder;
 use crate::error::StoreError;
 use crate::expiry::{Deadline, Expiry, Now, Ttl};
 use crate::item::{Fields, GENERATION_MASK, ItemMut, ItemRef, Liveness, MAX_KEY_LEN};
-use crate::segment::{self, Segments, State};
+use crate::segment::{self, Segment, Segments, State};
 use crate::stats::ShardStats;
 use crate::table::{self, Loc, Table, offset_of, segment_of};
 
@@ -1768,8 +1768,10 @@ impl Shard {
             }
             let seg = &self.segs.segs[id];
             if seg.hand >= seg.write {
+                // The segment is taken back or its kept part is room for stores again: the
+                // caller looks whether that is room enough before anything live goes.
                 self.end_pass(id);
-                continue;
+                return true;
             }
             let offset = seg.hand;
             let item = seg.item(offset);
@@ -1794,13 +1796,10 @@ impl Shard {
             let why = match self.liveness(e, now) {
                 Liveness::Live if victim == Victim::Release => Removal::Released,
                 Liveness::Live if victim == Victim::Store && self.keeps(e) => {
-                    // A second chance: the item moves down to the segment's kept part.
-                    let seg = &mut self.segs.segs[id];
-                    let to = seg.keep;
-                    seg.data.copy_within(offset..offset + size, to);
-                    seg.keep = to + size;
-                    ItemMut::new(&mut seg.data[to..]).age();
-                    self.table.set(loc, table::moved(e, id, to));
+                    if self.keep_item(id, loc, offset, size) {
+                        // Its last live item copied out, the segment was taken back.
+                        return true;
+                    }
                     continue;
                 }
                 Liveness::Live => {
@@ -1831,10 +1830,49 @@ impl Shard {
         self.segs.dead_bytes.saturating_sub(passed) * DEAD_SHARE > self.segs.bytes
     }
 
+    /// Gives the live item at `offset` of the oldest segment `id` (entry at `loc`, `size`
+    /// bytes) a second chance, its clock counter lowered by one: it is copied to the open
+    /// segment of its class when that has room, so that the oldest segment empties and is
+    /// taken back whole; else it moves down to the segment's kept part, which
+    /// [`Shard::end_pass`] turns into an open segment. Kept items thus fill open segments
+    /// rather than leaving a sealed segment mostly unwritten.
+    /// Returns whether segment `id` was taken back (its last live item copied out).
+    fn keep_item(&mut self, id: usize, loc: Loc, offset: usize, size: usize) -> bool {
+        let e = self.table.get(loc);
+        let class = self.segs.segs[id].class;
+        if let Some(open) = self.segs.open[class]
+            && open != id
+            && self.segs.segs[open].room() >= size
+        {
+            let deadline = self.item(e).deadline();
+            let (src, dst) = two_segments(&mut self.segs.segs, id, open);
+            let to = dst.write;
+            dst.data[to..to + size].copy_from_slice(&src.data[offset..offset + size]);
+            ItemMut::new(&mut dst.data[to..]).age();
+            ItemMut::new(&mut src.data[offset..]).mark_deleted();
+            dst.write = to + size;
+            dst.live_items += 1;
+            dst.live_bytes += size;
+            self.note_deadline(open, deadline);
+            self.table.set(loc, table::moved(e, open, to));
+            // The oldest segment is taken back here if this was its last live item.
+            self.kill_bytes(id, size);
+            return self.segs.segs[id].state == State::Free;
+        }
+        let seg = &mut self.segs.segs[id];
+        let to = seg.keep;
+        seg.data.copy_within(offset..offset + size, to);
+        seg.keep = to + size;
+        ItemMut::new(&mut seg.data[to..]).age();
+        self.table.set(loc, table::moved(e, id, to));
+        false
+    }
+
     /// Ends the eviction hand's pass over the oldest segment `id`: without kept items it is
-    /// taken back; with some, its kept part becomes its content and it goes to the FIFO's tail,
-    /// as its class's open segment if the class has none (the rest of it is then room for
-    /// stores), else sealed.
+    /// taken back; with some, its kept part becomes its content and it goes to the FIFO's
+    /// tail. Of it and its class's open segment, the one with more unwritten room stays (or
+    /// becomes) the open one and the other is sealed, so what a seal leaves unwritten is
+    /// less than an item the open segment could not take.
     fn end_pass(&mut self, id: usize) {
         let seg = &mut self.segs.segs[id];
         let kept = seg.keep;
@@ -1853,13 +1891,22 @@ impl Shard {
         seg.hand = 0;
         seg.keep = 0;
         let class = seg.class;
-        let open = self.segs.open[class].is_none();
-        seg.state = if open { State::Open } else { State::Sealed };
-        if open {
-            self.segs.open[class] = Some(id);
-        }
+        let room = seg.room();
+        seg.state = State::Sealed;
         self.segs.fifo.pop_front();
         self.segs.enqueue(id);
+        let open = match self.segs.open[class] {
+            None => true,
+            Some(other) if self.segs.segs[other].room() < room => {
+                self.seal(other);
+                true
+            }
+            Some(_) => false,
+        };
+        if open {
+            self.segs.segs[id].state = State::Open;
+            self.segs.open[class] = Some(id);
+        }
         self.refresh_heap();
     }
 
@@ -2017,6 +2064,18 @@ pub struct Evicted {
     pub last_access: u32,
     /// Its value's length.
     pub value_len: usize,
+}
+
+/// Segments `a` and `b` (distinct), both mutable.
+fn two_segments(segs: &mut [Segment], a: usize, b: usize) -> (&mut Segment, &mut Segment) {
+    debug_assert_ne!(a, b);
+    if a < b {
+        let (low, high) = segs.split_at_mut(b);
+        (&mut low[a], &mut high[0])
+    } else {
+        let (low, high) = segs.split_at_mut(a);
+        (&mut high[0], &mut low[b])
+    }
 }
 
 /// Buckets looked at for a dead item when eviction is off, before a store that
