@@ -136,13 +136,16 @@ pub(crate) struct Fields<'a> {
     pub last_access: u32,
     /// Clock counter and marks carried over (0 for a new item).
     pub marks: u16,
+    /// Lay out the expiry's second even when the item never expires (it is then 0), so
+    /// that an expiry given later is written in place.
+    pub expiry_field: bool,
 }
 
 impl Fields<'_> {
     /// Bytes the item takes.
     pub(crate) fn size(&self) -> usize {
         let value_len = self.value[0].len() + self.value[1].len();
-        let expires = self.deadline != Deadline::NEVER;
+        let expires = self.deadline != Deadline::NEVER || self.expiry_field;
         header_len(value_len, expires) + self.key.len() + value_len
     }
 
@@ -152,7 +155,7 @@ impl Fields<'_> {
         debug_assert!(!self.key.is_empty() && self.key.len() <= MAX_KEY_LEN);
         let value_len = self.value[0].len() + self.value[1].len();
         debug_assert!(value_len <= MAX_VALUE_LEN);
-        let expires = self.deadline != Deadline::NEVER;
+        let expires = self.deadline != Deadline::NEVER || self.expiry_field;
         dst[field::CAS].copy_from_slice(&self.cas.to_le_bytes());
         dst[field::FLAGS].copy_from_slice(&self.flags.to_le_bytes());
         dst[field::LAST_ACCESS].copy_from_slice(&self.last_access.to_le_bytes());
@@ -551,6 +554,7 @@ mod tests {
             cas: 42,
             last_access: 1000,
             marks: 0,
+            expiry_field: false,
         }
     }
 
@@ -701,6 +705,24 @@ mod tests {
         );
         assert_eq!((view.marks(), view.last_access()), (0, 7));
         assert!(!view.deleted());
+    }
+
+    #[test]
+    fn an_item_laid_out_with_an_expiry_field_takes_an_expiry_in_place() {
+        let f = Fields {
+            deadline: Deadline::NEVER,
+            expiry_field: true,
+            ..fields(b"key", [b"v", b""])
+        };
+        assert_eq!(f.size(), item_size_expiring(3, 1));
+        let mut buf = vec![0; f.size()];
+        f.write(&mut buf);
+        let mut it = ItemMut::new(&mut buf);
+        assert!(!it.get().expires(), "a zero second: never");
+        assert!(it.get().holds(secs(5)));
+        it.set_deadline(secs(5));
+        assert_eq!((it.get().exptime(), it.get().value()), (5, &b"v"[..]));
+        assert_eq!(it.get().size(), item_size_expiring(3, 1));
     }
 
     #[test]

@@ -46,7 +46,8 @@
 //! or more) and whether the expiry's unix second follows (only an item that expires has
 //! one). So the common item, one that never expires with a value under 4 MiB, has a 22-byte
 //! header. Giving an expiry to an item that had none writes it anew ([`Shard::touch`]); any
-//! other change of expiry, and a value of the same length, is written in place. `meta` packs
+//! other change of expiry, and a value of the same length, is written in place. (With
+//! eviction off every item has the expiry's second, so every touch is in place.) `meta` packs
 //! the expiry's milliseconds, a 2-bit clock counter and the fetched, stale, recache-token and
 //! deleted marks; the flush generation is the segment's. An item larger than a segment (up to
 //! `-I`) gets a segment of its own, of its size.
@@ -128,9 +129,15 @@
 //! live items or unwritten tails (`segment_tests::overwrite_churn_evicts_no_live_item_and_bounds_dead_bytes`).
 //!
 //! With eviction off ([`Shard::set_eviction`], memcached's `-M`) live items are never
-//! evicted: a store that needs room takes back wholly dead segments, or dead items found
-//! within [`NO_EVICT_SCAN`] buckets, else fails with [`StoreError::OutOfMemory`] (counted in
-//! `outofmemory`).
+//! evicted: a store that needs room takes back wholly dead segments; while more than a
+//! segment's worth of bytes is dead, the hand compacts the oldest segments keeping every live
+//! item; else dead items found within [`NO_EVICT_SCAN`] buckets go; failing that the store
+//! fails with [`StoreError::OutOfMemory`] (counted in `outofmemory`) and an item it would
+//! have replaced is left as it was. A new item whose table buckets are full of live items
+//! fails the same way. Every item is then laid out with its expiry's second (0 for never,
+//! 4 bytes more for an item that never expires), so that a touch or `gat` giving it an expiry
+//! is written in place and needs no room
+//! (`segment_tests::with_eviction_off_a_touch_on_a_full_budget_keeps_the_item`).
 //!
 //! # Walking the table
 //!

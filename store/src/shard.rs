@@ -445,7 +445,9 @@ impl Shard {
     /// `touch_hits`/`touch_misses`.
     ///
     /// A `ttl` that is already expired still returns the item this once; it is
-    /// invisible from then on.
+    /// invisible from then on. An expiry given to an item laid out without one writes it
+    /// anew; should no room be made for that (only when eviction was turned off after the
+    /// item was stored), the touch counts as a miss and the item stays as it was.
     pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: impl Into<Now>) -> Option<ItemView<'_>> {
         self.touch_marking(key, ttl, true, now.into())
     }
@@ -1217,6 +1219,7 @@ impl Shard {
             cas,
             last_access: crate::expiry::clamp_u32(now.secs()),
             marks,
+            expiry_field: !self.evict,
         }
     }
 
@@ -1278,6 +1281,7 @@ impl Shard {
             cas: item.cas(),
             last_access: item.last_access(),
             marks: item.marks(),
+            expiry_field: !self.evict,
         };
         let total_items = self.stats.total_items;
         let stored = self.put(hash, Some(loc), &fields, now);
@@ -1451,12 +1455,30 @@ impl Shard {
                 self.stats.total_items += 1;
                 return Ok(());
             }
+            if !self.evict {
+                // Eviction off: nothing live goes, so the old item stays while room is made
+                // (the hand may move it; its entry follows), and stays if none can be.
+                self.make_room(size, now)?;
+                while !self.has_room(size, class) {
+                    if !self.evict_one(now, Victim::Store) {
+                        return Err(StoreError::OutOfMemory);
+                    }
+                }
+            }
             // Eviction needed: take the old item out first so the hand cannot pick it.
             self.remove_at(loc, Removal::Client);
         }
         self.make_room(size, now)?;
         let e = self.append(hash, fields, now)?;
-        self.table_insert(hash, e, now);
+        if !self.table_insert(hash, e, now) {
+            // Eviction off and the key's buckets full of live items: the item just written
+            // is dead bytes, and the store fails as one without room does.
+            self.item_mut(e).mark_deleted();
+            self.kill_bytes(segment_of(e), size);
+            self.refresh_heap();
+            self.stats.outofmemory += 1;
+            return Err(StoreError::OutOfMemory);
+        }
         self.stats.curr_expiring += expiring;
         self.stats.bytes += size as u64;
         self.refresh_heap();
@@ -1562,8 +1584,9 @@ impl Shard {
 
     /// Puts entry `e` (of `hash`) in the table, doubling the table when its load calls for it
     /// and the bigger table is worth its memory; when the entry finds no free slot near its
-    /// home bucket, an item of that bucket is evicted for it.
-    fn table_insert(&mut self, hash: u64, e: u64, now: Now) {
+    /// home bucket, an item of that bucket is evicted for it (a dead one first; a live one
+    /// only with eviction on). Returns whether the entry was placed.
+    fn table_insert(&mut self, hash: u64, e: u64, now: Now) -> bool {
         let buckets = self.table.num_buckets();
         if buckets == 0 {
             self.table = Table::with_buckets(1);
@@ -1571,7 +1594,7 @@ impl Shard {
             self.maybe_grow();
         }
         if self.table.insert(hash, e).is_some() {
-            return;
+            return true;
         }
         // The capped path: evict from the home bucket (a dead item first, else the one
         // nearest the eviction hand, which would go soonest anyway: its dead bytes then lie
@@ -1590,6 +1613,9 @@ impl Shard {
                 victim = Some((loc, Removal::Evicted));
             }
         }
+        if victim.is_some_and(|(_, why)| why == Removal::Evicted) && !self.evict {
+            return false;
+        }
         if let Some((loc, why)) = victim {
             if why == Removal::Evicted {
                 self.log_eviction(self.table.get(loc), now);
@@ -1598,6 +1624,7 @@ impl Shard {
         }
         let placed = self.table.insert(hash, e);
         debug_assert!(placed.is_some(), "a slot of the home bucket was freed");
+        true
     }
 
     /// Doubles the table if the items the budget holds at their current mean size would
@@ -1753,7 +1780,7 @@ impl Shard {
         if self.reclaim_dead_segment(now, Removal::Reclaimed) {
             return true;
         }
-        if !self.evict && victim != Victim::Release {
+        if !self.evict && victim != Victim::Release && !self.compacts() {
             return self.reclaim_one_dead(now, victim);
         }
         // Bounded: each turn looks at one item or ends a pass over a segment, and an item is
@@ -1795,7 +1822,10 @@ impl Shard {
             let e = self.table.get(loc);
             let why = match self.liveness(e, now) {
                 Liveness::Live if victim == Victim::Release => Removal::Released,
-                Liveness::Live if victim == Victim::Store && self.keeps(e) => {
+                Liveness::Live
+                    if victim != Victim::Release
+                        && (!self.evict || (victim == Victim::Store && self.keeps(e))) =>
+                {
                     if self.keep_item(id, loc, offset, size) {
                         // Its last live item copied out, the segment was taken back.
                         return true;
@@ -1866,6 +1896,14 @@ impl Shard {
         ItemMut::new(&mut seg.data[to..]).age();
         self.table.set(loc, table::moved(e, id, to));
         false
+    }
+
+    /// With eviction off, whether the hand may compact: pass over the oldest segments keeping
+    /// every live item, which turns their dead bytes into room. Only while more than a
+    /// segment's worth of bytes is dead: each pass drops the dead bytes of the segment it
+    /// passed, so the hand stops within one turn of the FIFO.
+    fn compacts(&self) -> bool {
+        self.segs.dead_bytes > self.segment_size
     }
 
     /// Ends the eviction hand's pass over the oldest segment `id`: without kept items it is
