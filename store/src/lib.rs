@@ -83,9 +83,11 @@
 //! from the allocator: its segments (those in use and at most one spare) plus its table
 //! ([`Shard::memory_bytes`]). A new segment is taken only within it; at the budget, the
 //! eviction hand empties the oldest segment first. The table starts at one bucket and
-//! doubles when it holds 4 entries a bucket, if the doubled table fits beside the segments
-//! and the items the budget would then hold at their mean size (less one segment: the spare
-//! or the one being emptied) would overload the current one; otherwise it keeps its size and
+//! doubles when it holds 4 entries a bucket, if the items the budget would then hold at
+//! their mean size (less one segment: the spare or the one being emptied) would overload the
+//! current one; a store of a new key first has the eviction hand take segments back until
+//! the doubled table fits beside them (compacting while many bytes are dead, so segments
+//! full of dead bytes never hold the table at its size). Otherwise it keeps its size and
 //! fills to 7 a bucket, an insert that finds no slot near its home evicting the item of its
 //! home bucket nearest the eviction hand (whose segment the hand takes back soonest, so its
 //! dead bytes do not linger). So RSS stays within the budget plus

@@ -951,6 +951,8 @@ impl Shard {
             }
             // Eviction needed: take the old item out first so the hand cannot pick it.
             self.remove_at(loc, Removal::Client);
+        } else {
+            self.make_room_for_table(now);
         }
         self.make_room(size, now)?;
         let e = self.append(hash, fields, now)?;

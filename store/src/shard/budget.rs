@@ -275,22 +275,60 @@ impl Shard {
         true
     }
 
-    /// Doubles the table if the items the budget holds at their current mean size would
-    /// overload it, and the bigger table fits beside the segments now. What the budget holds
-    /// beside the bigger table is counted less one segment: the spare, or the one the
-    /// eviction hand is emptying, holds no items that count.
+    /// Before a new key is stored: when the table is due to double ([`Shard::maybe_grow`]),
+    /// the bigger table is worth its memory and it does not fit beside the segments with room
+    /// for one more, the eviction hand takes segments back until it does (compacting first
+    /// while many bytes are dead, as for a store). Without this, segments that filled the
+    /// budget, even with dead bytes only, would keep the table at its size for good, and a
+    /// full table evicts live items from full buckets however little of the budget they take
+    /// (`segment_tests::a_table_grows_after_churn_filled_the_budget_with_dead_bytes`).
+    pub(super) fn make_room_for_table(&mut self, now: Now) {
+        let buckets = self.table.num_buckets();
+        if buckets == 0
+            || self.table.len() < GROW_LOAD * buckets
+            || self.refused_buckets == buckets
+            || !self.doubling_worth_it()
+        {
+            return;
+        }
+        // With eviction off, a hand that finds nothing to take is no store's failure.
+        let victim = if self.evict {
+            Victim::Store
+        } else {
+            Victim::Shrink
+        };
+        let need = Table::bytes_for(buckets * 2) + self.segment_size;
+        while self.segs.bytes + need > self.config.memory_limit_bytes {
+            if self.segs.drop_spares(0) == 0 && !self.evict_one(now, victim) {
+                return;
+            }
+        }
+    }
+
+    /// Whether the items the budget would hold at their current mean size beside a table of
+    /// twice the buckets would overload the current one. What the budget holds beside the
+    /// bigger table is counted less one segment: the spare, or the one the eviction hand is
+    /// emptying, holds no items that count.
+    fn doubling_worth_it(&self) -> bool {
+        let buckets = self.table.num_buckets();
+        let limit = self.config.memory_limit_bytes;
+        let bigger = Table::bytes_for(buckets * 2);
+        let mean = (self.stats.bytes / self.table.len().max(1) as u64).max(1) as usize;
+        let would_hold = limit.saturating_sub(bigger + self.segment_size) / mean;
+        would_hold * 10 > FULL_LOAD_TENTHS * buckets
+    }
+
+    /// Doubles the table if that is worth its memory ([`Shard::doubling_worth_it`]) and the
+    /// bigger table fits beside the segments now ([`Shard::make_room_for_table`] made room
+    /// before the store).
     pub(super) fn maybe_grow(&mut self) {
         let buckets = self.table.num_buckets();
         if self.refused_buckets == buckets || self.stats.bytes == 0 {
             return;
         }
-        let limit = self.config.memory_limit_bytes;
         let bigger = Table::bytes_for(buckets * 2);
-        let mean = (self.stats.bytes / self.table.len().max(1) as u64).max(1) as usize;
-        let would_hold = limit.saturating_sub(bigger + self.segment_size) / mean;
-        let worth = would_hold * 10 > FULL_LOAD_TENTHS * buckets;
-        let fits = self.segs.bytes + bigger <= limit;
-        if worth && fits {
+        let fits = self.segs.bytes + bigger <= self.config.memory_limit_bytes;
+        if fits && self.doubling_worth_it() {
             self.rebuild_table(buckets * 2);
             self.refresh_heap();
         } else {
