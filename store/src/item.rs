@@ -1,8 +1,19 @@
-//! One cached item, and the bytes it is charged.
+//! One cached item as it lies in a segment, and the bytes it is charged.
 //!
-//! Layout: the table's bucket holds a 32-byte [`Item`] (metadata plus a pointer to one heap
-//! block); the heap block holds `[cas: u64][key_len: u8][key][value]`. See the crate docs for
-//! why.
+//! ```text
+//! [cas: u64][flags: u32][last_access: u32][meta: u16][key_len: u8][len: u24 or u32][exptime: u32]?[key][value]
+//!  0         8           12                16         18           19               22 or 23
+//! ```
+//!
+//! 22 to 27 bytes of header, all little-endian, no alignment and no padding: an item starts
+//! where the one before it in its segment ends. `len` is `value_len << 2 | EXPIRES << 1 |
+//! WIDE`: three bytes for a value under 4 MiB, four (`WIDE`) up to 1 GiB. The expiry's unix
+//! second follows it only for an item that expires (`EXPIRES`); an item that never does,
+//! most of a cache, saves those four bytes. So an item's layout is fixed by its value's
+//! length and whether it expires: a change of either writes it anew (see
+//! [`ItemRef::holds`]). `meta` packs the expiry's milliseconds (10 bits), the 2-bit clock
+//! counter and the fetched, stale, recache-token and deleted marks. The flush generation is
+//! the segment's (see `segment`), not the item's.
 
 use crate::expiry::{self, Deadline, Now};
 
@@ -21,7 +32,9 @@ const PAGE: usize = 4096;
 
 /// Bytes the heap really hands out for a request of `len` bytes, modelled on glibc's
 /// ptmalloc (Rust's default allocator on Linux): an 8-byte header, 16-byte rounding, a
-/// 32-byte minimum; blocks from 128 KiB up are rounded to whole 4 KiB pages.
+/// 32-byte minimum; blocks from 128 KiB up are rounded to whole 4 KiB pages. The store's
+/// items do not pay it (they lie in segments); it is the model for callers that size their
+/// own allocations.
 pub const fn malloc_chunk(len: usize) -> usize {
     let chunk = len.saturating_add(MALLOC_HEADER + MALLOC_ALIGN - 1) & !(MALLOC_ALIGN - 1);
     if chunk < MALLOC_MIN_CHUNK {
@@ -33,67 +46,74 @@ pub const fn malloc_chunk(len: usize) -> usize {
     }
 }
 
-/// Where the heap block's parts start: the CAS (8 bytes, little-endian), then the key length.
-const CAS_LEN: usize = 8;
-const KEY_LEN_AT: usize = CAS_LEN;
-const KEY_AT: usize = KEY_LEN_AT + 1;
+/// Byte ranges of the header's fixed fields.
+mod field {
+    use core::ops::Range;
+    pub const CAS: Range<usize> = 0..8;
+    pub const FLAGS: Range<usize> = 8..12;
+    pub const LAST_ACCESS: Range<usize> = 12..16;
+    pub const META: Range<usize> = 16..18;
+    pub const KEY_LEN: usize = 18;
+    /// The length word: three bytes, or four when its lowest bit (`WIDE`) is set.
+    pub const LEN: usize = 19;
+}
 
-/// Bytes an item is charged: its heap block `[cas: u64][key_len: u8][key][value]` as the
-/// allocator really sizes it ([`malloc_chunk`]).
-///
-/// The per-item overhead is therefore 9 bytes (the CAS and the key length) plus the
-/// allocator's 8-byte header and rounding to 16 (17..=32 bytes; more only for blocks of
-/// 128 KiB and up, which are charged in whole pages). The item's 32-byte bucket in the hash
-/// table is not part of it: the table is charged as a whole, by capacity, in `heap_bytes`.
+/// The length word is four bytes (a value of 4 MiB or more).
+const WIDE: u32 = 1;
+/// The expiry's second follows the length word.
+const EXPIRES: u32 = 1 << 1;
+/// The value lengths a three-byte length word holds.
+const NARROW_VALUE_LIMIT: usize = 1 << 22;
+/// Longest value an item can hold (1 GiB - 1; memcached's `-I` is at most 1 GiB).
+pub(crate) const MAX_VALUE_LEN: usize = (1 << 30) - 1;
+
+/// Bytes of the smallest header (three-byte length word, no expiry), the least an item takes
+/// in front of its key.
+pub(crate) const MIN_HEADER_LEN: usize = field::LEN + 3;
+/// Bytes of the largest header (four-byte length word and an expiry).
+#[cfg(test)]
+pub(crate) const MAX_HEADER_LEN: usize = field::LEN + 8;
+
+/// Bytes of the header of an item with a value of `value_len` bytes that expires or not.
+#[inline]
+pub(crate) const fn header_len(value_len: usize, expires: bool) -> usize {
+    let len_word = if value_len < NARROW_VALUE_LIMIT { 3 } else { 4 };
+    field::LEN + len_word + if expires { 4 } else { 0 }
+}
+
+/// Bytes an item that never expires is charged: its header, key and value as they lie in a
+/// segment (`22 + key_len + value_len`, one more for a value of 4 MiB or more). One that
+/// expires takes 4 more ([`item_size_expiring`]). The item's 8-byte entry in the hash table
+/// is not part of it: the table is charged as a whole in `heap_bytes`.
 pub const fn item_size(key_len: usize, value_len: usize) -> usize {
-    malloc_chunk(key_len.saturating_add(value_len).saturating_add(KEY_AT))
+    header_len(value_len, false)
+        .saturating_add(key_len)
+        .saturating_add(value_len)
 }
 
-/// Two-bit clock counter (GCLOCK): 1 on insert, +1 per fetch up to 3, -1 per pass of the
-/// hand; the hand evicts an item it finds at 0.
-const CLOCK_MASK: u32 = 0b11;
-/// Set on the first fetch (get, touch); feeds `evicted_unfetched` and `expired_unfetched`.
-const FETCHED: u32 = 1 << 2;
-/// Meta protocol: the item was invalidated (`md <key> I`) and is served as stale.
-const STALE: u32 = 1 << 3;
-/// Meta protocol: a client has been handed the item's recache token (the `W` flag).
-const WIN_SENT: u32 = 1 << 4;
+/// Bytes an item with an expiry is charged: [`item_size`] and its 4-byte expiry second.
+pub const fn item_size_expiring(key_len: usize, value_len: usize) -> usize {
+    item_size(key_len, value_len).saturating_add(4)
+}
+
 /// The milliseconds of a sub-second expiry (0..=999; 0 for memcached's whole seconds).
-const SUB_MS_SHIFT: u32 = 5;
-const SUB_MS_MASK: u32 = 0x3ff << SUB_MS_SHIFT;
-/// The bits below the flush generation.
-const LOW_BITS: u32 = CLOCK_MASK | FETCHED | STALE | WIN_SENT | SUB_MS_MASK;
-/// The flush generation occupies the bits above the counter, the flag bits and the expiry's
-/// milliseconds.
-const GENERATION_SHIFT: u32 = 15;
-/// Flush generations count modulo 2^17 (see `Shard::flush_all` for the wrap).
-pub(crate) const GENERATION_MASK: u32 = u32::MAX >> GENERATION_SHIFT;
+const SUB_MS_MASK: u16 = 0x3ff;
+/// Two-bit clock counter: 0 when stored, +1 per fetch up to 3, -1 each time the eviction
+/// hand gives the item a second chance.
+const CLOCK_SHIFT: u16 = 10;
+const CLOCK_MASK: u16 = 0b11 << CLOCK_SHIFT;
+/// Set on the first fetch (get, touch); feeds `evicted_unfetched` and `expired_unfetched`.
+const FETCHED: u16 = 1 << 12;
+/// Meta protocol: the item was invalidated (`md <key> I`) and is served as stale.
+const STALE: u16 = 1 << 13;
+/// Meta protocol: a client has been handed the item's recache token (the `W` flag).
+const WIN_SENT: u16 = 1 << 14;
+/// The item was deleted, overwritten or moved: its bytes are dead and no table entry points
+/// at it.
+const DELETED: u16 = 1 << 15;
 
-/// One item as it sits in a hash-table bucket: 32 bytes, two to a cache line, and aligned to
-/// 32 so that no bucket straddles two lines (hashbrown aligns its table to its buckets'
-/// alignment; with 8, a large table started 16 bytes past a line, `malloc`'s chunk header,
-/// and half the buckets took two cache misses, or two prefetches).
-///
-/// The bucket keeps what the clock hand and the expiry sweep decide on (expiry, flush
-/// generation, clock counter) and what every read updates (fetched bit, last access); the
-/// CAS, read and written only together with the key, sits in front of the key in the block.
-#[derive(Debug)]
-#[repr(align(32))]
-pub(crate) struct Item {
-    /// `[cas: u64 little-endian][key_len: u8][key][value]`, allocated once on insert.
-    data: Box<[u8]>,
-    /// 0 = never, else the unix second in which the item dies (see `expiry`); the
-    /// milliseconds into that second are in `meta`.
-    exptime: u32,
-    /// The client's opaque flags.
-    flags: u32,
-    /// The unix second of the last store, fetch or touch (clamped to `u32`, like `exptime`).
-    last_access: u32,
-    /// `generation << 15 | expiry milliseconds << 5 | WIN_SENT | STALE | FETCHED | clock
-    /// counter`; the item was stored in flush generation `generation` and is flushed once the
-    /// shard's generation moves on.
-    meta: u32,
-}
+/// Flush generations count modulo 2^17 (see `Shard::flush_all` for the wrap).
+pub(crate) const GENERATION_MASK: u32 = (1 << 17) - 1;
 
 /// Whether an item may still be served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,228 +123,368 @@ pub(crate) enum Liveness {
     Flushed,
 }
 
-impl Item {
-    /// Builds an item from the parts of its value (`value_parts` are concatenated), in one
-    /// allocation, in flush generation 0 with last access 0 (the shard stamps both when it
-    /// puts the item in its table). The caller has checked `1 <= key.len() <= MAX_KEY_LEN`.
-    pub(crate) fn new(
-        key: &[u8],
-        value_parts: [&[u8]; 2],
-        flags: u32,
-        deadline: Deadline,
-        cas: u64,
-    ) -> Item {
-        debug_assert!(!key.is_empty() && key.len() <= MAX_KEY_LEN);
-        let len = KEY_AT + key.len() + value_parts[0].len() + value_parts[1].len();
-        let mut data = Vec::with_capacity(len);
-        data.extend_from_slice(&cas.to_le_bytes());
-        data.push(key.len() as u8);
-        data.extend_from_slice(key);
-        data.extend_from_slice(value_parts[0]);
-        data.extend_from_slice(value_parts[1]);
-        let mut item = Item {
-            data: data.into_boxed_slice(),
-            exptime: 0,
-            flags,
-            last_access: 0,
-            meta: 1,
-        };
-        item.set_deadline(deadline);
-        item
+/// What a new item is made of; [`Fields::write`] lays it out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fields<'a> {
+    pub key: &'a [u8],
+    /// Concatenated to make the value.
+    pub value: [&'a [u8]; 2],
+    pub flags: u32,
+    pub deadline: Deadline,
+    pub cas: u64,
+    /// The unix second of the store.
+    pub last_access: u32,
+    /// Clock counter and marks carried over (0 for a new item).
+    pub marks: u16,
+    /// Lay out the expiry's second even when the item never expires (it is then 0), so
+    /// that an expiry given later is written in place.
+    pub expiry_field: bool,
+}
+
+impl Fields<'_> {
+    /// Bytes the item takes.
+    pub(crate) fn size(&self) -> usize {
+        let value_len = self.value[0].len() + self.value[1].len();
+        let expires = self.deadline != Deadline::NEVER || self.expiry_field;
+        header_len(value_len, expires) + self.key.len() + value_len
+    }
+
+    /// Writes the item at the start of `dst` (at least [`Fields::size`] bytes). The caller
+    /// has checked `1 <= key.len() <= MAX_KEY_LEN` and `value_len <= MAX_VALUE_LEN`.
+    pub(crate) fn write(&self, dst: &mut [u8]) {
+        debug_assert!(!self.key.is_empty() && self.key.len() <= MAX_KEY_LEN);
+        let value_len = self.value[0].len() + self.value[1].len();
+        debug_assert!(value_len <= MAX_VALUE_LEN);
+        let expires = self.deadline != Deadline::NEVER || self.expiry_field;
+        dst[field::CAS].copy_from_slice(&self.cas.to_le_bytes());
+        dst[field::FLAGS].copy_from_slice(&self.flags.to_le_bytes());
+        dst[field::LAST_ACCESS].copy_from_slice(&self.last_access.to_le_bytes());
+        let meta = (self.marks & !SUB_MS_MASK & !DELETED) | (self.deadline.sub_ms & SUB_MS_MASK);
+        dst[field::META].copy_from_slice(&meta.to_le_bytes());
+        dst[field::KEY_LEN] = self.key.len() as u8;
+        let header = header_len(value_len, expires);
+        let wide = value_len >= NARROW_VALUE_LIMIT;
+        let word = (value_len as u32) << 2 | if expires { EXPIRES } else { 0 } | u32::from(wide);
+        let word_end = field::LEN + if wide { 4 } else { 3 };
+        dst[field::LEN..word_end].copy_from_slice(&word.to_le_bytes()[..word_end - field::LEN]);
+        if expires {
+            dst[word_end..word_end + 4].copy_from_slice(&self.deadline.secs.to_le_bytes());
+        }
+        let key_end = header + self.key.len();
+        dst[header..key_end].copy_from_slice(self.key);
+        let mid = key_end + self.value[0].len();
+        dst[key_end..mid].copy_from_slice(self.value[0]);
+        dst[mid..mid + self.value[1].len()].copy_from_slice(self.value[1]);
+    }
+}
+
+#[inline]
+fn u32_at(data: &[u8], at: core::ops::Range<usize>) -> u32 {
+    let mut bytes = [0u8; 4];
+    bytes.copy_from_slice(&data[at]);
+    u32::from_le_bytes(bytes)
+}
+
+/// A read-only view of one item: `data` starts at its header and reaches at least its end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ItemRef<'a> {
+    data: &'a [u8],
+}
+
+impl<'a> ItemRef<'a> {
+    #[inline]
+    pub(crate) fn new(data: &'a [u8]) -> ItemRef<'a> {
+        ItemRef { data }
+    }
+
+    #[inline]
+    fn meta(&self) -> u16 {
+        u16::from_le_bytes([
+            self.data[field::META.start],
+            self.data[field::META.start + 1],
+        ])
     }
 
     #[inline]
     fn key_len(&self) -> usize {
-        usize::from(self.data[KEY_LEN_AT])
+        usize::from(self.data[field::KEY_LEN])
     }
 
-    /// The heap block: `[cas][key_len][key][value]`.
+    /// The length word, and where the bytes after it start.
     #[inline]
-    pub(crate) fn block(&self) -> &[u8] {
-        &self.data
+    fn len_word(&self) -> (u32, usize) {
+        let at = field::LEN;
+        if u32::from(self.data[at]) & WIDE != 0 {
+            (u32_at(self.data, at..at + 4), at + 4)
+        } else {
+            let bytes = [self.data[at], self.data[at + 1], self.data[at + 2], 0];
+            (u32::from_le_bytes(bytes), at + 3)
+        }
     }
 
-    /// The key bytes.
     #[inline]
-    pub(crate) fn key(&self) -> &[u8] {
-        &self.data[KEY_AT..KEY_AT + self.key_len()]
+    fn value_len(&self) -> usize {
+        (self.len_word().0 >> 2) as usize
     }
 
-    /// The value bytes.
+    /// Whether the header holds an expiry second.
     #[inline]
-    pub(crate) fn value(&self) -> &[u8] {
-        &self.data[KEY_AT + self.key_len()..]
+    fn has_exptime(&self) -> bool {
+        self.len_word().0 & EXPIRES != 0
     }
 
-    /// The value bytes, for an in-place rewrite of the same length.
+    /// Bytes of the header: where the key starts.
     #[inline]
-    pub(crate) fn value_mut(&mut self) -> &mut [u8] {
-        let start = KEY_AT + self.key_len();
-        &mut self.data[start..]
+    fn header_len(&self) -> usize {
+        let (word, end) = self.len_word();
+        end + if word & EXPIRES != 0 { 4 } else { 0 }
     }
 
-    /// Bytes this item is charged ([`item_size`]).
+    /// Whether the item can take `deadline` in place: it has room for an expiry, or the
+    /// deadline is never.
+    #[inline]
+    pub(crate) fn holds(&self, deadline: Deadline) -> bool {
+        deadline == Deadline::NEVER || self.has_exptime()
+    }
+
+    /// Bytes the item takes in its segment ([`item_size`], [`item_size_expiring`]).
     #[inline]
     pub(crate) fn size(&self) -> usize {
-        malloc_chunk(self.data.len())
+        self.header_len() + self.key_len() + self.value_len()
+    }
+
+    /// The whole item: header, key and value.
+    #[inline]
+    pub(crate) fn block(&self) -> &'a [u8] {
+        &self.data[..self.size()]
+    }
+
+    #[inline]
+    pub(crate) fn key(&self) -> &'a [u8] {
+        let start = self.header_len();
+        &self.data[start..start + self.key_len()]
+    }
+
+    #[inline]
+    pub(crate) fn value(&self) -> &'a [u8] {
+        let start = self.header_len() + self.key_len();
+        &self.data[start..start + self.value_len()]
     }
 
     #[inline]
     pub(crate) fn cas(&self) -> u64 {
-        let mut bytes = [0u8; CAS_LEN];
-        bytes.copy_from_slice(&self.data[..CAS_LEN]);
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&self.data[field::CAS]);
         u64::from_le_bytes(bytes)
     }
 
     #[inline]
-    pub(crate) fn set_cas(&mut self, cas: u64) {
-        self.data[..CAS_LEN].copy_from_slice(&cas.to_le_bytes());
-    }
-
-    #[inline]
     pub(crate) fn flags(&self) -> u32 {
-        self.flags
+        u32_at(self.data, field::FLAGS)
     }
 
     /// The unix second of the item's expiry (0: never).
     #[inline]
     pub(crate) fn exptime(&self) -> u32 {
-        self.exptime
+        let (word, end) = self.len_word();
+        if word & EXPIRES != 0 {
+            u32_at(self.data, end..end + 4)
+        } else {
+            0
+        }
     }
 
     /// Whether the item has an expiry at all.
     #[inline]
     pub(crate) fn expires(&self) -> bool {
-        self.exptime != 0
+        self.exptime() != 0
     }
 
     /// When the item dies.
     #[inline]
     pub(crate) fn deadline(&self) -> Deadline {
         Deadline {
-            secs: self.exptime,
-            sub_ms: ((self.meta & SUB_MS_MASK) >> SUB_MS_SHIFT) as u16,
+            secs: self.exptime(),
+            sub_ms: self.meta() & SUB_MS_MASK,
         }
-    }
-
-    #[inline]
-    pub(crate) fn set_deadline(&mut self, deadline: Deadline) {
-        debug_assert!(deadline.sub_ms < 1000);
-        self.exptime = deadline.secs;
-        self.meta = (self.meta & !SUB_MS_MASK) | (u32::from(deadline.sub_ms) << SUB_MS_SHIFT);
     }
 
     /// The unix second of the last store, fetch or touch.
     #[inline]
     pub(crate) fn last_access(&self) -> u32 {
-        self.last_access
-    }
-
-    /// The flush generation the item was stored in.
-    #[inline]
-    pub(crate) fn generation(&self) -> u32 {
-        self.meta >> GENERATION_SHIFT
-    }
-
-    /// Stamps an item entering the table: the shard's flush generation and the time.
-    #[inline]
-    pub(crate) fn stamp(&mut self, generation: u32, now: Now) {
-        debug_assert!(generation <= GENERATION_MASK);
-        self.meta = (generation << GENERATION_SHIFT) | (self.meta & LOW_BITS);
-        self.last_access = expiry::clamp_u32(now.secs());
-    }
-
-    /// Replaces the value with one of the same length, in place (no allocation), and leaves
-    /// the item as [`Item::new`] builds one: the new flags, deadline and CAS, clock counter 1,
-    /// neither fetched, stale nor won. The caller stamps it ([`Item::stamp`]) as it would a new
-    /// item entering the table.
-    #[inline]
-    pub(crate) fn overwrite(&mut self, value: &[u8], flags: u32, deadline: Deadline, cas: u64) {
-        self.value_mut().copy_from_slice(value);
-        self.set_cas(cas);
-        self.flags = flags;
-        self.meta = 1;
-        self.set_deadline(deadline);
+        u32_at(self.data, field::LAST_ACCESS)
     }
 
     /// The clock counter (0..=3).
     #[inline]
-    pub(crate) fn clock(&self) -> u32 {
-        self.meta & CLOCK_MASK
-    }
-
-    /// One pass of the clock hand: lower the counter.
-    #[inline]
-    pub(crate) fn age(&mut self) {
-        if self.meta & CLOCK_MASK != 0 {
-            self.meta -= 1;
-        }
+    pub(crate) fn clock(&self) -> u16 {
+        (self.meta() & CLOCK_MASK) >> CLOCK_SHIFT
     }
 
     #[inline]
     pub(crate) fn fetched(&self) -> bool {
-        self.meta & FETCHED != 0
+        self.meta() & FETCHED != 0
     }
 
     #[inline]
     pub(crate) fn stale(&self) -> bool {
-        self.meta & STALE != 0
+        self.meta() & STALE != 0
     }
 
     #[inline]
     pub(crate) fn win_sent(&self) -> bool {
-        self.meta & WIN_SENT != 0
+        self.meta() & WIN_SENT != 0
     }
 
-    /// Marks the item stale and clears its recache token, so the next reader wins it.
+    /// Whether the item's bytes are dead (deleted, overwritten or moved).
     #[inline]
-    pub(crate) fn mark_stale(&mut self) {
-        self.meta = (self.meta | STALE) & !WIN_SENT;
+    pub(crate) fn deleted(&self) -> bool {
+        self.meta() & DELETED != 0
     }
 
-    /// Takes `other`'s clock counter and fetched, stale and recache-token marks: for an item
-    /// that replaces `other` as a rewrite of it in place would (memcached's incr/decr whose
-    /// result fits the old value).
+    /// The clock counter and the fetched, stale and recache-token marks, for an item that
+    /// replaces this one as a rewrite of it in place would, or for a moved copy.
     #[inline]
-    pub(crate) fn keep_marks(&mut self, other: &Item) {
-        let marks = CLOCK_MASK | FETCHED | STALE | WIN_SENT;
-        self.meta = (self.meta & !marks) | (other.meta & marks);
+    pub(crate) fn marks(&self) -> u16 {
+        self.meta() & (CLOCK_MASK | FETCHED | STALE | WIN_SENT)
     }
 
-    /// Records that a client was handed the recache token.
+    /// Flushed wins over expired, as in memcached's `do_item_get`. `flushed`: the item's
+    /// segment belongs to an earlier flush generation.
     #[inline]
-    pub(crate) fn mark_win_sent(&mut self) {
-        self.meta |= WIN_SENT;
-    }
-
-    /// Records a client fetch at `now`: marks the item fetched, raises its clock counter and
-    /// sets its last access.
-    #[inline]
-    pub(crate) fn mark_fetched(&mut self, now: Now) {
-        if self.meta & CLOCK_MASK != CLOCK_MASK {
-            self.meta += 1;
-        }
-        self.meta |= FETCHED;
-        self.mark_accessed(now);
-    }
-
-    /// Sets the last access to `now` (a modification in place).
-    #[inline]
-    pub(crate) fn mark_accessed(&mut self, now: Now) {
-        self.last_access = expiry::clamp_u32(now.secs());
-    }
-
-    /// Flushed wins over expired, as in memcached's `do_item_get`. `generation` is the
-    /// shard's current flush generation: an item stored in any other one was flushed.
-    #[inline]
-    pub(crate) fn liveness(&self, now: Now, generation: u32) -> Liveness {
-        if self.generation() != generation {
+    pub(crate) fn liveness(&self, now: Now, flushed: bool) -> Liveness {
+        if flushed {
             Liveness::Flushed
         } else if self.deadline().passed(now) {
             Liveness::Expired
         } else {
             Liveness::Live
         }
+    }
+}
+
+/// A mutable view of one item: `data` starts at its header and reaches at least its end.
+#[derive(Debug)]
+pub(crate) struct ItemMut<'a> {
+    data: &'a mut [u8],
+}
+
+impl<'a> ItemMut<'a> {
+    #[inline]
+    pub(crate) fn new(data: &'a mut [u8]) -> ItemMut<'a> {
+        ItemMut { data }
+    }
+
+    #[inline]
+    pub(crate) fn get(&self) -> ItemRef<'_> {
+        ItemRef { data: self.data }
+    }
+
+    /// The view, for the rest of the borrow.
+    #[inline]
+    pub(crate) fn into_ref(self) -> ItemRef<'a> {
+        ItemRef { data: self.data }
+    }
+
+    #[inline]
+    fn set_meta(&mut self, meta: u16) {
+        self.data[field::META].copy_from_slice(&meta.to_le_bytes());
+    }
+
+    #[inline]
+    pub(crate) fn set_cas(&mut self, cas: u64) {
+        self.data[field::CAS].copy_from_slice(&cas.to_le_bytes());
+    }
+
+    /// Sets the expiry in place; the item must hold it ([`ItemRef::holds`]).
+    #[inline]
+    pub(crate) fn set_deadline(&mut self, deadline: Deadline) {
+        debug_assert!(deadline.sub_ms < 1000);
+        debug_assert!(self.get().holds(deadline));
+        let (word, end) = self.get().len_word();
+        if word & EXPIRES != 0 {
+            self.data[end..end + 4].copy_from_slice(&deadline.secs.to_le_bytes());
+        }
+        let meta = (self.get().meta() & !SUB_MS_MASK) | (deadline.sub_ms & SUB_MS_MASK);
+        self.set_meta(meta);
+    }
+
+    /// Sets the last access to `now` (a modification in place).
+    #[inline]
+    pub(crate) fn mark_accessed(&mut self, now: Now) {
+        let secs = expiry::clamp_u32(now.secs());
+        self.data[field::LAST_ACCESS].copy_from_slice(&secs.to_le_bytes());
+    }
+
+    /// Records a client fetch at `now`: marks the item fetched, raises its clock counter and
+    /// sets its last access.
+    #[inline]
+    pub(crate) fn mark_fetched(&mut self, now: Now) {
+        let mut meta = self.get().meta();
+        if meta & CLOCK_MASK != CLOCK_MASK {
+            meta += 1 << CLOCK_SHIFT;
+        }
+        self.set_meta(meta | FETCHED);
+        self.mark_accessed(now);
+    }
+
+    /// Lowers the clock counter by one (a second chance given).
+    #[inline]
+    pub(crate) fn age(&mut self) {
+        let meta = self.get().meta();
+        if meta & CLOCK_MASK != 0 {
+            self.set_meta(meta - (1 << CLOCK_SHIFT));
+        }
+    }
+
+    /// Marks the item stale and clears its recache token, so the next reader wins it.
+    #[inline]
+    pub(crate) fn mark_stale(&mut self) {
+        let meta = (self.get().meta() | STALE) & !WIN_SENT;
+        self.set_meta(meta);
+    }
+
+    /// Records that a client was handed the recache token.
+    #[inline]
+    pub(crate) fn mark_win_sent(&mut self) {
+        let meta = self.get().meta() | WIN_SENT;
+        self.set_meta(meta);
+    }
+
+    /// Marks the item's bytes dead.
+    #[inline]
+    pub(crate) fn mark_deleted(&mut self) {
+        let meta = self.get().meta() | DELETED;
+        self.set_meta(meta);
+    }
+
+    /// Replaces the value with one of the same length, in place, and leaves the item as a
+    /// new one is written: the new flags, deadline, CAS and access time, clock counter 0,
+    /// neither fetched, stale nor won.
+    #[inline]
+    pub(crate) fn overwrite(
+        &mut self,
+        value: &[u8],
+        flags: u32,
+        deadline: Deadline,
+        cas: u64,
+        now: Now,
+    ) {
+        self.value_mut().copy_from_slice(value);
+        self.set_cas(cas);
+        self.data[field::FLAGS].copy_from_slice(&flags.to_le_bytes());
+        self.set_meta(0);
+        self.set_deadline(deadline);
+        self.mark_accessed(now);
+    }
+
+    /// The value bytes, for an in-place rewrite of the same length.
+    #[inline]
+    pub(crate) fn value_mut(&mut self) -> &mut [u8] {
+        let view = self.get();
+        let start = view.header_len() + view.key_len();
+        let end = start + view.value_len();
+        &mut self.data[start..end]
     }
 }
 
@@ -379,17 +539,218 @@ pub(crate) fn format_decimal(mut n: u64, buf: &mut [u8; MAX_DIGITS]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::mem::size_of;
 
     /// A whole-second deadline.
     fn secs(secs: u32) -> Deadline {
         Deadline { secs, sub_ms: 0 }
     }
 
+    fn fields<'a>(key: &'a [u8], value: [&'a [u8]; 2]) -> Fields<'a> {
+        Fields {
+            key,
+            value,
+            flags: 7,
+            deadline: secs(99),
+            cas: 42,
+            last_access: 1000,
+            marks: 0,
+            expiry_field: false,
+        }
+    }
+
     #[test]
-    fn item_is_32_bytes() {
-        // Two buckets per cache line; a bigger item would raise the table's cost per slot.
-        assert_eq!(size_of::<Item>(), 32);
+    fn the_header_is_22_to_27_bytes_and_charged_exactly() {
+        // 8 CAS + 4 flags + 4 last access + 2 meta + 1 key length + 3 length word, and 4 for
+        // an expiry, 1 for a value of 4 MiB or more.
+        assert_eq!(MIN_HEADER_LEN, 22);
+        assert_eq!(MAX_HEADER_LEN, 27);
+        assert_eq!(item_size(11, 32), 65);
+        assert_eq!(item_size_expiring(11, 32), 69);
+        assert_eq!(item_size(1, 0), 23);
+        assert_eq!(item_size(1, (1 << 22) - 1), 23 + (1 << 22) - 1);
+        assert_eq!(item_size(1, 1 << 22), 24 + (1 << 22));
+        assert_eq!(header_len(MAX_VALUE_LEN, true), MAX_HEADER_LEN);
+        assert_eq!(item_size(usize::MAX, 1), usize::MAX);
+        let f = fields(b"key", [b"val", b"ue"]);
+        assert_eq!(f.size(), item_size_expiring(3, 5));
+        let never = Fields {
+            deadline: Deadline::NEVER,
+            ..f
+        };
+        assert_eq!(never.size(), item_size(3, 5));
+        for f in [f, never] {
+            let mut buf = vec![0xa5; f.size() + 4];
+            f.write(&mut buf);
+            assert_eq!(
+                &buf[f.size()..],
+                &[0xa5; 4],
+                "nothing written past the item"
+            );
+            let view = ItemRef::new(&buf);
+            assert_eq!(view.block().len(), f.size());
+            assert_eq!((view.key(), view.value()), (&b"key"[..], &b"value"[..]));
+            assert_eq!(view.deadline(), f.deadline);
+            assert_eq!(view.flags(), 7);
+        }
+    }
+
+    #[test]
+    fn a_value_of_4_mib_takes_a_four_byte_length() {
+        for (len, expires) in [((1 << 22) - 1, false), (1 << 22, false), (1 << 22, true)] {
+            let value = vec![b'v'; len];
+            let f = Fields {
+                deadline: if expires { secs(5) } else { Deadline::NEVER },
+                ..fields(b"k", [&value, b""])
+            };
+            let mut buf = vec![0xa5; f.size()];
+            f.write(&mut buf);
+            let view = ItemRef::new(&buf);
+            assert_eq!(view.size(), header_len(len, expires) + 1 + len);
+            assert_eq!((view.key(), view.value().len()), (&b"k"[..], len));
+            assert_eq!(
+                (view.exptime(), view.flags(), view.cas()),
+                (if expires { 5 } else { 0 }, 7, 42)
+            );
+        }
+    }
+
+    #[test]
+    fn an_item_that_never_expires_holds_no_expiry() {
+        let f = Fields {
+            deadline: Deadline::NEVER,
+            ..fields(b"key", [b"v", b""])
+        };
+        let mut buf = vec![0; f.size()];
+        f.write(&mut buf);
+        let mut it = ItemMut::new(&mut buf);
+        assert!(!it.get().expires() && it.get().holds(Deadline::NEVER));
+        assert!(
+            !it.get().holds(secs(5)),
+            "an expiry needs the item written anew"
+        );
+        it.set_deadline(Deadline::NEVER);
+        assert_eq!(it.get().deadline(), Deadline::NEVER);
+        let f = fields(b"key", [b"v", b""]);
+        let mut buf = vec![0; f.size()];
+        f.write(&mut buf);
+        let mut it = ItemMut::new(&mut buf);
+        it.set_deadline(Deadline::NEVER);
+        assert!(!it.get().expires(), "an expiry field may hold never");
+        assert!(it.get().holds(secs(6)));
+        it.set_deadline(secs(6));
+        assert_eq!((it.get().exptime(), it.get().value()), (6, &b"v"[..]));
+    }
+
+    #[test]
+    fn item_accessors() {
+        let f = fields(b"key", [b"val", b"ue"]);
+        let mut buf = vec![0xa5; f.size()];
+        f.write(&mut buf);
+        let mut it = ItemMut::new(&mut buf);
+        let view = it.get();
+        assert_eq!(view.key(), b"key");
+        assert_eq!(view.value(), b"value");
+        assert_eq!((view.flags(), view.exptime(), view.cas()), (7, 99, 42));
+        assert_eq!(view.last_access(), 1000);
+        assert_eq!(view.clock(), 0, "a new item starts at 0");
+        assert!(!view.fetched() && !view.stale() && !view.win_sent() && !view.deleted());
+        it.age();
+        assert_eq!(it.get().clock(), 0, "saturates at 0");
+        for t in 0..5 {
+            it.mark_fetched(Now::from_secs(2000 + t));
+        }
+        assert_eq!(it.get().clock(), 3, "saturates at 3");
+        assert!(it.get().fetched());
+        assert_eq!(it.get().last_access(), 2004);
+        it.age();
+        assert_eq!(it.get().clock(), 2);
+        it.set_cas(u64::MAX);
+        assert_eq!(it.get().cas(), u64::MAX, "any client-chosen CAS fits");
+        it.value_mut().copy_from_slice(b"VALUE");
+        assert_eq!(it.get().value(), b"VALUE");
+        assert_eq!(it.get().key(), b"key", "the value rewrite leaves the key");
+        it.set_deadline(Deadline {
+            secs: 5,
+            sub_ms: 999,
+        });
+        assert_eq!(
+            it.get().deadline(),
+            Deadline {
+                secs: 5,
+                sub_ms: 999
+            }
+        );
+        assert_eq!(
+            it.get().clock(),
+            2,
+            "the milliseconds leave the marks alone"
+        );
+        it.mark_win_sent();
+        it.mark_stale();
+        assert!(
+            it.get().stale() && !it.get().win_sent(),
+            "stale hands the token out again"
+        );
+        it.mark_accessed(Now::from_secs(u64::MAX));
+        assert_eq!(it.get().last_access(), u32::MAX, "clamped like an expiry");
+        let marks = it.get().marks();
+        it.mark_deleted();
+        assert!(it.get().deleted());
+        assert_eq!(it.get().marks(), marks, "deleted is not a carried mark");
+        it.overwrite(b"12345", 9, Deadline::NEVER, 3, Now::from_secs(7));
+        let view = it.into_ref();
+        assert_eq!(
+            (view.value(), view.flags(), view.cas(), view.exptime()),
+            (&b"12345"[..], 9, 3, 0)
+        );
+        assert_eq!((view.marks(), view.last_access()), (0, 7));
+        assert!(!view.deleted());
+    }
+
+    #[test]
+    fn an_item_laid_out_with_an_expiry_field_takes_an_expiry_in_place() {
+        let f = Fields {
+            deadline: Deadline::NEVER,
+            expiry_field: true,
+            ..fields(b"key", [b"v", b""])
+        };
+        assert_eq!(f.size(), item_size_expiring(3, 1));
+        let mut buf = vec![0; f.size()];
+        f.write(&mut buf);
+        let mut it = ItemMut::new(&mut buf);
+        assert!(!it.get().expires(), "a zero second: never");
+        assert!(it.get().holds(secs(5)));
+        it.set_deadline(secs(5));
+        assert_eq!((it.get().exptime(), it.get().value()), (5, &b"v"[..]));
+        assert_eq!(it.get().size(), item_size_expiring(3, 1));
+    }
+
+    #[test]
+    fn carried_marks_are_written_and_deleted_never_is() {
+        let f = Fields {
+            marks: u16::MAX,
+            ..fields(b"k", [b"v", b""])
+        };
+        let mut buf = vec![0; f.size()];
+        f.write(&mut buf);
+        let view = ItemRef::new(&buf);
+        assert!(view.fetched() && view.stale() && view.win_sent() && !view.deleted());
+        assert_eq!((view.clock(), view.deadline()), (3, secs(99)));
+    }
+
+    #[test]
+    fn liveness_order() {
+        let f = Fields {
+            deadline: secs(100),
+            ..fields(b"k", [b"v", b""])
+        };
+        let mut buf = vec![0; f.size()];
+        f.write(&mut buf);
+        let view = ItemRef::new(&buf);
+        assert_eq!(view.liveness(Now::from_secs(99), false), Liveness::Live);
+        assert_eq!(view.liveness(Now::from_secs(100), false), Liveness::Expired);
+        assert_eq!(view.liveness(Now::from_secs(100), true), Liveness::Flushed);
+        assert_eq!(view.liveness(Now::from_secs(1), true), Liveness::Flushed);
     }
 
     #[test]
@@ -403,139 +764,6 @@ mod tests {
         assert_eq!(malloc_chunk(128 * 1024), 132 * 1024);
         assert_eq!(malloc_chunk(1 << 20), (1 << 20) + 4096);
         assert_eq!(malloc_chunk(usize::MAX), usize::MAX & !(PAGE - 1));
-    }
-
-    #[test]
-    fn item_size_includes_cas_key_len_byte_and_header() {
-        // key16/value32: 8 CAS + 1 + 48 = 57 bytes + 8 header = 65, rounded to 80.
-        assert_eq!(item_size(16, 32), 80);
-        // 1 KiB value with a 16-byte key: 1049 + 8 = 1057 -> 1072.
-        assert_eq!(item_size(16, 1024), 1072);
-        // 10 bytes + 8 header fits the 32-byte minimum chunk.
-        assert_eq!(item_size(1, 0), 32);
-        assert_eq!(item_size(1, 14), 32);
-        assert_eq!(item_size(1, 15), 48);
-        for k in 1..=MAX_KEY_LEN {
-            for v in [0, 1, 7, 100, 1000] {
-                let s = item_size(k, v);
-                assert!(
-                    s >= k + v + 17 && s <= k + v + 9 + 8 + 15 + 16,
-                    "{k} {v} {s}"
-                );
-                let it = Item::new(&vec![b'k'; k], [&vec![b'v'; v], b""], 0, secs(0), 1);
-                assert_eq!(it.size(), s, "the block is what item_size charges");
-            }
-        }
-    }
-
-    #[test]
-    fn item_accessors() {
-        let mut it = Item::new(b"key", [b"val", b"ue"], 7, secs(99), 42);
-        assert_eq!(it.key(), b"key");
-        assert_eq!(it.value(), b"value");
-        assert_eq!(it.flags(), 7);
-        assert_eq!(it.exptime(), 99);
-        assert_eq!(it.cas(), 42);
-        assert_eq!(it.size(), item_size(3, 5));
-        assert_eq!(it.clock(), 1);
-        assert_eq!((it.generation(), it.last_access()), (0, 0));
-        assert!(!it.fetched());
-        it.age();
-        assert_eq!(it.clock(), 0);
-        it.age();
-        assert_eq!(it.clock(), 0, "saturates at 0");
-        for t in 0..5 {
-            it.mark_fetched(Now::from_secs(1000 + t));
-        }
-        assert_eq!(it.clock(), 3, "saturates at 3");
-        assert!(it.fetched());
-        assert_eq!(it.last_access(), 1004);
-        it.age();
-        assert_eq!(it.clock(), 2);
-        it.set_cas(43);
-        assert_eq!(it.cas(), 43);
-        assert!(it.fetched());
-        it.value_mut().copy_from_slice(b"VALUE");
-        assert_eq!(it.value(), b"VALUE");
-        assert_eq!(it.key(), b"key", "the value rewrite leaves the key");
-        it.mark_accessed(Now::from_secs(2000));
-        assert_eq!(it.last_access(), 2000);
-        it.mark_accessed(Now::from_secs(u64::MAX));
-        assert_eq!(it.last_access(), u32::MAX, "clamped like an expiry");
-        let big = Item::new(&[b'k'; MAX_KEY_LEN], [b"", b""], 0, secs(0), u64::MAX);
-        assert_eq!(big.key().len(), MAX_KEY_LEN);
-        assert_eq!(big.value(), b"");
-        assert_eq!(big.cas(), u64::MAX, "any client-chosen CAS fits");
-        assert!(!big.stale() && !big.win_sent());
-        let zero = Item::new(b"z", [b"", b""], 0, secs(0), 0);
-        assert_eq!(zero.cas(), 0);
-    }
-
-    #[test]
-    fn stamp_sets_generation_and_access_and_keeps_the_bits() {
-        let mut it = Item::new(b"k", [b"v", b""], 0, secs(0), 7);
-        it.mark_fetched(Now::from_secs(5));
-        it.mark_win_sent();
-        it.stamp(GENERATION_MASK, Now::from_secs(1_700_000_000));
-        assert_eq!(it.generation(), GENERATION_MASK);
-        assert_eq!(it.last_access(), 1_700_000_000);
-        assert!(it.fetched() && it.win_sent() && !it.stale());
-        assert_eq!(it.clock(), 2);
-        it.stamp(3, Now::from_secs(9));
-        assert_eq!((it.generation(), it.last_access()), (3, 9));
-        for _ in 0..4 {
-            it.age();
-            it.mark_fetched(Now::from_secs(10));
-        }
-        assert_eq!(
-            it.generation(),
-            3,
-            "the clock counter never reaches the generation"
-        );
-        assert_eq!(it.cas(), 7);
-    }
-
-    #[test]
-    fn stale_and_win_bits_survive_cas_changes_and_stay_apart() {
-        let mut it = Item::new(b"k", [b"v", b""], 0, secs(0), 7);
-        it.mark_fetched(Now::from_secs(1));
-        it.mark_win_sent();
-        assert!(it.win_sent() && !it.stale());
-        it.set_cas(8);
-        assert!(it.win_sent() && it.fetched());
-        it.mark_stale();
-        assert!(
-            it.stale() && !it.win_sent(),
-            "invalidating hands the token out again"
-        );
-        it.mark_win_sent();
-        it.set_cas(u64::MAX);
-        assert_eq!(it.cas(), u64::MAX);
-        assert!(it.stale() && it.win_sent() && it.fetched());
-        assert_eq!(it.clock(), 2);
-        assert_eq!(it.key(), b"k");
-        assert_eq!(it.value(), b"v");
-    }
-
-    #[test]
-    fn liveness_order() {
-        let mut it = Item::new(b"k", [b"v", b""], 0, secs(100), 5);
-        it.stamp(4, Now::from_secs(0));
-        assert_eq!(it.liveness(Now::from_secs(99), 4), Liveness::Live);
-        assert_eq!(it.liveness(Now::from_secs(100), 4), Liveness::Expired);
-        assert_eq!(it.liveness(Now::from_secs(100), 5), Liveness::Flushed);
-        assert_eq!(it.liveness(Now::from_secs(99), 5), Liveness::Flushed);
-        assert_eq!(
-            it.liveness(Now::from_secs(99), 3),
-            Liveness::Flushed,
-            "any other generation"
-        );
-        it.set_cas(0);
-        assert_eq!(
-            it.liveness(Now::from_secs(99), 4),
-            Liveness::Live,
-            "the CAS plays no part"
-        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! One core's memcached cache shard: hash table, items, memory budget, eviction, expiry, CAS.
+//! One core's memcached cache shard: segments of items, hash table, memory budget, eviction,
+//! expiry, CAS.
 //!
 //! ```text
 //! NIC queue → netstack (core n) → protocol parse → server engine → store Shard (core n) → reply
@@ -32,79 +33,122 @@
 //!
 //! # Memory layout
 //!
-//! The table is a hashbrown [`HashTable`](hashbrown::HashTable) of 32-byte items (two per
-//! cache line): a `Box<[u8]>` holding `[cas: u64][key_len: u8][key][value]`; `u32` expiry
-//! second, flags and last-access second; and one `u32` packing the flush generation (17 bits)
-//! with the expiry's milliseconds (10 bits), a fetched bit, the meta protocol's stale and
-//! recache-token bits and a 2-bit clock counter.
-//! Key and value are copied once, into that one heap block, when an item is stored; a GET hit
-//! walks control bytes → bucket → block and allocates nothing. The bucket and the block are
-//! two dependent cache misses when the table is cold; a caller with several keys in hand
-//! (a pipelined frame's GETs) prefetches every key's bucket, then every key's block
-//! ([`Shard::hint`], [`Hint`]), so that the misses of all keys overlap at each stage
-//! (`cargo bench -p store -- get_hit_cold`). A store over a live item whose value keeps its
-//! length rewrites the block in place, allocating nothing.
+//! Items lie in **segments**: buffers of one size per shard (1/32 of the budget as a power of
+//! two, from 4 KiB to 1 MiB: 1 MiB from a 32 MiB budget up) that items are appended to, one
+//! after the other, with no allocator header and no rounding. An item is a header of 22 to
+//! 27 bytes and its key and value ([`item_size`], [`item_size_expiring`]):
 //!
-//! The CAS lives in the block, in front of the key, because it is a full 64-bit value (the
-//! meta protocol's `E` lets a client choose any) and is only ever read or written together
-//! with the key; the bucket keeps what the clock hand and the sweep decide on and what every
-//! read updates. The price is 8 bytes more per block than a CAS kept in the bucket, which
-//! [`item_size`] charges.
+//! ```text
+//! [cas: u64][flags: u32][last_access: u32][meta: u16][key_len: u8][len: u24 or u32][exptime: u32]?[key][value]
+//! ```
+//!
+//! `len` is the value's length and two bits: whether it takes four bytes (a value of 4 MiB
+//! or more) and whether the expiry's unix second follows (only an item that expires has
+//! one). So the common item, one that never expires with a value under 4 MiB, has a 22-byte
+//! header. Giving an expiry to an item that had none writes it anew ([`Shard::touch`]); any
+//! other change of expiry, and a value of the same length, is written in place. (With
+//! eviction off every item has the expiry's second, so every touch is in place.) `meta` packs
+//! the expiry's milliseconds, a 2-bit clock counter and the fetched, stale, recache-token and
+//! deleted marks; the flush generation is the segment's. An item larger than a segment (up to
+//! `-I`) gets a segment of its own, of its size.
+//!
+//! The **table** is an array of 64-byte buckets (one cache line), each of seven 8-byte
+//! entries (`tag: 16 bits | segment: 24 | offset: 24`) and a word saying how far past the
+//! bucket its entries spilled (linear probing, bucket by bucket, at most 16 on). A GET reads
+//! the key's bucket, compares 16-bit tags, then reads the item (one line for a small one) to
+//! compare the key: two dependent cache misses when cold, as a caller that prefetches can
+//! overlap ([`Shard::hint`], `cargo bench -p store -- get_hit_cold`); a miss usually reads the
+//! bucket only. A GET hit allocates nothing, and neither does a store into the open segment
+//! (`store/tests/get_allocates_nothing.rs`).
+//!
+//! Items are grouped by **expiry**: each of seven classes (never; at most 10 s, 1 min, 10 min,
+//! 1 h, 1 day left; longer) appends to its own open segment, so a segment's items die at
+//! about the same time, and a segment all of whose items expired (or were flushed) is taken
+//! back at once when room is needed.
 //!
 //! The trade-off, against the alternatives considered:
-//! - *One block per item (chosen)*: at most one allocation per store (none for a value that
-//!   keeps its length), exact sizes, freeing is `free`; the allocator's 8-byte header and
-//!   16-byte rounding are the per-item cost and are charged ([`item_size`]). Metadata stays
-//!   in the bucket, so the clock hand and the expiry sweep read only the table's contiguous
-//!   array, never the blocks.
-//! - *Slab/arena with size classes* (memcached, Pelikan segments): no allocator calls and
-//!   no fragmentation outside the arena, but slab-class waste (memcached's 1.25 growth
-//!   factor wastes up to 20 %) and rebalancing logic; the crate would need its own
-//!   allocator for one benefit the system allocator mostly gives.
-//! - *Metadata in the block, 16-byte buckets*: smaller table, but every expiry check and
-//!   eviction decision would chase a pointer.
+//! - *Segments (chosen)*: 22 to 27 bytes of header and 8 bytes of table (at up to 90 % load) per
+//!   item; reclaiming is a segment at a time. The price: an overwrite, a delete or an
+//!   eviction leaves dead bytes where the item was, until its segment is taken back (bounded
+//!   below), and a value that changes its length is written anew rather than in place.
+//! - *One `malloc` block per item and a 32-byte bucket*: exact frees, but the allocator's
+//!   8-byte header and 16-byte rounding plus the bucket cost about 60 bytes more per small
+//!   item than this layout.
+//! - *Slab classes* (memcached): no dead bytes, but up to 20 % lost to class rounding, a
+//!   48-byte item header and page rebalancing.
 //!
 //! # Memory budget
 //!
-//! `heap_bytes = bytes + table` never exceeds `memory_limit_bytes` (see below for a budget
-//! lowered at run time), where `bytes` sums [`item_size`] (the heap block as glibc sizes it)
-//! and `table` is the table's own allocation (buckets × 33 bytes + one control group, also allocator-rounded). The table
-//! grows by doubling; a doubling happens only if the bigger table fits next to the items,
-//! otherwise the table keeps its size and live items are capped at 7/8 of its capacity
-//! (tombstones are purged by an occasional rebuild). The cost of growth is thus charged
-//! before it happens, never discovered after.
+//! The budget (`memory_limit_bytes`, this shard's share of `-m`) bounds what the shard holds
+//! from the allocator: its segments (those in use and at most one spare) plus its table
+//! ([`Shard::memory_bytes`]). A new segment is taken only within it; at the budget, the
+//! eviction hand empties the oldest segment first. The table starts at one bucket and
+//! doubles when it holds 4 entries a bucket, if the items the budget would then hold at
+//! their mean size (less one segment: the spare or the one being emptied) would overload the
+//! current one; a store of a new key first has the eviction hand take segments back until
+//! the doubled table fits beside them (compacting while many bytes are dead, so segments
+//! full of dead bytes never hold the table at its size). Otherwise it keeps its size and
+//! fills to 7 a bucket, an insert that finds no slot near its home evicting the item of its
+//! home bucket nearest the eviction hand (whose segment the hand takes back soonest, so its
+//! dead bytes do not linger). So RSS stays within the budget plus
+//! the process's fixed costs: no per-item allocation exists to fragment the heap.
+//!
+//! `heap_bytes` is the part of the budget in use: segment bytes written (live items, dead
+//! ones not yet taken back, the unwritten tails of sealed segments) and the table; `bytes` is
+//! the live items' sizes. Both stay within the budget.
 //!
 //! The budget may change at run time ([`Shard::set_memory_limit`], memcached's
 //! `cache_memlimit`). A higher one is usable at once. A lower one is reached by
-//! [`Shard::shrink`] in bounded steps, evicting with the clock hand and rebuilding the table
-//! smaller once its items fit in half of it; until then the heap as it is stands for the
-//! budget, so a store makes room for itself only and the heap never grows past what it held
-//! when the budget was lowered. [`Shard::release`] frees a given amount the same way, for
-//! memcached's `slabs reassign` (a page of memory taken from the items).
+//! [`Shard::shrink`] in bounded steps, evicting from the oldest segments (whose buffers go
+//! back to the allocator once empty) and halving the table once its items fit; until then a
+//! store makes room for itself only. New segments take the size the new budget calls for.
+//! [`Shard::release`] frees a given amount the same way, for memcached's `slabs reassign`.
 //!
-//! # Eviction: CLOCK over the table
+//! # Eviction: segments in FIFO order, with a second chance
 //!
-//! A store that would exceed the budget evicts with CLOCK, in its counting form (GCLOCK):
-//! each item has a 2-bit counter, 1 when stored, raised by each fetch up to 3. The clock's
-//! circle is the table's own bucket array: the hand walks bucket indices; a dead (expired
-//! or flushed) item it meets is reclaimed, a live one with a non-zero counter is aged by
-//! one and passed over, one at zero is evicted. A new item therefore survives at least one
-//! full revolution of the hand, and an item fetched often survives up to three without
-//! being read again. The counter (rather than a single reference bit) keeps the first
-//! revolution after a fill from degenerating into FIFO: without it, every bit is set when
-//! eviction starts, the hand clears them all, and then evicts hot and cold items alike.
+//! Segments are kept in the order they were opened. When a store needs room, the eviction
+//! hand walks the oldest segment item by item: a dead item (expired, flushed) is reclaimed;
+//! a live one read since it was written or last kept (clock counter above 0, raised by each
+//! fetch up to 3) is kept, its counter lowered by one: copied to its class's open segment
+//! when that has room, else moved down to the segment's start; any other is evicted. Once
+//! the hand has passed over the whole segment, it is taken back if it kept nothing in it,
+//! else its kept part becomes its content and it goes to the FIFO's tail, where of it and
+//! its class's open segment the one with more free room is open for new items and the other
+//! sealed: a seal leaves unwritten less than one item the open segment could not take. Each
+//! segment taken back ends the hand's turn, so a store evicts nothing live once that made
+//! room (`segment_tests::mixed_sizes_rewritten_under_a_third_of_the_budget_evict_nothing`).
+//! A new item thus survives one
+//! full turn of the FIFO, and an item read often survives up to three more without being
+//! read again: S3-FIFO's insight that most items are never read again, so the one-hit
+//! wonders go first, applied segment by segment (`tests::hot_items_survive_a_scan`). A hit
+//! only bumps a counter in the item's header, which the hit reads anyway.
+//!
+//! **Dead bytes.** An overwrite, a delete or an eviction leaves the old bytes dead in their
+//! segment. A segment whose last live item goes is taken back at once. The others are
+//! reclaimed when the hand passes over them; and while dead bytes exceed a quarter of the
+//! segment memory, the hand keeps every live item it meets (compacting, evicting nothing
+//! live), so live items are evicted only while at least three quarters of the segments hold
+//! live items or unwritten tails (`segment_tests::overwrite_churn_evicts_no_live_item_and_bounds_dead_bytes`).
 //!
 //! With eviction off ([`Shard::set_eviction`], memcached's `-M`) live items are never
-//! evicted: a store that needs room takes back dead items the hand meets within
-//! [`NO_EVICT_SCAN`] buckets, else fails with [`StoreError::OutOfMemory`] (counted in
-//! `outofmemory`).
+//! evicted: a store that needs room takes back wholly dead segments; while more than a
+//! segment's worth of bytes is dead, the hand compacts the oldest segments keeping every live
+//! item; else dead items found within [`NO_EVICT_SCAN`] buckets go; failing that the store
+//! fails with [`StoreError::OutOfMemory`] (counted in `outofmemory`) and an item it would
+//! have replaced is left as it was. A new item whose table buckets are full of live items
+//! fails the same way. Every item is then laid out with its expiry's second (0 for never,
+//! 4 bytes more for an item that never expires), so that a touch or `gat` giving it an expiry
+//! is written in place and needs no room
+//! (`segment_tests::with_eviction_off_a_touch_on_a_full_budget_keeps_the_item`).
 //!
-//! Why CLOCK rather than LRU: LRU needs a doubly linked list (two indices per item, more
-//! than the 32-byte bucket has room for) and relinks two neighbours on every hit, i.e.
-//! writes to cold cache lines on the read path. CLOCK approximates LRU's hit ratio, a hit
-//! only bumps a counter in the bucket it already read, and the same walk reclaims expired
-//! items for free. The price: positions follow hash order, not arrival order, and a resize
-//! reshuffles them (an item may then be aged twice in quick succession).
+//! # Walking the table
+//!
+//! [`Shard::visit`] and [`Shard::crawl`] walk bucket indexes, [`Shard::num_buckets`] of them,
+//! so a caller can walk in slices with the index as its cursor (Redis `SCAN`, `lru_crawler
+//! metadump`). Entries never move while the table keeps its size, so a key that exists for
+//! the whole walk is visited once, whatever is stored or removed between slices; only a
+//! resize (doubling while the cache fills, halving under a lowered budget) may make a walk
+//! miss or repeat items.
 //!
 //! # Expiry, flush and CAS
 //!
@@ -114,11 +158,13 @@
 //! as a second and the milliseconds into it, so memcached's whole seconds cost nothing more).
 //! Dead items are found lazily (any
 //! access is a miss and reclaims them), by [`Shard::sweep_expired`] and the LRU crawler's
-//! walk ([`Shard::crawl`], counted apart) from an idle loop, and by the clock hand. Every modification takes a new CAS from a per-shard counter, or the
-//! one a client chose ([`NewCas`]). Flushing does not look at CAS values: the shard counts
-//! flush generations, stamps each item with the one it was stored in, and
-//! [`Shard::flush_all`] (at its due time for a delayed flush) moves to the next generation,
-//! which makes every earlier item dead in O(1).
+//! walk ([`Shard::crawl`], counted apart) from an idle loop, by the eviction hand, and a
+//! segment at a time when all of a segment's items are dead. Every modification takes a new
+//! CAS from a per-shard counter, or the one a client chose ([`NewCas`]). Flushing does not
+//! look at CAS values: the shard counts flush generations, stamps each segment with the one
+//! it was opened in, and [`Shard::flush_all`] (at its due time for a delayed flush) moves to
+//! the next generation and closes the open segments, which makes every earlier item dead at
+//! once.
 //!
 //! Each item also keeps the second of its last store, fetch or touch
 //! ([`ItemView::last_access`]), for the meta protocol's `l` flag and `me`.
@@ -128,19 +174,23 @@
 mod error;
 mod expiry;
 mod item;
+mod segment;
 mod shard;
 mod stats;
+mod table;
 
 pub use error::StoreError;
 pub use expiry::{Expiry, Now, REALTIME_MAXDELTA, Ttl};
-pub use item::{MAX_KEY_LEN, item_size, malloc_chunk};
+pub use item::{MAX_KEY_LEN, item_size, item_size_expiring, malloc_chunk};
 pub use shard::{
-    Arith, Crawled, Delta, EVICTION_LOG_LEN, Evicted, Hint, ItemView, NO_EVICT_SCAN, NewCas, Shard,
-    ShardConfig, StoreMode, Write,
+    Arith, Crawled, Delta, EVICTION_LOG_LEN, Evicted, Hint, ItemView, MAX_SEGMENT_BYTES,
+    NO_EVICT_SCAN, NewCas, Shard, ShardConfig, StoreMode, Write,
 };
 pub use stats::ShardStats;
 
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod segment_tests;
 #[cfg(test)]
 mod tests;

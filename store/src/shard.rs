@@ -1,194 +1,37 @@
-//! One core's cache shard: the table, the budget, the clock hand, CAS and flush state.
+//! One core's cache shard: the `Shard` type and the operations clients call (lookups,
+//! stores, deletes, touches, arithmetic), over the segments and the table. Each other job
+//! has its own file:
+//!
+//! | file | job |
+//! |---|---|
+//! | `request.rs` | the values callers hand in and get back (`Write`, `Arith`, `ItemView`, ...) |
+//! | `budget.rs` | where items are written, `heap_bytes`, table growth, a lowered budget |
+//! | `eviction.rs` | the eviction hand: second chances, evictions, compaction |
+//! | `walk.rs` | `flush_all`, the expiry sweep, the crawler, `visit`, `stats reset` |
+//! | `check.rs` | the accounting invariants the tests check (tests only) |
 
 use core::hash::BuildHasher;
-use core::mem;
 
-use hashbrown::hash_table::OccupiedEntry;
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::DefaultHashBuilder;
 
 use crate::error::StoreError;
 use crate::expiry::{Deadline, Expiry, Now, Ttl};
-use crate::item::{self, GENERATION_MASK, Item, Liveness, MAX_KEY_LEN};
+use crate::item::{Fields, GENERATION_MASK, ItemMut, ItemRef, Liveness, MAX_KEY_LEN};
+use crate::segment::{self, Segment, Segments, State};
 use crate::stats::ShardStats;
+use crate::table::{self, Loc, Table, offset_of, segment_of};
 
-/// Sizes of one shard, from the server's command line.
-#[derive(Debug, Clone, Copy)]
-pub struct ShardConfig {
-    /// This shard's memory budget in bytes (memcached `-m`, divided among cores); covers
-    /// items ([`item_size`](crate::item_size)) and the hash table.
-    pub memory_limit_bytes: usize,
-    /// memcached `-I` (default 1 MiB): an item whose [`item_size`](crate::item_size)
-    /// exceeds it is refused with [`StoreError::TooLarge`].
-    pub max_item_size: usize,
-}
+mod budget;
+#[cfg(test)]
+mod check;
+mod eviction;
+mod request;
+mod walk;
 
-/// How a store treats an existing key (protocol.txt, "Storage commands").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreMode {
-    /// Store unconditionally.
-    Set,
-    /// Store only if the key is not live.
-    Add,
-    /// Store only if the key is live.
-    Replace,
-    /// Add the data after the live item's value, keeping its flags and expiry.
-    Append,
-    /// Add the data before the live item's value, keeping its flags and expiry.
-    Prepend,
-}
-
-/// Direction of [`Shard::incr_decr`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delta {
-    /// Add, wrapping at 2^64.
-    Incr,
-    /// Subtract, stopping at 0.
-    Decr,
-}
-
-/// Where the new CAS of an item a call creates or modifies comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NewCas {
-    /// The next value of the shard's counter: what every protocol does by default.
-    Next,
-    /// This value, chosen by the client (meta protocol `E<token>`), whatever it is; the counter
-    /// is not advanced. CAS values play no part in `flush_all` or eviction, so any value is
-    /// safe; two items may then share a CAS, and a later counter value may be lower.
-    Given(u64),
-}
-
-/// One store request (protocol.txt, "Storage commands"): what to write under which key, on
-/// what conditions, for [`Shard::store`].
-///
-/// Start from [`Write::new`] and set what differs:
-/// `Write { flags: 5, ttl: Ttl::Exptime(60), ..Write::new(StoreMode::Set, b"k", b"v") }`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Write<'a> {
-    /// How an existing key is treated.
-    pub mode: StoreMode,
-    /// The key (1 to 250 bytes).
-    pub key: &'a [u8],
-    /// The value, or the bytes appended or prepended.
-    pub value: &'a [u8],
-    /// The client's opaque flags (`Append`/`Prepend` keep the item's).
-    pub flags: u32,
-    /// How long the item lives (`Append`/`Prepend` keep the item's expiry).
-    pub ttl: Ttl,
-    /// Non-zero: a compare-and-swap against the live item's CAS.
-    pub cas: u64,
-    /// Where the stored item's CAS comes from.
-    pub new_cas: NewCas,
-}
-
-impl<'a> Write<'a> {
-    /// A plain store in `mode`: flags 0, never expires, no compare, the counter's next CAS.
-    pub const fn new(mode: StoreMode, key: &'a [u8], value: &'a [u8]) -> Write<'a> {
-        Write {
-            mode,
-            key,
-            value,
-            flags: 0,
-            ttl: Ttl::Exptime(0),
-            cas: 0,
-            new_cas: NewCas::Next,
-        }
-    }
-}
-
-/// One `incr`/`decr` request (protocol.txt, "Increment/Decrement"), for [`Shard::incr_decr`].
-///
-/// Start from [`Arith::new`] and set what differs:
-/// `Arith { create: Some((0, 0)), ..Arith::new(b"hits", Delta::Incr, 1) }`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arith<'a> {
-    /// The key (1 to 250 bytes).
-    pub key: &'a [u8],
-    /// Add or subtract.
-    pub direction: Delta,
-    /// The amount.
-    pub delta: u64,
-    /// On a missing key: store this initial value with this expiration time (the binary
-    /// protocol's counters); `None` fails with [`StoreError::NotFound`].
-    pub create: Option<(u64, i64)>,
-    /// Non-zero: the live item's CAS must be this.
-    pub cas: u64,
-    /// Where the item's new CAS comes from.
-    pub new_cas: NewCas,
-}
-
-impl<'a> Arith<'a> {
-    /// `direction` by `delta` on `key`: no creation, no compare, the counter's next CAS.
-    pub const fn new(key: &'a [u8], direction: Delta, delta: u64) -> Arith<'a> {
-        Arith {
-            key,
-            direction,
-            delta,
-            create: None,
-            cas: 0,
-            new_cas: NewCas::Next,
-        }
-    }
-}
-
-/// A borrowed view of a live item, valid until the next call on the shard.
-#[derive(Debug, Clone, Copy)]
-pub struct ItemView<'a> {
-    /// The value bytes.
-    pub value: &'a [u8],
-    /// The client's opaque flags.
-    pub flags: u32,
-    /// The item's CAS unique.
-    pub cas: u64,
-    /// When the item expires: 0 = never, else the unix second in which it dies (its expiry
-    /// rounded down to the second; [`ItemView::expiry_ms`] has the millisecond).
-    pub exptime: u32,
-    /// When the item expires: 0 = never, else the unix millisecond from which it is dead.
-    pub expiry_ms: u64,
-    /// The unix second of the item's last store, fetch or touch before this call (clamped to
-    /// `u32`); see [`ItemView::idle_secs`].
-    pub last_access: u32,
-    /// Whether a client had fetched the item (get, touch) before this call.
-    pub fetched: bool,
-    /// Meta protocol: the item was invalidated ([`Shard::invalidate`]) and is stale.
-    pub stale: bool,
-    /// Meta protocol: a client holds the item's recache token ([`Shard::claim_win`]).
-    pub win_sent: bool,
-}
-
-impl ItemView<'_> {
-    /// Seconds since the item's last access as of `now` (0 if the clock went back): the meta
-    /// protocol's `l` flag and `me`'s `la`.
-    pub fn idle_secs(&self, now: impl Into<Now>) -> u64 {
-        now.into()
-            .secs()
-            .saturating_sub(u64::from(self.last_access))
-    }
-}
-
-/// Where a lookup will read, from [`Shard::hint`], for a caller that prefetches. The item's
-/// bucket and its heap block are two dependent loads: prefetch [`Hint::bucket`] for every key
-/// first, then (the buckets arriving meanwhile) [`Hint::block`] for every key, and the misses
-/// of all keys overlap at each stage.
-#[derive(Debug, Clone, Copy)]
-pub struct Hint<'a> {
-    item: &'a Item,
-}
-
-impl<'a> Hint<'a> {
-    /// The address of the item's bucket in the table (32 bytes, within one cache line):
-    /// only for a prefetch; taking it reads nothing.
-    #[inline]
-    pub fn bucket(self) -> *const u8 {
-        core::ptr::from_ref(self.item).cast()
-    }
-
-    /// The item's heap block, which a lookup reads after the bucket (it compares the key
-    /// there): only for a prefetch of its cache lines. Finding it reads the bucket.
-    #[inline]
-    pub fn block(self) -> &'a [u8] {
-        self.item.block()
-    }
-}
+pub use budget::MAX_SEGMENT_BYTES;
+use budget::segment_size_for;
+pub use eviction::{EVICTION_LOG_LEN, Evicted, NO_EVICT_SCAN};
+pub use request::{Arith, Crawled, Delta, Hint, ItemView, NewCas, ShardConfig, StoreMode, Write};
 
 /// Why an item leaves the table, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +48,7 @@ enum Removal {
     Released,
 }
 
-/// Who asks the clock hand for a victim ([`Shard::evict_one`]): what it may take and how
+/// Who asks the eviction hand for a victim ([`Shard::evict_one`]): what it may take and how
 /// the taking is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Victim {
@@ -219,18 +62,6 @@ enum Victim {
     Release,
 }
 
-/// What one [`Shard::crawl`] call did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Crawled {
-    /// Items looked at.
-    pub checked: usize,
-    /// Of those, dead ones taken back.
-    pub reclaimed: usize,
-    /// The bucket the next call starts from: [`Shard::num_buckets`] once the walk reached the
-    /// table's end.
-    pub next: usize,
-}
-
 /// Why a lookup found no live item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Miss {
@@ -240,82 +71,88 @@ enum Miss {
     Dead(Liveness),
 }
 
-/// One core's cache: a hashbrown table of items under a byte budget, with CLOCK eviction,
-/// memcached expiry, CAS and `flush_all`. See the crate docs for the design.
+/// One core's cache: items appended to segments, found through a table of 8-byte entries,
+/// under a byte budget, evicted segment by segment in FIFO order with a second chance for
+/// the items that were read; memcached expiry, CAS and `flush_all`. See the crate docs for
+/// the design.
 ///
 /// Single-threaded by contract: every method takes `&mut self` or `&self`, there are no
 /// locks or atomics; a `Shard` may be moved to the core that owns it (`Send`).
 pub struct Shard {
     config: ShardConfig,
-    table: HashTable<Item>,
+    table: Table,
+    segs: Segments,
     hasher: DefaultHashBuilder,
     stats: ShardStats,
-    /// Bytes charged for the table's allocation ([`item::malloc_chunk`] of it).
-    table_bytes: usize,
-    /// hashbrown's control-group width on this target (16 with SSE2, 8 otherwise).
-    group_width: usize,
+    /// Bytes of a segment (see `segment_size_for`).
+    segment_size: usize,
     /// The last CAS the counter handed out.
     last_cas: u64,
-    /// The flush generation: items stored in any other one were flushed. Counts `flush_all`s
-    /// (applied ones) modulo 2^17.
+    /// The flush generation: items in segments of any other one were flushed. Counts
+    /// `flush_all`s (applied ones) modulo 2^17.
     generation: u32,
     /// A delayed `flush_all` takes effect at this unix time.
     pending_flush_at: Option<u64>,
-    /// The clock hand (a bucket index).
-    hand: usize,
+    /// No segment can be wholly dead before this unix millisecond (a lower bound on their
+    /// last deadlines; 0 after a flush): the search for one is skipped until then.
+    dead_segment_check_ms: u64,
     /// The expiry sweep's cursor (a bucket index).
     sweep_hand: usize,
-    /// Live-item limit while the table cannot grow within the budget (see `reserve_slot`).
-    item_cap: usize,
+    /// With eviction off, where the search for a dead item goes on (a bucket index).
+    scan_hand: usize,
     /// Whether live items may be evicted to make room (memcached's `-M` turns it off).
     evict: bool,
     /// Live items evicted and not yet taken, while someone wants them.
     evictions: Option<Vec<Evicted>>,
+    /// Scratch for a value built from an old one (append, prepend, incr), kept between calls.
+    scratch: Vec<u8>,
+    /// Times the table's load called for doubling and the bigger table was not worth its
+    /// memory (tests only).
     #[cfg(test)]
-    rebuilds: usize,
-    /// The heap when the budget was last lowered: the most it may hold until it is back
-    /// under the budget (tests only).
+    capped: usize,
+    /// The table size whose doubling was last refused, so each size counts once.
+    refused_buckets: usize,
+    /// The heap and the memory when the budget was last lowered: the most each may hold
+    /// until it is back under the budget (tests only).
     #[cfg(test)]
-    lowered_heap: u64,
+    lowered: (u64, usize),
 }
 
 impl Shard {
     /// Creates an empty shard. Nothing is allocated until the first store.
     pub fn new(config: ShardConfig) -> Shard {
-        // Measure the control-group width once: a 4-bucket table is 4 x (32 + 1) + width.
-        let probe: HashTable<Item> = HashTable::with_capacity(1);
-        let group_width = probe
-            .allocation_size()
-            .saturating_sub(probe.num_buckets() * (mem::size_of::<Item>() + 1));
         Shard {
             config,
-            table: HashTable::new(),
+            table: Table::default(),
+            segs: Segments::default(),
             hasher: DefaultHashBuilder::default(),
             stats: ShardStats {
                 limit_maxbytes: config.memory_limit_bytes as u64,
                 ..ShardStats::default()
             },
-            table_bytes: 0,
-            group_width,
+            segment_size: segment_size_for(config.memory_limit_bytes),
             last_cas: 0,
             generation: 0,
             pending_flush_at: None,
-            hand: 0,
+            dead_segment_check_ms: u64::MAX,
             sweep_hand: 0,
-            item_cap: usize::MAX,
+            scan_hand: 0,
             evict: true,
             evictions: None,
+            scratch: Vec::new(),
             #[cfg(test)]
-            rebuilds: 0,
+            capped: 0,
+            refused_buckets: 0,
             #[cfg(test)]
-            lowered_heap: 0,
+            lowered: (0, 0),
         }
     }
 
     /// Whether live items may be evicted to make room (the default). Off (memcached's `-M`), a
-    /// store that needs room takes back only dead items the clock hand meets within
-    /// [`NO_EVICT_SCAN`] buckets, and fails with [`StoreError::OutOfMemory`] if that is not
-    /// enough; live items stay until they are deleted, expire or are flushed.
+    /// store that needs room takes back only dead items (whole segments whose items all
+    /// expired or were flushed, or dead items met within [`NO_EVICT_SCAN`] buckets), and fails
+    /// with [`StoreError::OutOfMemory`] if that is not enough; live items stay until they are
+    /// deleted, expire or are flushed.
     pub fn set_eviction(&mut self, evict: bool) {
         self.evict = evict;
     }
@@ -342,7 +179,14 @@ impl Shard {
 
     /// Whether the shard holds no item at all.
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.table.len() == 0
+    }
+
+    /// Bytes the shard holds from the allocator: its segments (in use and one spare at most)
+    /// and its table. Kept within the budget, except for one segment while the eviction hand
+    /// moves read items (see the crate docs).
+    pub fn memory_bytes(&self) -> usize {
+        self.segs.bytes + self.table.bytes()
     }
 
     /// Looks a key up; a hit marks the item fetched (raising its clock counter), records the
@@ -359,25 +203,16 @@ impl Shard {
             return None;
         }
         let hash = self.hasher.hash_one(key);
-        let found = find_live(
-            &mut self.table,
-            &mut self.stats,
-            self.table_bytes,
-            self.generation,
-            hash,
-            key,
-            now,
-        );
-        match found {
-            Ok(entry) => {
+        match self.lookup(hash, key, now) {
+            Ok(loc) => {
                 self.stats.get_hits += 1;
-                let item = entry.into_mut();
-                let (fetched, last_access) = (item.fetched(), item.last_access());
+                let mut item = self.item_mut(self.table.get(loc));
+                let (fetched, last_access) = (item.get().fetched(), item.get().last_access());
                 item.mark_fetched(now);
                 Some(ItemView {
                     fetched,
                     last_access,
-                    ..view(item)
+                    ..view(item.into_ref())
                 })
             }
             Err(Miss::Absent) => {
@@ -396,17 +231,20 @@ impl Shard {
     }
 
     /// Where a lookup of `key` will read, for a caller that prefetches: with several keys in
-    /// hand, warming every key's item before looking any of them up lets their cache misses
-    /// overlap instead of following one another. A lookup reads the table's control bytes,
-    /// then the item's bucket, then its heap block (the key, CAS and value), each load
-    /// waiting for the one before; see [`Hint`] for taking them in stages. Finding the hint
-    /// reads the control bytes only. Only a hint: the bucket taken is the first whose 7-bit
-    /// tag matches, the key's in all but rare cases, dead or alive; nothing changes and
-    /// nothing is counted.
+    /// hand, warming every key's entry and item before looking any of them up lets their
+    /// cache misses overlap instead of following one another. A lookup reads the key's home
+    /// bucket (one cache line of entries), then the item in its segment; see [`Hint`] for
+    /// taking them in stages. Finding the hint reads the bucket. Only a hint: the entry taken
+    /// is the first whose 16-bit tag matches, the key's in all but rare cases, dead or alive;
+    /// nothing changes and nothing is counted.
     #[inline]
     pub fn hint(&self, key: &[u8]) -> Option<Hint<'_>> {
         let hash = self.hasher.hash_one(key);
-        self.table.find(hash, |_| true).map(|item| Hint { item })
+        let loc = self.table.find(hash, |_| true)?;
+        Some(Hint {
+            entry: self.table.entry_ref(loc),
+            block: self.item(self.table.get(loc)).block(),
+        })
     }
 
     /// TOUCH / GAT: gives a live item a new expiry (`ttl` as in [`Shard::store`]) and
@@ -415,7 +253,9 @@ impl Shard {
     /// `touch_hits`/`touch_misses`.
     ///
     /// A `ttl` that is already expired still returns the item this once; it is
-    /// invisible from then on.
+    /// invisible from then on. An expiry given to an item laid out without one writes it
+    /// anew; should no room be made for that (only when eviction was turned off after the
+    /// item was stored), the touch counts as a miss and the item stays as it was.
     pub fn touch(&mut self, key: &[u8], ttl: Ttl, now: impl Into<Now>) -> Option<ItemView<'_>> {
         self.touch_marking(key, ttl, true, now.into())
     }
@@ -445,38 +285,29 @@ impl Shard {
             return None;
         }
         let hash = self.hasher.hash_one(key);
-        let found = find_live(
-            &mut self.table,
-            &mut self.stats,
-            self.table_bytes,
-            self.generation,
-            hash,
-            key,
-            now,
-        );
-        match found {
-            Ok(entry) => {
-                self.stats.touch_hits += 1;
-                let item = entry.into_mut();
-                let expired = item.expires();
-                item.set_deadline(deadline_for(ttl, item.deadline(), now));
-                self.stats.curr_expiring =
-                    self.stats.curr_expiring - u64::from(expired) + u64::from(item.expires());
-                let (fetched, last_access) = (item.fetched(), item.last_access());
-                if mark {
-                    item.mark_fetched(now);
-                }
-                Some(ItemView {
-                    fetched,
-                    last_access,
-                    ..view(item)
-                })
-            }
-            Err(_) => {
-                self.stats.touch_misses += 1;
-                None
-            }
+        let Ok(loc) = self.lookup(hash, key, now) else {
+            self.stats.touch_misses += 1;
+            return None;
+        };
+        let e = self.table.get(loc);
+        let old = self.item(e);
+        let (fetched, last_access) = (old.fetched(), old.last_access());
+        let deadline = deadline_for(ttl, old.deadline(), now);
+        let Ok(e) = self.set_deadline(hash, loc, deadline, now) else {
+            // No room to write the item anew with an expiry (eviction off, memory full).
+            self.stats.touch_misses += 1;
+            return None;
+        };
+        self.stats.touch_hits += 1;
+        let mut item = self.item_mut(e);
+        if mark {
+            item.mark_fetched(now);
         }
+        Some(ItemView {
+            fetched,
+            last_access,
+            ..view(item.into_ref())
+        })
     }
 
     /// Looks a key up without touching it: no fetched mark, no clock bump, no access time, no
@@ -487,8 +318,8 @@ impl Shard {
         self.advance(now);
         check_key(key).ok()?;
         let hash = self.hasher.hash_one(key);
-        let index = self.lookup(hash, key, now).ok()?;
-        self.table.get_bucket(index).map(view)
+        let loc = self.lookup(hash, key, now).ok()?;
+        Some(view(self.item(self.table.get(loc))))
     }
 
     /// Meta protocol `md <key> I`: marks a live item stale instead of removing it, hands its
@@ -527,29 +358,20 @@ impl Shard {
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let Ok(loc) = self.lookup(hash, key, now) else {
             self.stats.delete_misses += 1;
             return Err(StoreError::NotFound);
         };
-        if cas != 0
-            && self
-                .table
-                .get_bucket(index)
-                .is_some_and(|it| it.cas() != cas)
-        {
+        let e = self.table.get(loc);
+        if cas != 0 && self.item(e).cas() != cas {
             return Err(StoreError::Exists);
         }
         let new_cas = self.take_cas(new_cas);
-        let Some(item) = self.table.get_bucket_mut(index) else {
-            return Err(StoreError::NotFound);
-        };
+        let mut item = self.item_mut(e);
         item.mark_stale();
         item.set_cas(new_cas);
         if let Some(exptime) = exptime {
-            let expired = item.expires();
-            item.set_deadline(Expiry::resolve(exptime, now).encode(now));
-            self.stats.curr_expiring =
-                self.stats.curr_expiring - u64::from(expired) + u64::from(item.expires());
+            self.set_deadline(hash, loc, Expiry::resolve(exptime, now).encode(now), now)?;
         }
         Ok(new_cas)
     }
@@ -567,26 +389,27 @@ impl Shard {
     /// memcached marks it fetched once the reply is written). Returns whether the item was
     /// there.
     pub fn mark_fetched(&mut self, key: &[u8], now: impl Into<Now>) -> bool {
-        self.mark_live(key, now.into(), Item::mark_fetched)
+        self.mark_live(key, now.into(), |item, now| item.mark_fetched(now))
     }
 
     /// Applies `mark` to the live item under `key`, counting nothing; whether it was there.
-    fn mark_live(&mut self, key: &[u8], now: Now, mark: impl FnOnce(&mut Item, Now)) -> bool {
+    fn mark_live(
+        &mut self,
+        key: &[u8],
+        now: Now,
+        mark: impl FnOnce(&mut ItemMut<'_>, Now),
+    ) -> bool {
         self.advance(now);
         if check_key(key).is_err() {
             return false;
         }
         let hash = self.hasher.hash_one(key);
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let Ok(loc) = self.lookup(hash, key, now) else {
             return false;
         };
-        match self.table.get_bucket_mut(index) {
-            Some(item) => {
-                mark(item, now);
-                true
-            }
-            None => false,
-        }
+        let mut item = self.item_mut(self.table.get(loc));
+        mark(&mut item, now);
+        true
     }
 
     /// Stores `write.value` under `write.key` per `write.mode`; returns the item's new CAS
@@ -600,6 +423,10 @@ impl Shard {
     ///
     /// `write.cas != 0` makes it a compare-and-swap, for every mode: counts `cas_hits`,
     /// `cas_misses` or `cas_badval`.
+    ///
+    /// A new item is appended to the open segment of its expiry class; no allocation happens
+    /// unless a new segment must be taken. A value of the old one's length is rewritten in
+    /// place.
     ///
     /// # Errors
     ///
@@ -630,7 +457,7 @@ impl Shard {
             self.check_size(key.len(), value.len())?;
         }
         let hash = self.hasher.hash_one(key);
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let Ok(loc) = self.lookup(hash, key, now) else {
             // memcached: append and prepend need an item, and say "not stored" without one,
             // a CAS given or not (only set and replace, its compare-and-swap forms, miss).
             if extends {
@@ -649,64 +476,68 @@ impl Shard {
                 self.stats.total_items += 1;
                 return Ok(new_cas);
             }
-            let item = Item::new(key, [value, b""], flags, deadline, new_cas);
-            self.put(hash, None, item, now)?;
+            let fields = self.fields(key, [value, b""], flags, deadline, new_cas, 0, now);
+            self.put(hash, None, &fields, now)?;
             return Ok(new_cas);
         };
         if mode == StoreMode::Add {
             return Err(StoreError::NotStored);
         }
-        let Some(old) = self.table.get_bucket(index) else {
-            return Err(StoreError::NotFound);
-        };
-        if cas != 0 && old.cas() != cas {
+        let e = self.table.get(loc);
+        let old = self.item(e);
+        let (old_cas, old_flags, old_deadline) = (old.cas(), old.flags(), old.deadline());
+        let (old_len, old_expires) = (old.value().len(), old.expires());
+        if cas != 0 && old_cas != cas {
             self.stats.cas_badval += 1;
             return Err(StoreError::Exists);
         }
-        let mut item = if extends {
-            let old_value = old.value();
-            self.check_size(key.len(), old_value.len().saturating_add(value.len()))?;
+        if extends {
+            self.check_size(key.len(), old_len.saturating_add(value.len()))?;
+            let mut buf = core::mem::take(&mut self.scratch);
+            buf.clear();
+            buf.extend_from_slice(self.item(e).value());
             let parts = if mode == StoreMode::Append {
-                [old_value, value]
+                [&buf[..], value]
             } else {
-                [value, old_value]
+                [value, &buf[..]]
             };
-            Item::new(key, parts, old.flags(), old.deadline(), 0)
-        } else {
-            let deadline = deadline_for(ttl, old.deadline(), now);
-            if deadline.passed(now) {
-                self.remove_at(index, Removal::Client);
-                if cas != 0 {
-                    self.stats.cas_hits += 1;
-                }
-                self.stats.total_items += 1;
-                return Ok(self.take_cas(new_cas));
+            let new_cas = self.take_cas(new_cas);
+            let fields = self.fields(key, parts, old_flags, old_deadline, new_cas, 0, now);
+            let stored = self.put(hash, Some(loc), &fields, now);
+            self.scratch = buf;
+            stored?;
+            if cas != 0 {
+                self.stats.cas_hits += 1;
             }
-            if old.value().len() == value.len() {
-                // Same length (a counter, a fixed-size record): rewrite the block in place
-                // instead of allocating a new one and freeing the old; nothing is charged
-                // differently and the item stays in its bucket.
-                let new_cas = self.take_cas(new_cas);
-                let generation = self.generation;
-                let Some(item) = self.table.get_bucket_mut(index) else {
-                    return Err(StoreError::NotFound);
-                };
-                let expired = item.expires();
-                item.overwrite(value, flags, deadline, new_cas);
-                item.stamp(generation, now);
-                self.stats.curr_expiring =
-                    self.stats.curr_expiring - u64::from(expired) + u64::from(item.expires());
-                self.stats.total_items += 1;
-                if cas != 0 {
-                    self.stats.cas_hits += 1;
-                }
-                return Ok(new_cas);
+            return Ok(new_cas);
+        }
+        let deadline = deadline_for(ttl, old_deadline, now);
+        if deadline.passed(now) {
+            self.remove_at(loc, Removal::Client);
+            if cas != 0 {
+                self.stats.cas_hits += 1;
             }
-            Item::new(key, [value, b""], flags, deadline, 0)
-        };
+            self.stats.total_items += 1;
+            return Ok(self.take_cas(new_cas));
+        }
+        if old_len == value.len() && self.item(e).holds(deadline) {
+            // Same length (a counter, a fixed-size record): rewrite the item in place; nothing
+            // is charged differently and its entry stays as it is.
+            let new_cas = self.take_cas(new_cas);
+            self.item_mut(e)
+                .overwrite(value, flags, deadline, new_cas, now);
+            self.note_deadline(segment_of(e), deadline);
+            self.stats.curr_expiring = self.stats.curr_expiring - u64::from(old_expires)
+                + u64::from(deadline != Deadline::NEVER);
+            self.stats.total_items += 1;
+            if cas != 0 {
+                self.stats.cas_hits += 1;
+            }
+            return Ok(new_cas);
+        }
         let new_cas = self.take_cas(new_cas);
-        item.set_cas(new_cas);
-        self.put(hash, Some(index), item, now)?;
+        let fields = self.fields(key, [value, b""], flags, deadline, new_cas, 0, now);
+        self.put(hash, Some(loc), &fields, now)?;
         if cas != 0 {
             self.stats.cas_hits += 1;
         }
@@ -724,19 +555,14 @@ impl Shard {
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let Ok(loc) = self.lookup(hash, key, now) else {
             self.stats.delete_misses += 1;
             return Err(StoreError::NotFound);
         };
-        if cas != 0
-            && self
-                .table
-                .get_bucket(index)
-                .is_some_and(|it| it.cas() != cas)
-        {
+        if cas != 0 && self.item(self.table.get(loc)).cas() != cas {
             return Err(StoreError::Exists);
         }
-        self.remove_at(index, Removal::Client);
+        self.remove_at(loc, Removal::Client);
         self.stats.delete_hits += 1;
         Ok(())
     }
@@ -752,10 +578,10 @@ impl Shard {
             return false;
         }
         let hash = self.hasher.hash_one(key);
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let Ok(loc) = self.lookup(hash, key, now) else {
             return false;
         };
-        self.remove_at(index, Removal::Client);
+        self.remove_at(loc, Removal::Client);
         true
     }
 
@@ -792,8 +618,8 @@ impl Shard {
         self.advance(now);
         check_key(key)?;
         let hash = self.hasher.hash_one(key);
-        let mut digits = [0u8; item::MAX_DIGITS];
-        let Ok(index) = self.lookup(hash, key, now) else {
+        let mut digits = [0u8; crate::item::MAX_DIGITS];
+        let Ok(loc) = self.lookup(hash, key, now) else {
             match direction {
                 Delta::Incr => self.stats.incr_misses += 1,
                 Delta::Decr => self.stats.decr_misses += 1,
@@ -801,20 +627,19 @@ impl Shard {
             let Some((initial, exptime)) = create else {
                 return Err(StoreError::NotFound);
             };
-            let text = item::format_decimal(initial, &mut digits);
+            let text = crate::item::format_decimal(initial, &mut digits);
             self.check_size(key.len(), text.len())?;
             let expiry = Expiry::resolve(exptime, now);
             let new_cas = self.take_cas(new_cas);
             self.stats.total_items += 1;
             if expiry != Expiry::Expired {
-                let item = Item::new(key, [text, b""], 0, expiry.encode(now), new_cas);
-                self.put(hash, None, item, now)?;
+                let fields = self.fields(key, [text, b""], 0, expiry.encode(now), new_cas, 0, now);
+                self.put(hash, None, &fields, now)?;
             }
             return Ok((initial, new_cas));
         };
-        let Some(old) = self.table.get_bucket(index) else {
-            return Err(StoreError::NotFound);
-        };
+        let e = self.table.get(loc);
+        let old = self.item(e);
         // memcached: an empty value is non-numeric before the CAS is compared, any other
         // value after.
         if old.value().is_empty() {
@@ -823,18 +648,17 @@ impl Shard {
         if cas != 0 && old.cas() != cas {
             return Err(StoreError::Exists);
         }
-        let current = item::parse_decimal(old.value()).ok_or(StoreError::NonNumeric)?;
+        let current = crate::item::parse_decimal(old.value()).ok_or(StoreError::NonNumeric)?;
         let next = match direction {
             Delta::Incr => current.wrapping_add(delta),
             Delta::Decr => current.saturating_sub(delta),
         };
-        let text = item::format_decimal(next, &mut digits);
-        if text.len() == old.value().len() {
+        let text = crate::item::format_decimal(next, &mut digits);
+        let old_len = old.value().len();
+        if text.len() == old_len {
             // Same length: rewrite in place, no allocation.
             let new_cas = self.take_cas(new_cas);
-            let Some(item) = self.table.get_bucket_mut(index) else {
-                return Err(StoreError::NotFound);
-            };
+            let mut item = self.item_mut(e);
             item.value_mut().copy_from_slice(text);
             item.set_cas(new_cas);
             item.mark_accessed(now);
@@ -842,324 +666,15 @@ impl Shard {
             return Ok((next, new_cas));
         }
         self.check_size(key.len(), text.len())?;
-        let mut item = Item::new(key, [text, b""], old.flags(), old.deadline(), 0);
         // memcached rewrites a result no longer than the old value in place (padded with
         // spaces): the item stays fetched, stale, won as it was. A longer one is a new item.
-        if text.len() < old.value().len() {
-            item.keep_marks(old);
-        }
+        let marks = if text.len() < old_len { old.marks() } else { 0 };
+        let (flags, deadline) = (old.flags(), old.deadline());
         let new_cas = self.take_cas(new_cas);
-        item.set_cas(new_cas);
-        self.put(hash, Some(index), item, now)?;
+        let fields = self.fields(key, [text, b""], flags, deadline, new_cas, marks, now);
+        self.put(hash, Some(loc), &fields, now)?;
         self.count_delta_hit(direction);
         Ok((next, new_cas))
-    }
-
-    /// memcached `flush_all [delay]`: every item stored before `now + delay` becomes
-    /// invisible at that time. `delay` follows the `exptime` rules; 0 (or anything already
-    /// past) flushes now. A later call replaces a pending delayed flush.
-    ///
-    /// Takes O(1): the shard moves to its next flush generation, which makes every item
-    /// stored in an earlier one dead (whatever its CAS, client-chosen ones included); they are
-    /// reclaimed lazily (on access, by the sweep, by the clock hand). Generations count
-    /// modulo 2^17: the flush that wraps the count reclaims every item at once (all are dead
-    /// then), so no item can outlive a flush and return 2^17 flushes later.
-    pub fn flush_all(&mut self, delay: i64, now: impl Into<Now>) {
-        let now = now.into();
-        self.advance(now);
-        match Expiry::resolve(delay, now) {
-            Expiry::At(at) if at > now.millis() => self.pending_flush_at = Some(at),
-            _ => self.apply_flush(),
-        }
-    }
-
-    /// Reclaims dead (expired or flushed) items; call from an idle loop.
-    ///
-    /// Examines at most `max_items` items, continuing where the previous call stopped,
-    /// and walks at most one revolution of the table per call. Returns how many it
-    /// reclaimed.
-    pub fn sweep_expired(&mut self, max_items: usize, now: impl Into<Now>) -> usize {
-        let now = now.into();
-        self.advance(now);
-        let buckets = self.table.num_buckets();
-        if self.table.is_empty() || buckets == 0 {
-            return 0;
-        }
-        let (mut examined, mut reclaimed) = (0, 0);
-        for _ in 0..buckets {
-            if examined >= max_items {
-                break;
-            }
-            let index = self.sweep_hand & (buckets - 1);
-            self.sweep_hand = index.wrapping_add(1);
-            let Some(item) = self.table.get_bucket(index) else {
-                continue;
-            };
-            examined += 1;
-            if item.liveness(now, self.generation) != Liveness::Live {
-                self.remove_at(index, Removal::Reclaimed);
-                reclaimed += 1;
-            }
-        }
-        reclaimed
-    }
-
-    /// The LRU crawler's walk (memcached's `lru_crawler crawl`, and memspin's background
-    /// crawler): from bucket `start`, looks at up to `max_items` items in bucket order and
-    /// takes back the dead (expired or flushed) ones, counting `crawler_items_checked`,
-    /// `crawler_reclaimed` and, for an expired item no client fetched, `expired_unfetched`.
-    /// Live items are left as they are (no clock bump, no access time). The caller keeps the
-    /// cursor ([`Crawled::next`]) between calls; a table that grows between two calls moves
-    /// items, so a walk in steps may miss or look twice at some, as memcached's crawler may.
-    pub fn crawl(&mut self, start: usize, max_items: usize, now: impl Into<Now>) -> Crawled {
-        let now = now.into();
-        self.advance(now);
-        let buckets = self.num_buckets();
-        let mut done = Crawled {
-            next: start.min(buckets),
-            ..Crawled::default()
-        };
-        while done.next < buckets && done.checked < max_items {
-            let index = done.next;
-            done.next += 1;
-            let Some(item) = self.table.get_bucket(index) else {
-                continue;
-            };
-            done.checked += 1;
-            let liveness = item.liveness(now, self.generation);
-            if liveness != Liveness::Live {
-                self.remove_at(index, Removal::Crawled(liveness));
-                done.reclaimed += 1;
-            }
-        }
-        self.stats.crawler_items_checked += done.checked as u64;
-        done
-    }
-
-    /// Frees about `bytes` of memory for a page `slabs reassign` moves out of the item class:
-    /// the clock hand takes back dead items and evicts live ones (with eviction off too: an
-    /// operator asked for it), counting them in `slab_reassign_evictions_nomem` rather than
-    /// `evictions`, as memcached counts the items of a page it moves. At most `max_items`
-    /// items go per call. Returns the bytes freed (the heap's decrease), less than `bytes`
-    /// when the call's items ran out or the shard is empty.
-    pub fn release(&mut self, bytes: usize, max_items: usize, now: impl Into<Now>) -> usize {
-        let now = now.into();
-        self.advance(now);
-        let before = self.stats.heap_bytes;
-        let mut taken = 0;
-        while before - self.stats.heap_bytes < bytes as u64 && taken < max_items {
-            if !self.evict_one(now, Victim::Release) {
-                break;
-            }
-            taken += 1;
-        }
-        (before - self.stats.heap_bytes) as usize
-    }
-
-    /// Changes the memory budget (memcached's `cache_memlimit`; this shard's share of it). A
-    /// higher budget is usable at once. Under a lower one the shard is over its budget until
-    /// [`Shard::shrink`] brings it down; meanwhile a store makes room for itself only, so the
-    /// heap does not grow, and no store pays for the whole difference.
-    pub fn set_memory_limit(&mut self, bytes: usize) {
-        #[cfg(test)]
-        {
-            self.lowered_heap = self.stats.heap_bytes;
-        }
-        self.config.memory_limit_bytes = bytes;
-        self.stats.limit_maxbytes = bytes as u64;
-    }
-
-    /// Whether the shard holds more than its budget (after [`Shard::set_memory_limit`]
-    /// lowered it).
-    pub fn over_budget(&self) -> bool {
-        self.stats.heap_bytes > self.config.memory_limit_bytes as u64
-    }
-
-    /// One bounded step down to a lowered budget: the table is rebuilt smaller when its items
-    /// fit in half of it (at most once per call, O(buckets)), else the clock hand evicts, at
-    /// most `max_items` items per call, as a store would (with eviction off, memcached's `-M`,
-    /// only dead items go, and live ones stay over the budget until they are deleted or
-    /// expire; stores needing room are refused meanwhile). Returns whether the shard is still
-    /// over its budget.
-    pub fn shrink(&mut self, max_items: usize, now: impl Into<Now>) -> bool {
-        let now = now.into();
-        self.advance(now);
-        let mut rebuilt = false;
-        let mut taken = 0;
-        while self.over_budget() {
-            if !rebuilt && self.shrink_table() {
-                rebuilt = true;
-                continue;
-            }
-            if taken >= max_items || !self.evict_one(now, Victim::Shrink) {
-                break;
-            }
-            taken += 1;
-        }
-        self.over_budget()
-    }
-
-    /// Rebuilds the table with half its buckets or fewer (room for twice its items), when its
-    /// items fit in half of them; an empty table gives its allocation back. Returns whether
-    /// it did.
-    fn shrink_table(&mut self) -> bool {
-        let buckets = self.num_buckets();
-        let len = self.table.len();
-        if buckets == 0 {
-            return false;
-        }
-        if len == 0 {
-            self.table = HashTable::new();
-        } else if buckets >= 8 && len * 2 <= full_capacity(buckets / 2) {
-            let hasher = &self.hasher;
-            self.table
-                .shrink_to(len * 2, |it| hasher.hash_one(it.key()));
-        } else {
-            return false;
-        }
-        self.table_bytes = table_charge(self.table.allocation_size());
-        self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
-        self.item_cap = usize::MAX;
-        true
-    }
-
-    /// Asserts the accounting invariants (tests only).
-    #[cfg(test)]
-    #[track_caller]
-    pub(crate) fn check_invariants(&self) {
-        let bytes: u64 = self.table.iter().map(|it| it.size() as u64).sum();
-        assert_eq!(self.stats.bytes, bytes, "bytes");
-        assert_eq!(self.stats.curr_items, self.table.len() as u64, "curr_items");
-        let expiring = self.table.iter().filter(|it| it.expires()).count();
-        assert_eq!(self.stats.curr_expiring, expiring as u64, "curr_expiring");
-        assert_eq!(
-            self.table_bytes,
-            table_charge(self.table.allocation_size()),
-            "table bytes"
-        );
-        assert_eq!(
-            self.stats.heap_bytes,
-            self.stats.bytes + self.table_bytes as u64,
-            "heap_bytes"
-        );
-        assert!(
-            self.stats.heap_bytes <= (self.config.memory_limit_bytes as u64).max(self.lowered_heap),
-            "heap_bytes {} over the budget {}",
-            self.stats.heap_bytes,
-            self.config.memory_limit_bytes
-        );
-        for it in self.table.iter() {
-            assert!(it.generation() <= self.generation, "generation");
-        }
-    }
-
-    /// Jumps the flush generation forward, as `generation - current` immediate flushes
-    /// that reclaimed nothing would (tests only: 2^17 real flushes take too long).
-    #[cfg(test)]
-    pub(crate) fn skip_to_generation(&mut self, generation: u32) {
-        assert!(self.generation < generation && generation <= GENERATION_MASK);
-        self.generation = generation;
-    }
-
-    /// How many times the table was rebuilt at the same size (tests only).
-    #[cfg(test)]
-    pub(crate) fn rebuilds(&self) -> usize {
-        self.rebuilds
-    }
-
-    /// Buckets in the table (0 before the first store): the range [`Shard::visit`] walks.
-    pub fn num_buckets(&self) -> usize {
-        if self.table.allocation_size() == 0 {
-            0
-        } else {
-            self.table.num_buckets()
-        }
-    }
-
-    /// Calls `f(key, item, size)` for every live item in buckets `start..end` (clamped to the
-    /// table), in bucket order, without touching them (no fetched mark, no counters; dead
-    /// items are skipped, not reclaimed). `size` is what the item is charged
-    /// ([`item_size`](crate::item_size)). For inspection (`lru_crawler metadump`, `stats
-    /// sizes`): walking the whole table costs time in proportion to it, so a caller walks
-    /// it in slices. A table that grows between two slices moves items, so a walk in slices
-    /// may miss or repeat items stored meanwhile.
-    pub fn visit(
-        &self,
-        start: usize,
-        end: usize,
-        now: impl Into<Now>,
-        mut f: impl FnMut(&[u8], ItemView<'_>, usize),
-    ) {
-        let now = now.into();
-        let end = end.min(self.num_buckets());
-        for index in start..end {
-            let Some(item) = self.table.get_bucket(index) else {
-                continue;
-            };
-            if item.liveness(now, self.generation) == Liveness::Live {
-                f(item.key(), view(item), item.size());
-            }
-        }
-    }
-
-    /// Zeroes the counters `stats reset` resets (hits, misses, stores, evictions, ...),
-    /// keeping what describes the cache now (items, bytes, the budget).
-    pub fn reset_stats(&mut self) {
-        let kept = ShardStats {
-            curr_items: self.stats.curr_items,
-            curr_expiring: self.stats.curr_expiring,
-            bytes: self.stats.bytes,
-            heap_bytes: self.stats.heap_bytes,
-            limit_maxbytes: self.stats.limit_maxbytes,
-            ..ShardStats::default()
-        };
-        self.stats = kept;
-    }
-
-    /// Keeps a record of every live item evicted from now on (off by default), for
-    /// [`Shard::take_evictions`]; at most [`EVICTION_LOG_LEN`] wait, later ones are not kept.
-    pub fn set_eviction_log(&mut self, on: bool) {
-        if on {
-            self.evictions.get_or_insert_with(Vec::new);
-        } else {
-            self.evictions = None;
-        }
-    }
-
-    /// Hands each eviction recorded since the last call to `f`, oldest first.
-    pub fn take_evictions(&mut self, mut f: impl FnMut(&Evicted)) {
-        if let Some(list) = self.evictions.as_mut() {
-            for evicted in list.drain(..) {
-                f(&evicted);
-            }
-        }
-    }
-
-    // ---- internals ----
-
-    /// Applies a delayed flush whose time has come. Called first by every operation, so
-    /// items stored by this call (at `now >= at`) survive it.
-    #[inline]
-    fn advance(&mut self, now: Now) {
-        if let Some(at) = self.pending_flush_at
-            && now.millis() >= at
-        {
-            self.apply_flush();
-        }
-    }
-
-    /// Flushes now: moves to the next flush generation. On a wrap of the count, items of
-    /// the generation now reused may still wait to be reclaimed; every item is dead at this
-    /// point, so all are reclaimed at once (O(n), once per 2^17 flushes).
-    fn apply_flush(&mut self) {
-        self.pending_flush_at = None;
-        self.generation = (self.generation + 1) & GENERATION_MASK;
-        if self.generation == 0 {
-            let table_bytes = self.table_bytes;
-            for item in self.table.drain() {
-                account_removed(&mut self.stats, table_bytes, &item, Removal::Reclaimed);
-            }
-        }
     }
 
     /// The CAS for an item this call creates or modifies.
@@ -1181,15 +696,17 @@ impl Shard {
         }
     }
 
-    /// TooLarge if over `max_item_size`; OutOfMemory if it cannot fit even alone.
+    /// TooLarge if over `max_item_size` (or a value over what an item's length word holds,
+    /// 1 GiB - 1: memcached's `-I` is at most 1 GiB);
+    /// OutOfMemory if it cannot fit even alone.
     fn check_size(&self, key_len: usize, value_len: usize) -> Result<(), StoreError> {
-        let size = item::item_size(key_len, value_len);
-        if size > self.config.max_item_size {
+        let size = crate::item::item_size(key_len, value_len);
+        if size > self.config.max_item_size || value_len > crate::item::MAX_VALUE_LEN {
             return Err(StoreError::TooLarge);
         }
         // With every item evicted, the table (at least its smallest allocation) remains. Over
         // a lowered budget, the heap as it is stands for the budget (see `put`).
-        let table_floor = self.table_bytes.max(self.table_bytes_for(4));
+        let table_floor = self.table.bytes().max(Table::bytes_for(1));
         let limit = (self.config.memory_limit_bytes as u64).max(self.stats.heap_bytes);
         if size.saturating_add(table_floor) as u64 > limit {
             return Err(StoreError::OutOfMemory);
@@ -1197,327 +714,263 @@ impl Shard {
         Ok(())
     }
 
-    /// Finds the live item under `key` and returns its bucket index; a dead item found is
-    /// reclaimed.
-    fn lookup(&mut self, hash: u64, key: &[u8], now: Now) -> Result<usize, Miss> {
-        let found = find_live(
-            &mut self.table,
-            &mut self.stats,
-            self.table_bytes,
-            self.generation,
-            hash,
+    /// The fields of a new item, stamped with `now`.
+    #[allow(clippy::too_many_arguments)]
+    fn fields<'a>(
+        &self,
+        key: &'a [u8],
+        value: [&'a [u8]; 2],
+        flags: u32,
+        deadline: Deadline,
+        cas: u64,
+        marks: u16,
+        now: Now,
+    ) -> Fields<'a> {
+        Fields {
             key,
-            now,
-        );
-        found.map(|entry| entry.bucket_index())
-    }
-
-    fn remove_at(&mut self, index: usize, why: Removal) {
-        if let Ok(entry) = self.table.get_bucket_entry(index) {
-            let (item, _) = entry.remove();
-            self.account_removed(&item, why);
+            value,
+            flags,
+            deadline,
+            cas,
+            last_access: crate::expiry::clamp_u32(now.secs()),
+            marks,
+            expiry_field: !self.evict,
         }
     }
 
-    fn account_removed(&mut self, item: &Item, why: Removal) {
-        account_removed(&mut self.stats, self.table_bytes, item, why);
+    #[inline]
+    fn item(&self, e: u64) -> ItemRef<'_> {
+        self.segs.segs[segment_of(e)].item(offset_of(e))
     }
 
-    /// Puts `item` in the table, replacing the item at `existing` (same key) if given,
-    /// evicting as needed to stay within the budget. Over a budget that was lowered
-    /// ([`Shard::set_memory_limit`]), the heap as it is stands for the budget: the store makes
-    /// room for itself only, and [`Shard::shrink`] does the rest in bounded steps.
+    #[inline]
+    fn item_mut(&mut self, e: u64) -> ItemMut<'_> {
+        ItemMut::new(&mut self.segs.segs[segment_of(e)].data[offset_of(e)..])
+    }
+
+    #[inline]
+    fn liveness(&self, e: u64, now: Now) -> Liveness {
+        let flushed = self.segs.segs[segment_of(e)].generation != self.generation;
+        self.item(e).liveness(now, flushed)
+    }
+
+    /// Gives the live item at `loc` (of `hash`) a new deadline, keeping `curr_expiring` and
+    /// its segment's last deadline up to date; returns its entry. In place when the item has
+    /// room for it; an item without an expiry that is given one is written anew, to the open
+    /// segment of its new expiry class, as it was (CAS, flags, marks, last access), which
+    /// counts no store.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::OutOfMemory`] if the item must be written anew and no room can be made
+    /// (eviction off); the item is then kept as it was, unless making room evicted it.
+    fn set_deadline(
+        &mut self,
+        hash: u64,
+        loc: Loc,
+        deadline: Deadline,
+        now: Now,
+    ) -> Result<u64, StoreError> {
+        let e = self.table.get(loc);
+        let mut buf = core::mem::take(&mut self.scratch);
+        let item = self.item(e);
+        if item.holds(deadline) {
+            self.scratch = buf;
+            let expired = self.item(e).expires();
+            self.item_mut(e).set_deadline(deadline);
+            self.note_deadline(segment_of(e), deadline);
+            self.stats.curr_expiring = self.stats.curr_expiring - u64::from(expired)
+                + u64::from(deadline != Deadline::NEVER);
+            return Ok(e);
+        }
+        buf.clear();
+        buf.extend_from_slice(item.key());
+        buf.extend_from_slice(item.value());
+        let key_len = item.key().len();
+        let (key, value) = buf.split_at(key_len);
+        let fields = Fields {
+            key,
+            value: [value, b""],
+            flags: item.flags(),
+            deadline,
+            cas: item.cas(),
+            last_access: item.last_access(),
+            marks: item.marks(),
+            expiry_field: !self.evict,
+        };
+        let total_items = self.stats.total_items;
+        let stored = self.put(hash, Some(loc), &fields, now);
+        self.stats.total_items = total_items;
+        let found = stored.and_then(|()| {
+            let segs = &self.segs.segs;
+            let loc = self.table.find(hash, |e| {
+                segs[segment_of(e)].item(offset_of(e)).key() == key
+            });
+            loc.map(|loc| self.table.get(loc))
+                .ok_or(StoreError::OutOfMemory)
+        });
+        self.scratch = buf;
+        found
+    }
+
+    /// Records that segment `id` holds an item with `deadline`.
+    fn note_deadline(&mut self, id: usize, deadline: Deadline) {
+        self.segs.segs[id].note_deadline(deadline);
+        if deadline != Deadline::NEVER {
+            self.dead_segment_check_ms = self.dead_segment_check_ms.min(deadline.millis());
+        }
+    }
+
+    /// Finds the live item under `key`; a dead item found is reclaimed.
+    #[inline]
+    fn lookup(&mut self, hash: u64, key: &[u8], now: Now) -> Result<Loc, Miss> {
+        let segs = &self.segs.segs;
+        let found = self.table.find(hash, |e| {
+            segs[segment_of(e)].item(offset_of(e)).key() == key
+        });
+        let Some(loc) = found else {
+            return Err(Miss::Absent);
+        };
+        match self.liveness(self.table.get(loc), now) {
+            Liveness::Live => Ok(loc),
+            dead => {
+                self.remove_at(loc, Removal::Reclaimed);
+                Err(Miss::Dead(dead))
+            }
+        }
+    }
+
+    /// Takes the item at `loc` out of the table and marks its bytes dead.
+    fn remove_at(&mut self, loc: Loc, why: Removal) {
+        let e = self.table.remove(loc);
+        let item = self.item(e);
+        let (size, expires, fetched) = (item.size(), item.expires(), item.fetched());
+        self.item_mut(e).mark_deleted();
+        self.stats.bytes -= size as u64;
+        self.refresh_heap();
+        self.stats.curr_items -= 1;
+        self.stats.curr_expiring -= u64::from(expires);
+        match why {
+            Removal::Client => {}
+            Removal::Reclaimed => {
+                self.stats.reclaimed += 1;
+                if !fetched {
+                    self.stats.expired_unfetched += 1;
+                }
+            }
+            Removal::Crawled(why) => {
+                self.stats.crawler_reclaimed += 1;
+                // memcached's crawler counts an unfetched item that expired, not one flushed.
+                if !fetched && why == Liveness::Expired {
+                    self.stats.expired_unfetched += 1;
+                }
+            }
+            Removal::Evicted => {
+                self.stats.evictions += 1;
+                if !fetched {
+                    self.stats.evicted_unfetched += 1;
+                }
+            }
+            Removal::Released => self.stats.slab_reassign_evictions_nomem += 1,
+        }
+        self.kill_bytes(segment_of(e), size);
+    }
+
+    /// Counts `size` bytes of segment `id` dead (an item removed or moved); a sealed segment
+    /// left without live items is taken back.
+    fn kill_bytes(&mut self, id: usize, size: usize) {
+        let seg = &mut self.segs.segs[id];
+        seg.live_items -= 1;
+        seg.live_bytes -= size;
+        self.segs.dead_bytes += size;
+        if seg.live_items == 0 && seg.state == State::Sealed {
+            self.free_segment(id);
+        }
+    }
+
+    /// Takes back a segment without live items, keeping its buffer as the one spare while the
+    /// shard is within its budget.
+    fn free_segment(&mut self, id: usize) {
+        let keep =
+            self.segs.spare.is_empty() && self.memory_bytes() <= self.config.memory_limit_bytes;
+        self.segs.release(id, keep, self.segment_size);
+        self.refresh_heap();
+    }
+
+    /// Closes segment `id` to stores; taken back at once if nothing in it is live.
+    fn seal(&mut self, id: usize) {
+        self.segs.seal(id);
+        if self.segs.segs[id].live_items == 0 && self.segs.segs[id].state == State::Sealed {
+            self.free_segment(id);
+        }
+        self.refresh_heap();
+    }
+
+    /// Puts an item in the table, replacing the one at `existing` (same key) if given,
+    /// making room as needed. Over a budget that was lowered ([`Shard::set_memory_limit`]),
+    /// the heap as it is stands for the budget: the store makes room for itself only, and
+    /// [`Shard::shrink`] does the rest in bounded steps.
     fn put(
         &mut self,
         hash: u64,
-        existing: Option<usize>,
-        mut item: Item,
+        existing: Option<Loc>,
+        fields: &Fields<'_>,
         now: Now,
     ) -> Result<(), StoreError> {
-        item.stamp(self.generation, now);
-        let size = item.size();
-        let limit = (self.config.memory_limit_bytes as u64).max(self.stats.heap_bytes);
-        if let Some(index) = existing {
-            let Some(slot) = self.table.get_bucket_mut(index) else {
-                return Err(StoreError::NotFound);
-            };
-            let old_size = slot.size() as u64;
-            let after = self.stats.bytes - old_size + size as u64 + self.table_bytes as u64;
-            if after <= limit {
-                // Common overwrite: same slot, no table work.
-                let expiring = item.expires();
-                let old = mem::replace(slot, item);
+        let size = fields.size();
+        let expiring = u64::from(fields.deadline != Deadline::NEVER);
+        if let Some(loc) = existing {
+            let old = self.table.get(loc);
+            let old_size = self.item(old).size() as u64;
+            let after = self.heap_now() + size as u64;
+            let class = segment::class_of(fields.deadline, now);
+            if after <= self.config.memory_limit_bytes as u64 && self.has_room(size, class) {
+                // Common overwrite: the new item goes where stores go and takes over the old
+                // one's entry; the old bytes are dead.
+                let e = self.append(hash, fields, now)?;
+                self.table.set(loc, e);
+                let old_item = self.item(old);
                 self.stats.curr_expiring =
-                    self.stats.curr_expiring - u64::from(old.expires()) + u64::from(expiring);
-                drop(old);
+                    self.stats.curr_expiring - u64::from(old_item.expires()) + expiring;
+                self.item_mut(old).mark_deleted();
+                self.kill_bytes(segment_of(old), old_size as usize);
                 self.stats.bytes = self.stats.bytes - old_size + size as u64;
-                self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
+                self.refresh_heap();
                 self.stats.total_items += 1;
                 return Ok(());
             }
+            if !self.evict {
+                // Eviction off: nothing live goes, so the old item stays while room is made
+                // (the hand may move it; its entry follows), and stays if none can be.
+                self.make_room(size, now)?;
+                while !self.has_room(size, class) {
+                    if !self.evict_one(now, Victim::Store) {
+                        return Err(StoreError::OutOfMemory);
+                    }
+                }
+            }
             // Eviction needed: take the old item out first so the hand cannot pick it.
-            self.remove_at(index, Removal::Client);
+            self.remove_at(loc, Removal::Client);
+        } else {
+            self.make_room_for_table(now);
         }
-        self.make_room(size, limit, now)?;
-        self.reserve_slot(size, now)?;
-        let hasher = &self.hasher;
-        self.stats.curr_expiring += u64::from(item.expires());
-        self.table
-            .insert_unique(hash, item, |it| hasher.hash_one(it.key()));
+        self.make_room(size, now)?;
+        let e = self.append(hash, fields, now)?;
+        if !self.table_insert(hash, e, now) {
+            // Eviction off and the key's buckets full of live items: the item just written
+            // is dead bytes, and the store fails as one without room does.
+            self.item_mut(e).mark_deleted();
+            self.kill_bytes(segment_of(e), size);
+            self.refresh_heap();
+            self.stats.outofmemory += 1;
+            return Err(StoreError::OutOfMemory);
+        }
+        self.stats.curr_expiring += expiring;
         self.stats.bytes += size as u64;
-        self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
+        self.refresh_heap();
         self.stats.curr_items += 1;
         self.stats.total_items += 1;
         Ok(())
-    }
-
-    /// Evicts until an item of `size` bytes fits in `limit` bytes next to the current table,
-    /// and (while the table cannot grow) until a slot is free under `item_cap`.
-    fn make_room(&mut self, size: usize, limit: u64, now: Now) -> Result<(), StoreError> {
-        while self.stats.bytes + self.table_bytes as u64 + size as u64 > limit
-            || self.table.len() >= self.item_cap
-        {
-            if !self.evict_one(now, Victim::Store) {
-                return Err(StoreError::OutOfMemory);
-            }
-        }
-        Ok(())
-    }
-
-    /// Makes sure the next insert lands in a free slot without hashbrown reallocating
-    /// behind the budget's back.
-    ///
-    /// When no slot is free (live items plus tombstones fill the table):
-    /// 1. at most half full of live items: hashbrown rehashes in place (no memory change);
-    /// 2. else, if the doubled table fits next to the items and the incoming one: grow;
-    /// 3. else the table keeps its size: evict down to 7/8 of its capacity, cap live items
-    ///    there until the next growth, and rebuild it without tombstones (O(n), at most once
-    ///    per capacity/8 inserts; the old and new tables coexist for the duration).
-    fn reserve_slot(&mut self, size: usize, now: Now) -> Result<(), StoreError> {
-        if self.table.len() < self.table.capacity() {
-            return Ok(());
-        }
-        // The unallocated table reports one bucket; it has none.
-        let buckets = if self.table.allocation_size() == 0 {
-            0
-        } else {
-            self.table.num_buckets()
-        };
-        let full_cap = full_capacity(buckets);
-        let len = self.table.len();
-        let hasher = &self.hasher;
-        if buckets > 0 && len < full_cap / 2 {
-            self.table.reserve(1, |it| hasher.hash_one(it.key()));
-            debug_assert_eq!(self.table.num_buckets(), buckets);
-            return Ok(());
-        }
-        let grown_buckets = if buckets == 0 { 4 } else { buckets * 2 };
-        let grown = self.table_bytes_for(grown_buckets);
-        let limit = self.config.memory_limit_bytes as u64;
-        if self.stats.bytes + grown as u64 + size as u64 <= limit {
-            self.table.reserve(1, |it| hasher.hash_one(it.key()));
-            self.table_bytes = table_charge(self.table.allocation_size());
-            debug_assert_eq!(self.table.num_buckets(), grown_buckets);
-            debug_assert_eq!(self.table_bytes, grown);
-            self.stats.heap_bytes = self.stats.bytes + self.table_bytes as u64;
-            self.item_cap = usize::MAX;
-            return Ok(());
-        }
-        if buckets == 0 {
-            return Err(StoreError::OutOfMemory);
-        }
-        self.item_cap = full_cap - (full_cap / 8).max(1);
-        while self.table.len() >= self.item_cap {
-            if !self.evict_one(now, Victim::Store) {
-                return Err(StoreError::OutOfMemory);
-            }
-        }
-        let mut fresh = HashTable::with_capacity(full_cap);
-        debug_assert_eq!(fresh.num_buckets(), buckets);
-        let hasher = &self.hasher;
-        for it in self.table.drain() {
-            fresh.insert_unique(hasher.hash_one(it.key()), it, |it| {
-                hasher.hash_one(it.key())
-            });
-        }
-        self.table = fresh;
-        #[cfg(test)]
-        {
-            self.rebuilds += 1;
-        }
-        debug_assert!(self.table.len() < self.table.capacity());
-        Ok(())
-    }
-
-    /// Advances the clock hand to the next victim and removes it: a dead (expired or
-    /// flushed) item is reclaimed, an item with a non-zero counter is aged and passed over,
-    /// one at zero is evicted. Returns false if the table is empty, or, with eviction off
-    /// (and `victim` not [`Victim::Release`]), if no dead item was met within
-    /// [`NO_EVICT_SCAN`] buckets (then a store counts `outofmemory`).
-    fn evict_one(&mut self, now: Now, victim: Victim) -> bool {
-        let buckets = self.table.num_buckets();
-        if self.table.is_empty() || buckets == 0 {
-            return false;
-        }
-        let generation = self.generation;
-        if !self.evict && victim != Victim::Release {
-            for _ in 0..buckets.min(NO_EVICT_SCAN) {
-                let index = self.hand & (buckets - 1);
-                self.hand = index.wrapping_add(1);
-                let dead = self
-                    .table
-                    .get_bucket(index)
-                    .is_some_and(|item| item.liveness(now, generation) != Liveness::Live);
-                if dead {
-                    self.remove_at(index, Removal::Reclaimed);
-                    return true;
-                }
-            }
-            if victim == Victim::Store {
-                self.stats.outofmemory += 1;
-            }
-            return false;
-        }
-        // Four revolutions always suffice: counters start at most at 3.
-        for _ in 0..=4 * buckets {
-            let index = self.hand & (buckets - 1);
-            self.hand = index.wrapping_add(1);
-            let Some(item) = self.table.get_bucket_mut(index) else {
-                continue;
-            };
-            let why = match item.liveness(now, generation) {
-                Liveness::Live if item.clock() > 0 => {
-                    item.age();
-                    continue;
-                }
-                Liveness::Live if victim == Victim::Release => Removal::Released,
-                Liveness::Live => {
-                    if item.deadline() != Deadline::NEVER {
-                        self.stats.evicted_nonzero += 1;
-                    }
-                    self.stats.evicted_time =
-                        now.secs().saturating_sub(u64::from(item.last_access()));
-                    if let Some(log) = self.evictions.as_mut()
-                        && log.len() < EVICTION_LOG_LEN
-                    {
-                        log.push(Evicted {
-                            key: item.key().into(),
-                            fetched: item.fetched(),
-                            exptime: item.exptime(),
-                            last_access: item.last_access(),
-                            value_len: item.value().len(),
-                        });
-                    }
-                    Removal::Evicted
-                }
-                Liveness::Expired | Liveness::Flushed => Removal::Reclaimed,
-            };
-            self.remove_at(index, why);
-            return true;
-        }
-        false
-    }
-
-    /// Bytes charged for a table of `buckets` buckets (hashbrown's layout: 32-byte buckets,
-    /// then one control byte per bucket plus a trailing group, in one allocation).
-    fn table_bytes_for(&self, buckets: usize) -> usize {
-        item::malloc_chunk(buckets * (mem::size_of::<Item>() + 1) + self.group_width)
-    }
-}
-
-/// Evictions [`Shard::set_eviction_log`] keeps until they are taken.
-pub const EVICTION_LOG_LEN: usize = 1024;
-
-/// A live item that was evicted, as [`Shard::take_evictions`] reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Evicted {
-    /// Its key.
-    pub key: Box<[u8]>,
-    /// Whether a client had fetched it.
-    pub fetched: bool,
-    /// Its expiry second (0: never).
-    pub exptime: u32,
-    /// The unix second of its last access.
-    pub last_access: u32,
-    /// Its value's length.
-    pub value_len: usize,
-}
-
-/// Buckets the clock hand looks at for a dead item when eviction is off, before a store that
-/// needs room fails: bounded, so a full cache of live items refuses a store quickly.
-pub const NO_EVICT_SCAN: usize = 1024;
-
-/// Updates the counters for an item that left the table.
-fn account_removed(stats: &mut ShardStats, table_bytes: usize, item: &Item, why: Removal) {
-    stats.bytes -= item.size() as u64;
-    stats.heap_bytes = stats.bytes + table_bytes as u64;
-    stats.curr_items -= 1;
-    stats.curr_expiring -= u64::from(item.expires());
-    match why {
-        Removal::Client => {}
-        Removal::Reclaimed => {
-            stats.reclaimed += 1;
-            if !item.fetched() {
-                stats.expired_unfetched += 1;
-            }
-        }
-        Removal::Crawled(why) => {
-            stats.crawler_reclaimed += 1;
-            // memcached's crawler counts an unfetched item that expired, not one flushed.
-            if !item.fetched() && why == Liveness::Expired {
-                stats.expired_unfetched += 1;
-            }
-        }
-        Removal::Evicted => {
-            stats.evictions += 1;
-            if !item.fetched() {
-                stats.evicted_unfetched += 1;
-            }
-        }
-        Removal::Released => stats.slab_reassign_evictions_nomem += 1,
-    }
-}
-
-/// The read path's lookup: the live item's entry, or why there is none (a dead item is
-/// reclaimed on the spot). Takes the shard's fields apart so the entry can be returned.
-#[inline(always)]
-fn find_live<'t>(
-    table: &'t mut HashTable<Item>,
-    stats: &mut ShardStats,
-    table_bytes: usize,
-    generation: u32,
-    hash: u64,
-    key: &[u8],
-    now: Now,
-) -> Result<OccupiedEntry<'t, Item>, Miss> {
-    let Ok(entry) = table.find_entry(hash, |it| it.key() == key) else {
-        return Err(Miss::Absent);
-    };
-    match entry.get().liveness(now, generation) {
-        Liveness::Live => Ok(entry),
-        dead => {
-            let (item, _) = entry.remove();
-            account_removed(stats, table_bytes, &item, Removal::Reclaimed);
-            Err(Miss::Dead(dead))
-        }
-    }
-}
-
-/// Bytes charged for a table allocation of `allocation_size` bytes (none if unallocated).
-fn table_charge(allocation_size: usize) -> usize {
-    if allocation_size == 0 {
-        0
-    } else {
-        item::malloc_chunk(allocation_size)
-    }
-}
-
-/// hashbrown's usable capacity for `buckets` buckets (7/8 load; one free slot when tiny).
-const fn full_capacity(buckets: usize) -> usize {
-    if buckets < 8 {
-        buckets.saturating_sub(1)
-    } else {
-        buckets / 8 * 7
     }
 }
 
@@ -1541,7 +994,7 @@ fn check_key(key: &[u8]) -> Result<(), StoreError> {
 }
 
 #[inline]
-fn view(item: &Item) -> ItemView<'_> {
+fn view(item: ItemRef<'_>) -> ItemView<'_> {
     ItemView {
         value: item.value(),
         flags: item.flags(),

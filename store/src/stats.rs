@@ -13,7 +13,9 @@ pub struct ShardStats {
     pub total_items: u64,
     /// Sum of [`item_size`](crate::item_size) over the items held.
     pub bytes: u64,
-    /// `bytes` plus the hash table's allocation (capacity x 32-byte bucket + control bytes); never above `limit_maxbytes`.
+    /// The part of the budget in use: segment bytes written (live items, dead ones not yet
+    /// taken back, unwritten tails of sealed segments) plus the hash table; never above
+    /// `limit_maxbytes` (but for a budget lowered at run time, until the shard shrinks).
     pub heap_bytes: u64,
     /// Live items removed to make room.
     pub evictions: u64,
@@ -29,7 +31,7 @@ pub struct ShardStats {
     pub outofmemory: u64,
     /// Reclaimed items (expired or flushed) that were never fetched.
     pub expired_unfetched: u64,
-    /// Dead items (expired or flushed) whose memory the store took back: on access, by the sweep, or by the clock hand.
+    /// Dead items (expired or flushed) whose memory the store took back: on access, by the sweep, by the eviction hand, or a segment at a time.
     pub reclaimed: u64,
     /// Dead items the LRU crawler ([`Shard::crawl`](crate::Shard::crawl)) took back.
     pub crawler_reclaimed: u64,

@@ -1,4 +1,5 @@
-//! A GET hit allocates nothing; a store allocates at most one block (none when the value keeps its length).
+//! A GET hit allocates nothing; a store allocates nothing unless it takes a new segment or the
+//! table doubles.
 //!
 //! Counts allocations made by this thread through a wrapping global allocator. This
 //! file is its own test binary, so the allocator affects nothing else.
@@ -44,7 +45,7 @@ fn allocations() -> u64 {
 }
 
 #[test]
-fn get_hit_allocates_nothing_and_store_allocates_once() {
+fn get_hit_and_store_into_the_open_segment_allocate_nothing() {
     const NOW: u64 = 1_700_000_000;
     let mut s = Shard::new(ShardConfig {
         memory_limit_bytes: 64 << 20,
@@ -74,11 +75,27 @@ fn get_hit_allocates_nothing_and_store_allocates_once() {
     assert_eq!(allocations() - before, 0);
     assert_eq!(s.get(&keys[0], NOW).unwrap().value, [b'w'; 32]);
 
-    // One of another length with room to spare: one block for key + value, nothing else.
+    // One of another length is appended to the open segment, which has room: nothing is
+    // allocated at all.
     let before = allocations();
     s.store(Write::new(StoreMode::Set, &keys[0], &[b'x'; 33]), NOW)
         .unwrap();
-    assert_eq!(allocations() - before, 1);
+    assert_eq!(
+        allocations() - before,
+        0,
+        "a store into the open segment allocated"
+    );
+    // New keys too: their 72 KB fit in the open 1 MiB segment; the one allocation is the
+    // table doubling from 256 to 512 buckets at 1,024 items.
+    let more: Vec<Vec<u8>> = (0..1000)
+        .map(|i| format!("new:{i:08}").into_bytes())
+        .collect();
+    let before = allocations();
+    for k in &more {
+        s.store(Write::new(StoreMode::Set, k, &[b'y'; 32]), NOW)
+            .unwrap();
+    }
+    assert_eq!(allocations() - before, 1, "one table, no segment");
 
     // incr on a same-length number rewrites in place.
     s.store(Write::new(StoreMode::Set, b"n", b"10"), NOW)

@@ -1189,8 +1189,8 @@ fn an_oversize_resp_set_is_counted_where_memcached_counts_an_oversize_set() {
     // An append past the limit is a store that did not happen: `cmd_set`, as memcached.
     out.clear();
     let small = format!(
-        "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1000\r\n{}\r\n",
-        &value[..1000]
+        "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$990\r\n{}\r\n",
+        &value[..990]
     );
     e.execute(&mut resp, small.as_bytes(), &mut out, NOW);
     let append = "*3\r\n$6\r\nAPPEND\r\n$1\r\nk\r\n$30\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n";

@@ -37,8 +37,8 @@ use crate::engine::config::PAGE_BYTES;
 use crate::engine::session::{Cx, FanOut, Resume, Step, Stop};
 use crate::stats::{self, Group, ITEM_CLASS, Snapshot};
 
-/// Buckets of a table one metadump slice walks (at most 7/8 as many items).
-pub(super) const METADUMP_SLICE_BUCKETS: usize = 128;
+/// Buckets of a table one metadump slice walks (at most 7 items each: 112 items).
+pub(super) const METADUMP_SLICE_BUCKETS: usize = 16;
 
 /// The code a stopped metadump keeps in its [`Resume`].
 pub(super) const METADUMP: u8 = 16;

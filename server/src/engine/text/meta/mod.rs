@@ -558,7 +558,11 @@ fn debug(cx: &mut Cx<'_>, key: &[u8], flags: &Flags<'_>, out: &mut Vec<u8>, now:
             cas: item.cas,
             fetched: item.fetched,
             class: ITEM_CLASS,
-            size: store::item_size(key.len(), item.value.len()) as u64,
+            size: if item.expiry_ms == 0 {
+                store::item_size(key.len(), item.value.len())
+            } else {
+                store::item_size_expiring(key.len(), item.value.len())
+            } as u64,
         }
         .emit_into(out),
         None => ReplyLine::start(out, Status::En).finish(),

@@ -383,7 +383,8 @@ fn debug() {
     assert_eq!(ok(&mut e, "me nope\r\n"), "EN\r\n");
     ok(&mut e, "ms k 5 T100\r\nhello\r\n");
     let c = cas(&mut e, "k");
-    let size = store::item_size(1, 5);
+    // The size is the item's charge in the store: an item that expires holds its expiry.
+    let size = store::item_size_expiring(1, 5);
     assert_eq!(
         at(&mut e, "me k\r\n", NOW + 10),
         format!("ME k exp=90 la=10 cas={c} fetch=no cls=1 size={size}\r\n")
@@ -397,6 +398,14 @@ fn debug() {
     let before = e.shard().stats().clone();
     ok(&mut e, "me k\r\n");
     assert_eq!(*e.shard().stats(), before);
+    // An item that never expires is charged no expiry.
+    ok(&mut e, "ms n 5\r\nhello\r\n");
+    let size = store::item_size(1, 5);
+    assert!(
+        ok(&mut e, "me n\r\n").ends_with(&format!(" size={size}\r\n")),
+        "{}",
+        ok(&mut e, "me n\r\n")
+    );
 }
 
 #[test]

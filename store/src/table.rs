@@ -1,0 +1,267 @@
+//! The hash table: 64-byte buckets of seven 8-byte entries, probed linearly bucket by bucket.
+//!
+//! An entry is `tag: 16 | segment + 1: 24 | offset: 24` (0 = empty): the top 16 bits of the
+//! key's hash, and where the item lies. A key's home bucket is `hash mod buckets` (the low
+//! bits); an entry that finds its home full goes to the first bucket after it with a free slot,
+//! at most [`MAX_PROBE`] buckets on, and the home bucket's eighth word records how far its
+//! entries went (`reach`), so a lookup reads the home bucket and, only when that bucket ever
+//! overflowed, the few after it. A miss thus usually costs one cache line; a hit one line and
+//! the item's.
+//!
+//! Entries never move while the table keeps its size: an insert fills a free slot, a removal
+//! clears one. A walk over bucket indexes in slices therefore sees every entry that stays in
+//! the table for the whole walk, whatever is inserted or removed between the slices; only a
+//! resize (a rebuild at another size) moves entries.
+
+/// Entries per bucket.
+pub(crate) const SLOTS: usize = 7;
+/// How many buckets past its home an entry may lie.
+pub(crate) const MAX_PROBE: usize = 16;
+
+const SEGMENT_SHIFT: u32 = 24;
+const TAG_SHIFT: u32 = 48;
+const FIELD_MASK: u64 = (1 << 24) - 1;
+/// Largest segment id an entry can name.
+pub(crate) const MAX_SEGMENTS: usize = (1 << 24) - 2;
+/// Largest offset in a segment an entry can name.
+pub(crate) const MAX_OFFSET: usize = (1 << 24) - 1;
+
+/// One cache line: seven entries and the distance (in buckets) the farthest entry homed here
+/// lies from it.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+pub(crate) struct Bucket {
+    entries: [u64; SLOTS],
+    reach: u64,
+}
+
+/// An entry's place: its bucket and slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub bucket: usize,
+    pub slot: usize,
+}
+
+/// The entry for the item of `hash` at `offset` in segment `segment`.
+#[inline]
+pub(crate) fn entry(hash: u64, segment: usize, offset: usize) -> u64 {
+    debug_assert!(segment <= MAX_SEGMENTS && offset <= MAX_OFFSET);
+    (hash >> TAG_SHIFT) << TAG_SHIFT | ((segment as u64 + 1) << SEGMENT_SHIFT) | offset as u64
+}
+
+/// The segment an entry names.
+#[inline]
+pub(crate) fn segment_of(entry: u64) -> usize {
+    (((entry >> SEGMENT_SHIFT) & FIELD_MASK) - 1) as usize
+}
+
+/// The offset in its segment an entry names.
+#[inline]
+pub(crate) fn offset_of(entry: u64) -> usize {
+    (entry & FIELD_MASK) as usize
+}
+
+/// The same entry, pointing at another place.
+#[inline]
+pub(crate) fn moved(entry: u64, segment: usize, offset: usize) -> u64 {
+    (entry >> TAG_SHIFT) << TAG_SHIFT | ((segment as u64 + 1) << SEGMENT_SHIFT) | offset as u64
+}
+
+#[inline]
+fn same_tag(entry: u64, hash: u64) -> bool {
+    entry != 0 && (entry ^ hash) >> TAG_SHIFT == 0
+}
+
+/// The table: a power-of-two number of buckets (0 before the first insert).
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    buckets: Box<[Bucket]>,
+    len: usize,
+}
+
+impl Table {
+    /// A table of `buckets` buckets (a power of two, or 0).
+    pub(crate) fn with_buckets(buckets: usize) -> Table {
+        debug_assert!(buckets == 0 || buckets.is_power_of_two());
+        Table {
+            buckets: vec![Bucket::default(); buckets].into_boxed_slice(),
+            len: 0,
+        }
+    }
+
+    /// Bytes a table of `buckets` buckets allocates.
+    pub(crate) const fn bytes_for(buckets: usize) -> usize {
+        buckets * size_of::<Bucket>()
+    }
+
+    /// Bytes this table allocates.
+    pub(crate) fn bytes(&self) -> usize {
+        Self::bytes_for(self.buckets.len())
+    }
+
+    pub(crate) fn num_buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn home(&self, hash: u64) -> usize {
+        hash as usize & (self.buckets.len() - 1)
+    }
+
+    /// The first entry with `hash`'s tag for which `eq` holds.
+    #[inline]
+    pub(crate) fn find(&self, hash: u64, mut eq: impl FnMut(u64) -> bool) -> Option<Loc> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let mask = self.buckets.len() - 1;
+        let home = hash as usize & mask;
+        let reach = self.buckets[home].reach as usize;
+        for step in 0..=reach {
+            let bucket = (home + step) & mask;
+            for (slot, &e) in self.buckets[bucket].entries.iter().enumerate() {
+                if same_tag(e, hash) && eq(e) {
+                    return Some(Loc { bucket, slot });
+                }
+            }
+        }
+        None
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, loc: Loc) -> u64 {
+        self.buckets[loc.bucket].entries[loc.slot]
+    }
+
+    /// The entry's own word, for a prefetch of its cache line.
+    #[inline]
+    pub(crate) fn entry_ref(&self, loc: Loc) -> &u64 {
+        &self.buckets[loc.bucket].entries[loc.slot]
+    }
+
+    #[inline]
+    pub(crate) fn set(&mut self, loc: Loc, entry: u64) {
+        debug_assert!(entry != 0 && self.get(loc) != 0);
+        self.buckets[loc.bucket].entries[loc.slot] = entry;
+    }
+
+    /// Puts `entry` (of `hash`) in the first free slot from its home bucket on; `None` when
+    /// the [`MAX_PROBE`] buckets from its home are full (or the table has no bucket).
+    pub(crate) fn insert(&mut self, hash: u64, entry: u64) -> Option<Loc> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let mask = self.buckets.len() - 1;
+        let home = self.home(hash);
+        for step in 0..MAX_PROBE.min(self.buckets.len()) {
+            let bucket = (home + step) & mask;
+            if let Some(slot) = self.buckets[bucket].entries.iter().position(|&e| e == 0) {
+                self.buckets[bucket].entries[slot] = entry;
+                let reach = &mut self.buckets[home].reach;
+                *reach = (*reach).max(step as u64);
+                self.len += 1;
+                return Some(Loc { bucket, slot });
+            }
+        }
+        None
+    }
+
+    /// Clears a slot.
+    pub(crate) fn remove(&mut self, loc: Loc) -> u64 {
+        let e = core::mem::take(&mut self.buckets[loc.bucket].entries[loc.slot]);
+        debug_assert!(e != 0);
+        self.len -= 1;
+        e
+    }
+
+    /// The occupied slots of bucket `bucket`, with their entries.
+    pub(crate) fn bucket(&self, bucket: usize) -> impl Iterator<Item = (Loc, u64)> + '_ {
+        self.buckets[bucket]
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| **e != 0)
+            .map(move |(slot, &e)| (Loc { bucket, slot }, e))
+    }
+
+    /// Every entry, in bucket order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = u64> + '_ {
+        self.buckets
+            .iter()
+            .flat_map(|b| b.entries.iter().copied())
+            .filter(|&e| e != 0)
+    }
+
+    /// The home bucket of `hash`, for the capped path (an insert that found no free slot).
+    pub(crate) fn home_of(&self, hash: u64) -> usize {
+        self.home(hash)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_is_one_cache_line() {
+        assert_eq!(size_of::<Bucket>(), 64);
+        assert_eq!(align_of::<Bucket>(), 64);
+    }
+
+    #[test]
+    fn entries_pack_tag_segment_and_offset() {
+        let hash = 0xabcd_0000_0000_0005;
+        let e = entry(hash, MAX_SEGMENTS, MAX_OFFSET);
+        assert_eq!((segment_of(e), offset_of(e)), (MAX_SEGMENTS, MAX_OFFSET));
+        assert!(same_tag(e, hash) && !same_tag(e, hash ^ (1 << 63)));
+        let zero = entry(0, 0, 0);
+        assert_ne!(zero, 0, "segment 0 offset 0 is not the empty entry");
+        let m = moved(e, 3, 9);
+        assert_eq!((segment_of(m), offset_of(m)), (3, 9));
+        assert!(same_tag(m, hash), "a move keeps the tag");
+    }
+
+    #[test]
+    fn a_full_home_spills_to_the_next_buckets_and_lookups_follow() {
+        let mut t = Table::with_buckets(8);
+        // Every hash homes in bucket 2; distinct tags tell them apart.
+        let hash = |i: u64| (i << TAG_SHIFT) | 2;
+        let mut locs = Vec::new();
+        for i in 1..=20 {
+            locs.push(t.insert(hash(i), entry(hash(i), 0, i as usize)).unwrap());
+        }
+        assert_eq!(t.len(), 20);
+        assert_eq!(locs[0].bucket, 2);
+        assert_eq!(
+            locs[19].bucket, 4,
+            "20 entries fill buckets 2, 3 and part of 4"
+        );
+        for i in 1..=20 {
+            let loc = t.find(hash(i), |e| offset_of(e) == i as usize).unwrap();
+            assert_eq!(loc, locs[i as usize - 1]);
+        }
+        // Entries stay where they are when others go.
+        t.remove(locs[0]);
+        assert!(t.find(hash(1), |_| true).is_none());
+        assert_eq!(t.find(hash(20), |_| true), Some(locs[19]));
+        assert_eq!(t.insert(hash(21), entry(hash(21), 0, 21)), Some(locs[0]));
+    }
+
+    #[test]
+    fn an_insert_gives_up_after_max_probe_buckets() {
+        let mut t = Table::with_buckets(64);
+        let hash = |i: u64| (i << TAG_SHIFT) | 5;
+        for i in 1..=(MAX_PROBE * SLOTS) as u64 {
+            assert!(t.insert(hash(i), entry(hash(i), 0, 0)).is_some());
+        }
+        assert_eq!(t.insert(hash(999), entry(hash(999), 0, 0)), None);
+        assert!(
+            Table::default().insert(1, 1).is_none(),
+            "no bucket, no slot"
+        );
+    }
+}
