@@ -90,7 +90,27 @@ pub(crate) struct Framing<'a, P: Peers + ?Sized> {
     pub(crate) unresolved: u64,
 }
 
-impl<P: Peers + ?Sized> Framing<'_, P> {
+impl<'a, P: Peers + ?Sized> Framing<'a, P> {
+    /// Framing for one poll of the table: nothing sent yet. `reply_to` is the source MAC of
+    /// the frame being answered, if any.
+    pub(crate) fn new(
+        own: &'a LinkAddrs,
+        gateways: &'a Gateways,
+        neighbors: &'a mut NeighborCache,
+        peers: &'a mut P,
+        reply_to: Option<[u8; 6]>,
+    ) -> Self {
+        Framing {
+            own,
+            gateways,
+            peers,
+            reply_to,
+            neighbors,
+            sent: 0,
+            unresolved: 0,
+        }
+    }
+
     /// Writes the Ethernet header of `frame`, whose IP packet starts at byte 14, and shows
     /// a connection's frame to the connection.
     fn frame(&mut self, frame: &mut [u8]) {
@@ -574,15 +594,7 @@ mod tests {
         peers: &mut TestPeers,
     ) -> (Vec<u8>, u64) {
         let own = own();
-        let mut framing = Framing {
-            own: &own,
-            gateways,
-            peers,
-            reply_to,
-            neighbors: cache,
-            sent: 0,
-            unresolved: 0,
-        };
+        let mut framing = Framing::new(&own, gateways, cache, peers, reply_to);
         let mut frame = vec![0xa5u8; packet.len() + ETHERNET_HEADER_LEN];
         frame[ETHERNET_HEADER_LEN..].copy_from_slice(packet);
         framing.frame(&mut frame);

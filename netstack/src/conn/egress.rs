@@ -66,23 +66,22 @@ impl<S: Default> ConnTable<S> {
                 ..
             } = &mut self.buckets[bucket];
             *dirty = false;
+            let mut peers = BucketPeers {
+                slots: slots.as_mut_slice(),
+                recovery: &self.recovery,
+                stats: &mut self.stats.recovery,
+                now,
+            };
             let mut egress = IpEgress {
                 device: &mut *device,
                 caps: &self.caps,
-                framing: Framing {
-                    own: &self.addrs,
-                    gateways: &self.gateways,
-                    peers: &mut BucketPeers {
-                        slots: slots.as_mut_slice(),
-                        recovery: &self.recovery,
-                        stats: &mut self.stats.recovery,
-                        now,
-                    },
-                    reply_to: None,
-                    neighbors: &mut self.neighbors,
-                    sent: 0,
-                    unresolved: 0,
-                },
+                framing: Framing::new(
+                    &self.addrs,
+                    &self.gateways,
+                    &mut self.neighbors,
+                    &mut peers,
+                    None,
+                ),
                 exhausted: false,
             };
             for _ in 0..EGRESS_ROUNDS {

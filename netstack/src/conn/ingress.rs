@@ -215,24 +215,23 @@ impl<S: Default> ConnTable<S> {
             None
         };
         let Bucket { sockets, slots, .. } = &mut self.buckets[bucket];
+        let mut peers = BucketPeers {
+            slots: slots.as_mut_slice(),
+            recovery: &self.recovery,
+            stats: &mut self.stats.recovery,
+            now,
+        };
         let mut view = IpFrame {
             packet: Some(packet),
             tx: Some(tx),
             caps: &self.caps,
-            framing: Framing {
-                own: &self.addrs,
-                gateways: &self.gateways,
-                peers: &mut BucketPeers {
-                    slots: slots.as_mut_slice(),
-                    recovery: &self.recovery,
-                    stats: &mut self.stats.recovery,
-                    now,
-                },
-                reply_to: Some(src_mac),
-                neighbors: &mut self.neighbors,
-                sent: 0,
-                unresolved: 0,
-            },
+            framing: Framing::new(
+                &self.addrs,
+                &self.gateways,
+                &mut self.neighbors,
+                &mut peers,
+                Some(src_mac),
+            ),
         };
         self.iface.poll_ingress_single(now, &mut view, sockets);
         self.stats.frames_out += view.framing.sent;
@@ -254,19 +253,18 @@ impl<S: Default> ConnTable<S> {
         tx: T,
     ) {
         self.stats.frames_control += 1;
+        let mut peers = NoPeers;
         let mut view = IpFrame {
             packet: Some(packet),
             tx: Some(tx),
             caps: &self.caps,
-            framing: Framing {
-                own: &self.addrs,
-                gateways: &self.gateways,
-                peers: &mut NoPeers,
-                reply_to: Some(src_mac),
-                neighbors: &mut self.neighbors,
-                sent: 0,
-                unresolved: 0,
-            },
+            framing: Framing::new(
+                &self.addrs,
+                &self.gateways,
+                &mut self.neighbors,
+                &mut peers,
+                Some(src_mac),
+            ),
         };
         self.iface
             .poll_ingress_single(now, &mut view, &mut self.control);
@@ -313,24 +311,23 @@ impl<S: Default> ConnTable<S> {
                 .map_or(0, |handle| sockets.get::<tcp::Socket>(handle).recv_queue())
         };
         let before = queued(sockets, slot);
+        let mut peers = BucketPeers {
+            slots: slots.as_mut_slice(),
+            recovery: &self.recovery,
+            stats: &mut self.stats.recovery,
+            now,
+        };
         let mut view = IpFrame {
             packet: Some(packet),
             tx: Some(tx),
             caps: &self.caps,
-            framing: Framing {
-                own: &self.addrs,
-                gateways: &self.gateways,
-                peers: &mut BucketPeers {
-                    slots: slots.as_mut_slice(),
-                    recovery: &self.recovery,
-                    stats: &mut self.stats.recovery,
-                    now,
-                },
-                reply_to: Some(src_mac),
-                neighbors: &mut self.neighbors,
-                sent: 0,
-                unresolved: 0,
-            },
+            framing: Framing::new(
+                &self.addrs,
+                &self.gateways,
+                &mut self.neighbors,
+                &mut peers,
+                Some(src_mac),
+            ),
         };
         self.iface.poll_ingress_single(now, &mut view, sockets);
         self.stats.frames_out += view.framing.sent;
