@@ -226,6 +226,15 @@ SWAPDB 1 0
 GET sw
 SWAPDB x 1
 SWAPDB 0 99
+FLUSHALL
+SET k v
+SELECT 3
+SET a 1
+SET b 2
+SWAPDB 3 7
+INFO keyspace
+SWAPDB 3 7
+SELECT 0
 "#;
 
 /// The same in RESP3 (`redis-cli -3` says `HELLO 3` first).

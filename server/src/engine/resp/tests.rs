@@ -807,11 +807,11 @@ fn info_reports_redis_fields_in_every_section() {
         "maxmemory:67108864\r\nmaxmemory_human:64.00M\r\nmaxmemory_policy:allkeys-lru\r\n",
         "\r\n\r\n# Stats\r\ntotal_connections_received:",
         "keyspace_hits:1\r\nkeyspace_misses:1\r\n",
-        "\r\n\r\n# Keyspace\r\ndb0:keys=2,expires=1,avg_ttl=0\r\n",
+        "\r\n\r\n# Keyspace\r\ndb0:keys=2,expires=1,avg_ttl=100000\r\n",
     ] {
         assert!(text.contains(field), "{field:?} in\n{text}");
     }
-    assert!(text.ends_with("avg_ttl=0\r\n"), "{text}");
+    assert!(text.ends_with("avg_ttl=100000\r\n"), "{text}");
     let stats = call(&mut e, &mut session, &["INFO", "STATS", "nosuch"]);
     // Five before it, as Redis counts: a command is counted once it is done.
     assert!(stats.contains("total_commands_processed:5\r\n"), "{stats}");
@@ -848,7 +848,7 @@ fn stats_reset_restarts_infos_counters() {
         // The reset itself, as Redis counts its CONFIG RESETSTAT.
         "total_commands_processed:1\r\n",
         "keyspace_hits:0\r\nkeyspace_misses:0\r\n",
-        "db0:keys=1,expires=1,avg_ttl=0\r\n",
+        "db0:keys=1,expires=1,avg_ttl=100000\r\n",
     ] {
         assert!(after.contains(field), "{field:?} in\n{after}");
     }
@@ -2271,4 +2271,109 @@ fn requirepass_refuses_commands_until_auth() {
          Are you sure your configuration is correct?\r\n"
     );
     assert_eq!(call(&mut e, &mut s, &["AUTH", "default", "any"]), "+OK\r\n");
+}
+
+/// The text of an `INFO` reply in RESP2 (a bulk string).
+#[track_caller]
+fn info_body(reply: &str) -> String {
+    let (frame, len) = Frame::parse(reply.as_bytes()).unwrap();
+    assert_eq!(len, reply.len(), "{reply}");
+    let Frame::Bulk(text) = frame else {
+        panic!("a bulk string in RESP2: {reply}")
+    };
+    String::from_utf8_lossy(text).into_owned()
+}
+
+/// `INFO keyspace` lists each database that holds keys under its own number, with the keys
+/// that expire and their mean remaining time to live; after `SWAPDB` under the number that
+/// means it now.
+#[test]
+fn info_keyspace_lists_each_database() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut c = |args: &[&str]| call(&mut e, &mut s, args);
+    c(&["SET", "a", "1"]);
+    c(&["SET", "b", "2", "PX", "10000"]);
+    c(&["SELECT", "2"]);
+    c(&["SET", "a", "1"]);
+    c(&["SET", "c", "3", "PX", "20000"]);
+    c(&["SET", "d", "4", "PX", "40000"]);
+    assert_eq!(
+        info_body(&c(&["INFO", "keyspace"])),
+        "# Keyspace\r\ndb0:keys=2,expires=1,avg_ttl=10000\r\n\
+         db2:keys=3,expires=2,avg_ttl=30000\r\n"
+    );
+    c(&["SWAPDB", "0", "2"]);
+    c(&["SWAPDB", "2", "5"]);
+    let all = info_body(&c(&["INFO", "everything"]));
+    assert!(
+        all.ends_with(
+            "\r\n\r\n# Keyspace\r\ndb0:keys=3,expires=2,avg_ttl=30000\r\n\
+             db5:keys=2,expires=1,avg_ttl=10000\r\n"
+        ),
+        "{all}"
+    );
+    c(&["FLUSHALL"]);
+    assert_eq!(info_body(&c(&["INFO", "keyspace"])), "# Keyspace\r\n");
+}
+
+/// Only `INFO` with its keyspace section asks every worker to walk its table; the other
+/// sections (and memcached's `stats`) take the counters alone.
+#[test]
+fn only_the_keyspace_section_walks_the_table() {
+    let of = |names: &[&str]| {
+        let names: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+        super::Sections::of(&names).group()
+    };
+    assert_eq!(of(&[]), Group::Keyspace);
+    assert_eq!(of(&["all"]), Group::Keyspace);
+    assert_eq!(of(&["memory", "KEYSPACE"]), Group::Keyspace);
+    assert_eq!(
+        of(&["server", "clients", "memory", "stats"]),
+        Group::General
+    );
+    assert_eq!(of(&["nosuch"]), Group::General);
+    // The general snapshot counts no namespace.
+    let e = engine();
+    assert!(e.snapshot().keyspace.is_empty());
+}
+
+/// With two workers each counts the keys of its own table and the counts add up.
+#[test]
+fn info_keyspace_adds_up_every_workers_keys() {
+    let control = crate::control::Control::new(Default::default(), 0);
+    let shared = |worker| EngineConfig {
+        control: std::sync::Arc::clone(&control),
+        ..config(2, worker)
+    };
+    let mut home = Engine::new(shared(0));
+    let mut owner = Engine::new(shared(1));
+    let keys: Vec<String> = (0..20).map(|i| format!("key:{i}")).collect();
+    let mut input = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        if i % 2 == 0 {
+            input.extend(command(&[b"SET", key.as_bytes(), b"v", b"PX", b"10000"]));
+        } else {
+            input.extend(command(&[b"SET", key.as_bytes(), b"v"]));
+        }
+    }
+    input.extend(command(&[b"SELECT", b"3"]));
+    for key in &keys[..5] {
+        input.extend(command(&[b"SET", key.as_bytes(), b"v"]));
+    }
+    run_on_two_workers(&mut home, &mut owner, &input, false);
+    // Both workers hold some of them.
+    assert!(home.snapshot().shard.curr_items > 0);
+    assert!(owner.snapshot().shard.curr_items > 0);
+    let reply = run_on_two_workers(
+        &mut home,
+        &mut owner,
+        &command(&[b"INFO", b"keyspace"]),
+        false,
+    );
+    assert_eq!(
+        info_body(&reply),
+        "# Keyspace\r\ndb0:keys=20,expires=10,avg_ttl=10000\r\n\
+         db3:keys=5,expires=0,avg_ttl=0\r\n"
+    );
 }
