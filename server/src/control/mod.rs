@@ -42,7 +42,7 @@ pub use background::{CRAWLER_SLEEP_DEFAULT_US, Crawler, PageMoves};
 pub use clock::{monotonic_ns, monotonic_ns_at};
 pub use databases::DbMap;
 use records::split_addr;
-pub use records::{CloseReason, ConnRecord, ConnState, conn_addr};
+pub use records::{ClientFields, CloseReason, ConnRecord, ConnState, conn_addr};
 pub use settings::Settings;
 use watch::DETAIL_BIT;
 pub use watch::{
@@ -354,7 +354,9 @@ impl Control {
             worker,
             peer,
             local,
+            opened_ms: now.millis(),
             last_cmd_ms: AtomicU64::new(now.millis()),
+            client: Default::default(),
             state: AtomicU8::new(ConnState::ParseCmd as u8),
             close_reason: AtomicU8::new(CloseReason::Normal as u8),
             control: Arc::clone(self),

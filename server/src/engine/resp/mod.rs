@@ -62,8 +62,9 @@
 //! - after `SWAPDB 0 n`, memcached's clients still see the store's namespace 0, which is
 //!   Redis's database `n` then;
 //! - there is one user, `default`, with `--requirepass`'s password (any without one);
-//!   `CLIENT SETINFO` is checked and acknowledged but nothing shows it, and there is no
-//!   `CLIENT LIST` or `CLIENT KILL`.
+//!   `CLIENT SETINFO` is checked and acknowledged but nothing shows it; `CLIENT LIST` reads
+//!   the connection registry, where another connection's multi and last command are not
+//!   kept (neutral values); there is no `CLIENT KILL`.
 //!
 //! ```text
 //! mod.rs         parse (ahead, in place), dispatch, replies, and the commands too short for a

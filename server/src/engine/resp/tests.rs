@@ -2377,3 +2377,75 @@ fn info_keyspace_adds_up_every_workers_keys() {
          db3:keys=5,expires=0,avg_ttl=0\r\n"
     );
 }
+
+/// A Redis client's session on a connection accepted on the RESP port at `opened_secs` from
+/// peer port `port`, with its record, as the packet path makes it.
+fn accepted_redis_client(e: &Engine, port: u16, opened_secs: u64) -> Session {
+    use std::net::SocketAddr;
+    let peer = SocketAddr::from(([127, 0, 0, 1], port));
+    let local = SocketAddr::from(([127, 0, 0, 1], 6379));
+    let record =
+        e.control()
+            .open_connection(0, Some(peer), Some(local), Now::from_secs(opened_secs));
+    let mut conn = crate::conn::ClientConn::default();
+    conn.session.set_record(record);
+    conn.accepted_on(6379, Some(6379));
+    std::mem::take(&mut conn.session)
+}
+
+/// `CLIENT LIST` shows every Redis client connection from the registry in the order they
+/// opened, each with the name, database and RESP version its session noted, the asking one
+/// with its command; memcached's connections are not listed. `TYPE` and `ID`
+/// filter it as Redis does.
+#[test]
+fn client_list_shows_every_redis_connection() {
+    let mut e = engine();
+    let mut a = accepted_redis_client(&e, 5001, NOW - 5);
+    let mut b = accepted_redis_client(&e, 5002, NOW - 3);
+    let mut memcached = Session::default();
+    memcached.set_record(
+        e.control()
+            .open_connection(0, None, None, Now::from_secs(NOW)),
+    );
+    assert!(run_at(&mut e, &mut memcached, b"version\r\n", now()).starts_with("VERSION "));
+    assert!(call(&mut e, &mut a, &["HELLO", "3", "SETNAME", "app"]).starts_with("%7"));
+    assert_eq!(call(&mut e, &mut b, &["SELECT", "2"]), "+OK\r\n");
+    let (ida, idb) = (a.record().unwrap().number, b.record().unwrap().number);
+    let neutral = "sub=0 psub=0 ssub=0";
+    let buffers = "qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
+                   tot-mem=0 events=r";
+    let line_a = format!(
+        "id={ida} addr=127.0.0.1:5001 laddr=127.0.0.1:6379 fd=-1 name=app age=5 idle=0 \
+         flags=N db=0 {neutral} multi=-1 {buffers} cmd=NULL user=default redir=-1 resp=3\n"
+    );
+    let line_b = format!(
+        "id={idb} addr=127.0.0.1:5002 laddr=127.0.0.1:6379 fd=-1 name= age=3 idle=0 \
+         flags=N db=2 {neutral} multi=-1 {buffers} cmd=client|list user=default redir=-1 \
+         resp=2\n"
+    );
+    let list = call(&mut e, &mut b, &["CLIENT", "LIST"]);
+    let body = format!("{line_a}{line_b}");
+    assert_eq!(list, format!("${}\r\n{body}\r\n", body.len()));
+    let only_a = call(
+        &mut e,
+        &mut b,
+        &["CLIENT", "LIST", "ID", &ida.to_string(), "999"],
+    );
+    assert_eq!(only_a, format!("${}\r\n{line_a}\r\n", line_a.len()));
+    let normal = call(&mut e, &mut b, &["client", "list", "type", "NORMAL"]);
+    assert_eq!(normal, list);
+    let c = |e: &mut Engine, b: &mut Session, args: &[&str]| call(e, b, args);
+    for (args, reply) in [
+        (&["CLIENT", "LIST", "TYPE", "pubsub"][..], "$0\r\n\r\n"),
+        (
+            &["CLIENT", "LIST", "TYPE", "x"],
+            "-ERR Unknown client type 'x'\r\n",
+        ),
+        (&["CLIENT", "LIST", "ID", "0"], "-ERR Invalid client ID\r\n"),
+        (&["CLIENT", "LIST", "ID", "a"], "-ERR Invalid client ID\r\n"),
+        (&["CLIENT", "LIST", "ID"], "-ERR syntax error\r\n"),
+        (&["CLIENT", "LIST", "foo"], "-ERR syntax error\r\n"),
+    ] {
+        assert_eq!(c(&mut e, &mut b, args), reply, "{args:?}");
+    }
+}
