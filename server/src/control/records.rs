@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use store::Now;
 
@@ -84,6 +84,8 @@ pub struct ConnRecord {
     pub peer: Option<SocketAddr>,
     /// The address and port it connected to.
     pub local: Option<SocketAddr>,
+    /// How its worker finds it again (its table's packed id), once its first turn set it.
+    pub(super) token: OnceLock<u128>,
     /// Unix milliseconds of its opening.
     pub opened_ms: u64,
     /// Unix milliseconds of its last request (its opening until one arrives).
@@ -147,6 +149,23 @@ impl ConnRecord {
             db: self.client.db.load(Ordering::Relaxed),
             name,
         })
+    }
+
+    /// Notes how the connection's worker finds it (its first turn does, once).
+    pub fn set_token(&self, token: u128) {
+        let _ = self.token.set(token);
+    }
+
+    /// Asks the connection's worker to close it in its next turn (`CLIENT KILL`); false when
+    /// it has not had a turn yet (and so has no token to be found by).
+    pub fn request_close(&self) -> bool {
+        match self.token.get() {
+            Some(&token) => {
+                self.control.kills.request(self.worker, token);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Unix milliseconds of its last request.

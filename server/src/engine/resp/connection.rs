@@ -116,6 +116,107 @@ pub(super) fn note_client(cx: &Cx<'_>) {
     }
 }
 
+/// Which connections `CLIENT KILL` closes: every filter given must match.
+#[derive(Debug, Default)]
+struct KillFilter<'a> {
+    id: Option<u64>,
+    addr: Option<&'a [u8]>,
+    laddr: Option<&'a [u8]>,
+    /// A type no connection has (`master`, `replica`, `pubsub`): nothing matches.
+    no_type: bool,
+    skip_me: bool,
+    max_age_secs: Option<i64>,
+}
+
+/// `CLIENT KILL ip:port` (closes the client at that address, the asking one too: `OK`, or
+/// `ERR No such client`) and `CLIENT KILL [ID id] [TYPE type] [ADDR ip:port] [LADDR ip:port]
+/// [USER name] [SKIPME yes|no] [MAXAGE secs]` (the number closed; `SKIPME yes` unless said).
+/// A connection on another worker is marked for its worker to close in its next turn
+/// (`control::Kills`), after it sends what it owes; the asking one closes after this reply.
+fn client_kill(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
+    let v = version(cx);
+    let old_form = args.len() == 1;
+    let mut filter = KillFilter {
+        skip_me: !old_form,
+        ..KillFilter::default()
+    };
+    if old_form {
+        filter.addr = Some(args[0]);
+    } else {
+        for pair in args.chunks(2) {
+            let [option, value] = pair else {
+                return error(out, v, SYNTAX);
+            };
+            let option = option.to_ascii_lowercase();
+            match option.as_slice() {
+                b"id" => match parse_integer(value) {
+                    Some(n) if n >= 1 => filter.id = Some(n as u64),
+                    _ => return error(out, v, "ERR client-id should be greater than 0"),
+                },
+                b"type" => match value.to_ascii_lowercase().as_slice() {
+                    b"normal" => {}
+                    b"master" | b"replica" | b"slave" | b"pubsub" => filter.no_type = true,
+                    _ => {
+                        let mut message = b"ERR Unknown client type '".to_vec();
+                        message.extend_from_slice(value);
+                        message.push(b'\'');
+                        return error_bytes(out, v, &message);
+                    }
+                },
+                b"addr" => filter.addr = Some(value),
+                b"laddr" => filter.laddr = Some(value),
+                b"user" if *value == b"default" => {}
+                b"user" => {
+                    let mut message = b"ERR No such user '".to_vec();
+                    message.extend_from_slice(value);
+                    message.push(b'\'');
+                    return error_bytes(out, v, &message);
+                }
+                b"skipme" if value.eq_ignore_ascii_case(b"yes") => filter.skip_me = true,
+                b"skipme" if value.eq_ignore_ascii_case(b"no") => filter.skip_me = false,
+                b"maxage" => match parse_integer(value) {
+                    Some(n) => filter.max_age_secs = Some(n),
+                    None => return error(out, v, NOT_INTEGER),
+                },
+                _ => return error(out, v, SYNTAX),
+            }
+        }
+    }
+    let own = connection_id(cx);
+    let now_ms = cx.now.millis();
+    let addr_is = |wanted: Option<&[u8]>, addr: Option<std::net::SocketAddr>| {
+        wanted.is_none_or(|wanted| addr.is_some_and(|a| a.to_string().as_bytes() == wanted))
+    };
+    let mut closed = 0;
+    for record in cx.control().connections() {
+        let matches = record.client().is_some()
+            && !filter.no_type
+            && filter.id.is_none_or(|id| id == record.number)
+            && addr_is(filter.addr, record.peer)
+            && addr_is(filter.laddr, record.local)
+            && !(filter.skip_me && record.number == own)
+            && filter.max_age_secs.is_none_or(|max| {
+                max == 0 || (now_ms.saturating_sub(record.opened_ms) / 1000) as i64 >= max
+            });
+        if !matches {
+            continue;
+        }
+        if record.number == own {
+            cx.session.close();
+            closed += 1;
+        } else if record.request_close() {
+            closed += 1;
+        }
+    }
+    if !old_form {
+        integer(out, v, closed);
+    } else if closed == 0 {
+        error(out, v, "ERR No such client");
+    } else {
+        ok(out, v);
+    }
+}
+
 /// `CLIENT LIST [TYPE normal | master | replica | slave | pubsub] [ID id ...]`: one line per
 /// Redis client connection of every worker, from the connection registry, in the order they
 /// opened. Every client is `normal` (no replicas, no pub/sub). The asking connection's line
@@ -224,7 +325,7 @@ pub(super) fn subcommand(spec: &'static Spec, args: &[&[u8]]) -> Result<&'static
     Ok(sub)
 }
 
-/// `CLIENT SETNAME | GETNAME | ID | LIST | SETINFO | NO-EVICT | NO-TOUCH | INFO` (`INFO` names the
+/// `CLIENT SETNAME | GETNAME | ID | LIST | KILL | SETINFO | NO-EVICT | NO-TOUCH | INFO` (`INFO` names the
 /// fields memspin knows: id, name, db, multi, watch, resp; the addresses are `?`).
 pub(super) fn client(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: &mut Vec<u8>) {
     let v = version(cx);
@@ -249,6 +350,7 @@ pub(super) fn client(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: 
             integer(out, v, id as i64);
         }
         "list" => client_list(cx, &args[1..], out),
+        "kill" => client_kill(cx, &args[1..], out),
         "no-evict" | "no-touch" => {
             // Accepted and acknowledged: eviction and access times are the store's, for every
             // connection alike.

@@ -64,7 +64,8 @@
 //! - there is one user, `default`, with `--requirepass`'s password (any without one);
 //!   `CLIENT SETINFO` is checked and acknowledged but nothing shows it; `CLIENT LIST` reads
 //!   the connection registry, where another connection's multi and last command are not
-//!   kept (neutral values); there is no `CLIENT KILL`.
+//!   kept (neutral values); `CLIENT KILL` marks a connection for its own worker to close in
+//!   its next turn (`control::Kills`).
 //!
 //! ```text
 //! mod.rs         parse (ahead, in place), dispatch, replies, and the commands too short for a

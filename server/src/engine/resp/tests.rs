@@ -2379,7 +2379,7 @@ fn info_keyspace_adds_up_every_workers_keys() {
 }
 
 /// A Redis client's session on a connection accepted on the RESP port at `opened_secs` from
-/// peer port `port`, with its record, as the packet path makes it.
+/// peer port `port`, with its record, as the packet path makes it (its token is `port`).
 fn accepted_redis_client(e: &Engine, port: u16, opened_secs: u64) -> Session {
     use std::net::SocketAddr;
     let peer = SocketAddr::from(([127, 0, 0, 1], port));
@@ -2387,6 +2387,8 @@ fn accepted_redis_client(e: &Engine, port: u16, opened_secs: u64) -> Session {
     let record =
         e.control()
             .open_connection(0, Some(peer), Some(local), Now::from_secs(opened_secs));
+    // Its token, as its first turn sets it: the peer's port stands for the table's id.
+    record.set_token(u128::from(port));
     let mut conn = crate::conn::ClientConn::default();
     conn.session.set_record(record);
     conn.accepted_on(6379, Some(6379));
@@ -2448,4 +2450,95 @@ fn client_list_shows_every_redis_connection() {
     ] {
         assert_eq!(c(&mut e, &mut b, args), reply, "{args:?}");
     }
+}
+
+/// `CLIENT KILL` marks each Redis connection its filters match for its worker to close (the
+/// worker finds it by the token left in `control.kills`), closes the asking one after its
+/// reply when it matches, and answers as Redis does: the old form `OK` or `No such client`,
+/// the new one the number closed, skipping the asking connection unless `SKIPME no`.
+#[test]
+fn client_kill_marks_the_matching_connections_for_their_worker() {
+    let mut e = engine();
+    let mut a = accepted_redis_client(&e, 5001, NOW - 5);
+    let mut b = accepted_redis_client(&e, 5002, NOW - 3);
+    let mut memcached = Session::default();
+    memcached.set_record(
+        e.control()
+            .open_connection(0, None, None, Now::from_secs(NOW)),
+    );
+    let idb = b.record().unwrap().number.to_string();
+    let control = std::sync::Arc::clone(e.control());
+    let marked = || {
+        let mut tokens = Vec::new();
+        control.kills.drain(0, |token| tokens.push(token));
+        tokens
+    };
+    let mut c = |args: &[&str]| call(&mut e, &mut a, args);
+    for (args, reply) in [
+        (
+            &["CLIENT", "KILL", "127.0.0.1:9"][..],
+            "-ERR No such client\r\n",
+        ),
+        (&["CLIENT", "KILL", "ID"], "-ERR No such client\r\n"),
+        (
+            &["CLIENT", "KILL", "ID", "0"],
+            "-ERR client-id should be greater than 0\r\n",
+        ),
+        (
+            &["CLIENT", "KILL", "ID", "1", "SKIPME"],
+            "-ERR syntax error\r\n",
+        ),
+        (
+            &["CLIENT", "KILL", "SKIPME", "maybe"],
+            "-ERR syntax error\r\n",
+        ),
+        (
+            &["CLIENT", "KILL", "USER", "bob"],
+            "-ERR No such user 'bob'\r\n",
+        ),
+        (
+            &["CLIENT", "KILL", "TYPE", "x"],
+            "-ERR Unknown client type 'x'\r\n",
+        ),
+        (
+            &["CLIENT", "KILL", "MAXAGE", "x"],
+            "-ERR value is not an integer or out of range\r\n",
+        ),
+        (&["CLIENT", "KILL", "TYPE", "pubsub"], ":0\r\n"),
+        (&["CLIENT", "KILL", "ADDR", "127.0.0.1:5001"], ":0\r\n"),
+        (
+            &["CLIENT", "KILL", "MAXAGE", "4", "USER", "default"],
+            ":0\r\n",
+        ),
+    ] {
+        assert_eq!(c(args), reply, "{args:?}");
+    }
+    assert!(marked().is_empty());
+    assert_eq!(
+        c(&["CLIENT", "KILL", "ID", &idb, "TYPE", "normal"]),
+        ":1\r\n"
+    );
+    assert_eq!(marked(), [5002]);
+    assert_eq!(c(&["CLIENT", "KILL", "127.0.0.1:5002"]), "+OK\r\n");
+    assert_eq!(marked(), [5002]);
+    assert_eq!(
+        c(&["CLIENT", "KILL", "LADDR", "127.0.0.1:6379", "MAXAGE", "4"]),
+        ":0\r\n"
+    );
+    assert!(marked().is_empty(), "b is 3 seconds old, a skips itself");
+    assert!(!a.is_closing());
+    let killed = call(
+        &mut e,
+        &mut a,
+        &["CLIENT", "KILL", "MAXAGE", "4", "SKIPME", "no"],
+    );
+    assert_eq!(killed, ":1\r\n");
+    assert!(marked().is_empty(), "the asking connection closes itself");
+    assert!(a.is_closing());
+    // The old form closes the asking connection too, after its reply.
+    assert_eq!(
+        call(&mut e, &mut b, &["CLIENT", "KILL", "127.0.0.1:5002"]),
+        "+OK\r\n"
+    );
+    assert!(b.is_closing());
 }
