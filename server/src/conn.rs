@@ -156,6 +156,9 @@ impl ClientConn {
         if resp_port == Some(local_port) && self.session.protocol().is_none() {
             self.session
                 .switch(Protocol::Resp(protocol::resp::Version::Resp2));
+            if let Some(record) = self.session.record() {
+                record.note_client(2, 0, None);
+            }
         }
     }
 

@@ -226,6 +226,15 @@ SWAPDB 1 0
 GET sw
 SWAPDB x 1
 SWAPDB 0 99
+FLUSHALL
+SET k v
+SELECT 3
+SET a 1
+SET b 2
+SWAPDB 3 7
+INFO keyspace
+SWAPDB 3 7
+SELECT 0
 "#;
 
 /// The same in RESP3 (`redis-cli -3` says `HELLO 3` first).
@@ -346,6 +355,28 @@ check("client setname", r.client_setname("app"), True)
 check("client getname", r.client_getname(), "app")
 other = redis.Redis(host=host, port=port, socket_timeout=10)
 check("client ids differ", r.client_id() != other.client_id(), True)
+# CLIENT LIST and CLIENT KILL reach connections of every worker.
+other.client_setname("other")
+check("client list", sorted(c["name"] for c in r.client_list() if c["name"]), ["app", "other"])
+check("client list id", [c["name"] for c in r.client_list(client_id=[str(other.client_id())])], ["other"])
+def raw_client():
+    s = socket.create_connection((host, port), timeout=10)
+    s.sendall(b"CLIENT ID\r\n")
+    reply = b""
+    while not reply.endswith(b"\r\n"):
+        reply += s.recv(100)
+    return s, int(reply[1:])
+victim, victim_id = raw_client()
+check("client kill id", r.client_kill_filter(_id=victim_id), 1)
+# Its worker closes it: the peer sees the end of the stream.
+check("killed by id", victim.recv(100), b"")
+victim.close()
+victim, _ = raw_client()
+check("client kill addr", r.client_kill("%s:%d" % victim.getsockname()[:2]), True)
+check("killed by addr", victim.recv(100), b"")
+victim.close()
+check("client kill none", error_of(lambda: r.client_kill("127.0.0.1:1")), "No such client")
+check("client kill skips me", r.client_kill_filter(_id=r.client_id()), 0)
 check("select 0", r.execute_command("SELECT", "0"), True)
 info = r.info()
 check("info redis_version", "redis_version" in info, True)

@@ -11,7 +11,8 @@
 //!   lru_crawler crawl, slabs reassign ─▶ a request count ─▶ each worker's loop sees it, does
 //!                                  its share in bounded steps, says when it is done
 //!   each worker's loop ─▶ its shard's heap, items and budget ─▶ `slabs reassign`'s page count
-//!   connections ─▶ ConnRecord (number, peer, last command) ─▶ `stats conns`, connevents
+//!   connections ─▶ ConnRecord (number, peer, last command) ─▶ `stats conns`, connevents,
+//!                  Redis's `CLIENT LIST`; `CLIENT KILL` ─▶ Kills ─▶ the owner's loop closes it
 //!   events (any worker) ─▶ Watchers: one buffer per watcher ─▶ the watcher's worker sends it
 //! ```
 //!
@@ -21,12 +22,13 @@
 //!
 //! [`Control`] and its switches live here; each shared mechanism has its own module:
 //! `settings` (fixed at start-up), `records` (connection records and their close events),
-//! `watch` (log watchers and the key encoding of their lines), `background` (the crawler and
+//! `kills` (close requests for another worker's connections), `watch` (log watchers and the key encoding of their lines), `background` (the crawler and
 //! page moves, rounds every worker does its share of) and `clock` (the monotonic time base).
 
 mod background;
 mod clock;
 mod databases;
+mod kills;
 mod records;
 mod settings;
 mod watch;
@@ -41,8 +43,9 @@ use store::Now;
 pub use background::{CRAWLER_SLEEP_DEFAULT_US, Crawler, PageMoves};
 pub use clock::{monotonic_ns, monotonic_ns_at};
 pub use databases::DbMap;
+pub use kills::Kills;
 use records::split_addr;
-pub use records::{CloseReason, ConnRecord, ConnState, conn_addr};
+pub use records::{ClientFields, CloseReason, ConnRecord, ConnState, conn_addr};
 pub use settings::Settings;
 use watch::DETAIL_BIT;
 pub use watch::{
@@ -83,6 +86,8 @@ pub struct Control {
     pub databases: DbMap,
     /// The log watchers.
     pub watchers: Watchers,
+    /// Connections another worker asked to close (`CLIENT KILL`).
+    pub kills: Kills,
     /// The LRU crawler.
     pub crawler: Crawler,
     /// `slabs reassign`'s page moves.
@@ -354,7 +359,10 @@ impl Control {
             worker,
             peer,
             local,
+            token: OnceLock::new(),
+            opened_ms: now.millis(),
             last_cmd_ms: AtomicU64::new(now.millis()),
+            client: Default::default(),
             state: AtomicU8::new(ConnState::ParseCmd as u8),
             close_reason: AtomicU8::new(CloseReason::Normal as u8),
             control: Arc::clone(self),

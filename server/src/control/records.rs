@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use store::Now;
 
@@ -84,14 +84,95 @@ pub struct ConnRecord {
     pub peer: Option<SocketAddr>,
     /// The address and port it connected to.
     pub local: Option<SocketAddr>,
+    /// How its worker finds it again (its table's packed id), once its first turn set it.
+    pub(super) token: OnceLock<u128>,
+    /// Unix milliseconds of its opening.
+    pub opened_ms: u64,
     /// Unix milliseconds of its last request (its opening until one arrives).
     pub(super) last_cmd_ms: AtomicU64,
+    /// What a Redis client's connection shows other connections' `CLIENT LIST`.
+    pub(super) client: ClientView,
     pub(super) state: AtomicU8,
     pub(super) close_reason: AtomicU8,
     pub(super) control: Arc<Control>,
 }
 
+/// A Redis client connection's name, database and RESP version as its session last noted
+/// them (on `HELLO`, `CLIENT SETNAME`, `SELECT`, `RESET`: never per command), for `CLIENT
+/// LIST` on any worker.
+#[derive(Debug, Default)]
+pub(super) struct ClientView {
+    /// 2 or 3 once the connection speaks RESP; 0 before (a memcached connection).
+    resp: AtomicU8,
+    db: AtomicU8,
+    name: Mutex<Option<Box<[u8]>>>,
+}
+
+/// A Redis client as [`ConnRecord::client`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientFields {
+    /// The RESP version it speaks, 2 or 3.
+    pub resp: u8,
+    /// Its database.
+    pub db: u8,
+    /// Its name (empty: none).
+    pub name: Box<[u8]>,
+}
+
 impl ConnRecord {
+    /// Notes what the connection's Redis session is now: RESP `resp`, database `db`, `name`.
+    pub fn note_client(&self, resp: u8, db: u8, name: Option<&[u8]>) {
+        self.client.resp.store(resp, Ordering::Relaxed);
+        self.client.db.store(db, Ordering::Relaxed);
+        if let Ok(mut held) = self.client.name.lock()
+            && held.as_deref() != name
+        {
+            *held = name.map(Into::into);
+        }
+    }
+
+    /// The connection as a Redis client, `None` for a connection that does not speak RESP.
+    pub fn client(&self) -> Option<ClientFields> {
+        let resp = self.client.resp.load(Ordering::Relaxed);
+        if resp == 0 {
+            return None;
+        }
+        let name = self
+            .client
+            .name
+            .lock()
+            .ok()
+            .and_then(|held| held.clone())
+            .unwrap_or_default();
+        Some(ClientFields {
+            resp,
+            db: self.client.db.load(Ordering::Relaxed),
+            name,
+        })
+    }
+
+    /// Notes how the connection's worker finds it (its first turn does, once).
+    pub fn set_token(&self, token: u128) {
+        let _ = self.token.set(token);
+    }
+
+    /// Asks the connection's worker to close it in its next turn (`CLIENT KILL`); false when
+    /// it has not had a turn yet (and so has no token to be found by).
+    pub fn request_close(&self) -> bool {
+        match self.token.get() {
+            Some(&token) => {
+                self.control.kills.request(self.worker, token);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Unix milliseconds of its last request.
+    pub fn last_cmd_ms(&self) -> u64 {
+        self.last_cmd_ms.load(Ordering::Relaxed)
+    }
+
     /// Notes that requests were executed at `now`, leaving the connection in `state`.
     pub fn touch(&self, now: Now, state: ConnState) {
         self.last_cmd_ms.store(now.millis(), Ordering::Relaxed);

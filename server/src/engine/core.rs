@@ -25,8 +25,8 @@ use super::config::{EngineConfig, HOUSEKEEPING_ITEMS, PAGE_BYTES, PREFETCH_MAX};
 use super::marks::WriteMarks;
 use crate::control::{Control, EventKind, MemoryFigures, uri_encode};
 use crate::stats::{
-    Background, CacheDump, Counters, Group, KINDS, Kind, Latency, Prefixes, RawPath, SIZES_STEP,
-    ServerInfo, Snapshot, WorkerFigures,
+    Background, CacheDump, Counters, Group, KINDS, Kind, Latency, NamespaceKeys, Prefixes, RawPath,
+    SIZES_STEP, ServerInfo, Snapshot, WorkerFigures,
 };
 
 /// Buckets `stats cachedump` walks between checks that the dump is full.
@@ -951,8 +951,8 @@ impl Core {
 
     /// This worker's figures for a `stats` reply of `group` (summed with other workers'
     /// where there are several); groups that need more than the counters get their part here
-    /// (`items`: the oldest item; `sizes`: the size classes; `detail`; `latency`). `sizes`
-    /// and `items` walk the shard.
+    /// (`items`: the oldest item; `sizes`: the size classes; `detail`; `latency`; INFO's
+    /// keyspace: keys per namespace). `sizes`, `items` and the keyspace walk the shard.
     pub fn snapshot(&self, group: Group, now: Now) -> Snapshot {
         // Before the figures: a move or crawl seen stopped here has done all its work in them.
         let background = Background::now(&self.config.control);
@@ -1025,6 +1025,26 @@ impl Core {
                     start += CACHEDUMP_SLICE_BUCKETS;
                 }
                 snapshot.cachedump = Some(dump);
+            }
+            Group::Keyspace => {
+                // One pass over the table: each live key counts for its namespace.
+                let mut keyspace =
+                    vec![NamespaceKeys::default(); usize::from(self.config.databases)];
+                let now_ms = now.millis();
+                self.shard.visit(0, usize::MAX, now, |stored, item, _| {
+                    let Some((namespace, _)) = super::session::database_key(stored) else {
+                        return;
+                    };
+                    let Some(counts) = keyspace.get_mut(usize::from(namespace)) else {
+                        return;
+                    };
+                    counts.keys += 1;
+                    if item.expiry_ms != 0 {
+                        counts.expires += 1;
+                        counts.ttl_ms_sum += u128::from(item.expiry_ms.saturating_sub(now_ms));
+                    }
+                });
+                snapshot.keyspace = keyspace;
             }
             _ => {}
         }

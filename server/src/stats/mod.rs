@@ -275,6 +275,39 @@ pub enum Group {
         /// Items at most; 0 for no count limit.
         limit: u32,
     },
+    /// Redis's `INFO` with its keyspace section: the general figures and each namespace's
+    /// keys ([`Snapshot::keyspace`]), which walks every shard; no `stats` group asks for it.
+    Keyspace,
+}
+
+/// One stored namespace's keys (a Redis database's, `INFO keyspace`), counted by walking the
+/// shard.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NamespaceKeys {
+    /// Live keys.
+    pub keys: u64,
+    /// Of those, keys with an expiry.
+    pub expires: u64,
+    /// Their remaining times to live, in milliseconds, summed.
+    pub ttl_ms_sum: u128,
+}
+
+impl NamespaceKeys {
+    /// Adds another worker's count of the same namespace.
+    pub fn add(&mut self, other: &NamespaceKeys) {
+        self.keys += other.keys;
+        self.expires += other.expires;
+        self.ttl_ms_sum += other.ttl_ms_sum;
+    }
+
+    /// The mean remaining time to live of the keys with an expiry, in milliseconds (0 when
+    /// there are none): Redis's `avg_ttl`.
+    pub fn avg_ttl_ms(&self) -> u64 {
+        match self.expires {
+            0 => 0,
+            n => (self.ttl_ms_sum / u128::from(n)) as u64,
+        }
+    }
 }
 
 /// The most `stats cachedump` writes before its `END`, as memcached caps it (2 MiB).
@@ -389,6 +422,8 @@ pub struct Snapshot {
     pub latency: Option<Box<Latency>>,
     /// `stats cachedump`: `ITEM` lines (each worker's, one after another).
     pub cachedump: Option<CacheDump>,
+    /// [`Group::Keyspace`]: keys per stored namespace, by namespace (empty for other groups).
+    pub keyspace: Vec<NamespaceKeys>,
     /// The background work every worker shares, as each worker saw it before taking its
     /// figures.
     pub background: Background,
@@ -461,6 +496,13 @@ impl Snapshot {
                 Some(mine) => mine.merge(theirs),
                 None => self.cachedump = Some(theirs.clone()),
             }
+        }
+        if self.keyspace.len() < other.keyspace.len() {
+            self.keyspace
+                .resize(other.keyspace.len(), NamespaceKeys::default());
+        }
+        for (mine, theirs) in self.keyspace.iter_mut().zip(&other.keyspace) {
+            mine.add(theirs);
         }
     }
 

@@ -14,7 +14,7 @@ use crate::engine::config::PAGE_BYTES;
 /// Calls `emit(name, value)` for every line of `group`, in memcached's order; `now` is the
 /// request's clock. [`Group::Detail`] has no `STAT` lines (see
 /// [`Prefixes::dump`](super::Prefixes::dump)), nor has [`Group::CacheDump`] (see
-/// [`CacheDump`](super::CacheDump)).
+/// [`CacheDump`](super::CacheDump)), nor [`Group::Keyspace`] (Redis's `INFO` writes it).
 pub fn render(
     group: Group,
     snapshot: &Snapshot,
@@ -36,7 +36,7 @@ pub fn render(
         }
         Group::Workers => workers(snapshot, &mut emit),
         Group::Worker => worker(snapshot, &mut emit),
-        Group::Detail | Group::CacheDump { .. } => {}
+        Group::Detail | Group::CacheDump { .. } | Group::Keyspace => {}
     }
 }
 

@@ -144,6 +144,16 @@ fn serve(
         }) > 0;
         progress |= mesh.send_forwards(engine);
         progress |= engine.holds_refused();
+        if control.kills.any() {
+            // Connections another worker's `CLIENT KILL` named: closed in their own turn.
+            control.kills.drain(worker, |token| {
+                progress = true;
+                table.with_conn(KernelConnId::unpack(token), |conn| {
+                    conn.state.session.close();
+                    drive(conn, engine, t, resp_port);
+                });
+            });
+        }
         if control.watchers.any() {
             control.watchers.drain(worker, |token, bytes| {
                 progress = true;

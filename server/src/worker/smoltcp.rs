@@ -173,6 +173,16 @@ pub fn serve_smoltcp<D: Queue>(
         }) > 0;
         meshed |= mesh.send_forwards(engine);
         let mut watched = false;
+        if control.kills.any() {
+            // Connections another worker's `CLIENT KILL` named: closed in their own turn.
+            control.kills.drain(worker, |token| {
+                watched = true;
+                table.with_conn(ConnId::unpack(token), |conn| {
+                    conn.state.session.close();
+                    drive(conn, engine, t, &mut again, resp_port);
+                });
+            });
+        }
         if control.watchers.any() {
             control.watchers.drain(worker, |token, bytes| {
                 watched = true;

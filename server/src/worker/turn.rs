@@ -128,6 +128,7 @@ pub fn turn(
             engine
                 .control()
                 .open_connection(engine.config().worker, peer, local, time.now);
+        record.set_token(token);
         client.session.set_record(record);
     }
     client.accepted_on(socket.local_port(), resp_port);

@@ -208,6 +208,8 @@ pub(super) static COMMANDS: &[Spec] = &[
             Sub { name: "setname", arity: 3, summary: "Names the connection" },
             Sub { name: "getname", arity: 2, summary: "The connection's name" },
             Sub { name: "id", arity: 2, summary: "The connection's number" },
+            Sub { name: "list", arity: -2, summary: "Every Redis client connection, one line each" },
+            Sub { name: "kill", arity: -3, summary: "Closes the Redis client connections a filter matches" },
             Sub { name: "setinfo", arity: 4, summary: "Records the client library's name or version" },
             Sub { name: "no-evict", arity: 3, summary: "Accepted: eviction is the store's" },
             Sub { name: "no-touch", arity: 3, summary: "Accepted: access times are the store's" },

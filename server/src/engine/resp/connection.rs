@@ -60,6 +60,7 @@ pub(super) fn hello(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
         return error(out, v, BAD_NAME);
     }
     cx.session.switch(Protocol::Resp(wanted));
+    note_client(cx);
     let id = connection_id(cx);
     let v = wanted;
     Reply::Map(7).emit_into(v, out);
@@ -99,7 +100,206 @@ pub(super) fn set_name(cx: &mut Cx<'_>, name: &[u8]) -> bool {
     } else {
         Some(name.into())
     };
+    note_client(cx);
     true
+}
+
+/// Tells the connection's record its RESP version, database and name, as `CLIENT LIST` on
+/// other connections shows them; called when one changes, never per command.
+pub(super) fn note_client(cx: &Cx<'_>) {
+    if let Some(record) = cx.session.record() {
+        let resp = match version(cx) {
+            Version::Resp2 => 2,
+            Version::Resp3 => 3,
+        };
+        record.note_client(resp, cx.session.db, cx.session.name.as_deref());
+    }
+}
+
+/// Which connections `CLIENT KILL` closes: every filter given must match.
+#[derive(Debug, Default)]
+struct KillFilter<'a> {
+    id: Option<u64>,
+    addr: Option<&'a [u8]>,
+    laddr: Option<&'a [u8]>,
+    /// A type no connection has (`master`, `replica`, `pubsub`): nothing matches.
+    no_type: bool,
+    skip_me: bool,
+    max_age_secs: Option<i64>,
+}
+
+/// `CLIENT KILL ip:port` (closes the client at that address, the asking one too: `OK`, or
+/// `ERR No such client`) and `CLIENT KILL [ID id] [TYPE type] [ADDR ip:port] [LADDR ip:port]
+/// [USER name] [SKIPME yes|no] [MAXAGE secs]` (the number closed; `SKIPME yes` unless said).
+/// A connection on another worker is marked for its worker to close in its next turn
+/// (`control::Kills`), after it sends what it owes; the asking one closes after this reply.
+fn client_kill(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
+    let v = version(cx);
+    let old_form = args.len() == 1;
+    let mut filter = KillFilter {
+        skip_me: !old_form,
+        ..KillFilter::default()
+    };
+    if old_form {
+        filter.addr = Some(args[0]);
+    } else {
+        for pair in args.chunks(2) {
+            let [option, value] = pair else {
+                return error(out, v, SYNTAX);
+            };
+            let option = option.to_ascii_lowercase();
+            match option.as_slice() {
+                b"id" => match parse_integer(value) {
+                    Some(n) if n >= 1 => filter.id = Some(n as u64),
+                    _ => return error(out, v, "ERR client-id should be greater than 0"),
+                },
+                b"type" => match value.to_ascii_lowercase().as_slice() {
+                    b"normal" => {}
+                    b"master" | b"replica" | b"slave" | b"pubsub" => filter.no_type = true,
+                    _ => {
+                        let mut message = b"ERR Unknown client type '".to_vec();
+                        message.extend_from_slice(value);
+                        message.push(b'\'');
+                        return error_bytes(out, v, &message);
+                    }
+                },
+                b"addr" => filter.addr = Some(value),
+                b"laddr" => filter.laddr = Some(value),
+                b"user" if *value == b"default" => {}
+                b"user" => {
+                    let mut message = b"ERR No such user '".to_vec();
+                    message.extend_from_slice(value);
+                    message.push(b'\'');
+                    return error_bytes(out, v, &message);
+                }
+                b"skipme" if value.eq_ignore_ascii_case(b"yes") => filter.skip_me = true,
+                b"skipme" if value.eq_ignore_ascii_case(b"no") => filter.skip_me = false,
+                b"maxage" => match parse_integer(value) {
+                    Some(n) => filter.max_age_secs = Some(n),
+                    None => return error(out, v, NOT_INTEGER),
+                },
+                _ => return error(out, v, SYNTAX),
+            }
+        }
+    }
+    let own = connection_id(cx);
+    let now_ms = cx.now.millis();
+    let addr_is = |wanted: Option<&[u8]>, addr: Option<std::net::SocketAddr>| {
+        wanted.is_none_or(|wanted| addr.is_some_and(|a| a.to_string().as_bytes() == wanted))
+    };
+    let mut closed = 0;
+    for record in cx.control().connections() {
+        let matches = record.client().is_some()
+            && !filter.no_type
+            && filter.id.is_none_or(|id| id == record.number)
+            && addr_is(filter.addr, record.peer)
+            && addr_is(filter.laddr, record.local)
+            && !(filter.skip_me && record.number == own)
+            && filter.max_age_secs.is_none_or(|max| {
+                max == 0 || (now_ms.saturating_sub(record.opened_ms) / 1000) as i64 >= max
+            });
+        if !matches {
+            continue;
+        }
+        if record.number == own {
+            cx.session.close();
+            closed += 1;
+        } else if record.request_close() {
+            closed += 1;
+        }
+    }
+    if !old_form {
+        integer(out, v, closed);
+    } else if closed == 0 {
+        error(out, v, "ERR No such client");
+    } else {
+        ok(out, v);
+    }
+}
+
+/// `CLIENT LIST [TYPE normal | master | replica | slave | pubsub] [ID id ...]`: one line per
+/// Redis client connection of every worker, from the connection registry, in the order they
+/// opened. Every client is `normal` (no replicas, no pub/sub). The asking connection's line
+/// is from its session; another's has the name, database and RESP version its session last
+/// noted, and Redis's neutral values for what only its worker knows (`multi=-1`, `cmd=NULL`).
+fn client_list(cx: &mut Cx<'_>, args: &[&[u8]], out: &mut Vec<u8>) {
+    let v = version(cx);
+    let mut ids: Option<Vec<u64>> = None;
+    match args {
+        [] => {}
+        [option, kind] if option.eq_ignore_ascii_case(b"type") => {
+            let kind = kind.to_ascii_lowercase();
+            match kind.as_slice() {
+                b"normal" => {}
+                b"master" | b"replica" | b"slave" | b"pubsub" => ids = Some(Vec::new()),
+                _ => {
+                    let mut message = b"ERR Unknown client type '".to_vec();
+                    message.extend_from_slice(args[1]);
+                    message.push(b'\'');
+                    return error_bytes(out, v, &message);
+                }
+            }
+        }
+        [option, wanted @ ..] if option.eq_ignore_ascii_case(b"id") && !wanted.is_empty() => {
+            let mut list = Vec::with_capacity(wanted.len());
+            for id in wanted {
+                match parse_integer(id) {
+                    Some(n) if n >= 1 => list.push(n as u64),
+                    _ => return error(out, v, "ERR Invalid client ID"),
+                }
+            }
+            ids = Some(list);
+        }
+        _ => return error(out, v, SYNTAX),
+    }
+    let own = connection_id(cx);
+    let now_ms = cx.now.millis();
+    let mut text = String::new();
+    for record in cx.control().connections() {
+        if ids
+            .as_ref()
+            .is_some_and(|ids| !ids.contains(&record.number))
+        {
+            continue;
+        }
+        let Some(mut fields) = record.client() else {
+            continue;
+        };
+        let (mut multi, mut cmd) = (-1, "NULL");
+        if record.number == own {
+            fields.resp = match v {
+                Version::Resp2 => 2,
+                Version::Resp3 => 3,
+            };
+            fields.db = cx.session.db;
+            fields.name = cx.session.name.clone().unwrap_or_default();
+            multi = cx
+                .session
+                .queued
+                .as_ref()
+                .map_or(-1, |q| q.ends.len() as i64);
+            cmd = "client|list";
+        }
+        let addr = |a: Option<std::net::SocketAddr>| a.map_or("?".to_string(), |a| a.to_string());
+        text.push_str(&format!(
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db={} sub=0 psub=0 \
+             ssub=0 multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 \
+             oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user=default redir=-1 resp={}\n",
+            record.number,
+            addr(record.peer),
+            addr(record.local),
+            String::from_utf8_lossy(&fields.name),
+            now_ms.saturating_sub(record.opened_ms) / 1000,
+            now_ms.saturating_sub(record.last_cmd_ms()) / 1000,
+            fields.db,
+            fields.resp,
+        ));
+    }
+    Reply::Verbatim {
+        format: b"txt",
+        text: text.as_bytes(),
+    }
+    .emit_into(v, out);
 }
 
 /// The subcommand of `spec` named `name`, with its arity checked: `Err` holds the error reply.
@@ -125,7 +325,7 @@ pub(super) fn subcommand(spec: &'static Spec, args: &[&[u8]]) -> Result<&'static
     Ok(sub)
 }
 
-/// `CLIENT SETNAME | GETNAME | ID | SETINFO | NO-EVICT | NO-TOUCH | INFO` (`INFO` names the
+/// `CLIENT SETNAME | GETNAME | ID | LIST | KILL | SETINFO | NO-EVICT | NO-TOUCH | INFO` (`INFO` names the
 /// fields memspin knows: id, name, db, multi, watch, resp; the addresses are `?`).
 pub(super) fn client(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: &mut Vec<u8>) {
     let v = version(cx);
@@ -149,6 +349,8 @@ pub(super) fn client(cx: &mut Cx<'_>, spec: &'static Spec, args: &[&[u8]], out: 
             let id = connection_id(cx);
             integer(out, v, id as i64);
         }
+        "list" => client_list(cx, &args[1..], out),
+        "kill" => client_kill(cx, &args[1..], out),
         "no-evict" | "no-touch" => {
             // Accepted and acknowledged: eviction and access times are the store's, for every
             // connection alike.

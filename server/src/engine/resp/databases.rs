@@ -116,6 +116,7 @@ pub(super) fn select(cx: &mut Cx<'_>, index: &[u8], out: &mut Vec<u8>) {
         None => error(out, v, NOT_INTEGER),
         Some(n) if n >= 0 && n < i64::from(cx.config().databases) => {
             enter_db(cx, n as u8);
+            note_client(cx);
             ok(out, v);
         }
         Some(_) => error(out, v, OUT_OF_RANGE_DB),

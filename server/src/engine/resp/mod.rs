@@ -56,13 +56,16 @@
 //! - `INCRBYFLOAT` adds exactly in decimal (Redis: an 80-bit long double) and prints as
 //!   Redis's `%.17Lf`: the same replies while Redis's long double holds the sum's 17
 //!   decimals (magnitudes below about 100), fewer noise digits beyond;
-//! - `INFO keyspace` lists every database's keys under `db0` (the figures are the store's,
-//!   which counts items, not databases);
+//! - `INFO keyspace` counts each database by walking every worker's table (O(items), as
+//!   `DBSIZE`; only when the section is asked for), and its `avg_ttl` is the exact mean of
+//!   the keys' remaining times to live where Redis estimates it from samples;
 //! - after `SWAPDB 0 n`, memcached's clients still see the store's namespace 0, which is
 //!   Redis's database `n` then;
 //! - there is one user, `default`, with `--requirepass`'s password (any without one);
-//!   `CLIENT SETINFO` is checked and acknowledged but nothing shows it, and there is no
-//!   `CLIENT LIST` or `CLIENT KILL`.
+//!   `CLIENT SETINFO` is checked and acknowledged but nothing shows it; `CLIENT LIST` reads
+//!   the connection registry, where another connection's multi and last command are not
+//!   kept (neutral values); `CLIENT KILL` marks a connection for its own worker to close in
+//!   its next turn (`control::Kills`).
 //!
 //! ```text
 //! mod.rs         parse (ahead, in place), dispatch, replies, and the commands too short for a
@@ -829,8 +832,9 @@ fn execute(
         Cmd::Client => client(cx, spec, Tail::of(command, 1).as_slice(), out),
         Cmd::Info => {
             let sections = Sections::of(Tail::of(command, 1).as_slice());
-            cx.gather_snapshots(Group::General, out, move |snapshot, out| {
-                let text = info_text(sections, snapshot, now);
+            let control = std::sync::Arc::clone(cx.control());
+            cx.gather_snapshots(sections.group(), out, move |snapshot, out| {
+                let text = info_text(sections, snapshot, &control.databases, now);
                 Reply::Verbatim {
                     format: b"txt",
                     text: &text,

@@ -1,6 +1,7 @@
 //! The server: `CONFIG GET`, `COMMAND`, `INFO`.
 
 use super::*;
+use crate::control::DbMap;
 
 // ---- the server ----
 
@@ -267,13 +268,25 @@ impl Sections {
         Sections(bits)
     }
 
+    /// The figures these sections need: the keyspace walks every shard, so only `INFO` with
+    /// that section asks for it.
+    pub(super) fn group(self) -> Group {
+        if self.has(Sections::KEYSPACE) {
+            Group::Keyspace
+        } else {
+            Group::General
+        }
+    }
+
     fn has(self, bit: u8) -> bool {
         self.0 & bit != 0
     }
 }
 
 /// The `INFO` text: `# Section` headers, `name:value` lines, an empty line between sections.
-pub(super) fn info_text(sections: Sections, s: &Snapshot, now: Now) -> Vec<u8> {
+/// The keyspace section needs a snapshot of [`Group::Keyspace`] (see [`Sections::group`]);
+/// `databases` says which namespace each database number means.
+pub(super) fn info_text(sections: Sections, s: &Snapshot, databases: &DbMap, now: Now) -> Vec<u8> {
     use std::fmt::Write as _;
     let mut text = String::new();
     let mut section = |name: &str, lines: &[(&str, String)]| {
@@ -349,13 +362,27 @@ pub(super) fn info_text(sections: Sections, s: &Snapshot, now: Now) -> Vec<u8> {
         );
     }
     if sections.has(Sections::KEYSPACE) {
-        let keys = s.shard.curr_items;
-        let db0 = format!("keys={keys},expires={},avg_ttl=0", s.shard.curr_expiring);
-        if keys > 0 {
-            section("Keyspace", &[("db0", db0)]);
-        } else {
-            section("Keyspace", &[]);
-        }
+        // Databases by number, each counted in the namespace it means now (`SWAPDB`).
+        let lines: Vec<(String, String)> = (0..s.keyspace.len())
+            .filter_map(|db| {
+                let namespace = usize::from(databases.namespace(db as u8));
+                let counts = s.keyspace.get(namespace)?;
+                (counts.keys > 0).then(|| {
+                    let line = format!(
+                        "keys={},expires={},avg_ttl={}",
+                        counts.keys,
+                        counts.expires,
+                        counts.avg_ttl_ms()
+                    );
+                    (format!("db{db}"), line)
+                })
+            })
+            .collect();
+        let lines: Vec<(&str, String)> = lines
+            .iter()
+            .map(|(db, line)| (db.as_str(), line.clone()))
+            .collect();
+        section("Keyspace", &lines);
     }
     text.into_bytes()
 }

@@ -807,11 +807,11 @@ fn info_reports_redis_fields_in_every_section() {
         "maxmemory:67108864\r\nmaxmemory_human:64.00M\r\nmaxmemory_policy:allkeys-lru\r\n",
         "\r\n\r\n# Stats\r\ntotal_connections_received:",
         "keyspace_hits:1\r\nkeyspace_misses:1\r\n",
-        "\r\n\r\n# Keyspace\r\ndb0:keys=2,expires=1,avg_ttl=0\r\n",
+        "\r\n\r\n# Keyspace\r\ndb0:keys=2,expires=1,avg_ttl=100000\r\n",
     ] {
         assert!(text.contains(field), "{field:?} in\n{text}");
     }
-    assert!(text.ends_with("avg_ttl=0\r\n"), "{text}");
+    assert!(text.ends_with("avg_ttl=100000\r\n"), "{text}");
     let stats = call(&mut e, &mut session, &["INFO", "STATS", "nosuch"]);
     // Five before it, as Redis counts: a command is counted once it is done.
     assert!(stats.contains("total_commands_processed:5\r\n"), "{stats}");
@@ -848,7 +848,7 @@ fn stats_reset_restarts_infos_counters() {
         // The reset itself, as Redis counts its CONFIG RESETSTAT.
         "total_commands_processed:1\r\n",
         "keyspace_hits:0\r\nkeyspace_misses:0\r\n",
-        "db0:keys=1,expires=1,avg_ttl=0\r\n",
+        "db0:keys=1,expires=1,avg_ttl=100000\r\n",
     ] {
         assert!(after.contains(field), "{field:?} in\n{after}");
     }
@@ -2271,4 +2271,274 @@ fn requirepass_refuses_commands_until_auth() {
          Are you sure your configuration is correct?\r\n"
     );
     assert_eq!(call(&mut e, &mut s, &["AUTH", "default", "any"]), "+OK\r\n");
+}
+
+/// The text of an `INFO` reply in RESP2 (a bulk string).
+#[track_caller]
+fn info_body(reply: &str) -> String {
+    let (frame, len) = Frame::parse(reply.as_bytes()).unwrap();
+    assert_eq!(len, reply.len(), "{reply}");
+    let Frame::Bulk(text) = frame else {
+        panic!("a bulk string in RESP2: {reply}")
+    };
+    String::from_utf8_lossy(text).into_owned()
+}
+
+/// `INFO keyspace` lists each database that holds keys under its own number, with the keys
+/// that expire and their mean remaining time to live; after `SWAPDB` under the number that
+/// means it now.
+#[test]
+fn info_keyspace_lists_each_database() {
+    let mut e = engine();
+    let mut s = resp2();
+    let mut c = |args: &[&str]| call(&mut e, &mut s, args);
+    c(&["SET", "a", "1"]);
+    c(&["SET", "b", "2", "PX", "10000"]);
+    c(&["SELECT", "2"]);
+    c(&["SET", "a", "1"]);
+    c(&["SET", "c", "3", "PX", "20000"]);
+    c(&["SET", "d", "4", "PX", "40000"]);
+    assert_eq!(
+        info_body(&c(&["INFO", "keyspace"])),
+        "# Keyspace\r\ndb0:keys=2,expires=1,avg_ttl=10000\r\n\
+         db2:keys=3,expires=2,avg_ttl=30000\r\n"
+    );
+    c(&["SWAPDB", "0", "2"]);
+    c(&["SWAPDB", "2", "5"]);
+    let all = info_body(&c(&["INFO", "everything"]));
+    assert!(
+        all.ends_with(
+            "\r\n\r\n# Keyspace\r\ndb0:keys=3,expires=2,avg_ttl=30000\r\n\
+             db5:keys=2,expires=1,avg_ttl=10000\r\n"
+        ),
+        "{all}"
+    );
+    c(&["FLUSHALL"]);
+    assert_eq!(info_body(&c(&["INFO", "keyspace"])), "# Keyspace\r\n");
+}
+
+/// Only `INFO` with its keyspace section asks every worker to walk its table; the other
+/// sections (and memcached's `stats`) take the counters alone.
+#[test]
+fn only_the_keyspace_section_walks_the_table() {
+    let of = |names: &[&str]| {
+        let names: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+        super::Sections::of(&names).group()
+    };
+    assert_eq!(of(&[]), Group::Keyspace);
+    assert_eq!(of(&["all"]), Group::Keyspace);
+    assert_eq!(of(&["memory", "KEYSPACE"]), Group::Keyspace);
+    assert_eq!(
+        of(&["server", "clients", "memory", "stats"]),
+        Group::General
+    );
+    assert_eq!(of(&["nosuch"]), Group::General);
+    // The general snapshot counts no namespace.
+    let e = engine();
+    assert!(e.snapshot().keyspace.is_empty());
+}
+
+/// With two workers each counts the keys of its own table and the counts add up.
+#[test]
+fn info_keyspace_adds_up_every_workers_keys() {
+    let control = crate::control::Control::new(Default::default(), 0);
+    let shared = |worker| EngineConfig {
+        control: std::sync::Arc::clone(&control),
+        ..config(2, worker)
+    };
+    let mut home = Engine::new(shared(0));
+    let mut owner = Engine::new(shared(1));
+    let keys: Vec<String> = (0..20).map(|i| format!("key:{i}")).collect();
+    let mut input = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        if i % 2 == 0 {
+            input.extend(command(&[b"SET", key.as_bytes(), b"v", b"PX", b"10000"]));
+        } else {
+            input.extend(command(&[b"SET", key.as_bytes(), b"v"]));
+        }
+    }
+    input.extend(command(&[b"SELECT", b"3"]));
+    for key in &keys[..5] {
+        input.extend(command(&[b"SET", key.as_bytes(), b"v"]));
+    }
+    run_on_two_workers(&mut home, &mut owner, &input, false);
+    // Both workers hold some of them.
+    assert!(home.snapshot().shard.curr_items > 0);
+    assert!(owner.snapshot().shard.curr_items > 0);
+    let reply = run_on_two_workers(
+        &mut home,
+        &mut owner,
+        &command(&[b"INFO", b"keyspace"]),
+        false,
+    );
+    assert_eq!(
+        info_body(&reply),
+        "# Keyspace\r\ndb0:keys=20,expires=10,avg_ttl=10000\r\n\
+         db3:keys=5,expires=0,avg_ttl=0\r\n"
+    );
+}
+
+/// A Redis client's session on a connection accepted on the RESP port at `opened_secs` from
+/// peer port `port`, with its record, as the packet path makes it (its token is `port`).
+fn accepted_redis_client(e: &Engine, port: u16, opened_secs: u64) -> Session {
+    use std::net::SocketAddr;
+    let peer = SocketAddr::from(([127, 0, 0, 1], port));
+    let local = SocketAddr::from(([127, 0, 0, 1], 6379));
+    let record =
+        e.control()
+            .open_connection(0, Some(peer), Some(local), Now::from_secs(opened_secs));
+    // Its token, as its first turn sets it: the peer's port stands for the table's id.
+    record.set_token(u128::from(port));
+    let mut conn = crate::conn::ClientConn::default();
+    conn.session.set_record(record);
+    conn.accepted_on(6379, Some(6379));
+    std::mem::take(&mut conn.session)
+}
+
+/// `CLIENT LIST` shows every Redis client connection from the registry in the order they
+/// opened, each with the name, database and RESP version its session noted, the asking one
+/// with its command; memcached's connections are not listed. `TYPE` and `ID`
+/// filter it as Redis does.
+#[test]
+fn client_list_shows_every_redis_connection() {
+    let mut e = engine();
+    let mut a = accepted_redis_client(&e, 5001, NOW - 5);
+    let mut b = accepted_redis_client(&e, 5002, NOW - 3);
+    let mut memcached = Session::default();
+    memcached.set_record(
+        e.control()
+            .open_connection(0, None, None, Now::from_secs(NOW)),
+    );
+    assert!(run_at(&mut e, &mut memcached, b"version\r\n", now()).starts_with("VERSION "));
+    assert!(call(&mut e, &mut a, &["HELLO", "3", "SETNAME", "app"]).starts_with("%7"));
+    assert_eq!(call(&mut e, &mut b, &["SELECT", "2"]), "+OK\r\n");
+    let (ida, idb) = (a.record().unwrap().number, b.record().unwrap().number);
+    let neutral = "sub=0 psub=0 ssub=0";
+    let buffers = "qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
+                   tot-mem=0 events=r";
+    let line_a = format!(
+        "id={ida} addr=127.0.0.1:5001 laddr=127.0.0.1:6379 fd=-1 name=app age=5 idle=0 \
+         flags=N db=0 {neutral} multi=-1 {buffers} cmd=NULL user=default redir=-1 resp=3\n"
+    );
+    let line_b = format!(
+        "id={idb} addr=127.0.0.1:5002 laddr=127.0.0.1:6379 fd=-1 name= age=3 idle=0 \
+         flags=N db=2 {neutral} multi=-1 {buffers} cmd=client|list user=default redir=-1 \
+         resp=2\n"
+    );
+    let list = call(&mut e, &mut b, &["CLIENT", "LIST"]);
+    let body = format!("{line_a}{line_b}");
+    assert_eq!(list, format!("${}\r\n{body}\r\n", body.len()));
+    let only_a = call(
+        &mut e,
+        &mut b,
+        &["CLIENT", "LIST", "ID", &ida.to_string(), "999"],
+    );
+    assert_eq!(only_a, format!("${}\r\n{line_a}\r\n", line_a.len()));
+    let normal = call(&mut e, &mut b, &["client", "list", "type", "NORMAL"]);
+    assert_eq!(normal, list);
+    let c = |e: &mut Engine, b: &mut Session, args: &[&str]| call(e, b, args);
+    for (args, reply) in [
+        (&["CLIENT", "LIST", "TYPE", "pubsub"][..], "$0\r\n\r\n"),
+        (
+            &["CLIENT", "LIST", "TYPE", "x"],
+            "-ERR Unknown client type 'x'\r\n",
+        ),
+        (&["CLIENT", "LIST", "ID", "0"], "-ERR Invalid client ID\r\n"),
+        (&["CLIENT", "LIST", "ID", "a"], "-ERR Invalid client ID\r\n"),
+        (&["CLIENT", "LIST", "ID"], "-ERR syntax error\r\n"),
+        (&["CLIENT", "LIST", "foo"], "-ERR syntax error\r\n"),
+    ] {
+        assert_eq!(c(&mut e, &mut b, args), reply, "{args:?}");
+    }
+}
+
+/// `CLIENT KILL` marks each Redis connection its filters match for its worker to close (the
+/// worker finds it by the token left in `control.kills`), closes the asking one after its
+/// reply when it matches, and answers as Redis does: the old form `OK` or `No such client`,
+/// the new one the number closed, skipping the asking connection unless `SKIPME no`.
+#[test]
+fn client_kill_marks_the_matching_connections_for_their_worker() {
+    let mut e = engine();
+    let mut a = accepted_redis_client(&e, 5001, NOW - 5);
+    let mut b = accepted_redis_client(&e, 5002, NOW - 3);
+    let mut memcached = Session::default();
+    memcached.set_record(
+        e.control()
+            .open_connection(0, None, None, Now::from_secs(NOW)),
+    );
+    let idb = b.record().unwrap().number.to_string();
+    let control = std::sync::Arc::clone(e.control());
+    let marked = || {
+        let mut tokens = Vec::new();
+        control.kills.drain(0, |token| tokens.push(token));
+        tokens
+    };
+    let mut c = |args: &[&str]| call(&mut e, &mut a, args);
+    for (args, reply) in [
+        (
+            &["CLIENT", "KILL", "127.0.0.1:9"][..],
+            "-ERR No such client\r\n",
+        ),
+        (&["CLIENT", "KILL", "ID"], "-ERR No such client\r\n"),
+        (
+            &["CLIENT", "KILL", "ID", "0"],
+            "-ERR client-id should be greater than 0\r\n",
+        ),
+        (
+            &["CLIENT", "KILL", "ID", "1", "SKIPME"],
+            "-ERR syntax error\r\n",
+        ),
+        (
+            &["CLIENT", "KILL", "SKIPME", "maybe"],
+            "-ERR syntax error\r\n",
+        ),
+        (
+            &["CLIENT", "KILL", "USER", "bob"],
+            "-ERR No such user 'bob'\r\n",
+        ),
+        (
+            &["CLIENT", "KILL", "TYPE", "x"],
+            "-ERR Unknown client type 'x'\r\n",
+        ),
+        (
+            &["CLIENT", "KILL", "MAXAGE", "x"],
+            "-ERR value is not an integer or out of range\r\n",
+        ),
+        (&["CLIENT", "KILL", "TYPE", "pubsub"], ":0\r\n"),
+        (&["CLIENT", "KILL", "ADDR", "127.0.0.1:5001"], ":0\r\n"),
+        (
+            &["CLIENT", "KILL", "MAXAGE", "4", "USER", "default"],
+            ":0\r\n",
+        ),
+    ] {
+        assert_eq!(c(args), reply, "{args:?}");
+    }
+    assert!(marked().is_empty());
+    assert_eq!(
+        c(&["CLIENT", "KILL", "ID", &idb, "TYPE", "normal"]),
+        ":1\r\n"
+    );
+    assert_eq!(marked(), [5002]);
+    assert_eq!(c(&["CLIENT", "KILL", "127.0.0.1:5002"]), "+OK\r\n");
+    assert_eq!(marked(), [5002]);
+    assert_eq!(
+        c(&["CLIENT", "KILL", "LADDR", "127.0.0.1:6379", "MAXAGE", "4"]),
+        ":0\r\n"
+    );
+    assert!(marked().is_empty(), "b is 3 seconds old, a skips itself");
+    assert!(!a.is_closing());
+    let killed = call(
+        &mut e,
+        &mut a,
+        &["CLIENT", "KILL", "MAXAGE", "4", "SKIPME", "no"],
+    );
+    assert_eq!(killed, ":1\r\n");
+    assert!(marked().is_empty(), "the asking connection closes itself");
+    assert!(a.is_closing());
+    // The old form closes the asking connection too, after its reply.
+    assert_eq!(
+        call(&mut e, &mut b, &["CLIENT", "KILL", "127.0.0.1:5002"]),
+        "+OK\r\n"
+    );
+    assert!(b.is_closing());
 }

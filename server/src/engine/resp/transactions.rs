@@ -303,5 +303,6 @@ pub(super) fn reset(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
     cx.session.name = None;
     cx.session.authenticated = false;
     cx.session.switch(Protocol::Resp(Version::Resp2));
+    note_client(cx);
     simple(out, Version::Resp2, "RESET");
 }
