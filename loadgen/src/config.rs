@@ -233,7 +233,7 @@ pub enum ConfigError {
     Cpus,
     /// A bypass client whose address or gateway is of another family than a server's.
     NetFamily,
-    /// `--steer` with several servers or the bypass client.
+    /// `--steer` with several servers.
     Steer,
     /// The keyspace cannot be built.
     Keyspace(KeyspaceError),
@@ -277,8 +277,8 @@ impl fmt::Display for ConfigError {
                 "--ip, --gateway and every --server must be of one address family",
             ),
             ConfigError::Steer => f.write_str(
-                "--steer needs one --server over kernel sockets (--net kernel): the bypass \
-                 client does not ask its connections for their workers",
+                "--steer needs exactly one --server: it spreads connections over one server's \
+                 workers",
             ),
             ConfigError::Keyspace(e) => e.fmt(f),
             ConfigError::Mix(e) => e.fmt(f),
@@ -402,7 +402,7 @@ impl Config {
                 return Err(ConfigError::NetFamily);
             }
         }
-        if self.steer && (self.servers.len() != 1 || !matches!(self.net, Net::Kernel)) {
+        if self.steer && self.servers.len() != 1 {
             return Err(ConfigError::Steer);
         }
         Keyspace::check(self.keys, self.key_size)?;

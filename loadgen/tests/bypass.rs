@@ -184,7 +184,7 @@ fn control_frames(report: &str, worker: usize) -> u64 {
 struct Topology {
     memspin: Memspin,
     gen_ns: Netns,
-    _srv_ns: Netns,
+    srv_ns: Netns,
 }
 
 impl Topology {
@@ -196,6 +196,14 @@ impl Topology {
     /// With a generator TAP device of `queues` queues (multi-queue when more than one).
     #[track_caller]
     fn with_queues(queues: usize) -> Topology {
+        Topology::with_workers(queues, 1)
+    }
+
+    /// As [`with_queues`](Self::with_queues), memspin with `workers` workers (a TAP queue
+    /// each).
+    #[track_caller]
+    fn with_workers(queues: usize, workers: usize) -> Topology {
+        let workers = workers.to_string();
         let srv = Netns::new("srv");
         let gen_ns = Netns::new("gen");
         srv.ip(&[
@@ -244,7 +252,7 @@ impl Topology {
                 "-p",
                 "11211",
                 "-t",
-                "1",
+                &workers,
                 "--idle",
                 "park",
             ],
@@ -252,7 +260,7 @@ impl Topology {
         Topology {
             memspin,
             gen_ns,
-            _srv_ns: srv,
+            srv_ns: srv,
         }
     }
 
@@ -445,6 +453,82 @@ fn two_threads_on_two_queues_of_one_device_verify_every_value() {
     ]);
     assert_eq!(v["config"]["threads"], 2);
     assert_clean_bypass_run(&v);
+}
+
+/// memspin's `stats` counter `name`, asked over a kernel TCP connection to `server` made
+/// from inside `ns` (a thread that enters the namespace: the test process stays outside).
+#[track_caller]
+fn memspin_stat(ns: &Netns, server: &str, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let netns = format!("/run/netns/{}", ns.name);
+    let server: std::net::SocketAddr = server.parse().expect("an address");
+    let reply = std::thread::spawn(move || {
+        let f = std::fs::File::open(&netns).expect("the namespace's file");
+        // SAFETY: setns(2) on an open namespace file; it moves only this thread.
+        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {netns}");
+        let mut s = std::net::TcpStream::connect_timeout(&server, Duration::from_secs(5))
+            .expect("connect for stats");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"stats\r\n").unwrap();
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !reply.ends_with(b"END\r\n") {
+            let n = s.read(&mut chunk).expect("the stats reply");
+            assert!(n > 0, "closed before END");
+            reply.extend_from_slice(&chunk[..n]);
+        }
+        String::from_utf8(reply).expect("text")
+    })
+    .join()
+    .expect("the stats thread");
+    let prefix = format!("STAT {name} ");
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{reply}"))
+}
+
+// memspin -t 2 on a multi-queue TAP device: the kernel's flow hash picks each connection's
+// queue, so its worker. --steer asks every connection, keeps 4 on each worker, and sends each
+// key only on its owner's connections: nothing is forwarded, every value checks. The same
+// run unsteered is forwarded (about half its keys are the other worker's), which shows the
+// counter is read from the server under test.
+#[test]
+fn steered_over_tap_keeps_each_workers_share_and_is_never_forwarded() {
+    let _serial = one_at_a_time();
+    let mut topo = Topology::with_workers(1, 2);
+    let server = "10.77.0.2:11211";
+    let args = [
+        "-c",
+        "8",
+        "--pipeline",
+        "2",
+        "-d",
+        "1",
+        "--warmup",
+        "0.2",
+        "--keys",
+        "2000",
+        "--prefill",
+        "--verify",
+        "--get-ratio",
+        "0.8",
+    ];
+    let before = memspin_stat(&topo.srv_ns, server, "memspin_forwarded");
+    let v = topo.loadgen(&[&args[..], &["--steer"]].concat());
+    assert_clean_bypass_run(&v);
+    assert_eq!(v["config"]["steer"], true);
+    assert_eq!(v["steer_connections"], serde_json::json!([4, 4]), "{v}");
+    let after = memspin_stat(&topo.srv_ns, server, "memspin_forwarded");
+    assert_eq!(after, before, "steered, yet forwarded");
+    let v = topo.loadgen(&args);
+    assert_clean_bypass_run(&v);
+    assert!(
+        memspin_stat(&topo.srv_ns, server, "memspin_forwarded") > after,
+        "an unsteered run was never forwarded"
+    );
 }
 
 /// Runs the generator in `ns` (optionally as `nobody`) with `args`; its output.

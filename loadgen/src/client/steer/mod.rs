@@ -24,9 +24,11 @@
 //! server does with several `--server`.
 //!
 //! The probing, the shares and the placement know nothing of sockets ([`Spread`] and
-//! [`place_by_owner`] take worker numbers), so a transport that learns its connections'
-//! workers can use them as the kernel-socket path does ([`connect_steered`]). The probe itself
-//! (what each protocol asks, and a parser of the reply that does no I/O) is in `probe.rs`.
+//! [`place_by_owner`] take worker numbers): the kernel-socket path opens and probes its
+//! connections here ([`connect_steered`]); the bypass client's threads probe their own
+//! connections without blocking (`worker/stack.rs`) and fill one [`Shares`] together. The
+//! probe itself (what each protocol asks, and a parser of the reply that does no I/O) is in
+//! `probe.rs`.
 
 use std::fmt;
 use std::io;
@@ -85,7 +87,7 @@ pub enum SteerError {
         /// The worker.
         worker: usize,
     },
-    /// Steering needs one server, over kernel sockets.
+    /// Steering cannot run as configured (the message says why).
     Unsupported(&'static str),
 }
 
