@@ -185,6 +185,8 @@ struct Topology {
     memspin: Memspin,
     gen_ns: Netns,
     srv_ns: Netns,
+    /// The generator's `-s`.
+    server: &'static str,
 }
 
 impl Topology {
@@ -196,14 +198,13 @@ impl Topology {
     /// With a generator TAP device of `queues` queues (multi-queue when more than one).
     #[track_caller]
     fn with_queues(queues: usize) -> Topology {
-        Topology::with_workers(queues, 1)
+        Topology::start(queues, &["-t", "1"])
     }
 
-    /// As [`with_queues`](Self::with_queues), memspin with `workers` workers (a TAP queue
-    /// each).
+    /// As [`with_queues`](Self::with_queues), memspin with `memspin_args` added (`-t N`
+    /// gives it N workers, a TAP queue each).
     #[track_caller]
-    fn with_workers(queues: usize, workers: usize) -> Topology {
-        let workers = workers.to_string();
+    fn start(queues: usize, memspin_args: &[&str]) -> Topology {
         let srv = Netns::new("srv");
         let gen_ns = Netns::new("gen");
         srv.ip(&[
@@ -239,28 +240,31 @@ impl Topology {
         let memspin = start_memspin(
             &srv,
             &[
-                "--net",
-                "tap",
-                "--iface",
-                "ms0",
-                "--ip",
-                "10.77.0.2/24",
-                "--host-ip",
-                "10.77.0.1/24",
-                "--gateway",
-                "10.77.0.1",
-                "-p",
-                "11211",
-                "-t",
-                &workers,
-                "--idle",
-                "park",
-            ],
+                &[
+                    "--net",
+                    "tap",
+                    "--iface",
+                    "ms0",
+                    "--ip",
+                    "10.77.0.2/24",
+                    "--host-ip",
+                    "10.77.0.1/24",
+                    "--gateway",
+                    "10.77.0.1",
+                    "-p",
+                    "11211",
+                    "--idle",
+                    "park",
+                ],
+                memspin_args,
+            ]
+            .concat(),
         );
         Topology {
             memspin,
             gen_ns,
             srv_ns: srv,
+            server: "10.77.0.2:11211",
         }
     }
 
@@ -294,7 +298,7 @@ impl Topology {
         let mut child = self
             .gen_ns
             .command("timeout")
-            .args(["60", LOADGEN, "-s", "10.77.0.2:11211", "--net", "tap"])
+            .args(["60", LOADGEN, "-s", self.server, "--net", "tap"])
             .args(link)
             .args(["--json", json.to_str().expect("a UTF-8 path")])
             .args(args)
@@ -492,13 +496,14 @@ fn memspin_stat(ns: &Netns, server: &str, name: &str) -> u64 {
 
 // memspin -t 2 on a multi-queue TAP device: the kernel's flow hash picks each connection's
 // queue, so its worker. --steer asks every connection, keeps 4 on each worker, and sends each
-// key only on its owner's connections: nothing is forwarded, every value checks. The same
-// run unsteered is forwarded (about half its keys are the other worker's), which shows the
+// key only on its owner's connections: nothing is forwarded, every value checks, in binary
+// and in RESP (whose probe pipelines CONFIG GET for the worker count). The same run
+// unsteered is forwarded (about half its keys are the other worker's), which shows the
 // counter is read from the server under test.
 #[test]
 fn steered_over_tap_keeps_each_workers_share_and_is_never_forwarded() {
     let _serial = one_at_a_time();
-    let mut topo = Topology::with_workers(1, 2);
+    let mut topo = Topology::start(1, &["-t", "2", "--resp-port", "6379"]);
     let server = "10.77.0.2:11211";
     let args = [
         "-c",
@@ -523,6 +528,13 @@ fn steered_over_tap_keeps_each_workers_share_and_is_never_forwarded() {
     assert_eq!(v["steer_connections"], serde_json::json!([4, 4]), "{v}");
     let after = memspin_stat(&topo.srv_ns, server, "memspin_forwarded");
     assert_eq!(after, before, "steered, yet forwarded");
+    topo.server = "10.77.0.2:6379";
+    let v = topo.loadgen(&[&args[..], &["--steer", "--protocol", "resp"]].concat());
+    assert_clean_bypass_run(&v);
+    assert_eq!(v["steer_connections"], serde_json::json!([4, 4]), "{v}");
+    let after = memspin_stat(&topo.srv_ns, server, "memspin_forwarded");
+    assert_eq!(after, before, "RESP steered, yet forwarded");
+    topo.server = "10.77.0.2:11211";
     let v = topo.loadgen(&args);
     assert_clean_bypass_run(&v);
     assert!(
