@@ -955,6 +955,29 @@ fn xdp_steered_two_threads_are_never_forwarded() {
     );
 }
 
+// One thread on a veth reaches only memspin's worker 0 (its queue 0): worker 1's share never
+// fills, and the generator stops after its attempts with an error that says why, not a hang
+// or a run that forwards.
+#[test]
+fn xdp_steered_one_thread_against_two_workers_is_a_clear_error() {
+    let _serial = one_at_a_time();
+    let topo = XdpTopology::direct(2);
+    let started = std::time::Instant::now();
+    let out = topo
+        .spawn(&["-q", "--steer", "-c", "2", "-d", "1", "--keys", "1000"])
+        .wait_with_output()
+        .expect("memspin-loadgen's exit");
+    assert_refused(&out, "does not spread connections");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("had [1, 0] of the [1, 1]"), "{stderr}");
+    // 2 × 32 attempts of a handshake and a probe each, far inside the 20 s bound.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[test]
 fn xdp_a_thousand_connections_verify_every_value() {
     let _serial = one_at_a_time();
