@@ -543,6 +543,64 @@ fn steered_over_tap_keeps_each_workers_share_and_is_never_forwarded() {
     );
 }
 
+// memspin stopped for 500 ms in a steered window: requests time out (200 ms), their
+// connections are reset and reopened, and each reopened connection is asked again and kept
+// only on its own worker (the flow hash may put it on the other), so once memspin resumes
+// the keys still go to their owners: nothing forwarded, no value wrong.
+#[test]
+fn steered_connections_reopened_over_tap_land_on_their_workers() {
+    let _serial = one_at_a_time();
+    let mut topo = Topology::start(1, &["-t", "2"]);
+    let server = "10.77.0.2:11211";
+    let before = memspin_stat(&topo.srv_ns, server, "memspin_forwarded");
+    let v = topo.loadgen_while(
+        &[
+            "--steer",
+            "-c",
+            "8",
+            "--rate",
+            "1000",
+            "-d",
+            "3",
+            "--warmup",
+            "0.2",
+            "--keys",
+            "2000",
+            "--prefill",
+            "--verify",
+            "--timeout-ms",
+            "200",
+            "--interval",
+            "200",
+        ],
+        |topo, child| {
+            wait_for_window(child);
+            let pid = topo.memspin.child.id() as libc::pid_t;
+            // SAFETY: kill(2) on our own child's pid, which has not been waited for.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_millis(500));
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        },
+    );
+    assert_eq!(v["steer_connections"], serde_json::json!([4, 4]), "{v}");
+    assert!(
+        v["errors"]["timeout"].as_u64().unwrap() > 0,
+        "the stall timed nothing out: {}",
+        v["errors"]
+    );
+    // 1,000/s for 3 s; the stall and the reopening take well under a second of it, so
+    // more than 1,500 answered means the reopened connections carried the rest.
+    let ops = v["ops"].as_u64().unwrap();
+    assert!(ops > 1500, "{ops} ops: {}", v["errors"]);
+    assert_eq!(v["verify"]["mismatches"], 0, "{}", v["verify"]);
+    assert_eq!(
+        memspin_stat(&topo.srv_ns, server, "memspin_forwarded"),
+        before,
+        "a reopened connection was forwarded"
+    );
+}
+
 /// Runs the generator in `ns` (optionally as `nobody`) with `args`; its output.
 fn loadgen_in(ns: &Netns, nobody: bool, args: &[&str]) -> Output {
     let mut cmd = ns.command("timeout");
