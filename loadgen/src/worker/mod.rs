@@ -48,7 +48,7 @@
 //! | `conns.rs` | connection slots: connect, ready, fail and back off, housekeeping |
 //! | `send.rs` | encoding requests, closed-loop refill, open-loop dispatch, kernel writes |
 //! | `receive.rs` | epoll events, reads, transmit stamps, decoding replies in order |
-//! | `stack.rs` | the bypass client's round over its own TCP stack |
+//! | `stack.rs` | the bypass client's round over its own TCP stack, and `--steer`'s probe on it |
 //! | `phases.rs` | prefill, the run loop (window, drain, pacing, waiting), ticks |
 
 mod clock;
