@@ -587,4 +587,24 @@ mod tests {
         two(&mut ok);
         assert_eq!(ok.check(), Ok(()));
     }
+
+    #[test]
+    fn steering_needs_one_server_on_any_transport() {
+        let link = BypassLink {
+            iface: "lg0".into(),
+            ip: "127.0.0.2".parse().unwrap(),
+            prefix_len: 8,
+            gateway: None,
+        };
+        for net in [Net::Kernel, Net::Tap(link.clone()), Net::Xdp(link)] {
+            let mut c = Config {
+                steer: true,
+                net,
+                ..Config::default()
+            };
+            assert_eq!(c.check(), Ok(()), "{:?}", c.net);
+            c.servers.push(SocketAddr::from(([127, 0, 0, 1], 11212)));
+            assert_eq!(c.check(), Err(ConfigError::Steer), "{:?}", c.net);
+        }
+    }
 }
