@@ -34,7 +34,7 @@ impl Worker {
                 if let Some(failure) = self.connect_failure {
                     return Err(failure);
                 }
-                if steering && self.steer_failure.is_some() || self.steer_failed_elsewhere() {
+                if steering && (self.steer_failure.is_some() || self.steer_failed_elsewhere()) {
                     return Ok(());
                 }
                 if Instant::now() >= deadline {
