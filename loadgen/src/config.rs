@@ -233,7 +233,7 @@ pub enum ConfigError {
     Cpus,
     /// A bypass client whose address or gateway is of another family than a server's.
     NetFamily,
-    /// `--steer` with several servers or the bypass client.
+    /// `--steer` with several servers.
     Steer,
     /// The keyspace cannot be built.
     Keyspace(KeyspaceError),
@@ -277,8 +277,8 @@ impl fmt::Display for ConfigError {
                 "--ip, --gateway and every --server must be of one address family",
             ),
             ConfigError::Steer => f.write_str(
-                "--steer needs one --server over kernel sockets (--net kernel): the bypass \
-                 client does not ask its connections for their workers",
+                "--steer needs exactly one --server: it spreads connections over one server's \
+                 workers",
             ),
             ConfigError::Keyspace(e) => e.fmt(f),
             ConfigError::Mix(e) => e.fmt(f),
@@ -402,7 +402,7 @@ impl Config {
                 return Err(ConfigError::NetFamily);
             }
         }
-        if self.steer && (self.servers.len() != 1 || !matches!(self.net, Net::Kernel)) {
+        if self.steer && self.servers.len() != 1 {
             return Err(ConfigError::Steer);
         }
         Keyspace::check(self.keys, self.key_size)?;
@@ -586,5 +586,25 @@ mod tests {
         let mut ok = Config::default();
         two(&mut ok);
         assert_eq!(ok.check(), Ok(()));
+    }
+
+    #[test]
+    fn steering_needs_one_server_on_any_transport() {
+        let link = BypassLink {
+            iface: "lg0".into(),
+            ip: "127.0.0.2".parse().unwrap(),
+            prefix_len: 8,
+            gateway: None,
+        };
+        for net in [Net::Kernel, Net::Tap(link.clone()), Net::Xdp(link)] {
+            let mut c = Config {
+                steer: true,
+                net,
+                ..Config::default()
+            };
+            assert_eq!(c.check(), Ok(()), "{:?}", c.net);
+            c.servers.push(SocketAddr::from(([127, 0, 0, 1], 11212)));
+            assert_eq!(c.check(), Err(ConfigError::Steer), "{:?}", c.net);
+        }
     }
 }

@@ -84,6 +84,9 @@ pub struct Answered {
 pub enum ConnState {
     /// A non-blocking connect is under way.
     Connecting,
+    /// `--steer` over the bypass client: connected, asked which worker serves it (the
+    /// probe written, its reply read from `inb`); no request is sent until it is kept.
+    Probing,
     /// Connected; requests may be sent.
     Ready,
     /// Closed after an error; reconnect at `retry_at_ns`.
@@ -129,6 +132,9 @@ pub struct Conn {
     pub worker: Option<usize>,
     /// The bypass client's connection, when there is one ([`crate::bypass`]).
     pub link: Option<netstack::ConnId>,
+    /// `--steer` over the bypass client: connections opened and probed since it was last
+    /// kept (those that landed on another worker were aborted).
+    pub steer_attempts: u32,
     /// Bypass client: requests written since its last send stamp (it is on its worker's
     /// list of connections to stamp after the next egress poll).
     pub tx_pending: bool,
@@ -197,6 +203,7 @@ impl Conn {
             steered: None,
             worker: None,
             link: None,
+            steer_attempts: 0,
             tx_pending: false,
             state: ConnState::Down { retry_at_ns: 0 },
             failures: 0,
@@ -222,6 +229,16 @@ impl Conn {
             unsettled: false,
             errqueue_events: 0,
         }
+    }
+
+    /// Gives the connection its keys: `picker` picks from them, and it owns `own` (with a
+    /// version window per key under `verify`). Steering over the bypass client places keys
+    /// only once every connection knows its worker.
+    pub fn assign_keys(&mut self, picker: Picker, own: KeySet, verify: bool) {
+        let owned_keys = if verify { own.len() as usize } else { 0 };
+        self.picker = picker;
+        self.own = own;
+        self.key_states = vec![KeyState::default(); owned_keys];
     }
 
     /// Stream offset just past the last encoded byte: where a request encoded now ends.

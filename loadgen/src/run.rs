@@ -10,11 +10,11 @@ use std::fmt;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex, mpsc};
+use std::sync::{Arc, Barrier, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::client::Codec;
-use crate::client::steer::{SteerError, connect_steered, place_by_owner};
+use crate::client::steer::{Shares, SteerError, connect_steered, place_by_owner};
 use crate::config::{Config, ConfigError, MAX_VALUE_SIZE, Net};
 use crate::environment::Environment;
 use crate::histogram::Percentiles;
@@ -89,8 +89,11 @@ pub fn run(config: &Config) -> Result<Report, RunError> {
 pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, RunError> {
     config.check()?;
     let keyspace = Keyspace::new(config.keys, config.key_size).map_err(ConfigError::from)?;
-    // Steered: connections first (each probed for its worker), then keys by owner.
-    let steered = if config.steer {
+    // Steered over kernel sockets: connections first (each probed for its worker), then keys
+    // by owner. Over the bypass client the threads open and probe their own connections,
+    // and the keys are placed once all are kept (between barriers 1 and 2).
+    let bypass_steer = config.steer && config.net.bypass().is_some();
+    let steered = if config.steer && !bypass_steer {
         let s = connect_steered(config.servers[0], config.protocol, config.connections)
             .map_err(RunError::Steer)?;
         Some(s)
@@ -98,7 +101,8 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
         None
     };
     let placement = match &steered {
-        Some(s) => {
+        _ if bypass_steer => None,
+        Some(s) => Some({
             let conn_workers: Vec<usize> = s.conns.iter().map(|c| c.1).collect();
             place_by_owner(
                 config.keys,
@@ -108,18 +112,20 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
                 config.verify,
             )
             .map_err(RunError::Steer)?
-        }
-        None => place(
-            config.distribution,
-            &config.names(),
-            config.connections,
-            config.keys,
-            |k| keyspace.key(k),
-            config.verify,
-        )
-        .map_err(RunError::Placement)?,
+        }),
+        None => Some(
+            place(
+                config.distribution,
+                &config.names(),
+                config.connections,
+                config.keys,
+                |k| keyspace.key(k),
+                config.verify,
+            )
+            .map_err(RunError::Placement)?,
+        ),
     };
-    let steer_connections = steered.as_ref().map(|s| {
+    let mut steer_connections = steered.as_ref().map(|s| {
         let mut counts = vec![0; s.workers];
         for &(_, w) in &s.conns {
             counts[w] += 1;
@@ -163,7 +169,7 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
     let shared = Arc::new(Shared {
         config: config.clone(),
         keyspace,
-        placement,
+        placement: placement.map(OnceLock::from).unwrap_or_default(),
         codec: Codec::new(config.protocol, MAX_VALUE_SIZE.max(config.value_max)),
         pattern,
         clock: Clock::new(),
@@ -175,6 +181,8 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
         connect_error: Mutex::new(None),
         net_error: Mutex::new(None),
         steered: Mutex::new(steered_streams),
+        shares: bypass_steer.then(|| Mutex::new(Shares::new(config.connections))),
+        steer_error: Mutex::new(None),
     });
     let (tx, rx) = mpsc::channel::<Tick>();
     let mut handles = Vec::with_capacity(threads);
@@ -198,7 +206,22 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
-    if failed.is_some() || net_failed.is_some() {
+    let mut steer_failed = shared
+        .steer_error
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(shares) = &shared.shares
+        && failed.is_none()
+        && net_failed.is_none()
+        && steer_failed.is_none()
+    {
+        match place_bypass_steered(config, &shared, shares) {
+            Ok(counts) => steer_connections = Some(counts),
+            Err(e) => steer_failed = Some(e),
+        }
+    }
+    if failed.is_some() || net_failed.is_some() || steer_failed.is_some() {
         shared.abort.store(true, Ordering::SeqCst);
     }
     shared.barrier.wait(); // 2
@@ -207,6 +230,13 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
             let _ = h.join();
         }
         return Err(RunError::Net(e));
+    }
+    // A steering failure also fails connections (it resets them): it is the cause.
+    if let Some(e) = steer_failed {
+        for h in handles {
+            let _ = h.join();
+        }
+        return Err(RunError::Steer(e));
     }
     if let Some((server, kind)) = failed {
         for h in handles {
@@ -250,6 +280,35 @@ pub fn run_with_stop(config: &Config, stop: Arc<AtomicBool>) -> Result<Report, R
     report.environment = Some(environment);
     report.window_start = Some(window_start);
     Ok(report)
+}
+
+/// `--steer` over the bypass client, once every thread kept its connections: places the
+/// keys by the workers the connections landed on (for the workers to take after barrier 2);
+/// returns the connections per worker.
+fn place_bypass_steered(
+    config: &Config,
+    shared: &Shared,
+    shares: &Mutex<Shares>,
+) -> Result<Vec<usize>, SteerError> {
+    let shares = shares
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (Some(conn_workers), Some(workers)) = (shares.conn_workers(), shares.workers()) else {
+        return Err(shares.unspread());
+    };
+    let placement = place_by_owner(
+        config.keys,
+        |k| shared.keyspace.key(k),
+        workers,
+        &conn_workers,
+        config.verify,
+    )?;
+    let _ = shared.placement.set(placement);
+    let mut counts = vec![0; workers];
+    for &w in &conn_workers {
+        counts[w] += 1;
+    }
+    Ok(counts)
 }
 
 /// The CPUs the generator's threads run on: the pinned ones in use, or those the process may

@@ -184,7 +184,9 @@ fn control_frames(report: &str, worker: usize) -> u64 {
 struct Topology {
     memspin: Memspin,
     gen_ns: Netns,
-    _srv_ns: Netns,
+    srv_ns: Netns,
+    /// The generator's `-s`.
+    server: &'static str,
 }
 
 impl Topology {
@@ -196,6 +198,13 @@ impl Topology {
     /// With a generator TAP device of `queues` queues (multi-queue when more than one).
     #[track_caller]
     fn with_queues(queues: usize) -> Topology {
+        Topology::start(queues, &["-t", "1"])
+    }
+
+    /// As [`with_queues`](Self::with_queues), memspin with `memspin_args` added (`-t N`
+    /// gives it N workers, a TAP queue each).
+    #[track_caller]
+    fn start(queues: usize, memspin_args: &[&str]) -> Topology {
         let srv = Netns::new("srv");
         let gen_ns = Netns::new("gen");
         srv.ip(&[
@@ -231,28 +240,31 @@ impl Topology {
         let memspin = start_memspin(
             &srv,
             &[
-                "--net",
-                "tap",
-                "--iface",
-                "ms0",
-                "--ip",
-                "10.77.0.2/24",
-                "--host-ip",
-                "10.77.0.1/24",
-                "--gateway",
-                "10.77.0.1",
-                "-p",
-                "11211",
-                "-t",
-                "1",
-                "--idle",
-                "park",
-            ],
+                &[
+                    "--net",
+                    "tap",
+                    "--iface",
+                    "ms0",
+                    "--ip",
+                    "10.77.0.2/24",
+                    "--host-ip",
+                    "10.77.0.1/24",
+                    "--gateway",
+                    "10.77.0.1",
+                    "-p",
+                    "11211",
+                    "--idle",
+                    "park",
+                ],
+                memspin_args,
+            ]
+            .concat(),
         );
         Topology {
             memspin,
             gen_ns,
-            _srv_ns: srv,
+            srv_ns: srv,
+            server: "10.77.0.2:11211",
         }
     }
 
@@ -286,7 +298,7 @@ impl Topology {
         let mut child = self
             .gen_ns
             .command("timeout")
-            .args(["60", LOADGEN, "-s", "10.77.0.2:11211", "--net", "tap"])
+            .args(["60", LOADGEN, "-s", self.server, "--net", "tap"])
             .args(link)
             .args(["--json", json.to_str().expect("a UTF-8 path")])
             .args(args)
@@ -445,6 +457,148 @@ fn two_threads_on_two_queues_of_one_device_verify_every_value() {
     ]);
     assert_eq!(v["config"]["threads"], 2);
     assert_clean_bypass_run(&v);
+}
+
+/// memspin's `stats` counter `name`, asked over a kernel TCP connection to `server` made
+/// from inside `ns` (a thread that enters the namespace: the test process stays outside).
+#[track_caller]
+fn memspin_stat(ns: &Netns, server: &str, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let netns = format!("/run/netns/{}", ns.name);
+    let server: std::net::SocketAddr = server.parse().expect("an address");
+    let reply = std::thread::spawn(move || {
+        let f = std::fs::File::open(&netns).expect("the namespace's file");
+        // SAFETY: setns(2) on an open namespace file; it moves only this thread.
+        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {netns}");
+        let mut s = std::net::TcpStream::connect_timeout(&server, Duration::from_secs(5))
+            .expect("connect for stats");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"stats\r\n").unwrap();
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !reply.ends_with(b"END\r\n") {
+            let n = s.read(&mut chunk).expect("the stats reply");
+            assert!(n > 0, "closed before END");
+            reply.extend_from_slice(&chunk[..n]);
+        }
+        String::from_utf8(reply).expect("text")
+    })
+    .join()
+    .expect("the stats thread");
+    let prefix = format!("STAT {name} ");
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{reply}"))
+}
+
+// memspin -t 2 on a multi-queue TAP device: the kernel's flow hash picks each connection's
+// queue, so its worker. --steer asks every connection, keeps 4 on each worker, and sends each
+// key only on its owner's connections: nothing is forwarded, every value checks, in binary
+// and in RESP (whose probe pipelines CONFIG GET for the worker count). The same run
+// unsteered is forwarded (about half its keys are the other worker's), which shows the
+// counter is read from the server under test.
+#[test]
+fn steered_over_tap_keeps_each_workers_share_and_is_never_forwarded() {
+    let _serial = one_at_a_time();
+    let mut topo = Topology::start(1, &["-t", "2", "--resp-port", "6379"]);
+    let server = "10.77.0.2:11211";
+    let args = [
+        "-c",
+        "8",
+        "--pipeline",
+        "2",
+        "-d",
+        "1",
+        "--warmup",
+        "0.2",
+        "--keys",
+        "2000",
+        "--prefill",
+        "--verify",
+        "--get-ratio",
+        "0.8",
+    ];
+    let before = memspin_stat(&topo.srv_ns, server, "memspin_forwarded");
+    let v = topo.loadgen(&[&args[..], &["--steer"]].concat());
+    assert_clean_bypass_run(&v);
+    assert_eq!(v["config"]["steer"], true);
+    assert_eq!(v["steer_connections"], serde_json::json!([4, 4]), "{v}");
+    let after = memspin_stat(&topo.srv_ns, server, "memspin_forwarded");
+    assert_eq!(after, before, "steered, yet forwarded");
+    topo.server = "10.77.0.2:6379";
+    let v = topo.loadgen(&[&args[..], &["--steer", "--protocol", "resp"]].concat());
+    assert_clean_bypass_run(&v);
+    assert_eq!(v["steer_connections"], serde_json::json!([4, 4]), "{v}");
+    let after = memspin_stat(&topo.srv_ns, server, "memspin_forwarded");
+    assert_eq!(after, before, "RESP steered, yet forwarded");
+    topo.server = "10.77.0.2:11211";
+    let v = topo.loadgen(&args);
+    assert_clean_bypass_run(&v);
+    assert!(
+        memspin_stat(&topo.srv_ns, server, "memspin_forwarded") > after,
+        "an unsteered run was never forwarded"
+    );
+}
+
+// memspin stopped for 500 ms in a steered window: requests time out (200 ms), their
+// connections are reset and reopened, and each reopened connection is asked again and kept
+// only on its own worker (the flow hash may put it on the other), so once memspin resumes
+// the keys still go to their owners: nothing forwarded, no value wrong.
+#[test]
+fn steered_connections_reopened_over_tap_land_on_their_workers() {
+    let _serial = one_at_a_time();
+    let mut topo = Topology::start(1, &["-t", "2"]);
+    let server = "10.77.0.2:11211";
+    let before = memspin_stat(&topo.srv_ns, server, "memspin_forwarded");
+    let v = topo.loadgen_while(
+        &[
+            "--steer",
+            "-c",
+            "8",
+            "--rate",
+            "1000",
+            "-d",
+            "3",
+            "--warmup",
+            "0.2",
+            "--keys",
+            "2000",
+            "--prefill",
+            "--verify",
+            "--timeout-ms",
+            "200",
+            "--interval",
+            "200",
+        ],
+        |topo, child| {
+            wait_for_window(child);
+            let pid = topo.memspin.child.id() as libc::pid_t;
+            // SAFETY: kill(2) on our own child's pid, which has not been waited for.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_millis(500));
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        },
+    );
+    assert_eq!(v["steer_connections"], serde_json::json!([4, 4]), "{v}");
+    assert!(
+        v["errors"]["timeout"].as_u64().unwrap() > 0,
+        "the stall timed nothing out: {}",
+        v["errors"]
+    );
+    // 1,000/s for 3 s; the stall and the reopening take well under a second of it, so
+    // more than 1,500 answered means the reopened connections carried the rest.
+    let ops = v["ops"].as_u64().unwrap();
+    assert!(ops > 1500, "{ops} ops: {}", v["errors"]);
+    assert_eq!(v["verify"]["mismatches"], 0, "{}", v["verify"]);
+    assert_eq!(
+        memspin_stat(&topo.srv_ns, server, "memspin_forwarded"),
+        before,
+        "a reopened connection was forwarded"
+    );
 }
 
 /// Runs the generator in `ns` (optionally as `nobody`) with `args`; its output.
@@ -696,6 +850,27 @@ impl XdpTopology {
         serde_json::from_str(&text).expect("JSON")
     }
 
+    /// memspin's `memspin_forwarded` (direct topology), asked by the generator namespace's
+    /// kernel: it takes the address 10.78.0.3 on `xg0` for the question only, since a run
+    /// refuses an interface where the kernel has an address of the link. The kernel's
+    /// frames need whole checksums: memspin drops those left to offload (docs/af_xdp.md).
+    #[track_caller]
+    fn forwarded(&self) -> u64 {
+        let ok = self
+            .gen_ns
+            .command("ethtool")
+            .args(["-K", "xg0", "tx", "off"])
+            .status()
+            .expect("ethtool (Debian package ethtool) must be installed");
+        assert!(ok.success(), "ethtool -K xg0 tx off");
+        self.gen_ns
+            .ip(&["addr", "add", "10.78.0.3/24", "dev", "xg0"]);
+        let n = memspin_stat(&self.gen_ns, "10.78.0.200:11211", "memspin_forwarded");
+        self.gen_ns
+            .ip(&["addr", "del", "10.78.0.3/24", "dev", "xg0"]);
+        n
+    }
+
     /// What `ip link show xg0` says in the generator's namespace.
     fn client_link(&self) -> String {
         let out = self
@@ -808,6 +983,57 @@ fn xdp_two_threads_on_two_queues_verify_every_value() {
         "the set-up's ARP:\n{report}"
     );
     assert_eq!(control_frames(&report, 1), 0, "{report}");
+}
+
+// Over a veth thread i's frames reach memspin's queue i, so worker i: each thread's
+// connections all land on one worker, and --steer keeps them (the probe says so, nothing is
+// assumed). Each key then goes only to its owner's connections: nothing is forwarded. The
+// same run unsteered is forwarded (a connection's keys are anyone's).
+#[test]
+fn xdp_steered_two_threads_are_never_forwarded() {
+    let _serial = one_at_a_time();
+    let mut topo = XdpTopology::direct(2);
+    let args = [
+        &XDP_VERIFY[..],
+        &["-t", "2", "-c", "8", "--pipeline", "2", "-d", "1"],
+    ]
+    .concat();
+    let before = topo.forwarded();
+    let v = topo.loadgen(&[&args[..], &["--steer"]].concat());
+    assert_clean_xdp_run(&v);
+    assert_eq!(v["config"]["steer"], true);
+    assert_eq!(v["steer_connections"], serde_json::json!([4, 4]), "{v}");
+    let after = topo.forwarded();
+    assert_eq!(after, before, "steered, yet forwarded");
+    let v = topo.loadgen(&args);
+    assert_clean_xdp_run(&v);
+    assert!(
+        topo.forwarded() > after,
+        "an unsteered run was never forwarded"
+    );
+}
+
+// One thread on a veth reaches only memspin's worker 0 (its queue 0): worker 1's share never
+// fills, and the generator stops after its attempts with an error that says why, not a hang
+// or a run that forwards.
+#[test]
+fn xdp_steered_one_thread_against_two_workers_is_a_clear_error() {
+    let _serial = one_at_a_time();
+    let topo = XdpTopology::direct(2);
+    let started = std::time::Instant::now();
+    let out = topo
+        .spawn(&["-q", "--steer", "-c", "2", "-d", "1", "--keys", "1000"])
+        .wait_with_output()
+        .expect("memspin-loadgen's exit");
+    assert_refused(&out, "does not spread connections");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("had [1, 0] of the [1, 1]"), "{stderr}");
+    // 2 × 32 attempts of a handshake and a probe each, far inside the 20 s bound.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]

@@ -7,23 +7,44 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use super::*;
-use crate::client::steer::reconnect;
+use crate::client::steer::{STEER_DEADLINE, reconnect};
 
 impl Worker {
-    /// Opens every connection and waits until all are up.
+    /// Opens every connection and waits until all are up (steered over the bypass client:
+    /// probed and kept, or [`Worker::steer_failure`] says why not).
     pub(super) fn connect_all(&mut self) -> Result<(), (SocketAddr, std::io::ErrorKind)> {
         for i in 0..self.conns.len() {
             let server = self.conns[i].server;
             self.open(i, 0).map_err(|k| (server, k))?;
         }
-        let deadline = Instant::now() + CONNECT_DEADLINE;
         if self.bypass.is_some() {
-            // Busy-polls the stack until every handshake is done or one failed.
-            while let Some(c) = self.conns.iter().find(|c| c.state == ConnState::Connecting) {
+            let steering = self.shared.shares.is_some();
+            let deadline = Instant::now()
+                + if steering {
+                    STEER_DEADLINE
+                } else {
+                    CONNECT_DEADLINE
+                };
+            // Busy-polls the stack until every handshake (and probe) is done or one failed.
+            while let Some(c) = self
+                .conns
+                .iter()
+                .find(|c| matches!(c.state, ConnState::Connecting | ConnState::Probing))
+            {
                 if let Some(failure) = self.connect_failure {
                     return Err(failure);
                 }
+                if steering && (self.steer_failure.is_some() || self.steer_failed_elsewhere()) {
+                    return Ok(());
+                }
                 if Instant::now() >= deadline {
+                    if let Some(shares) = &self.shared.shares {
+                        let shares = shares
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        self.steer_failure = Some(shares.unspread());
+                        return Ok(());
+                    }
                     return Err((c.server, std::io::ErrorKind::TimedOut));
                 }
                 let now = self.shared.clock.now_ns();
@@ -31,6 +52,7 @@ impl Worker {
             }
             return self.connect_failure.map_or(Ok(()), Err);
         }
+        let deadline = Instant::now() + CONNECT_DEADLINE;
         while let Some(c) = self.conns.iter().find(|c| c.state == ConnState::Connecting) {
             let server = c.server;
             let left = deadline.saturating_duration_since(Instant::now());
@@ -128,7 +150,12 @@ impl Worker {
 
     /// Closes connection `i` after `why`; its in-flight requests are lost, never retried.
     pub(super) fn fail(&mut self, i: usize, why: Failure, now: u64) {
-        if self.phase == Phase::Connect && self.conns[i].state == ConnState::Connecting {
+        if self.phase == Phase::Connect
+            && matches!(
+                self.conns[i].state,
+                ConnState::Connecting | ConnState::Probing
+            )
+        {
             let kind = match why {
                 Failure::Timeout => std::io::ErrorKind::TimedOut,
                 _ => std::io::ErrorKind::ConnectionRefused,
@@ -229,8 +256,9 @@ impl Worker {
             let i = self.unready[k];
             match self.conns[i].state {
                 ConnState::Ready => {}
-                ConnState::Connecting => {
-                    // A connect that hangs (SYN dropped) is a failed attempt after the timeout.
+                ConnState::Connecting | ConnState::Probing => {
+                    // A connect (or a probe) that hangs (SYN dropped) is a failed attempt
+                    // after the timeout.
                     if now.saturating_sub(self.conns[i].since_ns) >= timeout_ns {
                         self.fail(i, Failure::Refused, now);
                     }

@@ -48,7 +48,7 @@
 //! | `conns.rs` | connection slots: connect, ready, fail and back off, housekeeping |
 //! | `send.rs` | encoding requests, closed-loop refill, open-loop dispatch, kernel writes |
 //! | `receive.rs` | epoll events, reads, transmit stamps, decoding replies in order |
-//! | `stack.rs` | the bypass client's round over its own TCP stack |
+//! | `stack.rs` | the bypass client's round over its own TCP stack, and `--steer`'s probe on it |
 //! | `phases.rs` | prefill, the run loop (window, drain, pacing, waiting), ticks |
 
 mod clock;
@@ -66,7 +66,7 @@ pub(crate) use stats::{Tick, record_reply};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::time::Duration;
 
 use netstack::conn::RecoveryStats;
@@ -76,12 +76,13 @@ use clock::realtime_ns;
 
 use crate::arrival::Schedule;
 use crate::bypass::Bypass;
+use crate::client::steer::{Shares, SteerError};
 use crate::client::{Codec, DecodeError, Expect, MultiHit, MultiKeys, Reply, Request};
 use crate::config::{Config, Idle};
 use crate::conn::{Answered, Conn, ConnState, FlushOutcome, InFlight, ReadOutcome, RxTime};
 use crate::histogram::OpKind;
 use crate::pacing::{Arrival, MAX_GAP_SAMPLES, Pacer};
-use crate::placement::Placement;
+use crate::placement::{KeySet, Placement};
 use crate::sys::{self, EDGE, ERROR, ERRQUEUE_BATCH, Epoll, ErrQueue, HANGUP, READABLE, WRITABLE};
 use crate::timeouts::TimeoutQueue;
 use crate::tstamp::{self, StampClock, Timestamps};
@@ -121,8 +122,9 @@ const SEED_SCHEDULE: u64 = 2;
 pub(crate) struct Shared {
     pub config: Config,
     pub keyspace: Keyspace,
-    /// Which keys each connection picks and owns.
-    pub placement: Placement,
+    /// Which keys each connection picks and owns; with `--steer` over the bypass client, set
+    /// between barriers 1 and 2, once every connection knows its worker.
+    pub placement: OnceLock<Placement>,
     pub codec: Codec,
     pub pattern: Vec<u8>,
     pub clock: Clock,
@@ -138,6 +140,11 @@ pub(crate) struct Shared {
     /// `--steer`: per connection index, its connection, opened and probed before the run, and
     /// the worker serving it.
     pub steered: Mutex<Vec<Option<(std::net::TcpStream, usize)>>>,
+    /// `--steer` over the bypass client: the shares the threads fill as their connections
+    /// answer the probe.
+    pub shares: Option<Mutex<Shares>>,
+    /// `--steer` over the bypass client: why a thread could not keep its connections.
+    pub steer_error: Mutex<Option<SteerError>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,6 +233,10 @@ struct Worker {
     connect_failure: Option<(SocketAddr, std::io::ErrorKind)>,
     /// The table's loss-recovery counters when the window opened.
     recovery_start: Option<RecoveryStats>,
+    /// `--steer` over the bypass client, start-up: connections this thread opened and
+    /// probed, and why its connections could not be kept.
+    steer_tries: usize,
+    steer_failure: Option<SteerError>,
 }
 
 /// Runs worker `id` to completion: connect, (prefill), run, and return what it measured.
@@ -280,13 +291,20 @@ pub(crate) fn worker_main(
             }
         }
     }
-    if let Some(w) = w.as_mut()
-        && let Err((addr, kind)) = w.connect_all()
-    {
-        record_connect_error(&shared, addr, kind);
+    if let Some(w) = w.as_mut() {
+        if let Err((addr, kind)) = w.connect_all() {
+            record_connect_error(&shared, addr, kind);
+        }
+        if let Some(e) = w.steer_failure.take() {
+            let mut slot = shared
+                .steer_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            slot.get_or_insert(e);
+        }
     }
     shared.barrier.wait(); // 1: connected (or failed)
-    shared.barrier.wait(); // 2: the starter decided whether to go on
+    shared.barrier.wait(); // 2: the starter decided whether to go on (and placed steered keys)
     if shared.abort.load(Ordering::SeqCst)
         && let Some(w) = w.as_mut()
     {
@@ -295,6 +313,9 @@ pub(crate) fn worker_main(
     let Some(mut w) = w.filter(|_| !shared.abort.load(Ordering::SeqCst)) else {
         return ThreadStats::new();
     };
+    if shared.shares.is_some() {
+        w.assign_keys();
+    }
     w.stats.pin_failed = pin_failed;
     w.read_stamp_clock();
     if shared.config.prefill {
@@ -326,12 +347,17 @@ impl Worker {
         let mut conns = Vec::new();
         for index in (id..cfg.connections).step_by(cfg.threads) {
             let server = cfg.servers[index % cfg.servers.len()];
+            // Steered over the bypass client, keys are placed once the connections know
+            // their workers (`assign_keys`); a one-key stand-in holds their place till then.
+            let (pick, own) = match shared.placement.get() {
+                Some(p) => (p.pick[index].clone(), p.own[index].clone()),
+                None => (KeySet::all(1), KeySet::all(1)),
+            };
             let picker = Picker::new(
                 cfg.mix(),
-                shared.placement.pick[index].clone(),
+                pick,
                 derive_seed(cfg.seed, SEED_PICKER, index as u64),
             );
-            let own = shared.placement.own[index].clone();
             let mut conn = Conn::new(index, server, picker, own, cfg.verify);
             if let Some((stream, worker)) = shared
                 .steered
@@ -395,8 +421,32 @@ impl Worker {
             blocked: Vec::new(),
             connect_failure: None,
             recovery_start: None,
+            steer_tries: 0,
+            steer_failure: None,
             shared,
         })
+    }
+
+    /// Gives every connection its keys from the run's placement (steered over the bypass
+    /// client, placed after the connections were kept).
+    ///
+    /// # Panics
+    /// If the keys were not placed (the starter places them before barrier 2).
+    fn assign_keys(&mut self) {
+        let cfg = &self.shared.config;
+        let placement = self
+            .shared
+            .placement
+            .get()
+            .expect("keys placed by barrier 2");
+        for c in &mut self.conns {
+            let picker = Picker::new(
+                cfg.mix(),
+                placement.pick[c.index].clone(),
+                derive_seed(cfg.seed, SEED_PICKER, c.index as u64),
+            );
+            c.assign_keys(picker, placement.own[c.index].clone(), cfg.verify);
+        }
     }
 
     /// Bypass client: resets its connections before the thread ends (a process that exits

@@ -9,7 +9,8 @@ use super::*;
 impl Worker {
     pub(super) fn on_event(&mut self, i: usize, events: u32) {
         match self.conns[i].state {
-            ConnState::Down { .. } => {}
+            // Kernel sockets are never probed by the worker (steered ones come probed).
+            ConnState::Down { .. } | ConnState::Probing => {}
             ConnState::Connecting => {
                 let res =
                     sys::connect_result(self.conns[i].stream.as_ref().expect("connecting socket"));

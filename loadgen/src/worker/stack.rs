@@ -1,12 +1,30 @@
-//! The bypass client's round (`--net tap`): the thread's own TCP stack is polled instead of
-//! epoll (ingress, connection events, replies copied into `Conn.inb`, output, egress, send
-//! stamps), and the same `issue`, `decode_replies`, `refill` and `fail` serve it.
+//! The bypass client's round (`--net tap`, `--net xdp`): the thread's own TCP stack is
+//! polled instead of epoll (ingress, connection events, replies copied into `Conn.inb`,
+//! output, egress, send stamps), and the same `issue`, `decode_replies`, `refill` and `fail`
+//! serve it.
+//!
+//! **Steering** (`--steer`). A connection established is asked which worker serves it
+//! before it is ready:
+//!
+//! ```text
+//! Established ─write probe─▶ Probing ─reply in inb (parse_probe_with_workers)─┐
+//!   kept: start-up, its worker's share short (Shares); later, its own worker  ─▶ Ready
+//!   else: abort (RST), connect again from another source port ─▶ Connecting
+//! ```
+//!
+//! At start-up the thread's connections share [`MAX_ATTEMPTS_PER_CONNECTION`] attempts
+//! each, within [`STEER_DEADLINE`](crate::client::steer::STEER_DEADLINE); a connection reopened later (its worker known) gets
+//! [`MAX_ATTEMPTS_PER_CONNECTION`] of its own, then counts as refused and backs off.
 
 use std::time::Duration;
 
 use netstack::ConnEvent;
 
 use super::*;
+use crate::client::steer::{
+    MAX_ATTEMPTS_PER_CONNECTION, Offer, WorkerInfo, parse_probe_with_workers,
+    probe_with_workers_request,
+};
 
 impl Worker {
     /// Bypass client: queues every dirty connection's output in its socket; what its send
@@ -48,6 +66,117 @@ impl Worker {
         self.blocked = blocked;
     }
 
+    /// Steering: asks established connection `i` which worker serves it.
+    fn send_probe(&mut self, i: usize, now: u64) {
+        let request = probe_with_workers_request(self.shared.config.protocol);
+        let net = self.bypass.as_mut().expect("a bypass worker");
+        let c = &mut self.conns[i];
+        // A new connection's send buffer takes the few dozen bytes whole.
+        match c.link.and_then(|id| net.write(id, request)) {
+            Some(n) if n == request.len() => {
+                c.bytes_written += n as u64;
+                c.state = ConnState::Probing;
+            }
+            _ => self.fail(i, Failure::Reset, now),
+        }
+    }
+
+    /// Steering: reads connection `i`'s probe reply from its buffer, if it is all there.
+    fn read_probe(&mut self, i: usize, closed: bool, now: u64) {
+        let protocol = self.shared.config.protocol;
+        let c = &mut self.conns[i];
+        let received = &c.inb[c.in_start..c.in_end];
+        match parse_probe_with_workers(protocol, received) {
+            Ok(None) if closed => self.fail(i, Failure::Reset, now),
+            Ok(None) => {}
+            // Nothing is asked after the probe, so nothing may follow its reply.
+            Ok(Some((info, used))) if used == received.len() => {
+                c.in_start += used;
+                self.probed(i, &info, now);
+            }
+            Ok(Some(_)) => self.not_answered(i, "bytes after the reply".into(), now),
+            Err(e) => self.not_answered(i, e.to_string(), now),
+        }
+    }
+
+    /// Steering: connection `i`'s reply names no worker (`why`); at start-up that ends the
+    /// run's steering.
+    fn not_answered(&mut self, i: usize, why: String, now: u64) {
+        if self.phase == Phase::Connect {
+            self.steer_failure
+                .get_or_insert(SteerError::NotAnswered(why));
+        }
+        self.fail(i, Failure::Protocol, now);
+    }
+
+    /// Steering: connection `i` is served by `info.worker`: kept (ready) if it is where it
+    /// is wanted, else aborted and opened again, within the bounds.
+    fn probed(&mut self, i: usize, info: &WorkerInfo, now: u64) {
+        let keep = match self.conns[i].worker {
+            Some(worker) => info.worker == worker,
+            None => {
+                let shares = self.shared.shares.as_ref().expect("steering shares");
+                let offer = shares
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .offer(self.conns[i].index, info);
+                match offer {
+                    Ok(offer) => offer == Offer::Keep,
+                    Err(e) => {
+                        self.steer_failure.get_or_insert(e);
+                        self.fail(i, Failure::Protocol, now);
+                        return;
+                    }
+                }
+            }
+        };
+        let thread_conns = self.conns.len();
+        let c = &mut self.conns[i];
+        if keep {
+            c.worker = Some(info.worker);
+            c.steer_attempts = 0;
+            self.became_ready(i, now);
+            return;
+        }
+        c.steer_attempts += 1;
+        if self.phase == Phase::Connect {
+            self.steer_tries += 1;
+            if self.steer_tries >= MAX_ATTEMPTS_PER_CONNECTION * thread_conns {
+                let shares = self.shared.shares.as_ref().expect("steering shares");
+                let unspread = shares
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .unspread();
+                self.steer_failure.get_or_insert(unspread);
+                self.fail(i, Failure::Refused, now);
+                return;
+            }
+        } else if c.steer_attempts as usize >= MAX_ATTEMPTS_PER_CONNECTION {
+            // Counted as a refused connection; it is opened again after the back-off.
+            c.steer_attempts = 0;
+            self.fail(i, Failure::Refused, now);
+            return;
+        }
+        // Another worker's: reset it and connect from another source port.
+        let net = self.bypass.as_mut().expect("a bypass worker");
+        if let Some(id) = c.link {
+            net.abort(id);
+        }
+        c.close();
+        if self.open(i, now).is_err() {
+            self.fail(i, Failure::Refused, now);
+        }
+    }
+
+    /// Whether another thread's steering failed at start-up (this one stops waiting).
+    pub(super) fn steer_failed_elsewhere(&self) -> bool {
+        self.shared
+            .steer_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
+    }
+
     /// Bypass client: one round of the stack (ingress, connection events, replies, output,
     /// egress, send stamps); then, if nothing happened and `deadline_ns` is ahead, waits for
     /// a frame until then (or the table's next timer).
@@ -74,9 +203,17 @@ impl Worker {
                 continue;
             };
             match (event, self.conns[i].state) {
-                (ConnEvent::Established, ConnState::Connecting) => self.became_ready(i, now),
+                (ConnEvent::Established, ConnState::Connecting) => {
+                    if self.shared.config.steer {
+                        self.send_probe(i, now);
+                    } else {
+                        self.became_ready(i, now);
+                    }
+                }
                 (ConnEvent::Refused, _) => self.fail(i, Failure::Refused, now),
-                (ConnEvent::TimedOut, ConnState::Connecting) => self.fail(i, Failure::Refused, now),
+                (ConnEvent::TimedOut, ConnState::Connecting | ConnState::Probing) => {
+                    self.fail(i, Failure::Refused, now);
+                }
                 (ConnEvent::TimedOut, _) => self.fail(i, Failure::Timeout, now),
                 (ConnEvent::Reset | ConnEvent::Closed, _) => self.fail(i, Failure::Reset, now),
                 (ConnEvent::Established, _) => {}
@@ -108,6 +245,10 @@ impl Worker {
             progress = true;
             let rx_ns = self.bypass.as_ref().and_then(|b| b.received_ns(stamps));
             let handled_ns = clock.now_ns();
+            if self.conns[i].state == ConnState::Probing {
+                self.read_probe(i, closed, handled_ns);
+                continue;
+            }
             if self.conns[i].state != ConnState::Ready {
                 continue;
             }

@@ -24,9 +24,11 @@
 //! server does with several `--server`.
 //!
 //! The probing, the shares and the placement know nothing of sockets ([`Spread`] and
-//! [`place_by_owner`] take worker numbers), so a transport that learns its connections'
-//! workers can use them as the kernel-socket path does ([`connect_steered`]). The probe itself
-//! (what each protocol asks, and a parser of the reply that does no I/O) is in `probe.rs`.
+//! [`place_by_owner`] take worker numbers): the kernel-socket path opens and probes its
+//! connections here ([`connect_steered`]); the bypass client's threads probe their own
+//! connections without blocking (`worker/stack.rs`) and fill one [`Shares`] together. The
+//! probe itself (what each protocol asks, and a parser of the reply that does no I/O) is in
+//! `probe.rs`.
 
 use std::fmt;
 use std::io;
@@ -41,8 +43,8 @@ mod probe;
 
 use probe::resp_workers;
 pub use probe::{
-    ProbeError, RESP_WORKERS_REQUEST, WorkerInfo, parse_probe, parse_resp_workers, probe,
-    probe_request,
+    ProbeError, RESP_WORKERS_REQUEST, WorkerInfo, parse_probe, parse_probe_with_workers,
+    parse_resp_workers, probe, probe_request, probe_with_workers_request,
 };
 
 /// Connection attempts allowed per connection kept before steering gives up.
@@ -85,7 +87,7 @@ pub enum SteerError {
         /// The worker.
         worker: usize,
     },
-    /// Steering needs one server, over kernel sockets.
+    /// Steering cannot run as configured (the message says why).
     Unsupported(&'static str),
 }
 
@@ -177,6 +179,93 @@ impl Spread {
     /// Connections each worker is to get.
     pub fn wanted(&self) -> &[usize] {
         &self.wanted
+    }
+}
+
+/// The shares of connections probed on several threads at once (the bypass client's, each
+/// thread opening its own connections): one [`Spread`] behind the threads' lock, the worker
+/// each kept connection landed on, and the attempts made. The first answer fixes the number
+/// of workers; a connection kept here is placed by [`place_by_owner`] once all are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shares {
+    connections: usize,
+    spread: Option<Spread>,
+    conn_workers: Vec<Option<usize>>,
+    attempts: usize,
+}
+
+impl Shares {
+    /// No connection kept yet, of `connections`.
+    pub fn new(connections: usize) -> Shares {
+        Shares {
+            connections,
+            spread: None,
+            conn_workers: vec![None; connections],
+            attempts: 0,
+        }
+    }
+
+    /// Connection `index` answered `info` (from [`parse_probe_with_workers`]): kept while
+    /// its worker's share is short.
+    ///
+    /// # Errors
+    /// [`SteerError::OwnerHash`] for another owner hash; [`SteerError::NotAnswered`] when
+    /// the reply has no worker count or another count than the first reply's.
+    pub fn offer(&mut self, index: usize, info: &WorkerInfo) -> Result<Offer, SteerError> {
+        self.attempts += 1;
+        if let Some(name) = &info.owner_hash
+            && name != owner::OWNER_HASH_NAME
+        {
+            return Err(SteerError::OwnerHash(name.clone()));
+        }
+        let workers = info.workers.ok_or_else(|| {
+            SteerError::NotAnswered("the reply does not say how many workers serve".into())
+        })?;
+        let connections = self.connections;
+        let spread = self
+            .spread
+            .get_or_insert_with(|| Spread::new(connections, workers));
+        if spread.wanted().len() != workers.max(1) {
+            return Err(SteerError::NotAnswered(format!(
+                "connections were told of {} and of {workers} workers",
+                spread.wanted().len()
+            )));
+        }
+        let offer = spread.offer(info.worker);
+        if offer == Offer::Keep
+            && let Some(slot) = self.conn_workers.get_mut(index)
+        {
+            *slot = Some(info.worker);
+        }
+        Ok(offer)
+    }
+
+    /// Whether every worker has its share.
+    pub fn is_full(&self) -> bool {
+        self.spread.as_ref().is_some_and(Spread::is_full)
+    }
+
+    /// The number of workers, once a connection said.
+    pub fn workers(&self) -> Option<usize> {
+        self.spread.as_ref().map(|s| s.wanted().len())
+    }
+
+    /// The worker of each connection, by index, once all are kept.
+    pub fn conn_workers(&self) -> Option<Vec<usize>> {
+        self.conn_workers.iter().copied().collect()
+    }
+
+    /// The error of a spread that did not fill: the attempts so far and the counts.
+    pub fn unspread(&self) -> SteerError {
+        let s = self
+            .spread
+            .clone()
+            .unwrap_or_else(|| Spread::new(self.connections, 1));
+        SteerError::Unspread {
+            attempts: self.attempts,
+            got: s.got().to_vec(),
+            wanted: s.wanted().to_vec(),
+        }
     }
 }
 
@@ -363,6 +452,56 @@ mod tests {
         assert_eq!(s.got(), &[3, 2]);
         // A worker number the server should not have given is never kept.
         assert_eq!(s.offer(7), Offer::Close);
+    }
+
+    fn info(worker: usize, workers: usize) -> WorkerInfo {
+        WorkerInfo {
+            worker,
+            workers: Some(workers),
+            owner_hash: Some(owner::OWNER_HASH_NAME.into()),
+        }
+    }
+
+    #[test]
+    fn shares_of_several_threads_record_each_kept_connections_worker() {
+        let mut s = Shares::new(3);
+        assert_eq!(s.workers(), None);
+        assert_eq!(s.offer(2, &info(1, 2)), Ok(Offer::Keep));
+        assert_eq!(s.offer(1, &info(1, 2)), Ok(Offer::Close));
+        assert_eq!(s.conn_workers(), None);
+        assert_eq!(s.offer(0, &info(0, 2)), Ok(Offer::Keep));
+        assert!(!s.is_full());
+        assert_eq!(s.offer(1, &info(0, 2)), Ok(Offer::Keep));
+        assert!(s.is_full());
+        assert_eq!(s.workers(), Some(2));
+        assert_eq!(s.conn_workers(), Some(vec![0, 0, 1]));
+        assert_eq!(
+            s.unspread(),
+            SteerError::Unspread {
+                attempts: 4,
+                got: vec![2, 1],
+                wanted: vec![2, 1]
+            }
+        );
+    }
+
+    #[test]
+    fn shares_refuse_another_hash_and_disagreeing_counts() {
+        let mut s = Shares::new(2);
+        let mut other = info(0, 2);
+        other.owner_hash = Some("crc32".into());
+        assert_eq!(
+            s.offer(0, &other),
+            Err(SteerError::OwnerHash("crc32".into()))
+        );
+        assert_eq!(s.offer(0, &info(0, 2)), Ok(Offer::Keep));
+        assert!(matches!(
+            s.offer(1, &info(0, 3)),
+            Err(SteerError::NotAnswered(_))
+        ));
+        let mut none = info(1, 2);
+        none.workers = None;
+        assert!(matches!(s.offer(1, &none), Err(SteerError::NotAnswered(_))));
     }
 
     #[test]

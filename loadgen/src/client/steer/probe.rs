@@ -72,6 +72,46 @@ pub fn probe_request(protocol: Protocol) -> &'static [u8] {
 /// [`parse_resp_workers`].
 pub const RESP_WORKERS_REQUEST: &[u8] = b"*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$10\r\nio-threads\r\n";
 
+/// RESP: [`probe_request`] and [`RESP_WORKERS_REQUEST`] pipelined.
+const RESP_PROBE_AND_WORKERS: &[u8] =
+    b"*2\r\n$6\r\nCLIENT\r\n$4\r\nINFO\r\n*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$10\r\nio-threads\r\n";
+
+/// The request that asks a connection its worker and the number of workers in one exchange:
+/// [`probe_request`], with RESP's [`RESP_WORKERS_REQUEST`] pipelined after it (`CLIENT INFO`
+/// does not give the count). Its reply is read with [`parse_probe_with_workers`].
+pub fn probe_with_workers_request(protocol: Protocol) -> &'static [u8] {
+    match protocol {
+        Protocol::Resp => RESP_PROBE_AND_WORKERS,
+        _ => probe_request(protocol),
+    }
+}
+
+/// Reads the reply to [`probe_with_workers_request`] at the start of `buf`, as
+/// [`parse_probe`]; `workers` is then known in every protocol (a reply without it is
+/// complete only with it).
+///
+/// # Errors
+/// [`ProbeError`] when the reply names no worker or no worker count.
+pub fn parse_probe_with_workers(
+    protocol: Protocol,
+    buf: &[u8],
+) -> Result<Option<(WorkerInfo, usize)>, ProbeError> {
+    let Some((mut info, used)) = parse_probe(protocol, buf)? else {
+        return Ok(None);
+    };
+    if protocol == Protocol::Resp {
+        let Some((workers, more)) = parse_resp_workers(&buf[used..])? else {
+            return Ok(None);
+        };
+        info.workers = Some(workers);
+        return Ok(Some((info, used + more)));
+    }
+    if info.workers.is_none() {
+        return Err(ProbeError::NoWorker);
+    }
+    Ok(Some((info, used)))
+}
+
 /// Reads the reply to [`probe_request`] at the start of `buf`: `Ok(None)` while it is
 /// incomplete, else the worker and the bytes the reply took (bytes after it are left alone).
 ///
@@ -413,6 +453,52 @@ mod tests {
             assert_eq!(parse_resp_workers(&workers[..n]), Ok(None), "{n}");
         }
         assert_eq!(parse_resp_workers(workers), Ok(Some((4, workers.len()))));
+    }
+
+    #[test]
+    fn one_exchange_gives_worker_and_count_in_every_protocol() {
+        let line = b"id=7 db=0 worker=1\n";
+        let mut resp = format!("${}\r\n", line.len()).into_bytes();
+        resp.extend_from_slice(line);
+        resp.extend_from_slice(b"\r\n*2\r\n$10\r\nio-threads\r\n$1\r\n2\r\n");
+        let text = b"STAT worker 1\r\nSTAT workers 2\r\nEND\r\n".to_vec();
+        let mut binary = stat_packet(b"worker", b"1", 0);
+        binary.extend(stat_packet(b"workers", b"2", 0));
+        binary.extend(stat_packet(b"", b"", 0));
+        for (protocol, reply) in [
+            (Protocol::Resp, resp),
+            (Protocol::Text, text),
+            (Protocol::Binary, binary),
+        ] {
+            // The CONFIG GET of RESP's probe rides on the same write.
+            let request = probe_with_workers_request(protocol);
+            assert!(request.starts_with(probe_request(protocol)), "{protocol:?}");
+            assert_eq!(
+                request.ends_with(RESP_WORKERS_REQUEST),
+                protocol == Protocol::Resp
+            );
+            // The CLIENT INFO reply alone is not the whole answer.
+            for n in 0..reply.len() {
+                assert_eq!(
+                    parse_probe_with_workers(protocol, &reply[..n]),
+                    Ok(None),
+                    "{protocol:?} {n}"
+                );
+            }
+            let mut more = reply.clone();
+            more.extend_from_slice(b"NEXT");
+            let (info, used) = parse_probe_with_workers(protocol, &more).unwrap().unwrap();
+            assert_eq!(
+                (info.worker, info.workers, used),
+                (1, Some(2), reply.len()),
+                "{protocol:?}"
+            );
+        }
+        // A stats group without the count cannot be steered on.
+        assert_eq!(
+            parse_probe_with_workers(Protocol::Meta, b"STAT worker 0\r\nEND\r\n"),
+            Err(ProbeError::NoWorker)
+        );
     }
 
     #[test]
