@@ -234,6 +234,36 @@ fn items_at_the_size_limit_fit_and_one_byte_more_does_not() {
 }
 
 #[test]
+fn a_table_grows_by_less_than_a_doubling_when_items_fill_the_budget() {
+    // 11-byte keys and 100-byte values (133-byte items) written past a 64 MiB budget. A
+    // doubling from 65,536 buckets (4 MiB, 412,876 items at 6.3 a bucket) would take 8 MiB
+    // and leave room for about 438,000 items (87 % of the budget); 81,920 buckets (5 MiB)
+    // leave room for about 463,000 (92 %).
+    const BUDGET: usize = 64 << 20;
+    let mut s = shard_with(BUDGET, 1 << 20);
+    let value = [b'x'; 100];
+    for i in 0..700_000u32 {
+        let key = format!("k{i:010}");
+        s.store(Write::new(StoreMode::Set, key.as_bytes(), &value), NOW)
+            .unwrap();
+    }
+    s.check_invariants();
+    let held = s.len();
+    assert!(
+        held * item_size(11, 100) * 100 >= BUDGET * 91,
+        "{held} items of {} bytes in {BUDGET}, {} buckets",
+        item_size(11, 100),
+        s.num_buckets()
+    );
+    assert!(
+        !s.num_buckets().is_power_of_two(),
+        "{} buckets",
+        s.num_buckets()
+    );
+    assert!(s.memory_bytes() <= BUDGET);
+}
+
+#[test]
 fn a_budget_holds_small_items_at_their_size_plus_a_few_bytes() {
     // 11-byte keys and 32-byte values (70-byte items) written far past a 64 MiB budget: the
     // table (131,072 buckets, 8 MiB: an eighth) and the segments' unwritten tails and dead

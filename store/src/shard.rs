@@ -106,11 +106,11 @@ pub struct Shard {
     evictions: Option<Vec<Evicted>>,
     /// Scratch for a value built from an old one (append, prepend, incr), kept between calls.
     scratch: Vec<u8>,
-    /// Times the table's load called for doubling and the bigger table was not worth its
+    /// Times the table's load called for growing and the bigger table was not worth its
     /// memory (tests only).
     #[cfg(test)]
     capped: usize,
-    /// The table size whose doubling was last refused, so each size counts once.
+    /// The table size whose growth was last refused, so each size counts once.
     refused_buckets: usize,
     /// The heap and the memory when the budget was last lowered: the most each may hold
     /// until it is back under the budget (tests only).

@@ -1,8 +1,10 @@
 //! The hash table: 64-byte buckets of seven 8-byte entries, probed linearly bucket by bucket.
 //!
 //! An entry is `tag: 16 | segment + 1: 24 | offset: 24` (0 = empty): the top 16 bits of the
-//! key's hash, and where the item lies. A key's home bucket is `hash mod buckets` (the low
-//! bits); an entry that finds its home full goes to the first bucket after it with a free slot,
+//! key's hash, and where the item lies. A key's home bucket is the low 32 bits of its hash
+//! modulo the number of buckets (any number, so the table can grow by less than a doubling
+//! when the budget is nearly all items), taken with two multiplications (Lemire's `fastmod`)
+//! rather than a division; an entry that finds its home full goes to the first bucket after it with a free slot,
 //! at most [`MAX_PROBE`] buckets on, and the home bucket's eighth word records how far its
 //! entries went (`reach`), so a lookup reads the home bucket and, only when that bucket ever
 //! overflowed, the few after it. A miss thus usually costs one cache line; a hit one line and
@@ -72,20 +74,27 @@ fn same_tag(entry: u64, hash: u64) -> bool {
     entry != 0 && (entry ^ hash) >> TAG_SHIFT == 0
 }
 
-/// The table: a power-of-two number of buckets (0 before the first insert).
+/// The table: any number of buckets below 2^32 (0 before the first insert).
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     buckets: Box<[Bucket]>,
     len: usize,
+    /// `u64::MAX / buckets + 1`: the multiplier of `fastmod` (0 without buckets).
+    fastmod: u64,
 }
 
 impl Table {
-    /// A table of `buckets` buckets (a power of two, or 0).
+    /// A table of `buckets` buckets (below 2^32, or 0).
     pub(crate) fn with_buckets(buckets: usize) -> Table {
-        debug_assert!(buckets == 0 || buckets.is_power_of_two());
+        debug_assert!(buckets < 1 << 32);
         Table {
             buckets: vec![Bucket::default(); buckets].into_boxed_slice(),
             len: 0,
+            fastmod: if buckets == 0 {
+                0
+            } else {
+                (u64::MAX / buckets as u64).wrapping_add(1)
+            },
         }
     }
 
@@ -107,9 +116,23 @@ impl Table {
         self.len
     }
 
+    /// `hash as u32 % buckets` (exact for every 32-bit value and bucket count: Lemire, Kaser
+    /// and Kurz, "Faster remainder by direct computation", 2019).
     #[inline]
     fn home(&self, hash: u64) -> usize {
-        hash as usize & (self.buckets.len() - 1)
+        let low = self.fastmod.wrapping_mul(u64::from(hash as u32));
+        ((u128::from(low) * self.buckets.len() as u128) >> 64) as usize
+    }
+
+    /// The bucket `step` after `home` (`step` below the number of buckets), wrapping around.
+    #[inline]
+    fn after(&self, home: usize, step: usize) -> usize {
+        let bucket = home + step;
+        if bucket >= self.buckets.len() {
+            bucket - self.buckets.len()
+        } else {
+            bucket
+        }
     }
 
     /// The first entry with `hash`'s tag for which `eq` holds.
@@ -118,11 +141,10 @@ impl Table {
         if self.buckets.is_empty() {
             return None;
         }
-        let mask = self.buckets.len() - 1;
-        let home = hash as usize & mask;
+        let home = self.home(hash);
         let reach = self.buckets[home].reach as usize;
         for step in 0..=reach {
-            let bucket = (home + step) & mask;
+            let bucket = self.after(home, step);
             for (slot, &e) in self.buckets[bucket].entries.iter().enumerate() {
                 if same_tag(e, hash) && eq(e) {
                     return Some(Loc { bucket, slot });
@@ -155,10 +177,9 @@ impl Table {
         if self.buckets.is_empty() {
             return None;
         }
-        let mask = self.buckets.len() - 1;
         let home = self.home(hash);
         for step in 0..MAX_PROBE.min(self.buckets.len()) {
-            let bucket = (home + step) & mask;
+            let bucket = self.after(home, step);
             if let Some(slot) = self.buckets[bucket].entries.iter().position(|&e| e == 0) {
                 self.buckets[bucket].entries[slot] = entry;
                 let reach = &mut self.buckets[home].reach;
@@ -249,6 +270,51 @@ mod tests {
         assert!(t.find(hash(1), |_| true).is_none());
         assert_eq!(t.find(hash(20), |_| true), Some(locs[19]));
         assert_eq!(t.insert(hash(21), entry(hash(21), 0, 21)), Some(locs[0]));
+    }
+
+    #[test]
+    fn a_home_is_the_hash_modulo_any_number_of_buckets() {
+        for buckets in [1, 2, 3, 7, 8, 81_920, 98_304, 1 << 20, (1 << 32) - 1] {
+            let t = Table {
+                buckets: Box::default(),
+                len: 0,
+                fastmod: (u64::MAX / buckets).wrapping_add(1),
+            };
+            let home = |hash: u64| {
+                let low = t.fastmod.wrapping_mul(u64::from(hash as u32));
+                ((u128::from(low) * u128::from(buckets)) >> 64) as u64
+            };
+            for hash in [
+                0,
+                1,
+                2,
+                buckets - 1,
+                buckets,
+                0xdead_beef,
+                u64::MAX,
+                0xffff_ffff,
+            ] {
+                assert_eq!(
+                    home(hash),
+                    (hash & 0xffff_ffff) % buckets,
+                    "{hash} in {buckets}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_home_wraps_past_the_last_bucket_of_a_table_of_any_size() {
+        let mut t = Table::with_buckets(5);
+        // Every hash homes in bucket 4, the last; 10 entries fill it and spill into bucket 0.
+        let hash = |i: u64| (i << TAG_SHIFT) | 4;
+        for i in 1..=10 {
+            let loc = t.insert(hash(i), entry(hash(i), 0, i as usize)).unwrap();
+            assert_eq!(loc.bucket, if i <= 7 { 4 } else { 0 });
+        }
+        for i in 1..=10 {
+            assert!(t.find(hash(i), |e| offset_of(e) == i as usize).is_some());
+        }
     }
 
     #[test]

@@ -10,11 +10,16 @@ const MIN_SEGMENT_BYTES: usize = 4096;
 /// Largest segment (items larger than a segment get one of their own, of their size).
 pub const MAX_SEGMENT_BYTES: usize = 1 << 20;
 
-/// Entries per bucket at which the table considers doubling (4 of 7 slots).
+/// Entries per bucket at which the table considers growing (4 of 7 slots).
 const GROW_LOAD: usize = 4;
 
 /// Entries per bucket the table holds before inserts start failing often (9/10 of 7).
 const FULL_LOAD_TENTHS: usize = 63;
+
+/// Entries per bucket a table grown by less than a doubling may be planned for (4/5 of 7):
+/// below [`FULL_LOAD_TENTHS`], so that the entries of items dead but not yet taken back, and
+/// buckets fuller than the mean, rarely make an insert evict from its home bucket.
+const STEP_LOAD_TENTHS: usize = 56;
 
 /// The segment size for a budget: 1/32 of it as a power of two, from 4 KiB to 1 MiB.
 pub(super) fn segment_size_for(limit: usize) -> usize {
@@ -56,6 +61,9 @@ impl Shard {
         }
         self.config.memory_limit_bytes = bytes;
         self.stats.limit_maxbytes = bytes as u64;
+        // What a bigger table is worth depends on the budget: a size refused under the old
+        // one is weighed again.
+        self.refused_buckets = 0;
         let size = segment_size_for(bytes);
         if size != self.segment_size {
             self.segment_size = size;
@@ -230,7 +238,7 @@ impl Shard {
         Ok(table::entry(hash, id, offset))
     }
 
-    /// Puts entry `e` (of `hash`) in the table, doubling the table when its load calls for it
+    /// Puts entry `e` (of `hash`) in the table, growing the table when its load calls for it
     /// and the bigger table is worth its memory; when the entry finds no free slot near its
     /// home bucket, an item of that bucket is evicted for it (a dead one first; a live one
     /// only with eviction on). Returns whether the entry was placed.
@@ -275,7 +283,7 @@ impl Shard {
         true
     }
 
-    /// Before a new key is stored: when the table is due to double ([`Shard::maybe_grow`]),
+    /// Before a new key is stored: when the table is due to grow ([`Shard::maybe_grow`]),
     /// the bigger table is worth its memory and it does not fit beside the segments with room
     /// for one more, the eviction hand takes segments back until it does (compacting first
     /// while many bytes are dead, as for a store). Without this, segments that filled the
@@ -287,7 +295,7 @@ impl Shard {
         if buckets == 0
             || self.table.len() < GROW_LOAD * buckets
             || self.refused_buckets == buckets
-            || !self.doubling_worth_it()
+            || !self.growth_worth_it()
         {
             return;
         }
@@ -297,7 +305,7 @@ impl Shard {
         } else {
             Victim::Shrink
         };
-        let need = Table::bytes_for(buckets * 2) + self.segment_size;
+        let need = Table::bytes_for(self.grown_buckets()) + self.segment_size;
         while self.segs.bytes + need > self.config.memory_limit_bytes {
             if self.segs.drop_spares(0) == 0 && !self.evict_one(now, victim) {
                 return;
@@ -305,20 +313,43 @@ impl Shard {
         }
     }
 
-    /// Whether the items the budget would hold at their current mean size beside a table of
-    /// twice the buckets would overload the current one. What the budget holds beside the
-    /// bigger table is counted less one segment: the spare, or the one the eviction hand is
-    /// emptying, holds no items that count.
-    fn doubling_worth_it(&self) -> bool {
-        let buckets = self.table.num_buckets();
+    /// Items a table of `buckets` buckets lets the budget hold at the items' current mean
+    /// size: what fits beside the table, less one segment (the spare, or the one the eviction
+    /// hand is emptying, holds no items that count), and at most [`FULL_LOAD_TENTHS`] per bucket.
+    fn items_held_with(&self, buckets: usize, load_tenths: usize) -> usize {
         let limit = self.config.memory_limit_bytes;
-        let bigger = Table::bytes_for(buckets * 2);
         let mean = (self.stats.bytes / self.table.len().max(1) as u64).max(1) as usize;
-        let would_hold = limit.saturating_sub(bigger + self.segment_size) / mean;
-        would_hold * 10 > FULL_LOAD_TENTHS * buckets
+        let fit = limit.saturating_sub(Table::bytes_for(buckets) + self.segment_size) / mean;
+        fit.min(buckets * load_tenths / 10)
     }
 
-    /// Doubles the table if that is worth its memory ([`Shard::doubling_worth_it`]) and the
+    /// The size the table grows to: of 5/4, 3/2 and twice its buckets, the one that lets the
+    /// budget hold the most items ([`Shard::items_held_with`]), the smallest of equals. While
+    /// the budget is far from full that is a doubling; near the end of a fill, a smaller step
+    /// leaves more of the budget to items: with 64 MiB of 133-byte items, 81,920 buckets
+    /// (5 MiB, 5.6 items a bucket) rather than 131,072 (8 MiB).
+    fn grown_buckets(&self) -> usize {
+        let buckets = self.table.num_buckets();
+        let doubled = buckets * 2;
+        if !self.evict {
+            return doubled;
+        }
+        let held = self.items_held_with(doubled, FULL_LOAD_TENTHS);
+        [buckets * 5 / 4, buckets * 3 / 2]
+            .into_iter()
+            .find(|&step| step > buckets && self.items_held_with(step, STEP_LOAD_TENTHS) >= held)
+            .unwrap_or(doubled)
+    }
+
+    /// Whether growing the table ([`Shard::grown_buckets`]) lets the budget hold more items
+    /// than the current one does.
+    fn growth_worth_it(&self) -> bool {
+        let buckets = self.table.num_buckets();
+        self.items_held_with(self.grown_buckets(), FULL_LOAD_TENTHS)
+            > self.items_held_with(buckets, FULL_LOAD_TENTHS)
+    }
+
+    /// Grows the table if that is worth its memory ([`Shard::growth_worth_it`]) and the
     /// bigger table fits beside the segments now ([`Shard::make_room_for_table`] made room
     /// before the store).
     pub(super) fn maybe_grow(&mut self) {
@@ -326,10 +357,10 @@ impl Shard {
         if self.refused_buckets == buckets || self.stats.bytes == 0 {
             return;
         }
-        let bigger = Table::bytes_for(buckets * 2);
-        let fits = self.segs.bytes + bigger <= self.config.memory_limit_bytes;
-        if fits && self.doubling_worth_it() {
-            self.rebuild_table(buckets * 2);
+        let grown = self.grown_buckets();
+        let fits = self.segs.bytes + Table::bytes_for(grown) <= self.config.memory_limit_bytes;
+        if fits && self.growth_worth_it() {
+            self.rebuild_table(grown);
             self.refresh_heap();
         } else {
             self.refused_buckets = buckets;

@@ -99,7 +99,7 @@ impl Shard {
         self.dead_segment_check_ms = 0;
     }
 
-    /// How many times the table's load called for doubling and the table kept its size, the
+    /// How many times the table's load called for growing and the table kept its size, the
     /// bigger one not being worth its memory beside the items (tests only).
     #[cfg(test)]
     pub(crate) fn rebuilds(&self) -> usize {

@@ -354,7 +354,7 @@ impl Shard {
         let buckets = self.table.num_buckets();
         if buckets > 0 {
             for _ in 0..buckets.min(NO_EVICT_SCAN) {
-                let index = self.scan_hand & (buckets - 1);
+                let index = self.scan_hand % buckets;
                 let dead = self
                     .table
                     .bucket(index)

@@ -110,7 +110,7 @@ impl Shard {
     /// A walk in slices is stable while the table keeps its size: an entry stays in its
     /// bucket from insert to removal, so an item that is live for the whole walk is visited
     /// exactly once, whatever is stored or removed between slices. The table changes size
-    /// only when it doubles while the cache fills or halves under a budget lowered at run
+    /// only when it grows while the cache fills or halves under a budget lowered at run
     /// time; a walk across such a resize may miss or repeat items, as a caller can tell from
     /// [`Shard::num_buckets`] changing between slices.
     pub fn visit(
