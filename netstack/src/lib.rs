@@ -47,6 +47,7 @@ pub mod kernel;
 pub mod link;
 pub mod memlink;
 pub mod neighbor;
+mod netlink;
 mod sys;
 pub mod tap;
 mod timer;

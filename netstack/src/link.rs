@@ -24,7 +24,6 @@
 
 use core::fmt;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd};
 
 use smoltcp::wire::{Ipv4Cidr, Ipv6Cidr};
 
@@ -58,9 +57,7 @@ pub enum LinkOp {
     DisableIpv6,
     /// Writing `disable_ipv6`, `accept_dad` or `router_solicitations` to keep IPv6 on.
     EnableIpv6,
-    /// Opening the `AF_INET6` socket the IPv6 address ioctl goes through.
-    Socket6,
-    /// `SIOCSIFADDR` of the IPv6 address.
+    /// `RTM_NEWADDR` of the IPv6 address (without duplicate address detection).
     SetIpv6Address,
     /// `SIOCSIFMTU`.
     SetMtu,
@@ -110,8 +107,7 @@ impl fmt::Display for LinkError {
                     LinkOp::Socket => "socket(AF_INET)",
                     LinkOp::DisableIpv6 => "write disable_ipv6",
                     LinkOp::EnableIpv6 => "write the device's IPv6 settings",
-                    LinkOp::Socket6 => "socket(AF_INET6)",
-                    LinkOp::SetIpv6Address => "SIOCSIFADDR (IPv6)",
+                    LinkOp::SetIpv6Address => "RTM_NEWADDR (IPv6, nodad)",
                     LinkOp::SetMtu => "SIOCSIFMTU",
                     LinkOp::GetMtu => "SIOCGIFMTU",
                     LinkOp::SetAddress => "SIOCSIFADDR",
@@ -214,7 +210,8 @@ pub fn configure(name: &str, config: &LinkConfig) -> Result<(), LinkError> {
     }
 
     if let Some(cidr) = config.host_ipv6 {
-        add_ipv6_address(index, cidr).map_err(|(op, e)| fail(op, e))?;
+        crate::netlink::add_ipv6_address(index, cidr.address().octets(), cidr.prefix_len())
+            .map_err(|e| fail(LinkOp::SetIpv6Address, e))?;
     }
 
     let mut req = sys::ifreq(&name);
@@ -246,39 +243,6 @@ fn ipv6_conf(name: &IfName, key: &str, value: &str) -> Result<(), i32> {
         .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
     file.write_all(format!("{value}\n").as_bytes())
         .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
-}
-
-/// Adds `cidr` to the device with index `index` (`SIOCSIFADDR` with a `struct in6_ifreq` on
-/// an `AF_INET6` socket); an address already there is fine.
-fn add_ipv6_address(index: u32, cidr: Ipv6Cidr) -> Result<(), (LinkOp, i32)> {
-    // SAFETY: plain socket(2) call with constant arguments; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err((LinkOp::Socket6, sys::errno()));
-    }
-    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
-    let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-    let mut req = libc::in6_ifreq {
-        ifr6_addr: libc::in6_addr {
-            s6_addr: cidr.address().octets(),
-        },
-        ifr6_prefixlen: u32::from(cidr.prefix_len()),
-        ifr6_ifindex: libc::c_int::try_from(index)
-            .map_err(|_| (LinkOp::SetIpv6Address, libc::EINVAL))?,
-    };
-    // SAFETY: SIOCSIFADDR on an AF_INET6 socket reads one `struct in6_ifreq`, and `req` is a
-    // valid one that lives across the call.
-    let rc = unsafe {
-        libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCSIFADDR as libc::Ioctl,
-            &mut req as *mut libc::in6_ifreq,
-        )
-    };
-    match (rc, sys::errno()) {
-        (0.., _) | (_, libc::EEXIST) => Ok(()),
-        (_, errno) => Err((LinkOp::SetIpv6Address, errno)),
-    }
 }
 
 /// An `AF_INET` `sockaddr` holding `octets`, port 0, as the address ioctls want.

@@ -42,7 +42,7 @@
 mod asm;
 pub mod bpf;
 mod device;
-mod netlink;
+use crate::netlink;
 pub(crate) mod ring;
 mod rx;
 mod tx;

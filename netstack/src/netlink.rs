@@ -1,7 +1,8 @@
 //! rtnetlink: read a link's MAC, MTU, receive queues and attached XDP program
-//! (`RTM_GETLINK`), and attach or detach an XDP program (`RTM_SETLINK` with `IFLA_XDP`),
-//! the same request `ip link set dev X xdp ...` sends. Start-up and shutdown only; a fresh
-//! socket per request.
+//! (`RTM_GETLINK`), attach or detach an XDP program (`RTM_SETLINK` with `IFLA_XDP`, the same
+//! request `ip link set dev X xdp ...` sends), and give a link an IPv6 address without
+//! duplicate address detection (`RTM_NEWADDR` with `IFA_F_NODAD`, as `ip addr add ...
+//! nodad`). Start-up and shutdown only; a fresh socket per request.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -35,6 +36,13 @@ pub(crate) const FLAGS_DRV_MODE: u32 = 1 << 2;
 pub(crate) const FLAGS_HW_MODE: u32 = 1 << 3;
 /// `XDP_FLAGS_REPLACE`: act only if the attached program is `IFLA_XDP_EXPECTED_FD`'s.
 pub(crate) const FLAGS_REPLACE: u32 = 1 << 4;
+
+const IFA_ADDRESS: u16 = 1;
+const IFA_FLAGS: u16 = 8;
+/// `IFA_F_NODAD`: no duplicate address detection, so the address is never tentative.
+const IFA_F_NODAD: u32 = 0x02;
+/// `IFA_F_PERMANENT`: configured, not learned from a router.
+const IFA_F_PERMANENT: u32 = 0x80;
 
 const NLA_F_NESTED: u16 = 1 << 15;
 const NLA_TYPE_MASK: u16 = !(NLA_F_NESTED | (1 << 14));
@@ -282,6 +290,30 @@ pub(crate) fn set_xdp(
     }
     let mut msg = request(libc::RTM_SETLINK, libc::NLM_F_ACK as u16, ifindex);
     put_attr(&mut msg, IFLA_XDP | NLA_F_NESTED, &nested);
+    transact(msg).map(drop)
+}
+
+/// Gives link `ifindex` the IPv6 address `addr/prefix_len`, usable at once: without
+/// `IFA_F_NODAD` the kernel marks a new address tentative and clears the mark only later,
+/// on a workqueue, even with `accept_dad` at 0, and until then nothing can bind to it.
+/// Giving an address the link already has is not an error (`NLM_F_REPLACE`).
+pub(crate) fn add_ipv6_address(ifindex: u32, addr: [u8; 16], prefix_len: u8) -> Result<(), Errno> {
+    let mut msg = Vec::with_capacity(64);
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    msg.extend_from_slice(&libc::RTM_NEWADDR.to_ne_bytes());
+    let flags = libc::NLM_F_REQUEST | libc::NLM_F_ACK | libc::NLM_F_CREATE | libc::NLM_F_REPLACE;
+    msg.extend_from_slice(&(flags as u16).to_ne_bytes());
+    msg.extend_from_slice(&1u32.to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    // ifaddrmsg: family, prefix length, flags (the 8-bit copy), scope (universe), index.
+    msg.extend_from_slice(&[libc::AF_INET6 as u8, prefix_len, IFA_F_NODAD as u8, 0]);
+    msg.extend_from_slice(&ifindex.to_ne_bytes());
+    put_attr(&mut msg, IFA_ADDRESS, &addr);
+    put_attr(
+        &mut msg,
+        IFA_FLAGS,
+        &(IFA_F_NODAD | IFA_F_PERMANENT).to_ne_bytes(),
+    );
     transact(msg).map(drop)
 }
 
