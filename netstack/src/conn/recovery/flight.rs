@@ -88,6 +88,10 @@ pub(crate) struct Flight {
     pub(super) least_rtt_us: u32,
     /// Acknowledgment number and window field of the newest segment sent after the SYN.
     pub(super) ack: Option<(u32, u16)>,
+    /// SND.MAX when a copy last went out on the peer's retransmission, until the peer
+    /// acknowledges up to it: meanwhile a retransmission of the peer's may answer that
+    /// copy, and shows nothing lost.
+    pub(super) recover: Option<u32>,
     pub(super) probe_at: Option<Instant>,
     pub(super) lost_at: Option<Instant>,
     /// The smallest RTT sample of the last second or so (see [`MinRtt`]).
@@ -115,6 +119,7 @@ impl Default for Flight {
             snd_max: 0,
             least_rtt_us: 0,
             ack: None,
+            recover: None,
             probe_at: None,
             lost_at: None,
             min_rtt: MinRtt::default(),
@@ -290,6 +295,9 @@ impl Flight {
             // A data segment (or FIN) alone in flight: its ACK delay is a sample.
             let lone = self.copies.len() == 1 && self.copies.front().is_some_and(|c| !c.syn);
             self.snd_una = ack;
+            if self.recover.is_some_and(|recover| !before(ack, recover)) {
+                self.recover = None;
+            }
             // Something new arrived: one more probe is paid for.
             recovery.credit = recovery.credit.saturating_add(1).min(PROBE_CREDIT);
             let mut sample = None;
@@ -374,23 +382,32 @@ impl Flight {
             }
         }
         // The peer sent again data (or a FIN) that we had acknowledged: no acknowledgment
-        // reached it within its retransmission timeout, so every copy that carried one was
-        // lost (or is very late). This is how a lost reply of a peer that acknowledges late
-        // is found before its probe: the peer's own timer (a Linux client's
-        // probe or RTO, at least its route's `rto_min`) resends its request.
+        // had reached it when it did, so the first copy that carried one was lost, or is
+        // very late, or still in flight (`lost_time` waits a round trip for its ACK). This
+        // is how a lost reply of a peer that acknowledges late is found before its probe:
+        // the peer's own timer (a Linux client's probe or RTO, at least its route's
+        // `rto_min`) resends its request. Only that copy: the peer's ACK of it shows
+        // whether later ones are missing too (RACK, below), and each copy sent again on a
+        // guess draws an ACK at once from the peer, three of which are smoltcp's signal
+        // for a fast retransmit, that is, more evidence of this kind for us. And once per
+        // round trip (`recover`): until the peer acknowledges all we had sent when that
+        // copy went out, its retransmission may be its table's answer to our copy (the
+        // peer runs this code too), not a sign that anything is missing.
         let len = seg.segment_len();
         if len > 0
             && seg.flags & flags::SYN == 0
             && !before(ack, self.snd_una)
+            && self.recover.is_none()
             && let Some((our_ack, _)) = self.ack
         {
             let end = seg.seq_number.wrapping_add(len);
-            if !after(end, our_ack) {
-                for copy in self.copies.iter_mut() {
-                    if !copy.sacked && !copy.syn && !before(copy.peer_ack, end) {
-                        copy.lost = true;
-                    }
-                }
+            if !after(end, our_ack)
+                && let Some(copy) = self
+                    .copies
+                    .iter_mut()
+                    .find(|copy| !copy.sacked && !copy.syn && !before(copy.peer_ack, end))
+            {
+                copy.lost = true;
             }
         }
         self.detect_lost();
@@ -482,7 +499,10 @@ impl Flight {
         copy.duplicate = false;
         match resend.kind {
             ResendKind::Lost => stats.sack_resends += 1,
-            ResendKind::PeerRetransmit => stats.peer_retransmit_resends += 1,
+            ResendKind::PeerRetransmit => {
+                stats.peer_retransmit_resends += 1;
+                self.recover = Some(self.snd_max);
+            }
             ResendKind::Probe => {
                 stats.probes += 1;
                 stats.probes_stretched += u64::from(stretched);
@@ -593,13 +613,25 @@ impl Flight {
         }
     }
 
-    /// When copy `index` counts as lost: at once if the peer's retransmission showed it
-    /// never arrived; if it was sent before the newest delivered segment, once that
-    /// segment's RTT and the reordering window have passed.
+    /// When copy `index` counts as lost: if the peer's retransmission showed it missing,
+    /// once a round trip (the newest delivered segment's RTT, at least the minimum) and the
+    /// reordering window have passed since it went out; if it was sent before the newest
+    /// delivered segment, once that segment's RTT and the reordering window have passed.
+    ///
+    /// A peer's retransmission shows only that none of our acknowledgments had reached the
+    /// peer when it left. A copy sent less than a round trip ago cannot have reached it by
+    /// then: it is in flight, and its ACK usually comes before this time and drops it. The
+    /// peer's retransmission may itself be a copy its table sent because of one of ours
+    /// (both ends run this code): sending in-flight copies again at once would make each
+    /// end's duplicates the other's evidence, a loop that outlives the loss that began it.
+    /// `tests::a_peers_retransmission_crossing_our_reply_sends_nothing_again` shows it.
     fn lost_time(&self, index: usize) -> Option<Instant> {
         let copy = &self.copies[index];
+        let min_rtt = Duration::from_micros(u64::from(self.min_rtt.micros()));
+        let reordering = min_rtt / 4;
         if copy.lost {
-            return Some(copy.sent_at);
+            let rtt = self.delivered.map_or(min_rtt, |d| d.rtt.max(min_rtt));
+            return Some(copy.sent_at + rtt + reordering);
         }
         let delivered = self.delivered?;
         let sent_before = copy.sent_at < delivered.sent_at
@@ -607,7 +639,6 @@ impl Flight {
         if copy.sacked || !sent_before {
             return None;
         }
-        let reordering = Duration::from_micros(u64::from(self.min_rtt.micros() / 4));
         Some(copy.sent_at + delivered.rtt + reordering)
     }
 

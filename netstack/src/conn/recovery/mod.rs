@@ -47,8 +47,18 @@
 //!   a row as twice it), so a peer that turns slow is learned within a few probes.
 //!   `tests::a_lone_segments_timeout_follows_its_clients_ack_delay` shows it.
 //! - **The peer's retransmission.** When the peer sends again data (or a FIN) we had
-//!   acknowledged, no acknowledgment reached it: every copy that carried one is lost and
-//!   goes out again at once. This needs no timing, so it holds on a busy host.
+//!   acknowledged, no acknowledgment had reached it when it did: the first copy that
+//!   carried one is lost and goes out again once it was sent at least a round trip ago (the
+//!   newest delivered segment's RTT, at least the minimum, and the reordering window), at
+//!   once if it was; sent more recently it may be in flight, and goes out again only if
+//!   its ACK does not come within that time. Only that copy: the peer's ACK of it shows
+//!   what else is missing (RACK, below). And once per round trip: until the peer
+//!   acknowledges all that had been sent when that copy went out, a retransmission of the
+//!   peer's may be its answer to the copy, and shows nothing. A copy sent again on this
+//!   evidence is itself the peer's evidence (both ends run this code), and each duplicate
+//!   draws an ACK at once, three of which make smoltcp retransmit; without these limits
+//!   each end's duplicates would drive the other's, a loop that outlives the loss that
+//!   began it. `tests::a_peers_retransmission_crossing_our_reply_sends_nothing_again`.
 //! - **Probes are paid for** by acknowledgments: every ACK of new data (any connection's)
 //!   earns the table one probe, up to [`PROBE_CREDIT`] saved, and every probe spends one; a
 //!   probe due when none is left is withheld, and that episode is left to smoltcp's timer.
@@ -236,9 +246,11 @@ recovery_stats! {
     /// `probes_recovered`, in µs: divided by it, how long a lost segment waited for its
     /// repair.
     probes_recovered_us: "from the original transmission to the probe, summed over probes that repaired a loss, us",
-    /// Copies sent again at once because the peer sent again data they had acknowledged:
-    /// the peer never got them (it retransmits because no acknowledgment came).
-    peer_retransmit_resends: "copies sent again at once because the peer retransmitted data they acknowledged",
+    /// Copies sent again because the peer sent again data they had acknowledged: the peer
+    /// never got them (it retransmits because no acknowledgment came), and no ACK came
+    /// within a round trip of their transmission. Of each retransmission, the first copy
+    /// that acknowledged it.
+    peer_retransmit_resends: "copies sent again because the peer retransmitted data they acknowledged",
 }
 
 /// Loss recovery settings and what the table learned of the network, shared by its

@@ -1189,6 +1189,91 @@ fn a_peer_retransmitting_data_a_copy_acknowledged_shows_that_copy_lost() {
     assert_eq!(stats.peer_retransmit_resends, 1);
 }
 
+/// Regression: when the peer sent again data it had acknowledged, every copy that
+/// acknowledged it went out again at once, even those that had left less than a round
+/// trip before and were still on their way. Under loss both ways, with both ends running
+/// this code, one end's spurious copies were the other's evidence (directly, and through
+/// the duplicate ACKs that make smoltcp retransmit) and its copies the first's again: the
+/// two ends traded copies of everything in flight, hundreds of thousands a run for a few
+/// hundred frames dropped.
+#[test]
+fn a_peers_retransmission_crossing_our_reply_sends_nothing_again() {
+    let (mut recovery, mut stats, mut flight) = synced(ISS, true);
+    // The request 7..17 came; the reply, acknowledging it, goes out at 1000.
+    let reply = data(ISS + 1, 100, 17);
+    send(&mut flight, &recovery, &mut stats, &reply, at(1000));
+    // 50 µs later (the round trip is 100 µs) the peer sends 7..17 again: it left before
+    // the reply could have arrived, so it says nothing of the reply.
+    flight.on_ack(
+        &mut recovery,
+        &mut stats,
+        &request(7, 10, ISS + 1),
+        at(1050),
+    );
+    assert!(resend_due(&mut flight, &mut recovery, &mut stats, at(1050)).is_empty());
+    assert!(resend_due(&mut flight, &mut recovery, &mut stats, at(1100)).is_empty());
+    // The reply's ACK comes a round trip after it left: nothing was sent again.
+    flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 101, &[]), at(1100));
+    assert_eq!(flight.copies(), 0);
+    assert!(resend_due(&mut flight, &mut recovery, &mut stats, at(5000)).is_empty());
+    assert_eq!(
+        (stats.peer_retransmit_resends, stats.probes, stats.spurious),
+        (0, 0, 0)
+    );
+
+    // Both ends: a second reply in flight, a crossing retransmission of its request, and
+    // the peer's ACK of the reply lost. The copy goes out once the round trip and the
+    // reordering window (100 + 25 µs) have passed since it was sent, not before.
+    let second = data(ISS + 101, 100, 27);
+    send(&mut flight, &recovery, &mut stats, &second, at(6000));
+    flight.on_ack(
+        &mut recovery,
+        &mut stats,
+        &request(17, 10, ISS + 101),
+        at(6040),
+    );
+    assert_eq!(flight.deadline(), Some(at(6125)));
+    assert!(resend_due(&mut flight, &mut recovery, &mut stats, at(6124)).is_empty());
+    let sent = resend_due(&mut flight, &mut recovery, &mut stats, at(6125));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(&sent[0][54..], &second.bytes[54..]);
+    assert_eq!(stats.peer_retransmit_resends, 1);
+    flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 201, &[]), at(6300));
+    assert_eq!(flight.copies(), 0);
+
+    // Two replies acknowledging the same request, long unacknowledged when the request
+    // comes again: only the first is sent again (its ACK shows whether the second is
+    // missing too). Each copy sent on a guess draws an ACK at once from the peer, and
+    // three duplicate ACKs make the peer's smoltcp retransmit, more evidence for us.
+    let third = data(ISS + 201, 100, 37);
+    let fourth = data(ISS + 301, 100, 37);
+    send(&mut flight, &recovery, &mut stats, &third, at(7000));
+    send(&mut flight, &recovery, &mut stats, &fourth, at(7000));
+    flight.on_ack(
+        &mut recovery,
+        &mut stats,
+        &request(27, 10, ISS + 201),
+        at(7500),
+    );
+    let sent = resend_due(&mut flight, &mut recovery, &mut stats, at(7500));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(&sent[0][54..], &third.bytes[54..]);
+    assert_eq!(stats.peer_retransmit_resends, 2);
+    // The peer sends the request again: until it acknowledges all we had sent when the
+    // copy went out, that may be its answer to our copy, and shows nothing lost (a round
+    // trip after the copy, before the probe at 8200 µs, nothing is due).
+    flight.on_ack(
+        &mut recovery,
+        &mut stats,
+        &request(27, 10, ISS + 201),
+        at(7600),
+    );
+    assert!(resend_due(&mut flight, &mut recovery, &mut stats, at(7700)).is_empty());
+    flight.on_ack(&mut recovery, &mut stats, &ack(ISS + 401, &[]), at(7800));
+    assert_eq!(flight.copies(), 0);
+    assert_eq!(stats.peer_retransmit_resends, 2);
+}
+
 #[test]
 fn an_incremental_checksum_matches_a_full_one() {
     for (ack, window) in [
