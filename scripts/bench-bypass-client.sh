@@ -154,22 +154,8 @@ if has loss; then
   # client's), as bench-loss.sh does.
   ip -n "$gen" route add 10.77.0.0/24 via 10.78.0.1 rto_min 1ms
   ip -n "$srv" route add 10.78.0.0/24 via 10.77.0.1 rto_min 1ms
-  ip netns exec "$rt" nft -f - <<EOF
-table netdev memspin_loss {
-  chain to_server {
-    type filter hook ingress device "rg0" priority 0;
-    meta l4proto tcp numgen random mod 10000 < $loss counter drop
-  }
-  chain to_client {
-    type filter hook ingress device "rs0" priority 0;
-    meta l4proto tcp numgen random mod 10000 < $loss counter drop
-  }
-}
-EOF
-  drops() {
-    ip netns exec "$rt" nft list table netdev memspin_loss \
-      | sed -n 's/.*counter packets \([0-9]*\) .*/\1/p' | tr '\n' ' ' >"$1"
-  }
+  router_loss "$rt" rg0 rs0 "$loss"
+  drops() { router_drops "$rt" >"$1"; }
   counters() {
     ip netns exec "$1" nstat -asz -j TcpRetransSegs TcpExtTCPLossProbes \
       TcpExtTCPLossProbeRecovery TcpExtTCPSpuriousRTOs TcpExtTCPTimeouts >"$2"

@@ -145,6 +145,30 @@ veth_pair_create() {
   ip netns exec "$cns" sysctl -q -w net.core.txrehash=0
 }
 
+# router_loss NS IN_A IN_B LOSS: in router namespace NS, drop LOSS in 10,000 TCP frames arriving
+# on IN_A (towards the server) and on IN_B (towards the client), counted (see router_drops).
+router_loss() {
+  local ns=$1 to_server=$2 to_client=$3 loss=$4
+  ip netns exec "$ns" nft -f - <<EOF
+table netdev memspin_loss {
+  chain to_server {
+    type filter hook ingress device "$to_server" priority 0;
+    meta l4proto tcp numgen random mod 10000 < $loss counter drop
+  }
+  chain to_client {
+    type filter hook ingress device "$to_client" priority 0;
+    meta l4proto tcp numgen random mod 10000 < $loss counter drop
+  }
+}
+EOF
+}
+
+# router_drops NS: the frames router_loss dropped so far, "to-server to-client".
+router_drops() {
+  ip netns exec "$1" nft list table netdev memspin_loss \
+    | sed -n 's/.*counter packets \([0-9]*\) .*/\1/p' | tr '\n' ' '
+}
+
 # cpu_ns PID: nanoseconds on CPU of all of PID's threads so far (their schedstat).
 cpu_ns() {
   local total=0 t run

@@ -76,18 +76,7 @@ if [ "$net" = xdp ]; then
     ip netns exec "$rt" sysctl -qw net.ipv4.ip_forward=1
     if [ "$loss" != 0 ]; then
       step "router drops $loss in 10,000 TCP frames each way"
-      ip netns exec "$rt" nft -f - <<EOF
-table netdev memspin_loss {
-  chain to_server {
-    type filter hook ingress device "rg0" priority 0;
-    meta l4proto tcp numgen random mod 10000 < $loss counter drop
-  }
-  chain to_client {
-    type filter hook ingress device "rs0" priority 0;
-    meta l4proto tcp numgen random mod 10000 < $loss counter drop
-  }
-}
-EOF
+      router_loss "$rt" rg0 rs0 "$loss"
     fi
     server=10.77.0.2
     start_server "$srv" "$out/memspin.log" --net xdp --iface xs0 --ip 10.77.0.2/24 \
