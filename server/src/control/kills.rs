@@ -26,10 +26,14 @@ pub struct Kills {
 }
 
 impl Kills {
-    /// Asks `worker` to close its connection `token`.
+    /// Asks `worker` to close its connection `token`. A connection already asked for is not
+    /// listed again, so the list never holds more than the connections there are, however
+    /// many `CLIENT KILL`s name one before its worker's next turn.
     pub fn request(&self, worker: usize, token: u128) {
         if let Ok(mut list) = self.list.lock() {
-            list.push((worker, token));
+            if !list.contains(&(worker, token)) {
+                list.push((worker, token));
+            }
             self.any.store(true, Ordering::Release);
         }
     }
@@ -76,6 +80,7 @@ mod tests {
         kills.request(1, 10);
         kills.request(0, 20);
         kills.request(1, 30);
+        kills.request(1, 10);
         assert!(kills.any());
         let mut taken = Vec::new();
         kills.drain(1, |token| taken.push(token));
