@@ -4,7 +4,8 @@
 # order alternates (docs/af_xdp.md, "the load generator on AF_XDP"):
 #
 #   cost       requests per client CPU-second at one open-loop rate (COST_RATE over 16
-#              connections, both clients with --idle sleep so CPU time is work, not spinning);
+#              connections, both clients with --idle sleep --spin-us 0 so CPU time is work,
+#              not spinning: neither while replies are due nor before an arrival);
 #              target: bypass >= 2x kernel
 #   ceiling    memspin -t 1's pipelined throughput (32 connections x 16 in flight) as each
 #              client sees it, and memcached -t 1 through the kernel client beside it
@@ -111,7 +112,7 @@ if has cost || has ceiling || has single; then
           kind=${clients[$(( (c + first) % 2 ))]}
           if has cost; then
             loadgen "cost-$kind-$round" "$kind" 10.78.0.200:11211 -c 16 --rate "$cost_rate" \
-              -d "$seconds" --warmup 1 --keys 10000 --idle sleep
+              -d "$seconds" --warmup 1 --keys 10000 --idle sleep --spin-us 0
           fi
           if has ceiling; then
             loadgen "ceiling-$kind-$round" "$kind" 10.78.0.200:11211 -c 32 --pipeline 16 \
