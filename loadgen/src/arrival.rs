@@ -125,12 +125,37 @@ pub fn ks_exponential(samples: &mut [f64], mean: f64) -> f64 {
     d
 }
 
+/// The one-sided KS statistic D⁺ of `samples` (sorted ascending) against the exponential
+/// distribution with the given `mean`: how far the empirical CDF rises above the exponential
+/// one, i.e. the excess of short gaps. Bunched sends (bursts) raise it; sends that cannot come
+/// closer than some floor lower the empirical CDF instead and leave it near 0.
+pub fn ks_excess_short(sorted: &[f64], mean: f64) -> f64 {
+    if sorted.is_empty() || mean.is_nan() || mean <= 0.0 {
+        return 0.0;
+    }
+    let n = sorted.len() as f64;
+    sorted
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| (i + 1) as f64 / n - (1.0 - (-x.max(0.0) / mean).exp()))
+        .fold(0.0, f64::max)
+}
+
 /// The 5 % critical value of the one-sample KS statistic for `n` samples (asymptotic).
 pub fn ks_critical_5pct(n: usize) -> f64 {
     if n == 0 {
         return 1.0;
     }
     1.358 / (n as f64).sqrt()
+}
+
+/// The 5 % critical value of a one-sided KS statistic (D⁺ or D⁻) for `n` samples
+/// (asymptotic: `sqrt(ln(1/0.05) / 2n)`).
+pub fn ks_critical_one_sided_5pct(n: usize) -> f64 {
+    if n == 0 {
+        return 1.0;
+    }
+    1.2239 / (n as f64).sqrt()
 }
 
 /// Asymptotic p-value of KS statistic `d` for `n` samples (Kolmogorov distribution with
@@ -188,6 +213,15 @@ pub struct GapCheck {
     pub ks_p_value: f64,
     /// `ks_statistic <= ks_critical_5pct`: the gaps are consistent with a Poisson process.
     pub looks_exponential: bool,
+    /// The one-sided KS statistic D⁺: how far the share of gaps up to any length exceeds the
+    /// exponential one (more short gaps than Poisson).
+    pub ks_excess_short: f64,
+    /// Its 5 % critical value for this many samples.
+    pub ks_critical_one_sided_5pct: f64,
+    /// `ks_excess_short > ks_critical_one_sided_5pct`: more short gaps than a Poisson process
+    /// has, i.e. arrivals came in bursts. Gaps that are merely never shorter than some floor
+    /// (a send path's cost) fail `looks_exponential` but are not bunched.
+    pub bunched: bool,
 }
 
 impl GapCheck {
@@ -196,6 +230,8 @@ impl GapCheck {
         let (mean, cv) = mean_and_cv(gaps_ns);
         let d = ks_exponential(gaps_ns, expected_mean_ns);
         let crit = ks_critical_5pct(gaps_ns.len());
+        let excess = ks_excess_short(gaps_ns, expected_mean_ns);
+        let crit_one_sided = ks_critical_one_sided_5pct(gaps_ns.len());
         GapCheck {
             samples: gaps_ns.len() as u64,
             mean_gap_us: mean / 1_000.0,
@@ -205,6 +241,9 @@ impl GapCheck {
             ks_critical_5pct: crit,
             ks_p_value: ks_p_value(d, gaps_ns.len()),
             looks_exponential: !gaps_ns.is_empty() && d <= crit,
+            ks_excess_short: excess,
+            ks_critical_one_sided_5pct: crit_one_sided,
+            bunched: excess > crit_one_sided,
         }
     }
 }
@@ -271,6 +310,45 @@ mod tests {
         // Poisson gaps at the wrong rate fail too.
         let mut p = gaps(ArrivalKind::Poisson, 12_000.0, 20_000, 4);
         assert!(!GapCheck::of(&mut p, 100_000.0).looks_exponential);
+    }
+
+    /// Send times of a Poisson schedule (10,000/s) as a sender sees them that needs `floor_ns`
+    /// between two sends (a late send shortens the next gap, never below the floor), or that
+    /// sends every second arrival together with the next (`pairs`).
+    fn sent_gaps(floor_ns: u64, pairs: bool) -> Vec<f64> {
+        let mut s = Schedule::new(ArrivalKind::Poisson, 10_000.0, 0, 0.0, 5);
+        let mut sends = Vec::new();
+        let mut last = 0u64;
+        for i in 0..100_000u64 {
+            let due = s.advance();
+            let at = if pairs && i % 2 == 0 {
+                s.peek_ns()
+            } else {
+                due.max(last + floor_ns)
+            };
+            sends.push(at.max(last));
+            last = at.max(last);
+        }
+        sends.windows(2).map(|w| (w[1] - w[0]) as f64).collect()
+    }
+
+    #[test]
+    fn a_send_floor_is_not_exponential_but_only_bursts_are_bunched() {
+        let mut plain = sent_gaps(0, false);
+        let check = GapCheck::of(&mut plain, 100_000.0);
+        assert!(check.looks_exponential && !check.bunched, "{check:?}");
+        // No two sends closer than 5 µs: about 5 % of the gaps are missing at the short end,
+        // which the two-sided test sees and the one-sided one, rightly, does not.
+        let mut floored = sent_gaps(5_000, false);
+        let check = GapCheck::of(&mut floored, 100_000.0);
+        assert!(!check.looks_exponential, "{check:?}");
+        assert!(!check.bunched, "{check:?}");
+        assert!(check.ks_excess_short < check.ks_critical_one_sided_5pct);
+        // Every other request held back and sent with the next one: half the gaps are 0.
+        let mut bursts = sent_gaps(0, true);
+        let check = GapCheck::of(&mut bursts, 100_000.0);
+        assert!(check.bunched && !check.looks_exponential, "{check:?}");
+        assert!(check.ks_excess_short > 0.3, "{check:?}");
     }
 
     #[test]

@@ -401,13 +401,17 @@ impl Report {
                     self.never_sent
                 ));
             }
+            // Sends can only be later than their schedule, never earlier: a late one that
+            // shortens the next gap is a burst (the one-sided test for too many short gaps).
+            // Gaps that are merely never shorter than the send path's own cost are not a
+            // burst; what they delay is the send lag, checked above against --late-us.
             if let (ArrivalKind::Poisson, Some(s)) = (c.arrival, self.sent_check)
                 && s.samples >= 100
-                && !s.looks_exponential
+                && s.bunched
             {
                 w.push(format!(
-                    "sent inter-arrival gaps do not look exponential (KS D = {:.4} > {:.4} at 5 %): sends were bunched by backpressure or generator delay",
-                    s.ks_statistic, s.ks_critical_5pct
+                    "sent requests were bunched: more short inter-arrival gaps than a Poisson stream has (one-sided KS D+ = {:.4} > {:.4} at 5 %); backpressure or generator delay sent them in bursts",
+                    s.ks_excess_short, s.ks_critical_one_sided_5pct
                 ));
             }
         }
@@ -443,7 +447,12 @@ impl Report {
         }
         let delay = Percentiles::of(&self.generator_delay);
         let service_p50 = Percentiles::of(&self.service.all()).p50;
-        if delay.count > 0 && delay.p50 > GENERATOR_DELAY_SHARE * service_p50 {
+        // Closed loop, a reply read later is a next request sent later. Open loop, requests
+        // go out at their scheduled times, and a slow read delays one only when it holds the
+        // slot the request waits for: the delay matters once requests wait for slots.
+        let delays_sends = c.rate.is_none()
+            || self.backpressured as f64 > SATURATED_WAITED * self.sent.max(1) as f64;
+        if delay.count > 0 && delays_sends && delay.p50 > GENERATOR_DELAY_SHARE * service_p50 {
             let why = match c.idle {
                 Idle::Sleep => "it sleeps while replies are due (--idle sleep)",
                 Idle::Spin => {
@@ -717,9 +726,17 @@ impl Report {
                         g.ks_critical_5pct,
                         g.ks_p_value,
                         if g.looks_exponential {
-                            "→ exponential"
+                            "→ exponential".to_string()
+                        } else if g.bunched {
+                            format!(
+                                "→ not exponential, bunched (D+ {:.4} > {:.4})",
+                                g.ks_excess_short, g.ks_critical_one_sided_5pct
+                            )
                         } else {
-                            "→ not exponential"
+                            format!(
+                                "→ not exponential, not bunched (D+ {:.4}: fewer short gaps than Poisson)",
+                                g.ks_excess_short
+                            )
                         }
                     );
                 }
@@ -1096,7 +1113,7 @@ mod tests {
     const P: [&str; 8] = [
         "count", "mean", "p50", "p90", "p99", "p99_9", "p99_99", "max",
     ];
-    const G: [&str; 8] = [
+    const G: [&str; 11] = [
         "samples",
         "mean_gap_us",
         "expected_mean_gap_us",
@@ -1105,6 +1122,9 @@ mod tests {
         "ks_critical_5pct",
         "ks_p_value",
         "looks_exponential",
+        "ks_excess_short",
+        "ks_critical_one_sided_5pct",
+        "bunched",
     ];
 
     /// Two threads' worth of plausible open-loop statistics.
@@ -1414,6 +1434,33 @@ mod tests {
         assert_eq!((ol.backlog_start, ol.backlog_end), (20, 220));
         assert_eq!(ol.backlog_end_wait_us, 40_000.0);
         assert!(r.table().contains("backlog: 20 waiting at the start, 220 at the end (the oldest for 40.0 ms); past saturation"), "{}", r.table());
+    }
+
+    #[test]
+    fn in_open_loop_generator_delay_is_loud_only_once_requests_wait_for_slots() {
+        let slow_reads = |waited: u64| {
+            let mut t = threads(true);
+            for s in &mut t {
+                s.generator_delay = new_histogram();
+                for _ in 0..1_000 {
+                    s.generator_delay.record(3_000).unwrap();
+                }
+                s.backpressured = waited;
+            }
+            Report::from_threads(&config(true), t, None, stamps())
+        };
+        let delay = |r: &Report| {
+            r.warnings
+                .iter()
+                .filter(|w| w.starts_with("GENERATOR DELAY"))
+                .count()
+        };
+        // Every request went out at its time: a late read delayed none.
+        assert_eq!(delay(&slow_reads(0)), 0, "{:?}", slow_reads(0).warnings);
+        assert_eq!(delay(&slow_reads(10)), 0, "1 % is within the threshold");
+        // 2 % waited for a slot, which a late read may have held.
+        let loud = slow_reads(20);
+        assert_eq!(delay(&loud), 1, "{:?}", loud.warnings);
     }
 
     #[test]
