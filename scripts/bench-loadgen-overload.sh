@@ -7,11 +7,15 @@
 #   memcached        memcached -t 1 on the namespace's 127.0.0.1
 #   memspin          memspin -t 1 over TAP (--net tap, 10.77.0.2 inside the namespace)
 #
-# For each server: a closed loop over the same connections gives the capacity C; then one
-# open-loop run (Poisson) per point of POINTS × C, from below the knee to far past it, with
+# For each server: a first closed loop over the same connections calibrates the capacity C0
+# that sets the offered rates (POINTS × C0). Then ROUNDS rounds, each a closed loop (that
+# round's capacity C) and one open-loop run (Poisson) per point, from below the knee to far past
+# it (in reverse order every other round, so a drift of the machine favours no point), with
 # memspin-loadgen and, when there is one, with mutilate (-c CONNS -d 1 -q RATE) at the same
 # rates. Each point is its own run (--rate): `--sweep` stops at the first point past saturation,
-# and this benchmark is about the points after it.
+# and this benchmark is about the points after it. A point's ratio to C is the median over the
+# rounds of (rate sent / that round's C): on a shared VM the capacity moves by 10 % from one
+# run to the next, so a rate is only compared with a capacity measured beside it.
 #
 # Reported per point: the rate asked for, the rate sent (memspin-loadgen: requests sent in the
 # window; mutilate: its QPS) and its ratio to C, memspin-loadgen's corrected p50 and p99 (from
@@ -25,7 +29,8 @@
 # mutilate's output), commit.txt, machine.txt and command.txt.
 #
 # Usage: scripts/bench-loadgen-overload.sh [SECONDS per run (default 3)]
-#   POINTS="0.25 0.5 0.75 1 1.5 2 3 4"   offered load as multiples of the closed-loop capacity
+#   ROUNDS=5                            rounds (medians over them)
+#   POINTS="0.25 0.5 0.75 1 1.5 2 3 4"   offered load as multiples of the calibrated capacity
 #   CONNS=32                            connections (one request in flight each)
 #   SERVERS="memcached memspin"         which servers
 #   WARMUP=1                            warm-up of every run, s
@@ -38,6 +43,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 seconds=${1:-3}
+rounds=${ROUNDS:-5}
 points=(${POINTS:-0.25 0.5 0.75 1 1.5 2 3 4})
 conns=${CONNS:-32}
 servers=(${SERVERS:-memcached memspin})
@@ -48,6 +54,7 @@ if [ -n "$mutilate" ] && [ ! -x "$mutilate" ]; then
   die "MUTILATE=$mutilate is not an executable"
 fi
 [ ${#points[@]} -le 20 ] || die "at most 20 points"
+[ "$rounds" -ge 1 ] && [ "$rounds" -le 20 ] || die "ROUNDS: 1 to 20"
 need_packages iproute2 memcached python3
 need_root_for_namespaces
 
@@ -70,8 +77,8 @@ write_context() {
     echo "mutilate: ${mutilate:-none}"
   } >"$out/machine.txt"
   printf '%q ' "$0" "$@" >"$out/command.txt"
-  printf '\n(POINTS="%s" CONNS=%s SERVERS="%s" WARMUP=%s LOADGEN_FLAGS="%s" MUTILATE=%s)\n' \
-    "${points[*]}" "$conns" "${servers[*]}" "$warmup" "${extra[*]}" "${mutilate:-}" \
+  printf '\n(ROUNDS=%s POINTS="%s" CONNS=%s SERVERS="%s" WARMUP=%s LOADGEN_FLAGS="%s" MUTILATE=%s)\n' \
+    "$rounds" "${points[*]}" "$conns" "${servers[*]}" "$warmup" "${extra[*]}" "${mutilate:-}" \
     >>"$out/command.txt"
 }
 write_context "$@"
@@ -115,28 +122,38 @@ for name in "${servers[@]}"; do
       addr=10.77.0.2:11211 ;;
     *) die "unknown server $name (memcached, memspin)" ;;
   esac
-  step "$name: prefill, then the closed-loop capacity over $conns connections"
+  step "$name: prefill, then the closed-loop capacity over $conns connections (calibration)"
   ip netns exec "$ns" timeout "$run_limit" "$LOADGEN_BIN" -s "$addr" -t 1 -c 16 --keys 10000 \
     --key-size 16 --value-size 32 -d 0.2 --warmup 0 --prefill -q >/dev/null
-  loadgen "$addr" "$out/$name-closed.json"
+  loadgen "$addr" "$out/$name-calibration.json"
   capacity=$(/usr/bin/python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["ops_per_sec"]))' \
-    "$out/$name-closed.json")
+    "$out/$name-calibration.json")
   [ "$capacity" -gt 0 ] || die "$name: no request completed in closed loop"
-  for f in "${points[@]}"; do
-    rate=$(/usr/bin/python3 -c 'import sys; print(max(1, round(float(sys.argv[1]) * float(sys.argv[2]))))' \
-      "$f" "$capacity")
-    step "$name: ${f} × $capacity = $rate/s"
-    loadgen "$addr" "$out/$name-x$f.json" --rate "$rate"
-    if [ -n "$mutilate" ]; then
-      mutilate_at "$addr" "$rate" "$out/$name-x$f-mutilate.txt"
+  for round in $(seq 1 "$rounds"); do
+    order=("${points[@]}")
+    if [ $(( round % 2 )) = 0 ]; then
+      order=()
+      for (( k = ${#points[@]} - 1; k >= 0; k-- )); do order+=("${points[$k]}"); done
     fi
+    step "$name: round $round of $rounds: closed loop"
+    loadgen "$addr" "$out/$name-closed-r$round.json"
+    for f in "${order[@]}"; do
+      rate=$(/usr/bin/python3 -c 'import sys; print(max(1, round(float(sys.argv[1]) * float(sys.argv[2]))))' \
+        "$f" "$capacity")
+      step "$name: round $round: ${f} × $capacity = $rate/s"
+      loadgen "$addr" "$out/$name-x$f-r$round.json" --rate "$rate"
+      if [ -n "$mutilate" ]; then
+        mutilate_at "$addr" "$rate" "$out/$name-x$f-r$round-mutilate.txt"
+      fi
+    done
   done
   stop_server || true
 done
 
-/usr/bin/python3 - "$out" "$conns" "${servers[*]}" "${points[@]}" <<'PY' >"$out/results.md"
-import json, os, re, sys
-out, conns, servers, points = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4:]
+/usr/bin/python3 - "$out" "$conns" "$rounds" "${servers[*]}" "${points[@]}" <<'PY' >"$out/results.md"
+import json, os, re, statistics, sys
+out, conns, rounds, servers, points = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split(), sys.argv[5:]
+points = list(dict.fromkeys(points))
 
 def mutilate(path):
     if not os.path.exists(path):
@@ -150,7 +167,9 @@ def mutilate(path):
     return {"qps": float(qps.group(1)), "p99": float(read.group(1).split()[7])}
 
 def read(path):
-    return json.load(open(path))
+    return json.load(open(path)) if os.path.exists(path) else None
+
+med = statistics.median
 
 print("# memspin-loadgen past saturation\n")
 print(f"commit: {open(os.path.join(out, 'commit.txt')).read().strip()}  ")
@@ -158,42 +177,58 @@ for line in open(os.path.join(out, "machine.txt")):
     print(line.rstrip() + "  ")
 print(f"command: `{open(os.path.join(out, 'command.txt')).read().strip()}`\n")
 print(f"{conns} connections, one request in flight each; server on CPU 0, generator on the last "
-      "CPU. Rates in requests/s, latencies in µs, CPU in µs per request sent.\n")
+      f"CPU. Medians over {rounds} rounds; \"/ C\" is the median of each round's rate over that "
+      "round's closed-loop capacity. Rates in requests/s, latencies in µs, CPU in µs per "
+      "request sent.\n")
 verdicts = []
 for name in servers:
-    closed = os.path.join(out, f"{name}-closed.json")
-    if not os.path.exists(closed):
+    cal = read(os.path.join(out, f"{name}-calibration.json"))
+    if cal is None:
         continue
-    c = read(closed)
-    cap = c["ops_per_sec"]
+    closed = {r: read(os.path.join(out, f"{name}-closed-r{r}.json")) for r in range(1, rounds + 1)}
+    closed = {r: c for r, c in closed.items() if c}
+    if not closed:
+        continue
+    caps = {r: c["ops_per_sec"] for r, c in closed.items()}
     print(f"## {name}\n")
-    print(f"closed loop: {cap:.0f}/s, service p50 {c['latency_us']['service']['all']['p50']:.1f}, "
-          f"generator CPU {c['generator']['cpu_per_request_us']:.2f} per request\n")
-    print("| offered | × C | loadgen sent | / C | corrected p50 | corrected p99 | saturated "
+    print(f"calibration (sets the offered rates): {cal['ops_per_sec']:.0f}/s; closed loop per "
+          f"round: {', '.join(f'{caps[r]:.0f}' for r in sorted(caps))} (median {med(caps.values()):.0f}), "
+          f"service p50 {med(c['latency_us']['service']['all']['p50'] for c in closed.values()):.1f}, "
+          f"generator CPU {med(c['generator']['cpu_per_request_us'] for c in closed.values()):.2f} per request\n")
+    print("| offered | × C0 | loadgen sent | / C | corrected p50 | corrected p99 | saturated "
           "| loadgen CPU/req | mutilate QPS | / C | mutilate p99 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     past, mut_plateau = [], []
     for f in points:
-        path = os.path.join(out, f"{name}-x{f}.json")
-        if not os.path.exists(path):
+        runs = {r: read(os.path.join(out, f"{name}-x{f}-r{r}.json")) for r in caps}
+        runs = {r: j for r, j in runs.items() if j}
+        if not runs:
             continue
-        r = read(path)
-        ol = r["open_loop"]
-        lat = r["latency_us"]["corrected"]["all"]
-        m = mutilate(os.path.join(out, f"{name}-x{f}-mutilate.txt"))
-        mq = f"{m['qps']:.0f} | {m['qps'] / cap:.3f} | {m['p99']:.1f}" if m else "- | - | -"
-        print(f"| {ol['target_rate']:.0f} | {f} | {ol['achieved_rate']:.0f} | "
-              f"{ol['achieved_rate'] / cap:.3f} | {lat['p50']:.1f} | {lat['p99']:.1f} | "
-              f"{'yes' if ol['saturated'] else 'no'} | {r['generator']['cpu_per_request_us']:.2f} | {mq} |")
+        ol = {r: j["open_loop"] for r, j in runs.items()}
+        ratio = med(ol[r]["achieved_rate"] / caps[r] for r in runs)
+        lat = [j["latency_us"]["corrected"]["all"] for j in runs.values()]
+        mut = {r: mutilate(os.path.join(out, f"{name}-x{f}-r{r}-mutilate.txt")) for r in caps}
+        mut = {r: m for r, m in mut.items() if m}
+        if mut:
+            mratio = med(m["qps"] / caps[r] for r, m in mut.items())
+            mq = f"{med(m['qps'] for m in mut.values()):.0f} | {mratio:.3f} | {med(m['p99'] for m in mut.values()):.1f}"
+        else:
+            mq = "- | - | -"
+        saturated = sum(1 for o in ol.values() if o["saturated"])
+        target = next(iter(ol.values()))["target_rate"]
+        print(f"| {target:.0f} | {f} | {med(o['achieved_rate'] for o in ol.values()):.0f} | "
+              f"{ratio:.3f} | {med(l['p50'] for l in lat):.1f} | {med(l['p99'] for l in lat):.1f} | "
+              f"{saturated} of {len(ol)} | "
+              f"{med(j['generator']['cpu_per_request_us'] for j in runs.values()):.2f} | {mq} |")
         if float(f) > 1:
-            past.append(ol["achieved_rate"] / cap)
-            if m:
-                mut_plateau.append(m["qps"] / cap)
+            past.append(ratio)
+            if mut:
+                mut_plateau.append(mratio)
     print()
     if past:
         ok = min(past) >= 0.9
-        verdicts.append(f"{name}: past the knee (points above 1 × C) memspin-loadgen sent "
-                        f"{min(past):.3f}–{max(past):.3f} × C: "
+        verdicts.append(f"{name}: past the knee (points above 1 × C0) memspin-loadgen sent "
+                        f"{min(past):.3f}–{max(past):.3f} × C (medians): "
                         f"{'meets' if ok else 'MISSES'} the 0.9 × C target")
         if mut_plateau:
             verdicts.append(f"{name}: mutilate's plateau {min(mut_plateau):.3f}–"
