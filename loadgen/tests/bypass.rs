@@ -1013,6 +1013,66 @@ fn xdp_steered_two_threads_are_never_forwarded() {
     );
 }
 
+// memspin stopped for 500 ms in a steered window over AF_XDP: requests time out (200 ms),
+// their connections are reset and reopened, and each reopened connection is asked again
+// before it carries keys (a thread's frames reach one queue, so one worker, but the probe
+// says so rather than assuming it). Once memspin resumes the keys still go only to their
+// owners: nothing forwarded, no value wrong.
+#[test]
+fn xdp_steered_connections_reopened_after_a_stall_land_on_their_workers() {
+    let _serial = one_at_a_time();
+    let mut topo = XdpTopology::direct(2);
+    let before = topo.forwarded();
+    let v = topo.loadgen_while(
+        &[
+            "-t",
+            "2",
+            "--steer",
+            "-c",
+            "8",
+            "--rate",
+            "1000",
+            "-d",
+            "3",
+            "--warmup",
+            "0.2",
+            "--keys",
+            "2000",
+            "--prefill",
+            "--verify",
+            "--timeout-ms",
+            "200",
+            "--interval",
+            "200",
+        ],
+        |topo, child| {
+            wait_for_window(child);
+            let pid = topo.memspin.child.id() as libc::pid_t;
+            // SAFETY: kill(2) on our own child's pid, which has not been waited for.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_millis(500));
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        },
+    );
+    assert_eq!(v["steer_connections"], serde_json::json!([4, 4]), "{v}");
+    assert!(
+        v["errors"]["timeout"].as_u64().unwrap() > 0,
+        "the stall timed nothing out: {}",
+        v["errors"]
+    );
+    // 1,000/s for 3 s; the stall and the reopening take well under a second of it, so more
+    // than 1,500 answered means the reopened connections carried the rest.
+    let ops = v["ops"].as_u64().unwrap();
+    assert!(ops > 1500, "{ops} ops: {}", v["errors"]);
+    assert_eq!(v["verify"]["mismatches"], 0, "{}", v["verify"]);
+    assert_eq!(
+        topo.forwarded(),
+        before,
+        "a reopened connection was forwarded"
+    );
+}
+
 // One thread on a veth reaches only memspin's worker 0 (its queue 0): worker 1's share never
 // fills, and the generator stops after its attempts with an error that says why, not a hang
 // or a run that forwards.
