@@ -210,16 +210,15 @@ impl<'a> ItemRef<'a> {
         usize::from(self.data[field::KEY_LEN])
     }
 
-    /// The length word, and where the bytes after it start.
+    /// The length word, and where the bytes after it start. Read without a branch: the four
+    /// bytes from the word's start lie within every item (a header of at least 22 bytes and a
+    /// key of at least one), the fourth masked off unless the word is `WIDE`.
     #[inline]
     fn len_word(&self) -> (u32, usize) {
         let at = field::LEN;
-        if u32::from(self.data[at]) & WIDE != 0 {
-            (u32_at(self.data, at..at + 4), at + 4)
-        } else {
-            let bytes = [self.data[at], self.data[at + 1], self.data[at + 2], 0];
-            (u32::from_le_bytes(bytes), at + 3)
-        }
+        let wide = u32::from(self.data[at]) & WIDE;
+        let mask = if wide != 0 { u32::MAX } else { 0xff_ffff };
+        (u32_at(self.data, at..at + 4) & mask, at + 3 + wide as usize)
     }
 
     #[inline]
@@ -236,8 +235,9 @@ impl<'a> ItemRef<'a> {
     /// Bytes of the header: where the key starts.
     #[inline]
     fn header_len(&self) -> usize {
-        let (word, end) = self.len_word();
-        end + if word & EXPIRES != 0 { 4 } else { 0 }
+        // Both bits lie in the word's first byte: `WIDE` adds one byte, `EXPIRES` four.
+        let low = u32::from(self.data[field::LEN]);
+        field::LEN + 3 + (low & WIDE) as usize + 2 * (low & EXPIRES) as usize
     }
 
     /// Whether the item can take `deadline` in place: it has room for an expiry, or the

@@ -822,7 +822,7 @@ impl Shard {
     }
 
     /// Finds the live item under `key`; a dead item found is reclaimed.
-    #[inline]
+    #[inline(always)]
     fn lookup(&mut self, hash: u64, key: &[u8], now: Now) -> Result<Loc, Miss> {
         let segs = &self.segs.segs;
         let found = self.table.find(hash, |e| {
@@ -833,11 +833,16 @@ impl Shard {
         };
         match self.liveness(self.table.get(loc), now) {
             Liveness::Live => Ok(loc),
-            dead => {
-                self.remove_at(loc, Removal::Reclaimed);
-                Err(Miss::Dead(dead))
-            }
+            dead => Err(self.reclaim_found(loc, dead)),
         }
+    }
+
+    /// Reclaims the dead item a lookup found: out of the lookup's inlined path.
+    #[cold]
+    #[inline(never)]
+    fn reclaim_found(&mut self, loc: Loc, dead: Liveness) -> Miss {
+        self.remove_at(loc, Removal::Reclaimed);
+        Miss::Dead(dead)
     }
 
     /// Takes the item at `loc` out of the table and marks its bytes dead.

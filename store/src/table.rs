@@ -1,7 +1,8 @@
 //! The hash table: 64-byte buckets of seven 8-byte entries, probed linearly bucket by bucket.
 //!
 //! An entry is `tag: 16 | segment + 1: 24 | offset: 24` (0 = empty): the top 16 bits of the
-//! key's hash, and where the item lies. A key's home bucket is the low 32 bits of its hash
+//! key's hash (1 where they are 0, so that no tag is 0 and an empty slot matches none), and
+//! where the item lies. A key's home bucket is the low 32 bits of its hash
 //! modulo the number of buckets (any number, so the table can grow by less than a doubling
 //! when the budget is nearly all items), taken with two multiplications (Lemire's `fastmod`)
 //! rather than a division; an entry that finds its home full goes to the first bucket after it with a free slot,
@@ -48,7 +49,13 @@ pub(crate) struct Loc {
 #[inline]
 pub(crate) fn entry(hash: u64, segment: usize, offset: usize) -> u64 {
     debug_assert!(segment <= MAX_SEGMENTS && offset <= MAX_OFFSET);
-    (hash >> TAG_SHIFT) << TAG_SHIFT | ((segment as u64 + 1) << SEGMENT_SHIFT) | offset as u64
+    tag(hash) << TAG_SHIFT | ((segment as u64 + 1) << SEGMENT_SHIFT) | offset as u64
+}
+
+/// The tag of `hash`'s entries: its top 16 bits, 1 in place of 0.
+#[inline(always)]
+fn tag(hash: u64) -> u64 {
+    (hash >> TAG_SHIFT).max(1)
 }
 
 /// The segment an entry names.
@@ -69,9 +76,25 @@ pub(crate) fn moved(entry: u64, segment: usize, offset: usize) -> u64 {
     (entry >> TAG_SHIFT) << TAG_SHIFT | ((segment as u64 + 1) << SEGMENT_SHIFT) | offset as u64
 }
 
-#[inline]
+/// Whether `entry` is one of `hash`'s (false for an empty slot: no tag is 0).
+#[cfg(test)]
 fn same_tag(entry: u64, hash: u64) -> bool {
-    entry != 0 && (entry ^ hash) >> TAG_SHIFT == 0
+    entry >> TAG_SHIFT == tag(hash)
+}
+
+impl Bucket {
+    /// The slots holding an entry with `hash`'s tag, as bits (slot `i` is bit `i`): computed
+    /// for all seven without a branch, so that a lookup branches only on the slots that match
+    /// (nearly always one for a hit, none for a miss), not on where the match lies.
+    #[inline(always)]
+    fn matches(&self, hash: u64) -> u32 {
+        let tag = tag(hash);
+        let mut bits = 0;
+        for (slot, &e) in self.entries.iter().enumerate() {
+            bits |= u32::from(e >> TAG_SHIFT == tag) << slot;
+        }
+        bits
+    }
 }
 
 /// The table: any number of buckets below 2^32 (0 before the first insert).
@@ -136,20 +159,40 @@ impl Table {
     }
 
     /// The first entry with `hash`'s tag for which `eq` holds.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find(&self, hash: u64, mut eq: impl FnMut(u64) -> bool) -> Option<Loc> {
         if self.buckets.is_empty() {
             return None;
         }
         let home = self.home(hash);
-        let reach = self.buckets[home].reach as usize;
-        for step in 0..=reach {
+        let first = &self.buckets[home];
+        if let Some(loc) = Self::find_in(first, home, hash, &mut eq) {
+            return Some(loc);
+        }
+        for step in 1..=first.reach as usize {
             let bucket = self.after(home, step);
-            for (slot, &e) in self.buckets[bucket].entries.iter().enumerate() {
-                if same_tag(e, hash) && eq(e) {
-                    return Some(Loc { bucket, slot });
-                }
+            if let Some(loc) = Self::find_in(&self.buckets[bucket], bucket, hash, &mut eq) {
+                return Some(loc);
             }
+        }
+        None
+    }
+
+    /// The first entry of bucket `bucket` (`b`) with `hash`'s tag for which `eq` holds.
+    #[inline(always)]
+    fn find_in(
+        b: &Bucket,
+        bucket: usize,
+        hash: u64,
+        eq: &mut impl FnMut(u64) -> bool,
+    ) -> Option<Loc> {
+        let mut bits = b.matches(hash);
+        while bits != 0 {
+            let slot = bits.trailing_zeros() as usize;
+            if eq(b.entries[slot]) {
+                return Some(Loc { bucket, slot });
+            }
+            bits &= bits - 1;
         }
         None
     }
