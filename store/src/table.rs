@@ -264,6 +264,13 @@ impl Table {
     pub(crate) fn home_of(&self, hash: u64) -> usize {
         self.home(hash)
     }
+
+    /// The buckets an insert of `hash` may place its entry in, home first: a slot freed in
+    /// any of them takes the entry.
+    pub(crate) fn probe_buckets(&self, hash: u64) -> impl Iterator<Item = usize> + '_ {
+        let home = self.home(hash);
+        (0..MAX_PROBE.min(self.buckets.len())).map(move |step| self.after(home, step))
+    }
 }
 
 #[cfg(test)]

@@ -240,8 +240,9 @@ impl Shard {
 
     /// Puts entry `e` (of `hash`) in the table, growing the table when its load calls for it
     /// and the bigger table is worth its memory; when the entry finds no free slot near its
-    /// home bucket, an item of that bucket is evicted for it (a dead one first; a live one
-    /// only with eviction on). Returns whether the entry was placed.
+    /// home bucket, a dead item of any bucket it may go to is taken back for it, or else a
+    /// live one of its home bucket is evicted (only with eviction on). Returns whether the
+    /// entry was placed.
     pub(super) fn table_insert(&mut self, hash: u64, e: u64, now: Now) -> bool {
         let buckets = self.table.num_buckets();
         if buckets == 0 {
@@ -252,21 +253,24 @@ impl Shard {
         if self.table.insert(hash, e).is_some() {
             return true;
         }
-        // The capped path: evict from the home bucket (a dead item first, else the one
-        // nearest the eviction hand, which would go soonest anyway: its dead bytes then lie
-        // where the hand takes segments back next) and take its slot.
-        let home = self.table.home_of(hash);
-        let mut victim = None;
-        let mut oldest = u64::MAX;
-        for (loc, other) in self.table.bucket(home) {
-            if self.liveness(other, now) != Liveness::Live {
-                victim = Some((loc, Removal::Reclaimed));
-                break;
-            }
-            let queued = self.segs.segs[segment_of(other)].queued;
-            if queued < oldest {
-                oldest = queued;
-                victim = Some((loc, Removal::Evicted));
+        // The capped path: a dead item (expired, flushed) in any bucket the entry may go to,
+        // else a live one of the home bucket, the one nearest the eviction hand, which would
+        // go soonest anyway (its dead bytes then lie where the hand takes segments back
+        // next); the entry takes its slot.
+        let dead = self.table.probe_buckets(hash).find_map(|bucket| {
+            self.table
+                .bucket(bucket)
+                .find(|&(_, other)| self.liveness(other, now) != Liveness::Live)
+        });
+        let mut victim = dead.map(|(loc, _)| (loc, Removal::Reclaimed));
+        if victim.is_none() {
+            let mut oldest = u64::MAX;
+            for (loc, other) in self.table.bucket(self.table.home_of(hash)) {
+                let queued = self.segs.segs[segment_of(other)].queued;
+                if queued < oldest {
+                    oldest = queued;
+                    victim = Some((loc, Removal::Evicted));
+                }
             }
         }
         if victim.is_some_and(|(_, why)| why == Removal::Evicted) && !self.evict {
