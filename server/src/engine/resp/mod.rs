@@ -820,7 +820,11 @@ fn execute(
             }
         }
         Cmd::Discard => discard(cx, out),
-        Cmd::Watch => watch(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::Watch => {
+            if let Some(stop) = watch(cx, Tail::of(command, 1).as_slice(), out) {
+                return Step::Stop(stop);
+            }
+        }
         Cmd::Unwatch => unwatch(cx, out),
         Cmd::Reset => reset(cx, out),
         Cmd::Move => move_key(cx, arg(1), arg(2), out),
@@ -940,3 +944,5 @@ mod budget_tests;
 mod string_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod transaction_tests;
