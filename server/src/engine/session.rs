@@ -591,6 +591,40 @@ impl<'a> Cx<'a> {
         Ok(())
     }
 
+    /// Sends `request` (its bytes written by `write`, about `request_len` of them; `part` is the
+    /// adapter's code for them) to `owner` as housekeeping: neither counted as forwarded nor
+    /// timed, its (empty) reply fills a hole at the end of `out`. False, and nothing sent,
+    /// while `owner`'s queue refuses batches.
+    pub fn forward_quietly(
+        &mut self,
+        owner: usize,
+        part: u8,
+        request_len: usize,
+        out: &[u8],
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> bool {
+        let form = self.form(part);
+        let db = self.session.db;
+        let Some(forward) = self.forward.as_deref_mut() else {
+            return false;
+        };
+        forward
+            .forward(
+                &mut self.session.holes,
+                owner,
+                Op::Execute(form),
+                request_len,
+                out.len(),
+                |bytes| {
+                    if db != 0 {
+                        bytes.extend_from_slice(&u32::from(db).to_le_bytes());
+                    }
+                    write(bytes)
+                },
+            )
+            .is_ok()
+    }
+
     /// Whether a request may go to every other worker now (no queue holds a batch back).
     pub fn may_fan_out(&self) -> bool {
         self.forward.as_ref().is_none_or(|f| f.may_fan_out())

@@ -17,7 +17,7 @@ struct Pair {
     home: Engine,
     mesh: Mesh,
     stop: Arc<AtomicBool>,
-    other: Option<JoinHandle<()>>,
+    other: Option<JoinHandle<Engine>>,
 }
 
 impl Pair {
@@ -40,6 +40,7 @@ impl Pair {
                     std::thread::yield_now();
                 }
             }
+            owner
         });
         Pair {
             home: Engine::new(shared(0)),
@@ -91,6 +92,14 @@ impl Pair {
     fn call(&mut self, conn: &mut ClientConn, args: &[&str]) -> String {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         self.run(conn, &command(&args))
+    }
+}
+
+impl Pair {
+    /// Stops worker 1 and returns its engine.
+    fn finish(mut self) -> Engine {
+        self.stop.store(true, Ordering::Relaxed);
+        self.other.take().unwrap().join().unwrap()
     }
 }
 
@@ -239,4 +248,25 @@ fn watch_takes_any_workers_key_and_exec_checks_it_there() {
     assert_eq!(pair.call(&mut c, &["MULTI"]), "+OK\r\n");
     assert_eq!(pair.call(&mut c, &["GET", &theirs[0]]), "+QUEUED\r\n");
     assert_eq!(pair.call(&mut c, &["EXEC"]), "*1\r\n$1\r\ny\r\n");
+}
+
+#[test]
+fn unwatch_discard_and_exec_let_go_of_the_other_workers_marks() {
+    let mut pair = Pair::new();
+    let mut c = Pair::conn(1);
+    let theirs = keys_of(1, 3);
+    assert_eq!(pair.call(&mut c, &["WATCH", &theirs[0]]), "+OK\r\n");
+    assert_eq!(pair.call(&mut c, &["UNWATCH"]), "+OK\r\n");
+    assert_eq!(pair.call(&mut c, &["SELECT", "2"]), "+OK\r\n");
+    assert_eq!(
+        pair.call(&mut c, &["WATCH", &theirs[1], &theirs[2]]),
+        "+OK\r\n"
+    );
+    assert_eq!(pair.call(&mut c, &["MULTI"]), "+OK\r\n");
+    assert_eq!(pair.call(&mut c, &["DISCARD"]), "+OK\r\n");
+    assert_eq!(pair.call(&mut c, &["WATCH", &theirs[0]]), "+OK\r\n");
+    assert_eq!(pair.call(&mut c, &["MULTI"]), "+OK\r\n");
+    assert_eq!(pair.call(&mut c, &["EXEC"]), "*0\r\n");
+    let mut owner = pair.finish();
+    assert_eq!(owner.core.marks().len(), 0);
 }

@@ -51,8 +51,9 @@
 //! since, by any connection or protocol (a key absent at `WATCH` and at `EXEC` that was
 //! created and deleted between included, as Redis has it), or when its CAS or expiry differs
 //! (an expiry or an eviction made it absent); each is checked on its own worker while held.
-//! `UNWATCH`, `DISCARD` and `RESET` stop this worker's notes at once; another worker's stay
-//! until its notes overflow, as a closed connection's do.
+//! `UNWATCH`, `DISCARD` and `RESET` stop this worker's notes at once, and another's with a
+//! request to it; a connection that closes while watching leaves its notes until they
+//! overflow.
 
 use super::*;
 use crate::engine::session::{Queued, Watched};
@@ -62,6 +63,9 @@ pub(super) const QUEUE_MAX_BYTES: usize = 64 << 20;
 
 /// The part code of a transaction sent whole to the worker that owns its keys.
 pub(super) const TRANSACTION: u8 = 1;
+
+/// The part code of watched keys whose worker is to stop noting writes to them.
+pub(super) const UNWATCH: u8 = 2;
 
 const NESTED: &str = "ERR MULTI calls can not be nested";
 const EXEC_ABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
@@ -180,7 +184,7 @@ pub(super) fn discard(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
     if cx.session.queued.take().is_none() {
         return error(out, v, "ERR DISCARD without MULTI");
     }
-    forget_watched(cx);
+    forget_watched(cx, out);
     ok(out, v);
 }
 
@@ -276,19 +280,47 @@ pub(super) fn watch(cx: &mut Cx<'_>, keys: &[&[u8]], out: &mut Vec<u8>) -> Optio
 
 /// `UNWATCH`.
 pub(super) fn unwatch(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
-    forget_watched(cx);
+    forget_watched(cx, out);
     ok(out, version(cx));
 }
 
-/// Forgets the watched keys, and stops this worker's core noting writes to its own for this
-/// connection (another worker's marks stay until `EXEC` checks them there, or until its
-/// table of marks overflows, as a closed connection's do).
-pub(super) fn forget_watched(cx: &mut Cx<'_>) {
+/// Forgets the watched keys, and stops each key's worker noting writes to it for this
+/// connection: this worker's at once, another's by a request to it (an empty reply in `out`;
+/// when its queue is full, its marks stay until its table of marks overflows, as a closed
+/// connection's do).
+pub(super) fn forget_watched(cx: &mut Cx<'_>, out: &[u8]) {
     let me = cx.config().worker;
-    for w in std::mem::take(&mut cx.session.watched) {
+    let watched = std::mem::take(&mut cx.session.watched);
+    let mut owners: Vec<usize> = Vec::new();
+    for w in &watched {
         if w.owner == me {
             cx.unwatch_writes(w.stored_db, &w.key);
+        } else if !owners.contains(&w.owner) {
+            owners.push(w.owner);
         }
+    }
+    for owner in owners {
+        let theirs = || watched.iter().filter(|w| w.owner == owner);
+        let len = theirs().map(|w| w.key.len() + 5).sum();
+        cx.forward_quietly(owner, UNWATCH, len, out, |bytes| {
+            for w in theirs() {
+                bytes.push(w.stored_db);
+                bytes.extend_from_slice(&(w.key.len() as u32).to_le_bytes());
+                bytes.extend_from_slice(&w.key);
+            }
+        });
+    }
+}
+
+/// Another worker's [`forget_watched`]: stops noting writes to the keys in `request` (each
+/// its namespace, its length as 4 bytes little-endian, and its bytes) for one watcher.
+pub(super) fn release_watched(cx: &mut Cx<'_>, mut request: &[u8]) {
+    while let [stored_db, rest @ ..] = request
+        && let Some((len, rest)) = rest.split_first_chunk::<4>()
+        && let Some((key, rest)) = rest.split_at_checked(u32::from_le_bytes(*len) as usize)
+    {
+        cx.unwatch_writes(*stored_db, key);
+        request = rest;
     }
 }
 
@@ -408,7 +440,7 @@ pub(super) fn exec(cx: &mut Cx<'_>, out: &mut Vec<u8>) -> Option<Stop> {
     };
     if queued.failed {
         cx.session.hold = None;
-        forget_watched(cx);
+        forget_watched(cx, out);
         error(out, v, EXEC_ABORT);
         return None;
     }
@@ -563,7 +595,7 @@ fn run_commands(cx: &mut Cx<'_>, bytes: &[u8], replies: &mut Vec<u8>) -> usize {
 pub(super) fn reset(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
     cx.session.queued = None;
     cx.session.hold = None;
-    forget_watched(cx);
+    forget_watched(cx, out);
     enter_db(cx, 0);
     cx.session.name = None;
     cx.session.authenticated = false;
