@@ -907,3 +907,193 @@ fn the_redis_py_session_passes_against_redis_server() {
     let redis = RedisServer::start();
     redis_py(None, redis.addr, 0);
 }
+
+/// One RESP reply read from `client`: a simple string, error or integer as its line, a bulk
+/// string as its bytes (`nil` for a null), an array as its elements between brackets.
+fn resp_reply(client: &mut support::TextClient) -> String {
+    let line = String::from_utf8(client.line().expect("a reply line")).expect("UTF-8");
+    let (kind, rest) = line.split_at(1);
+    match kind {
+        "$" => match rest.parse::<i64>().expect("a bulk length") {
+            -1 => "nil".to_string(),
+            n => {
+                let bytes = client.exact(n as usize + 2).expect("a bulk string");
+                String::from_utf8_lossy(&bytes[..n as usize]).into_owned()
+            }
+        },
+        "*" => match rest.parse::<i64>().expect("an array length") {
+            -1 => "nil".to_string(),
+            n => {
+                let items: Vec<String> = (0..n).map(|_| resp_reply(client)).collect();
+                format!("[{}]", items.join(","))
+            }
+        },
+        _ => line,
+    }
+}
+
+/// Sends `commands` in one write and reads one reply for each.
+fn resp_calls(client: &mut support::TextClient, commands: &[&[&str]]) -> Vec<String> {
+    let mut bytes = Vec::new();
+    for args in commands {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        write_command(&mut bytes, &args);
+    }
+    client.send(&bytes).expect("send");
+    commands.iter().map(|_| resp_reply(client)).collect()
+}
+
+/// With two workers, transactions move a unit from a key of one worker to a key of the other
+/// (`a` + `b` stays 100) while other clients hammer both: RESP clients reading both keys in
+/// their own transactions, and a memcached client and a RESP client reading them one after
+/// the other with no transaction, writing keys of both workers in between. None ever sees a
+/// transaction half done: a transaction's reads always add up to 100, and `a` read before `b`
+/// never exceeds it while a second kind of transaction raises both together (a reader would
+/// catch `a` raised and `b` not yet). Bounded: 400 moves, 60 s.
+#[test]
+fn transactions_over_two_workers_are_never_seen_half_done() {
+    use server::engine::owner_of;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let _one = one_at_a_time();
+    let server = Server::start_kernel(&["--resp-port", "0", "-t", "2"]);
+    let (resp, mc) = (server.resp_addr(), server.addr);
+    let key_of = |owner: usize, name: &str| {
+        (0..)
+            .map(|i| format!("{name}{i}"))
+            .find(|k| owner_of(k.as_bytes(), 2) == owner)
+            .unwrap()
+    };
+    let (a, b) = (key_of(0, "a"), key_of(1, "b"));
+    let (up, down) = (key_of(0, "up"), key_of(1, "down"));
+    let mut mover = support::TextClient::connect(resp);
+    assert_eq!(
+        resp_calls(
+            &mut mover,
+            &[
+                &["SET", &a, "100"],
+                &["SET", &b, "0"],
+                &["SET", &up, "0"],
+                &["SET", &down, "0"]
+            ]
+        ),
+        ["+OK", "+OK", "+OK", "+OK"]
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut readers = Vec::new();
+    // Readers in transactions: a + b is 100, up equals down.
+    for _ in 0..2 {
+        let (a, b, up, down, done) = (a.clone(), b.clone(), up.clone(), down.clone(), done.clone());
+        readers.push(std::thread::spawn(move || {
+            let mut c = support::TextClient::connect(resp);
+            let mut checked = 0u64;
+            while !done.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let got = resp_calls(
+                    &mut c,
+                    &[
+                        &["MULTI"],
+                        &["GET", &a],
+                        &["GET", &up],
+                        &["GET", &b],
+                        &["GET", &down],
+                        &["EXEC"],
+                    ],
+                );
+                let exec = got[5].trim_matches(['[', ']']).to_string();
+                let v: Vec<i64> = exec.split(',').map(|x| x.parse().unwrap()).collect();
+                assert_eq!(
+                    v[0] + v[2],
+                    100,
+                    "a transaction saw a move half done: {exec}"
+                );
+                assert_eq!(v[1], v[3], "a transaction saw a raise half done: {exec}");
+                checked += 1;
+            }
+            checked
+        }));
+    }
+    // Readers without transactions: `up` then `down` (up is raised first, so a reader that
+    // sees up raised and down not yet caught a transaction half done), writing keys of both
+    // workers between reads, each read answered before the next is sent.
+    {
+        let (up, down, done) = (up.clone(), down.clone(), done.clone());
+        readers.push(std::thread::spawn(move || {
+            let mut c = support::TextClient::connect(resp);
+            let mut checked = 0u64;
+            while !done.load(Ordering::Relaxed) && Instant::now() < deadline {
+                // One at a time: pipelined, the two reads could run on their workers in
+                // either order.
+                let got: Vec<String> =
+                    [&["GET", &up][..], &["SET", "noise:0", "x"], &["GET", &down]]
+                        .iter()
+                        .flat_map(|command| resp_calls(&mut c, &[command]))
+                        .collect();
+                let (u, d): (i64, i64) = (got[0].parse().unwrap(), got[2].parse().unwrap());
+                assert!(
+                    u <= d,
+                    "saw up {u} before down {d}: a transaction half done"
+                );
+                checked += 1;
+            }
+            checked
+        }));
+    }
+    {
+        let (up, down, done) = (up.clone(), down.clone(), done.clone());
+        readers.push(std::thread::spawn(move || {
+            let mut c = support::TextClient::connect(mc);
+            let value = |reply: &[u8]| -> i64 {
+                let text = String::from_utf8_lossy(reply);
+                text.lines().nth(1).expect("a value").parse().unwrap()
+            };
+            let mut checked = 0u64;
+            while !done.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let u = value(&c.call(format!("get {up}\r\n").as_bytes()).unwrap());
+                c.call(b"set mc:noise 0 0 1\r\nz\r\n").unwrap();
+                let d = value(&c.call(format!("get {down}\r\n").as_bytes()).unwrap());
+                assert!(
+                    u <= d,
+                    "memcached saw up {u} before down {d}: a transaction half done"
+                );
+                checked += 1;
+            }
+            checked
+        }));
+    }
+    let mut moves = 0;
+    while moves < 400 && Instant::now() < deadline {
+        let got = resp_calls(
+            &mut mover,
+            &[
+                &["MULTI"],
+                &["DECR", &a],
+                &["INCR", &up],
+                &["INCR", &b],
+                &["INCR", &down],
+                &["EXEC"],
+            ],
+        );
+        assert_eq!(
+            got[..5],
+            ["+OK", "+QUEUED", "+QUEUED", "+QUEUED", "+QUEUED"]
+        );
+        assert!(got[5].starts_with('['), "{got:?}");
+        moves += 1;
+    }
+    done.store(true, Ordering::Relaxed);
+    let checked: Vec<u64> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    assert_eq!(moves, 400, "400 moves within 60 s");
+    assert!(
+        checked.iter().all(|&n| n > 0),
+        "every reader read: {checked:?}"
+    );
+    assert_eq!(
+        resp_calls(
+            &mut mover,
+            &[&["DECRBY", &a, "0"], &["GET", &b], &["GET", &up]]
+        ),
+        [":-300", "400", "400"]
+    );
+}

@@ -12,10 +12,8 @@
 //!
 //! The libraries are pinned in `clients/requirements.txt` and `clients/package.json` (with its
 //! lock) and installed by `scripts/test.sh` under `target/clients/`. memspin runs one worker
-//! here: with several, a transaction whose keys live on several workers is refused
-//! (`CROSSSLOT`) and `WATCH` takes only keys of the connection's worker, which breaks these
-//! clients' transactions; the two-worker tests say so and are ignored. Needs root for TAP, as
-//! CI has.
+//! here, and two in the `_with_two_workers` tests, where the clients' transactions and
+//! `WATCH`es take keys of both workers. Needs root for TAP, as CI has.
 
 mod support;
 
@@ -164,8 +162,6 @@ fn redis_py_transactions_scan_url_db_and_watch_over_tap() {
 }
 
 #[test]
-#[ignore = "needs MULTI/EXEC across workers: memspin -t 2 refuses a pipeline() whose keys \
-            live on two workers (CROSSSLOT), and WATCH of another worker's key"]
 fn redis_py_transactions_with_two_workers() {
     against_kernel(Client::RedisPy, "2");
 }
@@ -188,8 +184,6 @@ fn django_cache_api_over_tap() {
 }
 
 #[test]
-#[ignore = "needs MULTI/EXEC across workers: set_many is one pipeline() transaction, which \
-            memspin -t 2 refuses (CROSSSLOT) when its keys live on two workers"]
 fn django_cache_api_with_two_workers() {
     against_kernel(Client::Django("cache"), "2");
 }
@@ -247,8 +241,6 @@ fn ioredis_pipeline_multi_watch_scan_stream_and_db_over_tap() {
 }
 
 #[test]
-#[ignore = "needs WATCH of any key: memspin -t 2 takes only keys of the connection's worker, \
-            so the WATCH of 'tx' passes or fails with the worker the connection lands on"]
 fn ioredis_multi_and_watch_with_two_workers() {
     against_kernel(Client::Ioredis, "2");
 }

@@ -14,6 +14,7 @@
 //!   connections ─▶ ConnRecord (number, peer, last command) ─▶ `stats conns`, connevents,
 //!                  Redis's `CLIENT LIST`; `CLIENT KILL` ─▶ Kills ─▶ the owner's loop closes it
 //!   events (any worker) ─▶ Watchers: one buffer per watcher ─▶ the watcher's worker sends it
+//!   a Redis transaction over several workers ─▶ Holds: one token, each worker's slot
 //! ```
 //!
 //! Nothing here is on a request's path unless an operator asked for it: a worker looks at the
@@ -22,12 +23,14 @@
 //!
 //! [`Control`] and its switches live here; each shared mechanism has its own module:
 //! `settings` (fixed at start-up), `records` (connection records and their close events),
-//! `kills` (close requests for another worker's connections), `watch` (log watchers and the key encoding of their lines), `background` (the crawler and
+//! `kills` (close requests for another worker's connections), `holds` (cross-worker
+//! transactions), `watch` (log watchers and the key encoding of their lines), `background` (the crawler and
 //! page moves, rounds every worker does its share of) and `clock` (the monotonic time base).
 
 mod background;
 mod clock;
 mod databases;
+pub mod holds;
 mod kills;
 mod records;
 mod settings;
@@ -43,6 +46,7 @@ use store::Now;
 pub use background::{CRAWLER_SLEEP_DEFAULT_US, Crawler, PageMoves};
 pub use clock::{monotonic_ns, monotonic_ns_at};
 pub use databases::DbMap;
+pub use holds::Holds;
 pub use kills::Kills;
 use records::split_addr;
 pub use records::{ClientFields, CloseReason, ConnRecord, ConnState, conn_addr};
@@ -88,6 +92,8 @@ pub struct Control {
     pub watchers: Watchers,
     /// Connections another worker asked to close (`CLIENT KILL`).
     pub kills: Kills,
+    /// Cross-worker transactions: the token and each worker's hold (`holds`).
+    pub holds: Holds,
     /// The LRU crawler.
     pub crawler: Crawler,
     /// `slabs reassign`'s page moves.

@@ -94,6 +94,12 @@ impl WriteMarks {
         }
     }
 
+    /// Keys with a mark now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
     fn forget_all(&mut self) {
         self.keys.clear();
         self.seq += 1;

@@ -94,6 +94,9 @@ pub struct Engine {
     forward: Forwarder,
     /// RESP commands parsed ahead within one [`Engine::execute`] call.
     ahead: resp::Ahead,
+    /// The epoch of the cross-worker transaction this worker holds for, and since when it
+    /// waits for its next job (`control::holds`).
+    held: Option<(u64, std::time::Instant)>,
 }
 
 impl Engine {
@@ -103,6 +106,7 @@ impl Engine {
             forward: Forwarder::new(config.threads, config.worker),
             core: Core::new(config),
             ahead: resp::Ahead::default(),
+            held: None,
         }
     }
 
@@ -143,6 +147,7 @@ impl Engine {
             core,
             forward,
             ahead,
+            ..
         } = self;
         match protocol {
             Protocol::Binary => {
@@ -300,6 +305,7 @@ impl Engine {
     /// Executes one entry another worker forwarded here, writing its reply bytes to `out`.
     fn run_forwarded(
         core: &mut Core,
+        held: &mut Option<(u64, std::time::Instant)>,
         op: Op,
         request: &[u8],
         out: &mut Vec<u8>,
@@ -345,6 +351,15 @@ impl Engine {
                 core.clear_for_another(now);
                 Answer::Bytes { close: false }
             }
+            Op::Hold(epoch) => {
+                // Held from here on: the (empty) answer leaves with this batch's, and the loop
+                // then runs nothing but the coordinator's jobs ([`Engine::hold_step`]).
+                let worker = core.config().worker;
+                if core.control().holds.enter(worker, epoch) {
+                    *held = Some((epoch, std::time::Instant::now()));
+                }
+                Answer::Bytes { close: false }
+            }
             Op::Credit(_) | Op::Release => Answer::Bytes { close: false },
         }
     }
@@ -356,9 +371,39 @@ impl Engine {
     pub fn serve_forwarded(&mut self, from: usize, batch: Batch, now: impl Into<Now>) {
         let now = now.into();
         let core = &mut self.core;
+        let held = &mut self.held;
         self.forward.serve(from, batch, |op, request, out| {
-            Engine::run_forwarded(core, op, request, out, now)
+            Engine::run_forwarded(core, held, op, request, out, now)
         });
+    }
+
+    /// True while this worker holds for another's cross-worker transaction: its loop must
+    /// call [`Engine::hold_step`] until it is released, and run nothing else.
+    pub fn holding(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// One step of a hold: runs the coordinator's next job if there is one. Returns whether
+    /// the worker still holds.
+    pub fn hold_step(&mut self) -> bool {
+        let Some((epoch, since)) = self.held else {
+            return false;
+        };
+        let control = Arc::clone(self.core.control());
+        let worker = self.core.config().worker;
+        match control.holds.next(worker, epoch, since) {
+            crate::control::holds::Next::Job(job) => {
+                let answer = job(self);
+                control.holds.done(worker, epoch, answer);
+                self.held = Some((epoch, std::time::Instant::now()));
+                true
+            }
+            crate::control::holds::Next::Wait => true,
+            crate::control::holds::Next::Released => {
+                self.held = None;
+                false
+            }
+        }
     }
 
     /// Puts a reply from another worker in its place in the connection's output `out` (a

@@ -205,8 +205,29 @@ pub(crate) struct Queued {
     pub ends: Vec<usize>,
     /// Set once a request could not be queued: the run is refused.
     pub failed: bool,
-    /// The worker every queued key belongs to, once a request named a key.
-    pub owner: Option<usize>,
+    /// The workers the queued keys belong to (each once, in the order first named).
+    pub owners: Vec<usize>,
+}
+
+/// A connection's claim on the cross-worker transaction token (`control::holds`), from the
+/// hold requests to the end of its run: dropping it (the run is over, or the connection went
+/// away) releases every participant and the token.
+#[derive(Debug)]
+pub(crate) struct HoldGuard {
+    pub control: Arc<Control>,
+    /// The coordinating worker (this one).
+    pub me: usize,
+    pub epoch: u64,
+    /// The workers asked to hold.
+    pub participants: Vec<usize>,
+}
+
+impl Drop for HoldGuard {
+    fn drop(&mut self) {
+        self.control
+            .holds
+            .release(self.me, self.epoch, &self.participants);
+    }
 }
 
 /// A key a connection watches, and what it was when watched.
@@ -222,6 +243,8 @@ pub(crate) struct Watched {
     pub stored_db: u8,
     /// The write sequence when watched (see [`super::marks::WriteMarks`]).
     pub since: u64,
+    /// The worker that owns the key, where its write marks are.
+    pub owner: usize,
 }
 
 /// One connection's protocol state, kept by the packet path next to its socket.
@@ -272,6 +295,8 @@ pub struct Session {
     pub(crate) watched: Vec<Watched>,
     /// Set while queued requests run as one: nothing pauses them part-way.
     pub(crate) atomic: bool,
+    /// The cross-worker transaction this connection coordinates, from its hold requests on.
+    pub(crate) hold: Option<HoldGuard>,
     /// Set once the client gave the password (`--requirepass`, Redis's `AUTH`).
     pub(crate) authenticated: bool,
     /// Where a key of another database than 0 is namespaced ([`stored_key`]).
@@ -302,6 +327,7 @@ impl Default for Session {
             queued: None,
             watched: Vec::new(),
             atomic: false,
+            hold: None,
             authenticated: false,
             key_buf: Vec::new(),
             input_hold: None,
@@ -523,6 +549,80 @@ impl<'a> Cx<'a> {
             resets: self.core.resets(),
         });
         Ok(())
+    }
+
+    /// Asks each of `participants` (other workers) to hold for a cross-worker transaction
+    /// this connection coordinates (`control::holds`), behind its earlier forwarded requests;
+    /// an empty hole at the end of `out` waits for each answer, and the session keeps the
+    /// claim ([`Session::hold`]).
+    ///
+    /// # Errors
+    /// [`Stop::Blocked`] (nothing sent) while a queue to one of them refuses batches or another
+    /// worker's transaction holds the token.
+    pub fn ask_holds(&mut self, participants: &[usize], out: &[u8]) -> Result<(), Stop> {
+        let Some(forward) = self.forward.as_deref_mut() else {
+            return Err(Stop::Blocked);
+        };
+        if !forward.may_forward_to_all(participants) {
+            return Err(Stop::Blocked);
+        }
+        let me = self.core.config().worker;
+        let control = Arc::clone(self.core.control());
+        let Some(epoch) = control.holds.try_take(me) else {
+            return Err(Stop::Blocked);
+        };
+        for &owner in participants {
+            // Checked above: every queue takes it.
+            let _ = forward.forward(
+                &mut self.session.holes,
+                owner,
+                Op::Hold(epoch),
+                0,
+                out.len(),
+                |_| (),
+            );
+        }
+        self.session.hold = Some(HoldGuard {
+            control,
+            me,
+            epoch,
+            participants: participants.to_vec(),
+        });
+        Ok(())
+    }
+
+    /// Sends `request` (its bytes written by `write`, about `request_len` of them; `part` is the
+    /// adapter's code for them) to `owner` as housekeeping: neither counted as forwarded nor
+    /// timed, its (empty) reply fills a hole at the end of `out`. False, and nothing sent,
+    /// while `owner`'s queue refuses batches.
+    pub fn forward_quietly(
+        &mut self,
+        owner: usize,
+        part: u8,
+        request_len: usize,
+        out: &[u8],
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> bool {
+        let form = self.form(part);
+        let db = self.session.db;
+        let Some(forward) = self.forward.as_deref_mut() else {
+            return false;
+        };
+        forward
+            .forward(
+                &mut self.session.holes,
+                owner,
+                Op::Execute(form),
+                request_len,
+                out.len(),
+                |bytes| {
+                    if db != 0 {
+                        bytes.extend_from_slice(&u32::from(db).to_le_bytes());
+                    }
+                    write(bytes)
+                },
+            )
+            .is_ok()
     }
 
     /// Whether a request may go to every other worker now (no queue holds a batch back).

@@ -19,6 +19,10 @@
 //! refuses stay in the owner, which takes no new requests until they are handed back. Replies
 //! are always taken (delivering one only splices it into its connection's output, bounded by
 //! the connection's credit), so the two directions cannot wait on each other.
+//!
+//! The one exception is a hold (`control::holds`): a request asking this worker to hold for
+//! another's Redis transaction is answered, then the worker runs only that transaction's
+//! jobs until it is released (within time bounds), right after the batch that asked.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
@@ -75,6 +79,8 @@ pub struct Mesh {
     peers: Arc<[Peer]>,
     /// Between `park` and `unpark`.
     parking: bool,
+    /// Replies taken during a hold, delivered on the next [`Mesh::receive`].
+    stashed: Vec<Replies>,
     stats: MeshStats,
 }
 
@@ -118,6 +124,7 @@ pub fn build_with_capacity(workers: usize, capacity: usize) -> Result<Vec<Mesh>,
             replies_in,
             peers: Arc::clone(&peers),
             parking: false,
+            stashed: Vec::new(),
             stats: MeshStats::default(),
         })
         .collect())
@@ -223,8 +230,17 @@ impl Mesh {
             self.stats.requests_in += batch.requests() as u64;
             engine.serve_forwarded(from, batch, now);
             self.send_replies(engine);
+            if engine.holding() {
+                self.hold(engine);
+            }
         }
         let mut handled = 0;
+        for replies in std::mem::take(&mut self.stashed) {
+            handled += 1;
+            self.stats.replies_in += replies.len() as u64;
+            deliver(engine, &replies);
+            engine.recycle(replies);
+        }
         while handled < MESSAGES_PER_ITERATION && !self.replies_in.is_empty() {
             let Ok(replies) = self.replies_in.try_recv() else {
                 break;
@@ -235,6 +251,23 @@ impl Mesh {
             engine.recycle(replies);
         }
         handled + requests
+    }
+
+    /// Holds for another worker's cross-worker transaction (`control::holds`): runs its jobs
+    /// and nothing else, handing back the replies that answered the hold, until released.
+    fn hold(&mut self, engine: &mut Engine) {
+        let mut spins = 0u32;
+        while engine.hold_step() {
+            if engine.has_replies() {
+                self.send_replies(engine);
+            }
+            // Replies from other workers are taken (to be delivered after the hold), so a
+            // worker with replies for this one does not stop taking requests meanwhile.
+            while let Ok(replies) = self.replies_in.try_recv() {
+                self.stashed.push(replies);
+            }
+            crate::control::holds::pause(&mut spins);
+        }
     }
 
     /// Announces that this worker is about to sleep. Returns false if a message arrived in

@@ -154,6 +154,11 @@ pub fn turn(
         if matches!(last, Some(Stop::Turn | Stop::Blocked)) {
             return End::Again;
         }
+        if last == Some(Stop::Forwards) && client.awaiting_replies() {
+            // The request waits for the connection's forwarded requests to be answered
+            // (`SWAPDB`, a cross-worker `EXEC`): their delivery brings it back.
+            return End::Wait;
+        }
         // What is buffered runs first, unless the engine just said it needs more.
         if !client.input.is_empty() && last != Some(Stop::Input) {
             last = Some(client.execute_buffered(engine, time.now).stop);

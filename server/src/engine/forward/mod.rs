@@ -130,6 +130,9 @@ pub(crate) enum Op {
     Credit(usize),
     /// Control: the connection is gone; its lane and what is parked in it are dropped. No reply.
     Release,
+    /// Hold for the cross-worker transaction of this epoch (`control::holds`): an empty
+    /// reply, then nothing else runs on the owner until the transaction releases it.
+    Hold(u64),
 }
 
 impl Op {
@@ -491,6 +494,11 @@ impl Forwarder {
         !self.held[owner]
     }
 
+    /// Whether requests may be forwarded to each of `owners` now.
+    pub fn may_forward_to_all(&self, owners: &[usize]) -> bool {
+        owners.iter().all(|&owner| self.may_forward_to(owner))
+    }
+
     /// Whether a request may go to every other worker now (no queue holds a batch back).
     pub fn may_fan_out(&self) -> bool {
         self.workers <= 1 || !self.held.iter().any(|&held| held)
@@ -762,7 +770,10 @@ impl Forwarder {
                 Op::Release => self.lanes.release(from, token),
                 _ => {
                     let request = &batch.bytes[entry.start..entry.start + entry.len];
-                    if self.lanes.must_park(from, token) {
+                    // A hold is asked with nothing of its connection out (so nothing parked
+                    // before it) and its answer is empty: it never waits for credit, which a
+                    // client that does not read would never give back.
+                    if self.lanes.must_park(from, token) && !matches!(op, Op::Hold(_)) {
                         let parked = Parked {
                             seq,
                             op,

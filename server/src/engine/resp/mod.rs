@@ -426,12 +426,17 @@ pub(super) fn describe(request: &[u8]) -> String {
 }
 
 /// Executes a command another worker forwarded here (complete: the sender parsed it; `part`
-/// is [`WHOLE`], or [`TRANSACTION`] for a transaction's queued commands, run as one).
+/// is [`WHOLE`], [`TRANSACTION`] for a transaction's queued commands, run as one, or
+/// [`UNWATCH`] for watched keys to forget).
 pub(super) fn run_forwarded(cx: &mut Cx<'_>, part: u8, request: &[u8], out: &mut Vec<u8>) {
     if part == TRANSACTION {
         let db = cx.session.db;
         enter_db(cx, db);
         run_queue(cx, request, out);
+        return;
+    }
+    if part == UNWATCH {
+        release_watched(cx, request);
         return;
     }
     let _ = step(cx, None, request, out);
@@ -820,7 +825,11 @@ fn execute(
             }
         }
         Cmd::Discard => discard(cx, out),
-        Cmd::Watch => watch(cx, Tail::of(command, 1).as_slice(), out),
+        Cmd::Watch => {
+            if let Some(stop) = watch(cx, Tail::of(command, 1).as_slice(), out) {
+                return Step::Stop(stop);
+            }
+        }
         Cmd::Unwatch => unwatch(cx, out),
         Cmd::Reset => reset(cx, out),
         Cmd::Move => move_key(cx, arg(1), arg(2), out),
@@ -940,3 +949,5 @@ mod budget_tests;
 mod string_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod transaction_tests;

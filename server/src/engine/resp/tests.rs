@@ -1532,7 +1532,7 @@ fn a_watched_key_that_changed_fails_exec() {
 }
 
 /// With two workers a transaction whose keys live on the other worker is sent there whole;
-/// one whose keys span both is refused with CROSSSLOT and aborts.
+/// one with a command whose keys span both is refused with CROSSSLOT and aborts.
 #[test]
 fn a_transaction_runs_on_the_worker_of_its_keys() {
     let theirs: Vec<String> = (0..40)
@@ -1560,7 +1560,7 @@ fn a_transaction_runs_on_the_worker_of_its_keys() {
     push(&["GET", &theirs[0]]);
     push(&["MULTI"]);
     push(&["SET", &theirs[0], "a"]);
-    push(&["SET", &mine[0], "b"]);
+    push(&["MGET", &theirs[0], &mine[0]]);
     push(&["DBSIZE"]);
     push(&["EXEC"]);
     push(&["GET", &theirs[0]]);
