@@ -193,13 +193,14 @@ fn bench(c: &mut Criterion) {
 fn prefetch_two_stage(s: &Shard, cold: &[[u8; 16]], batch: &[usize; 16]) {
     let mut hints = [None; 16];
     for (hint, &k) in hints.iter_mut().zip(batch) {
-        *hint = s.hint(black_box(&cold[k]));
-        if let Some(hint) = hint {
-            prefetch(hint.bucket());
-        }
+        let bucket = s.bucket_hint(black_box(&cold[k]));
+        prefetch(bucket.bucket());
+        *hint = Some(bucket);
     }
     for hint in hints.iter().flatten() {
-        prefetch_lines(hint.block());
+        if let Some(item) = s.item_hint(*hint) {
+            prefetch_lines(item);
+        }
     }
 }
 

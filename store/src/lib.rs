@@ -187,8 +187,8 @@ pub use error::StoreError;
 pub use expiry::{Expiry, Now, REALTIME_MAXDELTA, Ttl};
 pub use item::{MAX_KEY_LEN, item_size, item_size_expiring, malloc_chunk};
 pub use shard::{
-    Arith, Crawled, Delta, EVICTION_LOG_LEN, Evicted, Hint, ItemView, MAX_SEGMENT_BYTES,
-    NO_EVICT_SCAN, NewCas, Shard, ShardConfig, StoreMode, Write,
+    Arith, BucketHint, Crawled, Delta, EVICTION_LOG_LEN, Evicted, Hint, ITEM_HINT_BYTES, ItemView,
+    MAX_SEGMENT_BYTES, NO_EVICT_SCAN, NewCas, Shard, ShardConfig, StoreMode, Write,
 };
 pub use stats::ShardStats;
 

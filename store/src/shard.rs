@@ -29,9 +29,15 @@ mod request;
 mod walk;
 
 pub use budget::MAX_SEGMENT_BYTES;
+
+/// Bytes of an item [`Shard::item_hint`] gives for a prefetch: two cache lines, the header,
+/// the key and the start of the value of all but large items.
+pub const ITEM_HINT_BYTES: usize = 128;
 use budget::segment_size_for;
 pub use eviction::{EVICTION_LOG_LEN, Evicted, NO_EVICT_SCAN};
-pub use request::{Arith, Crawled, Delta, Hint, ItemView, NewCas, ShardConfig, StoreMode, Write};
+pub use request::{
+    Arith, BucketHint, Crawled, Delta, Hint, ItemView, NewCas, ShardConfig, StoreMode, Write,
+};
 
 /// Why an item leaves the table, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,6 +251,32 @@ impl Shard {
             entry: self.table.entry_ref(loc),
             block: self.item(self.table.get(loc)).block(),
         })
+    }
+
+    /// The first stage of a prefetch of `key`'s lookup: its hash and its home bucket's
+    /// address ([`BucketHint::bucket`]); reads nothing. Prefetch the buckets of every key of a
+    /// batch, then take [`Shard::item_hint`] of each.
+    #[inline]
+    pub fn bucket_hint(&self, key: &[u8]) -> BucketHint {
+        let hash = self.hasher.hash_one(key);
+        BucketHint {
+            hash,
+            bucket: self.table.home_address(hash),
+        }
+    }
+
+    /// The second stage: reads the bucket of [`Shard::bucket_hint`] (which the first stage's
+    /// prefetch brought, or is bringing) and gives the first [`ITEM_HINT_BYTES`] of the
+    /// segment from where the item its first tag-matching entry points at starts (header, key,
+    /// then the value's start), for a prefetch of their cache lines; reads nothing of the
+    /// item (its length is in its header). `None` when no entry matches.
+    #[inline]
+    pub fn item_hint(&self, hint: BucketHint) -> Option<&[u8]> {
+        let loc = self.table.find(hint.hash, |_| true)?;
+        let e = self.table.get(loc);
+        let data = &self.segs.segs[segment_of(e)].data;
+        let start = offset_of(e);
+        data.get(start..(start + ITEM_HINT_BYTES).min(data.len()))
     }
 
     /// TOUCH / GAT: gives a live item a new expiry (`ttl` as in [`Shard::store`]) and

@@ -265,6 +265,16 @@ impl Table {
         self.home(hash)
     }
 
+    /// The address of `hash`'s home bucket (one cache line), for a prefetch; reads nothing.
+    /// Null for a table without buckets.
+    #[inline]
+    pub(crate) fn home_address(&self, hash: u64) -> *const u8 {
+        if self.buckets.is_empty() {
+            return core::ptr::null();
+        }
+        core::ptr::from_ref(&self.buckets[self.home(hash)]).cast()
+    }
+
     /// The buckets an insert of `hash` may place its entry in, home first: a slot freed in
     /// any of them takes the entry.
     pub(crate) fn probe_buckets(&self, hash: u64) -> impl Iterator<Item = usize> + '_ {

@@ -2458,6 +2458,34 @@ fn hint_is_the_items_bucket_and_block_and_changes_nothing() {
     );
 }
 
+#[test]
+fn bucket_and_item_hints_point_at_the_lookups_lines_and_change_nothing() {
+    let mut s = shard();
+    let empty = s.bucket_hint(b"k");
+    assert!(empty.bucket().is_null(), "no table yet");
+    assert!(s.item_hint(empty).is_none());
+    set(&mut s, b"some-key", b"its value", 0, NOW);
+    for i in 0..200 {
+        set(&mut s, format!("key-{i}").as_bytes(), &[b'v'; 300], 0, NOW);
+    }
+    let stats = s.stats().clone();
+    let bucket = s.bucket_hint(b"some-key");
+    assert_eq!(bucket.bucket().addr() % 64, 0, "a bucket is one cache line");
+    let item = s.item_hint(bucket).expect("a stored key's item");
+    assert_eq!(item.as_ptr(), s.hint(b"some-key").unwrap().block().as_ptr());
+    assert!(item.len() <= ITEM_HINT_BYTES);
+    let text = String::from_utf8_lossy(item);
+    assert!(text.contains("some-key"), "{text:?}");
+    // A long item's hint is its first lines only.
+    let long = s.item_hint(s.bucket_hint(b"key-7")).unwrap();
+    assert_eq!(long.len(), ITEM_HINT_BYTES);
+    assert!(
+        s.item_hint(s.bucket_hint(b"never-stored"))
+            .is_none_or(|i| i.len() <= 128)
+    );
+    assert_eq!(s.stats(), &stats, "a hint counts nothing");
+}
+
 // Regression: the table started 16 bytes past a cache line, so half the buckets straddled
 // two lines and a GET prefetched for one still missed on the other.
 #[test]

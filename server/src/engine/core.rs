@@ -353,21 +353,26 @@ impl Core {
     }
 
     /// Starts loading the items lookups of `keys` in this worker's shard will read, without
-    /// waiting for them; changes nothing. In two stages ([`store::Hint`]): every key's bucket,
-    /// then every key's heap block (reading a bucket that the first stage brought, or is
-    /// bringing), so that the misses of all keys overlap at each stage instead of each key's
-    /// two following one another. Keys past [`PREFETCH_MAX`] are not looked at.
+    /// waiting for them; changes nothing. In two stages: every key's home bucket
+    /// ([`store::Shard::bucket_hint`], which reads nothing), then every key's item
+    /// ([`store::Shard::item_hint`], which reads the bucket the first stage brought, or is
+    /// bringing, but not the item), so that the misses of all keys overlap at each stage
+    /// instead of each key's two following one another. Keys past [`PREFETCH_MAX`] are not
+    /// looked at.
     #[inline]
     pub fn prefetch(&self, keys: &[&[u8]]) {
-        let mut hints: [Option<store::Hint<'_>>; PREFETCH_MAX] = [None; PREFETCH_MAX];
+        let mut hints: [Option<store::BucketHint>; PREFETCH_MAX] = [None; PREFETCH_MAX];
         for (hint, key) in hints.iter_mut().zip(keys) {
-            *hint = self.shard.hint(key);
-            if let Some(hint) = hint {
-                prefetch_line(hint.bucket());
+            let bucket = self.shard.bucket_hint(key);
+            if !bucket.bucket().is_null() {
+                prefetch_line(bucket.bucket());
+                *hint = Some(bucket);
             }
         }
         for hint in hints.iter().take(keys.len()).flatten() {
-            prefetch_lines(hint.block());
+            if let Some(item) = self.shard.item_hint(*hint) {
+                prefetch_lines(item);
+            }
         }
     }
 

@@ -186,6 +186,25 @@ impl<'a> Hint<'a> {
     }
 }
 
+/// A key's hash and the address of its home bucket, from [`Shard::bucket_hint`]: the first
+/// stage of a two-stage prefetch (the bucket, then the item [`Shard::item_hint`] finds in
+/// it).
+#[derive(Debug, Clone, Copy)]
+pub struct BucketHint {
+    pub(super) hash: u64,
+    pub(super) bucket: *const u8,
+}
+
+impl BucketHint {
+    /// The home bucket's address (one 64-byte cache line), for a prefetch; null when the table
+    /// has no buckets. An entry may lie in a later bucket; the home one is where a lookup
+    /// starts.
+    #[inline]
+    pub fn bucket(self) -> *const u8 {
+        self.bucket
+    }
+}
+
 /// What one [`Shard::crawl`] call did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Crawled {
