@@ -293,6 +293,9 @@ pub struct Session {
     pub(crate) queued: Option<Box<Queued>>,
     /// Keys whose change makes the next queued run fail (Redis's `WATCH`).
     pub(crate) watched: Vec<Watched>,
+    /// The connection asked to watch more keys than a worker keeps notes for: its next queued
+    /// run fails whatever changed (the list above is dropped, so it stays bounded).
+    pub(crate) watch_overflow: bool,
     /// Set while queued requests run as one: nothing pauses them part-way.
     pub(crate) atomic: bool,
     /// The cross-worker transaction this connection coordinates, from its hold requests on.
@@ -326,6 +329,7 @@ impl Default for Session {
             stored_db: 0,
             queued: None,
             watched: Vec::new(),
+            watch_overflow: false,
             atomic: false,
             hold: None,
             authenticated: false,

@@ -5,6 +5,7 @@
 use protocol::resp::{Frame, Version, value_len, write_command};
 use store::Now;
 
+use crate::engine::marks::MARKS_MAX;
 use crate::engine::tests::{PIECES, engine};
 use crate::engine::*;
 
@@ -1529,6 +1530,48 @@ fn a_watched_key_that_changed_fails_exec() {
     assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
     assert_eq!(call(&mut e, &mut s, &["SET", "k", "db4"]), "+QUEUED\r\n");
     assert_eq!(call(&mut e, &mut s, &["EXEC"]), "*1\r\n+OK\r\n");
+}
+
+/// A connection may not grow its watched list past what a worker keeps notes for: one key
+/// more makes its next EXEC fail (a retry), in one WATCH or in several, and the flag goes with
+/// that EXEC, UNWATCH or DISCARD.
+#[test]
+fn watching_more_keys_than_a_worker_notes_fails_the_next_exec() {
+    let mut e = engine();
+    let mut s = resp2();
+    let keys =
+        |from: usize, to: usize| -> Vec<String> { (from..to).map(|i| format!("w:{i}")).collect() };
+    let watch = |e: &mut Engine, s: &mut Session, keys: &[String]| {
+        let mut args = vec!["WATCH"];
+        args.extend(keys.iter().map(String::as_str));
+        call(e, s, &args)
+    };
+    let transaction = |e: &mut Engine, s: &mut Session| {
+        assert_eq!(call(e, s, &["MULTI"]), "+OK\r\n");
+        assert_eq!(call(e, s, &["SET", "k", "v"]), "+QUEUED\r\n");
+        call(e, s, &["EXEC"])
+    };
+    // Exactly as many as a worker notes: the transaction runs.
+    assert_eq!(watch(&mut e, &mut s, &keys(0, MARKS_MAX)), "+OK\r\n");
+    assert_eq!(transaction(&mut e, &mut s), "*1\r\n+OK\r\n");
+    // One more in one WATCH: nothing changed, yet EXEC fails; the next one runs again.
+    assert_eq!(watch(&mut e, &mut s, &keys(0, MARKS_MAX + 1)), "+OK\r\n");
+    assert!(s.watched.is_empty() && s.watch_overflow);
+    assert_eq!(transaction(&mut e, &mut s), "*-1\r\n");
+    assert!(!s.watch_overflow);
+    assert_eq!(transaction(&mut e, &mut s), "*1\r\n+OK\r\n");
+    // Over several WATCHes; a WATCH after the overflow keeps it; UNWATCH clears it.
+    assert_eq!(watch(&mut e, &mut s, &keys(0, MARKS_MAX - 10)), "+OK\r\n");
+    assert_eq!(
+        watch(&mut e, &mut s, &keys(MARKS_MAX, MARKS_MAX + 20)),
+        "+OK\r\n"
+    );
+    assert_eq!(watch(&mut e, &mut s, &keys(0, 1)), "+OK\r\n");
+    assert!(s.watched.is_empty() && s.watch_overflow);
+    assert_eq!(transaction(&mut e, &mut s), "*-1\r\n");
+    assert_eq!(watch(&mut e, &mut s, &keys(0, MARKS_MAX + 1)), "+OK\r\n");
+    assert_eq!(call(&mut e, &mut s, &["UNWATCH"]), "+OK\r\n");
+    assert_eq!(transaction(&mut e, &mut s), "*1\r\n+OK\r\n");
 }
 
 /// With two workers a transaction whose keys live on the other worker is sent there whole;

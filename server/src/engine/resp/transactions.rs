@@ -56,6 +56,7 @@
 //! overflow.
 
 use super::*;
+use crate::engine::marks::MARKS_MAX;
 use crate::engine::session::{Queued, Watched};
 
 /// Bytes of queued commands a transaction may hold: more makes `EXEC` refuse it.
@@ -197,6 +198,19 @@ pub(super) fn watch(cx: &mut Cx<'_>, keys: &[&[u8]], out: &mut Vec<u8>) -> Optio
         error(out, v, "ERR WATCH inside MULTI is not allowed");
         return None;
     }
+    if cx.session.watch_overflow {
+        ok(out, v);
+        return None;
+    }
+    // More keys than a worker keeps notes for could never all be checked: the next EXEC
+    // fails (a retry, as when the worker's notes overflow), and the list stays bounded, as
+    // does the work of comparing each new key with it.
+    if cx.session.watched.len() + keys.len() > MARKS_MAX {
+        forget_watched(cx, out);
+        cx.session.watch_overflow = true;
+        ok(out, v);
+        return None;
+    }
     let me = cx.config().worker;
     let db = cx.session.db;
     // Each key once, and none watched already.
@@ -289,6 +303,7 @@ pub(super) fn unwatch(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
 /// when its queue is full, its marks stay until its table of marks overflows, as a closed
 /// connection's do).
 pub(super) fn forget_watched(cx: &mut Cx<'_>, out: &[u8]) {
+    cx.session.watch_overflow = false;
     let me = cx.config().worker;
     let watched = std::mem::take(&mut cx.session.watched);
     let mut owners: Vec<usize> = Vec::new();
@@ -442,6 +457,12 @@ pub(super) fn exec(cx: &mut Cx<'_>, out: &mut Vec<u8>) -> Option<Stop> {
         cx.session.hold = None;
         forget_watched(cx, out);
         error(out, v, EXEC_ABORT);
+        return None;
+    }
+    if cx.session.watch_overflow {
+        cx.session.hold = None;
+        forget_watched(cx, out);
+        Reply::NullArray.emit_into(v, out);
         return None;
     }
     let me = cx.config().worker;
