@@ -525,25 +525,7 @@ impl<'a> Cx<'a> {
         out: &[u8],
         write: impl FnOnce(&mut Vec<u8>),
     ) -> Result<(), Stop> {
-        let form = self.form(part);
-        let Some(forward) = self.forward.as_deref_mut() else {
-            return Err(Stop::Blocked);
-        };
-        let db = self.session.db;
-        forward
-            .forward(
-                &mut self.session.holes,
-                owner,
-                Op::Execute(form),
-                request_len,
-                out.len(),
-                |bytes| {
-                    if db != 0 {
-                        bytes.extend_from_slice(&u32::from(db).to_le_bytes());
-                    }
-                    write(bytes)
-                },
-            )
+        self.send_forward(owner, part, request_len, out, write)
             .map_err(|forward::Blocked| Stop::Blocked)?;
         self.core.count_forwarded();
         self.session.holes.stamp_last(Stamp {
@@ -607,26 +589,39 @@ impl<'a> Cx<'a> {
         out: &[u8],
         write: impl FnOnce(&mut Vec<u8>),
     ) -> bool {
+        self.send_forward(owner, part, request_len, out, write)
+            .is_ok()
+    }
+
+    /// The send both of the above make: the request (after the connection's database number
+    /// when it is not 0) to `owner`, its reply's hole at the end of `out`. Blocked (nothing
+    /// sent) while `owner`'s queue refuses batches, or with no other worker.
+    fn send_forward(
+        &mut self,
+        owner: usize,
+        part: u8,
+        request_len: usize,
+        out: &[u8],
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), forward::Blocked> {
         let form = self.form(part);
         let db = self.session.db;
         let Some(forward) = self.forward.as_deref_mut() else {
-            return false;
+            return Err(forward::Blocked);
         };
-        forward
-            .forward(
-                &mut self.session.holes,
-                owner,
-                Op::Execute(form),
-                request_len,
-                out.len(),
-                |bytes| {
-                    if db != 0 {
-                        bytes.extend_from_slice(&u32::from(db).to_le_bytes());
-                    }
-                    write(bytes)
-                },
-            )
-            .is_ok()
+        forward.forward(
+            &mut self.session.holes,
+            owner,
+            Op::Execute(form),
+            request_len,
+            out.len(),
+            |bytes| {
+                if db != 0 {
+                    bytes.extend_from_slice(&u32::from(db).to_le_bytes());
+                }
+                write(bytes)
+            },
+        )
     }
 
     /// Whether a request may go to every other worker now (no queue holds a batch back).

@@ -993,6 +993,16 @@ fn multi_key_commands_stop_at_the_high_water_mark_and_go_on() {
     assert_eq!(tail, ":2\r\n:2\r\n");
 }
 
+/// [`config`] for each worker of a server of `workers`, all sharing one control block, as a
+/// server's workers do.
+pub(super) fn shared_config(workers: usize) -> impl Fn(usize) -> EngineConfig {
+    let control = crate::control::Control::new(Default::default(), 0);
+    move |worker| EngineConfig {
+        control: std::sync::Arc::clone(&control),
+        ..config(workers, worker)
+    }
+}
+
 pub(super) fn config(workers: usize, worker: usize) -> EngineConfig {
     EngineConfig {
         started_unix_secs: NOW - 10,
@@ -2127,11 +2137,7 @@ fn swapdb_fails_exec_of_a_key_held_in_either_database() {
 /// forwarded to the other sees.
 #[test]
 fn swapdb_holds_on_every_worker() {
-    let control = crate::control::Control::new(Default::default(), 0);
-    let shared = |worker| EngineConfig {
-        control: std::sync::Arc::clone(&control),
-        ..config(2, worker)
-    };
+    let shared = shared_config(2);
     let mut home = Engine::new(shared(0));
     let mut owner = Engine::new(shared(1));
     let keys: Vec<String> = (0..20).map(|i| format!("key:{i}")).collect();
@@ -2384,11 +2390,7 @@ fn only_the_keyspace_section_walks_the_table() {
 /// With two workers each counts the keys of its own table and the counts add up.
 #[test]
 fn info_keyspace_adds_up_every_workers_keys() {
-    let control = crate::control::Control::new(Default::default(), 0);
-    let shared = |worker| EngineConfig {
-        control: std::sync::Arc::clone(&control),
-        ..config(2, worker)
-    };
+    let shared = shared_config(2);
     let mut home = Engine::new(shared(0));
     let mut owner = Engine::new(shared(1));
     let keys: Vec<String> = (0..20).map(|i| format!("key:{i}")).collect();

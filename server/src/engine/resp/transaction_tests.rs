@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::tests::{command, config, now};
+use super::tests::{command, now, shared_config};
 use crate::conn::ClientConn;
 use crate::engine::*;
 use crate::worker::mesh::{self, Mesh};
@@ -22,11 +22,7 @@ struct Pair {
 
 impl Pair {
     fn new() -> Pair {
-        let control = crate::control::Control::new(Default::default(), 0);
-        let shared = |worker| EngineConfig {
-            control: Arc::clone(&control),
-            ..config(2, worker)
-        };
+        let shared = shared_config(2);
         let mut meshes = mesh::build(2).unwrap();
         let (mut theirs, mine) = (meshes.pop().unwrap(), meshes.pop().unwrap());
         let mut owner = Engine::new(shared(1));
