@@ -553,36 +553,54 @@ fn steered_connections_reopened_over_tap_land_on_their_workers() {
     let mut topo = Topology::start(1, &["-t", "2"]);
     let server = "10.77.0.2:11211";
     let before = memspin_stat(&topo.srv_ns, server, "memspin_forwarded");
-    let v = topo.loadgen_while(
-        &[
-            "--steer",
-            "-c",
-            "8",
-            "--rate",
-            "1000",
-            "-d",
-            "3",
-            "--warmup",
-            "0.2",
-            "--keys",
-            "2000",
-            "--prefill",
-            "--verify",
-            "--timeout-ms",
-            "200",
-            "--interval",
-            "200",
-        ],
-        |topo, child| {
-            wait_for_window(child);
-            let pid = topo.memspin.child.id() as libc::pid_t;
-            // SAFETY: kill(2) on our own child's pid, which has not been waited for.
-            unsafe { libc::kill(pid, libc::SIGSTOP) };
-            std::thread::sleep(Duration::from_millis(500));
-            // SAFETY: as above.
-            unsafe { libc::kill(pid, libc::SIGCONT) };
-        },
+    let v = topo.loadgen_while(&STEERED_STALL, |topo, child| {
+        wait_for_window(child);
+        stall(&topo.memspin);
+    });
+    assert_steered_run_outlived_the_stall(&v);
+    assert_eq!(
+        memspin_stat(&topo.srv_ns, server, "memspin_forwarded"),
+        before,
+        "a reopened connection was forwarded"
     );
+}
+
+/// A steered open loop (two workers' shares of 4) with 200 ms timeouts, for a 500 ms
+/// [`stall`] of memspin in its window.
+const STEERED_STALL: [&str; 17] = [
+    "--steer",
+    "-c",
+    "8",
+    "--rate",
+    "1000",
+    "-d",
+    "3",
+    "--warmup",
+    "0.2",
+    "--keys",
+    "2000",
+    "--prefill",
+    "--verify",
+    "--timeout-ms",
+    "200",
+    "--interval",
+    "200",
+];
+
+/// Stops memspin for 500 ms (SIGSTOP, then SIGCONT).
+fn stall(memspin: &Memspin) {
+    let pid = memspin.child.id() as libc::pid_t;
+    // SAFETY: kill(2) on our own child's pid, which has not been waited for.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+}
+
+/// A [`STEERED_STALL`] run: the stall timed requests out, the reopened connections kept their
+/// workers' shares and carried the rest of the window, and no value was wrong.
+#[track_caller]
+fn assert_steered_run_outlived_the_stall(v: &Value) {
     assert_eq!(v["steer_connections"], serde_json::json!([4, 4]), "{v}");
     assert!(
         v["errors"]["timeout"].as_u64().unwrap() > 0,
@@ -594,11 +612,6 @@ fn steered_connections_reopened_over_tap_land_on_their_workers() {
     let ops = v["ops"].as_u64().unwrap();
     assert!(ops > 1500, "{ops} ops: {}", v["errors"]);
     assert_eq!(v["verify"]["mismatches"], 0, "{}", v["verify"]);
-    assert_eq!(
-        memspin_stat(&topo.srv_ns, server, "memspin_forwarded"),
-        before,
-        "a reopened connection was forwarded"
-    );
 }
 
 /// Runs the generator in `ns` (optionally as `nobody`) with `args`; its output.
@@ -1023,49 +1036,12 @@ fn xdp_steered_connections_reopened_after_a_stall_land_on_their_workers() {
     let _serial = one_at_a_time();
     let mut topo = XdpTopology::direct(2);
     let before = topo.forwarded();
-    let v = topo.loadgen_while(
-        &[
-            "-t",
-            "2",
-            "--steer",
-            "-c",
-            "8",
-            "--rate",
-            "1000",
-            "-d",
-            "3",
-            "--warmup",
-            "0.2",
-            "--keys",
-            "2000",
-            "--prefill",
-            "--verify",
-            "--timeout-ms",
-            "200",
-            "--interval",
-            "200",
-        ],
-        |topo, child| {
-            wait_for_window(child);
-            let pid = topo.memspin.child.id() as libc::pid_t;
-            // SAFETY: kill(2) on our own child's pid, which has not been waited for.
-            unsafe { libc::kill(pid, libc::SIGSTOP) };
-            std::thread::sleep(Duration::from_millis(500));
-            // SAFETY: as above.
-            unsafe { libc::kill(pid, libc::SIGCONT) };
-        },
-    );
-    assert_eq!(v["steer_connections"], serde_json::json!([4, 4]), "{v}");
-    assert!(
-        v["errors"]["timeout"].as_u64().unwrap() > 0,
-        "the stall timed nothing out: {}",
-        v["errors"]
-    );
-    // 1,000/s for 3 s; the stall and the reopening take well under a second of it, so more
-    // than 1,500 answered means the reopened connections carried the rest.
-    let ops = v["ops"].as_u64().unwrap();
-    assert!(ops > 1500, "{ops} ops: {}", v["errors"]);
-    assert_eq!(v["verify"]["mismatches"], 0, "{}", v["verify"]);
+    let args = [&["-t", "2"][..], &STEERED_STALL[..]].concat();
+    let v = topo.loadgen_while(&args, |topo, child| {
+        wait_for_window(child);
+        stall(&topo.memspin);
+    });
+    assert_steered_run_outlived_the_stall(&v);
     assert_eq!(
         topo.forwarded(),
         before,
