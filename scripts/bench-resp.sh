@@ -206,11 +206,13 @@ elif mode == "scan":
             args += ["scan:%d" % i, "v"]
         c.sock.sendall(command(*args))
         c.reply()
-    cursor, calls, returned, seen = b"0", 0, 0, set()
+    cursor, calls, returned, seen, longest = b"0", 0, 0, set(), 0.0
     start = time.monotonic()
     while True:
+        sent = time.monotonic()
         c.sock.sendall(command("SCAN", cursor, "COUNT", 1000))
         cursor, found = c.reply()
+        longest = max(longest, time.monotonic() - sent)
         calls += 1
         returned += len(found)
         seen.update(found)
@@ -220,7 +222,7 @@ elif mode == "scan":
     if len(seen) != keys:
         raise SystemExit("SCAN returned %d distinct keys of %d" % (len(seen), keys))
     print(json.dumps({"keys": keys, "seconds": wall, "calls": calls, "returned": returned,
-                      "distinct": len(seen)}))
+                      "distinct": len(seen), "longest_call_ms": longest * 1000}))
 '
 
 # bench NAME HOST PORT ROUND: the workloads of WORKLOADS against the server that is up now.
@@ -358,12 +360,16 @@ if glob.glob(os.path.join(out, "multi-*.json")):
         print(f"{name:16} {tx:10.0f} {p50:9.1f} {p99:9.1f}   {tx / base:9.2f}")
 
 if glob.glob(os.path.join(out, "scan-*.json")):
-    print("\nSCAN COUNT 1000, one full iteration (seconds; keys returned per distinct key)")
-    print(f"{'server':16} {'keys':>9} {'seconds':>9} {'calls':>7} {'returned/key':>13}")
+    print("\nSCAN COUNT 1000, one full iteration (seconds; keys returned per distinct key; the "
+          "longest call, ms)")
+    print(f"{'server':16} {'keys':>9} {'seconds':>9} {'calls':>7} {'returned/key':>13} "
+          f"{'longest':>8}")
     for name in servers:
         keys, wall = loaded("scan", name, "keys"), loaded("scan", name, "seconds")
         calls, returned = loaded("scan", name, "calls"), loaded("scan", name, "returned")
-        print(f"{name:16} {keys:9.0f} {wall:9.3f} {calls:7.0f} {returned / keys:13.3f}")
+        longest = loaded("scan", name, "longest_call_ms")
+        print(f"{name:16} {keys:9.0f} {wall:9.3f} {calls:7.0f} {returned / keys:13.3f} "
+              f"{longest:8.2f}")
 
 # What each side used (cores: on-CPU seconds per wall second over the run; the client's from
 # its user and system time, the server's from its threads' schedstat) and, for memspin, TAP

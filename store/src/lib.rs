@@ -148,11 +148,13 @@
 //! # Walking the table
 //!
 //! [`Shard::visit`] and [`Shard::crawl`] walk bucket indexes, [`Shard::num_buckets`] of them,
-//! so a caller can walk in slices with the index as its cursor (Redis `SCAN`, `lru_crawler
-//! metadump`). Entries never move while the table keeps its size, so a key that exists for
+//! so a caller can walk in slices with the index as its cursor (`lru_crawler metadump`, the
+//! crawler). Entries never move while the table keeps its size, so a key that exists for
 //! the whole walk is visited once, whatever is stored or removed between slices; only a
 //! resize (growing while the cache fills, halving under a lowered budget) may make a walk
-//! miss or repeat items.
+//! miss or repeat items. [`Shard::visit_in_order`] walks by ranges of key positions instead
+//! (the low 32 bits of a key's hash, which its home bucket grows with), a cursor no resize
+//! moves (Redis `SCAN`).
 //!
 //! # Expiry, flush and CAS
 //!

@@ -2,19 +2,20 @@
 //!
 //! An entry is `tag: 16 | segment + 1: 24 | offset: 24` (0 = empty): the top 16 bits of the
 //! key's hash (1 where they are 0, so that no tag is 0 and an empty slot matches none), and
-//! where the item lies. A key's home bucket is the low 32 bits of its hash
-//! modulo the number of buckets (any number, so the table can grow by less than a doubling
-//! when the budget is nearly all items), taken with two multiplications (Lemire's `fastmod`)
-//! rather than a division; an entry that finds its home full goes to the first bucket after it with a free slot,
-//! at most [`MAX_PROBE`] buckets on, and the home bucket's eighth word records how far its
-//! entries went (`reach`), so a lookup reads the home bucket and, only when that bucket ever
-//! overflowed, the few after it. A miss thus usually costs one cache line; a hit one line and
-//! the item's.
+//! where the item lies. A key's position is the low 32 bits of its hash, and its home bucket
+//! is its position scaled to the number of buckets (`position * buckets >> 32`: one
+//! multiplication, any number of buckets, so the table can grow by less than a doubling when
+//! the budget is nearly all items). An entry that finds its home full goes to the first
+//! bucket after it with a free slot, at most [`MAX_PROBE`] buckets on, and the home bucket's
+//! eighth word records how far its entries went (`reach`), so a lookup reads the home bucket
+//! and, only when that bucket ever overflowed, the few after it. A miss thus usually costs one
+//! cache line; a hit one line and the item's.
 //!
 //! Entries never move while the table keeps its size: an insert fills a free slot, a removal
 //! clears one. A walk over bucket indexes in slices therefore sees every entry that stays in
 //! the table for the whole walk, whatever is inserted or removed between the slices; only a
-//! resize (a rebuild at another size) moves entries.
+//! resize (a rebuild at another size) moves entries. Homes grow with positions, so a walk
+//! can also go by ranges of positions ([`Table::first_position`]), which no resize changes.
 
 /// Entries per bucket.
 pub(crate) const SLOTS: usize = 7;
@@ -50,6 +51,27 @@ pub(crate) struct Loc {
 pub(crate) fn entry(hash: u64, segment: usize, offset: usize) -> u64 {
     debug_assert!(segment <= MAX_SEGMENTS && offset <= MAX_OFFSET);
     tag(hash) << TAG_SHIFT | ((segment as u64 + 1) << SEGMENT_SHIFT) | offset as u64
+}
+
+/// Positions run from 0 to this, exclusive.
+pub(crate) const POSITIONS: u64 = 1 << 32;
+
+/// Where `hash` lies in the table's order: its low 32 bits (the tag is the top 16).
+#[inline(always)]
+pub(crate) fn position(hash: u64) -> u64 {
+    hash & (POSITIONS - 1)
+}
+
+/// The home of `position` (below [`POSITIONS`]) among `buckets` buckets (below 2^32): exact
+/// in 64 bits, as both factors are below 2^32.
+#[inline(always)]
+fn home_in(position: u64, buckets: usize) -> usize {
+    ((position * buckets as u64) >> 32) as usize
+}
+
+/// The smallest position whose home among `buckets` buckets is `bucket` or after it.
+fn first_in(bucket: usize, buckets: usize) -> u64 {
+    ((bucket as u64) << 32).div_ceil(buckets as u64)
 }
 
 /// The tag of `hash`'s entries: its top 16 bits, 1 in place of 0.
@@ -102,8 +124,6 @@ impl Bucket {
 pub(crate) struct Table {
     buckets: Box<[Bucket]>,
     len: usize,
-    /// `u64::MAX / buckets + 1`: the multiplier of `fastmod` (0 without buckets).
-    fastmod: u64,
 }
 
 impl Table {
@@ -113,11 +133,6 @@ impl Table {
         Table {
             buckets: vec![Bucket::default(); buckets].into_boxed_slice(),
             len: 0,
-            fastmod: if buckets == 0 {
-                0
-            } else {
-                (u64::MAX / buckets as u64).wrapping_add(1)
-            },
         }
     }
 
@@ -139,17 +154,33 @@ impl Table {
         self.len
     }
 
-    /// `hash as u32 % buckets` (exact for every 32-bit value and bucket count: Lemire, Kaser
-    /// and Kurz, "Faster remainder by direct computation", 2019).
-    #[inline]
+    /// The home bucket of `hash`: its position scaled to the buckets (Lemire's "fast
+    /// range"), so that homes never fall as positions grow.
+    #[inline(always)]
     fn home(&self, hash: u64) -> usize {
-        let low = self.fastmod.wrapping_mul(u64::from(hash as u32));
-        ((u128::from(low) * self.buckets.len() as u128) >> 64) as usize
+        self.home_of_position(position(hash))
+    }
+
+    /// The bucket that is home to `position` (below [`POSITIONS`]).
+    #[inline(always)]
+    pub(crate) fn home_of_position(&self, position: u64) -> usize {
+        home_in(position, self.buckets.len())
+    }
+
+    /// The smallest position homed in `bucket` or after it ([`POSITIONS`] for `bucket` equal
+    /// to the number of buckets).
+    pub(crate) fn first_position(&self, bucket: usize) -> u64 {
+        first_in(bucket, self.buckets.len())
+    }
+
+    /// How far past `bucket` the entries homed there lie, in buckets.
+    pub(crate) fn reach(&self, bucket: usize) -> usize {
+        self.buckets[bucket].reach as usize
     }
 
     /// The bucket `step` after `home` (`step` below the number of buckets), wrapping around.
     #[inline]
-    fn after(&self, home: usize, step: usize) -> usize {
+    pub(crate) fn after(&self, home: usize, step: usize) -> usize {
         let bucket = home + step;
         if bucket >= self.buckets.len() {
             bucket - self.buckets.len()
@@ -310,7 +341,7 @@ mod tests {
     fn a_full_home_spills_to_the_next_buckets_and_lookups_follow() {
         let mut t = Table::with_buckets(8);
         // Every hash homes in bucket 2; distinct tags tell them apart.
-        let hash = |i: u64| (i << TAG_SHIFT) | 2;
+        let hash = |i: u64| (i << TAG_SHIFT) | (2 << 29);
         let mut locs = Vec::new();
         for i in 1..=20 {
             locs.push(t.insert(hash(i), entry(hash(i), 0, i as usize)).unwrap());
@@ -333,41 +364,48 @@ mod tests {
     }
 
     #[test]
-    fn a_home_is_the_hash_modulo_any_number_of_buckets() {
-        for buckets in [1, 2, 3, 7, 8, 81_920, 98_304, 1 << 20, (1 << 32) - 1] {
-            let t = Table {
-                buckets: Box::default(),
-                len: 0,
-                fastmod: (u64::MAX / buckets).wrapping_add(1),
-            };
-            let home = |hash: u64| {
-                let low = t.fastmod.wrapping_mul(u64::from(hash as u32));
-                ((u128::from(low) * u128::from(buckets)) >> 64) as u64
-            };
-            for hash in [
+    fn homes_grow_with_positions_and_first_positions_bound_them() {
+        for buckets in [1usize, 2, 3, 7, 8, 81_920, 98_304, 1 << 20, (1 << 32) - 1] {
+            let mut last = 0;
+            for p in [
                 0,
                 1,
                 2,
-                buckets - 1,
-                buckets,
+                0x8000_0000,
                 0xdead_beef,
-                u64::MAX,
-                0xffff_ffff,
+                POSITIONS - 2,
+                POSITIONS - 1,
             ] {
-                assert_eq!(
-                    home(hash),
-                    (hash & 0xffff_ffff) % buckets,
-                    "{hash} in {buckets}"
+                let h = home_in(p, buckets);
+                assert_eq!(h as u128, (u128::from(p) * buckets as u128) >> 32);
+                assert!(h >= last && h < buckets, "{p} in {buckets}");
+                last = h;
+                assert!(
+                    first_in(h, buckets) <= p && p < first_in(h + 1, buckets),
+                    "{p} in {buckets}"
                 );
             }
+            assert_eq!(first_in(0, buckets), 0);
+            assert_eq!(first_in(buckets, buckets), POSITIONS);
         }
+        let t = Table::with_buckets(98_304);
+        for p in [0, 1, 12_345_678, 0x8000_0000, POSITIONS - 1] {
+            let h = t.home_of_position(p);
+            assert_eq!(
+                t.home(p | 0xffff_0000_0000_0000),
+                h,
+                "the tag plays no part"
+            );
+            assert!(t.first_position(h) <= p && p < t.first_position(h + 1));
+        }
+        assert_eq!(t.first_position(98_304), POSITIONS);
     }
 
     #[test]
     fn a_full_home_wraps_past_the_last_bucket_of_a_table_of_any_size() {
         let mut t = Table::with_buckets(5);
         // Every hash homes in bucket 4, the last; 10 entries fill it and spill into bucket 0.
-        let hash = |i: u64| (i << TAG_SHIFT) | 4;
+        let hash = |i: u64| (i << TAG_SHIFT) | (POSITIONS - 1);
         for i in 1..=10 {
             let loc = t.insert(hash(i), entry(hash(i), 0, i as usize)).unwrap();
             assert_eq!(loc.bucket, if i <= 7 { 4 } else { 0 });

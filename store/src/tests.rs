@@ -1455,6 +1455,82 @@ fn visit_walks_live_items_in_slices_without_touching_them() {
 }
 
 #[test]
+fn a_walk_in_order_visits_each_key_once_while_the_table_shrinks_and_grows() {
+    let mut s = shard();
+    fill(&mut s, "kept", 0..1_000, b"v", 0);
+    fill(&mut s, "filler", 0..20_000, b"v", 0);
+    let mut seen: std::collections::HashMap<Vec<u8>, usize> = Default::default();
+    let (mut shrunk, mut grown) = (None, None);
+    let mut from = Some(0);
+    let mut windows = 0;
+    while let Some(at) = from {
+        from = s.visit_in_order(at, 5, NOW, |key, _, _| {
+            *seen.entry(key.to_vec()).or_default() += 1;
+        });
+        windows += 1;
+        assert!(windows < 100_000, "the walk ends");
+        if windows == 10 {
+            // Most items go and the budget falls: the table is rebuilt at half its size (a
+            // step that may take no item evicts none).
+            let before = s.num_buckets();
+            for i in 0..20_000u32 {
+                s.unlink(format!("filler{i}").as_bytes(), NOW);
+            }
+            s.set_memory_limit(1 << 20);
+            s.shrink(0, NOW);
+            s.set_memory_limit(64 << 20);
+            shrunk = Some((before, s.num_buckets()));
+        }
+        if windows == 30 {
+            let before = s.num_buckets();
+            fill(&mut s, "new", 0..60_000, b"v", 0);
+            grown = Some((before, s.num_buckets()));
+        }
+    }
+    let (before, after) = shrunk.unwrap();
+    assert!(after < before, "shrunk: {before} -> {after} buckets");
+    let (before, after) = grown.unwrap();
+    assert!(after > before, "grew: {before} -> {after} buckets");
+    let mut live = Vec::new();
+    s.visit(0, usize::MAX, NOW, |key, _, _| live.push(key.to_vec()));
+    let held: Vec<&Vec<u8>> = live.iter().filter(|k| k.starts_with(b"kept")).collect();
+    assert_eq!(held.len(), 1_000, "nothing evicted");
+    for key in held {
+        assert_eq!(seen.get(key), Some(&1), "{}", String::from_utf8_lossy(key));
+    }
+    assert!(seen.values().all(|&n| n == 1), "no key twice");
+}
+
+#[test]
+fn a_window_in_order_costs_its_buckets_not_the_table() {
+    let mut s = shard();
+    fill(&mut s, "k", 0..50_000, b"v", 0);
+    let per_bucket = s.len() as f64 / s.num_buckets() as f64;
+    let mut sizes = Vec::new();
+    let mut from = Some(0);
+    let mut total = 0;
+    while let Some(at) = from {
+        let mut n = 0;
+        from = s.visit_in_order(at, 4, NOW, |_, _, _| n += 1);
+        sizes.push(n);
+        total += n;
+    }
+    assert_eq!(total, 50_000, "every key once");
+    assert_eq!(
+        sizes.len(),
+        s.num_buckets().div_ceil(4),
+        "one window per 4 buckets"
+    );
+    let largest = *sizes.iter().max().unwrap();
+    assert!(
+        (largest as f64) < 4.0 * per_bucket * 3.0,
+        "a window holds about its buckets' items: {largest}, {per_bucket:.1} a bucket"
+    );
+    assert_eq!(s.visit_in_order(1 << 32, 4, NOW, |_, _, _| panic!()), None);
+    assert_eq!(shard().visit_in_order(0, 4, NOW, |_, _, _| panic!()), None);
+}
+
+#[test]
 fn reset_stats_keeps_what_describes_the_cache() {
     let mut s = shard();
     set(&mut s, b"k", b"v", 0, NOW);

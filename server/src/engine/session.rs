@@ -1061,6 +1061,29 @@ impl Cx<'_> {
         });
     }
 
+    /// Hands the client's key and the item of every live key of the connection's database in
+    /// one window of this worker's table in key-hash order, from position `from`, about
+    /// `buckets` buckets wide; returns where the next window starts, `None` after the last
+    /// (see [`store::Shard::visit_in_order`]).
+    pub fn visit_database_in_order(
+        &self,
+        from: u64,
+        buckets: usize,
+        now: Now,
+        mut f: impl FnMut(&[u8], ItemView<'_>),
+    ) -> Option<u64> {
+        let db = self.session.stored_db;
+        self.core
+            .shard()
+            .visit_in_order(from, buckets, now, |stored, item, _| {
+                if let Some((of, key)) = database_key(stored)
+                    && of == db
+                {
+                    f(key, item);
+                }
+            })
+    }
+
     /// Items this worker's shard holds, every database's.
     pub fn items(&self) -> usize {
         self.core.shard().len()

@@ -104,8 +104,8 @@ impl Shard {
     /// table), in bucket order, without touching them (no fetched mark, no counters; dead
     /// items are skipped, not reclaimed). `size` is what the item is charged
     /// ([`item_size`](crate::item_size)). For inspection (`lru_crawler metadump`, `stats
-    /// sizes`, Redis `SCAN` with the bucket index as its cursor): walking the whole table costs
-    /// time in proportion to it, so a caller walks it in slices.
+    /// sizes`, Redis `KEYS`): walking the whole table costs time in proportion to it, so a
+    /// caller walks it in slices.
     ///
     /// A walk in slices is stable while the table keeps its size: an entry stays in its
     /// bucket from insert to removal, so an item that is live for the whole walk is visited
@@ -130,6 +130,50 @@ impl Shard {
                 }
             }
         }
+    }
+
+    /// Calls `f(key, item, size)` for every live item whose key's position (the low 32 bits
+    /// of its hash) is at least `from` and whose home is one of about `buckets` buckets from
+    /// `from`'s, as [`Shard::visit`] does; returns the position the next window starts from,
+    /// `None` once this window reached the last bucket. For Redis `SCAN`, with the position
+    /// as its cursor.
+    ///
+    /// Positions do not depend on the table's size, so a walk by windows visits every item
+    /// that is live for the whole walk, and each key at most once, also when the table grows
+    /// or shrinks between windows. A window reads its buckets and the few after them that its
+    /// entries spilled into (16 at most, as far as its buckets' entries reach), and hashes each key it finds there again to tell whether the key
+    /// is in the window: a window of `buckets` buckets costs about `buckets` bucket reads
+    /// and their items, whatever the table's size.
+    pub fn visit_in_order(
+        &self,
+        from: u64,
+        buckets: usize,
+        now: impl Into<Now>,
+        mut f: impl FnMut(&[u8], ItemView<'_>, usize),
+    ) -> Option<u64> {
+        let now = now.into();
+        let total = self.num_buckets();
+        if total == 0 || from >= table::POSITIONS {
+            return None;
+        }
+        let first = self.table.home_of_position(from);
+        let last = first.saturating_add(buckets.max(1)).min(total);
+        let end = self.table.first_position(last);
+        // Entries homed in `first..last` lie up to their homes' reach past them.
+        let spilled = (first..last)
+            .map(|home| home + self.table.reach(home) + 1)
+            .max()
+            .unwrap_or(last);
+        for step in 0..(spilled - first).min(total) {
+            for (_, e) in self.table.bucket(self.table.after(first, step)) {
+                let item = self.item(e);
+                let at = table::position(self.hasher.hash_one(item.key()));
+                if (from..end).contains(&at) && self.liveness(e, now) == Liveness::Live {
+                    f(item.key(), view(item), item.size());
+                }
+            }
+        }
+        (last < total).then_some(end)
     }
 
     /// Buckets in the table (0 before the first store): the range [`Shard::visit`] walks.

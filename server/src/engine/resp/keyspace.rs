@@ -441,31 +441,22 @@ impl Gather for Sum {
 
 // ---- walking the keyspace ----
 
-/// Bits of a `SCAN` cursor that hold the position in the key-hash space; the bits above
+/// Bits of a `SCAN` cursor that hold the position in the worker's key order; the bits above
 /// them name the worker.
 const CURSOR_POSITION_BITS: u32 = 56;
 
-/// A full `SCAN` iteration walks each worker's table at most about this many times: a call
-/// returns at least this fraction of the worker's items (`COUNT` is a hint, as in Redis).
-const SCAN_WALKS: usize = 64;
-
-/// Where a key sits in `SCAN`'s order: the top bits of its owner hash, the same for a key
-/// whatever the table's size or layout.
-fn scan_position(key: &[u8]) -> u64 {
-    crate::engine::owner_hash(key) >> (64 - CURSOR_POSITION_BITS)
-}
-
 /// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`.
 ///
-/// The cursor is a worker (top 8 bits) and a position in the key-hash space (56 bits): a call
-/// returns the keys of the connection's database on that worker whose positions are the
-/// smallest at or after the cursor's, every key of each position it returns (keys sharing a
-/// position are never split between calls), and the next cursor is the position after the
-/// last one returned, so no key is returned twice by one iteration unless it is written
-/// again meanwhile. The order does not depend on the table, so growth, eviction and expiry
-/// move no key across the cursor: a full iteration returns every key held for its whole
-/// duration at least once. A worker's keys done, the cursor moves to the next worker's start;
-/// after the last, 0. Each call walks the worker's table (O(its items)).
+/// The cursor is a worker (top 8 bits) and a position in that worker's key order (the low 32
+/// bits of each key's hash in its store, which the table's buckets follow): a call returns the
+/// keys of the connection's database on that worker whose positions lie in one window from
+/// the cursor's, a window of as many buckets as hold about `COUNT` of the worker's items, and
+/// the next cursor is the window's end. Positions do not depend on the table's size or
+/// layout, so growth, eviction and expiry move no key across the cursor: a full iteration
+/// returns every key held for its whole duration at least once, and no key twice unless it
+/// is written again meanwhile. A call costs its window (about `COUNT` items, as in Redis,
+/// however many the worker holds). A worker's keys done, the cursor moves to the next
+/// worker's start; after the last, 0.
 pub(super) fn scan(cx: &mut Cx<'_>, args: &[&[u8]], raw: &[u8], out: &mut Vec<u8>) -> Option<Stop> {
     let v = version(cx);
     let Some(cursor) = std::str::from_utf8(args[0])
@@ -506,7 +497,7 @@ pub(super) fn scan(cx: &mut Cx<'_>, args: &[&[u8]], raw: &[u8], out: &mut Vec<u8
         }
     }
     let worker = (cursor >> CURSOR_POSITION_BITS) as usize;
-    let start = cursor & ((1 << CURSOR_POSITION_BITS) - 1);
+    let from = cursor & ((1 << CURSOR_POSITION_BITS) - 1);
     if worker >= cx.workers() {
         write_scan(out, v, 0, &[]);
         return None;
@@ -514,65 +505,26 @@ pub(super) fn scan(cx: &mut Cx<'_>, args: &[&[u8]], raw: &[u8], out: &mut Vec<u8
     if worker != cx.config().worker && !cx.forwarded() {
         return cx.forward(worker, WHOLE, raw, out).err();
     }
-    // The `target` keys of the smallest positions at or after `start`; `dropped` is the
-    // smallest position of a key left out. Every key left out was at or above the heap's
-    // largest position when it was, and that largest position only falls, so `dropped` is
-    // at or above the largest position kept.
-    let target = count.max(cx.items() / SCAN_WALKS).max(1);
-    let mut nearest: std::collections::BinaryHeap<(u64, Vec<u8>)> =
-        std::collections::BinaryHeap::new();
-    let mut dropped: Option<u64> = None;
-    cx.visit_database(0, cx.num_buckets(), cx.now, |key, _| {
-        let at = scan_position(key);
-        if at < start {
-            return;
-        }
-        if nearest.len() < target {
-            nearest.push((at, key.to_vec()));
-        } else if nearest.peek().is_some_and(|(last, _)| at < *last) {
-            if let Some((out, _)) = nearest.pop() {
-                dropped = Some(dropped.map_or(out, |d| d.min(out)));
-            }
-            nearest.push((at, key.to_vec()));
-        } else {
-            dropped = Some(dropped.map_or(at, |d| d.min(at)));
+    // As many buckets as hold about `count` of this worker's items, every database's (as in
+    // Redis, `COUNT` is work done, not keys returned).
+    let buckets = cx.num_buckets();
+    let window = count
+        .saturating_mul(buckets)
+        .div_ceil(cx.items().max(1))
+        .clamp(1, buckets.max(1));
+    let mut found: Vec<Vec<u8>> = Vec::new();
+    let resume = cx.visit_database_in_order(from, window, cx.now, |key, _| {
+        if strings && pattern.is_none_or(|p| glob(p, key)) {
+            found.push(key.to_vec());
         }
     });
-    let mut found = nearest.into_vec();
-    let last = found.iter().map(|(at, _)| *at).max().unwrap_or(start);
-    let resume = match dropped {
-        // Nothing left out: this worker's keys are done.
-        None => None,
-        // A key of the last position was left out: the position is returned next time,
-        // whole; unless it is all this call found (more keys than `target` share it), then
-        // it is returned whole now.
-        Some(d) if d == last => {
-            if found.iter().any(|(at, _)| *at < last) {
-                found.retain(|(at, _)| *at < last);
-                Some(last)
-            } else {
-                found.clear();
-                cx.visit_database(0, cx.num_buckets(), cx.now, |key, _| {
-                    if scan_position(key) == last {
-                        found.push((last, key.to_vec()));
-                    }
-                });
-                Some(last + 1)
-            }
-        }
-        Some(_) => Some(last + 1),
-    };
     let next = match resume {
-        Some(at) if at >> CURSOR_POSITION_BITS == 0 => (worker as u64) << CURSOR_POSITION_BITS | at,
+        Some(at) => (worker as u64) << CURSOR_POSITION_BITS | at,
         // This worker's keys are done: the next worker's start, or the end.
-        _ if worker + 1 < cx.workers() => ((worker + 1) as u64) << CURSOR_POSITION_BITS,
-        _ => 0,
+        None if worker + 1 < cx.workers() => ((worker + 1) as u64) << CURSOR_POSITION_BITS,
+        None => 0,
     };
-    let keys: Vec<&[u8]> = found
-        .iter()
-        .map(|(_, key)| key.as_slice())
-        .filter(|key| strings && pattern.is_none_or(|p| glob(p, key)))
-        .collect();
+    let keys: Vec<&[u8]> = found.iter().map(Vec::as_slice).collect();
     write_scan(out, v, next, &keys);
     None
 }
