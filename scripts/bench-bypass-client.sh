@@ -19,7 +19,12 @@
 #              max (target p99.99 <= 2 ms, max <= 5 ms), values lost, and the recovery counters
 #              of both sides (the generator's JSON, memspin's exit report, nstat for kernels);
 #              with FLOOR=1 (the default) each round also runs both pairs with nothing dropped,
-#              the same topology and load: the tail the machine gives without loss
+#              the same topology and load: the tail the machine gives without loss. As in
+#              scripts/bench-loss.sh, the servers and the generator run in the real-time class
+#              (SCHED_FIFO at RT_PRIO) and sleep when idle (memspin --idle adaptive, the
+#              generator --idle sleep; memcached sleeps in epoll), so that the guest's own
+#              housekeeping (the kernel's DAMON thread takes a vCPU for about 1.5 ms a few times
+#              a second) cannot preempt them; RT_PRIO=0 keeps the normal class and spins
 #
 # Topologies (namespaces made here, removed on exit, also on failure):
 #
@@ -33,7 +38,7 @@
 # (results.md, every run's JSON and server log, machine.json with commit and command).
 #
 # Usage: scripts/bench-bypass-client.sh [ROUNDS (default 5)] [SECONDS per run (default 5)]
-#   COST_RATE=20000 LOSS=2 LOSS_RATE=20000 LOSS_CONNS=64 LOSS_SECONDS=20 FLOOR=1
+#   COST_RATE=20000 LOSS=2 LOSS_RATE=20000 LOSS_CONNS=64 LOSS_SECONDS=20 FLOOR=1 RT_PRIO=10
 #   PARTS="cost ceiling single loss" (which parts to run) STEER=1 (0: skip bench-steer.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +52,7 @@ loss_rate=${LOSS_RATE:-20000}
 loss_conns=${LOSS_CONNS:-64}
 loss_seconds=${LOSS_SECONDS:-20}
 floor=${FLOOR:-1}
+rt_prio=${RT_PRIO:-10}
 parts=${PARTS:-cost ceiling single loss}
 steer=${STEER:-1}
 need_packages iproute2 ethtool python3 memcached nftables
@@ -78,18 +84,28 @@ client_args() {
 
 # loadgen TAG KIND SERVER ARGS...: one run of the generator in $gen, pinned, with 32-byte
 # values prefilled, JSON into TAG.json.
+# The loss part runs the generator as `${run_as[@]} memspin-loadgen` (the real-time class).
+run_as=()
 loadgen() {
   local tag=$1 kind=$2 server=$3; shift 3
   # shellcheck disable=SC2046
-  ip netns exec "$gen" timeout --foreground 300 "$LOADGEN_BIN" -s "$server" $(client_args "$kind") \
+  ip netns exec "$gen" "${run_as[@]}" timeout --foreground 300 "$LOADGEN_BIN" -s "$server" \
+    $(client_args "$kind") \
     --cpus "$client_cpu" -t 1 --value-size 32 --prefill -q \
     --json "$out/$tag.json" "$@" >/dev/null 2>"$out/$tag.err" \
     || { cat "$out/$tag.err" >&2; die "memspin-loadgen $tag failed"; }
 }
 
+# start_memspin TAG ADDR/PREFIX [GATEWAY [IDLE]]: memspin -t 1 on AF_XDP on xs0 (IDLE: spin).
 start_memspin() {
   start_server "$srv" "$out/$1.log" --net xdp --iface xs0 --ip "$2" ${3:+--gateway $3} \
-    --cpus "$server_cpu" --idle spin -m 256 --rto-min 1ms
+    --cpus "$server_cpu" --idle "${4:-spin}" -m 256 --rto-min 1ms
+}
+
+# in_rt_class: every thread of the server just started (SERVER_PID) into SCHED_FIFO at
+# RT_PRIO, unless RT_PRIO is 0.
+in_rt_class() {
+  [ "$rt_prio" = 0 ] || chrt -f -a -p "$rt_prio" "$SERVER_PID" >/dev/null
 }
 
 if has cost || has ceiling || has single; then
@@ -172,6 +188,11 @@ if has loss; then
   }
   conditions=(loss)
   [ "$floor" = 1 ] && conditions+=(floor)
+  server_idle=spin client_idle=spin
+  if [ "$rt_prio" != 0 ]; then
+    run_as=(chrt -f "$rt_prio")
+    server_idle=adaptive client_idle=sleep
+  fi
   for round in $(seq 1 "$rounds"); do
     # The conditions and the servers alternate from round to round.
     order=("${conditions[@]}")
@@ -182,20 +203,24 @@ if has loss; then
       for s in 0 1; do
         if [ $(( (s + round) % 2 )) = 0 ]; then
           tag=$cond-memspin-$round
-          start_memspin "$tag" 10.77.0.2/24 10.77.0.1
+          start_memspin "$tag" 10.77.0.2/24 10.77.0.1 "$server_idle"
+          in_rt_class
           drops "$out/$tag.drops-before"
           loadgen "$tag" xdp 10.77.0.2:11211 -c "$loss_conns" --rate "$loss_rate" \
-            -d "$loss_seconds" --warmup 1 --verify --get-ratio 0.8 --keys 20000
+            -d "$loss_seconds" --warmup 1 --verify --get-ratio 0.8 --keys 20000 \
+            --idle "$client_idle"
           drops "$out/$tag.drops-after"
           stop_server || die "memspin exited with an error (see $out/$tag.log)"
         else
           tag=$cond-memcached-$round
           start_memcached "$srv" "$out/$tag.log" 11211 1 "$server_cpu" 10.77.0.3
+          in_rt_class
           counters "$gen" "$out/$tag.client-before.json"
           counters "$srv" "$out/$tag.server-before.json"
           drops "$out/$tag.drops-before"
           loadgen "$tag" kernel 10.77.0.3:11211 -c "$loss_conns" --rate "$loss_rate" \
-            -d "$loss_seconds" --warmup 1 --verify --get-ratio 0.8 --keys 20000
+            -d "$loss_seconds" --warmup 1 --verify --get-ratio 0.8 --keys 20000 \
+            --idle "$client_idle"
           drops "$out/$tag.drops-after"
           counters "$gen" "$out/$tag.client-after.json"
           counters "$srv" "$out/$tag.server-after.json"

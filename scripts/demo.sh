@@ -12,13 +12,28 @@
 # connection is busy a third of the time). So the latency table is the service
 # time of an unloaded server, and the generator reads every reply at once.
 #
+# Both run in the real-time class (SCHED_FIFO at RT_PRIO) and sleep when idle (the generator
+# with --idle sleep): on a small machine the guest's own housekeeping takes a CPU for a
+# millisecond or more at a time (the kernel's DAMON thread, kdamond, about 1.5 ms a few times a
+# second), and whatever it preempts, server or generator, shows that in its tail and its send
+# times. A real-time thread is not preempted by it; a real-time thread that spun would be
+# throttled by the kernel instead (50 ms in every second), hence sleeping. RT_PRIO=0 keeps the
+# normal class and the generator's busy-polling.
+#
 # Usage: scripts/demo.sh [extra memspin-loadgen flags, e.g. -d 30]
 #   RATE=10000   the open-loop rate, requests/s
+#   RT_PRIO=10   SCHED_FIFO priority of server and generator (0: the normal class)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 rate=${RATE:-10000}
+rt_prio=${RT_PRIO:-10}
+rt=() waiting=spin
+if [ "$rt_prio" != 0 ]; then
+  rt=(chrt -f "$rt_prio")
+  waiting=sleep
+fi
 need_packages iproute2 libmemcached-tools
 need_root_for_namespaces
 [ "$(nproc)" -ge 2 ] || die "the demo needs two CPUs: one for memspin, one for the generator"
@@ -46,6 +61,7 @@ last_cpu=$(( $(nproc) - 1 ))
 step "memspin --net tap in namespace $ns (10.77.0.2:11211, kernel side 10.77.0.1)"
 start_server "$ns" "$results/memspin.log" --net tap --iface memspin0 \
   --ip 10.77.0.2/24 --host-ip 10.77.0.1/24 --cpus 0
+[ "$rt_prio" = 0 ] || chrt -f -a -p "$rt_prio" "$SERVER_PID" >/dev/null
 head -n 1 "$results/memspin.log"
 
 step "a short client session (memcached's own tools)"
@@ -53,8 +69,9 @@ ip netns exec "$ns" memcstat --servers=10.77.0.2:11211 --binary | grep -E 'versi
 ip netns exec "$ns" memccapable -h 10.77.0.2 -p 11211 -b -T "binary get" | tail -n 2
 
 step "memspin-loadgen: 10 s, open loop at $rate/s over 8 connections, 90 % GET, 32-byte values, --verify"
-ip netns exec "$ns" "$LOADGEN_BIN" -s 10.77.0.2:11211 -c 8 --pipeline 1 -t 1 --cpus "$last_cpu" \
-  --rate "$rate" -d 10 --warmup 1 --keys 10000 --key-size 16 --value-size 32 --get-ratio 0.9 \
+ip netns exec "$ns" "${rt[@]}" "$LOADGEN_BIN" -s 10.77.0.2:11211 -c 8 --pipeline 1 -t 1 \
+  --cpus "$last_cpu" --idle "$waiting" --rate "$rate" -d 10 --warmup 1 --keys 10000 \
+  --key-size 16 --value-size 32 --get-ratio 0.9 \
   --prefill --verify --json "$results/summary.json" --hgrm-prefix "$results/latency" \
   --plot "$results/latency.svg" "$@"
 

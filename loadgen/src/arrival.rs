@@ -127,9 +127,12 @@ pub fn ks_exponential(samples: &mut [f64], mean: f64) -> f64 {
 
 /// The one-sided KS statistic D⁺ of `samples` (sorted ascending) against the exponential
 /// distribution with the given `mean`: how far the empirical CDF rises above the exponential
-/// one, i.e. the excess of short gaps. Bunched sends (bursts) raise it; sends that cannot come
-/// closer than some floor lower the empirical CDF instead and leave it near 0.
-pub fn ks_excess_short(sorted: &[f64], mean: f64) -> f64 {
+/// one, i.e. the excess of short gaps, judged at gap lengths of at least `resolution` (0: at
+/// every length). Bunched sends (bursts) raise it; sends that cannot come closer than some
+/// floor lower the empirical CDF instead and leave it near 0. Below the resolution, a gap's
+/// length is the sender's timing jitter rather than the schedule's: a send a few µs late
+/// followed by one on time makes a short gap although nothing was held back.
+pub fn ks_excess_short(sorted: &[f64], mean: f64, resolution: f64) -> f64 {
     if sorted.is_empty() || mean.is_nan() || mean <= 0.0 {
         return 0.0;
     }
@@ -137,6 +140,7 @@ pub fn ks_excess_short(sorted: &[f64], mean: f64) -> f64 {
     sorted
         .iter()
         .enumerate()
+        .filter(|&(_, &x)| x >= resolution)
         .map(|(i, &x)| (i + 1) as f64 / n - (1.0 - (-x.max(0.0) / mean).exp()))
         .fold(0.0, f64::max)
 }
@@ -213,9 +217,13 @@ pub struct GapCheck {
     pub ks_p_value: f64,
     /// `ks_statistic <= ks_critical_5pct`: the gaps are consistent with a Poisson process.
     pub looks_exponential: bool,
-    /// The one-sided KS statistic D⁺: how far the share of gaps up to any length exceeds the
-    /// exponential one (more short gaps than Poisson).
+    /// The one-sided KS statistic D⁺: how far the share of gaps up to any length from
+    /// `resolution_us` on exceeds the exponential one (more short gaps than Poisson).
     pub ks_excess_short: f64,
+    /// The shortest gap length D⁺ is judged at, µs: for the sends, the generator's own send
+    /// lag p99 (its timing jitter), at most a quarter of the expected mean gap; 0 for the
+    /// schedule.
+    pub resolution_us: f64,
     /// Its 5 % critical value for this many samples.
     pub ks_critical_one_sided_5pct: f64,
     /// `ks_excess_short > ks_critical_one_sided_5pct`: more short gaps than a Poisson process
@@ -225,12 +233,15 @@ pub struct GapCheck {
 }
 
 impl GapCheck {
-    /// Checks `gaps_ns` (consumed: sorted in place) against exponential gaps of `expected_mean_ns`.
-    pub fn of(gaps_ns: &mut [f64], expected_mean_ns: f64) -> GapCheck {
+    /// Checks `gaps_ns` (consumed: sorted in place) against exponential gaps of
+    /// `expected_mean_ns`, judging bunching at gaps of at least `jitter_ns` (the sender's
+    /// timing jitter), or a quarter of the mean if that is less.
+    pub fn of(gaps_ns: &mut [f64], expected_mean_ns: f64, jitter_ns: f64) -> GapCheck {
         let (mean, cv) = mean_and_cv(gaps_ns);
         let d = ks_exponential(gaps_ns, expected_mean_ns);
         let crit = ks_critical_5pct(gaps_ns.len());
-        let excess = ks_excess_short(gaps_ns, expected_mean_ns);
+        let resolution = jitter_ns.clamp(0.0, expected_mean_ns / 4.0);
+        let excess = ks_excess_short(gaps_ns, expected_mean_ns, resolution);
         let crit_one_sided = ks_critical_one_sided_5pct(gaps_ns.len());
         GapCheck {
             samples: gaps_ns.len() as u64,
@@ -242,6 +253,7 @@ impl GapCheck {
             ks_p_value: ks_p_value(d, gaps_ns.len()),
             looks_exponential: !gaps_ns.is_empty() && d <= crit,
             ks_excess_short: excess,
+            resolution_us: resolution / 1_000.0,
             ks_critical_one_sided_5pct: crit_one_sided,
             bunched: excess > crit_one_sided,
         }
@@ -294,13 +306,13 @@ mod tests {
     #[test]
     fn ks_is_small_for_exponential_and_large_for_uniform() {
         let mut p = gaps(ArrivalKind::Poisson, 10_000.0, 20_000, 3);
-        let check = GapCheck::of(&mut p, 100_000.0);
+        let check = GapCheck::of(&mut p, 100_000.0, 0.0);
         assert!(check.looks_exponential, "{check:?}");
         assert!(check.ks_statistic < 0.015, "{check:?}");
         assert!(check.ks_p_value > 0.01, "{check:?}");
 
         let mut u = gaps(ArrivalKind::Uniform, 10_000.0, 20_000, 3);
-        let check = GapCheck::of(&mut u, 100_000.0);
+        let check = GapCheck::of(&mut u, 100_000.0, 0.0);
         assert!(!check.looks_exponential, "{check:?}");
         // All gaps equal the mean: the distance is 1 - 1/e at x = mean.
         assert!(check.ks_statistic > 0.6, "{check:?}");
@@ -309,46 +321,124 @@ mod tests {
 
         // Poisson gaps at the wrong rate fail too.
         let mut p = gaps(ArrivalKind::Poisson, 12_000.0, 20_000, 4);
-        assert!(!GapCheck::of(&mut p, 100_000.0).looks_exponential);
+        assert!(!GapCheck::of(&mut p, 100_000.0, 0.0).looks_exponential);
     }
 
-    /// Send times of a Poisson schedule (10,000/s) as a sender sees them that needs `floor_ns`
-    /// between two sends (a late send shortens the next gap, never below the floor), or that
-    /// sends every second arrival together with the next (`pairs`).
-    fn sent_gaps(floor_ns: u64, pairs: bool) -> Vec<f64> {
+    /// How a simulated sender departs from a Poisson schedule (10,000/s).
+    #[derive(Clone, Copy, Default)]
+    struct Sender {
+        /// Two sends at least this far apart (a late send shortens the next gap).
+        floor_ns: u64,
+        /// Every second arrival sent together with the next.
+        pairs: bool,
+        /// Each send late by a random few µs, as a sleeping sender's wake-ups are: half by
+        /// up to 0.5 µs, 40 % by up to 5, 9 % by up to 17 and 1 % by up to 60 (the demo's
+        /// send lag: p50 0.5, p90 4.7, p99 17 µs).
+        jitter: bool,
+        /// Held up for 1 to 4 ms about three times a second, then sending what came due.
+        stalls: bool,
+    }
+
+    /// The gaps between the sends of `sender`.
+    fn sent_gaps(sender: Sender) -> Vec<f64> {
         let mut s = Schedule::new(ArrivalKind::Poisson, 10_000.0, 0, 0.0, 5);
+        let mut rng = SmallRng::seed_from_u64(11);
+        let mut uniform = |lo: f64, hi: f64| lo + (hi - lo) * rand::Rng::random::<f64>(&mut rng);
         let mut sends = Vec::new();
         let mut last = 0u64;
+        let mut stall_until = 0u64;
         for i in 0..100_000u64 {
             let due = s.advance();
-            let at = if pairs && i % 2 == 0 {
+            let mut at = if sender.pairs && i % 2 == 0 {
                 s.peek_ns()
             } else {
-                due.max(last + floor_ns)
+                due.max(last + sender.floor_ns)
             };
+            if sender.jitter {
+                let u = uniform(0.0, 1.0);
+                let (lo, hi) = match u {
+                    u if u < 0.5 => (0.0, 500.0),
+                    u if u < 0.9 => (500.0, 4_700.0),
+                    u if u < 0.99 => (4_700.0, 17_000.0),
+                    _ => (17_000.0, 60_000.0),
+                };
+                at += uniform(lo, hi) as u64;
+            }
+            if sender.stalls {
+                // A stall begins at an arrival with probability 3 in 10,000 (3 a second);
+                // what comes due during it goes out when it ends.
+                if at >= stall_until && uniform(0.0, 1.0) < 3e-4 {
+                    stall_until = at + uniform(1e6, 4e6) as u64;
+                }
+                at = at.max(stall_until);
+            }
             sends.push(at.max(last));
             last = at.max(last);
         }
         sends.windows(2).map(|w| (w[1] - w[0]) as f64).collect()
     }
 
+    /// The p99 of the late sends of `Sender::jitter`, ns: the send lag such a sender reports.
+    const JITTER_P99_NS: f64 = 17_000.0;
+
     #[test]
     fn a_send_floor_is_not_exponential_but_only_bursts_are_bunched() {
-        let mut plain = sent_gaps(0, false);
-        let check = GapCheck::of(&mut plain, 100_000.0);
+        let mut plain = sent_gaps(Sender::default());
+        let check = GapCheck::of(&mut plain, 100_000.0, 0.0);
         assert!(check.looks_exponential && !check.bunched, "{check:?}");
         // No two sends closer than 5 µs: about 5 % of the gaps are missing at the short end,
         // which the two-sided test sees and the one-sided one, rightly, does not.
-        let mut floored = sent_gaps(5_000, false);
-        let check = GapCheck::of(&mut floored, 100_000.0);
+        let mut floored = sent_gaps(Sender {
+            floor_ns: 5_000,
+            ..Sender::default()
+        });
+        let check = GapCheck::of(&mut floored, 100_000.0, 0.0);
         assert!(!check.looks_exponential, "{check:?}");
         assert!(!check.bunched, "{check:?}");
         assert!(check.ks_excess_short < check.ks_critical_one_sided_5pct);
         // Every other request held back and sent with the next one: half the gaps are 0.
-        let mut bursts = sent_gaps(0, true);
-        let check = GapCheck::of(&mut bursts, 100_000.0);
+        let mut bursts = sent_gaps(Sender {
+            pairs: true,
+            ..Sender::default()
+        });
+        let check = GapCheck::of(&mut bursts, 100_000.0, 0.0);
         assert!(check.bunched && !check.looks_exponential, "{check:?}");
         assert!(check.ks_excess_short > 0.3, "{check:?}");
+    }
+
+    #[test]
+    fn jitter_below_the_resolution_is_not_bunching_and_stalls_are() {
+        let jittery = Sender {
+            jitter: true,
+            ..Sender::default()
+        };
+        // Judged at every length, a few µs of jitter in a sleeping sender's wake-ups looks
+        // like bursts: a late send and an on-time one make a gap of a µs or two.
+        let check = GapCheck::of(&mut sent_gaps(jittery), 100_000.0, 0.0);
+        assert!(check.bunched, "{check:?}");
+        // From the sender's own send lag p99 on, it is not.
+        let check = GapCheck::of(&mut sent_gaps(jittery), 100_000.0, JITTER_P99_NS);
+        assert!(!check.bunched, "{check:?}");
+        assert_eq!(check.resolution_us, 17.0);
+        // Millisecond stalls and whatever came due sent at once: bunched at any resolution.
+        let stalled = Sender {
+            stalls: true,
+            ..jittery
+        };
+        let check = GapCheck::of(&mut sent_gaps(stalled), 100_000.0, JITTER_P99_NS);
+        assert!(check.bunched, "{check:?}");
+        // So is a sender that holds every other request for the next.
+        let paired = Sender {
+            pairs: true,
+            ..jittery
+        };
+        let check = GapCheck::of(&mut sent_gaps(paired), 100_000.0, JITTER_P99_NS);
+        assert!(check.bunched && check.ks_excess_short > 0.3, "{check:?}");
+        // A sender whose lag p99 is milliseconds (stalled often) is judged from a quarter
+        // of the mean gap, not from its lag.
+        let check = GapCheck::of(&mut sent_gaps(stalled), 100_000.0, 3e6);
+        assert_eq!(check.resolution_us, 25.0);
+        assert!(check.bunched, "{check:?}");
     }
 
     #[test]

@@ -261,8 +261,10 @@ impl Report {
         r.window = Duration::from_nanos(window_ns);
         if open && thread_rate > 0.0 {
             let mean_ns = 1e9 / thread_rate;
-            r.schedule_check = Some(GapCheck::of(&mut intended_gaps, mean_ns));
-            r.sent_check = Some(GapCheck::of(&mut sent_gaps, mean_ns));
+            r.schedule_check = Some(GapCheck::of(&mut intended_gaps, mean_ns, 0.0));
+            // Bunching is judged above the sender's own timing jitter, its send lag p99.
+            let jitter_ns = r.send_lag.value_at_quantile(0.99) as f64;
+            r.sent_check = Some(GapCheck::of(&mut sent_gaps, mean_ns, jitter_ns));
         }
         if let Some(seconds) = prefill_seconds {
             r.prefill = Some(PrefillStats {
@@ -410,8 +412,8 @@ impl Report {
                 && s.bunched
             {
                 w.push(format!(
-                    "sent requests were bunched: more short inter-arrival gaps than a Poisson stream has (one-sided KS D+ = {:.4} > {:.4} at 5 %); backpressure or generator delay sent them in bursts",
-                    s.ks_excess_short, s.ks_critical_one_sided_5pct
+                    "sent requests were bunched: more short inter-arrival gaps than a Poisson stream has (one-sided KS D+ = {:.4} > {:.4} at 5 %, gaps of {:.1} µs and more); backpressure or generator delay sent them in bursts",
+                    s.ks_excess_short, s.ks_critical_one_sided_5pct, s.resolution_us
                 ));
             }
         }
@@ -729,13 +731,13 @@ impl Report {
                             "→ exponential".to_string()
                         } else if g.bunched {
                             format!(
-                                "→ not exponential, bunched (D+ {:.4} > {:.4})",
-                                g.ks_excess_short, g.ks_critical_one_sided_5pct
+                                "→ not exponential, bunched (D+ {:.4} > {:.4} from {:.1} µs)",
+                                g.ks_excess_short, g.ks_critical_one_sided_5pct, g.resolution_us
                             )
                         } else {
                             format!(
-                                "→ not exponential, not bunched (D+ {:.4}: fewer short gaps than Poisson)",
-                                g.ks_excess_short
+                                "→ not exponential, not bunched (D+ {:.4} from {:.1} µs: no more short gaps than Poisson)",
+                                g.ks_excess_short, g.resolution_us
                             )
                         }
                     );
@@ -1113,7 +1115,7 @@ mod tests {
     const P: [&str; 8] = [
         "count", "mean", "p50", "p90", "p99", "p99_9", "p99_99", "max",
     ];
-    const G: [&str; 11] = [
+    const G: [&str; 12] = [
         "samples",
         "mean_gap_us",
         "expected_mean_gap_us",
@@ -1123,6 +1125,7 @@ mod tests {
         "ks_p_value",
         "looks_exponential",
         "ks_excess_short",
+        "resolution_us",
         "ks_critical_one_sided_5pct",
         "bunched",
     ];
