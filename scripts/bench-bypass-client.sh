@@ -9,6 +9,12 @@
 #              target: bypass >= 2x kernel
 #   ceiling    memspin -t 1's pipelined throughput (32 connections x 16 in flight) as each
 #              client sees it, and memcached -t 1 through the kernel client beside it
+#   resp       RESP pipelined (32 connections x 16 in flight, --protocol resp): memspin -t 1's
+#              --resp-port against redis-server (persistence off, one I/O thread) on the
+#              kernel's address of the same interface (its transmit checksums in software for
+#              this run, as the bypass client verifies them), each as both clients see it; the ratio
+#              memspin / redis-server per client (the kernel client's own cost caps what it
+#              can show of memspin)
 #   single     one request in flight (1 connection, closed loop, --idle spin): service
 #              p50/p90/p99 of each client; target: bypass p50 <= 0.7x kernel's
 #   loss       LOSS in 10,000 TCP frames dropped each way by a router namespace in the middle
@@ -39,7 +45,7 @@
 #
 # Usage: scripts/bench-bypass-client.sh [ROUNDS (default 5)] [SECONDS per run (default 5)]
 #   COST_RATE=20000 LOSS=2 LOSS_RATE=20000 LOSS_CONNS=64 LOSS_SECONDS=20 FLOOR=1 RT_PRIO=10
-#   PARTS="cost ceiling single loss" (which parts to run) STEER=1 (0: skip bench-steer.sh)
+#   PARTS="cost ceiling resp single loss" (which parts to run) STEER=1 (0: skip bench-steer.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -53,9 +59,9 @@ loss_conns=${LOSS_CONNS:-64}
 loss_seconds=${LOSS_SECONDS:-20}
 floor=${FLOOR:-1}
 rt_prio=${RT_PRIO:-10}
-parts=${PARTS:-cost ceiling single loss}
+parts=${PARTS:-cost ceiling resp single loss}
 steer=${STEER:-1}
-need_packages iproute2 ethtool python3 memcached nftables
+need_packages iproute2 ethtool python3 memcached nftables redis-server redis-tools
 need_root_for_namespaces
 build_release
 results_init bench-bypass-client "$@"
@@ -99,7 +105,25 @@ loadgen() {
 # start_memspin TAG ADDR/PREFIX [GATEWAY [IDLE]]: memspin -t 1 on AF_XDP on xs0 (IDLE: spin).
 start_memspin() {
   start_server "$srv" "$out/$1.log" --net xdp --iface xs0 --ip "$2" ${3:+--gateway $3} \
-    --cpus "$server_cpu" --idle "${4:-spin}" -m 256 --rto-min 1ms
+    --cpus "$server_cpu" --idle "${4:-spin}" -m 256 --rto-min 1ms --resp-port 6379
+}
+
+# start_redis TAG ADDR: redis-server in $srv on ADDR:6379, pinned to the server CPU, no
+# persistence, one I/O thread, open to the generator's namespace (protected mode off: it only
+# answers loopback otherwise); stopped by stop_server and on exit.
+start_redis() {
+  ip netns exec "$srv" taskset -c "$server_cpu" redis-server --bind "$2" --port 6379 \
+    --protected-mode no --save "" --appendonly no --io-threads 1 --daemonize no --logfile "" \
+    >"$out/$1.log" 2>&1 &
+  SERVER_PID=$!
+  MEMSPIN_PIDS+=("$SERVER_PID")
+  local i
+  for i in $(seq 1 100); do
+    ip netns exec "$srv" redis-cli -h "$2" -p 6379 ping >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  cat "$out/$1.log" >&2
+  die "redis-server did not start"
 }
 
 # in_rt_class: every thread of the server just started (SERVER_PID) into SCHED_FIFO at
@@ -108,7 +132,7 @@ in_rt_class() {
   [ "$rt_prio" = 0 ] || chrt -f -a -p "$rt_prio" "$SERVER_PID" >/dev/null
 }
 
-if has cost || has ceiling || has single; then
+if has cost || has ceiling || has resp || has single; then
   step "direct topology: $gen xg0 <-> xs0 $srv"
   ns_create "$gen"
   ns_create "$srv"
@@ -137,17 +161,35 @@ if has cost || has ceiling || has single; then
             loadgen "ceiling-$kind-$round" "$kind" 10.78.0.200:11211 -c 32 --pipeline 16 \
               -d "$seconds" --warmup 1 --keys 10000
           fi
+          if has resp; then
+            loadgen "resp-memspin-$kind-$round" "$kind" 10.78.0.200:6379 --protocol resp \
+              -c 32 --pipeline 16 -d "$seconds" --warmup 1 --keys 10000
+          fi
           if has single; then
             loadgen "single-$kind-$round" "$kind" 10.78.0.200:11211 -c 1 -d "$seconds" \
               --warmup 1 --keys 10000 --idle spin
           fi
         done
         stop_server || die "memspin exited with an error (see $out/memspin-$round.log)"
-      elif has ceiling; then
-        start_memcached "$srv" "$out/memcached-$round.log" 11211 1 "$server_cpu" 10.78.0.201
-        loadgen "ceiling-memcached-$round" kernel 10.78.0.201:11211 -c 32 --pipeline 16 \
-          -d "$seconds" --warmup 1 --keys 10000
-        stop_server || true
+      else
+        if has ceiling; then
+          start_memcached "$srv" "$out/memcached-$round.log" 11211 1 "$server_cpu" 10.78.0.201
+          loadgen "ceiling-memcached-$round" kernel 10.78.0.201:11211 -c 32 --pipeline 16 \
+            -d "$seconds" --warmup 1 --keys 10000
+          stop_server || true
+        fi
+        if has resp; then
+          # Full checksums from redis-server's kernel too: the bypass client verifies them.
+          ip netns exec "$srv" ethtool -K xs0 tx off >/dev/null
+          start_redis "redis-$round" 10.78.0.201
+          for c in 0 1; do
+            kind=${clients[$(( (c + first) % 2 ))]}
+            loadgen "resp-redis-$kind-$round" "$kind" 10.78.0.201:6379 --protocol resp \
+              -c 32 --pipeline 16 -d "$seconds" --warmup 1 --keys 10000
+          done
+          stop_server || true
+          ip netns exec "$srv" ethtool -K xs0 tx on >/dev/null
+        fi
       fi
     done
   done
@@ -270,6 +312,16 @@ if any(ceiling.values()):
     print(f"  memspin -t 1, bypass client  {f(ceiling['xdp'])}")
     print(f"  memspin -t 1, kernel client  {f(ceiling['kernel'])}")
     print(f"  memcached -t 1, kernel client {f(ceiling['memcached'])}")
+resp = {(server, k): med([r["ops_per_sec"] for r in runs(f"resp-{server}-{k}")])
+        for server in ("memspin", "redis") for k in ("xdp", "kernel")}
+if any(resp.values()):
+    print("\nRESP pipelined ops/s (32 connections x 16, 90 % GET), one server worker")
+    print(f"  {'client':8} {'memspin':>10} {'redis-server':>13} {'memspin/redis':>14} {'errors':>7}")
+    for k in ("xdp", "kernel"):
+        m, r = resp[("memspin", k)], resp[("redis", k)]
+        errors = sum(x["errors"]["total"] for server in ("memspin", "redis")
+                     for x in runs(f"resp-{server}-{k}"))
+        print(f"  {k:8} {f(m):>10} {f(r):>13} {f(ratio(m, r)):>14} {errors:>7}")
 single = {k: {p: med([r["latency_us"]["service"]["all"][p] for r in runs(f"single-{k}")]) for p in ("p50", "p90", "p99")}
           for k in ("xdp", "kernel")}
 if any(single["xdp"].values()):
