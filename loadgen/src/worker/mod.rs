@@ -21,7 +21,8 @@
 //! backlog (see [`crate::pacing`]).
 //!
 //! **Waiting.** A thread that sleeps in `epoll_wait` while a reply is on its way adds its own
-//! wake-up (25–30 µs on a virtual machine) to the time it takes to notice the reply. Under
+//! wake-up (tens of µs on a virtual machine: `scripts/bench-loadgen-delay.sh` measures it, the
+//! `sleep` against the `defaults` runs) to the time it takes to notice the reply. Under
 //! `--idle spin` (the default) a thread with any request in flight polls without sleeping; with
 //! nothing in flight it sleeps until `--spin-us` before its next arrival, then polls up to it.
 //! `--idle sleep` sleeps whenever it waits (except that window). With kernel timestamps the
