@@ -57,7 +57,15 @@ pub struct EngineConfig {
     /// The password RESP clients must give (`--requirepass`) before any command but `AUTH`,
     /// `HELLO`, `QUIT` and `RESET`; `None`: none is asked for.
     pub requirepass: Option<Secret>,
+    /// Bytes of queued commands the open transactions (`MULTI`) of all this worker's
+    /// connections may hold together ([`QUEUED_MAX_BYTES`]).
+    pub queued_max_bytes: usize,
 }
+
+/// Bytes of queued commands one worker's open transactions may hold together, by default: four
+/// transactions of the most one may hold (64 MiB), so that many connections in `MULTI`
+/// cannot hold a connection's share each.
+pub const QUEUED_MAX_BYTES: usize = 256 << 20;
 
 /// A password: compared, never shown (`Debug` hides it).
 #[derive(Clone, PartialEq, Eq)]
@@ -71,7 +79,8 @@ impl std::fmt::Debug for Secret {
 
 impl EngineConfig {
     /// The only worker of one, serving `shard` and sharing `control`: [`VERSION`], started at
-    /// unix time 0, 1,024 connections, 16 Redis databases, no password. Change the rest with struct update syntax
+    /// unix time 0, 1,024 connections, 16 Redis databases, no password, [`QUEUED_MAX_BYTES`] of
+    /// transactions. Change the rest with struct update syntax
     /// (`EngineConfig { threads: 4, ..EngineConfig::new(shard, control) }`).
     pub fn new(shard: ShardConfig, control: Arc<Control>) -> EngineConfig {
         EngineConfig {
@@ -84,6 +93,7 @@ impl EngineConfig {
             control,
             databases: 16,
             requirepass: None,
+            queued_max_bytes: QUEUED_MAX_BYTES,
         }
     }
 

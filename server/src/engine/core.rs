@@ -17,6 +17,7 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
 use store::{Arith, ItemView, NewCas, Now, Shard, StoreError, StoreMode, Ttl, Write};
 
@@ -67,6 +68,8 @@ struct CrawlRun {
 /// One worker's store shard, counters and configuration.
 pub(crate) struct Core {
     shard: Shard,
+    /// Bytes the open transactions of this worker's connections hold (their `Charge`s).
+    queued: Arc<AtomicUsize>,
     counters: Counters,
     config: EngineConfig,
     /// Connection figures, as the packet path counts them (since start).
@@ -106,6 +109,11 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// The bytes this worker's open transactions hold, shared with their charges.
+    pub fn queued_pool(&self) -> &Arc<AtomicUsize> {
+        &self.queued
+    }
+
     /// A core with an empty shard.
     pub fn new(config: EngineConfig) -> Core {
         let mut shard = Shard::new(config.shard);
@@ -113,6 +121,7 @@ impl Core {
         let budget = InputBudget::new(config.max_body() as usize);
         Core {
             shard,
+            queued: Arc::default(),
             counters: Counters::default(),
             figures: WorkerFigures {
                 worker: config.worker,

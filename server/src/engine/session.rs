@@ -13,6 +13,7 @@
 //! scanned, where a multi-part request resumes).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use store::{Arith, ItemView, NewCas, Now, StoreError, Ttl, Write};
 
@@ -199,6 +200,8 @@ pub(crate) struct Scan {
 /// Requests a connection holds to run later, back to back (Redis's `MULTI` ... `EXEC`).
 #[derive(Debug, Default)]
 pub(crate) struct Queued {
+    /// What `bytes` takes of the worker's pool for open transactions.
+    pub charge: Charge,
     /// The requests' bytes, one after another.
     pub bytes: Vec<u8>,
     /// Where each request ends in `bytes`.
@@ -207,6 +210,47 @@ pub(crate) struct Queued {
     pub failed: bool,
     /// The workers the queued keys belong to (each once, in the order first named).
     pub owners: Vec<usize>,
+}
+
+/// Bytes a connection's open transaction holds of its worker's pool (shared by the worker's
+/// connections, bounded by [`EngineConfig::queued_max_bytes`]), given back when dropped: at
+/// `EXEC`, `DISCARD`, `RESET`, or when the connection goes away.
+#[derive(Debug, Default)]
+pub(crate) struct Charge {
+    pool: Option<Arc<AtomicUsize>>,
+    bytes: usize,
+}
+
+impl Charge {
+    /// A charge on `pool`, of nothing yet.
+    pub fn on(pool: &Arc<AtomicUsize>) -> Charge {
+        Charge {
+            pool: Some(Arc::clone(pool)),
+            bytes: 0,
+        }
+    }
+
+    /// Takes `n` bytes more, unless the pool would then hold more than `max`.
+    pub fn take(&mut self, n: usize, max: usize) -> bool {
+        if let Some(pool) = &self.pool {
+            // Only the worker's own thread charges its pool: no other update comes between.
+            let held = pool.load(Ordering::Relaxed);
+            if held.saturating_add(n) > max {
+                return false;
+            }
+            pool.store(held + n, Ordering::Relaxed);
+        }
+        self.bytes += n;
+        true
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.fetch_sub(self.bytes, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A connection's claim on the cross-worker transaction token (`control::holds`), from the
@@ -1082,6 +1126,11 @@ impl Cx<'_> {
                     f(key, item);
                 }
             })
+    }
+
+    /// A new open transaction's charge on this worker's pool.
+    pub(crate) fn queue_charge(&self) -> Charge {
+        Charge::on(self.core.queued_pool())
     }
 
     /// Items this worker's shard holds, every database's.

@@ -1416,6 +1416,61 @@ fn databases_span_workers() {
     );
 }
 
+/// A worker's open transactions share one bound: a command that would take them past it is
+/// refused (and its transaction aborts at `EXEC`), and a transaction's bytes come back when
+/// it runs, is discarded, or its connection goes away.
+#[test]
+fn open_transactions_of_a_worker_share_one_bound() {
+    let mut e = Engine::new(EngineConfig {
+        queued_max_bytes: 64 << 10,
+        ..config(1, 0)
+    });
+    let value = "v".repeat(10 << 10);
+    let (mut a, mut b, mut c) = (resp2(), resp2(), resp2());
+    for s in [&mut a, &mut b, &mut c] {
+        assert_eq!(call(&mut e, s, &["MULTI"]), "+OK\r\n");
+    }
+    // a holds about 40 KiB, b about 20 KiB: the next 10 KiB, from c, does not fit.
+    for i in 0..4 {
+        let key = format!("a{i}");
+        assert_eq!(call(&mut e, &mut a, &["SET", &key, &value]), "+QUEUED\r\n");
+    }
+    for i in 0..2 {
+        let key = format!("b{i}");
+        assert_eq!(call(&mut e, &mut b, &["SET", &key, &value]), "+QUEUED\r\n");
+    }
+    let refused = call(&mut e, &mut c, &["SET", "c", &value]);
+    assert!(
+        refused.starts_with("-ERR transactions too long"),
+        "{refused}"
+    );
+    assert!(
+        call(&mut e, &mut c, &["EXEC"]).starts_with("-EXECABORT"),
+        "the refused command aborts its transaction"
+    );
+    // a runs: its bytes come back, and c's next transaction fits.
+    assert_eq!(
+        call(&mut e, &mut a, &["EXEC"]),
+        "*4\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n"
+    );
+    assert_eq!(call(&mut e, &mut c, &["MULTI"]), "+OK\r\n");
+    for i in 0..4 {
+        let key = format!("c{i}");
+        assert_eq!(call(&mut e, &mut c, &["SET", &key, &value]), "+QUEUED\r\n");
+    }
+    // A connection that goes away with its transaction open gives its bytes back too.
+    drop(c);
+    assert_eq!(call(&mut e, &mut b, &["SET", "b2", &value]), "+QUEUED\r\n");
+    assert_eq!(call(&mut e, &mut b, &["SET", "b3", &value]), "+QUEUED\r\n");
+    assert_eq!(call(&mut e, &mut b, &["DISCARD"]), "+OK\r\n");
+    let mut d = resp2();
+    assert_eq!(call(&mut e, &mut d, &["MULTI"]), "+OK\r\n");
+    for i in 0..6 {
+        let key = format!("d{i}");
+        assert_eq!(call(&mut e, &mut d, &["SET", &key, &value]), "+QUEUED\r\n");
+    }
+}
+
 /// `MULTI`/`EXEC`/`DISCARD` as redis-server 7 answers them: queued commands answer
 /// `+QUEUED`, run as one at `EXEC`, and a command that cannot be queued aborts the whole.
 #[test]

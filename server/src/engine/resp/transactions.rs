@@ -92,7 +92,10 @@ pub(super) fn multi(cx: &mut Cx<'_>, out: &mut Vec<u8>) {
     if cx.session.queued.is_some() {
         return error(out, v, NESTED);
     }
-    cx.session.queued = Some(Box::default());
+    cx.session.queued = Some(Box::new(Queued {
+        charge: cx.queue_charge(),
+        ..Queued::default()
+    }));
     ok(out, v);
 }
 
@@ -144,6 +147,7 @@ pub(super) fn queue(
             queued.owners.push(of);
         }
     }
+    let room = cx.config().queued_max_bytes;
     let Some(queued) = cx.session.queued.as_mut() else {
         return;
     };
@@ -153,6 +157,14 @@ pub(super) fn queue(
             out,
             v,
             "ERR transaction too long: its commands exceed 64 MiB",
+        );
+    }
+    if !queued.charge.take(raw.len(), room) {
+        queued.failed = true;
+        return error(
+            out,
+            v,
+            "ERR transactions too long: this worker's open transactions hold all the room they may",
         );
     }
     queued.bytes.extend_from_slice(raw);
