@@ -6,6 +6,7 @@
 //!                                          emits with protocol/
 //!                  session.rs the connection's state, and what an adapter is given (Cx: the
 //!                             core's operations, forwarding, one snapshot gather)
+//!                  transaction.rs  a session's MULTI queue, its charge, WATCHed keys, holds
 //!                  core.rs    counted store operations on this worker's Shard, statistics
 //!                  forward/   other workers: owners, batches, holes in the output, credit
 //!                  config.rs  EngineConfig and the limits every layer shares (imports none)
@@ -44,6 +45,7 @@ mod marks;
 mod resp;
 mod session;
 mod text;
+mod transaction;
 
 use std::sync::Arc;
 

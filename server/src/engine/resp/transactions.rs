@@ -57,7 +57,7 @@
 
 use super::*;
 use crate::engine::marks::MARKS_MAX;
-use crate::engine::session::{Queued, Watched};
+use crate::engine::transaction::{Queued, Watched};
 
 /// Bytes of queued commands a transaction may hold: more makes `EXEC` refuse it.
 pub(super) const QUEUE_MAX_BYTES: usize = 64 << 20;
