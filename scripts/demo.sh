@@ -29,6 +29,11 @@ source scripts/lib.sh
 
 rate=${RATE:-10000}
 rt_prio=${RT_PRIO:-10}
+# A machine (or container, or cgroup) may refuse the real-time class: then the normal one.
+if [ "$rt_prio" != 0 ] && ! chrt -f "$rt_prio" true 2>/dev/null; then
+  printf 'note: SCHED_FIFO is refused here; the demo runs in the normal class (RT_PRIO=0)\n' >&2
+  rt_prio=0
+fi
 rt=() waiting=spin
 if [ "$rt_prio" != 0 ]; then
   rt=(chrt -f "$rt_prio")
