@@ -54,7 +54,7 @@
 //!
 //! The **table** is an array of 64-byte buckets (one cache line), each of seven 8-byte
 //! entries (`tag: 16 bits | segment: 24 | offset: 24`) and a word saying how far past the
-//! bucket its entries spilled (linear probing, bucket by bucket, at most 16 on). A GET reads
+//! bucket its entries spilled (linear probing, bucket by bucket, at most 32 on). A GET reads
 //! the key's bucket, compares 16-bit tags, then reads the item (one line for a small one) to
 //! compare the key: two dependent cache misses when cold, as a caller that prefetches can
 //! overlap ([`Shard::hint`], `cargo bench -p store -- get_hit_cold`); a miss usually reads the

@@ -20,7 +20,7 @@
 /// Entries per bucket.
 pub(crate) const SLOTS: usize = 7;
 /// How many buckets past its home an entry may lie.
-pub(crate) const MAX_PROBE: usize = 16;
+pub(crate) const MAX_PROBE: usize = 32;
 
 const SEGMENT_SHIFT: u32 = 24;
 const TAG_SHIFT: u32 = 48;

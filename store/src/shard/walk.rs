@@ -141,7 +141,7 @@ impl Shard {
     /// Positions do not depend on the table's size, so a walk by windows visits every item
     /// that is live for the whole walk, and each key at most once, also when the table grows
     /// or shrinks between windows. A window reads its buckets and the few after them that its
-    /// entries spilled into (16 at most, as far as its buckets' entries reach), and hashes each key it finds there again to tell whether the key
+    /// entries spilled into (32 at most, as far as its buckets' entries reach), and hashes each key it finds there again to tell whether the key
     /// is in the window: a window of `buckets` buckets costs about `buckets` bucket reads
     /// and their items, whatever the table's size.
     pub fn visit_in_order(
