@@ -66,6 +66,16 @@ pub(crate) fn database_key(stored: &[u8]) -> Option<(u8, &[u8])> {
     }
 }
 
+/// Hands the client's key and `item` to `f` when the stored key `stored` is in namespace `db`:
+/// the walks over one database.
+fn in_database(db: u8, stored: &[u8], item: ItemView<'_>, f: &mut impl FnMut(&[u8], ItemView<'_>)) {
+    if let Some((of, key)) = database_key(stored)
+        && of == db
+    {
+        f(key, item);
+    }
+}
+
 /// The protocols a connection may speak: the engine runs each with its own adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -1003,11 +1013,7 @@ impl Cx<'_> {
     ) {
         let db = self.session.stored_db;
         self.core.shard().visit(start, end, now, |stored, item, _| {
-            if let Some((of, key)) = database_key(stored)
-                && of == db
-            {
-                f(key, item);
-            }
+            in_database(db, stored, item, &mut f)
         });
     }
 
@@ -1026,11 +1032,7 @@ impl Cx<'_> {
         self.core
             .shard()
             .visit_in_order(from, buckets, now, |stored, item, _| {
-                if let Some((of, key)) = database_key(stored)
-                    && of == db
-                {
-                    f(key, item);
-                }
+                in_database(db, stored, item, &mut f)
             })
     }
 
