@@ -545,7 +545,7 @@ impl Shard {
         }
         let deadline = deadline_for(ttl, old_deadline, now);
         if deadline.passed(now) {
-            self.remove_at(loc, Removal::Client);
+            self.remove_at(loc, hash, Removal::Client);
             if cas != 0 {
                 self.stats.cas_hits += 1;
             }
@@ -594,7 +594,7 @@ impl Shard {
         if cas != 0 && self.item(self.table.get(loc)).cas() != cas {
             return Err(StoreError::Exists);
         }
-        self.remove_at(loc, Removal::Client);
+        self.remove_at(loc, hash, Removal::Client);
         self.stats.delete_hits += 1;
         Ok(())
     }
@@ -613,7 +613,7 @@ impl Shard {
         let Ok(loc) = self.lookup(hash, key, now) else {
             return false;
         };
-        self.remove_at(loc, Removal::Client);
+        self.remove_at(loc, hash, Removal::Client);
         true
     }
 
@@ -853,6 +853,12 @@ impl Shard {
         }
     }
 
+    /// The hash of the key of the item entry `e` names, for a removal by a caller that has
+    /// not hashed the key (a walk, the capped path).
+    fn hash_of(&self, e: u64) -> u64 {
+        self.hasher.hash_one(self.item(e).key())
+    }
+
     /// Finds the live item under `key`; a dead item found is reclaimed.
     #[inline(always)]
     fn lookup(&mut self, hash: u64, key: &[u8], now: Now) -> Result<Loc, Miss> {
@@ -865,26 +871,27 @@ impl Shard {
         };
         match self.liveness(self.table.get(loc), now) {
             Liveness::Live => Ok(loc),
-            dead => Err(self.reclaim_found(loc, dead)),
+            dead => Err(self.reclaim_found(loc, hash, dead)),
         }
     }
 
     /// Reclaims the dead item a lookup found: out of the lookup's inlined path.
     #[cold]
     #[inline(never)]
-    fn reclaim_found(&mut self, loc: Loc, dead: Liveness) -> Miss {
-        self.remove_at(loc, Removal::Reclaimed);
+    fn reclaim_found(&mut self, loc: Loc, hash: u64, dead: Liveness) -> Miss {
+        self.remove_at(loc, hash, Removal::Reclaimed);
         Miss::Dead(dead)
     }
 
-    /// Takes the item at `loc` out of the table and marks its bytes dead.
-    fn remove_at(&mut self, loc: Loc, why: Removal) {
-        let e = self.table.remove(loc);
+    /// Takes the item at `loc` (its key's hash `hash`) out of the table and marks its bytes
+    /// dead.
+    fn remove_at(&mut self, loc: Loc, hash: u64, why: Removal) {
+        let e = self.table.remove(loc, hash);
         let item = self.item(e);
         let (size, expires, fetched) = (item.size(), item.expires(), item.fetched());
         self.item_mut(e).mark_deleted();
+        // The heap figure changes only if the segment is taken back (`free_segment`).
         self.stats.bytes -= size as u64;
-        self.refresh_heap();
         self.stats.curr_items -= 1;
         self.stats.curr_expiring -= u64::from(expires);
         match why {
@@ -987,7 +994,7 @@ impl Shard {
                 }
             }
             // Eviction needed: take the old item out first so the hand cannot pick it.
-            self.remove_at(loc, Removal::Client);
+            self.remove_at(loc, hash, Removal::Client);
         } else {
             self.make_room_for_table(now);
         }

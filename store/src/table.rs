@@ -7,9 +7,13 @@
 //! multiplication, any number of buckets, so the table can grow by less than a doubling when
 //! the budget is nearly all items). An entry that finds its home full goes to the first
 //! bucket after it with a free slot, at most [`MAX_PROBE`] buckets on, and the home bucket's
-//! eighth word records how far its entries went (`reach`), so a lookup reads the home bucket
-//! and, only when that bucket ever overflowed, the few after it. A miss thus usually costs one
-//! cache line; a hit one line and the item's.
+//! eighth word counts, per distance, the entries homed there that lie that far on (`reach` is
+//! the farthest distance counted), so a lookup reads the home bucket and, only while entries
+//! homed there lie past it, the few after it. A miss thus usually costs one cache line; a hit
+//! one line and the item's. The counts go down as those entries are removed, so a table with
+//! steady churn (a full cache, every store evicting) does not drift towards lookups that read
+//! [`MAX_PROBE`] lines: a count is two bits, exact until it reaches three, where it stays
+//! (three entries of one home at one distance are rare; a rebuild starts the counts anew).
 //!
 //! Entries never move while the table keeps its size: an insert fills a free slot, a removal
 //! clears one. A walk over bucket indexes in slices therefore sees every entry that stays in
@@ -30,13 +34,28 @@ pub(crate) const MAX_SEGMENTS: usize = (1 << 24) - 2;
 /// Largest offset in a segment an entry can name.
 pub(crate) const MAX_OFFSET: usize = (1 << 24) - 1;
 
-/// One cache line: seven entries and the distance (in buckets) the farthest entry homed here
-/// lies from it.
+/// One cache line: seven entries and, for each distance `d` from 1 to [`MAX_PROBE`], how many
+/// entries homed here lie `d` buckets on (two bits at bit `2 * (d - 1)`, saturating at 3).
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C, align(64))]
 pub(crate) struct Bucket {
     entries: [u64; SLOTS],
-    reach: u64,
+    displaced: u64,
+}
+
+// Two bits of `displaced` per distance.
+const _: () = assert!(2 * MAX_PROBE <= u64::BITS as usize);
+
+/// The count for distance `step` (1 to [`MAX_PROBE`]) in a `displaced` word: its lowest bit.
+#[inline(always)]
+const fn count_bit(step: usize) -> u64 {
+    1 << (2 * (step - 1))
+}
+
+/// The farthest distance with a count in a `displaced` word (0: none).
+#[inline(always)]
+const fn farthest(displaced: u64) -> usize {
+    (u64::BITS - displaced.leading_zeros()).div_ceil(2) as usize
 }
 
 /// An entry's place: its bucket and slot.
@@ -173,9 +192,9 @@ impl Table {
         first_in(bucket, self.buckets.len())
     }
 
-    /// How far past `bucket` the entries homed there lie, in buckets.
+    /// How far past `bucket` the entries homed there may lie, in buckets.
     pub(crate) fn reach(&self, bucket: usize) -> usize {
-        self.buckets[bucket].reach as usize
+        farthest(self.buckets[bucket].displaced)
     }
 
     /// The bucket `step` after `home` (`step` below the number of buckets), wrapping around.
@@ -200,7 +219,7 @@ impl Table {
         if let Some(loc) = Self::find_in(first, home, hash, &mut eq) {
             return Some(loc);
         }
-        for step in 1..=first.reach as usize {
+        for step in 1..=farthest(first.displaced) {
             let bucket = self.after(home, step);
             if let Some(loc) = Self::find_in(&self.buckets[bucket], bucket, hash, &mut eq) {
                 return Some(loc);
@@ -256,8 +275,13 @@ impl Table {
             let bucket = self.after(home, step);
             if let Some(slot) = self.buckets[bucket].entries.iter().position(|&e| e == 0) {
                 self.buckets[bucket].entries[slot] = entry;
-                let reach = &mut self.buckets[home].reach;
-                *reach = (*reach).max(step as u64);
+                if step > 0 {
+                    let displaced = &mut self.buckets[home].displaced;
+                    let bit = count_bit(step);
+                    if (*displaced >> (2 * (step - 1))) & 3 < 3 {
+                        *displaced += bit;
+                    }
+                }
                 self.len += 1;
                 return Some(Loc { bucket, slot });
             }
@@ -265,11 +289,31 @@ impl Table {
         None
     }
 
-    /// Clears a slot.
-    pub(crate) fn remove(&mut self, loc: Loc) -> u64 {
+    /// Clears a slot, whose entry is of `hash` (its home's count for the entry's distance
+    /// goes down, unless saturated).
+    pub(crate) fn remove(&mut self, loc: Loc, hash: u64) -> u64 {
         let e = core::mem::take(&mut self.buckets[loc.bucket].entries[loc.slot]);
         debug_assert!(e != 0);
+        debug_assert_eq!(e >> TAG_SHIFT, tag(hash), "the entry is of this hash");
         self.len -= 1;
+        let home = self.home(hash);
+        let step = if loc.bucket >= home {
+            loc.bucket - home
+        } else {
+            loc.bucket + self.buckets.len() - home
+        };
+        if step > 0 {
+            debug_assert!(step < MAX_PROBE);
+            let displaced = &mut self.buckets[home].displaced;
+            let count = (*displaced >> (2 * (step - 1))) & 3;
+            debug_assert!(
+                count > 0,
+                "an entry lies {step} buckets past its home uncounted"
+            );
+            if count == 1 || count == 2 {
+                *displaced -= count_bit(step);
+            }
+        }
         e
     }
 
@@ -304,6 +348,33 @@ impl Table {
             return core::ptr::null();
         }
         core::ptr::from_ref(&self.buckets[self.home(hash)]).cast()
+    }
+
+    /// Asserts that each bucket's counts of displaced entries are what the table holds:
+    /// exact below three (a saturated count stays three whatever is left). `hash_of` gives an entry's
+    /// key's hash.
+    #[cfg(test)]
+    #[track_caller]
+    pub(crate) fn check_displaced(&self, hash_of: impl Fn(u64) -> u64) {
+        let n = self.buckets.len();
+        let mut counts = vec![[0usize; MAX_PROBE]; n];
+        for (bucket, b) in self.buckets.iter().enumerate() {
+            for &e in b.entries.iter().filter(|&&e| e != 0) {
+                let home = self.home(hash_of(e));
+                let step = (bucket + n - home) % n;
+                assert!(step < MAX_PROBE, "an entry {step} buckets past its home");
+                counts[home][step] += 1;
+            }
+        }
+        for (home, counts) in counts.iter().enumerate() {
+            for (step, &count) in counts.iter().enumerate().skip(1) {
+                let kept = (self.buckets[home].displaced >> (2 * (step - 1))) & 3;
+                assert!(
+                    kept == count as u64 || kept == 3,
+                    "bucket {home} counts {kept} entries {step} buckets on, holds {count}"
+                );
+            }
+        }
     }
 
     /// The buckets an insert of `hash` may place its entry in, home first: a slot freed in
@@ -357,10 +428,70 @@ mod tests {
             assert_eq!(loc, locs[i as usize - 1]);
         }
         // Entries stay where they are when others go.
-        t.remove(locs[0]);
+        t.remove(locs[0], hash(1));
         assert!(t.find(hash(1), |_| true).is_none());
         assert_eq!(t.find(hash(20), |_| true), Some(locs[19]));
         assert_eq!(t.insert(hash(21), entry(hash(21), 0, 21)), Some(locs[0]));
+    }
+
+    #[test]
+    fn the_reach_comes_back_as_spilled_entries_go() {
+        let mut t = Table::with_buckets(64);
+        // Homes by bucket; spills from 62 wrap past the last bucket.
+        let hash = |home: u64, i: u64| (i << TAG_SHIFT) | (home << 26);
+        // Buckets 63, 0 and 1 hold six entries of their own each: one free slot.
+        for home in [63, 0, 1] {
+            for i in 1..SLOTS as u64 {
+                let loc = t.insert(hash(home, i), entry(hash(home, i), 0, 0)).unwrap();
+                assert_eq!(loc.bucket as u64, home);
+            }
+        }
+        let mut locs = Vec::new();
+        for i in 1..=(SLOTS + 3) as u64 {
+            locs.push(
+                t.insert(hash(62, i), entry(hash(62, i), 0, i as usize))
+                    .unwrap(),
+            );
+        }
+        let spilled: Vec<usize> = locs[SLOTS..].iter().map(|l| l.bucket).collect();
+        assert_eq!(spilled, [63, 0, 1], "one entry in each free slot, wrapping");
+        assert_eq!(t.reach(62), 3);
+        assert_eq!(
+            t.reach(63),
+            0,
+            "entries homed elsewhere count for their own home"
+        );
+        // The farthest go first: the reach follows the farthest left, and the rest are found.
+        for (step, i) in [(2, SLOTS + 3), (1, SLOTS + 2), (0, SLOTS + 1)] {
+            t.remove(locs[i - 1], hash(62, i as u64));
+            assert_eq!(t.reach(62), step);
+            for j in 1..i {
+                let loc = t.find(hash(62, j as u64), |e| offset_of(e) == j).unwrap();
+                assert_eq!(loc, locs[j - 1]);
+            }
+        }
+        // Removing one in the middle leaves the farthest counted.
+        let near = t.insert(hash(62, 20), entry(hash(62, 20), 0, 20)).unwrap();
+        let far = t.insert(hash(62, 21), entry(hash(62, 21), 0, 21)).unwrap();
+        assert_eq!((near.bucket, far.bucket, t.reach(62)), (63, 0, 2));
+        t.remove(near, hash(62, 20));
+        assert_eq!(t.reach(62), 2);
+        assert_eq!(t.find(hash(62, 21), |_| true), Some(far));
+        let hash = |i: u64| hash(62, i);
+        // A count of three or more stays: four entries of one home at one distance.
+        let mut t = Table::with_buckets(64);
+        let mut locs = Vec::new();
+        for i in 1..=(SLOTS + 4) as u64 {
+            locs.push(t.insert(hash(i), entry(hash(i), 0, i as usize)).unwrap());
+        }
+        for (n, loc) in locs.iter().enumerate().skip(SLOTS) {
+            t.remove(*loc, hash(n as u64 + 1));
+        }
+        assert_eq!(t.reach(62), 1, "a saturated count is never taken down");
+        for i in (SLOTS as u64 + 1)..=(SLOTS as u64 + 2) {
+            t.insert(hash(i), entry(hash(i), 0, i as usize)).unwrap();
+        }
+        assert_eq!(t.reach(62), 1);
     }
 
     #[test]

@@ -280,7 +280,7 @@ impl Shard {
             if why == Removal::Evicted {
                 self.log_eviction(self.table.get(loc), now);
             }
-            self.remove_at(loc, why);
+            self.remove_at(loc, self.hash_of(self.table.get(loc)), why);
         }
         let placed = self.table.insert(hash, e);
         debug_assert!(placed.is_some(), "a slot of the home bucket was freed");

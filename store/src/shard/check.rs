@@ -29,6 +29,7 @@ impl Shard {
             per_segment[id].0 += 1;
             per_segment[id].1 += item.size();
         }
+        self.table.check_displaced(|e| self.hash_of(e));
         assert_eq!(self.stats.bytes, bytes, "bytes");
         assert_eq!(self.stats.curr_items, self.table.len() as u64, "curr_items");
         assert_eq!(self.stats.curr_expiring, expiring as u64, "curr_expiring");

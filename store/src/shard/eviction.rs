@@ -67,13 +67,15 @@ impl Shard {
     /// heap, see `heap_now`; over a lowered budget, beside the heap as it is), so that a store
     /// over a lowered budget makes room for itself; `append` keeps the segments within it.
     pub(super) fn make_room(&mut self, size: usize, now: Now) -> Result<(), StoreError> {
-        let limit = (self.config.memory_limit_bytes as u64).max(self.heap_now());
+        // `heap_bytes` is kept current by every change to what `heap_now` counts.
+        debug_assert_eq!(self.stats.heap_bytes, self.heap_now());
+        let limit = (self.config.memory_limit_bytes as u64).max(self.stats.heap_bytes);
         let table_growth = if self.table.num_buckets() == 0 {
             Table::bytes_for(1)
         } else {
             0
         };
-        while self.heap_now() + (table_growth + size) as u64 > limit {
+        while self.stats.heap_bytes + (table_growth + size) as u64 > limit {
             if !self.evict_one(now, Victim::Store) {
                 return Err(StoreError::OutOfMemory);
             }
@@ -152,7 +154,7 @@ impl Shard {
                     .table
                     .find(hash, |e| segment_of(e) == id && offset_of(e) == offset);
                 match loc {
-                    Some(loc) => self.remove_at(loc, why),
+                    Some(loc) => self.remove_at(loc, hash, why),
                     None => debug_assert!(false, "a live item without an entry"),
                 }
             }
@@ -238,7 +240,7 @@ impl Shard {
                 }
                 Liveness::Expired | Liveness::Flushed => Removal::Reclaimed,
             };
-            self.remove_at(loc, why);
+            self.remove_at(loc, hash, why);
             return true;
         }
     }
@@ -359,8 +361,8 @@ impl Shard {
                     .table
                     .bucket(index)
                     .find(|&(_, e)| self.liveness(e, now) != Liveness::Live);
-                if let Some((loc, _)) = dead {
-                    self.remove_at(loc, Removal::Reclaimed);
+                if let Some((loc, e)) = dead {
+                    self.remove_at(loc, self.hash_of(e), Removal::Reclaimed);
                     return true;
                 }
                 self.scan_hand = index.wrapping_add(1);

@@ -50,7 +50,7 @@ impl Shard {
             }
             examined += 1;
             if self.liveness(e, now) != Liveness::Live {
-                self.remove_at(loc, Removal::Reclaimed);
+                self.remove_at(loc, self.hash_of(e), Removal::Reclaimed);
             }
         }
         (self.stats.reclaimed - before) as usize
@@ -91,7 +91,7 @@ impl Shard {
                 done.checked += 1;
                 let liveness = self.liveness(e, now);
                 if liveness != Liveness::Live {
-                    self.remove_at(loc, Removal::Crawled(liveness));
+                    self.remove_at(loc, self.hash_of(e), Removal::Crawled(liveness));
                     done.reclaimed += 1;
                 }
             }
