@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# RESP benchmark: memspin (TAP, one worker, --resp-port) against redis-server (Debian package,
-# persistence off, one I/O thread), each pinned to CPU 0, inside one fresh network namespace;
-# clients pinned to the last CPU. Only one server runs at a time, and the order alternates
-# every round. Per server and round:
+# RESP benchmark: memspin (one worker, --resp-port) against redis-server (Debian package,
+# persistence off, one I/O thread), each pinned to CPU 0; clients pinned to the last CPU. Only
+# one server runs at a time, and the order alternates every round. Two packet paths (NET):
+#   tap (default)  one fresh namespace: memspin over TAP, redis-server on its loopback, every
+#                  client in that namespace through the kernel;
+#   xdp            a generator namespace and a server namespace joined by a veth pair: memspin
+#                  on AF_XDP on the server end (10.78.0.200), redis-server on the kernel's
+#                  address of the same end (10.78.0.201, protected mode off); redis-benchmark
+#                  and the raw-socket client through the generator's kernel, memspin-loadgen on
+#                  its own AF_XDP stack (`--net xdp`), so that the generator's kernel TCP is not
+#                  the ceiling of the loadgen rows (the kernel client uses its whole CPU against
+#                  memspin in the 32 x 16 run). For those rows redis-server's kernel sends full
+#                  checksums (the bypass client verifies them; AF_XDP carries no offload state).
+# Per server and round:
 #   - redis-benchmark -t set,get -n N -r N -c 120 (the seed's run; N = 1,000,000 there),
 #   - the same with -P 16,
 #   - memspin-loadgen --protocol resp: 1 connection with 1 request in flight (latency), and
@@ -22,7 +32,7 @@
 #     key once, Redis may return one again while its table rehashes).
 # Prints medians over the rounds and memspin's ratios against redis-server; then, per workload,
 # the CPU each side used (cores: the client's user and system time per wall second, the
-# server's on-CPU time from its threads' schedstat) and memspin's TAP frames per request each
+# server's on-CPU time from its threads' schedstat) and memspin's frames per request each
 # way (its `stats` before and after each run).
 #
 # Usage: scripts/bench-resp.sh [ROUNDS (default 3)] [N requests per redis-benchmark test
@@ -39,11 +49,12 @@
 #     1000000)
 #   WORKLOADS="seed pipelined latency throughput multi scan"  the runs to make, in this order (e.g.
 #     WORKLOADS="pipelined throughput": only the pipelined ones)
-#   SERVERS="redis-server memspin-tap"  the servers (the order rotates every round); also
-#     memspin-adaptive (memspin over TAP with --idle adaptive, whatever IDLE says) and
-#     memspin-baseline (memspin over TAP, IDLE, the binary BASELINE=/path/to/memspin: another
-#     build, for two builds' medians from alternating runs)
-#   PROFILE=DIR  during round 1's memspin-tap runs of `-P 16` and of the 32 x 16 loadgen run, `perf
+#   NET=tap|xdp  the packet path (above; default tap)
+#   SERVERS="redis-server memspin"  the servers (the order rotates every round); also
+#     memspin-adaptive (memspin with --idle adaptive, whatever IDLE says) and
+#     memspin-baseline (memspin with IDLE, the binary BASELINE=/path/to/memspin: another
+#     build, for two builds' medians from alternating runs); memspin-tap is memspin with NET=tap
+#   PROFILE=DIR  during round 1's memspin runs of `-P 16` and of the 32 x 16 loadgen run, `perf
 #     record -e cpu-clock --call-graph dwarf` of memspin's worker into DIR/pipelined/ and
 #     DIR/throughput/, and at the end where its samples went (scripts/profile-groups.py, as
 #     bench-efficiency.sh groups them); perf runs on the clients' CPU, so these rounds'
@@ -63,29 +74,49 @@ tx_pipeline=${TX_PIPELINE:-16}
 tx_max=${TX_MAX:-1000000}
 scan_keys=${SCAN_KEYS:-1000000}
 profile=${PROFILE:-}
-servers=(${SERVERS:-redis-server memspin-tap})
-need_packages iproute2 redis-server redis-tools python3
+servers=(${SERVERS:-redis-server memspin})
+net=${NET:-tap}
+case $net in tap | xdp) ;; *) die "NET=$net: tap or xdp" ;; esac
+need_packages iproute2 ethtool redis-server redis-tools python3
 need_root_for_namespaces
 
 build_release
 
 results_init bench-resp "$@"
+# The servers run in $ns, the clients in $cns (the same namespace over TAP).
 ns=memspin-bench-resp-$$
 ns_create "$ns"
+cns=$ns
+memspin_path=(--net tap --iface ms0 --ip 10.77.0.2/24 --host-ip 10.77.0.1/24)
+memspin_addr=10.77.0.2
+redis_addr=127.0.0.1
+loadgen_path=()
+if [ "$net" = xdp ]; then
+  cns=memspin-bench-resp-g-$$
+  ns_create "$cns"
+  veth_pair_create "$cns" "$ns" xg0 xs0 10.78.0.3/24
+  ip -n "$ns" addr add 10.78.0.201/24 dev xs0
+  memspin_path=(--net xdp --iface xs0 --ip 10.78.0.200/24)
+  memspin_addr=10.78.0.200
+  redis_addr=10.78.0.201
+  loadgen_path=(--net xdp --iface xg0 --ip 10.78.0.2/24)
+fi
 server_cpu=0
 client_cpu=$(( $(nproc) - 1 ))
 
-# start_redis LOG PORT: redis-server on 127.0.0.1:PORT inside the namespace, pinned to the
-# server CPU, no persistence; stopped by stop_server and on exit.
+# start_redis LOG PORT: redis-server on $redis_addr:PORT in the servers' namespace, pinned to
+# the server CPU, no persistence, open to the clients' namespace; stopped by stop_server and
+# on exit.
 start_redis() {
   local log=$1 port=$2
-  ip netns exec "$ns" taskset -c "$server_cpu" redis-server --bind 127.0.0.1 --port "$port" \
-    --save "" --appendonly no --io-threads 1 --daemonize no --logfile "" >"$log" 2>&1 &
+  ip netns exec "$ns" taskset -c "$server_cpu" redis-server --bind "$redis_addr" --port "$port" \
+    --protected-mode no --save "" --appendonly no --io-threads 1 --daemonize no --logfile "" \
+    >"$log" 2>&1 &
   SERVER_PID=$!
   MEMSPIN_PIDS+=("$SERVER_PID")
   local i
   for i in $(seq 1 100); do
-    ip netns exec "$ns" redis-cli -p "$port" ping >/dev/null 2>&1 && return 0
+    ip netns exec "$cns" redis-cli -h "$redis_addr" -p "$port" ping >/dev/null 2>&1 && return 0
     sleep 0.05
   done
   cat "$log" >&2
@@ -98,7 +129,7 @@ start_redis() {
 # PROFILE, round 1's memspin runs of the pipelined workloads are recorded by perf meanwhile.
 measured() {
   local base=$1; shift
-  [ -n "$STATS_ADDR" ] && stats_to "$ns" "$STATS_ADDR" "$base.stats0"
+  [ -n "$STATS_ADDR" ] && stats_to "$cns" "$STATS_ADDR" "$base.stats0"
   local perf_pid=""
   if [ -n "$PROFILE_TO" ]; then
     local worker
@@ -111,7 +142,7 @@ measured() {
   fi
   local c0 t0 c1 t1
   c0=$(cpu_ns "$SERVER_PID"); t0=$(date +%s%N)
-  /usr/bin/time -f '%e %U %S' -o "$base.time" ip netns exec "$ns" taskset -c "$client_cpu" "$@"
+  /usr/bin/time -f '%e %U %S' -o "$base.time" ip netns exec "$cns" taskset -c "$client_cpu" "$@"
   c1=$(cpu_ns "$SERVER_PID"); t1=$(date +%s%N)
   if [ -n "$perf_pid" ]; then
     kill -INT "$perf_pid"
@@ -119,7 +150,7 @@ measured() {
   fi
   echo "$(cat "$base.time") $(( c1 - c0 )) $(( t1 - t0 ))" >"$base.cpu"
   rm -f "$base.time"
-  [ -n "$STATS_ADDR" ] && stats_to "$ns" "$STATS_ADDR" "$base.stats1"
+  [ -n "$STATS_ADDR" ] && stats_to "$cns" "$STATS_ADDR" "$base.stats1"
   return 0
 }
 
@@ -225,15 +256,27 @@ elif mode == "scan":
                       "distinct": len(seen), "longest_call_ms": longest * 1000}))
 '
 
+# tx_checksums on|off: the transmit checksum offload of the interface named in $checksums, if
+# any (set by bench).
+tx_checksums() {
+  [ -z "$checksums" ] || ip netns exec "$ns" ethtool -K "$checksums" tx "$1" >/dev/null
+}
+
 # bench NAME HOST PORT ROUND: the workloads of WORKLOADS against the server that is up now.
 bench() {
   local name=$1 host=$2 port=$3 round=$4
   local rb=(redis-benchmark -h "$host" -p "$port" -t set,get -n "$requests" -r "$requests" -c 120
     --csv)
-  local lg=("$LOADGEN_BIN" -s "$host:$port" --protocol resp -t 1 --cpus "$client_cpu" -d "$seconds"
-    --warmup 1 --keys 10000 --key-size 16 --value-size 32 --get-ratio 0.9 --prefill -q)
+  local lg=("$LOADGEN_BIN" -s "$host:$port" --protocol resp "${loadgen_path[@]}" -t 1
+    --cpus "$client_cpu" -d "$seconds" --warmup 1 --keys 10000 --key-size 16 --value-size 32
+    --get-ratio 0.9 --prefill -q)
   local profile_base=""
-  [ -n "$profile" ] && [ "$name" = memspin-tap ] && [ "$round" = 1 ] && profile_base=$profile
+  [ -n "$profile" ] && [[ $name == memspin || $name == memspin-tap ]] && [ "$round" = 1 ] &&
+    profile_base=$profile
+  # The bypass client verifies checksums, which redis-server's kernel otherwise leaves to an
+  # offload a veth never does: full checksums for the loadgen rows only.
+  local checksums=""
+  [ "$net" = xdp ] && [ "$name" = redis-server ] && checksums=xs0
   local w
   for w in "${workloads[@]}"; do
     PROFILE_TO=""
@@ -245,12 +288,16 @@ bench() {
         measured "$out/pipelined-$name-$round" "${rb[@]}" -P 16 -n "$pipelined_requests" \
           >"$out/pipelined-$name-$round.csv" ;;
       latency)
+        tx_checksums off
         measured "$out/latency-$name-$round" "${lg[@]}" -c 1 --pipeline 1 \
-          --json "$out/latency-$name-$round.json" >/dev/null ;;
+          --json "$out/latency-$name-$round.json" >/dev/null
+        tx_checksums on ;;
       throughput)
         [ -n "$profile_base" ] && PROFILE_TO=$profile_base/throughput
+        tx_checksums off
         measured "$out/throughput-$name-$round" "${lg[@]}" -c 32 --pipeline 16 \
-          --timestamps "$pipelined_timestamps" --json "$out/throughput-$name-$round.json" >/dev/null ;;
+          --timestamps "$pipelined_timestamps" --json "$out/throughput-$name-$round.json" >/dev/null
+        tx_checksums on ;;
       multi)
         measured "$out/multi-$name-$round" /usr/bin/python3 -c "$RESP_CLIENT_PY" multi "$host" \
           "$port" "$seconds" "$tx_pipeline" "$tx_max" >"$out/multi-$name-$round.json" ;;
@@ -268,17 +315,17 @@ run_server() {
     redis-server)
       start_redis "$out/$name-$round.log" 6380
       STATS_ADDR=""
-      bench "$name" 127.0.0.1 6380 "$round" ;;
-    memspin-tap|memspin-adaptive|memspin-baseline)
+      bench "$name" "$redis_addr" 6380 "$round" ;;
+    memspin|memspin-tap|memspin-adaptive|memspin-baseline)
+      [ "$name" = memspin-tap ] && [ "$net" != tap ] && die "memspin-tap is for NET=tap"
       local bin=$MEMSPIN_BIN policy=$idle
       [ "$name" = memspin-adaptive ] && policy=adaptive
       [ "$name" = memspin-baseline ] && bin=${BASELINE:?memspin-baseline needs BASELINE=/path/to/memspin}
-      MEMSPIN_BIN=$bin start_server "$ns" "$out/$name-$round.log" --net tap --iface ms0 \
-        --ip 10.77.0.2/24 --host-ip 10.77.0.1/24 --resp-port 6379 --cpus "$server_cpu" \
-        --idle "$policy" -m 1024
-      STATS_ADDR=10.77.0.2:11211
-      bench "$name" 10.77.0.2 6379 "$round" ;;
-    *) die "unknown server $name (redis-server, memspin-tap, memspin-adaptive, memspin-baseline)" ;;
+      MEMSPIN_BIN=$bin start_server "$ns" "$out/$name-$round.log" "${memspin_path[@]}" \
+        --resp-port 6379 --cpus "$server_cpu" --idle "$policy" -m 1024
+      STATS_ADDR=$memspin_addr:11211
+      bench "$name" "$memspin_addr" 6379 "$round" ;;
+    *) die "unknown server $name (redis-server, memspin, memspin-adaptive, memspin-baseline)" ;;
   esac
   stop_server || true
 }
@@ -294,12 +341,14 @@ done
 
 # The summary: printed, and written into $out/results.md under the run's header.
 {
-step "medians over $rounds rounds (servers on CPU $server_cpu, clients on CPU $client_cpu, memspin --idle $idle)"
-python3 - "$out" "$requests" "$pipelined_timestamps" "${servers[*]}" "$pipelined_requests" <<'PY'
+step "medians over $rounds rounds (servers on CPU $server_cpu, clients on CPU $client_cpu, memspin --idle $idle, NET=$net)"
+python3 - "$out" "$requests" "$pipelined_timestamps" "${servers[*]}" "$pipelined_requests" "$net" <<'PY'
 import csv, glob, json, os, statistics, sys
 out, requests, pipelined_timestamps = sys.argv[1], sys.argv[2], sys.argv[3]
 servers = sys.argv[4].split()
 pipelined_requests = sys.argv[5]
+net = sys.argv[6]
+client = "memspin-loadgen --net xdp" if net == "xdp" else "memspin-loadgen"
 
 def median(values):
     return statistics.median(values) if values else float("nan")
@@ -330,10 +379,15 @@ for kind, label in [("seed", f"redis-benchmark -t set,get -n {requests} -r {requ
         print(f"{name:16} {s:10.0f} {g:10.0f} {sp:8.3f} {gp:8.3f}   {(s + g) / base:9.2f}")
 
 for kind, label, stamps in [
-        ("latency", "memspin-loadgen --protocol resp, 1 connection, 1 in flight", "software"),
-        ("throughput", "memspin-loadgen --protocol resp, 32 connections x 16 in flight",
+        ("latency", f"{client} --protocol resp, 1 connection, 1 in flight", "software"),
+        ("throughput", f"{client} --protocol resp, 32 connections x 16 in flight",
          pipelined_timestamps)]:
-    clock = "kernel timestamps" if stamps != "none" else "user-space clock, --timestamps none"
+    if net == "xdp":
+        clock = "the bypass client's own clock"
+    elif stamps != "none":
+        clock = "kernel timestamps"
+    else:
+        clock = "user-space clock, --timestamps none"
     print(f"\n{label}, 90 % GET, 32-byte values (service time, µs; {clock})")
     print(f"{'server':16} {'ops/s':>10} {'p50':>8} {'p90':>8} {'p99':>8}   {'ops ratio':>9} {'p50 ratio':>9}")
     base_ops, base_p50 = loadgen(kind, "redis-server", "ops"), loadgen(kind, "redis-server", "p50")
@@ -374,7 +428,7 @@ if glob.glob(os.path.join(out, "scan-*.json")):
 # What each side used (cores: on-CPU seconds per wall second over the run; the client's from
 # its user and system time, the server's from its threads' schedstat) and, for memspin, TAP
 # frames per request each way (from `stats` before and after the run, prefill included).
-print("\nCPU use (cores) and memspin's TAP frames per request, medians")
+print(f"\nCPU use (cores) and memspin's {net.upper()} frames per request, medians")
 print(f"{'workload':12} {'server':16} {'client':>7} {'server':>7} {'in/req':>7} {'out/req':>7} {'req/in':>7}")
 for kind in ["seed", "pipelined", "latency", "throughput", "multi", "scan"]:
     for name in servers:
@@ -389,8 +443,9 @@ for kind in ["seed", "pipelined", "latency", "throughput", "multi", "scan"]:
                         for i in (0, 1))
                 reqs = sum(int(b[k]) - int(a[k]) for k in ("cmd_get", "cmd_set"))
                 if reqs > 0:
-                    fin.append((int(b["memspin_tap_rx_frames"]) - int(a["memspin_tap_rx_frames"])) / reqs)
-                    fout.append((int(b["memspin_tap_tx_frames"]) - int(a["memspin_tap_tx_frames"])) / reqs)
+                    rx, tx = f"memspin_{net}_rx_frames", f"memspin_{net}_tx_frames"
+                    fin.append((int(b[rx]) - int(a[rx])) / reqs)
+                    fout.append((int(b[tx]) - int(a[tx])) / reqs)
             except (OSError, KeyError, ValueError):
                 pass
         if not client:
