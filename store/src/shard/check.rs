@@ -107,6 +107,15 @@ impl Shard {
         self.capped
     }
 
+    /// How many buckets past its home a lookup reads, on average over the table's buckets
+    /// (tests only).
+    #[cfg(test)]
+    pub(crate) fn mean_reach(&self) -> f64 {
+        let buckets = self.table.num_buckets();
+        let sum: usize = (0..buckets).map(|b| self.table.reach(b)).sum();
+        sum as f64 / buckets.max(1) as f64
+    }
+
     /// The segment size (tests only).
     #[cfg(test)]
     pub(crate) fn segment_size(&self) -> usize {
