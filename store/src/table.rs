@@ -13,7 +13,7 @@
 //! one line and the item's. The counts go down as those entries are removed, so a table with
 //! steady churn (a full cache, every store evicting) does not drift towards lookups that read
 //! [`MAX_PROBE`] lines: a count is two bits, exact until it reaches three, where it stays
-//! (three entries of one home at one distance are rare; a rebuild starts the counts anew).
+//! until a rebuild starts the counts anew (the reach is then an upper bound, never short).
 //!
 //! Entries never move while the table keeps its size: an insert fills a free slot, a removal
 //! clears one. A walk over bucket indexes in slices therefore sees every entry that stays in
@@ -351,8 +351,8 @@ impl Table {
     }
 
     /// Asserts that each bucket's counts of displaced entries are what the table holds:
-    /// exact below three (a saturated count stays three whatever is left). `hash_of` gives an entry's
-    /// key's hash.
+    /// exact below three (a saturated count stays three whatever is left). `hash_of` gives
+    /// an entry's key's hash.
     #[cfg(test)]
     #[track_caller]
     pub(crate) fn check_displaced(&self, hash_of: impl Fn(u64) -> u64) {
