@@ -108,24 +108,6 @@ start_memspin() {
     --cpus "$server_cpu" --idle "${4:-spin}" -m 256 --rto-min 1ms --resp-port 6379
 }
 
-# start_redis TAG ADDR: redis-server in $srv on ADDR:6379, pinned to the server CPU, no
-# persistence, one I/O thread, open to the generator's namespace (protected mode off: it only
-# answers loopback otherwise); stopped by stop_server and on exit.
-start_redis() {
-  ip netns exec "$srv" taskset -c "$server_cpu" redis-server --bind "$2" --port 6379 \
-    --protected-mode no --save "" --appendonly no --io-threads 1 --daemonize no --logfile "" \
-    >"$out/$1.log" 2>&1 &
-  SERVER_PID=$!
-  MEMSPIN_PIDS+=("$SERVER_PID")
-  local i
-  for i in $(seq 1 100); do
-    ip netns exec "$srv" redis-cli -h "$2" -p 6379 ping >/dev/null 2>&1 && return 0
-    sleep 0.05
-  done
-  cat "$out/$1.log" >&2
-  die "redis-server did not start"
-}
-
 # in_rt_class: every thread of the server just started (SERVER_PID) into SCHED_FIFO at
 # RT_PRIO, unless RT_PRIO is 0.
 in_rt_class() {
@@ -181,7 +163,7 @@ if has cost || has ceiling || has resp || has single; then
         if has resp; then
           # Full checksums from redis-server's kernel too: the bypass client verifies them.
           ip netns exec "$srv" ethtool -K xs0 tx off >/dev/null
-          start_redis "redis-$round" 10.78.0.201
+          start_redis "$srv" "$out/redis-$round.log" 10.78.0.201 6379 "$server_cpu"
           for c in 0 1; do
             kind=${clients[$(( (c + first) % 2 ))]}
             loadgen "resp-redis-$kind-$round" "$kind" 10.78.0.201:6379 --protocol resp \

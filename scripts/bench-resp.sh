@@ -104,25 +104,6 @@ fi
 server_cpu=0
 client_cpu=$(( $(nproc) - 1 ))
 
-# start_redis LOG PORT: redis-server on $redis_addr:PORT in the servers' namespace, pinned to
-# the server CPU, no persistence, open to the clients' namespace; stopped by stop_server and
-# on exit.
-start_redis() {
-  local log=$1 port=$2
-  ip netns exec "$ns" taskset -c "$server_cpu" redis-server --bind "$redis_addr" --port "$port" \
-    --protected-mode no --save "" --appendonly no --io-threads 1 --daemonize no --logfile "" \
-    >"$log" 2>&1 &
-  SERVER_PID=$!
-  MEMSPIN_PIDS+=("$SERVER_PID")
-  local i
-  for i in $(seq 1 100); do
-    ip netns exec "$cns" redis-cli -h "$redis_addr" -p "$port" ping >/dev/null 2>&1 && return 0
-    sleep 0.05
-  done
-  cat "$log" >&2
-  die "redis-server did not start"
-}
-
 # measured BASE CMD...: runs the client CMD on the client CPU; writes BASE.cpu (the client's
 # wall, user and system seconds; the server's on-CPU nanoseconds and the wall nanoseconds over
 # the run) and, for memspin, BASE.stats0 and BASE.stats1 (`stats` before and after). With
@@ -313,7 +294,7 @@ run_server() {
   local name=$1 round=$2
   case $name in
     redis-server)
-      start_redis "$out/$name-$round.log" 6380
+      start_redis "$ns" "$out/$name-$round.log" "$redis_addr" 6380 "$server_cpu"
       STATS_ADDR=""
       bench "$name" "$redis_addr" 6380 "$round" ;;
     memspin|memspin-tap|memspin-adaptive|memspin-baseline)

@@ -101,6 +101,25 @@ start_memcached() {
   die "memcached did not start"
 }
 
+# start_redis NS LOG ADDR PORT CPU: redis-server on ADDR:PORT inside NS, pinned to CPU, no
+# persistence, one I/O thread, protected mode off (it answers only loopback otherwise; its
+# listener is in a namespace the script made); stopped like memspin by stop_server and on exit.
+start_redis() {
+  local ns=$1 log=$2 addr=$3 port=$4 cpu=$5
+  ip netns exec "$ns" taskset -c "$cpu" redis-server --bind "$addr" --port "$port" \
+    --protected-mode no --save "" --appendonly no --io-threads 1 --daemonize no --logfile "" \
+    >"$log" 2>&1 &
+  SERVER_PID=$!
+  MEMSPIN_PIDS+=("$SERVER_PID")
+  local i
+  for i in $(seq 1 100); do
+    ip netns exec "$ns" redis-cli -h "$addr" -p "$port" ping >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  cat "$log" >&2
+  die "redis-server did not start"
+}
+
 start_server() {
   local ns=$1 log=$2; shift 2
   ip netns exec "$ns" "$MEMSPIN_BIN" "$@" >"$log" 2>&1 &
