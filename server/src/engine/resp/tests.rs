@@ -1471,6 +1471,27 @@ fn open_transactions_of_a_worker_share_one_bound() {
     }
 }
 
+/// A queued command is charged its bytes and the word that records where it ends, so that
+/// many small commands cannot hold more than the bound says.
+#[test]
+fn a_queued_command_is_charged_with_its_bookkeeping() {
+    let mut e = Engine::new(EngineConfig {
+        queued_max_bytes: 100,
+        ..config(1, 0)
+    });
+    let mut s = resp2();
+    assert_eq!(call(&mut e, &mut s, &["MULTI"]), "+OK\r\n");
+    // `*2\r\n$3\r\nGET\r\n$1\r\na\r\n` is 20 bytes, 28 with its end: three fit in 100.
+    for _ in 0..3 {
+        assert_eq!(call(&mut e, &mut s, &["GET", "a"]), "+QUEUED\r\n");
+    }
+    let refused = call(&mut e, &mut s, &["GET", "a"]);
+    assert!(
+        refused.starts_with("-ERR transactions too long"),
+        "{refused}"
+    );
+}
+
 /// `MULTI`/`EXEC`/`DISCARD` as redis-server 7 answers them: queued commands answer
 /// `+QUEUED`, run as one at `EXEC`, and a command that cannot be queued aborts the whole.
 #[test]

@@ -151,7 +151,10 @@ pub(super) fn queue(
     let Some(queued) = cx.session.queued.as_mut() else {
         return;
     };
-    if queued.bytes.len() + raw.len() > QUEUE_MAX_BYTES {
+    // A command costs its bytes and its end's place in `ends`: an inline `GET a` is smaller
+    // than the word that records where it ends.
+    let cost = raw.len() + size_of::<usize>();
+    if queued.bytes.len() + queued.ends.len() * size_of::<usize>() + cost > QUEUE_MAX_BYTES {
         queued.failed = true;
         return error(
             out,
@@ -159,7 +162,7 @@ pub(super) fn queue(
             "ERR transaction too long: its commands exceed 64 MiB",
         );
     }
-    if !queued.charge.take(raw.len(), room) {
+    if !queued.charge.take(cost, room) {
         queued.failed = true;
         return error(
             out,
