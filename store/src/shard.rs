@@ -863,9 +863,13 @@ impl Shard {
     #[inline(always)]
     fn lookup(&mut self, hash: u64, key: &[u8], now: Now) -> Result<Loc, Miss> {
         let segs = &self.segs.segs;
-        let found = self.table.find(hash, |e| {
-            segs[segment_of(e)].item(offset_of(e)).key() == key
-        });
+        // Inlined into the probe whatever the caller: where the compiler chose a call per
+        // candidate, it took a third of a cache-resident GET's time.
+        let found = self.table.find(
+            hash,
+            #[inline(always)]
+            |e| segs[segment_of(e)].item(offset_of(e)).key() == key,
+        );
         let Some(loc) = found else {
             return Err(Miss::Absent);
         };
