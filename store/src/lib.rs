@@ -86,10 +86,10 @@
 //! grows when it holds 4 entries a bucket, if a bigger table lets the budget hold more items
 //! at their mean size (less one segment: the spare or the one being emptied; counting at most
 //! 5.6 a bucket, since entries never move and a fuller table's lookups drift further from
-//! their homes under churn): to 5/4, 3/2 or twice its buckets, whichever holds the most, so that a budget
-//! nearly all of items is not left with a table twice what they need (with 64 MiB of
-//! 133-byte items, 5 MiB of table rather than 8: 6 % more items,
-//! `cargo run --release -p store --example lookaside`). A store of a new key first has the
+//! their homes under churn): to 5/4, 3/2 or twice its buckets, whichever holds the most, so
+//! that a budget nearly all of items is not left with a table twice what they need (with 64
+//! MiB of 133-byte items, 5 MiB of table rather than 8: 6 % more items, `cargo run --release
+//! -p store --example lookaside`). A store of a new key first has the
 //! eviction hand take segments back until the bigger table fits beside them (compacting
 //! while many bytes are dead, so segments full of dead bytes never hold the table at its
 //! size). Otherwise it keeps its size and
