@@ -39,7 +39,7 @@
 //! 27 bytes and its key and value ([`item_size`], [`item_size_expiring`]):
 //!
 //! ```text
-//! [cas: u64][flags: u32][last_access: u32][meta: u16][key_len: u8][len: u24 or u32][exptime: u32]?[key][value]
+//! [cas: u64][flags: u32][last_access: u32][meta: u16][key_len: u8][key][len: u24 or u32][exptime: u32]?[value]
 //! ```
 //!
 //! `len` is the value's length and two bits: whether it takes four bytes (a value of 4 MiB

@@ -253,7 +253,17 @@ impl Table {
 
     /// The first entry with `hash`'s tag for which `eq` holds.
     #[inline(always)]
-    pub(crate) fn find(&self, hash: u64, mut eq: impl FnMut(u64) -> bool) -> Option<Loc> {
+    pub(crate) fn find(&self, hash: u64, eq: impl FnMut(u64) -> bool) -> Option<Loc> {
+        self.find_entry(hash, eq).map(|(loc, _)| loc)
+    }
+
+    /// [`Table::find`], with the entry found.
+    #[inline(always)]
+    pub(crate) fn find_entry(
+        &self,
+        hash: u64,
+        mut eq: impl FnMut(u64) -> bool,
+    ) -> Option<(Loc, u64)> {
         if self.buckets.is_empty() {
             return None;
         }
@@ -278,12 +288,13 @@ impl Table {
         bucket: usize,
         hash: u64,
         eq: &mut impl FnMut(u64) -> bool,
-    ) -> Option<Loc> {
+    ) -> Option<(Loc, u64)> {
         let mut bits = b.matches(hash);
         while bits != 0 {
             let slot = (bits.trailing_zeros() >> MATCH_SLOT_SHIFT) as usize;
-            if eq(b.entries[slot]) {
-                return Some(Loc { bucket, slot });
+            let e = b.entries[slot];
+            if eq(e) {
+                return Some((Loc { bucket, slot }, e));
             }
             bits &= bits - 1;
         }
