@@ -1,6 +1,6 @@
 //! One client connection: its socket, write and read buffers, the requests in flight (oldest
-//! first, since memcached answers in order) and, under `--verify`, the versions of the keys it
-//! owns.
+//! first, since memcached answers in order), its share of the prefill ([`PrefillQueue`]) and,
+//! under `--verify`, the versions of the keys it owns.
 //!
 //! ```text
 //! encode → out ─write()─▶ socket ─read()/recvmsg()─▶ inb → decode against inflight.front()
@@ -77,6 +77,101 @@ pub struct Answered {
     pub request: InFlight,
     /// When the reply came.
     pub rx: RxTime,
+}
+
+/// A prefill SET that was in flight when its connection closed: it may or may not have been
+/// stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LostSet {
+    /// Key index.
+    pub key: u64,
+    /// The version it carried under `--verify` (0 otherwise).
+    pub version: u32,
+}
+
+/// The next SET of a connection's prefill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefillSet {
+    /// An owned key's first write: it takes the key's next version.
+    New(u64),
+    /// A lost SET, written again with the version it had: whether the lost one was applied
+    /// (the server read it before the close) or not, the key ends up holding that version, so
+    /// the verifier's window stays exact whichever write lands last.
+    Again(LostSet),
+}
+
+/// What the prefill gave up when a connection's server stopped answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GivenUp {
+    /// Lost SETs that were waiting to go again (counted among the keys when first sent).
+    pub lost: u64,
+    /// Owned keys never sent.
+    pub unsent: u64,
+}
+
+/// A connection's share of the prefill: the keys it owns, in order, after the SETs that a
+/// close lost, which go again first.
+///
+/// A key leaves the queue when it is sent and comes back only if its connection closes
+/// before the reply; a reply (stored or not) settles it for good. So every reply shortens
+/// the work, and the failures since the last reply ([`PrefillQueue::failed`]) are what tell a
+/// server that is gone from one that loses a request now and then.
+#[derive(Debug, Clone, Default)]
+pub struct PrefillQueue {
+    /// Owned keys sent or given up on, in the set's order.
+    sent: u64,
+    /// Lost SETs to send again, oldest first.
+    lost: VecDeque<LostSet>,
+    /// Connection failures since its last prefill reply.
+    failures: u32,
+}
+
+impl PrefillQueue {
+    /// Keys of `own` waiting to be sent: lost SETs and keys not sent yet.
+    pub fn left(&self, own: &KeySet) -> u64 {
+        self.lost.len() as u64 + own.len().saturating_sub(self.sent)
+    }
+
+    /// Takes the next SET to send, lost ones first; `None` when nothing is left.
+    pub fn next(&mut self, own: &KeySet) -> Option<PrefillSet> {
+        if let Some(set) = self.lost.pop_front() {
+            return Some(PrefillSet::Again(set));
+        }
+        if self.sent >= own.len() {
+            return None;
+        }
+        let key = own.nth(self.sent);
+        self.sent += 1;
+        Some(PrefillSet::New(key))
+    }
+
+    /// Puts back a SET its connection lost in flight, to be sent again.
+    pub fn lost(&mut self, set: LostSet) {
+        self.lost.push_back(set);
+    }
+
+    /// A reply came: the server is there.
+    pub fn answered(&mut self) {
+        self.failures = 0;
+    }
+
+    /// The connection failed (closed, refused, timed out); returns the failures since the
+    /// last reply.
+    pub fn failed(&mut self) -> u32 {
+        self.failures = self.failures.saturating_add(1);
+        self.failures
+    }
+
+    /// Gives up every key left (see [`PrefillQueue::left`]): none is sent again.
+    pub fn give_up(&mut self, own: &KeySet) -> GivenUp {
+        let given = GivenUp {
+            lost: self.lost.len() as u64,
+            unsent: own.len().saturating_sub(self.sent),
+        };
+        self.lost.clear();
+        self.sent = self.sent.max(own.len());
+        given
+    }
 }
 
 /// Where a connection is in its life.
@@ -172,8 +267,8 @@ pub struct Conn {
     pub dirty: bool,
     /// Whether the connection is on its worker's list of connections that are not ready.
     pub unready_listed: bool,
-    /// Prefill: how many of the owned keys have been sent.
-    pub prefill_sent: u64,
+    /// Prefill: the owned keys still to write, and the SETs a close lost.
+    pub prefill: PrefillQueue,
     /// Whether the socket has `SO_TIMESTAMPING` on.
     pub stamped: bool,
     /// Bytes handed to the socket since it opened.
@@ -222,7 +317,7 @@ impl Conn {
             write_interest: false,
             dirty: false,
             unready_listed: false,
-            prefill_sent: 0,
+            prefill: PrefillQueue::default(),
             stamped: false,
             bytes_written: 0,
             awaiting: VecDeque::new(),
@@ -239,6 +334,12 @@ impl Conn {
         self.picker = picker;
         self.own = own;
         self.key_states = vec![KeyState::default(); owned_keys];
+    }
+
+    /// Prefill: keys waiting to be sent on this connection (see [`PrefillQueue::left`]).
+    #[inline]
+    pub fn prefill_left(&self) -> u64 {
+        self.prefill.left(&self.own)
     }
 
     /// Stream offset just past the last encoded byte: where a request encoded now ends.
@@ -648,5 +749,55 @@ mod tests {
         // Closing forgets the stream.
         c.close();
         assert!(!c.stamped && c.bytes_written == 0);
+    }
+
+    /// Keys 1, 4, 7, 10: one connection's share of 12 keys over three connections.
+    fn owned() -> KeySet {
+        KeySet::Stride {
+            first: 1,
+            step: 3,
+            keys: 12,
+        }
+    }
+
+    #[test]
+    fn lost_prefill_sets_go_again_first_with_their_version() {
+        let own = owned();
+        let mut q = PrefillQueue::default();
+        assert_eq!(q.left(&own), 4);
+        assert_eq!(q.next(&own), Some(PrefillSet::New(1)));
+        assert_eq!(q.next(&own), Some(PrefillSet::New(4)));
+        let lost = [
+            LostSet { key: 1, version: 1 },
+            LostSet { key: 4, version: 1 },
+        ];
+        for set in lost {
+            q.lost(set);
+        }
+        assert_eq!(q.left(&own), 4, "lost sets are left to send again");
+        assert_eq!(q.next(&own), Some(PrefillSet::Again(lost[0])));
+        assert_eq!(q.next(&own), Some(PrefillSet::Again(lost[1])));
+        assert_eq!(q.next(&own), Some(PrefillSet::New(7)));
+        assert_eq!(q.next(&own), Some(PrefillSet::New(10)));
+        assert_eq!((q.left(&own), q.next(&own)), (0, None));
+    }
+
+    #[test]
+    fn failures_count_from_the_last_reply() {
+        let mut q = PrefillQueue::default();
+        assert_eq!((q.failed(), q.failed()), (1, 2));
+        q.answered();
+        assert_eq!(q.failed(), 1);
+    }
+
+    #[test]
+    fn giving_up_counts_lost_and_unsent_keys_once_and_leaves_nothing() {
+        let own = owned();
+        let mut q = PrefillQueue::default();
+        assert_eq!(q.next(&own), Some(PrefillSet::New(1)));
+        q.lost(LostSet { key: 1, version: 3 });
+        assert_eq!(q.give_up(&own), GivenUp { lost: 1, unsent: 3 });
+        assert_eq!((q.left(&own), q.next(&own)), (0, None));
+        assert_eq!(q.give_up(&own), GivenUp::default());
     }
 }

@@ -152,9 +152,9 @@ pub struct Interval {
 /// The prefill phase.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct PrefillStats {
-    /// Keys written.
+    /// Keys written, and keys given up on before they were sent (each key once).
     pub keys: u64,
-    /// Keys not confirmed stored.
+    /// Keys not confirmed stored: error replies, and keys given up on with their server.
     pub errors: u64,
     /// Wall time, s.
     pub seconds: f64,

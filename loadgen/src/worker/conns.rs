@@ -1,7 +1,8 @@
 //! A thread's connections as slots: opening them all at start-up, a connection that became
-//! ready and the request slots it brings, failing one (its requests are lost, never retried)
-//! with a growing back-off, and the housekeeping that times requests out and reopens
-//! connections that are due.
+//! ready and the request slots it brings, failing one (the run's requests are lost, never
+//! retried; the prefill's SETs go again once it is ready, until it gives up) with a growing
+//! back-off, and the housekeeping that times requests out and reopens connections that are
+//! due.
 
 use std::os::fd::AsRawFd;
 use std::time::Instant;
@@ -148,7 +149,10 @@ impl Worker {
         }
     }
 
-    /// Closes connection `i` after `why`; its in-flight requests are lost, never retried.
+    /// Closes connection `i` after `why`. Its in-flight requests are lost, never retried, except
+    /// in the prefill: there its SETs wait on the connection to be sent again, and after
+    /// [`PREFILL_GIVE_UP`] failures with no reply between them the connection gives up its keys
+    /// (counted as prefill errors), so a server that is gone cannot hold the prefill.
     pub(super) fn fail(&mut self, i: usize, why: Failure, now: u64) {
         if self.phase == Phase::Connect
             && matches!(
@@ -191,7 +195,10 @@ impl Worker {
                 }
             }
             if self.phase == Phase::Prefill {
-                self.stats.prefill_errors += 1;
+                c.prefill.lost(LostSet {
+                    key: r.key,
+                    version: r.version,
+                });
             } else if r.measured {
                 if now.saturating_sub(r.sent_ns) >= timeout_ns {
                     self.stats.errors.timeout += 1;
@@ -211,6 +218,11 @@ impl Worker {
             if why != Failure::Timeout && !warmup {
                 self.interval.errors += 1;
             }
+        }
+        if self.phase == Phase::Prefill && c.prefill.failed() >= PREFILL_GIVE_UP {
+            let given = c.prefill.give_up(&c.own);
+            self.stats.prefill_keys += given.unsent;
+            self.stats.prefill_errors += given.lost + given.unsent;
         }
         c.failures = c.failures.saturating_add(1);
         let backoff = (BACKOFF_NS << (c.failures - 1).min(10)).min(MAX_BACKOFF_NS);

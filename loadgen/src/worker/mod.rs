@@ -80,7 +80,9 @@ use crate::bypass::Bypass;
 use crate::client::steer::{Shares, SteerError};
 use crate::client::{Codec, DecodeError, Expect, MultiHit, MultiKeys, Reply, Request};
 use crate::config::{Config, Idle};
-use crate::conn::{Answered, Conn, ConnState, FlushOutcome, InFlight, ReadOutcome, RxTime};
+use crate::conn::{
+    Answered, Conn, ConnState, FlushOutcome, InFlight, LostSet, PrefillSet, ReadOutcome, RxTime,
+};
 use crate::histogram::OpKind;
 use crate::pacing::{Arrival, MAX_GAP_SAMPLES, Pacer};
 use crate::placement::{KeySet, Placement};
@@ -97,6 +99,12 @@ const WATCH: u32 = READABLE | HANGUP | EDGE;
 const HOUSEKEEPING_NS: u64 = 2_000_000;
 /// Requests in flight per connection during prefill (at least the pipeline depth).
 const PREFILL_DEPTH: usize = 32;
+/// A connection's prefill gives up the keys it has left after this many failures (closed,
+/// refused, timed out) with no reply between them: its server is gone. A lost request alone
+/// costs one failure, and the reply to the next request clears the count. Each failure takes
+/// at most `--timeout-ms` and the back-off, so a server that never comes back holds the
+/// prefill for about four timeouts; one that refuses, for the first back-offs (70 ms).
+const PREFILL_GIVE_UP: u32 = 4;
 /// First reconnect delay; it doubles per failure up to [`MAX_BACKOFF_NS`].
 const BACKOFF_NS: u64 = 10_000_000;
 const MAX_BACKOFF_NS: u64 = 1_000_000_000;

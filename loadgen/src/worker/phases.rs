@@ -44,6 +44,11 @@ impl Worker {
     }
 
     /// Writes every owned key once (closed loop, deep pipeline, unrecorded).
+    ///
+    /// A SET lost with its connection goes again once the connection is back, so the prefill
+    /// waits for connections that are down with keys left. It ends when every connection has
+    /// sent all its keys and has nothing in flight (a connection whose server is gone gives
+    /// its keys up, see [`Worker::fail`]), or on `stop`.
     pub(super) fn prefill(&mut self) {
         self.phase = Phase::Prefill;
         self.ready_free = self
@@ -59,10 +64,10 @@ impl Worker {
         loop {
             let now = self.shared.clock.now_ns();
             self.flush_dirty(now);
-            let pending = self.conns.iter().any(|c| {
-                !c.inflight.is_empty()
-                    || (c.prefill_sent < c.own.len() && !matches!(c.state, ConnState::Down { .. }))
-            });
+            let pending = self
+                .conns
+                .iter()
+                .any(|c| !c.inflight.is_empty() || c.prefill_left() > 0);
             if !pending || self.shared.stop.load(Ordering::Relaxed) {
                 break;
             }
@@ -70,6 +75,12 @@ impl Worker {
                 self.housekeeping(now);
             }
             self.poll(now, self.next_housekeeping_ns);
+        }
+        // SETs lost or in flight when the prefill ends are not confirmed stored; only a stopped
+        // prefill has any. Keys it never sent are not counted at all.
+        for c in &mut self.conns {
+            let given = c.prefill.give_up(&c.own);
+            self.stats.prefill_errors += given.lost + c.inflight.len() as u64;
         }
     }
 

@@ -185,6 +185,7 @@ impl Worker {
             inflight,
             key_states,
             own,
+            prefill: prefill_queue,
             multi,
             stamped,
             awaiting,
@@ -249,6 +250,7 @@ impl Worker {
                 }
             }
             if prefill {
+                prefill_queue.answered();
                 if kind != OpKind::Set {
                     self.stats.prefill_errors += 1;
                 }

@@ -13,14 +13,23 @@ impl Worker {
         let verify = sh.config.verify;
         let timeout_ns = sh.config.timeout.as_nanos() as u64;
         let c = &mut self.conns[i];
-        let (command, key, value_len) = if self.phase == Phase::Prefill {
-            let key = c.own.nth(c.prefill_sent);
-            c.prefill_sent += 1;
-            self.stats.prefill_keys += 1;
-            (Command::Set, key, c.picker.value_len())
+        // A lost prefill SET goes again with the version it had (see `PrefillSet::Again`).
+        let (command, key, value_len, again) = if self.phase == Phase::Prefill {
+            let next = c
+                .prefill
+                .next(&c.own)
+                .expect("refill checks that a key is left");
+            let (key, again) = match next {
+                PrefillSet::Again(lost) => (lost.key, Some(lost.version)),
+                PrefillSet::New(key) => {
+                    self.stats.prefill_keys += 1;
+                    (key, None)
+                }
+            };
+            (Command::Set, key, c.picker.value_len(), again)
         } else {
             let p = c.picker.pick(&mut c.multi);
-            (p.command, p.key, p.value_len)
+            (p.command, p.key, p.value_len, None)
         };
         let key_bytes = sh.keyspace.key(key);
         let opaque = c.take_opaque();
@@ -32,7 +41,7 @@ impl Worker {
         };
         let value: &[u8] = match command {
             Command::Set if verify => {
-                version = c.key_state(key).next_version();
+                version = again.unwrap_or_else(|| c.key_state(key).next_version());
                 self.scratch.resize(value_len, 0);
                 verify::fill_value(key_bytes, version, &mut self.scratch);
                 &self.scratch
@@ -78,9 +87,9 @@ impl Worker {
         }
     }
 
-    /// Fills connection `i` up to the depth: with the prefill's keys, with new requests in closed
-    /// loop, and with the oldest due arrivals in open loop (a slot that a reply freed takes the
-    /// next waiting arrival at once).
+    /// Fills connection `i` up to the depth: with the prefill's keys (the SETs a close lost
+    /// first), with new requests in closed loop, and with the oldest due arrivals in open loop
+    /// (a slot that a reply freed takes the next waiting arrival at once).
     pub(super) fn refill(&mut self, i: usize, now: u64) {
         if self.conns[i].state != ConnState::Ready {
             return;
@@ -89,8 +98,7 @@ impl Worker {
         match self.phase {
             Phase::Connect => {}
             Phase::Prefill => {
-                let count = self.conns[i].own.len();
-                while self.conns[i].inflight.len() < depth && self.conns[i].prefill_sent < count {
+                while self.conns[i].inflight.len() < depth && self.conns[i].prefill_left() > 0 {
                     self.issue(i, now, false, now);
                 }
             }

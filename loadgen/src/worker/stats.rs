@@ -107,9 +107,9 @@ pub struct ThreadStats {
     pub window_start_ns: u64,
     /// End of the measurement window (earlier when stopped), run-clock ns.
     pub window_end_ns: u64,
-    /// Prefill: keys written.
+    /// Prefill: keys written, and keys given up on before they were sent (each key once).
     pub prefill_keys: u64,
-    /// Prefill: keys not confirmed stored.
+    /// Prefill: keys not confirmed stored (error replies, keys given up on).
     pub prefill_errors: u64,
     /// The core this thread was asked to run on and could not be pinned to.
     pub pin_failed: Option<usize>,
