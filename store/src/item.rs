@@ -727,6 +727,35 @@ mod tests {
     }
 
     #[test]
+    fn an_item_is_read_to_its_last_byte_and_not_past_it() {
+        // An empty value that never expires ends the item with its three-byte length word,
+        // and an item may end its segment: no read may go past it.
+        for (value, deadline) in [
+            (&b""[..], Deadline::NEVER),
+            (&b""[..], secs(5)),
+            (&b"v"[..], Deadline::NEVER),
+        ] {
+            let f = Fields {
+                deadline,
+                ..fields(b"key", [value, b""])
+            };
+            let mut buf = vec![0; f.size()];
+            f.write(&mut buf);
+            let view = ItemRef::new(&buf);
+            assert_eq!(
+                (view.key(), view.value(), view.size()),
+                (&b"key"[..], value, f.size())
+            );
+            assert_eq!((view.exptime(), view.deadline()), (deadline.secs, deadline));
+            assert!(view.has_key(b"key") && !view.has_key(b"kez") && !view.has_key(b"ke"));
+            let mut it = ItemMut::new(&mut buf);
+            it.mark_fetched(Now::from_secs(7));
+            it.overwrite(value, 1, deadline, 9, Now::from_secs(8));
+            assert_eq!((it.get().value(), it.get().cas()), (value, 9));
+        }
+    }
+
+    #[test]
     fn item_accessors() {
         let f = fields(b"key", [b"val", b"ue"]);
         let mut buf = vec![0xa5; f.size()];
