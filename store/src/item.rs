@@ -307,6 +307,12 @@ impl<'a> ItemRef<'a> {
         &self.data[self.tail().value]
     }
 
+    /// Bytes `at` of the item (a range from its [`Tail`]).
+    #[inline]
+    pub(crate) fn bytes(&self, at: core::ops::Range<usize>) -> &'a [u8] {
+        &self.data[at]
+    }
+
     /// The header's variable part, read once (see [`Tail`]).
     #[inline(always)]
     pub(crate) fn tail(&self) -> Tail {

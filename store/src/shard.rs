@@ -781,7 +781,7 @@ impl Shard {
         ItemMut::new(&mut self.segs.segs[segment_of(e)].data[offset_of(e)..])
     }
 
-    #[inline(always)]
+    #[inline]
     fn liveness(&self, e: u64, now: Now) -> Liveness {
         let flushed = self.segs.segs[segment_of(e)].generation != self.generation;
         self.item(e).liveness(now, flushed)
@@ -1072,15 +1072,9 @@ fn view_parts(item: ItemRef<'_>, tail: Tail) -> (core::ops::Range<usize>, ItemVi
 
 #[inline]
 fn view(item: ItemRef<'_>) -> ItemView<'_> {
+    let (value, parts) = view_parts(item, item.tail());
     ItemView {
-        value: item.value(),
-        flags: item.flags(),
-        cas: item.cas(),
-        exptime: item.exptime(),
-        expiry_ms: item.deadline().millis(),
-        last_access: item.last_access(),
-        fetched: item.fetched(),
-        stale: item.stale(),
-        win_sent: item.win_sent(),
+        value: item.bytes(value),
+        ..parts
     }
 }
