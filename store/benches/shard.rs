@@ -16,18 +16,9 @@ const KEYS: usize = 10_000;
 /// Keyspace far beyond L2 (and most of a shared L3).
 const COLD_KEYS: usize = 1_000_000;
 
-fn keys(n: usize) -> Vec<[u8; 16]> {
-    (0..n as u64)
-        .map(|i| {
-            // Spread like real keys, not sequential: a cheap 64-bit mix.
-            let x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let mut k = [0u8; 16];
-            k[..4].copy_from_slice(b"key:");
-            k[4..].copy_from_slice(format!("{:012x}", x >> 16).as_bytes());
-            k
-        })
-        .collect()
-}
+#[path = "support/keys.rs"]
+mod support;
+use support::keys;
 
 fn shard(memory_limit_bytes: usize) -> Shard {
     Shard::new(ShardConfig {

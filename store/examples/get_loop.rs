@@ -16,6 +16,9 @@ use std::time::Instant;
 
 use store::{Shard, ShardConfig, StoreMode, Write};
 
+#[path = "../benches/support/keys.rs"]
+mod support;
+
 const NOW: u64 = 1_700_000_000;
 
 /// The environment variable `name` as a number, or `default`.
@@ -27,16 +30,7 @@ fn main() {
     let keys = env("KEYS", 10_000).max(1);
     let iters = env("ITERS", 2_000_000);
     let stride = env("STRIDE", 7919) % keys;
-    let keys: Vec<[u8; 16]> = (0..keys as u64)
-        .map(|i| {
-            // The bench's keys: `key:` and 12 hex digits of a cheap 64-bit mix.
-            let x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let mut k = [0u8; 16];
-            k[..4].copy_from_slice(b"key:");
-            k[4..].copy_from_slice(format!("{:012x}", x >> 16).as_bytes());
-            k
-        })
-        .collect();
+    let keys = support::keys(keys);
     let mut shard = Shard::new(ShardConfig {
         memory_limit_bytes: 256 << 20,
         max_item_size: 1 << 20,
