@@ -155,7 +155,11 @@ impl Shard {
         (self.segs.bytes - open_room - spare - passed + self.table.bytes()) as u64
     }
 
-    /// Brings `heap_bytes` up to date ([`Shard::heap_now`]).
+    /// Brings `heap_bytes` up to date ([`Shard::heap_now`]). The frequent changes keep the
+    /// figure themselves, by the bytes they move: an item written (`append`), the eviction
+    /// hand's step and an item it keeps (`evict_one`); the rarer ones recount it here: a
+    /// segment sealed, taken back or passed over by the hand, the table created or rebuilt. Debug builds check the
+    /// figure against a recount after every store and every step of the hand.
     pub(super) fn refresh_heap(&mut self) {
         self.stats.heap_bytes = self.heap_now();
     }
@@ -238,7 +242,10 @@ impl Shard {
         seg.live_items += 1;
         seg.live_bytes += size;
         self.note_deadline(id, fields.deadline);
-        self.refresh_heap();
+        // `space` left the heap figure current but for these bytes: written into an open
+        // segment's room, or into a segment of their own taken for them.
+        self.stats.heap_bytes += size as u64;
+        debug_assert_eq!(self.stats.heap_bytes, self.heap_now());
         Ok(table::entry(hash, id, offset))
     }
 
@@ -251,6 +258,7 @@ impl Shard {
         let buckets = self.table.num_buckets();
         if buckets == 0 {
             self.table = Table::with_buckets(1);
+            self.refresh_heap();
         } else if self.table.len() >= GROW_LOAD * buckets {
             self.maybe_grow();
         }

@@ -171,14 +171,18 @@ impl Shard {
     /// kept items goes to the FIFO's tail ([`Shard::end_pass`]). Returns false if there is
     /// nothing to take, or, with eviction off (and `victim` not [`Victim::Release`]), if no dead
     /// item was found (then a store counts `outofmemory`).
+    ///
+    /// `heap_bytes` follows each step as it is taken: the hand's advance takes the bytes it
+    /// passes off the heap, a kept item adds its bytes where it lands, and a segment sealed or
+    /// taken back recounts the heap ([`Shard::refresh_heap`]).
     pub(super) fn evict_one(&mut self, now: Now, victim: Victim) -> bool {
         let done = self.evict_step(now, victim);
-        self.refresh_heap();
+        debug_assert_eq!(self.stats.heap_bytes, self.heap_now());
         done
     }
 
-    /// [`Shard::evict_one`] but for `heap_bytes`.
-    pub(super) fn evict_step(&mut self, now: Now, victim: Victim) -> bool {
+    /// [`Shard::evict_one`] but for its check of `heap_bytes`.
+    fn evict_step(&mut self, now: Now, victim: Victim) -> bool {
         if self.reclaim_dead_segment(now, Removal::Reclaimed) {
             return true;
         }
@@ -211,6 +215,8 @@ impl Shard {
                 self.hasher.hash_one(item.key())
             };
             self.segs.segs[id].hand = offset + size;
+            // Passed by the hand and not yet kept: off the heap (`heap_now`'s `passed`).
+            self.stats.heap_bytes -= size as u64;
             if deleted {
                 continue;
             }
@@ -285,6 +291,8 @@ impl Shard {
             dst.write = to + size;
             dst.live_items += 1;
             dst.live_bytes += size;
+            // Written into the open segment's room: on the heap again.
+            self.stats.heap_bytes += size as u64;
             self.note_deadline(open, deadline);
             self.table.set(loc, table::moved(e, open, to));
             // The oldest segment is taken back here if this was its last live item.
@@ -295,6 +303,8 @@ impl Shard {
         let to = seg.keep;
         seg.data.copy_within(offset..offset + size, to);
         seg.keep = to + size;
+        // Kept: no longer among the bytes the hand passed.
+        self.stats.heap_bytes += size as u64;
         ItemMut::new(&mut seg.data[to..]).age();
         self.table.set(loc, table::moved(e, id, to));
         false
