@@ -131,8 +131,8 @@ impl Shard {
 
     /// Bytes of the budget in use: the segments held, less what is free in them (the open
     /// segments' unwritten room, the spare segment, the part of the oldest segment the
-    /// eviction hand has passed and not kept), plus the table. Live items, dead items not yet taken back
-    /// and the unwritten tails of sealed segments all count.
+    /// eviction hand has passed and not kept), plus the table. Live items, dead items not yet
+    /// taken back and the unwritten tails of sealed segments all count.
     pub(super) fn heap_now(&self) -> u64 {
         let open_room: usize = self
             .segs
@@ -158,8 +158,9 @@ impl Shard {
     /// Brings `heap_bytes` up to date ([`Shard::heap_now`]). The frequent changes keep the
     /// figure themselves, by the bytes they move: an item written (`append`), the eviction
     /// hand's step and an item it keeps (`evict_one`); the rarer ones recount it here: a
-    /// segment sealed, taken back or passed over by the hand, the table created or rebuilt. Debug builds check the
-    /// figure against a recount after every store and every step of the hand.
+    /// segment sealed, taken back or passed over by the hand, the table created or rebuilt.
+    /// Debug builds check the figure against a recount after every store and every step of
+    /// the hand.
     pub(super) fn refresh_heap(&mut self) {
         self.stats.heap_bytes = self.heap_now();
     }

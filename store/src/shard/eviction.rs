@@ -173,8 +173,8 @@ impl Shard {
     /// item was found (then a store counts `outofmemory`).
     ///
     /// `heap_bytes` follows each step as it is taken: the hand's advance takes the bytes it
-    /// passes off the heap, a kept item adds its bytes where it lands, and a segment sealed or
-    /// taken back recounts the heap ([`Shard::refresh_heap`]).
+    /// passes off the heap, a kept item adds its bytes where it lands, and a segment sealed,
+    /// taken back or passed over recounts the heap ([`Shard::refresh_heap`]).
     pub(super) fn evict_one(&mut self, now: Now, victim: Victim) -> bool {
         let done = self.evict_step(now, victim);
         debug_assert_eq!(self.stats.heap_bytes, self.heap_now());
