@@ -11,11 +11,11 @@
 //! arrives, without decoding anything first; the variable part of the header follows it.
 //! `len` is `value_len << 2 | EXPIRES << 1 | WIDE`: three bytes for a value under 4 MiB,
 //! four (`WIDE`) up to 1 GiB. The expiry's unix second follows it only for an item that
-//! expires (`EXPIRES`); an item that never does, most of a cache, saves those four bytes. So an item's layout is fixed by its value's
-//! length and whether it expires: a change of either writes it anew (see
-//! [`ItemRef::holds`]). `meta` packs the expiry's milliseconds (10 bits), the 2-bit clock
-//! counter and the fetched, stale, recache-token and deleted marks. The flush generation is
-//! the segment's (see `segment`), not the item's.
+//! expires (`EXPIRES`); an item that never does, most of a cache, saves those four bytes.
+//! So an item's layout is fixed by its value's length and whether it expires: a change of
+//! either writes it anew (see [`ItemRef::holds`]). `meta` packs the expiry's milliseconds
+//! (10 bits), the 2-bit clock counter and the fetched, stale, recache-token and deleted
+//! marks. The flush generation is the segment's (see `segment`), not the item's.
 
 use crate::expiry::{self, Deadline, Now};
 
