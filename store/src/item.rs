@@ -213,17 +213,22 @@ pub(crate) struct ItemRef<'a> {
 }
 
 impl<'a> ItemRef<'a> {
+    /// Panics if `data` is shorter than the smallest header: that one check stands for the
+    /// checks of every fixed field the reads below index, which the compiler then drops.
     #[inline]
     pub(crate) fn new(data: &'a [u8]) -> ItemRef<'a> {
+        assert!(
+            data.len() >= MIN_HEADER_LEN,
+            "an item's header is cut short"
+        );
         ItemRef { data }
     }
 
     #[inline]
     fn meta(&self) -> u16 {
-        u16::from_le_bytes([
-            self.data[field::META.start],
-            self.data[field::META.start + 1],
-        ])
+        let mut bytes = [0u8; 2];
+        bytes.copy_from_slice(&self.data[field::META]);
+        u16::from_le_bytes(bytes)
     }
 
     #[inline]
@@ -446,8 +451,13 @@ pub(crate) struct ItemMut<'a> {
 }
 
 impl<'a> ItemMut<'a> {
+    /// Panics if `data` is shorter than the smallest header, as [`ItemRef::new`].
     #[inline]
     pub(crate) fn new(data: &'a mut [u8]) -> ItemMut<'a> {
+        assert!(
+            data.len() >= MIN_HEADER_LEN,
+            "an item's header is cut short"
+        );
         ItemMut { data }
     }
 

@@ -264,11 +264,9 @@ impl Table {
         hash: u64,
         mut eq: impl FnMut(u64) -> bool,
     ) -> Option<(Loc, u64)> {
-        if self.buckets.is_empty() {
-            return None;
-        }
+        // An empty table's home is 0, past its end: `get` finds no bucket there.
         let home = self.home(hash);
-        let first = &self.buckets[home];
+        let first = self.buckets.get(home)?;
         if let Some(loc) = Self::find_in(first, home, hash, &mut eq) {
             return Some(loc);
         }
