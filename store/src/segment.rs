@@ -140,6 +140,11 @@ pub(crate) struct Segments {
     pub dead_bytes: usize,
     /// Segments that joined the FIFO's tail so far.
     pub queued: u64,
+    /// Where the eviction hand stopped after its last eviction and the key hash of the live
+    /// item it stopped at: `(segment, offset, hash)`, hashed then so that the item's bucket
+    /// could be prefetched for the next eviction. Dropped when the segment is taken back (the
+    /// only way other bytes come to lie at that offset).
+    pub hand_hash: Option<(usize, usize, u64)>,
 }
 
 impl Segments {
@@ -210,6 +215,9 @@ impl Segments {
         debug_assert_eq!(seg.live_items, 0);
         debug_assert_ne!(seg.state, State::Free);
         self.dead_bytes -= seg.write - seg.live_bytes;
+        if matches!(self.hand_hash, Some((at, ..)) if at == id) {
+            self.hand_hash = None;
+        }
         seg.state = State::Free;
         seg.write = 0;
         seg.hand = 0;

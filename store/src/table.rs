@@ -131,12 +131,26 @@ impl Bucket {
     /// The slots holding an entry with `hash`'s tag, as bits (slot `i` is bit `4 * i + 3`):
     /// computed for all seven without a branch, so that a lookup branches only on the slots
     /// that match (nearly always one for a hit, none for a miss), not on where the match
-    /// lies. With SSE2 (every x86-64 processor), four compares of eight 16-bit lanes, two
-    /// entries each, packed into one mask.
+    /// lies.
+    #[inline(always)]
+    fn matches(&self, hash: u64) -> u32 {
+        self.with_tag(tag(hash))
+    }
+
+    /// The empty slots, as [`Bucket::matches`] gives its slots: those whose tag is 0, which
+    /// no entry's is.
+    #[inline(always)]
+    fn free(&self) -> u32 {
+        self.with_tag(0)
+    }
+
+    /// The slots whose top 16 bits are `tag`, as bits (slot `i` is bit `4 * i + 3`). With
+    /// SSE2 (every x86-64 processor), four compares of eight 16-bit lanes, two entries each,
+    /// packed into one mask.
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     #[inline(always)]
     #[allow(unsafe_code)]
-    fn matches(&self, hash: u64) -> u32 {
+    fn with_tag(&self, tag: u64) -> u32 {
         use core::arch::x86_64::{
             __m128i, _mm_cmpeq_epi16, _mm_movemask_epi8, _mm_packs_epi16, _mm_set_epi64x,
             _mm_set1_epi16,
@@ -146,13 +160,14 @@ impl Bucket {
         // code (the `target_feature = "sse2"` above; x86-64 always has it). They take no
         // pointers: the entries are passed by value.
         let lanes = unsafe {
-            let tag = _mm_set1_epi16(tag(hash) as u16 as i16);
+            let tag = _mm_set1_epi16(tag as u16 as i16);
             // 16 set bits for each 16-bit lane equal to the tag; the tag is the fourth lane
             // of each entry.
             let pair = |high: u64, low: u64| -> __m128i {
                 _mm_cmpeq_epi16(_mm_set_epi64x(high as i64, low as i64), tag)
             };
-            // A byte per lane: slots 0-3, then 4-6 and a lane that is always 0.
+            // A byte per lane: slots 0-3, then 4-6 and an eighth of zeros, which the mask
+            // below drops (it would match tag 0).
             let first = _mm_packs_epi16(pair(e[1], e[0]), pair(e[3], e[2]));
             let rest = _mm_packs_epi16(pair(e[5], e[4]), pair(0, e[6]));
             _mm_movemask_epi8(first) as u32 | (_mm_movemask_epi8(rest) as u32) << 16
@@ -160,19 +175,17 @@ impl Bucket {
         lanes & 0x0888_8888
     }
 
-    /// The slots holding an entry with `hash`'s tag, as bits (slot `i` is bit `4 * i + 3`),
-    /// without a branch.
+    /// [`Bucket::with_tag`], one slot at a time.
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
     #[inline(always)]
-    fn matches(&self, hash: u64) -> u32 {
-        self.matches_one_by_one(hash)
+    fn with_tag(&self, tag: u64) -> u32 {
+        self.with_tag_one_by_one(tag)
     }
 
-    /// [`Bucket::matches`], one slot at a time.
+    /// [`Bucket::with_tag`], one slot at a time.
     #[cfg(any(test, not(all(target_arch = "x86_64", target_feature = "sse2"))))]
     #[inline(always)]
-    fn matches_one_by_one(&self, hash: u64) -> u32 {
-        let tag = tag(hash);
+    fn with_tag_one_by_one(&self, tag: u64) -> u32 {
         let mut bits = 0;
         for (slot, &e) in self.entries.iter().enumerate() {
             bits |= u32::from(e >> TAG_SHIFT == tag) << (4 * slot + 3);
@@ -257,6 +270,28 @@ impl Table {
         self.find_entry(hash, eq).map(|(loc, _)| loc)
     }
 
+    /// Asks the CPU to bring `hash`'s home bucket into its cache without waiting for it, for
+    /// a lookup that comes later.
+    #[inline]
+    #[allow(unsafe_code)]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        let Some(bucket) = self.buckets.get(self.home(hash)) else {
+            return;
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            // SAFETY: a prefetch is a hint: it reads nothing the program sees and never
+            // faults; its address is a live bucket's. SSE, which it needs, is part of every
+            // x86-64 processor.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>((bucket as *const Bucket).cast());
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = bucket;
+    }
+
     /// [`Table::find`], with the entry found.
     #[inline(always)]
     pub(crate) fn find_entry(
@@ -325,7 +360,9 @@ impl Table {
         let home = self.home(hash);
         for step in 0..MAX_PROBE.min(self.buckets.len()) {
             let bucket = self.after(home, step);
-            if let Some(slot) = self.buckets[bucket].entries.iter().position(|&e| e == 0) {
+            let free = self.buckets[bucket].free();
+            if free != 0 {
+                let slot = (free.trailing_zeros() >> MATCH_SLOT_SHIFT) as usize;
                 self.buckets[bucket].entries[slot] = entry;
                 if step > 0 {
                     let displaced = &mut self.buckets[home].displaced;
@@ -467,12 +504,22 @@ mod tests {
             for probe in [1, 2, 3, 4, 0, next() >> TAG_SHIFT] {
                 let hash = probe << TAG_SHIFT;
                 let bits = b.matches(hash);
-                assert_eq!(bits, b.matches_one_by_one(hash), "{b:?} for tag {probe}");
+                assert_eq!(
+                    bits,
+                    b.with_tag_one_by_one(tag(hash)),
+                    "{b:?} for tag {probe}"
+                );
                 for slot in 0..SLOTS {
                     let e = b.entries[slot];
                     let bit = bits >> (4 * slot + 3) & 1 == 1;
                     assert_eq!(bit, e != 0 && same_tag(e, hash), "slot {slot} of {b:?}");
                 }
+            }
+            let free = b.free();
+            assert_eq!(free, b.with_tag_one_by_one(0), "{b:?}");
+            for slot in 0..SLOTS {
+                let bit = free >> (4 * slot + 3) & 1 == 1;
+                assert_eq!(bit, b.entries[slot] == 0, "slot {slot} of {b:?}");
             }
         }
     }

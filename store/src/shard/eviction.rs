@@ -209,10 +209,13 @@ impl Shard {
             let offset = seg.hand;
             let item = seg.item(offset);
             let (size, deleted) = (item.size(), item.deleted());
-            let hash = if deleted {
-                0
-            } else {
-                self.hasher.hash_one(item.key())
+            let hash = match self.segs.hand_hash.take() {
+                _ if deleted => 0,
+                Some((at, hashed_at, hash)) if (at, hashed_at) == (id, offset) => {
+                    debug_assert_eq!(hash, self.hasher.hash_one(item.key()));
+                    hash
+                }
+                _ => self.hasher.hash_one(item.key()),
             };
             self.segs.segs[id].hand = offset + size;
             // Passed by the hand and not yet kept: off the heap (`heap_now`'s `passed`).
@@ -247,8 +250,26 @@ impl Shard {
                 Liveness::Expired | Liveness::Flushed => Removal::Reclaimed,
             };
             self.remove_at(loc, hash, why);
+            self.look_ahead(id);
             return true;
         }
+    }
+
+    /// Hashes the key of the live item the hand now points at in segment `id`, if any, and
+    /// prefetches its bucket: the next eviction, a store later, then finds the bucket in the
+    /// cache instead of waiting for it (a fifth of an eviction's time went to that wait).
+    fn look_ahead(&mut self, id: usize) {
+        let seg = &self.segs.segs[id];
+        if seg.state != State::Sealed || seg.hand >= seg.write {
+            return;
+        }
+        let item = seg.item(seg.hand);
+        if item.deleted() {
+            return;
+        }
+        let hash = self.hasher.hash_one(item.key());
+        self.table.prefetch(hash);
+        self.segs.hand_hash = Some((id, seg.hand, hash));
     }
 
     /// Whether the eviction hand, making room for a store, keeps the live item of entry `e`:
