@@ -11,12 +11,13 @@
 //! key used again last and knows the future (no policy misses less with that many items);
 //! a cache that knows the popularity and holds the most popular keys requested so far
 //! (with requests drawn independently, as here, the least a policy that does not know the
-//! future misses); and two policies that learn from the stream, simulated item by item:
+//! future misses); and three policies that learn from the stream, simulated item by item:
 //! FIFO with a second chance (a 2-bit counter raised by each hit, as the store keeps it per
-//! item) and S3-FIFO (a small FIFO of a tenth for new keys, a ghost list of keys evicted from
-//! it, a main FIFO with the same counter; SOSP '23). With `SIZES=N,N,...` it also prints
-//! those two policies' miss ratios with caches of those item counts, to see how many items a
-//! miss ratio takes.
+//! item), S3-FIFO (a small FIFO of a tenth for new keys, a ghost list of keys evicted from
+//! it, a main FIFO with the same counter; SOSP '23) and frequency admission in front of the
+//! first (TinyLFU with exact counts: a missed key enters only if asked for more often than
+//! the key it would evict). With `SIZES=N,N,...` it also prints those policies' miss ratios
+//! with caches of those item counts, to see how many items a miss ratio takes.
 //!
 //! ```text
 //! cargo run --release -p store --example lookaside -- [MEMORY_MB (64)] [ALPHA ... (0.99 0.8)]
@@ -87,6 +88,7 @@ struct Run {
     popular_ratio: f64,
     clock_ratio: f64,
     s3fifo_ratio: f64,
+    tiny_lfu_ratio: f64,
     items: u64,
     evictions: u64,
     evicted_unfetched: u64,
@@ -127,6 +129,7 @@ fn run(memory_mb: usize, stream: &[u32]) -> Run {
         popular_ratio: popular as f64 / counted as f64,
         clock_ratio: clock_fifo(stream, held) as f64 / counted as f64,
         s3fifo_ratio: s3_fifo(stream, held) as f64 / counted as f64,
+        tiny_lfu_ratio: tiny_lfu(stream, held) as f64 / counted as f64,
         items: stats.curr_items,
         evictions: stats.evictions,
         evicted_unfetched: stats.evicted_unfetched,
@@ -285,6 +288,46 @@ fn s3_fifo(stream: &[u32], held: usize) -> usize {
     })
 }
 
+/// Counted misses of frequency admission in front of FIFO with a second chance over `held`
+/// items (TinyLFU, TOS '17, with exact counts where it keeps a sketch): every request counts
+/// its key, all counts halve every `10 * held` requests, and a missed key enters a full cache
+/// only if it was asked for more often than the key the hand would evict. A key turned away
+/// is not cached at all: to a memcached client, a SET acknowledged and then a miss.
+fn tiny_lfu(stream: &[u32], held: usize) -> usize {
+    let held = held.max(1);
+    let mut count = vec![0u32; KEYS];
+    let mut counter = vec![None::<u8>; KEYS];
+    let mut fifo = VecDeque::with_capacity(held + 1);
+    let mut misses = 0;
+    for (n, &i) in stream.iter().enumerate() {
+        let k = i as usize;
+        if n > 0 && n % (10 * held) == 0 {
+            count.iter_mut().for_each(|c| *c /= 2);
+        }
+        count[k] += 1;
+        if hit(&mut counter, k) {
+            continue;
+        }
+        misses += usize::from(n >= WARMUP);
+        if fifo.len() >= held {
+            // The hand's next victim: keys with a counter above 0 go round, lowered.
+            while let Some(&v) = fifo.front()
+                && counter[v as usize].is_some_and(|c| c > 0)
+            {
+                second_chance(&mut fifo, &mut counter);
+            }
+            let v = *fifo.front().expect("a full cache holds keys");
+            if count[k] <= count[v as usize] {
+                continue;
+            }
+            second_chance(&mut fifo, &mut counter);
+        }
+        counter[k] = Some(0);
+        fifo.push_back(i);
+    }
+    misses
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let memory_mb: usize = args.next().map_or(64, |a| a.parse().expect("MEMORY_MB"));
@@ -294,9 +337,10 @@ fn main() {
     }
     println!(
         "| alpha | miss ratio | first requests | Belady's MIN | most popular seen \
-         | FIFO, second chance | S3-FIFO | items at the end | evictions | evicted unfetched |"
+         | FIFO, second chance | S3-FIFO | TinyLFU | items at the end | evictions \
+         | evicted unfetched |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let sizes: Vec<usize> = std::env::var("SIZES").map_or(Vec::new(), |v| {
         v.split(',')
             .map(|n| n.trim().parse().expect("SIZES"))
@@ -307,13 +351,14 @@ fn main() {
         let stream = stream(alpha);
         let r = run(memory_mb, &stream);
         println!(
-            "| {alpha} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {} | {} | {} |",
+            "| {alpha} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {} | {} | {} |",
             r.miss_ratio,
             r.first_ratio,
             r.belady_ratio,
             r.popular_ratio,
             r.clock_ratio,
             r.s3fifo_ratio,
+            r.tiny_lfu_ratio,
             r.items,
             r.evictions,
             r.evicted_unfetched
@@ -322,13 +367,16 @@ fn main() {
         for &items in &sizes {
             let clock = clock_fifo(&stream, items) as f64 / counted;
             let s3 = s3_fifo(&stream, items) as f64 / counted;
-            by_size.push(format!("| {alpha} | {items} | {clock:.4} | {s3:.4} |"));
+            let lfu = tiny_lfu(&stream, items) as f64 / counted;
+            by_size.push(format!(
+                "| {alpha} | {items} | {clock:.4} | {s3:.4} | {lfu:.4} |"
+            ));
         }
     }
     if !by_size.is_empty() {
         println!();
-        println!("| alpha | items | FIFO, second chance | S3-FIFO |");
-        println!("|---|---|---|---|");
+        println!("| alpha | items | FIFO, second chance | S3-FIFO | TinyLFU |");
+        println!("|---|---|---|---|---|");
         for row in by_size {
             println!("{row}");
         }
