@@ -299,7 +299,7 @@ impl Table {
         hash: u64,
         mut eq: impl FnMut(u64) -> bool,
     ) -> Option<(Loc, u64)> {
-        // An empty table's home is 0, past its end: `get` finds no bucket there.
+        // An empty table has no bucket, not even the home 0 it computes: `get` gives `None`.
         let home = self.home(hash);
         let first = self.buckets.get(home)?;
         if let Some(loc) = Self::find_in(first, home, hash, &mut eq) {

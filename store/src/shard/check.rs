@@ -30,6 +30,19 @@ impl Shard {
             per_segment[id].1 += item.size();
         }
         self.table.check_displaced(|e| self.hash_of(e));
+        if let Some((id, offset, hash)) = self.segs.hand_hash {
+            let seg = &self.segs.segs[id];
+            assert_ne!(seg.state, State::Free, "the hand's hash in a free segment");
+            assert!(
+                offset < seg.write,
+                "the hand's hash past the segment's items"
+            );
+            let item = seg.item(offset);
+            assert!(
+                item.deleted() || self.hasher.hash_one(item.key()) == hash,
+                "the hand's hash is its item's"
+            );
+        }
         assert_eq!(self.stats.bytes, bytes, "bytes");
         assert_eq!(self.stats.curr_items, self.table.len() as u64, "curr_items");
         assert_eq!(self.stats.curr_expiring, expiring as u64, "curr_expiring");
