@@ -142,8 +142,9 @@ pub(crate) struct Segments {
     pub queued: u64,
     /// Where the eviction hand stopped after its last eviction and the key hash of the live
     /// item it stopped at: `(segment, offset, hash)`, hashed then so that the item's bucket
-    /// could be prefetched for the next eviction. Dropped when the segment is taken back (the
-    /// only way other bytes come to lie at that offset).
+    /// could be prefetched for the next eviction. The hand's next step there takes it. Until
+    /// then the item stays put (the hand alone moves items of a sealed segment, and its pass
+    /// ends only past that offset); the segment may be taken back meanwhile, which drops it.
     pub hand_hash: Option<(usize, usize, u64)>,
 }
 
